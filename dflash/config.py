@@ -1,0 +1,282 @@
+"""Typed run configuration: one dataclass per stage, validated at construction.
+
+Presets (`dflash.presets`) are Python functions returning a `RunConfig`; the CLI picks one and
+applies `--set section.field=value` overrides through `apply_overrides`, whose errors name the
+offending key and value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+
+from dflash.errors import ConfigError
+
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+ATTENTION_BACKENDS = ("auto", "flex", "sdpa")
+
+
+@dataclass(kw_only=True, slots=True)
+class DataConfig:
+    path: str | None = None
+    """Tokenized dataset: a `datasets.save_to_disk` folder, an Arrow IPC file or a Parquet file.
+    None = the embedded synthetic corpus, generated on first use under `cache_dir`."""
+    cache_dir: str = ".cache/dflash"
+    """Where the embedded synthetic corpus is written (atomically) and reused."""
+    synthetic_samples: int = 768
+    synthetic_seed: int = 0
+    synthetic_min_len: int = 24
+    synthetic_max_len: int = 120
+    bucket_boundaries: tuple[int, ...] = (32, 64, 128)
+    """Upper bounds (inclusive) of the length buckets; a longer sample is a bad-input error."""
+    token_budget: int = 1024
+    """Padded tokens per batch: batch size in a bucket = token_budget // bucket bound."""
+    min_loss_tokens: int = 8
+    """Samples with fewer supervised tokens are dropped (SpecForge drops < 2 * block_size)."""
+    shuffle_seed: int = 0
+    heldout_samples: int = 16
+    """Samples kept out of training, used as prompts for the tau evaluation."""
+
+    def __post_init__(self) -> None:
+        if not self.bucket_boundaries or list(self.bucket_boundaries) != sorted(set(self.bucket_boundaries)):
+            raise ConfigError(f"data.bucket_boundaries must be strictly increasing, got {self.bucket_boundaries}")
+        if self.bucket_boundaries[0] <= 0:
+            raise ConfigError("data.bucket_boundaries must be positive")
+        if self.token_budget < self.bucket_boundaries[-1]:
+            raise ConfigError(
+                f"data.token_budget ({self.token_budget}) must hold at least one sample of the largest "
+                f"bucket ({self.bucket_boundaries[-1]})"
+            )
+        if self.synthetic_min_len > self.synthetic_max_len:
+            raise ConfigError("data.synthetic_min_len must be <= data.synthetic_max_len")
+
+
+@dataclass(kw_only=True, slots=True)
+class TargetConfig:
+    path: str | None = None
+    """Local HF causal-LM folder (no network). None = the embedded tiny random model below."""
+    arch: str = "llama"
+    """Embedded target family: 'llama' or 'qwen3'."""
+    hidden_size: int = 64
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 128
+    vocab_size: int = 256
+    max_position_embeddings: int = 1024
+    init_seed: int = 0
+    dtype: str = "float32"
+    """float32 or bfloat16 (GPU presets)."""
+
+    def __post_init__(self) -> None:
+        if self.arch not in ("llama", "qwen3"):
+            raise ConfigError(f"target.arch must be 'llama' or 'qwen3', got {self.arch!r}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ConfigError(f"target.dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError("target.hidden_size must be divisible by target.num_heads")
+
+
+@dataclass(kw_only=True, slots=True)
+class DrafterConfig:
+    num_layers: int = 1
+    block_size: int = 4
+    num_anchors: int = 8
+    """Anchors per sequence (blocks per row); rows with fewer valid anchors carry a keep-mask."""
+    gamma: float | None = None
+    """Position-decay constant of the loss; None = 7 for B=16, 5 for B=10, 4 for B=8, else B/2."""
+    mask_token_id: int | None = None
+    """Must exist in the target embedding; None = last id of the target vocabulary."""
+    target_layer_ids: tuple[int, ...] | None = None
+    """Tapped target layers; None = DFlash's rule (middle layer for 1 draft layer, else uniform 1..N-3)."""
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    intermediate_size: int = 128
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    attention: str = "auto"
+    """auto = flex_attention on CUDA, dense SDPA mask on CPU (flex backward is CUDA-only)."""
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.block_size < 2:
+            raise ConfigError("drafter.block_size must be >= 2")
+        if self.num_anchors < 1 or self.num_layers < 1:
+            raise ConfigError("drafter.num_anchors and drafter.num_layers must be >= 1")
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ConfigError(f"drafter.attention must be one of {ATTENTION_BACKENDS}, got {self.attention!r}")
+
+    def resolved_gamma(self) -> float:
+        if self.gamma is not None:
+            return self.gamma
+        # DFlash paper Eq. 4 as quoted by SpecForge train_dflash.py: 7 for B=16, 5 for 10, 4 for 8.
+        return {16: 7.0, 10: 5.0, 8: 4.0}.get(self.block_size, self.block_size / 2)
+
+
+@dataclass(kw_only=True, slots=True)
+class CompileConfig:
+    mode: str = "none"
+    """Drafter step: none (eager) | default | reduce-overhead | max-autotune-no-cudagraphs | max-autotune."""
+    backend: str = "inductor"
+    """torch.compile backend (inductor, aot_eager, eager); cudagraph modes need inductor."""
+    compile_target: bool = False
+    """Also compile the target forward (mode default)."""
+    dynamic: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in COMPILE_MODES:
+            raise ConfigError(f"compile.mode must be one of {COMPILE_MODES}, got {self.mode!r}")
+
+
+@dataclass(kw_only=True, slots=True)
+class PipelineConfig:
+    num_prefetch_threads: int = 1
+    num_target_threads: int = 1
+    num_drafter_threads: int = 1
+    queue_depth: int = 4
+    """Capacity of each bounded channel (backpressure)."""
+    poll_s: float = 0.1
+    """put/get timeout: how often a blocked stage re-checks the stop event."""
+    startup_timeout_s: float = 900.0
+    """How long producers wait at the startup gate for every drafter thread to be ready."""
+    shutdown_deadline_s: float = 10.0
+    """Join deadline per thread on shutdown; a thread still alive after it is reported."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_prefetch_threads", "num_target_threads", "num_drafter_threads", "queue_depth"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"pipeline.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(kw_only=True, slots=True)
+class DeviceConfig:
+    target_devices: tuple[str, ...] = ("cpu",)
+    """Devices of the target threads, assigned round-robin (e.g. cuda:0,cuda:1,...)."""
+    drafter_devices: tuple[str, ...] = ("cpu",)
+    """Devices of the drafter threads, assigned round-robin; replicas stay in lockstep."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    steps: int = 120
+    """Optimizer steps; each step consumes num_drafter_threads batches (one per replica)."""
+    lr: float = 3e-3
+    warmup_ratio: float = 0.04
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    out_dir: str = "runs/default"
+    checkpoint_every: int = 0
+    """Steps between checkpoints (0 = only at the end and on SIGINT/SIGTERM)."""
+    resume: bool = False
+    log_interval_s: float = 5.0
+    progress: bool = True
+    eval_prompts: int = 8
+    eval_new_tokens: int = 32
+    nan_check: bool = True
+    """A NaN/inf loss ends the run as a wrong result (exit 3)."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ConfigError(f"train.steps must be >= 1, got {self.steps}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError("train.warmup_ratio must be in [0, 1)")
+
+
+@dataclass(kw_only=True, slots=True)
+class RunConfig:
+    preset: str = "custom"
+    data: DataConfig = field(default_factory=DataConfig)
+    target: TargetConfig = field(default_factory=TargetConfig)
+    drafter: DrafterConfig = field(default_factory=DrafterConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    devices: DeviceConfig = field(default_factory=DeviceConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    fixes: tuple[str, ...] = ()
+    """Names from dflash.fixes.FIXES; () = raw."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _convert(raw: str, tp: object, where: str) -> object:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if raw.lower() in ("none", "null", ""):
+            if type(None) in args:
+                return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(raw, inner[0], where)
+    if origin is tuple:
+        item = args[0]
+        parts = [p for p in raw.split(",") if p.strip()]
+        return tuple(_convert(p.strip(), item, where) for p in parts)
+    if tp is bool:
+        low = raw.lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"invalid boolean {raw!r} for {where}")
+    if tp in (int, float, str):
+        try:
+            return tp(raw)
+        except ValueError:
+            raise ConfigError(f"invalid {tp.__name__} {raw!r} for {where}") from None
+    raise ConfigError(f"cannot set {where} from the command line")
+
+
+def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """Return a new RunConfig with `section.field=value` overrides applied and re-validated."""
+    sections = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    top: dict[str, object] = {}
+    changed: dict[str, dict[str, object]] = {}
+    hints_top = typing.get_type_hints(RunConfig)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"override {item!r} is not key=value")
+        where = f"--set {key}"
+        if "." not in key:
+            if key not in hints_top or dataclasses.is_dataclass(sections.get(key)):
+                raise ConfigError(f"unknown config key {key!r}")
+            top[key] = _convert(raw, hints_top[key], where)
+            continue
+        sec_name, _, fname = key.partition(".")
+        sec = sections.get(sec_name)
+        if not dataclasses.is_dataclass(sec):
+            raise ConfigError(f"unknown config section {sec_name!r} in {key!r}")
+        hints = typing.get_type_hints(type(sec))
+        if fname not in hints:
+            raise ConfigError(f"unknown config key {key!r}")
+        changed.setdefault(sec_name, {})[fname] = _convert(raw, hints[fname], where)
+    new_sections = {
+        name: dataclasses.replace(sections[name], **vals) for name, vals in changed.items()
+    }
+    return dataclasses.replace(cfg, **new_sections, **top)
+
+
+def from_dict(d: dict) -> RunConfig:
+    """Inverse of RunConfig.to_dict (used by checkpoints and the harness spec)."""
+    kwargs: dict[str, object] = {}
+    hints = typing.get_type_hints(RunConfig)
+    for f in dataclasses.fields(RunConfig):
+        if f.name not in d:
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            sub_hints = typing.get_type_hints(tp)
+            vals = {}
+            for k, v in d[f.name].items():
+                if k not in sub_hints:
+                    raise ConfigError(f"unknown config key {f.name}.{k}")
+                vals[k] = tuple(v) if isinstance(v, list) else v
+            kwargs[f.name] = tp(**vals)
+        else:
+            kwargs[f.name] = tuple(d[f.name]) if isinstance(d[f.name], list) else d[f.name]
+    return RunConfig(**kwargs)
