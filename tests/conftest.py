@@ -1,0 +1,47 @@
+"""Shared test configuration: the `race` marker, CUDA skips with a reason, and thread hygiene.
+
+Thread hygiene follows CPython's threading_helper: a test that leaves a non-daemon thread alive
+fails, because a leaked pipeline thread is exactly the kind of bug this project hunts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+LEAK_GRACE_S = 5.0
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        # Everything under tests/race/ belongs to the race suite (`pytest -k race` / `-m race`).
+        if "/race/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.race)
+        if item.get_closest_marker("cuda") and not _has_cuda():
+            item.add_marker(pytest.mark.skip(reason="needs CUDA (run on the GPU host, see README)"))
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads():
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    deadline = time.monotonic() + LEAK_GRACE_S
+    while True:
+        leaked = [
+            t for t in threading.enumerate()
+            if t.ident not in before and t.is_alive() and not t.daemon
+        ]
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not leaked, f"test leaked threads: {[t.name for t in leaked]}"
