@@ -1,0 +1,181 @@
+"""The frozen target model: tapped hidden states for training, logits for verification.
+
+DFlash conditions the drafter on a few target layers' hidden states. HF returns
+`hidden_states[0]` = embedding output, so target layer `i` is read at index `i + 1`
+(z-lab/dflash `extract_context_feature`, offset 1). The target is frozen and in eval mode;
+its `embed_tokens` and `lm_head` are shared (read-only) with the drafter objective.
+
+Token conventions of the embedded tiny target: id 0 is padding, the mask token defaults to
+`vocab_size - 1` (it must exist in the target embedding: the drafter ships none).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import torch
+from torch import nn
+
+from dflash.config import TargetConfig
+from dflash.errors import ConfigError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PAD_TOKEN_ID = 0
+
+
+def _tiny_config(cfg: TargetConfig):
+    """HF config for the embedded random target, built from the cfg numbers only."""
+    common = dict(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        pad_token_id=PAD_TOKEN_ID,
+        bos_token_id=None,
+        eos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    if cfg.arch == "qwen3":
+        from transformers import Qwen3Config
+
+        return Qwen3Config(head_dim=cfg.hidden_size // cfg.num_heads, **common)
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**common)
+
+
+def _build_hf_model(cfg: TargetConfig) -> nn.Module:
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM
+
+    dtype = DTYPES[cfg.dtype]
+    if cfg.path is not None:
+        if not os.path.isdir(cfg.path):
+            raise ConfigError(f"target.path {cfg.path!r} is not a directory")
+        # Local only: the GPU hosts have no network (no silent hub download).
+        return AutoModelForCausalLM.from_pretrained(
+            cfg.path, local_files_only=True, dtype=dtype, attn_implementation="sdpa"
+        )
+    hf_cfg = _tiny_config(cfg)
+    hf_cfg._attn_implementation = "sdpa"
+    cls = Qwen3ForCausalLM if cfg.arch == "qwen3" else LlamaForCausalLM
+    # fork_rng: seeding must not disturb the caller's global RNG stream.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.init_seed)
+        model = cls(hf_cfg)
+    return model.to(dtype)
+
+
+class TargetModel:
+    """A frozen HF causal LM with the accessors DFlash needs.
+
+    Invariants: every parameter has `requires_grad=False`; the model is in eval mode; all
+    methods run under `torch.no_grad()` (not inference_mode: the returned context feeds the
+    drafter's `fc`, and autograd refuses to save inference tensors for backward).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        model.eval()
+        model.requires_grad_(False)
+        self.model = model
+        hf_cfg = model.config
+        self.num_layers: int = hf_cfg.num_hidden_layers
+        self.hidden_size: int = hf_cfg.hidden_size
+        self.embed_tokens: nn.Embedding = model.get_input_embeddings()
+        self.lm_head: nn.Linear = model.get_output_embeddings()
+        self.vocab_size: int = self.embed_tokens.num_embeddings
+        # transformers 5.24 renamed the cache argument/output `past_key_values` -> `cache`
+        # (deprecated alias warns); 5.17 on the GPU host only knows `past_key_values`.
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    def _run(self, input_ids: torch.Tensor, past, **kwargs):
+        """One causal-LM forward with a cache; returns (output, cache)."""
+        out = self.model(input_ids=input_ids, use_cache=True, **{self._cache_kw: past}, **kwargs)
+        return out, out.get(self._cache_kw)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    def check_layer_ids(self, layer_ids: tuple[int, ...] | list[int]) -> None:
+        bad = [i for i in layer_ids if not 0 <= i < self.num_layers]
+        if bad or not layer_ids:
+            raise ConfigError(
+                f"target layer ids {tuple(layer_ids)} must be non-empty and in [0, {self.num_layers})"
+            )
+
+    @torch.no_grad()
+    def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+               layer_ids: tuple[int, ...] | list[int]) -> torch.Tensor:
+        """Tapped hidden states, concatenated on the feature axis: [B, L, k*H]."""
+        out = self.model.model(
+            input_ids=input_ids, attention_mask=attention_mask,
+            output_hidden_states=True, use_cache=False,
+        )
+        return _tap(out.hidden_states, layer_ids)
+
+    @torch.no_grad()
+    def logits_and_hidden(self, input_ids: torch.Tensor, layer_ids: tuple[int, ...] | list[int],
+                          past=None):
+        """(logits [B, L, V], tapped context [B, L, k*H], cache) for draft-then-verify.
+
+        With `past` (an HF cache from a previous call) only the new tokens are fed; the caller
+        owns cropping the cache after a rejected suffix (`past.crop(n)`).
+        """
+        out, cache = self._run(input_ids, past, output_hidden_states=True)
+        return out.logits, _tap(out.hidden_states, layer_ids), cache
+
+    @torch.no_grad()
+    def greedy_generate(self, prompts: list[list[int]], max_new_tokens: int,
+                        eos_token_id: int | None = None) -> list[list[int]]:
+        """Greedy continuations (new tokens only) of each prompt, with a KV cache.
+
+        Prompts of equal length are batched together (no padding needed, so results do not
+        depend on which prompts share a batch). A continuation stops after `eos_token_id`.
+        """
+        results: dict[int, list[int]] = {}
+        by_len: dict[int, list[int]] = {}
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"prompt {i} is empty")
+            by_len.setdefault(len(p), []).append(i)
+        for idx in by_len.values():
+            ids = torch.tensor([prompts[i] for i in idx], dtype=torch.long, device=self.device)
+            new = self._greedy_batch(ids, max_new_tokens)
+            for row, i in enumerate(idx):
+                results[i] = _cut_at_eos(new[row].tolist(), eos_token_id)
+        return [results[i] for i in range(len(prompts))]
+
+    def _greedy_batch(self, ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+        out, past = self._run(ids, None)
+        tokens = []
+        nxt = out.logits[:, -1].argmax(-1)
+        for _ in range(max_new_tokens):
+            tokens.append(nxt)
+            if len(tokens) == max_new_tokens:
+                break
+            out, past = self._run(nxt[:, None], past)
+            nxt = out.logits[:, -1].argmax(-1)
+        if not tokens:
+            return ids.new_zeros((ids.shape[0], 0))
+        return torch.stack(tokens, dim=1)
+
+
+def _tap(hidden_states, layer_ids) -> torch.Tensor:
+    # HF: index 0 is the embedding output, so layer i lives at i + 1.
+    return torch.cat([hidden_states[i + 1] for i in layer_ids], dim=-1)
+
+
+def _cut_at_eos(tokens: list[int], eos_token_id: int | None) -> list[int]:
+    if eos_token_id is not None and eos_token_id in tokens:
+        return tokens[: tokens.index(eos_token_id) + 1]
+    return tokens
+
+
+def build_target(cfg: TargetConfig, device: torch.device | str) -> TargetModel:
+    """Frozen eval-mode target on `device`; deterministic for the embedded model."""
+    return TargetModel(_build_hf_model(cfg).to(device))
