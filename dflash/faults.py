@@ -1,0 +1,287 @@
+"""Named fault points (`stage.event`), off unless a handler or a plan is installed.
+
+Modelled on tikv/fail-rs (named points, `FAILPOINTS=name=[p%][cnt*]task(arg)`) and ClickHouse's
+ThreadFuzzer (off unless configured; sleeps and yields next to synchronization points).
+
+Key properties:
+- `fault_point(name)` costs one module-global read and a `None` test when nothing is installed;
+  it sits on hot paths (every channel hand-off, every drafter step).
+- Two sources can be installed at once and are chained: the harness scheduler's handler
+  (`set_handler`) runs first, then the `DFLASH_FAULTS` plan (`install_from_env`).
+- A plan is repeatable: its probabilities draw from one `random.Random(DFLASH_FAULTS_SEED)`
+  (default 0) under a lock. Which thread draws first still depends on scheduling.
+
+Grammar: `DFLASH_FAULTS="rule;rule;..."`, `rule = name[@thread-glob]=[p%][cnt*]task[(arg)]`,
+tasks `off`, `raise[(message)]`, `delay(ms)`, `yield`. `@glob` limits a rule to threads whose
+name matches (`fnmatch`). For one point the first rule that matches the thread and still has
+count left decides; its probability is then rolled.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from dflash.errors import ConfigError, InjectedFault
+
+POINTS = (
+    "prefetch.before_put",
+    "prefetch.after_put",
+    "target.after_get",
+    "target.before_forward",
+    "target.after_forward",
+    "target.before_put",
+    "drafter.after_get",
+    "drafter.before_compile",
+    "drafter.after_compile",
+    "drafter.before_forward",
+    "drafter.after_forward",
+    "drafter.before_backward",
+    "drafter.after_backward",
+    "drafter.before_step",
+    "drafter.after_step",
+    "gate.before_open",
+)
+TASKS = ("off", "raise", "delay", "yield")
+ENV_PLAN = "DFLASH_FAULTS"
+ENV_SEED = "DFLASH_FAULTS_SEED"
+
+Handler = Callable[[str], None]
+
+# The one global that fault_point reads; rebuilt by _recompose() from the two sources below.
+_handler: Handler | None = None
+_external: Handler | None = None
+_plan: FaultPlan | None = None
+_install_lock = threading.Lock()
+
+
+def fault_point(name: str) -> None:
+    """Run the installed handler for point `name`; a no-op (one global read) when none is."""
+    handler = _handler
+    if handler is not None:
+        handler(name)
+
+
+def set_handler(fn: Handler | None) -> None:
+    """Install (or remove, with None) the external handler, e.g. the harness scheduler."""
+    global _external
+    with _install_lock:
+        _external = fn
+        _recompose()
+
+
+def install_plan(spec: str, seed: int = 0) -> FaultPlan | None:
+    """Parse `spec` and install it as the plan (replacing any previous one); '' removes it."""
+    global _plan
+    plan = FaultPlan(parse_plan(spec), seed=seed) if spec.strip() else None
+    with _install_lock:
+        _plan = plan
+        _recompose()
+    return plan
+
+
+def install_from_env(environ: Mapping[str, str] | None = None) -> FaultPlan | None:
+    """Install the plan in `DFLASH_FAULTS` (seeded by `DFLASH_FAULTS_SEED`); None if unset."""
+    env = os.environ if environ is None else environ
+    seed_text = env.get(ENV_SEED, "0")
+    try:
+        seed = int(seed_text)
+    except ValueError:
+        raise ConfigError(f"invalid {ENV_SEED} {seed_text!r}: expected an integer") from None
+    return install_plan(env.get(ENV_PLAN, ""), seed=seed)
+
+
+def clear() -> None:
+    """Remove both the external handler and the plan."""
+    global _external, _plan
+    with _install_lock:
+        _external = None
+        _plan = None
+        _recompose()
+
+
+def current_plan() -> FaultPlan | None:
+    return _plan
+
+
+def _recompose() -> None:
+    global _handler
+    sources = [h for h in (_external, _plan) if h is not None]
+    if not sources:
+        _handler = None
+    elif len(sources) == 1:
+        _handler = sources[0]
+    else:
+        _handler = _chain(*sources)
+
+
+def _chain(*handlers: Handler) -> Handler:
+    def chained(name: str) -> None:
+        for h in handlers:
+            h(name)
+
+    return chained
+
+
+def measure_off_cost(n: int = 1_000_000) -> float:
+    """Nanoseconds per `fault_point` call with nothing installed (for `python -m dflash bench`)."""
+    if _handler is not None:
+        raise RuntimeError("measure_off_cost needs no fault handler installed")
+    point = fault_point
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        point("drafter.before_step")
+    return (time.perf_counter_ns() - t0) / max(n, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan: parsed rules plus their mutable counters
+
+
+@dataclass(slots=True)
+class Rule:
+    point: str
+    thread_glob: str | None
+    probability: float  # 0..1
+    count: int | None  # None = unlimited
+    task: str
+    arg: str | None
+    text: str  # the rule as written, for error messages and describe()
+
+
+@dataclass(slots=True)
+class FaultPlan:
+    """Installed rules; callable as a handler. `hits[point]` counts tasks actually performed."""
+
+    rules: tuple[Rule, ...]
+    seed: int = 0
+    hits: dict[str, int] = field(default_factory=dict)
+    _remaining: list[int | None] = field(init=False, repr=False)
+    _rng: random.Random = field(init=False, repr=False)
+    _lock: threading.Lock = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._remaining = [r.count for r in self.rules]
+        self._rng = random.Random(self.seed)
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str) -> None:
+        rule = self._select(name, threading.current_thread().name)
+        if rule is not None:
+            _perform(rule, name)
+
+    def _select(self, name: str, thread: str) -> Rule | None:
+        with self._lock:
+            for i, rule in enumerate(self.rules):
+                if rule.point != name or not _thread_matches(rule, thread):
+                    continue
+                if self._remaining[i] == 0:
+                    continue
+                if rule.probability < 1.0 and self._rng.random() >= rule.probability:
+                    return None
+                if self._remaining[i] is not None:
+                    self._remaining[i] -= 1
+                self.hits[name] = self.hits.get(name, 0) + 1
+                return rule
+        return None
+
+    def describe(self) -> str:
+        return "; ".join(r.text for r in self.rules) + f" (seed {self.seed})"
+
+
+def _thread_matches(rule: Rule, thread: str) -> bool:
+    return rule.thread_glob is None or fnmatch.fnmatchcase(thread, rule.thread_glob)
+
+
+def _perform(rule: Rule, name: str) -> None:
+    if rule.task == "raise":
+        where = f"fault point {name} in thread {threading.current_thread().name}"
+        raise InjectedFault(f"injected fault at {where}" + (f": {rule.arg}" if rule.arg else ""))
+    if rule.task == "delay":
+        time.sleep(float(rule.arg) / 1000.0)
+    elif rule.task == "yield":
+        time.sleep(0)  # releases the GIL: lets another thread run right at this point
+
+
+# ---------------------------------------------------------------------------------------------
+# Parser (fail-rs grammar)
+
+_RULE_RE = re.compile(r"^(?P<point>[^@=\s]+)(?:@(?P<glob>[^=\s]+))?=(?P<action>.*)$")
+_ACTION_RE = re.compile(
+    r"^(?:(?P<p>[^%*()]+)%)?(?:(?P<cnt>[^%*()]+)\*)?(?P<task>[A-Za-z_]+)(?:\((?P<arg>[^()]*)\))?$"
+)
+
+
+def parse_plan(spec: str) -> tuple[Rule, ...]:
+    """Parse `rule;rule;...`; raises ConfigError naming the bad rule and what is wrong."""
+    rules = [parse_rule(part.strip()) for part in spec.split(";") if part.strip()]
+    return tuple(rules)
+
+
+def parse_rule(text: str) -> Rule:
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"invalid fault spec {text!r}: {why}")
+
+    m = _RULE_RE.match(text)
+    if m is None:
+        raise bad("expected name[@thread-glob]=[p%][cnt*]task[(arg)]")
+    point = m["point"]
+    if point not in POINTS:
+        raise bad(f"unknown point {point!r} (known: {', '.join(POINTS)})")
+    a = _ACTION_RE.match(m["action"].strip())
+    if a is None:
+        raise bad(f"cannot parse action {m['action']!r}; expected [p%][cnt*]task[(arg)]")
+    task = a["task"]
+    if task not in TASKS:
+        raise bad(f"unknown task {task!r} (known: {', '.join(TASKS)})")
+    return Rule(
+        point=point,
+        thread_glob=m["glob"],
+        probability=_parse_probability(a["p"], bad),
+        count=_parse_count(a["cnt"], bad),
+        task=task,
+        arg=_parse_arg(task, a["arg"], bad),
+        text=text,
+    )
+
+
+def _parse_probability(p: str | None, bad: Callable[[str], ConfigError]) -> float:
+    if p is None:
+        return 1.0
+    try:
+        value = float(p)
+    except ValueError:
+        raise bad(f"failed to parse frequency {p + '%'!r}") from None
+    if not 0.0 <= value <= 100.0:
+        raise bad(f"frequency {p + '%'!r} must be between 0% and 100%")
+    return value / 100.0
+
+
+def _parse_count(cnt: str | None, bad: Callable[[str], ConfigError]) -> int | None:
+    if cnt is None:
+        return None
+    if not cnt.isdigit():
+        raise bad(f"failed to parse count {cnt + '*'!r}: expected a non-negative integer")
+    return int(cnt)
+
+
+def _parse_arg(task: str, arg: str | None, bad: Callable[[str], ConfigError]) -> str | None:
+    if task == "delay":
+        if arg is None:
+            raise bad("task 'delay' needs a duration in ms, e.g. delay(5)")
+        try:
+            ms = float(arg)
+        except ValueError:
+            raise bad(f"delay({arg}): duration must be a number of ms") from None
+        if ms < 0:
+            raise bad(f"delay({arg}): duration must be >= 0")
+        return arg
+    if task in ("off", "yield") and arg is not None:
+        raise bad(f"task {task!r} takes no argument")
+    return arg
