@@ -1,0 +1,109 @@
+"""Typed outcomes of one trial, and the record the result store keeps for it.
+
+An `Outcome` says how a trial ended; a `TrialResult` is everything the report needs about one
+trial, and round-trips through JSON (one line of `trials.jsonl`), like CPython libregrtest's
+`State` / `TestResult` pair.
+
+Which outcomes are race failures: CRASH, ABORT, HANG and WRONG_RESULT. TIMEOUT is reported
+separately: the workload kept making progress until the deadline, so it says the budget was too
+small, not that a race happened (counting it would inflate failure rates on a loaded machine).
+HARNESS_ERROR (bad spec, workload rejected its input, harness bug) is not a trial at all and is
+left out of rates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+class Outcome(enum.Enum):
+    """How a trial ended. The value is what `trials.jsonl` stores."""
+
+    OK = "ok"
+    CRASH = "crash"
+    ABORT = "abort"
+    HANG = "hang"
+    WRONG_RESULT = "wrong_result"
+    TIMEOUT = "timeout"
+    HARNESS_ERROR = "harness_error"
+
+    @property
+    def is_failure(self) -> bool:
+        """A race symptom: counts in failure rates (TIMEOUT and HARNESS_ERROR do not)."""
+        return self in _FAILURES
+
+    @property
+    def counts_as_trial(self) -> bool:
+        """Whether the trial enters rate denominators (HARNESS_ERROR and TIMEOUT do not)."""
+        return self not in (Outcome.HARNESS_ERROR, Outcome.TIMEOUT)
+
+    @property
+    def description(self) -> str:
+        return _DESCRIPTIONS[self]
+
+
+_FAILURES = frozenset({Outcome.CRASH, Outcome.ABORT, Outcome.HANG, Outcome.WRONG_RESULT})
+
+_DESCRIPTIONS = {
+    Outcome.OK: "exited 0",
+    Outcome.CRASH: "exited non-zero with a Python exception",
+    Outcome.ABORT: "killed by a signal or a fatal (native) error",
+    Outcome.HANG: "no progress for hang_s; dumped and killed",
+    Outcome.WRONG_RESULT: "finished with a wrong answer (exit 3 or WRONG_RESULT: line)",
+    Outcome.TIMEOUT: "still progressing at the deadline; dumped and killed",
+    Outcome.HARNESS_ERROR: "invalid spec, rejected input or harness failure",
+}
+
+
+@dataclass(kw_only=True, slots=True)
+class TrialResult:
+    """One trial's record. Times are seconds; `started_at` is ISO-8601 UTC."""
+
+    trial_id: str
+    cell: str
+    trial_index: int
+    outcome: Outcome
+    signature: str | None = None
+    """`Signature.key` (stable short hash with a readable prefix); None for OK/TIMEOUT."""
+    signature_summary: str | None = None
+    """One human line for the signature, e.g. `AssertionError in dflash-train at ...`."""
+    signature_version: int | None = None
+    exc_type: str | None = None
+    rc: int | None = None
+    """Exit status as Popen reports it (negative = killed by that signal); None if never ran."""
+    signal: str | None = None
+    """Signal name (`SIGSEGV`) when the child died of a signal or a fatal error named one."""
+    detail: str = ""
+    """One line: why this outcome (e.g. `workload rejected its input: error: ...`)."""
+    duration_s: float = 0.0
+    time_to_failure_s: float | None = None
+    """Failures only: run time until the failure (for HANG, until the last progress seen)."""
+    tokens_per_s: float | None = None
+    final: dict[str, Any] | None = None
+    """The workload's `{"event": "final", ...}` JSON line, when it printed one."""
+    plan_seed: int | None = None
+    artefacts: str = ""
+    torch_version: str | None = None
+    python: str = ""
+    host: str = ""
+    started_at: str = ""
+    replay_of: str | None = None
+    """trial_id this trial replays (same spec and plan), if any."""
+    skipped: bool = False
+    """The workload printed `SKIP: <why>` and exited 0 (e.g. needs CUDA); outcome stays OK."""
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["outcome"] = self.outcome.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrialResult:
+        """Inverse of `to_json`. Unknown keys are ignored (records from newer versions load)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["outcome"] = Outcome(data["outcome"])
+        return cls(**kwargs)
