@@ -1,0 +1,406 @@
+"""Tokenized datasets: memory-mapped, lazy, validated at open.
+
+`open_dataset(path)` accepts
+- a `datasets.save_to_disk` folder: `state.json` lists `_data_files`, each an Arrow IPC *stream*;
+- a single Arrow IPC file, in file format (magic `ARROW1`) or stream format;
+- a `.parquet` file.
+Columns: `input_ids` and `loss_mask`, both list<integer> (list or large_list, any int width).
+
+Properties:
+- Arrow data is memory-mapped and read zero-copy: opening costs the metadata plus one pass over
+  the list offsets (lengths, length-mismatch check); token values are touched only by `row()` and
+  by the scans behind `max_token_id()` / `loss_counts()`, which run once and are cached.
+- Parquet cannot be mapped zero-copy: it is read one row group at a time (a pass at open for the
+  lengths, then a small LRU of decoded row groups for `row()`). Random access across many row
+  groups re-decodes them; convert large Parquet corpora to Arrow IPC (`prepare`) for training.
+- Every failure the user can fix is a `DataError` with one line naming the path and the problem.
+  Structural validation (`validate(full=True)`) runs before any offset is used, so corrupt offsets
+  cannot make `row()` read outside a buffer.
+- A `TokenDataset` is immutable after open and safe to read from several prefetch threads; the
+  Parquet cache is guarded by a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dflash.errors import DataError
+
+COLUMNS = ("input_ids", "loss_mask")
+ARROW_FILE_MAGIC = b"ARROW1"
+# Stream end-of-stream marker: continuation token 0xFFFFFFFF + zero metadata length. A stream cut
+# exactly at a message boundary reads back without error but with fewer rows; the missing marker is
+# the only sign of it.
+ARROW_STREAM_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+PARQUET_CACHE_ROW_GROUPS = 8
+
+
+@dataclass(kw_only=True, slots=True)
+class _Chunk:
+    """One record batch as numpy views: rows [start, start + n) of the dataset."""
+
+    start: int
+    offsets: np.ndarray  # [n + 1] into ids / mask (same lengths, checked at open)
+    mask_offsets: np.ndarray  # [n + 1] into mask
+    ids: np.ndarray
+    mask: np.ndarray
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _check_schema(schema: pa.Schema, where: str) -> None:
+    missing = [c for c in COLUMNS if c not in schema.names]
+    if missing:
+        raise DataError(f"{where}: missing column(s) {', '.join(missing)} (found: {', '.join(schema.names) or 'none'})")
+    for name in COLUMNS:
+        tp = schema.field(name).type
+        if not (pa.types.is_list(tp) or pa.types.is_large_list(tp)) or not pa.types.is_integer(tp.value_type):
+            raise DataError(f"{where}: column {name} must be a list of integers, got {tp}")
+
+
+def _numpy_chunk(batch: pa.RecordBatch, start: int, where: str) -> _Chunk:
+    ids_arr, mask_arr = batch.column("input_ids"), batch.column("loss_mask")
+    for name, arr in (("input_ids", ids_arr), ("loss_mask", mask_arr)):
+        if arr.null_count or arr.values.null_count:
+            raise DataError(f"{where}: column {name} contains nulls")
+    # .offsets honours the array's slice offset and indexes into the unsliced .values.
+    ids_off = ids_arr.offsets.to_numpy().astype(np.int64, copy=False)
+    mask_off = mask_arr.offsets.to_numpy().astype(np.int64, copy=False)
+    diff = np.flatnonzero(np.diff(ids_off) != np.diff(mask_off))
+    if diff.size:
+        row = int(diff[0])
+        raise DataError(
+            f"{where}: row {start + row}: input_ids has {int(ids_off[row + 1] - ids_off[row])} tokens "
+            f"but loss_mask has {int(mask_off[row + 1] - mask_off[row])}"
+        )
+    return _Chunk(
+        start=start,
+        offsets=ids_off,
+        mask_offsets=mask_off,
+        ids=ids_arr.values.to_numpy(zero_copy_only=True),
+        mask=mask_arr.values.to_numpy(zero_copy_only=True),
+    )
+
+
+def _chunks_from_batches(batches: list[pa.RecordBatch], start: int, where: str) -> list[_Chunk]:
+    chunks = []
+    for batch in batches:
+        try:
+            batch.validate(full=True)
+        except (pa.ArrowException, ValueError) as exc:
+            raise DataError(f"{where}: corrupt Arrow data ({_first_line(exc)})") from None
+        if batch.num_rows:
+            chunks.append(_numpy_chunk(batch, start, where))
+            start += batch.num_rows
+    return chunks
+
+
+def _read_ipc(path: str) -> list[pa.RecordBatch]:
+    """Record batches of one Arrow IPC file (file or stream format), memory-mapped."""
+    try:
+        source = pa.memory_map(path, "r")
+        head = source.read(len(ARROW_FILE_MAGIC))
+        source.seek(0)
+        if head == ARROW_FILE_MAGIC:
+            reader = pa.ipc.open_file(source)
+            schema = reader.schema
+            _check_schema(schema, path)
+            return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        size = source.size()
+        if size < len(ARROW_STREAM_EOS):
+            raise DataError(f"{path}: not an Arrow IPC file ({size} bytes)")
+        source.seek(size - len(ARROW_STREAM_EOS))
+        if source.read(len(ARROW_STREAM_EOS)) != ARROW_STREAM_EOS:
+            raise DataError(f"{path}: truncated or not an Arrow IPC file (no end-of-stream marker)")
+        source.seek(0)
+        reader = pa.ipc.open_stream(source)
+        _check_schema(reader.schema, path)
+        return list(reader)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"{path}: truncated or corrupt Arrow data ({_first_line(exc)})") from None
+
+
+class _ArrowSource:
+    """Zero-copy chunks of one or more IPC files (the shards of a save_to_disk folder)."""
+
+    def __init__(self, files: list[str]) -> None:
+        self.chunks: list[_Chunk] = []
+        start = 0
+        for path in files:
+            got = _chunks_from_batches(_read_ipc(path), start, path)
+            self.chunks.extend(got)
+            start += sum(len(c.offsets) - 1 for c in got)
+        self.num_rows = start
+        self.lengths = (
+            np.concatenate([np.diff(c.offsets) for c in self.chunks]) if self.chunks else np.zeros(0, np.int64)
+        )
+        self._starts = np.array([c.start for c in self.chunks], dtype=np.int64)
+
+    def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        c = self.chunks[int(np.searchsorted(self._starts, i, side="right")) - 1]
+        j = i - c.start
+        ids = c.ids[c.offsets[j] : c.offsets[j + 1]]
+        mask = c.mask[c.mask_offsets[j] : c.mask_offsets[j + 1]]
+        return ids.astype(np.int64), mask.astype(np.int64)
+
+    def iter_chunks(self) -> Iterator[_Chunk]:
+        return iter(self.chunks)
+
+
+class _ParquetSource:
+    """Row groups of a Parquet file, decoded on demand into a small LRU cache."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[int, _Chunk] = OrderedDict()
+        try:
+            self._file = pq.ParquetFile(path, memory_map=True)
+            _check_schema(self._file.schema_arrow, path)
+            lengths, starts, start = [], [], 0
+            for g in range(self._file.num_row_groups):
+                chunk = self._decode(g, start)
+                starts.append(start)
+                lengths.append(np.diff(chunk.offsets))
+                start += len(chunk.offsets) - 1
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            if isinstance(exc, DataError):
+                raise
+            raise DataError(f"{path}: truncated or corrupt Parquet data ({_first_line(exc)})") from None
+        self.num_rows = start
+        self.lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        self._starts = np.array(starts, dtype=np.int64)
+
+    def _decode(self, group: int, start: int) -> _Chunk:
+        table = self._file.read_row_group(group, columns=list(COLUMNS)).combine_chunks()
+        chunks = _chunks_from_batches(table.to_batches(), start, self.path)
+        if chunks:
+            return chunks[0]
+        empty = np.zeros(1, np.int64)  # a row group with no rows
+        return _Chunk(start=start, offsets=empty, mask_offsets=empty, ids=empty[:0], mask=empty[:0])
+
+    def _group(self, group: int) -> _Chunk:
+        with self._lock:
+            chunk = self._cache.get(group)
+            if chunk is not None:
+                self._cache.move_to_end(group)
+                return chunk
+            try:
+                chunk = self._decode(group, int(self._starts[group]))
+            except (pa.ArrowException, OSError) as exc:
+                raise DataError(f"{self.path}: cannot read row group {group} ({_first_line(exc)})") from None
+            self._cache[group] = chunk
+            if len(self._cache) > PARQUET_CACHE_ROW_GROUPS:
+                self._cache.popitem(last=False)
+            return chunk
+
+    def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        c = self._group(int(np.searchsorted(self._starts, i, side="right")) - 1)
+        j = i - c.start
+        ids = c.ids[c.offsets[j] : c.offsets[j + 1]]
+        mask = c.mask[c.mask_offsets[j] : c.mask_offsets[j + 1]]
+        return ids.astype(np.int64), mask.astype(np.int64)
+
+    def iter_chunks(self) -> Iterator[_Chunk]:
+        # Bypasses the cache: a full scan would only evict the groups training is using.
+        for g in range(len(self._starts)):
+            yield self._decode(g, int(self._starts[g]))
+
+
+def _row_reduce(chunks: Iterator[_Chunk], num_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row (max id, min id, supervised-token count), vectorised with reduceat per chunk."""
+    row_max = np.full(num_rows, -1, dtype=np.int64)
+    row_min = np.zeros(num_rows, dtype=np.int64)
+    loss = np.zeros(num_rows, dtype=np.int64)
+    for c in chunks:
+        n = len(c.offsets) - 1
+        nonempty = np.flatnonzero(np.diff(c.offsets) > 0)
+        if nonempty.size == 0:
+            continue
+        # Rows are contiguous, so the segment of a non-empty row runs to the next non-empty start;
+        # the last one is cut at its own end offset (values may extend past it in a sliced array).
+        ids = c.ids[: c.offsets[n]]
+        starts = c.offsets[nonempty]
+        rows = c.start + nonempty
+        row_max[rows] = np.maximum.reduceat(ids, starts)
+        row_min[rows] = np.minimum.reduceat(ids, starts)
+        mask = (c.mask[: c.mask_offsets[n]] != 0).astype(np.int64)
+        loss[rows] = np.add.reduceat(mask, c.mask_offsets[nonempty])
+    return row_max, row_min, loss
+
+
+class TokenDataset:
+    """Read-only view of a tokenized dataset (see the module docstring).
+
+    `select(rows)` returns a view over a subset; its row numbers are positions in `rows`.
+    """
+
+    __slots__ = ("path", "_source", "_rows", "_lengths", "_stats", "_stats_lock")
+
+    def __init__(self, *, path: str, source: _ArrowSource | _ParquetSource, rows: np.ndarray | None = None) -> None:
+        self.path = path
+        self._source = source
+        self._rows = rows
+        self._lengths = source.lengths if rows is None else source.lengths[rows]
+        self._lengths.setflags(write=False)
+        self._stats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._stats_lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return int(self._lengths.shape[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """[N] int64 token counts, read from the list offsets (read-only array)."""
+        return self._lengths
+
+    def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(input_ids, loss_mask) of row i as fresh int64 arrays."""
+        if not 0 <= i < len(self):
+            raise IndexError(f"row {i} out of range for {len(self)} rows")
+        return self._source.row(int(i) if self._rows is None else int(self._rows[i]))
+
+    def _row_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        with self._stats_lock:
+            if self._stats is None:
+                stats = _row_reduce(self._source.iter_chunks(), self._source.num_rows)
+                self._stats = stats if self._rows is None else tuple(s[self._rows] for s in stats)
+            return self._stats
+
+    def max_token_id(self) -> int:
+        """Largest token id in the (selected) rows; -1 when every row is empty."""
+        row_max = self._row_stats()[0]
+        return int(row_max.max()) if row_max.size else -1
+
+    def min_token_id(self) -> int:
+        lengths = self._lengths
+        row_min = self._row_stats()[1][lengths > 0]
+        return int(row_min.min()) if row_min.size else 0
+
+    def loss_counts(self) -> np.ndarray:
+        """[N] int64 number of supervised (loss_mask != 0) tokens per row."""
+        return self._row_stats()[2]
+
+    def select(self, rows: np.ndarray | list[int]) -> TokenDataset:
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
+            raise IndexError(f"select: rows out of range for {len(self)} rows")
+        base = rows if self._rows is None else self._rows[rows]
+        return TokenDataset(path=self.path, source=self._source, rows=base)
+
+
+def _save_to_disk_files(folder: str) -> list[str]:
+    state_path = os.path.join(folder, "state.json")
+    if not os.path.isfile(state_path):
+        if os.path.isfile(os.path.join(folder, "dataset_dict.json")):
+            raise DataError(f"{folder}: is a DatasetDict folder; pass one split, e.g. {folder}/train")
+        raise DataError(f"{folder}: not a datasets.save_to_disk folder (no state.json)")
+    try:
+        with open(state_path, encoding="utf-8") as fh:
+            names = [entry["filename"] for entry in json.load(fh)["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{state_path}: unreadable state.json ({_first_line(exc)})") from None
+    if not names:
+        raise DataError(f"{folder}: state.json lists no data files")
+    files = [os.path.join(folder, n) for n in names]
+    for f in files:
+        if not os.path.isfile(f):
+            raise DataError(f"{folder}: data file {os.path.basename(f)} listed in state.json is missing")
+    return files
+
+
+def open_dataset(path: str) -> TokenDataset:
+    """Open a save_to_disk folder, an Arrow IPC file or a .parquet file (see module docstring)."""
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such file or folder")
+    if os.path.isdir(path):
+        source: _ArrowSource | _ParquetSource = _ArrowSource(_save_to_disk_files(path))
+    elif path.endswith(".parquet"):
+        source = _ParquetSource(path)
+    else:
+        source = _ArrowSource([path])
+    if source.num_rows == 0:
+        raise DataError(f"{path}: dataset is empty (0 rows)")
+    return TokenDataset(path=path, source=source)
+
+
+def validate_vocab(ds: TokenDataset, vocab_size: int) -> None:
+    """DataError unless every token id lies in [0, vocab_size): data and target must agree."""
+    top = ds.max_token_id()
+    if top >= vocab_size:
+        raise DataError(
+            f"{ds.path}: vocabulary mismatch between data and target: max id {top} >= target vocab {vocab_size}"
+        )
+    low = ds.min_token_id()
+    if low < 0:
+        raise DataError(f"{ds.path}: negative token id {low} in input_ids")
+
+
+SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.int8()))])
+WRITE_BATCH_ROWS = 1024
+
+
+def write_token_file(path: str, rows: Iterator[tuple[list[int], list[int]]], *, metadata: dict | None = None) -> int:
+    """Write (input_ids, loss_mask) rows as an Arrow IPC file, atomically; returns the row count.
+
+    The rows go to `<path>.tmp-<pid>-<thread>` first and are renamed over `path` only when the
+    writer closed cleanly, so a reader (or a crash) never sees a half-written file.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    schema = SCHEMA.with_metadata({k: json.dumps(v) for k, v in (metadata or {}).items()})
+    count = 0
+    try:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            ids_buf: list[list[int]] = []
+            mask_buf: list[list[int]] = []
+            for ids, mask in rows:
+                if len(ids) != len(mask):
+                    raise ValueError(f"row {count}: {len(ids)} input_ids but {len(mask)} loss_mask values")
+                ids_buf.append(list(ids))
+                mask_buf.append(list(mask))
+                count += 1
+                if len(ids_buf) == WRITE_BATCH_ROWS:
+                    writer.write_batch(pa.record_batch([ids_buf, mask_buf], schema=schema))
+                    ids_buf, mask_buf = [], []
+            if ids_buf:
+                writer.write_batch(pa.record_batch([ids_buf, mask_buf], schema=schema))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return count
+
+
+def split_for_training(ds: TokenDataset, *, min_loss_tokens: int, heldout_samples: int, seed: int) -> tuple[TokenDataset, TokenDataset]:
+    """(train, heldout) views: rows with < min_loss_tokens supervised tokens dropped, then
+    `heldout_samples` rows picked by `seed` kept out of training (they are the tau prompts).
+
+    SpecForge drops samples with fewer than 2 * block_size supervised tokens (dflash.md, Data).
+    """
+    keep = np.flatnonzero(ds.loss_counts() >= min_loss_tokens)
+    if keep.size <= heldout_samples:
+        raise DataError(
+            f"{ds.path}: only {keep.size} of {len(ds)} rows have >= {min_loss_tokens} supervised tokens; "
+            f"need more than data.heldout_samples={heldout_samples}"
+        )
+    rng = np.random.default_rng([seed, 0x484F4C44])  # independent stream from the epoch shuffles
+    picked = rng.permutation(keep)
+    heldout = np.sort(picked[:heldout_samples])
+    train = np.sort(picked[heldout_samples:])
+    return ds.select(train), ds.select(heldout)
