@@ -1,0 +1,96 @@
+"""The DFlash training objective: anchors + context in, weighted block loss out.
+
+`DFlashObjective.forward` is the function the drafter step compiles. All N blocks of all rows go
+through ONE drafter forward (Q_LEN = N*B_s, KV_LEN = S + N*B_s, SpecForge `OnlineDFlashModel`):
+  block tokens  [token[a], MASK x (B_s-1)] embedded with the frozen target embedding
+  positions     context rows 0..S-1, block rows a..a+B_s-1
+  mask          anchor-block mask (masks.py): dense SDPA form, or a flex BlockMask built INSIDE
+                the forward from the anchor tensors (no per-step recompile; see masks.py)
+  logits        frozen target LM head on block rows 1..B_s-1
+Anchors are sampled outside (anchors.py) with a generator seeded by (train.seed, batch.seq), so
+the result does not depend on which thread took the batch.
+
+The embedding and LM head are submodules for device placement but are frozen here
+(requires_grad False); an optimizer over `objective.drafter.parameters()` (or over parameters
+with requires_grad) never sees them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dflash.config import ATTENTION_BACKENDS
+from dflash.drafter import DFlashDrafter
+from dflash.errors import ConfigError
+from dflash.loss import LossOut, block_labels, block_loss, position_weights
+from dflash.masks import flex_block_mask, sdpa_mask
+
+
+class DFlashObjective(nn.Module):
+    def __init__(self, drafter: DFlashDrafter, embed: nn.Embedding, lm_head: nn.Linear,
+                 block_size: int, mask_token_id: int, gamma: float, attention: str = "auto") -> None:
+        super().__init__()
+        if attention not in ATTENTION_BACKENDS:
+            raise ConfigError(f"attention must be one of {ATTENTION_BACKENDS}, got {attention!r}")
+        if not 0 <= mask_token_id < embed.num_embeddings:
+            raise ConfigError(f"mask_token_id {mask_token_id} is not a row of the target embedding")
+        if block_size < 2:
+            raise ConfigError(f"block_size must be >= 2, got {block_size}")
+        self.drafter = drafter
+        self.embed = embed.requires_grad_(False)
+        self.lm_head = lm_head.requires_grad_(False)
+        self.block_size = block_size
+        self.mask_token_id = mask_token_id
+        self.attention = attention
+        self.register_buffer("pos_weights", position_weights(block_size, gamma), persistent=False)
+
+    @property
+    def layer_ids(self) -> tuple[int, ...]:
+        return self.drafter.layer_ids
+
+    def _use_flex(self, device: torch.device) -> bool:
+        if self.attention != "auto":
+            return self.attention == "flex"
+        # auto: flex only when compiled on CUDA. Eager flex is an unfused reference that
+        # materialises the scores, and flex has no backward on CPU (reference dflash.md sec. 5).
+        return device.type == "cuda" and torch.compiler.is_compiling()
+
+    def _block_inputs(self, input_ids: torch.Tensor, anchors: torch.Tensor):
+        """(block token ids [B, N*B_s], positions [B, S + N*B_s])."""
+        b, seq_len = input_ids.shape
+        offs = torch.arange(self.block_size, device=input_ids.device)
+        first = input_ids.gather(1, anchors)  # [B, N]
+        ids = torch.where(offs == 0, first[:, :, None], self.mask_token_id)  # [B, N, B_s]
+        block_pos = (anchors[:, :, None] + offs).flatten(1)
+        ctx_pos = torch.arange(seq_len, device=input_ids.device).expand(b, seq_len)
+        return ids.flatten(1), torch.cat([ctx_pos, block_pos], dim=1)
+
+    def forward(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, context: torch.Tensor,
+                anchors: torch.Tensor, keep: torch.Tensor) -> LossOut:
+        """input_ids/loss_mask [B, L], context [B, L, k*H], anchors/keep [B, N] -> LossOut."""
+        b, seq_len = input_ids.shape
+        num_anchors = anchors.shape[1]
+        block_ids, positions = self._block_inputs(input_ids, anchors)
+        if self._use_flex(input_ids.device):
+            mask = flex_block_mask(anchors, keep, self.block_size, seq_len)
+        else:
+            mask = sdpa_mask(anchors, keep, self.block_size, seq_len)
+        hidden = self.drafter(self.embed(block_ids), context, positions, mask)  # [B, N*B_s, H]
+        hidden = hidden.view(b, num_anchors, self.block_size, -1)[:, :, 1:]
+        logits = self.lm_head(hidden.to(self.lm_head.weight.dtype))  # [B, N, B_s-1, V]
+        labels, valid = block_labels(input_ids, loss_mask, anchors, keep, self.block_size)
+        return block_loss(logits, labels, valid, self.pos_weights)
+
+    @torch.no_grad()
+    def draft_logits(self, context: torch.Tensor, anchor_tokens: torch.Tensor) -> torch.Tensor:
+        """Inference draft of one block per row: context [b, S, k*H] holds the verified
+        positions 0..S-1, the anchor (last verified token) sits at position S. The block sees all
+        context and itself (no mask, as at z-lab inference). Returns logits [b, B_s-1, V]."""
+        b, seq_len = context.shape[:2]
+        dev = context.device
+        offs = torch.arange(self.block_size, device=dev)
+        ids = torch.where(offs == 0, anchor_tokens[:, None], self.mask_token_id)  # [b, B_s]
+        positions = torch.arange(seq_len + self.block_size, device=dev).expand(b, -1)
+        hidden = self.drafter(self.embed(ids), context, positions, None)
+        return self.lm_head(hidden[:, 1:].to(self.lm_head.weight.dtype))
