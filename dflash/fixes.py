@@ -1,0 +1,334 @@
+"""Registry of named fix strategies for multi-threaded torch.compile, toggled by name.
+
+Each fix is a small object (like Hypothesis' ShrinkPass) whose docstring says what it does, which
+failure modes of docs/../shared/reference/torch-compile-races.md (F1..F14) it targets, and the
+upstream issue/PR. A `FixSet` holds the active ones and counts how often each acted.
+
+Hooks a fix may implement:
+- `thread_start(role) -> bool`: per-thread initialisation, called by every worker thread at the
+  top of its body (TLS seeding; per-thread Dynamo config, because torch 2.13 keeps config
+  overrides in a ContextVar that a new thread does not inherit: F14).
+- `enter() -> object | None` / `exit(token)`: wrapped around every compiled call and backward
+  by `FixSet.around_call()`.
+- `isolate(fn) -> fn`: give `fn` its own Dynamo cache (graph isolation).
+Policy fixes have no hook: the pipeline reads `fs.active(name)` and records actions with
+`fs.note(name)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import types
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from dflash.errors import ConfigError
+
+# One process-wide lock for the global-lock fix: reentrant because a compiled forward may run a
+# backward (or another compiled call) on the same thread while it is held.
+GLOBAL_LOCK = threading.RLock()
+TLS_KEYS = ("tree_manager_containers", "tree_manager_locks")
+_isolate_ids = itertools.count(1)
+
+
+class Fix:
+    """Base class: a named strategy; hooks default to doing nothing."""
+
+    name = ""
+    targets: tuple[str, ...] = ()
+    upstream: tuple[str, ...] = ()
+
+    def thread_start(self, role: str) -> bool:
+        return False
+
+    def enter(self) -> Any:
+        return None
+
+    def exit(self, token: Any) -> None:
+        return None
+
+    def summary(self) -> str:
+        return (self.__doc__ or "").strip().splitlines()[0]
+
+
+class GlobalLock(Fix):
+    """One process-wide RLock around every compiled call and backward.
+
+    Serialises compile, cudagraph record/replay and lazy backward compile (F1c, F1d, F7, F8, F10;
+    F2/F3 only when every tracer in the process also runs under the lock). Removes concurrency:
+    the control arm. Upstream PR #184357 does the narrow version (graph_capture_lock), PR #184432.
+    """
+
+    name = "global-lock"
+    targets = ("F1c", "F1d", "F2", "F3", "F7", "F8", "F10")
+    upstream = ("#184357", "#184432")
+
+    def enter(self) -> Any:
+        GLOBAL_LOCK.acquire()
+        return True
+
+    def exit(self, token: Any) -> None:
+        GLOBAL_LOCK.release()
+
+
+class Policy(Fix):
+    """A policy the pipeline reads through FixSet.active(name); no hook of its own."""
+
+
+class SequentialStartup(Policy):
+    """Policy: compile and run the first training step of each model one thread at a time.
+
+    Startup gate order, before any thread goes concurrent (reference section 6 rec. 1): avoids
+    concurrent first compiles, duplicate compiles and the lazy backward compile on the autograd
+    thread (F7, F8, F10, R7). Not enough for F1c/F1d (re-records later). Issue #123177.
+    """
+
+    name = "sequential-startup"
+    targets = ("F7", "F8", "F10")
+    upstream = ("#123177", "#118260")
+
+
+class ThreadLocalWarmup(Policy):
+    """Policy: each thread warms up (compiles/records) its own model on itself.
+
+    Reference 2.4 fix 4: records graphs in the thread's own tree manager; helps F1/F1c only with
+    local-tls-init or cstash-tls-init and only if the graph is not shared with another thread.
+    Issue #123177 (flexivtrainer-style per-thread warm-up).
+    """
+
+    name = "thread-local-warmup"
+    targets = ("F1", "F1c")
+    upstream = ("#123177",)
+
+
+class PersistentBuffers(Policy):
+    """Policy: pad every batch to one fixed length (collate pad_to) so shapes never change.
+
+    Fewer recompiles and no cudagraph re-records on new shapes, hence less recompile-limit
+    pressure across threads sharing a code object (F10, F1c amplifier, F5). Issue #118260.
+    """
+
+    name = "persistent-buffers"
+    targets = ("F10", "F5", "F1c")
+    upstream = ("#118260",)
+
+
+def _cudagraph_trees() -> Any:
+    # Imports on CPU builds too (cpu-experiments exp 4); the import runs the TLS init for the
+    # importing thread only, which is the root of F1.
+    import torch._inductor.cudagraph_trees as cgt
+
+    return cgt
+
+
+def _seed_local(cgt: Any) -> bool:
+    if all(hasattr(cgt.local, key) for key in TLS_KEYS):
+        return False
+    from collections import defaultdict
+
+    # Same two attributes the module body sets in the importing thread (2.11 lines 309-310).
+    cgt.local.tree_manager_containers = {}
+    cgt.local.tree_manager_locks = defaultdict(threading.Lock)
+    return True
+
+
+class LocalTlsInit(Fix):
+    """Seed cudagraph_trees.local (tree_manager_containers/locks) in the thread if missing.
+
+    Reference 2.4 fix 1: a fresh thread gets its own tree manager, so a reduce-overhead forward
+    no longer asserts at `torch._C._is_key_in_tls` (F1). Not enough for backward on the autograd
+    device thread (it reads the C stash). Issue #123177, PR #184357.
+    """
+
+    name = "local-tls-init"
+    targets = ("F1",)
+    upstream = ("#123177", "#184357")
+
+    def thread_start(self, role: str) -> bool:
+        return _seed_local(_cudagraph_trees())
+
+
+class CstashTlsInit(Fix):
+    """local-tls-init plus `torch._C._stash_obj_in_tls` for both keys (if missing).
+
+    Reference 2.4 fix 2: the autograd engine copies the C stash into its worker threads, so the
+    backward of this thread's cudagraphed graph finds this thread's manager (F1 via backward) and
+    reset_cudagraph_trees() on this thread really resets it (F1b). Issues #123177, #126934,
+    PR #136735, PR #184357.
+    """
+
+    name = "cstash-tls-init"
+    targets = ("F1", "F1b")
+    upstream = ("#123177", "#126934", "#136735", "#184357")
+
+    def thread_start(self, role: str) -> bool:
+        import torch
+
+        cgt = _cudagraph_trees()
+        acted = _seed_local(cgt)
+        for key in TLS_KEYS:
+            if not torch._C._is_key_in_tls(key):
+                torch._C._stash_obj_in_tls(key, getattr(cgt.local, key))
+                acted = True
+        return acted
+
+
+class SingleThreadAutograd(Fix):
+    """Run backward on the calling thread: torch.autograd.set_multithreading_enabled(False).
+
+    Applied (thread-locally) inside around_call. Reference 2.4 fix 2b: with local-tls-init the
+    backward then sees the thread's `local` (F1 via backward); the lazy backward compile then runs
+    on the worker thread, not the autograd device thread (F8). PR #192004.
+    """
+
+    name = "single-thread-autograd"
+    targets = ("F1", "F8")
+    upstream = ("#192004", "#123177")
+
+    def enter(self) -> Any:
+        import torch
+
+        return torch.autograd.set_multithreading_enabled(False)
+
+    def exit(self, token: Any) -> None:
+        token.__exit__(None, None, None)
+
+
+class NestedFxFallback(Fix):
+    """Set torch._dynamo.config.error_on_nested_fx_trace = False inside each worker thread.
+
+    A compiled call made while another thread is inside FX tracing then runs eagerly instead of
+    raising `Detected that you are using FX to symbolically trace a dynamo-optimized function`
+    (F2, R1). Done per thread because torch 2.13 config overrides are thread-local (F14); on 2.11
+    the config is global and setting it per thread is harmless. Issue #126024, PRs #168999,
+    #187589.
+    """
+
+    name = "nested-fx-fallback"
+    targets = ("F2", "F14")
+    upstream = ("#126024", "#168999", "#187589")
+
+    def thread_start(self, role: str) -> bool:
+        import torch._dynamo
+
+        torch._dynamo.config.error_on_nested_fx_trace = False
+        return True
+
+
+class GraphIsolation(Fix):
+    """isolate(fn): a copy of fn with a fresh code object, so Dynamo keeps a separate cache.
+
+    Dynamo caches per code object; instances of one class (or threads sharing one function) share
+    one cache list and one recompile limit, and with cudagraphs one recorded graph (F1c, F10, F11,
+    R7). The Dynamo devlog "Isolate Recompiles" (2026-05-04) adds isolate_recompiles for this;
+    see also #123177 (shared graph across threads).
+    """
+
+    name = "graph-isolation"
+    targets = ("F1c", "F10", "F11")
+    upstream = ("#123177", "devlog 2026-05-04 isolate_recompiles")
+
+    def isolate(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if isinstance(fn, types.MethodType):
+            return types.MethodType(self.isolate(fn.__func__), fn.__self__)
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(f"graph-isolation needs a function or bound method, got {type(fn).__name__}")
+        return fresh_function(fn)
+
+
+def fresh_function(fn: types.FunctionType) -> types.FunctionType:
+    """Copy of `fn` with a distinct code object; globals, closure and defaults are shared."""
+    uid = next(_isolate_ids)
+    code = fn.__code__
+    replace: dict[str, Any] = {"co_name": f"{code.co_name}__iso{uid}"}
+    if hasattr(code, "co_qualname"):
+        replace["co_qualname"] = f"{code.co_qualname}__iso{uid}"
+    new = types.FunctionType(code.replace(**replace), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__dict__.update(fn.__dict__)
+    new.__doc__, new.__module__, new.__qualname__ = fn.__doc__, fn.__module__, fn.__qualname__
+    return new
+
+
+FIXES: dict[str, Fix] = {
+    f.name: f
+    for f in (
+        GlobalLock(),
+        SequentialStartup(),
+        ThreadLocalWarmup(),
+        LocalTlsInit(),
+        CstashTlsInit(),
+        PersistentBuffers(),
+        SingleThreadAutograd(),
+        NestedFxFallback(),
+        GraphIsolation(),
+    )
+}
+
+
+class FixSet:
+    """The active fixes of one run; thread-safe counters of how often each acted."""
+
+    def __init__(self, fixes: Iterable[Fix] = ()) -> None:
+        self.fixes: tuple[Fix, ...] = tuple(fixes)
+        self._names = frozenset(f.name for f in self.fixes)
+        self._call_fixes = tuple(f for f in self.fixes if type(f).enter is not Fix.enter)
+        self.counts: dict[str, int] = {f.name: 0 for f in self.fixes}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_names(cls, names: Iterable[str]) -> FixSet:
+        unique = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+        unknown = [n for n in unique if n not in FIXES]
+        if unknown:
+            raise ConfigError(f"unknown fix {unknown[0]!r}; valid fixes: {', '.join(FIXES)}")
+        return cls(FIXES[n] for n in unique)
+
+    def active(self, name: str) -> bool:
+        if name not in FIXES:
+            raise ConfigError(f"unknown fix {name!r}; valid fixes: {', '.join(FIXES)}")
+        return name in self._names
+
+    def note(self, name: str, n: int = 1) -> None:
+        """Record that the (active) fix `name` acted n times; used by the pipeline for policies."""
+        if name in self._names:
+            with self._lock:
+                self.counts[name] += n
+
+    def thread_start(self, role: str) -> None:
+        """Per-thread initialisation; call first thing in every worker thread's body."""
+        for fix in self.fixes:
+            if fix.thread_start(role):
+                self.note(fix.name)
+
+    @contextlib.contextmanager
+    def around_call(self) -> Iterator[None]:
+        """Wrap one compiled call (forward, or forward + backward) with the call-level fixes."""
+        if not self._call_fixes:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            for fix in self._call_fixes:
+                token = fix.enter()
+                stack.callback(fix.exit, token)
+                self.note(fix.name)
+            yield
+
+    def isolate(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Per-thread copy of `fn` with its own Dynamo cache if graph-isolation is active."""
+        if "graph-isolation" not in self._names:
+            return fn
+        self.note("graph-isolation")
+        return FIXES["graph-isolation"].isolate(fn)  # type: ignore[attr-defined]
+
+    def describe(self) -> str:
+        if not self.fixes:
+            return "fixes: none"
+        with self._lock:
+            parts = [f"{f.name} (acted {self.counts[f.name]}x)" for f in self.fixes]
+        return "fixes: " + ", ".join(parts)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fixes)

@@ -1,0 +1,259 @@
+"""Fix registry: each fix's observable effect, in the thread where it must act."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch._dynamo
+import torch._inductor.cudagraph_trees as cgt  # imported here: the main thread is the importer
+
+from dflash import fixes
+from dflash.errors import ConfigError
+from dflash.fixes import FIXES, FixSet
+
+JOIN_S = 20.0
+
+
+def run_thread(name: str, fn, *args):
+    """Run fn in a named thread, join with a deadline, return (result, exception)."""
+    box: dict[str, object] = {}
+
+    def body():
+        try:
+            box["result"] = fn(*args)
+        except BaseException as exc:
+            box["exc"] = exc
+
+    t = threading.Thread(target=body, name=name)
+    t.start()
+    t.join(timeout=JOIN_S)
+    assert not t.is_alive(), f"thread {name} did not finish within {JOIN_S}s"
+    return box.get("result"), box.get("exc")
+
+
+def test_registry_names_and_docstrings():
+    assert set(FIXES) == {
+        "global-lock", "sequential-startup", "thread-local-warmup", "local-tls-init", "cstash-tls-init",
+        "persistent-buffers", "single-thread-autograd", "nested-fx-fallback", "graph-isolation",
+    }
+    for fix in FIXES.values():
+        doc = type(fix).__doc__ or ""
+        assert fix.targets and fix.upstream, fix.name
+        assert all(t in doc for t in fix.targets), f"{fix.name}: docstring must name its targets"
+        assert any(u.split()[0] in doc for u in fix.upstream), f"{fix.name}: docstring must cite upstream"
+
+
+def test_unknown_fix_lists_valid_names():
+    with pytest.raises(ConfigError) as info:
+        FixSet.from_names(["global-lock", "no-such-fix"])
+    assert "no-such-fix" in str(info.value) and "graph-isolation" in str(info.value)
+    with pytest.raises(ConfigError):
+        FixSet.from_names([]).active("typo")
+
+
+def test_policies_are_readable_and_countable():
+    fs = FixSet.from_names(["sequential-startup", "persistent-buffers", "sequential-startup"])
+    assert fs.names() == ("sequential-startup", "persistent-buffers")
+    assert fs.active("sequential-startup") and not fs.active("global-lock")
+    fs.note("sequential-startup", 3)
+    fs.note("global-lock")  # inactive: ignored
+    assert fs.counts == {"sequential-startup": 3, "persistent-buffers": 0}
+    assert "sequential-startup (acted 3x)" in fs.describe()
+    assert FixSet.from_names([]).describe() == "fixes: none"
+
+
+def tls_state():
+    return (
+        sorted(vars(cgt.local)),
+        [torch._C._is_key_in_tls(k) for k in fixes.TLS_KEYS],
+    )
+
+
+def test_fresh_thread_has_no_cudagraph_tls():
+    (attrs, stash), exc = run_thread("probe", tls_state)
+    assert exc is None and attrs == [] and stash == [False, False]
+
+
+def test_local_tls_init_seeds_python_local_only():
+    fs = FixSet.from_names(["local-tls-init"])
+
+    def worker():
+        fs.thread_start("train")
+        return tls_state(), cgt.local.tree_manager_containers is not getattr(cgt, "_main_containers")
+
+    cgt._main_containers = cgt.local.tree_manager_containers
+    try:
+        ((attrs, stash), private), exc = run_thread("dflash-train-0", worker)
+    finally:
+        del cgt._main_containers
+    assert exc is None
+    assert attrs == ["tree_manager_containers", "tree_manager_locks"] and stash == [False, False]
+    assert private and fs.counts["local-tls-init"] == 1
+    fs.thread_start("main")  # importing thread already has it: no action
+    assert fs.counts["local-tls-init"] == 1
+
+
+def test_cstash_tls_init_stashes_the_threads_own_objects():
+    fs = FixSet.from_names(["cstash-tls-init"])
+
+    def worker():
+        fs.thread_start("train")
+        same = torch._C._get_obj_in_tls("tree_manager_containers") is cgt.local.tree_manager_containers
+        return tls_state(), same
+
+    ((attrs, stash), same), exc = run_thread("dflash-train-0", worker)
+    assert exc is None and stash == [True, True] and same and len(attrs) == 2
+    assert fs.counts["cstash-tls-init"] == 1
+
+
+def test_single_thread_autograd_is_scoped_and_thread_local():
+    fs = FixSet.from_names(["single-thread-autograd"])
+    inside = threading.Event()
+    release = threading.Event()
+
+    def worker():
+        with fs.around_call():
+            inside.set()
+            release.wait(JOIN_S)
+            return torch._C._is_multithreading_enabled()
+
+    t_result: dict[str, object] = {}
+    t = threading.Thread(target=lambda: t_result.update(v=worker()), name="dflash-train-0")
+    t.start()
+    assert inside.wait(JOIN_S)
+    other = torch._C._is_multithreading_enabled()
+    release.set()
+    t.join(JOIN_S)
+    assert t_result["v"] is False and other is True
+    assert torch._C._is_multithreading_enabled() and fs.counts["single-thread-autograd"] == 1
+
+
+def test_global_lock_excludes_other_threads_and_is_reentrant():
+    fs = FixSet.from_names(["global-lock"])
+    with fs.around_call():
+        with fs.around_call():
+            got, exc = run_thread("probe", lambda: fixes.GLOBAL_LOCK.acquire(blocking=False))
+            assert exc is None and got is False
+
+    def acquire_release():
+        got = fixes.GLOBAL_LOCK.acquire(blocking=False)
+        if got:
+            fixes.GLOBAL_LOCK.release()
+        return got
+
+    assert run_thread("probe", acquire_release) == (True, None)
+    assert fs.counts["global-lock"] == 2
+
+
+def test_nested_fx_fallback_is_set_inside_the_worker():
+    fs = FixSet.from_names(["nested-fx-fallback"])
+
+    def with_fix():
+        fs.thread_start("train")
+        return torch._dynamo.config.error_on_nested_fx_trace
+
+    assert run_thread("dflash-train-0", with_fix) == (False, None)
+    assert run_thread("plain", lambda: torch._dynamo.config.error_on_nested_fx_trace) == (True, None)
+
+
+def call_compiled_while_tracing(fs: FixSet | None):
+    """Worker calls a compiled fn while another thread sits inside torch.fx.symbolic_trace (F2)."""
+    entered, done = threading.Event(), threading.Event()
+
+    def slow(x):
+        entered.set()
+        done.wait(JOIN_S)  # keeps the process-global _is_fx_tracing_flag True
+        return x + 1
+
+    tracer = threading.Thread(target=torch.fx.symbolic_trace, args=(slow,), name="tracer")
+    compiled = torch.compile(lambda x: x * 2, backend="eager")
+
+    def caller():
+        if fs is not None:
+            fs.thread_start("train")
+        assert entered.wait(JOIN_S)
+        try:
+            return compiled(torch.ones(2))
+        finally:
+            done.set()
+
+    tracer.start()
+    try:
+        return run_thread("dflash-train-0", caller)
+    finally:
+        done.set()
+        tracer.join(JOIN_S)
+
+
+def test_compiled_call_during_foreign_trace_raises_without_fix():
+    _, exc = call_compiled_while_tracing(None)
+    assert isinstance(exc, RuntimeError) and "symbolically trace a dynamo-optimized" in str(exc)
+
+
+def test_compiled_call_during_foreign_trace_falls_back_with_fix():
+    result, exc = call_compiled_while_tracing(FixSet.from_names(["nested-fx-fallback"]))
+    assert exc is None and torch.equal(result, torch.full((2,), 2.0))
+
+
+class CountingBackend:
+    def __init__(self):
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, gm, example_inputs):
+        with self.lock:
+            self.calls += 1
+        return gm.forward
+
+
+def shared_step(x):
+    return torch.sin(x) * 3 + 1
+
+
+def compile_in_two_threads(fs: FixSet) -> int:
+    backend = CountingBackend()
+
+    def worker():
+        fn = torch.compile(fs.isolate(shared_step), backend=backend)
+        return fn(torch.ones(3))
+
+    for i in range(2):  # one after the other: any second compile is from isolation, not a race
+        result, exc = run_thread(f"dflash-train-{i}", worker)
+        assert exc is None and torch.allclose(result, shared_step(torch.ones(3)))
+    return backend.calls
+
+
+def test_graph_isolation_gives_each_thread_its_own_cache_entry():
+    torch._dynamo.reset()
+    assert compile_in_two_threads(FixSet.from_names([])) == 1
+    torch._dynamo.reset()
+    fs = FixSet.from_names(["graph-isolation"])
+    assert compile_in_two_threads(fs) == 2 and fs.counts["graph-isolation"] == 2
+
+
+class Scaler:
+    def __init__(self, k):
+        self.k = k
+
+    def apply(self, x, *, bias=0.0):
+        return x * self.k + bias
+
+
+def test_isolate_keeps_bound_self_defaults_and_closure():
+    fs = FixSet.from_names(["graph-isolation"])
+    s = Scaler(3.0)
+    iso = fs.isolate(s.apply)
+    assert iso.__self__ is s and iso.__func__.__code__ is not Scaler.apply.__code__
+    assert iso(2.0, bias=1.0) == 7.0
+
+    k = 5
+
+    def closure(x, y=2):
+        return x * k + y
+
+    iso_c = fs.isolate(closure)
+    assert iso_c(1) == 7 and iso_c.__code__ is not closure.__code__ and iso_c.__name__ == "closure"
+    with pytest.raises(TypeError):
+        fs.isolate(len)
