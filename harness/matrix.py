@@ -1,0 +1,676 @@
+"""Matrix specs: workloads x strategies x fault plans x trials, expanded into deterministic trials.
+
+A `MatrixSpec` holds named workloads and strategies and one or more groups; each group is the
+product of some workloads, strategies and plans (so a repro is only crossed with the fixes that
+apply to it). `expand()` turns the spec into `TrialSpec`s with ids `<matrix>/<cell>/<i>`, where a
+cell is named `<workload>:<strategy>@<plan>` (`@-` without a plan).
+
+Plan seeds are `seed + i` for trial i of every cell: strategies are compared under identical
+schedules (common random numbers), which sharpens raw-vs-fix comparisons, and a rerun of the same
+spec produces the same ids and seeds, which is what resume relies on.
+
+`load_spec(path)` / `spec_from_dict(d)` read the JSON form (see `spec_from_dict`); `expand()`
+validates fixes against `dflash.fixes.FIXES`, plans against the scheduler and workload files
+against the disk, so bad input fails before anything is run or written.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness.outcome import Outcome, TrialResult
+from harness.spec import REPO_ROOT, WORKLOAD_KINDS, TrialSpec, WorkloadSpec
+
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_HANG_S = 60.0
+
+
+class MatrixError(ValueError):
+    """A matrix spec the user can fix: unknown strategy, malformed plan, missing workload."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Workload:
+    name: str
+    """Short name used in cell names (`r06`, `dflash-tiny`)."""
+    kind: str
+    """`dflash` (argv after `python -m dflash`), `repro` (script path + args) or `command`."""
+    argv: tuple[str, ...]
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """Deadline of one trial; past it the trial is killed (HANG or TIMEOUT)."""
+    hang_s: float = DEFAULT_HANG_S
+    """A heartbeat older than this means HANG (workloads without a heartbeat only time out)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment for the trial process."""
+    gpus: int = 0
+    """GPUs one trial of this workload occupies (0 = CPU only)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in WORKLOAD_KINDS:
+            raise MatrixError(f"workload {self.name!r}: kind must be one of {WORKLOAD_KINDS}, got {self.kind!r}")
+        if not self.argv:
+            raise MatrixError(f"workload {self.name!r}: argv is empty")
+        if self.timeout_s <= 0 or self.hang_s <= 0:
+            raise MatrixError(f"workload {self.name!r}: timeout_s and hang_s must be > 0")
+        if self.gpus < 0:
+            raise MatrixError(f"workload {self.name!r}: gpus must be >= 0")
+        _check_name(self.name, "workload")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Strategy:
+    name: str
+    """`raw`, a fix name, `a+b` for a combination, or a free name for override-only strategies."""
+    fixes: tuple[str, ...] = ()
+    """Names from `dflash.fixes.FIXES`, passed as `--set fixes=...` (dflash) or `--fix` (repro)."""
+    sets: tuple[str, ...] = ()
+    """Extra `section.key=value` overrides for dflash workloads (e.g. `compile.mode=none`)."""
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "strategy")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PlanChoice:
+    name: str
+    """Label in cell names; the profile name for seeded plans, `-` for no plan."""
+    profile: str | None = None
+    """Scheduler profile: the trial's plan is `Plan.from_seed(seed, profile)`."""
+    explicit: dict[str, Any] | None = None
+    """A fixed plan (the JSON of `Plan.to_json`), the same for every trial."""
+
+
+NO_PLAN = PlanChoice(name="-")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Group:
+    workloads: tuple[str, ...]
+    strategies: tuple[str, ...]
+    plans: tuple[PlanChoice, ...] = (NO_PLAN,)
+    trials: int | None = None
+    """Trials per cell in this group; None = the matrix default."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Cell:
+    workload: Workload
+    strategy: Strategy
+    plan: PlanChoice
+    trials: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.workload.name}:{self.strategy.name}@{self.plan.name}"
+
+
+@dataclass(kw_only=True, slots=True)
+class MatrixSpec:
+    name: str
+    """Matrix name: trial ids start with it and the default store is results/<name>."""
+    workloads: dict[str, Workload]
+    strategies: dict[str, Strategy]
+    groups: tuple[Group, ...]
+    trials: int = 10
+    """Trials per cell (the max-trials stop rule), unless a group says otherwise."""
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    """Trials running at once."""
+    per_gpu: int = 1
+    """On GPU hosts: trials sharing one GPU at once."""
+    max_failures: int | None = None
+    """Stop scheduling a cell once it has this many failures (None = never)."""
+    max_time_s: float | None = None
+    """Start no new trial after this many seconds of the whole matrix (None = no limit)."""
+    seed: int = 0
+    """Trial i of every cell gets plan seed `seed + i`."""
+    store: str | None = None
+    """Store folder; None = results/<name>."""
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "matrix")
+        if self.trials < 1 or self.workers < 1 or self.per_gpu < 1:
+            raise MatrixError("trials, workers and per_gpu must be >= 1")
+        if self.max_failures is not None and self.max_failures < 1:
+            raise MatrixError("max_failures must be >= 1")
+        if self.max_time_s is not None and self.max_time_s <= 0:
+            raise MatrixError("max_time_s must be > 0")
+        if not self.groups:
+            raise MatrixError(f"matrix {self.name!r} has no cells")
+        for group in self.groups:
+            _check_group(self, group)
+
+    @property
+    def store_dir(self) -> Path:
+        return Path(self.store) if self.store else Path("results") / self.name
+
+    def cells(self) -> list[Cell]:
+        """All cells in group order; a cell listed twice is an error (its ids would collide)."""
+        cells: list[Cell] = []
+        seen: set[str] = set()
+        for group in self.groups:
+            for w in group.workloads:
+                for s in group.strategies:
+                    for p in group.plans:
+                        cell = Cell(workload=self.workloads[w], strategy=self.strategies[s], plan=p,
+                                    trials=group.trials or self.trials)
+                        if cell.name in seen:
+                            raise MatrixError(f"cell {cell.name!r} appears twice in matrix {self.name!r}")
+                        seen.add(cell.name)
+                        cells.append(cell)
+        return cells
+
+
+def _check_name(name: str, what: str) -> None:
+    # Names end up in trial ids and folder names: keep them to a safe alphabet.
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.+")
+    if not name or not set(name) <= allowed:
+        raise MatrixError(f"{what} name {name!r} must be non-empty and use only letters, digits and -_.+")
+
+
+def _check_group(spec: MatrixSpec, group: Group) -> None:
+    for w in group.workloads:
+        if w not in spec.workloads:
+            raise MatrixError(f"unknown workload {w!r} (known: {', '.join(sorted(spec.workloads))})")
+    for s in group.strategies:
+        if s not in spec.strategies:
+            raise MatrixError(f"unknown strategy {s!r} (known: {', '.join(sorted(spec.strategies))})")
+    if not (group.workloads and group.strategies and group.plans):
+        raise MatrixError("a group needs at least one workload, strategy and plan")
+    if group.trials is not None and group.trials < 1:
+        raise MatrixError("group trials must be >= 1")
+
+
+# --- JSON form -----------------------------------------------------------------------------------
+
+_SPEC_KEYS = {"name", "workloads", "strategies", "groups", "trials", "workers", "per_gpu",
+              "max_failures", "max_time_s", "seed", "store"}
+_WORKLOAD_KEYS = {"kind", "argv", "timeout_s", "hang_s", "env", "gpus"}
+_STRATEGY_KEYS = {"fixes", "sets"}
+_GROUP_KEYS = {"workloads", "strategies", "plans", "trials"}
+
+
+def load_spec(path: str | Path) -> MatrixSpec:
+    """Read a JSON matrix spec; every problem is a `MatrixError` naming the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise MatrixError(f"cannot read matrix spec {path}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise MatrixError(f"matrix spec {path} is not valid JSON: {e}") from None
+    return spec_from_dict(data, where=str(path))
+
+
+def spec_from_dict(d: Any, *, where: str = "<dict>") -> MatrixSpec:
+    """Build a spec from its JSON form.
+
+    {"name": "m", "trials": 10, "workers": 2, "max_failures": 3, "max_time_s": 600, "seed": 0,
+     "workloads": {"ok": {"kind": "command", "argv": ["python", "-c", "pass"], "timeout_s": 30}},
+     "strategies": {"eager": {"sets": ["compile.mode=none"]}},
+     "groups": [{"workloads": ["ok"], "strategies": ["raw", "global-lock"],
+                 "plans": [null, "switch", {"name": "p1", "plan": {...}}], "trials": 5}]}
+
+    `raw` and fix combinations such as `global-lock+sequential-startup` need no `strategies` entry.
+    Without `groups`, the matrix is every workload x every listed strategy (or `raw`) x no plan.
+    """
+    try:
+        return _spec_from_dict(d)
+    except MatrixError as e:
+        raise MatrixError(f"{where}: {e}") from None
+
+
+def _spec_from_dict(d: Any) -> MatrixSpec:
+    _expect_keys(d, _SPEC_KEYS, "matrix spec", required={"name", "workloads"})
+    workloads = {name: _workload(name, w) for name, w in _mapping(d["workloads"], "workloads").items()}
+    explicit = {name: _strategy(name, s) for name, s in _mapping(d.get("strategies", {}), "strategies").items()}
+    raw_groups = d.get("groups") or [{"workloads": list(workloads), "strategies": list(explicit) or ["raw"]}]
+    if not isinstance(raw_groups, list):
+        raise MatrixError("groups must be a list")
+    strategies = dict(explicit)
+    groups = []
+    for g in raw_groups:
+        group = _group(g)
+        for s in group.strategies:
+            strategies.setdefault(s, strategy_from_name(s))
+        groups.append(group)
+    scalars = {k: d[k] for k in ("trials", "workers", "per_gpu", "max_failures", "max_time_s", "seed", "store")
+               if k in d and d[k] is not None}
+    for k, v in scalars.items():
+        if k == "store":
+            if not isinstance(v, str):
+                raise MatrixError("store must be a string")
+        elif not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise MatrixError(f"{k} must be a number, got {v!r}")
+    name = d["name"]
+    if not isinstance(name, str):
+        raise MatrixError("name must be a string")
+    return MatrixSpec(name=name, workloads=workloads, strategies=strategies, groups=tuple(groups), **scalars)
+
+
+def strategy_from_name(name: str) -> Strategy:
+    """`raw` -> no fixes; `a+b` -> fixes (a, b). Fix names are checked later, by `check_fixes`."""
+    if name == "raw":
+        return Strategy(name=name)
+    return Strategy(name=name, fixes=tuple(name.split("+")))
+
+
+def _workload(name: str, w: Any) -> Workload:
+    _expect_keys(w, _WORKLOAD_KEYS, f"workload {name!r}", required={"kind", "argv"})
+    argv = w["argv"]
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise MatrixError(f"workload {name!r}: argv must be a list of strings")
+    env = _mapping(w.get("env", {}), f"workload {name!r} env")
+    if not all(isinstance(v, str) for v in env.values()):
+        raise MatrixError(f"workload {name!r}: env values must be strings")
+    nums = {k: w[k] for k in ("timeout_s", "hang_s", "gpus") if k in w}
+    for k, v in nums.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise MatrixError(f"workload {name!r}: {k} must be a number, got {v!r}")
+    return Workload(name=name, kind=w["kind"], argv=tuple(argv), env=tuple(sorted(env.items())), **nums)
+
+
+def _strategy(name: str, s: Any) -> Strategy:
+    _expect_keys(s, _STRATEGY_KEYS, f"strategy {name!r}")
+    fixes, sets = s.get("fixes", []), s.get("sets", [])
+    for key, value in (("fixes", fixes), ("sets", sets)):
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise MatrixError(f"strategy {name!r}: {key} must be a list of strings")
+    for kv in sets:
+        if "=" not in kv:
+            raise MatrixError(f"strategy {name!r}: override {kv!r} is not section.key=value")
+    return Strategy(name=name, fixes=tuple(fixes), sets=tuple(sets))
+
+
+def _group(g: Any) -> Group:
+    _expect_keys(g, _GROUP_KEYS, "group", required={"workloads", "strategies"})
+    for key in ("workloads", "strategies"):
+        if not isinstance(g[key], list) or not all(isinstance(x, str) for x in g[key]):
+            raise MatrixError(f"group {key} must be a list of names")
+    plans = g.get("plans", [None])
+    if not isinstance(plans, list) or not plans:
+        raise MatrixError("group plans must be a non-empty list")
+    trials = g.get("trials")
+    if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool)):
+        raise MatrixError(f"group trials must be an integer, got {trials!r}")
+    return Group(workloads=tuple(g["workloads"]), strategies=tuple(g["strategies"]),
+                 plans=tuple(_plan_choice(p) for p in plans), trials=trials)
+
+
+def _plan_choice(p: Any) -> PlanChoice:
+    if p is None:
+        return NO_PLAN
+    if isinstance(p, str):
+        _check_name(p, "plan profile")
+        return PlanChoice(name=p, profile=p)
+    if isinstance(p, dict) and set(p) == {"name", "plan"} and isinstance(p["name"], str):
+        _check_name(p["name"], "plan")
+        if not isinstance(p["plan"], dict):
+            raise MatrixError(f"plan {p['name']!r}: plan must be a JSON object")
+        return PlanChoice(name=p["name"], explicit=p["plan"])
+    raise MatrixError(f"malformed plan entry {p!r}: use null, a profile name or {{\"name\": ..., \"plan\": {{...}}}}")
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MatrixError(f"{what} must be a JSON object")
+    return value
+
+
+def _expect_keys(d: Any, allowed: set[str], what: str, required: set[str] = frozenset()) -> None:
+    if not isinstance(d, dict):
+        raise MatrixError(f"{what} must be a JSON object")
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise MatrixError(f"{what}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
+    missing = sorted(required - set(d))
+    if missing:
+        raise MatrixError(f"{what}: missing key(s) {', '.join(missing)}")
+
+
+# --- expansion -----------------------------------------------------------------------------------
+
+
+def expand(spec: MatrixSpec) -> list[TrialSpec]:
+    """Every trial of every cell, cell by cell; raises MatrixError before anything runs."""
+    cells = spec.cells()
+    check_cells(cells)
+    trials = []
+    for cell in cells:
+        argv = cell.workload.argv + tuple(a for kv in cell.strategy.sets for a in ("--set", kv))
+        for i in range(cell.trials):
+            trials.append(TrialSpec(
+                trial_id=f"{spec.name}/{cell.name}/{i}", cell=cell.name,
+                workload=WorkloadSpec(kind=cell.workload.kind, argv=argv), fixes=cell.strategy.fixes,
+                plan=plan_json(cell.plan, spec.seed + i), env=dict(cell.workload.env),
+                timeout_s=cell.workload.timeout_s, hang_s=cell.workload.hang_s, trial_index=i,
+            ))
+    return trials
+
+
+def check_cells(cells: list[Cell]) -> None:
+    """Fix names, strategy/workload compatibility, workload files and plans, checked up front."""
+    from dflash.fixes import FIXES  # no torch import: cheap
+
+    for cell in cells:
+        w, s = cell.workload, cell.strategy
+        for fix in s.fixes:
+            if fix not in FIXES:
+                raise MatrixError(f"unknown strategy {s.name!r}: no fix named {fix!r} "
+                                  f"(fixes: {', '.join(sorted(FIXES))})")
+        if s.fixes and w.kind == "command":
+            raise MatrixError(f"strategy {s.name!r} has fixes but workload {w.name!r} is a command")
+        if s.sets and w.kind != "dflash":
+            raise MatrixError(f"strategy {s.name!r} has --set overrides but workload {w.name!r} is not dflash")
+        check_workload_files(w)
+        plan_json(cell.plan, 0)
+
+
+def check_workload_files(w: Workload) -> None:
+    if w.kind == "repro":
+        script = w.argv[0] if w.argv[0].endswith(".py") else w.argv[0] + ".py"
+        if "/" in script or not (REPO_ROOT / "repro" / script).is_file():
+            raise MatrixError(f"workload {w.name!r}: no repro script repro/{script}")
+    elif w.kind == "command":
+        prog = w.argv[0]
+        if "/" in prog:
+            found = (REPO_ROOT / prog).is_file() or Path(prog).is_file()
+        else:
+            found = shutil.which(prog) is not None
+        if not found:
+            raise MatrixError(f"workload {w.name!r}: program {prog!r} not found")
+        # A script argument of an interpreter is the usual way to be missing: check it too.
+        if Path(prog).name.startswith("python") and len(w.argv) > 1 and w.argv[1].endswith(".py"):
+            script = Path(w.argv[1])
+            if not (script.is_file() or (REPO_ROOT / script).is_file()):
+                raise MatrixError(f"workload {w.name!r}: script {w.argv[1]!r} not found")
+
+
+def plan_json(choice: PlanChoice, seed: int) -> dict[str, Any] | None:
+    """The plan a trial carries: derived from its profile, or the explicit plan with this trial's
+    seed (so runtime decisions vary across trials like a profile's do), or None."""
+    if choice.profile is None and choice.explicit is None:
+        return None
+    from harness.scheduler import InvalidPlan, Plan
+
+    try:
+        if choice.profile is not None:
+            return Plan.from_seed(seed, choice.profile).to_dict()
+        return Plan.from_dict({**choice.explicit, "seed": seed}).to_dict()
+    except (InvalidPlan, ValueError) as e:
+        raise MatrixError(f"malformed plan {choice.name!r}: {e}") from None
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+JOIN_MARGIN_S = 60.0
+"""Past a trial's own deadline, how long a worker may take to return before it counts as stuck."""
+
+
+@dataclass(kw_only=True, slots=True)
+class CellState:
+    """Live counts of one cell (stored records included, so a resumed matrix shows totals)."""
+
+    name: str
+    runs: int = 0
+    failures: int = 0
+    timeouts: int = 0
+    errors: int = 0
+    skipped_by_rule: int = 0
+
+    def add(self, result: TrialResult) -> None:
+        if result.outcome.counts_as_trial:
+            self.runs += 1
+            self.failures += result.outcome.is_failure
+        elif result.outcome is Outcome.TIMEOUT:
+            self.timeouts += 1
+        else:
+            self.errors += 1
+
+    def line(self, elapsed_s: float) -> str:
+        """Go stress style: `1m05s: cell: 12 runs so far, 3 failures (25.00%)`."""
+        pct = 100.0 * self.failures / self.runs if self.runs else 0.0
+        extra = "".join([
+            f", {self.timeouts} timeouts" if self.timeouts else "",
+            f", {self.errors} harness errors" if self.errors else "",
+            f", {self.skipped_by_rule} left by stop rules" if self.skipped_by_rule else "",
+        ])
+        return f"{format_elapsed(elapsed_s)}: {self.name}: {self.runs} runs so far, {self.failures} failures ({pct:.2f}%){extra}"
+
+
+@dataclass(kw_only=True, slots=True)
+class MatrixRun:
+    spec: MatrixSpec
+    records: list[TrialResult]
+    """Every stored record of this matrix's cells, including ones from earlier (resumed) runs."""
+    ran: int
+    """Trials run by this invocation."""
+    resumed: int
+    """Planned trials found in the store and not run again."""
+    left: int
+    """Planned trials not run because a stop rule (max failures, max time) ended them."""
+    elapsed_s: float
+
+
+def format_elapsed(s: float) -> str:
+    s = int(s)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s"
+
+
+def host_gpu_count() -> int:
+    """GPUs visible to this process: CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L` lines."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+class GpuSlots:
+    """At most `per_gpu` trials on each GPU at once; a trial needing g GPUs takes g distinct ones."""
+
+    def __init__(self, num_gpus: int, per_gpu: int) -> None:
+        self._load = [0] * num_gpus
+        self._per_gpu = per_gpu
+        self._cond = threading.Condition()
+
+    def acquire(self, need: int, stop: threading.Event) -> list[int] | None:
+        """Least-loaded GPUs with room; None if `stop` is set while waiting."""
+        if need == 0 or not self._load:
+            return []
+        need = min(need, len(self._load))
+        with self._cond:
+            while not stop.is_set():
+                free = sorted((load, i) for i, load in enumerate(self._load) if load < self._per_gpu)
+                if len(free) >= need:
+                    ids = sorted(i for _, i in free[:need])
+                    for i in ids:
+                        self._load[i] += 1
+                    return ids
+                self._cond.wait(timeout=0.5)
+        return None
+
+    def release(self, ids: list[int]) -> None:
+        with self._cond:
+            for i in ids:
+                self._load[i] -= 1
+            self._cond.notify_all()
+
+
+class LiveLines:
+    """One line per cell on stderr. On a terminal the lines update in place (rich.live); otherwise
+    the changed cell's line is printed after every trial, which keeps logs readable."""
+
+    def __init__(self, cells: list[CellState], stream: TextIO, live: bool) -> None:
+        self._cells = cells
+        self._stream = stream
+        self._start = time.monotonic()
+        self._live = None
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(self._render(), console=Console(file=stream), refresh_per_second=2,
+                              auto_refresh=False)
+            self._live.start()
+
+    def _render(self):  # -> rich.text.Text
+        from rich.text import Text
+
+        elapsed = time.monotonic() - self._start
+        return Text("\n".join(c.line(elapsed) for c in self._cells))
+
+    def update(self, cell: CellState) -> None:
+        if self._live is not None:
+            self._live.update(self._render(), refresh=True)
+        else:
+            print(cell.line(time.monotonic() - self._start), file=self._stream, flush=True)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.update(self._render(), refresh=True)
+            self._live.stop()
+
+
+def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | None = None,
+               num_gpus: int | None = None, run_fn: Callable[[TrialSpec, Path], TrialResult] | None = None,
+               ) -> MatrixRun:
+    """Run every planned trial not already in the store; returns all of this matrix's records.
+
+    Validation (expand) happens before the store is opened, so bad input leaves it untouched.
+    """
+    from harness.runner import run_trial
+    from harness.store import Store
+
+    trials = expand(spec)
+    stream = stream or sys.stderr
+    store = Store(spec.store_dir)
+    cells = {c.name: c for c in spec.cells()}
+    existing = [r for r in store.load() if r.cell in cells]
+    done = {r.trial_id for r in existing}
+    states = {name: CellState(name=name) for name in cells}
+    for r in existing:
+        states[r.cell].add(r)
+    # Trial 0 of every cell, then trial 1, ...: a time limit leaves cells evenly covered.
+    order = {name: k for k, name in enumerate(cells)}
+    pending = sorted((t for t in trials if t.trial_id not in done), key=lambda t: (t.trial_index, order[t.cell]))
+    gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
+    live_lines = LiveLines(list(states.values()), stream, stream.isatty() if live is None else live)
+    pool = _Pool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
+                 need_gpus={n: c.workload.gpus for n, c in cells.items()}, run_fn=run_fn or run_trial)
+    start = time.monotonic()
+    try:
+        new = pool.run()
+    finally:
+        live_lines.close()
+    return MatrixRun(spec=spec, records=existing + new, ran=len(new), resumed=len(trials) - len(pending),
+                     left=pool.left, elapsed_s=time.monotonic() - start)
+
+
+class _Pool:
+    """Named worker threads pulling trials from one queue; first worker exception stops the rest."""
+
+    def __init__(self, *, spec, pending, states, store, gpus, lines, need_gpus, run_fn) -> None:
+        self.spec = spec
+        self.pending = collections.deque(pending)
+        self.states = states
+        self.store = store
+        self.gpus = gpus
+        self.lines = lines
+        self.need_gpus = need_gpus
+        self.run_fn = run_fn
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.results: list[TrialResult] = []
+        self.left = 0
+        self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
+
+    def run(self) -> list[TrialResult]:
+        n = max(1, min(self.spec.workers, len(self.pending)))
+        threads = [threading.Thread(target=self._worker, name=f"harness-worker-{k}") for k in range(n)]
+        for t in threads:
+            t.start()
+        try:
+            # Short joins keep the main thread responsive to Ctrl-C.
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.1)
+        except KeyboardInterrupt:
+            # Trials run in their own sessions, so Ctrl-C does not reach them: let the running ones
+            # end (each has its own deadline), record them, then report the interrupt.
+            self.stop.set()
+            print("interrupted: waiting for running trials to end", file=sys.stderr, flush=True)
+            self._join(threads)
+            raise
+        self._join(threads)
+        if self.errors:
+            raise ExceptionGroup("matrix worker failed", self.errors)
+        return self.results
+
+    def _join(self, threads: list[threading.Thread]) -> None:
+        longest = max((c.timeout_s for c in self.spec.workloads.values()), default=0.0)
+        deadline = time.monotonic() + longest + JOIN_MARGIN_S
+        for t in threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            raise RuntimeError(f"matrix workers still running after their deadline: {stuck}")
+
+    def _next(self) -> TrialSpec | None:
+        with self.lock:
+            while self.pending and not self.stop.is_set():
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    break
+                trial = self.pending.popleft()
+                state = self.states[trial.cell]
+                if self.spec.max_failures is not None and state.failures >= self.spec.max_failures:
+                    state.skipped_by_rule += 1
+                    self.left += 1
+                    continue
+                return trial
+            self.left += len(self.pending)
+            self.pending.clear()
+            return None
+
+    def _worker(self) -> None:
+        try:
+            while (trial := self._next()) is not None:
+                ids = self.gpus.acquire(self.need_gpus[trial.cell], self.stop)
+                if ids is None:
+                    return
+                try:
+                    if ids:
+                        trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
+                    result = self.run_fn(trial, self.store.artefacts_dir(trial.trial_id))
+                finally:
+                    self.gpus.release(ids)
+                with self.lock:
+                    self.store.append(result)
+                    self.results.append(result)
+                    self.states[trial.cell].add(result)
+                    self.lines.update(self.states[trial.cell])
+        except BaseException as e:  # surfaced by run() as an ExceptionGroup
+            with self.lock:
+                self.errors.append(e)
+            self.stop.set()
