@@ -1,0 +1,190 @@
+"""The anchor-block mask: hand-loop reference, flex/SDPA equivalence, regression cases."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_mask
+
+from dflash.anchors import sample_anchors, valid_anchor_mask
+from dflash.config import DrafterConfig
+from dflash.drafter import DFlashDrafter, attend
+from dflash.masks import anchor_block_mask_mod, dense_mask, flex_block_mask, sdpa_mask
+
+BS = 4
+# The eager flex forward on CPU is the point of the equivalence tests, not a mistake.
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+
+def hand_mask(anchors, keep, block_size, seq_len, doc_ids=None):
+    """The rule written as plain loops, independent of the mask_mod."""
+    b, n = anchors.shape
+    q_len = n * block_size
+    out = torch.zeros(b, 1, q_len, seq_len + q_len, dtype=torch.bool)
+    for r in range(b):
+        for blk in range(n):
+            if not keep[r, blk]:
+                continue
+            a = int(anchors[r, blk])
+            for qi in range(blk * block_size, (blk + 1) * block_size):
+                for kv in range(a):
+                    if doc_ids is None or doc_ids[r, kv] == doc_ids[r, a]:
+                        out[r, 0, qi, kv] = True
+                lo = seq_len + blk * block_size
+                out[r, 0, qi, lo:lo + block_size] = True
+    return out
+
+
+def _case(seed=0, b=3, seq_len=24, n=5):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([seq_len, seq_len - 9, 4][:b])
+    loss_mask = (torch.arange(seq_len)[None] < lengths[:, None]).long()
+    loss_mask[:, :3] = 0
+    anchors, keep = sample_anchors(loss_mask, lengths, n, BS, g)
+    return anchors, keep, seq_len
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dense_mask_matches_hand_loop(seed):
+    anchors, keep, seq_len = _case(seed)
+    assert keep.any() and not keep.all()  # the case covers kept and padded blocks
+    assert torch.equal(dense_mask(anchors, keep, BS, seq_len), hand_mask(anchors, keep, BS, seq_len))
+
+
+def test_dense_mask_with_document_ids_matches_hand_loop():
+    anchors, keep, seq_len = _case(3)
+    doc_ids = (torch.arange(seq_len) // 7).expand(anchors.shape[0], -1).contiguous()
+    got = dense_mask(anchors, keep, BS, seq_len, doc_ids)
+    assert torch.equal(got, hand_mask(anchors, keep, BS, seq_len, doc_ids))
+    assert not torch.equal(got, dense_mask(anchors, keep, BS, seq_len))
+
+
+def test_dense_mask_equals_flex_create_mask():
+    anchors, keep, seq_len = _case(4)
+    b, n = anchors.shape
+    mod = anchor_block_mask_mod(anchors, keep, BS, seq_len)
+    ref = create_mask(mod, b, 1, n * BS, seq_len + n * BS, device="cpu")
+    assert torch.equal(dense_mask(anchors, keep, BS, seq_len), ref)
+
+
+def test_context_is_strictly_before_anchor_specforge_473_regression():
+    anchors, keep = torch.tensor([[6]]), torch.tensor([[True]])
+    m = dense_mask(anchors, keep, BS, 10)[0, 0]
+    assert m[:, 5].all() and not m[:, 6].any() and not m[:, 7:10].any()
+
+
+def test_block_is_bidirectional_specforge_427_regression():
+    anchors, keep = torch.tensor([[2, 5]]), torch.tensor([[True, True]])
+    m = dense_mask(anchors, keep, BS, 8)[0, 0]
+    first_block = m[0:BS, 8:8 + BS]
+    assert first_block.all()  # row 0 sees row B-1 of its own block
+    assert not m[0:BS, 8 + BS:].any() and not m[BS:, 8:8 + BS].any()  # blocks isolated
+
+
+def test_padded_block_sees_nothing():
+    anchors, keep = torch.tensor([[3, 0]]), torch.tensor([[True, False]])
+    m = dense_mask(anchors, keep, BS, 8)[0, 0]
+    assert not m[BS:].any() and m[:BS].any()
+
+
+def _qkv(anchors, seq_len, heads=4, kv_heads=2, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    b, n = anchors.shape
+    kv_len = seq_len + n * BS
+    q = torch.randn(b, heads, n * BS, d, generator=g)
+    k = torch.randn(b, kv_heads, kv_len, d, generator=g)
+    v = torch.randn(b, kv_heads, kv_len, d, generator=g)
+    return q, k, v
+
+
+def test_flex_forward_matches_sdpa_dense_mask_on_cpu():
+    anchors, keep, seq_len = _case(5)
+    q, k, v = _qkv(anchors, seq_len)
+    dense_out = attend(q, k, v, sdpa_mask(anchors, keep, BS, seq_len))
+    flex_out = attend(q, k, v, flex_block_mask(anchors, keep, BS, seq_len))
+    assert torch.isfinite(dense_out).all()
+    torch.testing.assert_close(flex_out, dense_out, atol=1e-5, rtol=1e-5)
+    padded_rows = (~keep).repeat_interleave(BS, dim=1)  # [B, N*BS]
+    assert (dense_out.permute(0, 2, 1, 3)[padded_rows] == 0).all()
+
+
+def test_sdpa_path_gradients_are_finite_with_padded_blocks():
+    anchors, keep, seq_len = _case(6)
+    assert not keep.all()
+    q, k, v = (t.requires_grad_() for t in _qkv(anchors, seq_len))
+    attend(q, k, v, sdpa_mask(anchors, keep, BS, seq_len)).square().sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def _drafter(hidden=64, taps=2):
+    cfg = DrafterConfig(num_layers=2, block_size=BS)
+    return DFlashDrafter(cfg, hidden_size=hidden, num_target_layers=4, vocab_size=256,
+                         layer_ids=tuple(range(taps)))
+
+
+def test_drafter_forward_flex_equals_sdpa_on_cpu():
+    anchors, keep, seq_len = _case(7)
+    b, n = anchors.shape
+    g = torch.Generator().manual_seed(1)
+    drafter = _drafter()
+    x = torch.randn(b, n * BS, 64, generator=g)
+    ctx = torch.randn(b, seq_len, 128, generator=g)
+    pos = torch.cat([torch.arange(seq_len).expand(b, -1),
+                     (anchors[:, :, None] + torch.arange(BS)).flatten(1)], dim=1)
+    with torch.no_grad():
+        ref = drafter(x, ctx, pos, sdpa_mask(anchors, keep, BS, seq_len))
+        got = drafter(x, ctx, pos, flex_block_mask(anchors, keep, BS, seq_len))
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.cuda
+def test_flex_gradients_match_sdpa_on_cuda():
+    anchors, keep, seq_len = _case(8)
+    anchors, keep = anchors.cuda(), keep.cuda()
+    grads = []
+    for make in (sdpa_mask, flex_block_mask):
+        q, k, v = (t.cuda().requires_grad_() for t in _qkv(anchors, seq_len))
+        attend(q, k, v, make(anchors, keep, BS, seq_len)).square().sum().backward()
+        grads.append([t.grad for t in (q, k, v)])
+    for g_sdpa, g_flex in zip(*grads):
+        torch.testing.assert_close(g_flex, g_sdpa, atol=1e-4, rtol=1e-4)
+
+
+def _rows(seq_len=40):
+    lengths = torch.tensor([40, 25, 12, 2])
+    loss_mask = (torch.arange(seq_len)[None] < lengths[:, None]).long()
+    loss_mask[:, :5] = 0
+    loss_mask[1, 10:14] = 0  # a prompt-like hole inside row 1
+    return loss_mask, lengths
+
+
+def test_sample_anchors_is_deterministic_given_the_generator():
+    loss_mask, lengths = _rows()
+    a1, k1 = sample_anchors(loss_mask, lengths, 8, BS, torch.Generator().manual_seed(7))
+    a2, k2 = sample_anchors(loss_mask, lengths, 8, BS, torch.Generator().manual_seed(7))
+    a3, _ = sample_anchors(loss_mask, lengths, 8, BS, torch.Generator().manual_seed(8))
+    assert torch.equal(a1, a2) and torch.equal(k1, k2) and not torch.equal(a1, a3)
+
+
+@pytest.mark.parametrize("num_anchors", [1, 8, 64])
+def test_sample_anchors_are_valid_sorted_and_padded_last(num_anchors):
+    loss_mask, lengths = _rows()
+    anchors, keep = sample_anchors(loss_mask, lengths, num_anchors, BS, torch.Generator().manual_seed(0))
+    assert anchors.shape == keep.shape == (4, num_anchors)
+    valid = valid_anchor_mask(loss_mask, lengths)
+    for r in range(4):
+        kept = anchors[r][keep[r]].tolist()
+        assert kept == sorted(set(kept))
+        assert all(valid[r, a] and loss_mask[r, a + 1] and a + 1 < lengths[r] and a >= 1 for a in kept)
+        assert len(kept) == min(num_anchors, int(valid[r].sum()))
+        n_kept = len(kept)
+        assert keep[r, :n_kept].all() and not keep[r, n_kept:].any()
+        assert (anchors[r, n_kept:] == 0).all()
+    assert not keep[3].any()  # a 2-token row has no anchor with a label
+
+
+def test_valid_anchor_mask_skips_prompt_holes_and_row_ends():
+    loss_mask, lengths = _rows()
+    valid = valid_anchor_mask(loss_mask, lengths)
+    assert not valid[1, 9] and not valid[1, 10:14].any() and valid[1, 14]
+    assert valid[0, 38] and not valid[0, 39]
