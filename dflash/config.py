@@ -157,6 +157,8 @@ class DeviceConfig:
     """Devices of the target threads, assigned round-robin (e.g. cuda:0,cuda:1,...)."""
     drafter_devices: tuple[str, ...] = ("cpu",)
     """Devices of the drafter threads, assigned round-robin; replicas stay in lockstep."""
+    remap: bool = False
+    """Map cuda:i onto cuda:(i % device_count), so a multi-GPU plan runs on fewer GPUs."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -178,6 +180,8 @@ class TrainConfig:
     eval_new_tokens: int = 32
     nan_check: bool = True
     """A NaN/inf loss ends the run as a wrong result (exit 3)."""
+    export: bool = True
+    """Export the trained drafter (z-lab HF layout) into out_dir/export at the end."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:

@@ -1,0 +1,101 @@
+"""One drafter micro-step: inputs to device, anchors, compiled forward, backward.
+
+Each drafter thread compiles its own callable (`compile_step`), so no compiled graph is shared
+between threads (F1c: one cudagraph-tree graph replayed from two threads). Anchors are sampled
+on the CPU outside the compiled region with a generator seeded by (train.seed, batch.seq), so a
+batch yields the same anchors whichever thread or device trains it (replica equivalence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from dflash.anchors import sample_anchors
+from dflash.batch import HiddenBatch
+from dflash.config import CompileConfig, DrafterConfig
+from dflash.faults import fault_point
+
+# Large odd multiplier: distinct (seed, seq) pairs give distinct generator seeds.
+_SEED_STRIDE = 1_000_003
+
+
+@dataclass(slots=True)
+class StepInputs:
+    """Device tensors of one batch, in the order the objective takes them."""
+
+    input_ids: torch.Tensor  # [B, L] int64
+    loss_mask: torch.Tensor  # [B, L]
+    context: torch.Tensor  # [B, L, k*H]
+    anchors: torch.Tensor  # [B, N] int64
+    keep: torch.Tensor  # [B, N] bool
+
+    def as_args(self) -> tuple[torch.Tensor, ...]:
+        return (self.input_ids, self.loss_mask, self.context, self.anchors, self.keep)
+
+
+@dataclass(slots=True)
+class StepResult:
+    """Detached outcome of one micro-step (gradients stay in the replica's .grad)."""
+
+    seq: int
+    loss: torch.Tensor  # scalar
+    correct: torch.Tensor  # [B_s - 1]
+    counts: torch.Tensor  # [B_s - 1]
+    tokens: int
+
+
+def anchor_generator(seed: int, seq: int) -> torch.Generator:
+    return torch.Generator(device="cpu").manual_seed(seed * _SEED_STRIDE + seq)
+
+
+def make_inputs(hb: HiddenBatch, dcfg: DrafterConfig, *, seed: int, device: torch.device,
+                dtype: torch.dtype) -> StepInputs:
+    """Move a hidden batch to the drafter device and sample its anchors (CPU, seeded by seq)."""
+    tok = hb.tokens
+    anchors, keep = sample_anchors(tok.loss_mask.cpu(), tok.lengths.cpu(), dcfg.num_anchors,
+                                   dcfg.block_size, anchor_generator(seed, tok.seq))
+    return StepInputs(
+        input_ids=tok.input_ids.to(device),
+        loss_mask=tok.loss_mask.to(device),
+        context=hb.context.to(device=device, dtype=dtype),
+        anchors=anchors.to(device),
+        keep=keep.to(device),
+    )
+
+
+def compile_step(objective: nn.Module, ccfg: CompileConfig, fs) -> Callable:
+    """The callable a drafter thread runs: objective.forward, isolated and compiled per config."""
+    fn = objective.forward
+    if fs.active("graph-isolation"):
+        fn = fs.isolate(fn)
+    fault_point("drafter.before_compile")
+    if ccfg.mode != "none":
+        fn = compile_fn(fn, ccfg)
+    fault_point("drafter.after_compile")
+    return fn
+
+
+def compile_fn(fn: Callable, ccfg: CompileConfig) -> Callable:
+    # `mode` means something only to inductor; other backends warn and ignore it.
+    mode = None if ccfg.backend != "inductor" or ccfg.mode == "default" else ccfg.mode
+    return torch.compile(fn, backend=ccfg.backend, mode=mode, dynamic=ccfg.dynamic)
+
+
+def grad_step(step_fn: Callable, replica: nn.Module, inputs: StepInputs, fs, *,
+              seq: int = -1, tokens: int = 0) -> StepResult:
+    """Forward + backward of one batch into `replica`'s .grad (which is reset first)."""
+    # set_to_none: reduce-overhead replays must not see a stale grad buffer from the last step.
+    replica.zero_grad(set_to_none=True)
+    fault_point("drafter.before_forward")
+    with fs.around_call():
+        out = step_fn(*inputs.as_args())
+        fault_point("drafter.after_forward")
+        fault_point("drafter.before_backward")
+        out.loss.backward()
+        fault_point("drafter.after_backward")
+    return StepResult(seq=seq, loss=out.loss.detach(), correct=out.correct.detach(),
+                      counts=out.counts.detach(), tokens=tokens)
