@@ -1,0 +1,149 @@
+"""r15_eager_module_under_tracer: plain eager nn.Module calls fail while another thread traces.
+
+Symptom: `NameError: module is not installed as a submodule` from an ordinary eager module call
+  (torch/fx/_symbolic_trace.py module_call_wrapper -> call_module -> path_of_module), in a thread
+  that never traces or compiles anything.
+Mechanism: `Tracer.trace` patches `torch.nn.Module.__call__` / `__getattr__` on the class,
+  process-wide, for the whole trace (`_new_patcher`); every other thread's module call goes
+  through the tracing thread's `module_call_wrapper` (reference F2 second half, cpu-experiments R4).
+  A plain inductor compile does the same once per process (`_inductor/loop_body.py`
+  `symbolic_trace(identity)`), which is how eager `checkpoint` in another thread was hit.
+Trigger: thread `repro-tracer` loops `torch.fx.symbolic_trace(m)`; the main thread makes
+  --iters plain eager calls of another instance. cpu-experiments: default 9/10 runs, sw 5/5.
+Affected versions: 2.11 (global patcher), 2.13.0 (CPU, observed); PR #187589 isolates patches.
+Fix: global-lock (the trace and the eager calls under one lock; no registry fix is narrower).
+Upstream: PR #187589 "Isolate FX tracing patches from unrelated threads", PR #168999, #126024.
+"""
+
+import argparse
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+import time
+import traceback
+
+_HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
+
+
+def beat():
+    """Rewrite $HARNESS_HEARTBEAT ("<n> <unix time>") at most every 0.2 s: progress, not a hang."""
+    path = os.environ.get("HARNESS_HEARTBEAT")
+    with _HB["lock"]:
+        _HB["n"] += 1
+        if path and time.monotonic() - _HB["t"] >= 0.2:
+            _HB["t"] = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{_HB['n']} {time.time()}\n")
+            os.replace(path + ".tmp", path)
+
+
+class NoFixes:
+    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
+
+    def thread_start(self, role):
+        pass
+
+    def around_call(self):
+        return contextlib.nullcontext()
+
+
+def setup(p):
+    """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
+    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
+    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
+    args = p.parse_args()
+    faulthandler.enable()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if not args.fix:
+        return args, NoFixes()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from dflash.fixes import FixSet
+
+    try:
+        return args, FixSet.from_names(args.fix)
+    except ValueError as exc:  # dflash.errors.ConfigError
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_threads(bodies, deadline_s):
+    """Run {name: fn} in named threads joined by one deadline; print and return their errors."""
+    errors = {}
+
+    def wrap(name, fn):
+        try:
+            fn()
+        except BaseException as exc:
+            errors[name] = exc
+
+    threads = [threading.Thread(target=wrap, args=item, name=item[0]) for item in bodies.items()]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        print(f"HANG: threads still alive after {deadline_s} s", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+    for name, exc in errors.items():
+        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
+        traceback.print_exception(exc)
+    return errors
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--iters", type=int, default=6000, help="eager calls in the caller thread")
+    args, fs = setup(p)
+    import torch
+    import torch.nn as nn
+
+    class Small(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)))
+
+    stop, failures = threading.Event(), []
+
+    def tracer():
+        fs.thread_start("tracer")
+        m = Small()
+        while not stop.is_set():
+            with fs.around_call():
+                torch.fx.symbolic_trace(m)
+
+    def caller():
+        fs.thread_start("caller")
+        m, x = Small(), torch.randn(4, 8)
+        try:
+            for _ in range(args.iters):
+                try:
+                    with fs.around_call():
+                        m(x)
+                except NameError as exc:
+                    failures.append(exc)
+                beat()
+        finally:
+            stop.set()
+
+    errors = run_threads({"repro-tracer": tracer, "repro-caller": caller}, deadline_s=120)
+    if failures:
+        traceback.print_exception(failures[0])
+        print(f"failed eager calls: {len(failures)}/{args.iters}")
+        print(f"REPRODUCED: NameError: {failures[0]}")
+        return 1
+    if errors:
+        return 1
+    print(f"NOT REPRODUCED (failed eager calls: 0/{args.iters})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
