@@ -1,0 +1,222 @@
+"""Command line of the harness.
+
+    python -m harness matrix (--preset NAME | --file SPEC.json | --list) [--store DIR] [--trials N]
+                             [--workers N] [--per-gpu N] [--gpus N] [--max-failures N]
+                             [--max-time S] [--json] [--no-live]
+    python -m harness stress [-p N] [--timeout S] [--hang S] [--max-runs N] [--max-fails N]
+                             [--max-time S] [--failure RE] [--ignore RE] [--plan PROFILE] [-o DIR]
+                             -- CMD ...
+    python -m harness replay TRIAL_ID [--store DIR] [-n N] [--json]
+    python -m harness report [--store DIR ...] [--out REPORT.md]
+    python -m harness run SPEC.json [--artefacts DIR]
+    python -m harness lift ...            (harness.lift)
+
+Exit codes: 0 done; 1 matrix with harness errors, stress/replay/run with failures; 2 bad input
+(one line `error: ...`, nothing written); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from harness import presets
+from harness.matrix import MatrixError, MatrixRun, MatrixSpec, load_spec, run_matrix
+from harness.outcome import Outcome
+
+
+class UsageError(ValueError):
+    """Bad command line; printed as one `error:` line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's usage dump is noise for a one-line contract
+        raise UsageError(message)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m harness", description="Race diagnosis harness.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    m = sub.add_parser("matrix", help="run a matrix of trials (resumable)")
+    src = m.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", help=f"one of: {', '.join(presets.PRESETS)}")
+    src.add_argument("--file", help="JSON matrix spec (see harness.matrix.spec_from_dict)")
+    src.add_argument("--list", action="store_true", help="list the presets and their cells")
+    m.add_argument("--store", help="store folder (default results/<matrix name>)")
+    m.add_argument("--trials", "--max-trials", type=_positive_int, help="trials per cell (overrides the spec)")
+    m.add_argument("--workers", type=_positive_int, help="trials at once (default: the spec's)")
+    m.add_argument("--per-gpu", type=_positive_int, help="trials sharing one GPU at once")
+    m.add_argument("--gpus", type=int, help="GPUs to use (default: detected)")
+    m.add_argument("--max-failures", type=_positive_int, help="stop a cell after this many failures")
+    m.add_argument("--max-time", type=_positive_float, help="start no trial after this many seconds")
+    m.add_argument("--json", action="store_true", help="print the summary as JSON")
+    m.add_argument("--no-live", action="store_true", help="plain progress lines even on a terminal")
+
+    s = sub.add_parser("stress", help="run a command over and over in parallel (like Go's stress)")
+    from harness.stress import add_arguments
+
+    add_arguments(s)
+
+    r = sub.add_parser("replay", help="rerun a stored trial N times and count its signature")
+    r.add_argument("trial_id")
+    r.add_argument("--store", action="append", help="store folder(s) to search (default: results/*)")
+    r.add_argument("-n", "--times", type=_positive_int, default=10)
+    r.add_argument("--json", action="store_true")
+
+    rep = sub.add_parser("report", help="rebuild REPORT.md's generated tables and plots from stores")
+    rep.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
+    rep.add_argument("--out", default="REPORT.md")
+
+    run = sub.add_parser("run", help="run one trial from a TrialSpec JSON file")
+    run.add_argument("spec")
+    run.add_argument("--artefacts", help="artefacts folder (default: runs/trials/<trial id>)")
+
+    lift = sub.add_parser("lift", help="harness.lift (arguments passed through)", add_help=False)
+    lift.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["lift"]:
+        # Pass everything through untouched, including --help and options argparse would eat.
+        from harness import lift
+
+        return lift.main(argv[1:])
+    try:
+        opts = build_parser().parse_args(argv)
+        return _dispatch(opts)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except _user_errors() as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from dflash.errors import UserInputError
+    from harness.replay import ReplayError
+    from harness.scheduler import InvalidPlan
+    from harness.spec import InvalidSpec
+    from harness.store import StoreError
+
+    return (UsageError, MatrixError, InvalidSpec, InvalidPlan, StoreError, ReplayError, UserInputError)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _dispatch(opts: argparse.Namespace) -> int:
+    if opts.command == "matrix":
+        return cmd_matrix(opts)
+    if opts.command == "stress":
+        from harness.stress import run_stress
+
+        return run_stress(opts)
+    if opts.command == "replay":
+        from harness.replay import cmd_replay
+
+        return cmd_replay(opts)
+    if opts.command == "report":
+        return cmd_report(opts)
+    if opts.command == "run":
+        return cmd_run(opts)
+    raise UsageError(f"unknown command {opts.command!r}")
+
+
+def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
+    spec = presets.get(opts.preset) if opts.preset else load_spec(opts.file)
+    changes = {k: v for k, v in (("store", opts.store), ("workers", opts.workers), ("per_gpu", opts.per_gpu),
+                                  ("max_failures", opts.max_failures), ("max_time_s", opts.max_time))
+               if v is not None}
+    if opts.trials is not None:
+        changes["trials"] = opts.trials
+        changes["groups"] = tuple(dataclasses.replace(g, trials=None) for g in spec.groups)
+    return dataclasses.replace(spec, **changes) if changes else spec
+
+
+def cmd_matrix(opts: argparse.Namespace) -> int:
+    from harness import report
+
+    if opts.list:
+        for name, make in presets.PRESETS.items():
+            spec = make()
+            cells = spec.cells()
+            print(f"{name}: {len(cells)} cells, {sum(c.trials for c in cells)} trials, store {spec.store_dir}")
+            for c in cells:
+                print(f"  {c.name} x{c.trials}")
+        return 0
+    spec = matrix_from_options(opts)
+    done = run_matrix(spec, live=False if opts.no_live else None, num_gpus=opts.gpus)
+    cells = report.summarize(done.records)
+    if opts.json:
+        print(json.dumps(report.summary_json(cells, matrix=spec.name, store=str(spec.store_dir), ran=done.ran,
+                                             resumed=done.resumed, left=done.left,
+                                             elapsed_s=round(done.elapsed_s, 3)), indent=2))
+    else:
+        _print_matrix_table(done, cells)
+    return 1 if any(r.outcome is Outcome.HARNESS_ERROR for r in done.records) else 0
+
+
+def _print_matrix_table(done: MatrixRun, cells) -> None:
+    from harness import report
+    from harness.matrix import format_elapsed
+
+    print(f"matrix {done.spec.name}: ran {done.ran} trials in {format_elapsed(done.elapsed_s)}, "
+          f"{done.resumed} already in {done.spec.store_dir}, {done.left} left by stop rules")
+    print(report.text_table(cells))
+    sigs = report.signature_lines(cells)
+    if sigs:
+        print("\nsignatures:")
+        for line in sigs:
+            print(f"  {line}")
+    errors = [r for r in done.records if r.outcome is Outcome.HARNESS_ERROR]
+    for r in errors[:5]:
+        print(f"harness error: {r.trial_id}: {r.detail}", file=sys.stderr)
+
+
+def cmd_report(opts: argparse.Namespace) -> int:
+    from harness import report
+
+    stores = [Path(s) for s in opts.store] if opts.store else report.default_stores(Path("results"))
+    if not stores:
+        raise UsageError("no stores given and none found under results/")
+    names = report.rebuild(stores, Path(opts.out))
+    print(f"wrote {opts.out}: {len(names)} block(s): {', '.join(names) or '-'}")
+    return 0
+
+
+def cmd_run(opts: argparse.Namespace) -> int:
+    from harness.runner import run_trial
+    from harness.spec import InvalidSpec, TrialSpec
+
+    try:
+        text = Path(opts.spec).read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read trial spec {opts.spec}: {e.strerror or e}") from None
+    spec = TrialSpec.from_json(text)
+    artefacts = Path(opts.artefacts) if opts.artefacts else Path("runs") / "trials" / spec.trial_id
+    result = run_trial(spec, artefacts)
+    print(json.dumps(result.to_json(), sort_keys=True))
+    if result.outcome is Outcome.HARNESS_ERROR:
+        raise InvalidSpec(result.detail)
+    return 0 if result.outcome is Outcome.OK else 1

@@ -1,0 +1,108 @@
+"""`python -m harness replay TRIAL_ID [-n N]`: rerun a stored trial N times and count how many
+reproduced its signature.
+
+The spec comes from the trial's own `spec.json` (written by the runner next to its output), so
+the replay has the same workload, fixes, plan and plan seed. Whether a failure replays is
+measured, never assumed: the answer is k/N with a Wilson interval. Replays are stored, with
+`replay_of` set, in `<store>/replays` (a separate store, so matrix tables are not mixed with
+them) under ids `<trial id>~replay<j>`, j counting on from earlier replays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from harness import stats
+from harness.outcome import TrialResult
+from harness.spec import InvalidSpec, TrialSpec
+from harness.report import default_stores
+from harness.store import Store
+
+REPLAYS_NAME = "replays"
+
+
+class ReplayError(ValueError):
+    """Unknown trial id, or a stored trial that cannot be replayed."""
+
+
+def find_trial(trial_id: str, store_dirs: list[Path]) -> tuple[TrialResult, Path]:
+    """The stored record of `trial_id` and the store holding it."""
+    for d in store_dirs:
+        for r in Store(d).load():
+            if r.trial_id == trial_id and r.replay_of is None:
+                return r, d
+    where = ", ".join(str(d) for d in store_dirs) or "no stores"
+    raise ReplayError(f"trial {trial_id!r} not found in {where}")
+
+
+def load_trial_spec(record: TrialResult) -> TrialSpec:
+    path = Path(record.artefacts) / "spec.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ReplayError(f"cannot read the spec of {record.trial_id}: {path}: {e.strerror or e}") from None
+    try:
+        return TrialSpec.from_json(text)
+    except InvalidSpec as e:
+        raise ReplayError(f"{path}: {e}") from None
+
+
+def same_failure(original: TrialResult, replay: TrialResult) -> bool:
+    """Same outcome and same signature (for OK originals: OK again)."""
+    return replay.outcome is original.outcome and replay.signature == original.signature
+
+
+def replay(record: TrialResult, store_dir: Path, times: int, *, stream=sys.stderr) -> list[TrialResult]:
+    from harness.runner import run_trial
+
+    spec = load_trial_spec(record)
+    store = Store(store_dir / REPLAYS_NAME)
+    first = sum(1 for r in store.load() if r.replay_of == record.trial_id)
+    results = []
+    for j in range(first, first + times):
+        rid = f"{record.trial_id}~replay{j}"
+        again = dataclasses.replace(spec, trial_id=rid)
+        result = run_trial(again, store.artefacts_dir(rid), replay_of=record.trial_id)
+        store.append(result)
+        results.append(result)
+        mark = "same" if same_failure(record, result) else "different"
+        print(f"replay {j - first + 1}/{times}: {result.outcome.name} ({mark}) {result.detail}",
+              file=stream, flush=True)
+    return results
+
+
+def summary(record: TrialResult, results: list[TrialResult]) -> dict:
+    k = sum(same_failure(record, r) for r in results)
+    n = len(results)
+    ci = stats.wilson(k, n)
+    others = collections.Counter(
+        f"{r.outcome.name} {r.signature_summary or ''}".strip() for r in results if not same_failure(record, r))
+    return {
+        "trial_id": record.trial_id, "outcome": record.outcome.name, "signature": record.signature,
+        "signature_summary": record.signature_summary, "plan_seed": record.plan_seed, "replays": n,
+        "reproduced": k, "wilson_low": ci.low, "wilson_high": ci.high,
+        "outcomes": dict(sorted(collections.Counter(r.outcome.name for r in results).items())),
+        "others": dict(sorted(others.items())),
+    }
+
+
+def cmd_replay(opts: argparse.Namespace) -> int:
+    stores = [Path(s) for s in opts.store] if opts.store else default_stores(Path("results"))
+    record, store_dir = find_trial(opts.trial_id, stores)
+    results = replay(record, store_dir, opts.times)
+    s = summary(record, results)
+    if opts.json:
+        print(json.dumps(s, indent=2, sort_keys=True))
+    else:
+        what = record.signature_summary or record.outcome.name
+        print(f"{s['reproduced']}/{s['replays']} replays of {record.trial_id} reproduced "
+              f"{record.outcome.name} {what!r} (plan seed {record.plan_seed}); "
+              f"Wilson 95% [{100 * s['wilson_low']:.1f}%, {100 * s['wilson_high']:.1f}%]")
+        for other, count in s["others"].items():
+            print(f"  {count} x {other}")
+    return 0 if s["reproduced"] else 1

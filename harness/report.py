@@ -1,0 +1,347 @@
+"""Per-cell summaries of stored trials, as a text table, JSON, REPORT.md blocks and PNG plots.
+
+Everything here is a function of the stored records alone (no clock, no spec), so regenerating a
+report from the same store gives byte-identical text and plots. Cells are ordered by workload,
+then strategy (`raw` first), then plan.
+
+Rates follow concurrency-anchors.md section 4.3: k/n with a Wilson 95% interval, and at k = 0 the
+rule-of-three bound 3/n as well ("p < 3/n (95%)"); TIMEOUT and HARNESS_ERROR trials are counted
+apart and are not in n. tokens/s is compared with the fastest clean (k = 0) cell of the same
+workload, because workloads differ in size.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import stats
+from harness.outcome import Outcome, TrialResult
+
+MAX_SIGNATURES_IN_TABLE = 1
+
+
+@dataclass(kw_only=True, slots=True)
+class CellSummary:
+    cell: str
+    workload: str
+    strategy: str
+    plan: str
+    n: int
+    """Trials that count (not TIMEOUT, not HARNESS_ERROR)."""
+    k: int
+    """Failures among them (CRASH, ABORT, HANG, WRONG_RESULT)."""
+    timeouts: int
+    errors: int
+    skipped: int
+    """OK trials whose workload printed SKIP (e.g. needs CUDA): they prove nothing."""
+    low: float
+    high: float
+    rule_of_three: float | None
+    """3/n when k == 0 and n > 0."""
+    outcomes: dict[str, int]
+    signatures: list[tuple[str, int]] = field(default_factory=list)
+    """(signature summary, count), most frequent first."""
+    ttff_s: float | None = None
+    """Median serial time to the first failure (stats.median_time_to_first_failure)."""
+    median_duration_s: float | None = None
+    tokens_per_s: float | None = None
+    tokens_ratio: float | None = None
+    """tokens_per_s / the fastest clean cell's of the same workload."""
+
+
+def split_cell(cell: str) -> tuple[str, str, str]:
+    """`workload:strategy@plan` -> parts; a name of another shape is all workload."""
+    workload, _, rest = cell.partition(":")
+    strategy, _, plan = rest.rpartition("@") if "@" in rest else (rest, "", "-")
+    return workload, strategy, plan or "-"
+
+
+def _cell_key(cell: str) -> tuple:
+    w, s, p = split_cell(cell)
+    return (w, s != "raw", s, p != "-", p)
+
+
+def summarize(records: Iterable[TrialResult]) -> list[CellSummary]:
+    by_cell: dict[str, list[TrialResult]] = collections.defaultdict(list)
+    for r in records:
+        if r.replay_of is None:
+            by_cell[r.cell].append(r)
+    cells = [_summarize_cell(c, sorted(rs, key=lambda r: r.trial_index)) for c, rs in by_cell.items()]
+    cells.sort(key=lambda c: _cell_key(c.cell))
+    _fill_ratios(cells)
+    return cells
+
+
+def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
+    counted = [r for r in rs if r.outcome.counts_as_trial]
+    failed = [r.outcome.is_failure for r in counted]
+    n, k = len(counted), sum(failed)
+    ci = stats.wilson(k, n)
+    sig_counts = collections.Counter(r.signature or "?" for r in counted if r.outcome.is_failure)
+    names = {}
+    for r in counted:
+        if r.outcome.is_failure:
+            names.setdefault(r.signature or "?", r.signature_summary or r.signature or r.outcome.name)
+    # Time to failure, not run time, for failing trials: a run that crashes at 2 s of a 60 s
+    # budget says the failure takes 2 s to show.
+    times = [(r.time_to_failure_s if r.outcome.is_failure and r.time_to_failure_s is not None else r.duration_s)
+             for r in counted]
+    tokens = [r.tokens_per_s for r in counted if r.tokens_per_s is not None and not r.outcome.is_failure]
+    w, s, p = split_cell(cell)
+    return CellSummary(
+        cell=cell, workload=w, strategy=s, plan=p, n=n, k=k,
+        timeouts=sum(r.outcome is Outcome.TIMEOUT for r in rs),
+        errors=sum(r.outcome is Outcome.HARNESS_ERROR for r in rs),
+        skipped=sum(bool(r.skipped) for r in rs),
+        low=ci.low, high=ci.high, rule_of_three=stats.rule_of_three(n) if k == 0 and n else None,
+        outcomes=dict(sorted(collections.Counter(r.outcome.name for r in rs).items())),
+        signatures=sorted(((names[s], c) for s, c in sig_counts.items()), key=lambda sc: (-sc[1], sc[0])),
+        ttff_s=stats.median_time_to_first_failure(times, failed) if n else None,
+        median_duration_s=stats.median_or_none([r.duration_s for r in counted]),
+        tokens_per_s=stats.median_or_none(tokens),
+    )
+
+
+def _fill_ratios(cells: list[CellSummary]) -> None:
+    best: dict[str, float] = {}
+    for c in cells:
+        if c.k == 0 and c.n > 0 and c.tokens_per_s:
+            best[c.workload] = max(best.get(c.workload, 0.0), c.tokens_per_s)
+    for c in cells:
+        if c.tokens_per_s is not None and best.get(c.workload):
+            c.tokens_ratio = c.tokens_per_s / best[c.workload]
+
+
+# --- text ------------------------------------------------------------------------------------------
+
+HEADERS = ("cell", "k/n", "rate", "95% CI (Wilson)", "outcomes", "top signature", "TTFF", "tok/s", "vs best")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _seconds(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}s" if x < 600 else f"{x / 60:.1f}m"
+
+
+def cell_row(c: CellSummary) -> tuple[str, ...]:
+    ci = f"[{_pct(c.low)}, {_pct(c.high)}]"
+    if c.rule_of_three is not None:
+        ci += f" p<{_pct(c.rule_of_three)}"
+    extra = [f"{c.timeouts} timeout" if c.timeouts else "", f"{c.errors} error" if c.errors else ""]
+    kn = f"{c.k}/{c.n}" + "".join(f" +{e}" for e in extra if e)
+    outcomes = " ".join(f"{name}:{count}" for name, count in c.outcomes.items())
+    if c.skipped:
+        outcomes += f" (SKIP:{c.skipped})"
+    top = "; ".join(f"{s} x{n}" for s, n in c.signatures[:MAX_SIGNATURES_IN_TABLE]) or "-"
+    tok = "-" if c.tokens_per_s is None else f"{c.tokens_per_s:.0f}"
+    ratio = "-" if c.tokens_ratio is None else f"{c.tokens_ratio:.2f}x"
+    rate = _pct(c.k / c.n) if c.n else "-"
+    return (c.cell, kn, rate, ci, outcomes, _clip(top, 70), _seconds(c.ttff_s), tok, ratio)
+
+
+def _clip(s: str, width: int) -> str:
+    return s if len(s) <= width else s[: width - 3] + "..."
+
+
+def text_table(cells: Sequence[CellSummary]) -> str:
+    rows = [HEADERS] + [cell_row(c) for c in cells]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(cells: Sequence[CellSummary]) -> str:
+    def esc(v: str) -> str:
+        return v.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(esc(v) for v in cell_row(c)) + " |" for c in cells]
+    return "\n".join(lines)
+
+
+def signature_lines(cells: Sequence[CellSummary]) -> list[str]:
+    """Every signature of every cell with its count (the table shows only the top one)."""
+    out = []
+    for c in cells:
+        for sig, count in c.signatures:
+            out.append(f"{c.cell}: {count} x {sig}")
+    return out
+
+
+def summary_json(cells: Sequence[CellSummary], **extra: Any) -> dict[str, Any]:
+    return {**extra, "cells": [asdict(c) for c in cells]}
+
+
+# --- REPORT.md and plots -----------------------------------------------------------------------
+
+
+def begin_marker(name: str) -> str:
+    return f"<!-- harness:begin {name} -->"
+
+
+def end_marker(name: str) -> str:
+    return f"<!-- harness:end {name} -->"
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    """Put `body` between the markers of `name`, keeping everything else verbatim.
+
+    A missing block is appended at the end; markers out of order or repeated are an error, since
+    guessing would risk destroying hand-written text.
+    """
+    begin, end = begin_marker(name), end_marker(name)
+    nb, ne = text.count(begin), text.count(end)
+    block = f"{begin}\n{body.rstrip()}\n{end}"
+    if nb == 0 and ne == 0:
+        sep = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
+        return f"{text}{sep}{block}\n"
+    i, j = text.find(begin), text.find(end)
+    if nb != 1 or ne != 1 or j < i:
+        raise ValueError(f"REPORT markers for {name!r} are unbalanced (begin x{nb}, end x{ne})")
+    return text[:i] + block + text[j + len(end):]
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def plot_paths(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> list[Path]:
+    """The files write_plots writes: the failure-rate plot, and tokens/s when any cell has it."""
+    paths = [plots_dir / f"{name}-failure-rate.png"]
+    if any(c.tokens_per_s is not None for c in cells):
+        paths.append(plots_dir / f"{name}-tokens-per-s.png")
+    return paths
+
+
+def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> list[Path]:
+    """Failure rate with Wilson error bars, and median tokens/s, one bar per cell (Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    labels = [c.cell for c in cells]
+    rates = [c.k / c.n if c.n else 0.0 for c in cells]
+    err = [[max(0.0, r - c.low) for r, c in zip(rates, cells)], [max(0.0, c.high - r) for r, c in zip(rates, cells)]]
+    paths.append(_bar_plot(plt, plots_dir / f"{name}-failure-rate.png", labels, [100 * r for r in rates],
+                           [[100 * e for e in side] for side in err], "failures (%), Wilson 95%",
+                           f"{name}: failure rate per cell"))
+    tok = [(c.cell, c.tokens_per_s) for c in cells if c.tokens_per_s is not None]
+    if tok:
+        paths.append(_bar_plot(plt, plots_dir / f"{name}-tokens-per-s.png", [t[0] for t in tok],
+                               [t[1] for t in tok], None, "median tokens/s", f"{name}: throughput per cell"))
+    return paths
+
+
+def _bar_plot(plt, path: Path, labels, values, err, ylabel: str, title: str) -> Path:
+    import io
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(labels) + 2), 4.5))
+    try:
+        ax.bar(range(len(labels)), values, yerr=err, capsize=3, color="#4c72b0")
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        # No timestamps in the metadata: regenerating from the same store gives the same bytes.
+        fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    finally:
+        plt.close(fig)
+    write_atomic(path, buf.getvalue())
+    return path
+
+
+def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells: Sequence[CellSummary],
+               plots: Sequence[Path], report_dir: Path) -> str:
+    started = sorted(r.started_at for r in records if r.started_at)
+    versions = sorted({r.torch_version for r in records if r.torch_version})
+    hosts = sorted({r.host for r in records if r.host})
+    lines = [
+        f"#### Matrix `{name}`: {len(records)} trials in `{_rel(store_dir, report_dir)}`",
+        "",
+        f"Regenerate with `python -m harness report --store {_rel(store_dir, report_dir)}`. "
+        "k/n counts CRASH/ABORT/HANG/WRONG_RESULT over trials that ran to an outcome (TIMEOUT and "
+        "harness errors are shown as +N and left out); p<x is the rule-of-three bound at k=0; TTFF is "
+        "the median serial time to the first failure; vs best is tokens/s over the fastest clean cell "
+        "of the same workload.",
+        "",
+        f"Trials started {started[0] if started else '?'} .. {started[-1] if started else '?'}; "
+        f"torch {', '.join(versions) or '?'}; hosts {', '.join(hosts) or '?'}.",
+        "",
+        markdown_table(cells),
+    ]
+    sigs = signature_lines(cells)
+    if sigs:
+        lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in sigs]
+    if plots:
+        lines += [""] + [f"![{p.stem}]({_rel(p, report_dir)})" for p in plots]
+    return "\n".join(lines)
+
+
+def _rel(path: Path, base: Path) -> str:
+    return os.path.relpath(Path(path).resolve(), Path(base).resolve()).replace(os.sep, "/")
+
+
+def matrix_names(records: Sequence[TrialResult]) -> list[str]:
+    return sorted({r.trial_id.split("/", 1)[0] for r in records if r.replay_of is None})
+
+
+def default_stores(results_root: Path) -> list[Path]:
+    """Every store directly under results/ (a folder holding a trials.jsonl)."""
+    from harness.store import TRIALS_NAME
+
+    if not results_root.is_dir():
+        return []
+    return sorted(p.parent for p in results_root.glob(f"*/{TRIALS_NAME}"))
+
+
+def rebuild(store_dirs: Sequence[Path], out: Path) -> list[str]:
+    """Regenerate REPORT.md's blocks and the plots for every matrix in these stores.
+
+    Every store is read and the new text built before anything is written, so an unreadable
+    store or broken markers leave all files as they were. Returns the block names written.
+    """
+    from harness.store import Store
+
+    loaded = [(Path(d), Store(d).load()) for d in store_dirs]
+    text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
+    names, plots = [], []
+    for store_dir, records in loaded:
+        for name in matrix_names(records):
+            mine = [r for r in records if r.trial_id.split("/", 1)[0] == name and r.replay_of is None]
+            cells = summarize(mine)
+            paths = plot_paths(cells, name, store_dir / "plots")
+            text = replace_block(text, name, block_body(name, store_dir, mine, cells, paths, out.parent))
+            plots.append((cells, name, store_dir / "plots"))
+            names.append(name)
+    for cells, name, plots_dir in plots:
+        write_plots(cells, name, plots_dir)
+    write_atomic(out, text.encode("utf-8"))
+    return names
