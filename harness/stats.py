@@ -16,8 +16,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy.stats import binomtest
-
 CONFIDENCE = 0.95
 
 
@@ -39,6 +37,8 @@ def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> Interval:
     _check_counts(k, n)
     if n == 0:
         return Interval(low=0.0, high=1.0)
+    from scipy.stats import binomtest  # imported here: scipy.stats takes seconds to import
+
     ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
     # scipy may return -0.0 or 1.0000000000000002 at the edges; clamp so reports stay tidy.
     return Interval(low=min(max(float(ci.low), 0.0), 1.0), high=min(max(float(ci.high), 0.0), 1.0))

@@ -1,0 +1,192 @@
+"""Claims about matrix expansion, resume, stop rules and the worker pool.
+
+Workloads are tiny `python -c` programs (the command kind), never torch, so this file runs in
+seconds.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import matrix
+from harness.matrix import GpuSlots, MatrixError, spec_from_dict
+from harness.outcome import Outcome
+from harness.store import Store
+
+PY = sys.executable
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _cmd(code: str, timeout_s: float = 30.0) -> dict:
+    return {"kind": "command", "argv": [PY, "-c", code], "timeout_s": timeout_s, "hang_s": timeout_s}
+
+
+def _spec(tmp_path: Path, **over) -> dict:
+    d = {
+        "name": "t", "store": str(tmp_path / "store"), "trials": 3, "workers": 2,
+        "workloads": {"ok": _cmd("pass"), "bad": _cmd("import sys; sys.exit(1)")},
+    }
+    d.update(over)
+    return d
+
+
+def test_expand_gives_deterministic_ids_and_the_same_plan_seeds_to_every_strategy(tmp_path):
+    d = {
+        "name": "m", "trials": 4, "seed": 100,
+        "workloads": {"tiny": {"kind": "dflash", "argv": ["--preset", "tiny-cpu"]}},
+        "strategies": {"eager": {"sets": ["compile.mode=none"]}},
+        "groups": [{"workloads": ["tiny"], "strategies": ["raw", "global-lock+sequential-startup", "eager"],
+                    "plans": [None, "switch"]}],
+    }
+    a, b = matrix.expand(spec_from_dict(d)), matrix.expand(spec_from_dict(d))
+    assert [t.to_json() for t in a] == [t.to_json() for t in b]
+    ids = [t.trial_id for t in a]
+    assert len(ids) == len(set(ids)) == 3 * 2 * 4
+    assert "m/tiny:global-lock+sequential-startup@switch/3" in ids
+    by_id = {t.trial_id: t for t in a}
+    # Common random numbers: trial i of every strategy runs under the plan with seed 100 + i.
+    for i in range(4):
+        seeds = {by_id[f"m/tiny:{s}@switch/{i}"].plan_seed for s in ("raw", "eager", "global-lock+sequential-startup")}
+        assert seeds == {100 + i}
+    assert by_id["m/tiny:raw@-/0"].plan is None
+    assert by_id["m/tiny:global-lock+sequential-startup@-/0"].fixes == ("global-lock", "sequential-startup")
+    assert by_id["m/tiny:eager@-/0"].workload.argv[-2:] == ("--set", "compile.mode=none")
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"groups": [{"workloads": ["ok"], "strategies": ["no-such-fix"]}]}, "unknown strategy"),
+    ({"groups": [{"workloads": ["ok"], "strategies": ["raw"], "plans": ["no-such-profile"]}]}, "malformed plan"),
+    ({"groups": [{"workloads": ["ok"], "strategies": ["raw"], "plans": [42]}]}, "malformed plan"),
+    ({"groups": [{"workloads": ["missing"], "strategies": ["raw"]}]}, "unknown workload"),
+    ({"workloads": {"ok": {"kind": "command", "argv": [PY, "no/such/script.py"]}}}, "not found"),
+    ({"workloads": {"r": {"kind": "repro", "argv": ["r99_no_such_repro"]}}}, "no repro script"),
+    ({"trials": 0}, "must be >= 1"),
+    ({"trails": 3}, "unknown key"),
+])
+def test_bad_specs_fail_before_anything_runs(tmp_path, change, message):
+    d = _spec(tmp_path, **change)
+    with pytest.raises(MatrixError, match=message):
+        matrix.expand(spec_from_dict(d))
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_fix_on_a_command_workload_is_rejected(tmp_path):
+    d = _spec(tmp_path, groups=[{"workloads": ["ok"], "strategies": ["global-lock"]}])
+    with pytest.raises(MatrixError, match="is a command"):
+        matrix.expand(spec_from_dict(d))
+
+
+def test_run_matrix_records_every_trial_and_classifies_them(tmp_path):
+    spec = spec_from_dict(_spec(tmp_path))
+    stream = io.StringIO()
+    done = matrix.run_matrix(spec, stream=stream, live=False, num_gpus=0)
+    assert done.ran == 6 and done.resumed == 0 and done.left == 0
+    outcomes = {r.trial_id: r.outcome for r in Store(tmp_path / "store").load()}
+    assert outcomes == {**{f"t/ok:raw@-/{i}": Outcome.OK for i in range(3)},
+                        **{f"t/bad:raw@-/{i}": Outcome.CRASH for i in range(3)}}
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 6
+    assert any(line.endswith(": bad:raw@-: 3 runs so far, 3 failures (100.00%)") for line in lines)
+    # A second run finds everything done and runs nothing.
+    again = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
+    assert again.ran == 0 and again.resumed == 6 and len(again.records) == 6
+
+
+def test_max_failures_stops_scheduling_a_failing_cell(tmp_path):
+    spec = spec_from_dict(_spec(tmp_path, trials=10, workers=1, max_failures=2,
+                                groups=[{"workloads": ["bad"], "strategies": ["raw"]},
+                                        {"workloads": ["ok"], "strategies": ["raw"], "trials": 3}]))
+    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
+    cells = [r.cell for r in done.records]
+    assert cells.count("bad:raw@-") == 2
+    assert cells.count("ok:raw@-") == 3
+    assert done.left == 8
+
+
+def test_max_time_starts_no_trial_after_the_deadline(tmp_path):
+    spec = spec_from_dict(_spec(tmp_path, trials=30, workers=1, max_time_s=1.0,
+                                workloads={"slow": _cmd("import time; time.sleep(0.3)")}))
+    start = time.monotonic()
+    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
+    assert 1 <= done.ran < 30
+    assert done.ran + done.left == 30
+    assert time.monotonic() - start < 20
+
+
+def test_a_worker_exception_surfaces_and_stops_the_pool(tmp_path):
+    spec = spec_from_dict(_spec(tmp_path, trials=5))
+
+    def broken(trial, artefacts):
+        raise RuntimeError(f"harness bug on {trial.trial_id}")
+
+    with pytest.raises(ExceptionGroup) as info:
+        matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0, run_fn=broken)
+    assert all(isinstance(e, RuntimeError) for e in info.value.exceptions)
+    assert not Store(tmp_path / "store").load()
+
+
+def test_gpu_slots_keep_at_most_per_gpu_trials_on_each_gpu():
+    slots = GpuSlots(2, per_gpu=1)
+    stop = threading.Event()
+    assert slots.acquire(1, stop) == [0]
+    assert slots.acquire(1, stop) == [1]
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(slots.acquire(1, stop)), name="test-gpu-waiter")
+    waiter.start()
+    time.sleep(0.3)
+    assert got == []            # both GPUs full: the third trial waits
+    slots.release([1])
+    waiter.join(timeout=5)
+    assert got == [[1]]
+    stop.set()
+    assert slots.acquire(1, stop) is None
+    assert GpuSlots(0, per_gpu=1).acquire(1, stop) == []   # CPU host: no assignment
+
+
+def test_cell_line_is_in_go_stress_format():
+    state = matrix.CellState(name="r06:raw@fx-widen", runs=12, failures=3)
+    assert state.line(65) == "1m05s: r06:raw@fx-widen: 12 runs so far, 3 failures (25.00%)"
+
+
+def _wait_for_records(path: Path, count: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {count} records")
+
+
+def test_sigkill_mid_matrix_then_rerun_runs_only_the_missing_trials(tmp_path):
+    d = _spec(tmp_path, trials=8, workers=2,
+              workloads={"a": _cmd("import time; time.sleep(0.4)"), "b": _cmd("import sys, time; time.sleep(0.4); sys.exit(1)")})
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(d))
+    argv = [PY, "-m", "harness", "matrix", "--file", str(spec_path), "--no-live"]
+    trials_path = tmp_path / "store" / "trials.jsonl"
+    first = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_records(trials_path, 3, timeout_s=60)
+        os.kill(first.pid, signal.SIGKILL)
+    finally:
+        first.wait(timeout=30)
+    before = Store(tmp_path / "store").load()
+    assert 3 <= len(before) < 16, "the kill must land mid-matrix"
+    second = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    after = Store(tmp_path / "store").load()
+    ids = [r.trial_id for r in after]
+    assert len(ids) == len(set(ids)) == 16
+    assert [r.to_json() for r in after[:len(before)]] == [r.to_json() for r in before]
+    assert f"ran {16 - len(before)} trials" in second.stdout
+    assert f"{len(before)} already in" in second.stdout
