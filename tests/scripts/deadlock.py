@@ -1,10 +1,10 @@
 """Two named threads take two locks in opposite order and deadlock; no heartbeat, no output."""
 
 import faulthandler
+import os
 import signal
 import sys
 import threading
-import time
 
 LOCK_A = threading.Lock()
 LOCK_B = threading.Lock()
@@ -34,10 +34,9 @@ def main() -> None:
     ]
     for t in threads:
         t.start()
-    print("started", flush=True)
+    print(f"pid={os.getpid()}", flush=True)
     for t in threads:
         t.join()
-    time.sleep(0)
 
 
 if __name__ == "__main__":

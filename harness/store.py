@@ -1,0 +1,120 @@
+"""Append-only result store: `<root>/trials.jsonl` plus `<root>/artefacts/<safe trial id>/`.
+
+Crash safety: each record is one line written by a single `os.write` on an `O_APPEND` fd and
+then fsync'd, so concurrent appends from the matrix's threads never interleave inside a line,
+and a harness killed mid-write leaves at most one torn line, always the last one and always
+without its newline. `load()` ignores such a line (that trial simply reruns) and the next
+`append` cuts it off first, so it never ends up in the middle. Anything else that is not a
+record (garbage in the middle, a newline-terminated line that is not JSON, a record missing
+fields) means the store is not ours or was edited: `StoreError`, with the store left untouched.
+One writer process per store (the matrix); threads within it are fine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from pathlib import Path
+
+from harness.outcome import TrialResult
+
+TRIALS_NAME = "trials.jsonl"
+ARTEFACTS_NAME = "artefacts"
+
+
+class StoreError(Exception):
+    """The store cannot be read or written; the message is one line naming the file."""
+
+
+class Store:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"result store {self.root} is not a directory")
+        self.trials_path = self.root / TRIALS_NAME
+        if self.trials_path.exists() and not self.trials_path.is_file():
+            raise StoreError(f"result store {self.trials_path} is not a regular file")
+        self._lock = threading.Lock()      # serialises the tail repair with appends
+        self._tail_checked = False
+
+    def artefacts_dir(self, trial_id: str) -> Path:
+        """`artefacts/<safe id>/`, created; distinct trial ids never share a folder."""
+        path = self.root / ARTEFACTS_NAME / safe_name(trial_id)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def append(self, result: TrialResult) -> None:
+        line = json.dumps(result.to_json(), sort_keys=True, ensure_ascii=True) + "\n"
+        data = line.encode("ascii")
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            if not self._tail_checked:
+                self.load()                # refuse (untouched) a store that is not ours
+                self._cut_torn_tail()
+                self._tail_checked = True
+            fd = os.open(self.trials_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                written = os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if written != len(data):
+            raise StoreError(f"{self.trials_path}: short write ({written} of {len(data)} bytes)")
+
+    def load(self) -> list[TrialResult]:
+        """All complete records in order; a torn final line is ignored."""
+        if not self.trials_path.exists():
+            return []
+        try:
+            raw = self.trials_path.read_bytes()
+        except OSError as exc:
+            raise StoreError(f"{self.trials_path}: cannot read: {exc.strerror}") from None
+        lines = raw.split(b"\n")
+        complete = lines[:-1]          # the last element is b"" or a torn line without "\n"
+        return [_parse_line(self.trials_path, n, line) for n, line in enumerate(complete, 1)]
+
+    def done_ids(self) -> set[str]:
+        return {r.trial_id for r in self.load()}
+
+    def _cut_torn_tail(self) -> None:
+        try:
+            with open(self.trials_path, "rb+") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                if size == 0:
+                    return
+                fh.seek(size - 1)
+                if fh.read(1) == b"\n":
+                    return
+                fh.seek(0)
+                keep = fh.read().rfind(b"\n") + 1
+                fh.truncate(keep)
+                os.fsync(fh.fileno())
+        except FileNotFoundError:
+            return
+
+
+def _parse_line(path: Path, number: int, line: bytes) -> TrialResult:
+    where = f"{path} line {number}"
+    try:
+        data = json.loads(line)
+    except ValueError:
+        raise StoreError(f"{where}: not a JSON record: {line[:60]!r}") from None
+    if not isinstance(data, dict):
+        raise StoreError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    try:
+        return TrialResult.from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"{where}: not a trial record ({type(exc).__name__}: {exc})") from None
+
+
+def safe_name(trial_id: str) -> str:
+    """A file name for a trial id: readable part plus a hash when characters were replaced,
+    so that `a/b` and `a_b` do not collide."""
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "_", trial_id).strip("._") or "trial"
+    if clean == trial_id and len(clean) <= 100:
+        return clean
+    digest = hashlib.sha1(trial_id.encode()).hexdigest()[:8]
+    return f"{clean[:100]}-{digest}"

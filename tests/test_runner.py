@@ -1,0 +1,242 @@
+"""run_trial drives the tiny programs in tests/scripts through every outcome.
+
+Each test checks what a person reading the store would see: the outcome, a signature that is
+the same for two runs of the same program, the hang dump, and that no process of the trial's
+group is left behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import hangs
+from harness.outcome import Outcome, TrialResult
+from harness.runner import child_env, run_trial
+from harness.spec import REPO_ROOT, InvalidSpec, TrialSpec, WorkloadSpec, argv_for
+
+SCRIPTS = Path(__file__).parent / "scripts"
+HANG_S = 1.0
+
+
+def _spec(script: str, *args: str, hang_s: float = HANG_S, timeout_s: float = 30.0,
+          **kw) -> TrialSpec:
+    argv = (sys.executable, str(SCRIPTS / f"{script}.py"), *args)
+    return TrialSpec(trial_id=f"{script}-{len(args)}", cell=script, timeout_s=timeout_s,
+                     hang_s=hang_s, workload=WorkloadSpec(kind="command", argv=argv), **kw)
+
+
+def _run(tmp_path: Path, script: str, *args: str, run: int = 0, **kw) -> TrialResult:
+    return run_trial(_spec(script, *args, **kw), tmp_path / f"{script}-{run}")
+
+
+def _output(result: TrialResult) -> str:
+    return (Path(result.artefacts) / "output.txt").read_text()
+
+
+def _assert_group_gone(result: TrialResult) -> None:
+    """The trial's process group (pgid = the child's pid) and any grandchild are gone."""
+    text = _output(result)
+    pid = int(re.search(r"^pid=(\d+)$", text, re.M).group(1))
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    for gc in re.findall(r"^grandchild=(\d+)$", text, re.M):
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(gc), 0)
+
+
+def test_ok_run_reports_final_json(tmp_path):
+    result = _run(tmp_path, "ok")
+    assert result.outcome is Outcome.OK and result.rc == 0
+    assert result.tokens_per_s == 1234.5 and result.final["steps"] == 1
+    assert result.signature is None and not result.skipped
+    assert json.loads((tmp_path / "ok-0" / "spec.json").read_text())["cell"] == "ok"
+    _assert_group_gone(result)
+
+
+@pytest.mark.parametrize("script, outcome, sig_name, exc_type", [
+    ("crash", Outcome.CRASH, None, "ValueError"),
+    ("abort", Outcome.ABORT, "SIGABRT", "Aborted"),
+    ("segfault", Outcome.ABORT, "SIGSEGV", "Segmentation fault"),
+    ("wrong_result", Outcome.WRONG_RESULT, None, "WRONG_RESULT"),
+])
+def test_failure_outcome_and_stable_signature(tmp_path, script, outcome, sig_name, exc_type):
+    first = _run(tmp_path, script, run=0)
+    second = _run(tmp_path, script, run=1)
+    for result in (first, second):
+        assert result.outcome is outcome, result.detail
+        assert result.outcome.is_failure
+        assert result.signal == sig_name and result.exc_type == exc_type
+        assert result.time_to_failure_s is not None
+        _assert_group_gone(result)
+    assert first.signature == second.signature
+    assert first.signature_summary == second.signature_summary
+
+
+def test_crash_signature_names_thread_role_and_frames(tmp_path):
+    result = _run(tmp_path, "crash")
+    assert "ValueError in worker at crash:load_batch < crash:worker" in result.signature_summary
+    assert "<int>" in result.signature_summary and "<hex>" in result.signature_summary
+
+
+def test_abort_signature_names_crashing_frame(tmp_path):
+    assert _run(tmp_path, "abort").signature_summary == "Aborted at abort:give_up"
+
+
+def test_workload_rejecting_input_is_harness_error(tmp_path):
+    result = _run(tmp_path, "bad_input")
+    assert result.outcome is Outcome.HARNESS_ERROR and result.rc == 2
+    assert result.detail == "workload rejected its input: error: unknown preset 'nope'"
+    assert not result.outcome.is_failure
+
+
+def test_skip_line_is_ok_flagged_skipped(tmp_path):
+    result = _run(tmp_path, "skip")
+    assert result.outcome is Outcome.OK and result.skipped
+    assert result.detail == "skipped: needs CUDA"
+
+
+def test_deadlock_is_hang_with_dump_of_both_threads(tmp_path):
+    first = _run(tmp_path, "deadlock", run=0)
+    second = _run(tmp_path, "deadlock", run=1)
+    for result in (first, second):
+        assert result.outcome is Outcome.HANG and result.rc == -signal.SIGKILL
+        dump = (Path(result.artefacts) / "hang_dump.txt").read_text()
+        assert re.search(r"^1 thread: locker-0 .*\n(?:    .*\n)*?    take_a_then_b \(", dump, re.M)
+        assert re.search(r"^1 thread: locker-1 .*\n(?:    .*\n)*?    take_b_then_a \(", dump, re.M)
+        assert (Path(result.artefacts) / "pyspy.json").is_file()
+        _assert_group_gone(result)
+    assert first.signature == second.signature
+    assert "locker@deadlock:take_a_then_b" in first.signature_summary
+    assert "locker@deadlock:take_b_then_a" in first.signature_summary
+
+
+def test_busy_loop_without_progress_is_hang(tmp_path):
+    result = _run(tmp_path, "busy_hang")
+    assert result.outcome is Outcome.HANG
+    assert "spinner@busy_hang:spin" in result.signature_summary
+    _assert_group_gone(result)
+
+
+def test_progress_past_deadline_is_timeout_not_failure(tmp_path):
+    result = _run(tmp_path, "slow_progress", timeout_s=2.5)
+    assert result.outcome is Outcome.TIMEOUT, result.detail
+    assert not result.outcome.is_failure and result.signature is None
+    assert 2.5 <= result.duration_s < 10
+    assert (Path(result.artefacts) / "hang_dump.txt").is_file()
+    _assert_group_gone(result)
+
+
+@pytest.mark.parametrize("mode, outcome", [("exit", Outcome.OK), ("hang", Outcome.HANG)])
+def test_grandchild_ignoring_sigterm_does_not_survive(tmp_path, mode, outcome):
+    result = _run(tmp_path, "grandchild", mode)
+    assert result.outcome is outcome
+    assert re.search(r"^grandchild=\d+$", _output(result), re.M)
+    _assert_group_gone(result)
+
+
+def test_faulthandler_fallback_when_pyspy_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(hangs, "find_pyspy", lambda: None)
+    result = _run(tmp_path, "deadlock")
+    assert result.outcome is Outcome.HANG
+    dump = (Path(result.artefacts) / "hang_dump.txt").read_text()
+    assert dump.startswith("faulthandler dump")
+    assert "take_a_then_b (" in dump and "take_b_then_a (" in dump
+    assert "# py-spy not found" in dump
+    _assert_group_gone(result)
+
+
+def test_invalid_spec_is_harness_error_and_runs_nothing(tmp_path):
+    result = run_trial(_spec("ok", hang_s=-1.0), tmp_path / "bad")
+    assert result.outcome is Outcome.HARNESS_ERROR and result.rc is None
+    assert result.detail == "invalid spec: hang_s: expected a positive number of seconds, got -1.0"
+    assert not (tmp_path / "bad" / "output.txt").exists()
+
+
+def test_after_exit_hook_sees_the_result(tmp_path):
+    seen: list[TrialResult] = []
+    result = run_trial(_spec("ok"), tmp_path / "hook", after_exit=seen.append)
+    assert seen == [result]
+
+
+def test_child_environment_and_plan_file(tmp_path):
+    code = ("import json, os; print(json.dumps({k: os.environ.get(k) for k in "
+            "('PYTHONPATH', 'HARNESS_PLAN', 'HARNESS_HEARTBEAT', 'HARNESS_PLAN_LOG', "
+            "'PYTHONFAULTHANDLER', 'EXTRA')}))")
+    spec = TrialSpec(trial_id="env", cell="env", plan={"seed": 7, "rules": []},
+                     env={"EXTRA": "1"}, hang_s=5,
+                     workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)))
+    result = run_trial(spec, tmp_path / "env")
+    seen = json.loads(_output(result).strip().splitlines()[-1])
+    art = tmp_path / "env"
+    assert seen["PYTHONPATH"].split(os.pathsep)[:2] == [
+        str(REPO_ROOT / "harness" / "bootstrap"), str(REPO_ROOT)]
+    assert seen["HARNESS_PLAN"] == str(art / "plan.json")
+    assert json.loads((art / "plan.json").read_text()) == {"seed": 7, "rules": []}
+    assert seen["HARNESS_HEARTBEAT"] == str(art / "heartbeat")
+    assert seen["HARNESS_PLAN_LOG"] == str(art / "plan_log.jsonl")
+    assert seen["PYTHONFAULTHANDLER"] == "1" and seen["EXTRA"] == "1"
+    assert result.plan_seed == 7
+
+
+def test_no_plan_means_no_plan_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_PLAN", "/elsewhere/plan.json")
+    assert "HARNESS_PLAN" not in child_env(_spec("ok"), tmp_path)
+
+
+# ------------------------------------------------------------------------- spec and outcome
+
+def test_argv_for_each_workload_kind():
+    dflash = TrialSpec(trial_id="a", cell="c", fixes=("global-lock", "graph-isolation"),
+                       workload=WorkloadSpec(kind="dflash", argv=("--preset", "tiny")))
+    assert argv_for(dflash) == [sys.executable, "-m", "dflash", "train", "--preset", "tiny",
+                                "--set", "fixes=global-lock,graph-isolation"]
+    raw = TrialSpec(trial_id="a", cell="c", workload=WorkloadSpec(kind="dflash"))
+    assert argv_for(raw)[-2:] == ["--set", "fixes="]
+    repro = TrialSpec(trial_id="a", cell="c", fixes=("global-lock",),
+                      workload=WorkloadSpec(kind="repro", argv=("r06_fx_tracing_flag", "-n", "3")))
+    assert argv_for(repro) == [sys.executable, str(REPO_ROOT / "repro" / "r06_fx_tracing_flag.py"),
+                               "-n", "3", "--fix", "global-lock"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"timeout_s": 0}, "timeout_s: expected a positive number of seconds, got 0"),
+    ({"trial_id": ""}, "trial_id: expected a non-empty string, got ''"),
+    ({"workload": WorkloadSpec(kind="shell", argv=("x",))},
+     "workload.kind: 'shell' is not one of dflash, repro, command"),
+    ({"workload": WorkloadSpec(kind="repro", argv=("../x",))},
+     "workload.argv: repro script '../x' must be a bare name"),
+    ({"fixes": ("a,b",)}, "fixes: invalid fix name 'a,b'"),
+    ({"fixes": ("a",)}, "fixes: a `command` workload cannot take fixes; put them in argv"),
+    ({"trial_index": -1}, "trial_index: must be >= 0, got -1"),
+])
+def test_invalid_spec_names_the_field(change, message):
+    spec = dataclasses.replace(_spec("ok"), **change)
+    with pytest.raises(InvalidSpec) as info:
+        spec.validate()
+    assert str(info.value) == message
+
+
+def test_trial_spec_json_round_trip():
+    spec = TrialSpec(trial_id="t", cell="c", fixes=("x",), plan={"seed": 3}, env={"A": "b"},
+                     timeout_s=9.5, hang_s=2, trial_index=4,
+                     workload=WorkloadSpec(kind="repro", argv=("r01", "--n", "2")))
+    assert TrialSpec.from_json(json.dumps(spec.to_json())) == spec
+    with pytest.raises(InvalidSpec, match="^spec JSON: KeyError"):
+        TrialSpec.from_json({"trial_id": "t"})
+
+
+def test_trial_result_json_round_trip_and_failure_predicates():
+    result = TrialResult(trial_id="t", cell="c", trial_index=1, outcome=Outcome.HANG,
+                         signature="hang-0123456789", final={"event": "final"}, skipped=True)
+    assert TrialResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+    assert {o for o in Outcome if o.is_failure} == {
+        Outcome.CRASH, Outcome.ABORT, Outcome.HANG, Outcome.WRONG_RESULT}
+    assert not Outcome.TIMEOUT.counts_as_trial and Outcome.OK.counts_as_trial
