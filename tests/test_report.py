@@ -1,0 +1,115 @@
+"""Claims about per-cell summaries and REPORT.md regeneration (from hand-made stores, no trials)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import report
+from harness.outcome import Outcome, TrialResult
+from harness.store import Store
+
+
+def _r(cell: str, i: int, outcome: Outcome, *, sig: str | None = None, tok: float | None = None,
+       duration: float = 2.0, ttf: float | None = None, matrix: str = "m") -> TrialResult:
+    return TrialResult(trial_id=f"{matrix}/{cell}/{i}", cell=cell, trial_index=i, outcome=outcome,
+                       signature=sig, signature_summary=f"summary of {sig}" if sig else None,
+                       tokens_per_s=tok, duration_s=duration, time_to_failure_s=ttf,
+                       started_at=f"2026-11-29T10:00:{i:02d}+00:00", torch_version="2.13.0", host="h")
+
+
+def _records() -> list[TrialResult]:
+    rs = []
+    rs += [_r("w:raw@p", i, Outcome.CRASH, sig="s1", ttf=1.0) for i in range(3)]
+    rs += [_r("w:raw@p", 3, Outcome.ABORT, sig="s2", ttf=0.5)]
+    rs += [_r("w:raw@p", i, Outcome.OK, tok=100.0) for i in range(4, 10)]
+    rs += [_r("w:fix@p", i, Outcome.OK, tok=80.0 + i) for i in range(10)]
+    rs += [_r("w:fix@p", 10, Outcome.TIMEOUT), _r("w:fix@p", 11, Outcome.HARNESS_ERROR)]
+    rs += [_r("w:lock@p", i, Outcome.OK, tok=40.0) for i in range(5)]
+    return rs
+
+
+def test_summary_counts_failures_wilson_and_rule_of_three():
+    cells = {c.cell: c for c in report.summarize(_records())}
+    raw, fix = cells["w:raw@p"], cells["w:fix@p"]
+    assert (raw.k, raw.n) == (4, 10)
+    assert raw.low == pytest.approx(0.1682, abs=1e-3) and raw.high == pytest.approx(0.6873, abs=1e-3)
+    assert raw.signatures == [("summary of s1", 3), ("summary of s2", 1)]
+    assert raw.rule_of_three is None
+    # TIMEOUT and HARNESS_ERROR are not trials: 0/10, bound 3/10.
+    assert (fix.k, fix.n, fix.timeouts, fix.errors) == (0, 10, 1, 1)
+    assert fix.rule_of_three == pytest.approx(0.3)
+    assert fix.outcomes == {"HARNESS_ERROR": 1, "OK": 10, "TIMEOUT": 1}
+
+
+def test_tokens_ratio_is_against_the_fastest_clean_cell_of_the_workload():
+    cells = {c.cell: c for c in report.summarize(_records())}
+    # raw is faster (100) but failing; the fastest clean cell is fix (median 84.5).
+    assert cells["w:fix@p"].tokens_ratio == pytest.approx(1.0)
+    assert cells["w:lock@p"].tokens_ratio == pytest.approx(40.0 / 84.5)
+    assert cells["w:raw@p"].tokens_ratio == pytest.approx(100.0 / 84.5)
+
+
+def test_time_to_first_failure_uses_time_to_failure_of_failing_runs():
+    raw = {c.cell: c for c in report.summarize(_records())}["w:raw@p"]
+    # p = 0.4 -> median 2 runs: one passing run (2 s) + mean time to failure (0.875 s).
+    assert raw.ttff_s == pytest.approx(2.0 + 0.875)
+
+
+def test_cells_are_ordered_raw_first_and_the_table_shows_k_over_n():
+    cells = report.summarize(_records())
+    assert [c.cell for c in cells] == ["w:raw@p", "w:fix@p", "w:lock@p"]
+    table = report.text_table(cells)
+    assert "4/10" in table and "0/10 +1 timeout +1 error" in table and "p<30.0%" in table
+
+
+def test_replace_block_keeps_text_outside_the_markers_verbatim():
+    text = "# Report\n\nhand-written intro\n\n<!-- harness:begin m -->\nold\n<!-- harness:end m -->\n\ntail |x|\n"
+    out = report.replace_block(text, "m", "new table")
+    assert out == "# Report\n\nhand-written intro\n\n<!-- harness:begin m -->\nnew table\n<!-- harness:end m -->\n\ntail |x|\n"
+    added = report.replace_block(out, "other", "b")
+    assert added.startswith(out) and added.endswith("<!-- harness:begin other -->\nb\n<!-- harness:end other -->\n")
+    with pytest.raises(ValueError, match="unbalanced"):
+        report.replace_block(text + "<!-- harness:begin m -->\n", "m", "x")
+
+
+def _store(tmp_path, name: str, records) -> Store:
+    store = Store(tmp_path / "results" / name)
+    for r in records:
+        store.append(r)
+    return store
+
+
+def test_rebuild_is_byte_identical_and_writes_plots(tmp_path):
+    _store(tmp_path, "m", _records())
+    _store(tmp_path, "other", [_r("x:raw@-", i, Outcome.OK, matrix="other") for i in range(3)])
+    out = tmp_path / "REPORT.md"
+    out.write_text("# Report\n\nKeep me.\n")
+    stores = report.default_stores(tmp_path / "results")
+    assert [s.name for s in stores] == ["m", "other"]
+    assert report.rebuild(stores, out) == ["m", "other"]
+    first = out.read_bytes()
+    plots = sorted((tmp_path / "results").glob("*/plots/*.png"))
+    assert [p.name for p in plots] == ["m-failure-rate.png", "m-tokens-per-s.png", "other-failure-rate.png"]
+    images = [p.read_bytes() for p in plots]
+    report.rebuild(stores, out)
+    assert out.read_bytes() == first
+    assert [p.read_bytes() for p in plots] == images
+    text = first.decode()
+    assert text.startswith("# Report\n\nKeep me.\n")
+    assert "| w:raw@p | 4/10 |" in text
+    assert "](results/m/plots/m-failure-rate.png)" in text
+
+
+def test_rebuild_with_an_unreadable_store_writes_nothing(tmp_path):
+    from harness.store import StoreError
+
+    good = _store(tmp_path, "m", _records())
+    bad = tmp_path / "results" / "bad"
+    bad.mkdir(parents=True)
+    (bad / "trials.jsonl").write_text("not json\n")
+    out = tmp_path / "REPORT.md"
+    out.write_text("# Report\n")
+    with pytest.raises(StoreError):
+        report.rebuild([good.root, bad], out)
+    assert out.read_text() == "# Report\n"
+    assert not (good.root / "plots").exists()
