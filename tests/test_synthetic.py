@@ -104,3 +104,23 @@ def test_generator_contract_violations_are_reported(tmp_path) -> None:
 def test_early_stopping_generator_gives_shorter_completions(tmp_path) -> None:
     ds = open_dataset(ensure_synthetic_corpus(_cfg(tmp_path), lambda p, n: [[5, 6] for _ in p], VOCAB, "eos"))
     assert all(ds.loss_counts() == 2)
+
+
+def test_default_corpus_flows_through_split_plan_and_collate(tmp_path) -> None:
+    from dflash.buckets import plan_epoch
+    from dflash.collate import collate
+    from dflash.data import split_for_training
+
+    cfg = DataConfig(cache_dir=str(tmp_path / "cache"))  # the defaults the trainer uses
+    ds = open_dataset(ensure_synthetic_corpus(cfg, CountingGenerate(), VOCAB, "k"))
+    train, held = split_for_training(
+        ds, min_loss_tokens=cfg.min_loss_tokens, heldout_samples=cfg.heldout_samples, seed=cfg.shuffle_seed
+    )
+    assert len(held) == cfg.heldout_samples and len(train) + len(held) == len(ds)
+    plan = plan_epoch(train.lengths, cfg.bucket_boundaries, cfg.token_budget, cfg.shuffle_seed, 0)
+    supervised = 0
+    for seq, batch in enumerate(plan):
+        tb = collate(train, batch, seq=seq, epoch=0)
+        assert tb.input_ids.numel() <= cfg.token_budget
+        supervised += int(tb.loss_mask.sum())
+    assert supervised == int(train.loss_counts().sum())
