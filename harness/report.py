@@ -142,11 +142,11 @@ def cell_row(c: CellSummary) -> tuple[str, ...]:
     outcomes = " ".join(f"{name}:{count}" for name, count in c.outcomes.items())
     if c.skipped:
         outcomes += f" (SKIP:{c.skipped})"
-    top = "; ".join(f"{s} x{n}" for s, n in c.signatures[:MAX_SIGNATURES_IN_TABLE]) or "-"
+    top = "; ".join(f"{_clip(s, 60)} x{n}" for s, n in c.signatures[:MAX_SIGNATURES_IN_TABLE]) or "-"
     tok = "-" if c.tokens_per_s is None else f"{c.tokens_per_s:.0f}"
     ratio = "-" if c.tokens_ratio is None else f"{c.tokens_ratio:.2f}x"
     rate = _pct(c.k / c.n) if c.n else "-"
-    return (c.cell, kn, rate, ci, outcomes, _clip(top, 70), _seconds(c.ttff_s), tok, ratio)
+    return (c.cell, kn, rate, ci, outcomes, top, _seconds(c.ttff_s), tok, ratio)
 
 
 def _clip(s: str, width: int) -> str:
@@ -250,20 +250,22 @@ def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> lis
     err = [[max(0.0, r - c.low) for r, c in zip(rates, cells)], [max(0.0, c.high - r) for r, c in zip(rates, cells)]]
     paths.append(_bar_plot(plt, plots_dir / f"{name}-failure-rate.png", labels, [100 * r for r in rates],
                            [[100 * e for e in side] for side in err], "failures (%), Wilson 95%",
-                           f"{name}: failure rate per cell"))
+                           f"{name}: failure rate per cell", [f"{c.k}/{c.n}" for c in cells]))
     tok = [(c.cell, c.tokens_per_s) for c in cells if c.tokens_per_s is not None]
     if tok:
         paths.append(_bar_plot(plt, plots_dir / f"{name}-tokens-per-s.png", [t[0] for t in tok],
-                               [t[1] for t in tok], None, "median tokens/s", f"{name}: throughput per cell"))
+                               [t[1] for t in tok], None, "median tokens/s", f"{name}: throughput per cell",
+                               [f"{t[1]:.0f}" for t in tok]))
     return paths
 
 
-def _bar_plot(plt, path: Path, labels, values, err, ylabel: str, title: str) -> Path:
+def _bar_plot(plt, path: Path, labels, values, err, ylabel: str, title: str, bar_text: list[str]) -> Path:
     import io
 
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(labels) + 2), 4.5))
     try:
-        ax.bar(range(len(labels)), values, yerr=err, capsize=3, color="#4c72b0")
+        bars = ax.bar(range(len(labels)), values, yerr=err, capsize=3, color="#4c72b0")
+        ax.bar_label(bars, labels=bar_text, fontsize=7, padding=2)
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
         ax.set_ylabel(ylabel)
