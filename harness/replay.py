@@ -57,8 +57,10 @@ def same_failure(original: TrialResult, replay: TrialResult) -> bool:
     return replay.outcome is original.outcome and replay.signature == original.signature
 
 
-def replay(record: TrialResult, store_dir: Path, times: int, *, stream=sys.stderr) -> list[TrialResult]:
+def replay(record: TrialResult, store_dir: Path, times: int, *, stream=None) -> list[TrialResult]:
     from harness.runner import run_trial
+
+    stream = stream or sys.stderr
 
     spec = load_trial_spec(record)
     store = Store(store_dir / REPLAYS_NAME)

@@ -1,0 +1,134 @@
+"""Claims about `python -m harness`: bad input is one `error:` line, exit 2, store untouched;
+stress, replay and run work on tiny command programs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.store import Store
+
+PY = sys.executable
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _write_spec(tmp_path: Path, **over) -> Path:
+    d = {"name": "c", "store": str(tmp_path / "store"), "trials": 2, "workers": 2,
+         "workloads": {"ok": {"kind": "command", "argv": [PY, "-c", "pass"], "timeout_s": 30},
+                       "bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"], "timeout_s": 30}}}
+    d.update(over)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(d))
+    return path
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("error: ")
+    return err[0]
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"groups": [{"workloads": ["ok"], "strategies": ["global-lok"]}]}, "unknown strategy"),
+    ({"groups": [{"workloads": ["ok"], "strategies": ["raw"], "plans": ["swich"]}]}, "malformed plan"),
+    ({"groups": [{"workloads": ["ok"], "strategies": ["raw"], "plans": [{"name": "p", "plan": {"seed": 1, "rules": [{"point": "nope"}]}}]}]},
+     "malformed plan"),
+    ({"workloads": {"ok": {"kind": "command", "argv": [PY, "missing_workload.py"]}}}, "not found"),
+])
+def test_bad_matrix_input_is_one_line_exit_2_and_no_store(tmp_path, capsys, over, needle):
+    spec = _write_spec(tmp_path, **over)
+    assert main(["matrix", "--file", str(spec), "--no-live"]) == 2
+    assert needle in _error_line(capsys)
+    assert not (tmp_path / "store").exists()
+
+
+def test_missing_and_malformed_spec_files_are_bad_input(tmp_path, capsys):
+    assert main(["matrix", "--file", str(tmp_path / "nope.json")]) == 2
+    assert "cannot read matrix spec" in _error_line(capsys)
+    (tmp_path / "broken.json").write_text("{not json")
+    assert main(["matrix", "--file", str(tmp_path / "broken.json")]) == 2
+    assert "not valid JSON" in _error_line(capsys)
+    assert main(["matrix", "--preset", "no-such-preset"]) == 2
+    assert "unknown preset" in _error_line(capsys)
+    assert main(["matrix"]) == 2
+    _error_line(capsys)
+
+
+def test_unreadable_store_is_bad_input_and_left_byte_for_byte(tmp_path, capsys):
+    spec = _write_spec(tmp_path)
+    store = tmp_path / "store"
+    store.mkdir()
+    garbage = b'{"trial_id": "c/ok:raw@-/0"}\nnot a record\n'
+    (store / "trials.jsonl").write_bytes(garbage)
+    assert main(["matrix", "--file", str(spec), "--no-live"]) == 2
+    assert "trials.jsonl" in _error_line(capsys)
+    assert (store / "trials.jsonl").read_bytes() == garbage
+    assert sorted(p.name for p in store.iterdir()) == ["trials.jsonl"]
+    assert main(["report", "--store", str(store), "--out", str(tmp_path / "R.md")]) == 2
+    _error_line(capsys)
+    assert not (tmp_path / "R.md").exists()
+
+
+def test_matrix_json_summary_then_replay_counts_the_same_signature(tmp_path, capsys):
+    spec = _write_spec(tmp_path)
+    assert main(["matrix", "--file", str(spec), "--no-live", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cells = {c["cell"]: c for c in out["cells"]}
+    assert (cells["bad:raw@-"]["k"], cells["bad:raw@-"]["n"]) == (2, 2)
+    assert (cells["ok:raw@-"]["k"], cells["ok:raw@-"]["n"]) == (0, 2)
+    store = str(tmp_path / "store")
+    assert main(["replay", "c/bad:raw@-/1", "--store", store, "-n", "2", "--json"]) == 0
+    replay = json.loads(capsys.readouterr().out)
+    assert (replay["reproduced"], replay["replays"], replay["outcome"]) == (2, 2, "CRASH")
+    replays = Store(tmp_path / "store" / "replays").load()
+    assert [r.trial_id for r in replays] == ["c/bad:raw@-/1~replay0", "c/bad:raw@-/1~replay1"]
+    assert all(r.replay_of == "c/bad:raw@-/1" for r in replays)
+    assert len(Store(tmp_path / "store").load()) == 4      # the matrix's own records are untouched
+    assert main(["replay", "c/nope/0", "--store", store]) == 2
+    assert "not found" in _error_line(capsys)
+
+
+def test_stress_counts_failures_and_stops_at_max_runs(tmp_path, capsys):
+    code = "import os, sys; sys.exit(int(os.environ['HARNESS_HEARTBEAT'].split('/')[-2]) % 2)"
+    rc = main(["stress", "-p", "2", "--max-runs", "4", "--timeout", "30", "-o", str(tmp_path / "o"), "--",
+               PY, "-c", code])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "4 runs completed, 2 failures (50.00%)" in out
+    # Failing runs' folders are kept, passing ones removed.
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["1", "3"]
+
+
+def test_stress_failure_regexp_filters_what_counts(tmp_path, capsys):
+    rc = main(["stress", "-p", "1", "--max-runs", "2", "--failure", "^BOOM", "-o", str(tmp_path / "o"), "--",
+               PY, "-c", "print('other'); raise SystemExit(1)"])
+    assert rc == 0
+    assert "2 runs completed, 0 failures" in capsys.readouterr().out
+    assert main(["stress", "--", "no-such-program-xyz"]) == 2
+    assert "not found" in _error_line(capsys)
+
+
+def test_run_one_trial_from_a_spec_file(tmp_path, capsys):
+    spec = {"trial_id": "one", "cell": "c", "workload": {"kind": "command", "argv": [PY, "-c", "print(1)"]},
+            "timeout_s": 30, "hang_s": 30}
+    (tmp_path / "t.json").write_text(json.dumps(spec))
+    assert main(["run", str(tmp_path / "t.json"), "--artefacts", str(tmp_path / "a")]) == 0
+    assert json.loads(capsys.readouterr().out)["outcome"] == "ok"
+    (tmp_path / "bad.json").write_text(json.dumps({**spec, "timeout_s": -1}))
+    assert main(["run", str(tmp_path / "bad.json")]) == 2
+    assert "timeout_s" in _error_line(capsys)
+
+
+def test_module_entry_point_prints_one_error_line_and_exits_2(tmp_path):
+    spec = _write_spec(tmp_path, groups=[{"workloads": ["ok"], "strategies": ["no-such-fix"]}])
+    proc = subprocess.run([PY, "-m", "harness", "matrix", "--file", str(spec)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: unknown strategy 'no-such-fix'")
