@@ -17,6 +17,7 @@ against the disk, so bad input fails before anything is run or written.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import shutil
@@ -517,6 +518,15 @@ class GpuSlots:
             self._cond.notify_all()
 
 
+def with_run_dir(trial: TrialSpec, artefacts: Path) -> TrialSpec:
+    """A dflash trial writes its checkpoints and export under its own artefacts folder: presets
+    share one `train.out_dir`, and concurrent trials must not overwrite each other's files."""
+    if trial.workload.kind != "dflash":
+        return trial
+    argv = trial.workload.argv + ("--set", f"train.out_dir={Path(artefacts).resolve() / 'run'}")
+    return dataclasses.replace(trial, workload=WorkloadSpec(kind="dflash", argv=argv))
+
+
 class LiveLines:
     """One line per cell on stderr. On a terminal the lines update in place (rich.live); otherwise
     the changed cell's line is printed after every trial, which keeps logs readable."""
@@ -662,7 +672,8 @@ class _Pool:
                 try:
                     if ids:
                         trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
-                    result = self.run_fn(trial, self.store.artefacts_dir(trial.trial_id))
+                    artefacts = self.store.artefacts_dir(trial.trial_id)
+                    result = self.run_fn(with_run_dir(trial, artefacts), artefacts)
                 finally:
                     self.gpus.release(ids)
                 with self.lock:

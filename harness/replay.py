@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from harness import stats
+from harness.matrix import with_run_dir
 from harness.outcome import TrialResult
 from harness.spec import InvalidSpec, TrialSpec
 from harness.report import default_stores
@@ -68,8 +69,9 @@ def replay(record: TrialResult, store_dir: Path, times: int, *, stream=None) -> 
     results = []
     for j in range(first, first + times):
         rid = f"{record.trial_id}~replay{j}"
-        again = dataclasses.replace(spec, trial_id=rid)
-        result = run_trial(again, store.artefacts_dir(rid), replay_of=record.trial_id)
+        artefacts = store.artefacts_dir(rid)
+        again = with_run_dir(dataclasses.replace(spec, trial_id=rid), artefacts)
+        result = run_trial(again, artefacts, replay_of=record.trial_id)
         store.append(result)
         results.append(result)
         mark = "same" if same_failure(record, result) else "different"

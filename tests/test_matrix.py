@@ -190,3 +190,12 @@ def test_sigkill_mid_matrix_then_rerun_runs_only_the_missing_trials(tmp_path):
     assert [r.to_json() for r in after[:len(before)]] == [r.to_json() for r in before]
     assert f"ran {16 - len(before)} trials" in second.stdout
     assert f"{len(before)} already in" in second.stdout
+
+
+def test_dflash_trials_get_their_own_out_dir_under_their_artefacts(tmp_path):
+    d = {"name": "m", "trials": 2, "workloads": {"tiny": {"kind": "dflash", "argv": ["--preset", "tiny-cpu"]}}}
+    a, b = matrix.expand(spec_from_dict(d))
+    ra, rb = matrix.with_run_dir(a, tmp_path / "a"), matrix.with_run_dir(b, tmp_path / "b")
+    assert ra.workload.argv[-2:] == ("--set", f"train.out_dir={(tmp_path / 'a').resolve() / 'run'}")
+    assert ra.workload.argv[-1] != rb.workload.argv[-1]
+    assert a.workload.argv == ("--preset", "tiny-cpu")       # the expanded spec is not mutated
