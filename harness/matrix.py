@@ -527,14 +527,20 @@ def with_run_dir(trial: TrialSpec, artefacts: Path) -> TrialSpec:
     return dataclasses.replace(trial, workload=WorkloadSpec(kind="dflash", argv=argv))
 
 
+STATUS_INTERVAL_S = 60.0
+"""Without a terminal, how often a `N trials done, R running` line is printed between trials."""
+
+
 class LiveLines:
-    """One line per cell on stderr. On a terminal the lines update in place (rich.live); otherwise
-    the changed cell's line is printed after every trial, which keeps logs readable."""
+    """One line per cell on stderr. On a terminal the lines update in place (rich.live) and the
+    clock ticks every second; otherwise the changed cell's line is printed after every trial,
+    plus a status line every STATUS_INTERVAL_S, which keeps logs readable."""
 
     def __init__(self, cells: list[CellState], stream: TextIO, live: bool) -> None:
         self._cells = cells
         self._stream = stream
         self._start = time.monotonic()
+        self._next_tick = self._start
         self._live = None
         if live:
             from rich.console import Console
@@ -555,6 +561,19 @@ class LiveLines:
             self._live.update(self._render(), refresh=True)
         else:
             print(cell.line(time.monotonic() - self._start), file=self._stream, flush=True)
+
+    def tick(self, done: int, running: int, pending: int) -> None:
+        now = time.monotonic()
+        if now < self._next_tick:
+            return
+        if self._live is not None:
+            self._next_tick = now + 1.0
+            self._live.update(self._render(), refresh=True)
+        else:
+            if now > self._start + 1.0:
+                print(f"{format_elapsed(now - self._start)}: {done} trials done, {running} running, "
+                      f"{pending} pending", file=self._stream, flush=True)
+            self._next_tick = now + STATUS_INTERVAL_S
 
     def close(self) -> None:
         if self._live is not None:
@@ -614,6 +633,7 @@ class _Pool:
         self.errors: list[BaseException] = []
         self.results: list[TrialResult] = []
         self.left = 0
+        self.running = 0
         self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
 
     def run(self) -> list[TrialResult]:
@@ -626,6 +646,9 @@ class _Pool:
             while any(t.is_alive() for t in threads):
                 for t in threads:
                     t.join(timeout=0.1)
+                with self.lock:
+                    done, pending = len(self.results), len(self.pending)
+                self.lines.tick(done, self.running, pending)
         except KeyboardInterrupt:
             # Trials run in their own sessions, so Ctrl-C does not reach them: let the running ones
             # end (each has its own deadline), record them, then report the interrupt.
@@ -658,6 +681,7 @@ class _Pool:
                     state.skipped_by_rule += 1
                     self.left += 1
                     continue
+                self.running += 1
                 return trial
             self.left += len(self.pending)
             self.pending.clear()
@@ -668,6 +692,8 @@ class _Pool:
             while (trial := self._next()) is not None:
                 ids = self.gpus.acquire(self.need_gpus[trial.cell], self.stop)
                 if ids is None:
+                    with self.lock:
+                        self.running -= 1
                     return
                 try:
                     if ids:
@@ -677,6 +703,7 @@ class _Pool:
                 finally:
                     self.gpus.release(ids)
                 with self.lock:
+                    self.running -= 1
                     self.store.append(result)
                     self.results.append(result)
                     self.states[trial.cell].add(result)
