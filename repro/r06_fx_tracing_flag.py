@@ -1,0 +1,158 @@
+"""r06_fx_tracing_flag: a compiled call fails because another thread is inside FX tracing.
+
+Symptom: `RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized
+  function. This is not supported at the moment.` raised in a thread that merely calls an
+  already compiled function (torch/_dynamo/eval_frame.py compile_wrapper).
+Mechanism: `torch.fx._symbolic_trace._is_fx_tracing_flag` is a plain module global set by
+  `Tracer.trace` (symbolic_trace, make_fx) for the whole trace; every compiled callable's wrapper
+  checks `is_fx_symbolic_tracing()` and raises when `config.error_on_nested_fx_trace` (reference
+  F2, cpu-experiments R1).
+Trigger: thread `repro-tracer` loops `torch.fx.symbolic_trace` of a small module (optionally
+  sleeping --hold-ms inside the traced forward, like the reference's F2 probe); thread
+  `repro-caller` calls a compiled function (backend=eager, warmed up first) --iters times.
+Affected versions: 2.4 CPU (#126024), 2.11 (H200 probe, 100 % with a 2 s hold), 2.13.0 CPU (R1).
+Fix: nested-fx-fallback (error_on_nested_fx_trace=False in the caller thread: runs eagerly
+  instead); global-lock also holds because the repro runs the trace under around_call too.
+Upstream: #126024, PR #168999 (thread-local flag), PR #187589, PR #138282 comment.
+"""
+
+import argparse
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+import time
+import traceback
+
+_HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
+
+
+def beat():
+    """Rewrite $HARNESS_HEARTBEAT ("<n> <unix time>") at most every 0.2 s: progress, not a hang."""
+    path = os.environ.get("HARNESS_HEARTBEAT")
+    with _HB["lock"]:
+        _HB["n"] += 1
+        if path and time.monotonic() - _HB["t"] >= 0.2:
+            _HB["t"] = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{_HB['n']} {time.time()}\n")
+            os.replace(path + ".tmp", path)
+
+
+class NoFixes:
+    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
+
+    def thread_start(self, role):
+        pass
+
+    def around_call(self):
+        return contextlib.nullcontext()
+
+
+def setup(p):
+    """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
+    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
+    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
+    args = p.parse_args()
+    faulthandler.enable()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if not args.fix:
+        return args, NoFixes()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from dflash.fixes import FixSet
+
+    try:
+        return args, FixSet.from_names(args.fix)
+    except ValueError as exc:  # dflash.errors.ConfigError
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_threads(bodies, deadline_s):
+    """Run {name: fn} in named threads joined by one deadline; print and return their errors."""
+    errors = {}
+
+    def wrap(name, fn):
+        try:
+            fn()
+        except BaseException as exc:
+            errors[name] = exc
+
+    threads = [threading.Thread(target=wrap, args=item, name=item[0]) for item in bodies.items()]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        print(f"HANG: threads still alive after {deadline_s} s", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+    for name, exc in errors.items():
+        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
+        traceback.print_exception(exc)
+    return errors
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--iters", type=int, default=500, help="compiled calls in the caller thread")
+    p.add_argument("--hold-ms", type=float, default=0.0, help="sleep inside the traced forward")
+    args, fs = setup(p)
+    import torch
+    import torch.nn as nn
+
+    class Traced(nn.Module):
+        def forward(self, x):
+            if args.hold_ms:
+                time.sleep(args.hold_ms / 1000.0)  # keeps the global flag set (F2 probe)
+            return torch.relu(x) + 1
+
+    def step(x):
+        return torch.sin(x) * 2 + 1
+
+    compiled = torch.compile(step, backend="eager")
+    x = torch.randn(4, 8)
+    compiled(x)  # warm up in the main thread: the race is on calls, not on compiles
+    stop, failures, wrong = threading.Event(), [], []
+
+    def tracer():
+        fs.thread_start("tracer")
+        while not stop.is_set():
+            with fs.around_call():
+                torch.fx.symbolic_trace(Traced())
+
+    def caller():
+        fs.thread_start("caller")
+        try:
+            for _ in range(args.iters):
+                try:
+                    with fs.around_call():
+                        out = compiled(x)
+                    if not torch.allclose(out, step(x)):
+                        wrong.append(out)
+                except RuntimeError as exc:
+                    failures.append(exc)
+                beat()
+        finally:
+            stop.set()
+
+    errors = run_threads({"repro-tracer": tracer, "repro-caller": caller}, deadline_s=120)
+    if failures:
+        traceback.print_exception(failures[0])
+        print(f"failed compiled calls: {len(failures)}/{args.iters}")
+        print(f"REPRODUCED: RuntimeError: {failures[0]}")
+        return 1
+    if wrong:
+        print(f"WRONG_RESULT: {len(wrong)}/{args.iters} compiled calls returned a wrong value")
+        return 1
+    if errors:
+        return 1
+    print(f"NOT REPRODUCED (failed compiled calls: 0/{args.iters})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""r07_current_patcher: FX's global CURRENT_PATCHER is clobbered by two concurrent traces.
+
+Symptom: `AssertionError: CURRENT_PATCHER is None in finally block` (torch/fx/_symbolic_trace.py
+  `_new_patcher`), raised in a user `symbolic_trace` or inside a compile, where it surfaces as
+  `InductorError` / `BackendCompilerFailed: ... AssertionError: CURRENT_PATCHER is None in finally
+  block`; or `CURRENT_PATCHER was changed during a revert_all_patches`; or silent graph corruption.
+Mechanism: `_new_patcher()` saves the module-global CURRENT_PATCHER, installs its own and
+  restores the saved one in `finally`; two threads' save/restore pairs interleave, so one of them
+  finds None (reference F3, cpu-experiments R3).
+Trigger (--mode compile, default, the reference's fxrace setup): thread `repro-compiler` compiles
+  --k fresh functions with backend=aot_eager (make_fx -> Tracer.trace) while thread `repro-tracer`
+  loops `torch.fx.symbolic_trace`; cpu-experiments: inductor default 1/10, sw 4/10.
+  --mode trace: two threads both loop `symbolic_trace` (the same global, no compile).
+Affected versions: 2.13 nightly (#168042 "Error #1"), 2.13.0 CPU (R3); all versions with the
+  global patcher.
+Fix: global-lock (every trace and compiled call under one lock, i.e. serialize all FX tracing).
+Upstream: #168042, PR #187589 (thread-local patcher), PR #189884.
+"""
+
+import argparse
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+import time
+import traceback
+
+_HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
+
+
+def beat():
+    """Rewrite $HARNESS_HEARTBEAT ("<n> <unix time>") at most every 0.2 s: progress, not a hang."""
+    path = os.environ.get("HARNESS_HEARTBEAT")
+    with _HB["lock"]:
+        _HB["n"] += 1
+        if path and time.monotonic() - _HB["t"] >= 0.2:
+            _HB["t"] = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{_HB['n']} {time.time()}\n")
+            os.replace(path + ".tmp", path)
+
+
+class NoFixes:
+    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
+
+    def thread_start(self, role):
+        pass
+
+    def around_call(self):
+        return contextlib.nullcontext()
+
+
+def setup(p):
+    """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
+    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
+    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
+    args = p.parse_args()
+    faulthandler.enable()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if not args.fix:
+        return args, NoFixes()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from dflash.fixes import FixSet
+
+    try:
+        return args, FixSet.from_names(args.fix)
+    except ValueError as exc:  # dflash.errors.ConfigError
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_threads(bodies, deadline_s):
+    """Run {name: fn} in named threads joined by one deadline; print and return their errors."""
+    errors = {}
+
+    def wrap(name, fn):
+        try:
+            fn()
+        except BaseException as exc:
+            errors[name] = exc
+
+    threads = [threading.Thread(target=wrap, args=item, name=item[0]) for item in bodies.items()]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        print(f"HANG: threads still alive after {deadline_s} s", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+    for name, exc in errors.items():
+        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
+        traceback.print_exception(exc)
+    return errors
+
+
+SIGNATURE = "CURRENT_PATCHER"
+
+
+def chain(exc):
+    """Messages of exc and its causes, outermost first (a compile wraps the assertion)."""
+    out = []
+    while exc is not None:
+        out.append(f"{type(exc).__name__}: {exc}".strip())
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=("compile", "trace"), default="compile")
+    p.add_argument("--k", type=int, default=3, help="fresh functions compiled (--mode compile)")
+    p.add_argument("--iters", type=int, default=300, help="traces per tracer (--mode trace)")
+    args, fs = setup(p)
+    import torch
+    import torch.nn as nn
+
+    class Small(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.a(x).relu()
+
+    stop, hits, other = threading.Event(), [], {}
+
+    def attempt(fn, *a):
+        try:
+            with fs.around_call():
+                fn(*a)
+        except Exception as exc:  # sort: our signature vs. other races of the same family
+            if any(SIGNATURE in text for text in chain(exc)):
+                hits.append(exc)
+                stop.set()  # one is enough
+            else:
+                key = chain(exc)[-1][:100]
+                other[key] = other.get(key, 0) + 1
+        beat()
+
+    def tracer(n=None):
+        fs.thread_start("tracer")
+        m, done = Small(), 0
+        while not stop.is_set() and (n is None or done < n):
+            attempt(torch.fx.symbolic_trace, m)
+            done += 1
+
+    def compiler():
+        fs.thread_start("compiler")
+        try:
+            for i in range(args.k):
+                ns = {}  # a fresh code object per function: each one really compiles
+                exec(f"def f{i}(x):\n    return torch.cos(x) * {i + 1} + x.sum()", {"torch": torch}, ns)
+                fn = torch.compile(ns[f"f{i}"], backend="aot_eager")
+                for _ in range(5):
+                    if not stop.is_set():
+                        attempt(fn, torch.randn(4, 8))
+        finally:
+            stop.set()
+
+    if args.mode == "compile":
+        bodies = {"repro-compiler": compiler, "repro-tracer": tracer}
+    else:
+        bodies = {f"repro-tracer-{i}": (lambda: tracer(args.iters)) for i in range(2)}
+    errors = run_threads(bodies, deadline_s=180)
+    if hits:
+        traceback.print_exception(hits[0])
+        inner = [text for text in chain(hits[0]) if SIGNATURE in text][-1]
+        print(f"REPRODUCED: {inner.splitlines()[-1]}")
+        return 1
+    print(f"NOT REPRODUCED ({len(hits)} patcher errors; other errors: {other or 'none'})")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
