@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
 from harness import presets
-from harness.matrix import MatrixError, MatrixRun, MatrixSpec, load_spec, run_matrix
+from harness.matrix import MatrixError, MatrixRun, MatrixSpec, run_matrix
+from harness.presets import load_spec
 from harness.outcome import Outcome
 
 
@@ -57,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("matrix", help="run a matrix of trials (resumable)")
     src = m.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help=f"one of: {', '.join(presets.PRESETS)}")
-    src.add_argument("--file", help="JSON matrix spec (see harness.matrix.spec_from_dict)")
+    src.add_argument("--file", help="JSON matrix spec (see harness.presets.spec_from_dict)")
     src.add_argument("--list", action="store_true", help="list the presets and their cells")
     m.add_argument("--store", help="store folder (default results/<matrix name>)")
     m.add_argument("--trials", "--max-trials", type=_positive_int, help="trials per cell (overrides the spec)")
@@ -106,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `... | head`: the reader left. Point stdout at /dev/null so the interpreter's final
+        # flush does not raise again (Python docs, "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except _user_errors() as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2

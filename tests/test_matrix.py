@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from harness import matrix
-from harness.matrix import GpuSlots, MatrixError, spec_from_dict
+from harness.matrix import GpuSlots, MatrixError
+from harness.presets import spec_from_dict
 from harness.outcome import Outcome
 from harness.store import Store
 
