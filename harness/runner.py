@@ -243,7 +243,7 @@ def _classify(result: TrialResult, ending: _Ending, text: str) -> None:
 
 def _classify_exit(result: TrialResult, text: str) -> None:
     rc = result.rc
-    fatal = re.search(r"^Fatal Python error: (.+?)[ \t]*$", text, re.M)
+    fatal = re.search(r"Fatal Python error: (.+?)[ \t]*$", text, re.M)
     if rc == 2:
         line = next((ln for ln in text.splitlines() if ln.startswith("error:")), "no error: line")
         _set(result, Outcome.HARNESS_ERROR, None, f"workload rejected its input: {line}")

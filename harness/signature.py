@@ -175,14 +175,15 @@ def thread_role(name: str | None) -> str:
     return re.sub(r"(?:[-_ ]?\d+)+$", "", name) or name
 
 
-_MODULE_ANCHORS = re.compile(r"(?:site-packages|dist-packages|lib/python\d+\.\d+)/(.*)$")
+_MODULE_ANCHORS = (re.compile(r"(?:site-packages|dist-packages)/(.*)$"),
+                   re.compile(r"lib/python\d+\.\d+/(.*)$"))
 _PROJECT_ROOTS = ("dflash", "harness", "repro", "torch")
 
 
 def module_of(filename: str) -> str:
     """Dotted module for a frame's file, independent of where the tree lives."""
     path = filename.replace("\\", "/")
-    anchored = _MODULE_ANCHORS.search(path)
+    anchored = next((m for m in (a.search(path) for a in _MODULE_ANCHORS) if m), None)
     if anchored:
         rel = anchored.group(1)
     else:
@@ -315,7 +316,7 @@ def primary_traceback(tracebacks: list[PyTraceback]) -> PyTraceback | None:
 
 # ---------------------------------------------------------------------------------- signatures
 
-_FATAL = re.compile(r"^Fatal Python error: ([^\n]+?)[ \t]*$", re.M)
+_FATAL = re.compile(r"Fatal Python error: ([^\n]+?)[ \t]*$", re.M)
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+)'")
 _WHAT = re.compile(r"^\s*what\(\):\s*(.+)$", re.M)
 _CUDA = re.compile(r"CUDA error: ([^\n]+)")

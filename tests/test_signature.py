@@ -1,0 +1,238 @@
+"""Signatures separate what differs and group what is the same.
+
+Real outputs live in tests/fixtures/tracebacks/<family>/<n>.txt (see its README): one folder is
+one key, different folders are different keys. The smaller tests pin the rules themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.hangs import parse_pyspy_json
+from harness.signature import (
+    SIGNATURE_VERSION, crash_signature, hang_signature, module_of, normalise_message,
+    parse_tracebacks, thread_role, wrong_result_signature)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
+FAMILIES = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and list(p.glob("*.txt")))
+
+
+def _key(path: Path) -> str:
+    sig = crash_signature(path.read_text(errors="replace"))
+    assert sig is not None, f"{path}: no signature"
+    return sig.key
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda p: p.name)
+def test_fixture_family_has_one_key(family):
+    keys = {f.name: _key(f) for f in sorted(family.glob("*.txt"))}
+    assert len(set(keys.values())) == 1, keys
+
+
+def test_fixture_families_have_distinct_keys():
+    assert len(FAMILIES) >= 3
+    keys = {family.name: _key(sorted(family.glob("*.txt"))[0]) for family in FAMILIES}
+    assert len(set(keys.values())) == len(keys), keys
+
+
+@pytest.mark.parametrize("family, summary", [
+    ("r4_eager_module_nameerror", "fx-module-not-submodule (NameError in eager at "
+                                  "torch.fx._symbolic_trace:path_of_module"),
+    ("f2_fx_trace_of_compiled_fn", "fx-trace-of-dynamo-fn (RuntimeError in caller at "
+                                   "torch._dynamo.eval_frame:compile_wrapper < "
+                                   "torch_f2_fx_tracing:call_compiled)"),
+    ("r5_reset_segfault", "Segmentation fault at torch._dynamo.eval_frame:compile_wrapper"),
+])
+def test_fixture_summaries_read_well(family, summary):
+    sig = crash_signature((FIXTURES / family / "1.txt").read_text())
+    assert summary in sig.summary
+    assert str(sig) == f"{sig.key} {sig.summary}"
+    assert sig.version == SIGNATURE_VERSION
+
+
+def test_r4_fixture_role_comes_from_excepthook_header():
+    tb = parse_tracebacks((FIXTURES / "r4_eager_module_nameerror" / "1.txt").read_text())[0]
+    assert tb.thread == "eager-0" and tb.exc_type == "NameError"
+    assert tb.frames[0].name == "path_of_module"
+
+
+# ------------------------------------------------------------------------------------- rules
+
+def _traceback(frames: list[tuple[str, int, str]], exc: str, header: str = "") -> str:
+    lines = [header] if header else []
+    lines.append("Traceback (most recent call last):")
+    for filename, line, func in frames:
+        lines += [f'  File "{filename}", line {line}, in {func}', "    some_code()", "    ^^^^"]
+    return "\n".join(lines + [exc, ""])
+
+
+SITE = "/venv/lib/python3.12/site-packages/torch"
+CGT = [(f"{SITE}/_inductor/cudagraph_trees.py", 380, "get_manager"),
+       (f"{SITE}/_inductor/cudagraph_trees.py", 360, "get_container"),
+       (f"{SITE}/_inductor/cudagraph_trees.py", 330, "get_obj")]
+FORWARD = [("/repo/dflash/train_worker.py", 80, "step"),
+           (f"{SITE}/_dynamo/eval_frame.py", 1166, "compile_wrapper"),
+           (f"{SITE}/_inductor/output_code.py", 600, "__call__")] + CGT
+BACKWARD = [("/repo/dflash/train_worker.py", 90, "step"),
+            (f"{SITE}/_tensor.py", 648, "backward"),
+            (f"{SITE}/autograd/__init__.py", 353, "backward"),
+            (f"{SITE}/autograd/graph.py", 824, "_engine_run_backward")] + CGT
+
+
+def test_same_assertion_from_forward_and_backward_are_two_signatures():
+    # F1 (pytorch/pytorch#123177): empty AssertionError, identical innermost frames.
+    header = "=== thread dflash-train-1 failed: AssertionError:  ==="
+    fwd = crash_signature(_traceback(FORWARD, "AssertionError", header), rc=1)
+    bwd = crash_signature(_traceback(BACKWARD, "AssertionError", header), rc=1)
+    assert fwd.frames == bwd.frames             # top 3 alike ...
+    assert fwd.key != bwd.key                   # ... but entered torch differently
+    assert fwd.role == bwd.role == "dflash-train"
+
+
+def test_same_error_via_other_line_numbers_addresses_and_replica_is_one_signature():
+    a = _traceback(FORWARD, "ValueError: bad ptr 0x7f00aa at step 12",
+                   "=== thread dflash-train-0 failed: ValueError: x ===")
+    moved = [(f, line + 7, fn) for f, line, fn in FORWARD]
+    b = _traceback(moved, "ValueError: bad ptr 0x7f11bb at step 99",
+                   "=== thread dflash-train-3 failed: ValueError: x ===")
+    assert crash_signature(a, rc=1).key == crash_signature(b, rc=1).key
+
+
+def test_thread_role_is_part_of_an_exception_signature():
+    a = _traceback(FORWARD, "ValueError: x", "Exception in thread dflash-train-0:")
+    b = _traceback(FORWARD, "ValueError: x", "Exception in thread dflash-target-0:")
+    assert crash_signature(a, rc=1).key != crash_signature(b, rc=1).key
+
+
+def test_known_message_groups_different_call_paths():
+    msg = ("RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten "
+           "by a subsequent run. Stack trace: File \"/a/b.py\", line 3")
+    a = crash_signature(_traceback(FORWARD, msg), rc=1)
+    b = crash_signature(_traceback(BACKWARD[:3], msg), rc=1)
+    assert a.key == b.key and a.key.startswith("cudagraphs-output-overwritten-")
+
+
+def test_wrapped_current_patcher_errors_are_one_signature():
+    bare = _traceback(FORWARD, "AssertionError: CURRENT_PATCHER is None in finally block")
+    wrapped = _traceback(BACKWARD, "torch._dynamo.exc.BackendCompilerFailed: backend='inductor'"
+                         " raised:\nAssertionError: CURRENT_PATCHER is None in finally block")
+    assert crash_signature(bare, rc=1).key == crash_signature(wrapped, rc=1).key
+
+
+def test_cuda_errors_are_keyed_by_the_error_string():
+    a = crash_signature(_traceback(FORWARD, "torch.AcceleratorError: CUDA error: operation not "
+                                   "permitted when stream is capturing\nCUDA kernel errors ..."))
+    b = crash_signature(_traceback(BACKWARD, "RuntimeError: CUDA error: operation not permitted "
+                                   "when stream is capturing"))
+    c = crash_signature(_traceback(FORWARD, "RuntimeError: CUDA error: operation failed due to "
+                                   "a previous error during capture"))
+    assert a.kind == "cuda" and a.key == b.key != c.key
+    assert a.summary.startswith("operation not permitted when stream is capturing")
+
+
+def test_secondary_stop_exceptions_do_not_hide_the_cause():
+    stop = _traceback(FORWARD, "dflash.errors.StageStopped: stopping",
+                      "=== thread dflash-target-0 failed: StageStopped: stopping ===")
+    cause = _traceback(BACKWARD, "KeyError: 'x'",
+                       "=== thread dflash-train-0 failed: KeyError: 'x' ===")
+    sig = crash_signature(stop + cause, rc=1)
+    assert sig.exc_type == "KeyError" and sig.role == "dflash-train"
+
+
+def test_chained_tracebacks_fold_into_the_last():
+    text = (_traceback(FORWARD, "KeyError: 'a'") +
+            "\nDuring handling of the above exception, another exception occurred:\n\n" +
+            _traceback(BACKWARD, "RuntimeError: wrapped"))
+    tbs = parse_tracebacks(text)
+    assert len(tbs) == 1 and tbs[0].exc_type == "RuntimeError"
+    assert [t.exc_type for t in tbs[0].chain] == ["KeyError"]
+
+
+def test_cpp_terminate_is_keyed_by_what():
+    text = ("terminate called after throwing an instance of 'c10::Error'\n"
+            "  what():  invalid device ordinal 3\nFatal Python error: Aborted\n\n"
+            "Current thread 0x00007f (most recent call first):\n"
+            '  File "/repo/dflash/pipeline.py", line 5 in run\n')
+    sig = crash_signature(text, rc=-6)
+    assert sig.kind == "fatal" and sig.exc_type == "c10::Error"
+    assert sig.message == "invalid device ordinal <int>"
+    assert sig.frames == ("dflash.pipeline:run",)
+
+
+def test_killed_without_report_is_keyed_by_signal():
+    assert crash_signature("partial output\n", rc=-9).key.startswith("SIGKILL-")
+
+
+def test_wrong_result_signature_normalises_numbers():
+    a = wrong_result_signature("x\nWRONG_RESULT: loss nan at step 12\n")
+    b = wrong_result_signature("WRONG_RESULT: loss nan at step 40\n")
+    assert a.key == b.key and a.message == "loss nan at step <int>"
+
+
+PYSPY = [
+    {"thread_name": "dflash-train-0", "thread_id": 1, "os_thread_id": 11, "active": False,
+     "frames": [{"name": "PyThread_acquire_lock_timed", "filename": "libpython3.12.so", "line": 0},
+                {"name": "Condition.wait", "filename": "/usr/lib/python3.12/threading.py",
+                 "line": 331},
+                {"name": "Channel.get", "filename": "/repo/dflash/channel.py", "line": 40},
+                {"name": "run", "filename": "/repo/dflash/train_worker.py", "line": 9}]},
+    {"thread_name": "dflash-train-1", "thread_id": 2, "os_thread_id": 12, "active": False,
+     "frames": [{"name": "Condition.wait", "filename": "/usr/lib/python3.12/threading.py",
+                 "line": 331},
+                {"name": "Channel.get", "filename": "/repo/dflash/channel.py", "line": 40}]},
+    {"thread_name": "harness-watchdog", "thread_id": 3, "os_thread_id": 13, "active": True,
+     "frames": [{"name": "loop", "filename": "/repo/harness/scheduler.py", "line": 1}]},
+]
+
+
+def test_hang_signature_is_the_set_of_role_and_blocking_frame():
+    sig = hang_signature(parse_pyspy_json(PYSPY))
+    assert sig.frames == ("dflash-train@dflash.channel:get",)
+    reordered = hang_signature(parse_pyspy_json(list(reversed(json.loads(json.dumps(PYSPY))))))
+    assert reordered.key == sig.key and sig.key.startswith("hang-")
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("name '__compiled_fn_243_aaae9c68_f4ef_490b_ab8c_3b2c1d0e9f8a' is not defined",
+     "name '__compiled_fn_<N>' is not defined"),
+    ("tensor at 0x7f3a2b1c freed", "tensor at <hex> freed"),
+    ("run 123e4567-e89b-12d3-a456-426614174000 done", "run <uuid> done"),
+    ("cache /tmp/torchinductor_root/ab/cd.py missing", "cache <path> missing"),
+    ("lr 0.0003 step 17 of [4, 8]", "lr <float> step <int> of [<int>, <int>]"),
+    ("key 3f9a1c2b7d4e5f60 stale", "key <hash> stale"),
+    ("first\n\nsecond\nthird", "first | second"),
+    ("float32 and int64 differ", "float32 and int64 differ"),
+])
+def test_normalise_message(raw, expected):
+    assert normalise_message(raw) == expected
+
+
+@pytest.mark.parametrize("name, role", [
+    ("dflash-train-1", "dflash-train"), ("Dummy-5", "Dummy"), ("MainThread", "MainThread"),
+    ("Thread-3 (worker)", "Thread (worker)"), ("ThreadPoolExecutor-0_1", "ThreadPoolExecutor"),
+    ("Thread 0x00007f52", "?"), (None, "?"),
+])
+def test_thread_role(name, role):
+    assert thread_role(name) == role
+
+
+@pytest.mark.parametrize("filename, module", [
+    ("/x/.venv/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", "torch._dynamo.eval_frame"),
+    ("/root/.pyenv/versions/3.11.7/lib/python3.11/concurrent/futures/thread.py",
+     "concurrent.futures.thread"),
+    ("/gpu/host/checkout/dflash/pipeline.py", "dflash.pipeline"),
+    ("/work/main/tests/scripts/crash.py", "crash"),
+    ("/x/site-packages/torch/__init__.py", "torch"),
+])
+def test_module_of_is_independent_of_checkout_location(filename, module):
+    assert module_of(filename) == module
+
+
+def test_main_thread_traceback_gets_main_role():
+    text = _traceback([("/w/s.py", 3, "<module>"), ("/w/s.py", 1, "f")], "KeyError: 1")
+    sig = crash_signature(text, rc=1)
+    assert sig.role == "MainThread" and re.match(r"^KeyError-[0-9a-f]{10}$", sig.key)
