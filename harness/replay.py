@@ -22,7 +22,7 @@ from harness.matrix import with_run_dir
 from harness.outcome import TrialResult
 from harness.spec import InvalidSpec, TrialSpec
 from harness.report import default_stores
-from harness.store import Store
+from harness.store import ARTEFACTS_NAME, Store, safe_name
 
 REPLAYS_NAME = "replays"
 
@@ -41,8 +41,11 @@ def find_trial(trial_id: str, store_dirs: list[Path]) -> tuple[TrialResult, Path
     raise ReplayError(f"trial {trial_id!r} not found in {where}")
 
 
-def load_trial_spec(record: TrialResult) -> TrialSpec:
-    path = Path(record.artefacts) / "spec.json"
+def load_trial_spec(record: TrialResult, store_dir: Path) -> TrialSpec:
+    # The store's own layout first: the recorded path may be relative to another working folder.
+    path = store_dir / ARTEFACTS_NAME / safe_name(record.trial_id) / "spec.json"
+    if not path.exists():
+        path = Path(record.artefacts) / "spec.json"
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -63,7 +66,7 @@ def replay(record: TrialResult, store_dir: Path, times: int, *, stream=None) -> 
 
     stream = stream or sys.stderr
 
-    spec = load_trial_spec(record)
+    spec = load_trial_spec(record, store_dir)
     store = Store(store_dir / REPLAYS_NAME)
     first = sum(1 for r in store.load() if r.replay_of == record.trial_id)
     results = []
