@@ -87,8 +87,9 @@ class DFlashObjective(nn.Module):
         """Inference draft of one block per row: context [b, S, k*H] holds the verified
         positions 0..S-1, the anchor (last verified token) sits at position S. The block sees all
         context and itself (no mask, as at z-lab inference). Returns logits [b, B_s-1, V]."""
+        dev = self.pos_weights.device  # the target may live on another device
+        context, anchor_tokens = context.to(dev), anchor_tokens.to(dev)
         b, seq_len = context.shape[:2]
-        dev = context.device
         offs = torch.arange(self.block_size, device=dev)
         ids = torch.where(offs == 0, anchor_tokens[:, None], self.mask_token_id)  # [b, B_s]
         positions = torch.arange(seq_len + self.block_size, device=dev).expand(b, -1)
