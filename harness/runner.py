@@ -42,6 +42,8 @@ OUTPUT_READ_CAP = 32 * 1024 * 1024
 assert POLL_S < 1.0 <= GROUP_GONE_TIMEOUT_S
 
 OUTPUT_NAME = "output.txt"
+_TRIAL_FILES = (OUTPUT_NAME, "spec.json", "result.json", "heartbeat", "plan.json",
+                "plan_log.jsonl", "pyspy.json", "hang_dump.txt")
 BOOTSTRAP_DIR = REPO_ROOT / "harness" / "bootstrap"
 
 _FATAL_SIGNALS = {
@@ -69,6 +71,8 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     """Run `spec` once; every ending (including a bad spec) becomes a TrialResult."""
     out = Path(artefacts_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for name in _TRIAL_FILES:           # a reused folder must not show a previous trial's files
+        (out / name).unlink(missing_ok=True)
     result = TrialResult(
         trial_id=str(spec.trial_id), cell=str(spec.cell), trial_index=spec.trial_index,
         outcome=Outcome.HARNESS_ERROR, artefacts=str(out), torch_version=_torch_version(),
@@ -126,6 +130,8 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
         ending = _watch(proc, spec, out)
         if ending.how != "exited":
             ending.dump = hangs.dump(proc.pid, out, output_path=str(out / OUTPUT_NAME))
+            if _has_exited(proc):       # it ended on its own while we were deciding: an exit
+                ending.how = "exited"
     finally:
         # Also on KeyboardInterrupt or a harness bug: never leave the child running.
         _kill_group(proc.pid)
@@ -248,8 +254,7 @@ def _classify_exit(result: TrialResult, text: str) -> None:
         line = next((ln for ln in text.splitlines() if ln.startswith("error:")), "no error: line")
         _set(result, Outcome.HARNESS_ERROR, None, f"workload rejected its input: {line}")
     elif (rc is not None and rc < 0) or fatal:
-        result.signal = (signal.Signals(-rc).name if rc is not None and rc < 0 and
-                         -rc in signal.Signals._value2member_map_ else None)
+        result.signal = _signal_name(-rc) if rc is not None and rc < 0 else None
         if result.signal is None and fatal:
             result.signal = _FATAL_SIGNALS.get(fatal.group(1))
         sig = signature.crash_signature(text, rc=rc)
@@ -266,6 +271,13 @@ def _classify_exit(result: TrialResult, text: str) -> None:
         failed = len(signature.parse_tracebacks(text))
         detail = f"skipped: {skip.group(1)}" if skip else "exit 0"
         _set(result, Outcome.OK, None, detail + (f" ({failed} tracebacks printed)" if failed else ""))
+
+
+def _signal_name(signum: int) -> str | None:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return None
 
 
 def _set(result: TrialResult, outcome: Outcome, sig: signature.Signature | None,

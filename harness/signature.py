@@ -69,6 +69,7 @@ KNOWN_MESSAGES: tuple[tuple[str, str], ...] = (
 # other exception in the output is the cause.
 SECONDARY_TYPES = frozenset({
     "StageStopped", "BrokenBarrierError", "KeyboardInterrupt", "SystemExit", "ChannelClosed",
+    "ExceptionGroup", "BaseExceptionGroup",      # containers: their first member is the cause
 })
 
 # Plumbing frames dropped before taking the top frames (ClusterFuzz STACK_FRAME_IGNORE_REGEXES).
@@ -242,6 +243,8 @@ def parse_tracebacks(text: str) -> list[PyTraceback]:
     threading.excepthook's `Exception in thread <name>:`; a header-less traceback whose outermost
     frame is `<module>` is the main thread's."""
     lines = text.splitlines()
+    if "Exception Group Traceback" in text:
+        lines = [_ungroup(line) for line in lines]
     result: list[PyTraceback] = []
     thread: str | None = None
     chained: list[PyTraceback] = []
@@ -261,6 +264,19 @@ def parse_tracebacks(text: str) -> list[PyTraceback]:
             continue
         i += 1
     return result
+
+
+_GROUP_RULE = re.compile(r"^\s*\+[-+]")
+_GROUP_PREFIX = re.compile(r"^\s*[|+] ?")
+
+
+def _ungroup(line: str) -> str:
+    """Drop the `| ` / `+-+---- 1 ----` drawing of an ExceptionGroup traceback (PEP 654), so
+    that its members parse as ordinary tracebacks."""
+    if _GROUP_RULE.match(line):
+        return ""
+    line = _GROUP_PREFIX.sub("", line, count=1)
+    return line.replace("Exception Group Traceback (most recent", "Traceback (most recent")
 
 
 def _flatten(chained: list[PyTraceback]) -> Iterable[PyTraceback]:

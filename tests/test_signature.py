@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import traceback
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,22 @@ def test_secondary_stop_exceptions_do_not_hide_the_cause():
                        "=== thread dflash-train-0 failed: KeyError: 'x' ===")
     sig = crash_signature(stop + cause, rc=1)
     assert sig.exc_type == "KeyError" and sig.role == "dflash-train"
+
+
+def test_exception_group_members_are_parsed_and_the_first_is_the_cause():
+    errors = []
+    for exc in (KeyError("k"), ValueError("v")):
+        try:
+            raise exc
+        except Exception as caught:
+            errors.append(caught)
+    try:
+        raise ExceptionGroup("2 threads failed", errors)
+    except ExceptionGroup as group:
+        text = "".join(traceback.format_exception(group))
+    tbs = parse_tracebacks(text)
+    assert [t.exc_type for t in tbs] == ["ExceptionGroup", "KeyError", "ValueError"]
+    assert crash_signature(text, rc=1).exc_type == "KeyError"
 
 
 def test_chained_tracebacks_fold_into_the_last():
