@@ -16,6 +16,7 @@ Fix: nested-fx-fallback (error_on_nested_fx_trace=False in the caller thread: ru
 Upstream: #126024, PR #168999 (thread-local flag), PR #187589, PR #138282 comment.
 """
 
+# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
 import argparse
 import contextlib
 import faulthandler
@@ -48,6 +49,9 @@ class NoFixes:
 
     def around_call(self):
         return contextlib.nullcontext()
+
+    def active(self, name):
+        return False
 
 
 def setup(p):
@@ -94,6 +98,7 @@ def run_threads(bodies, deadline_s):
         print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
         traceback.print_exception(exc)
     return errors
+# --- end of shared repro preamble ---
 
 
 def main():

@@ -17,6 +17,7 @@ Fix: global-lock (every trace and compiled call under one lock, i.e. serialize a
 Upstream: #168042, PR #187589 (thread-local patcher), PR #189884.
 """
 
+# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
 import argparse
 import contextlib
 import faulthandler
@@ -49,6 +50,9 @@ class NoFixes:
 
     def around_call(self):
         return contextlib.nullcontext()
+
+    def active(self, name):
+        return False
 
 
 def setup(p):
@@ -95,6 +99,7 @@ def run_threads(bodies, deadline_s):
         print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
         traceback.print_exception(exc)
     return errors
+# --- end of shared repro preamble ---
 
 
 SIGNATURE = "CURRENT_PATCHER"
@@ -114,6 +119,7 @@ def main():
     p.add_argument("--mode", choices=("compile", "trace"), default="compile")
     p.add_argument("--k", type=int, default=3, help="fresh functions compiled (--mode compile)")
     p.add_argument("--iters", type=int, default=300, help="traces per tracer (--mode trace)")
+    p.add_argument("--calls", type=int, default=300, help="calls per compiled function (reference: 300)")
     args, fs = setup(p)
     import torch
     import torch.nn as nn
@@ -155,7 +161,7 @@ def main():
                 ns = {}  # a fresh code object per function: each one really compiles
                 exec(f"def f{i}(x):\n    return torch.cos(x) * {i + 1} + x.sum()", {"torch": torch}, ns)
                 fn = torch.compile(ns[f"f{i}"], backend="aot_eager")
-                for _ in range(5):
+                for _ in range(args.calls):
                     if not stop.is_set():
                         attempt(fn, torch.randn(4, 8))
         finally:

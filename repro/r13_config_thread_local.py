@@ -13,6 +13,7 @@ Fix: nested-fx-fallback (sets the flag inside each worker in FixSet.thread_start
 Upstream: #118387 (thread-local patch proposal), PR #170468, #111150, #118390.
 """
 
+# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
 import argparse
 import contextlib
 import faulthandler
@@ -45,6 +46,9 @@ class NoFixes:
 
     def around_call(self):
         return contextlib.nullcontext()
+
+    def active(self, name):
+        return False
 
 
 def setup(p):
@@ -91,6 +95,7 @@ def run_threads(bodies, deadline_s):
         print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
         traceback.print_exception(exc)
     return errors
+# --- end of shared repro preamble ---
 
 
 def main():

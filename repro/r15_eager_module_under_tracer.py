@@ -15,6 +15,7 @@ Fix: global-lock (the trace and the eager calls under one lock; no registry fix 
 Upstream: PR #187589 "Isolate FX tracing patches from unrelated threads", PR #168999, #126024.
 """
 
+# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
 import argparse
 import contextlib
 import faulthandler
@@ -47,6 +48,9 @@ class NoFixes:
 
     def around_call(self):
         return contextlib.nullcontext()
+
+    def active(self, name):
+        return False
 
 
 def setup(p):
@@ -93,6 +97,7 @@ def run_threads(bodies, deadline_s):
         print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
         traceback.print_exception(exc)
     return errors
+# --- end of shared repro preamble ---
 
 
 def main():
