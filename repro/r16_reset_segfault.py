@@ -1,0 +1,157 @@
+"""r16_reset_segfault: torch._dynamo.reset() in one thread crashes a compiled call in another.
+
+Symptom: the process dies with SIGSEGV (sometimes SIGFPE): `Fatal Python error: Segmentation
+  fault`, the crashing thread in `torch/_dynamo/eval_frame.py compile_wrapper` (C++ eval frame /
+  cache lookup), the other in `torch/_dynamo/__init__.py reset` (`with convert_frame.compile_lock`).
+  Rarer, non-fatal: `NameError: name '__compiled_fn_...' is not defined` (R6).
+Mechanism: reset() holds compile_lock and clears every code object's cache entries, but another
+  thread's cache lookup / guard evaluation and the transformed bytecode run outside that lock
+  (reference F6/F10, cpu-experiments R5, R6).
+Trigger: thread `repro-caller` calls one compiled function (backend --backend) for --secs;
+  thread `repro-resetter` loops `torch._dynamo.reset(); sleep(1 ms)`. cpu-experiments: eager
+  default 1/20 (NameError 2/10), sw 10/10; aot_eager sw 5/5; inductor sw 3/5.
+Affected versions: 2.13.0 CPU (observed); 2.11 takes the same lock only in reset (not verified).
+Fix: global-lock (reset and every compiled call under one lock). Best fix: never reset while
+  other threads run compiled code (reference section 6 rec. 5).
+Upstream: PR #195355 (ExtraState lock; notes reset inside guard evaluation), PR #196637.
+"""
+
+# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
+import argparse
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+import time
+import traceback
+
+_HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
+
+
+def beat():
+    """Rewrite $HARNESS_HEARTBEAT ("<n> <unix time>") at most every 0.2 s: progress, not a hang."""
+    path = os.environ.get("HARNESS_HEARTBEAT")
+    with _HB["lock"]:
+        _HB["n"] += 1
+        if path and time.monotonic() - _HB["t"] >= 0.2:
+            _HB["t"] = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{_HB['n']} {time.time()}\n")
+            os.replace(path + ".tmp", path)
+
+
+class NoFixes:
+    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
+
+    def thread_start(self, role):
+        pass
+
+    def around_call(self):
+        return contextlib.nullcontext()
+
+    def active(self, name):
+        return False
+
+
+def setup(p):
+    """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
+    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
+    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
+    args = p.parse_args()
+    faulthandler.enable()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if not args.fix:
+        return args, NoFixes()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from dflash.fixes import FixSet
+
+    try:
+        return args, FixSet.from_names(args.fix)
+    except ValueError as exc:  # dflash.errors.ConfigError
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_threads(bodies, deadline_s):
+    """Run {name: fn} in named threads joined by one deadline; print and return their errors."""
+    errors = {}
+
+    def wrap(name, fn):
+        try:
+            fn()
+        except BaseException as exc:
+            errors[name] = exc
+
+    threads = [threading.Thread(target=wrap, args=item, name=item[0]) for item in bodies.items()]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        print(f"HANG: threads still alive after {deadline_s} s", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+    for name, exc in errors.items():
+        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
+        traceback.print_exception(exc)
+    return errors
+# --- end of shared repro preamble ---
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--secs", type=float, default=5.0, help="how long the caller runs")
+    p.add_argument("--backend", default="eager", choices=("eager", "aot_eager", "inductor"))
+    p.add_argument("--what", default="reset", choices=("reset", "reset_code_caches"))
+    args, fs = setup(p)
+    import torch
+    import torch._dynamo
+
+    def f(x, w):
+        return torch.relu(x @ w).sin() + 1.0
+
+    cf = torch.compile(f, backend=args.backend)
+    reset = getattr(torch._dynamo, args.what)
+    stop, failures, counts = threading.Event(), [], {"calls": 0, "resets": 0}
+
+    def resetter():
+        fs.thread_start("resetter")
+        while not stop.is_set():
+            with fs.around_call():
+                reset()
+            counts["resets"] += 1
+            time.sleep(0.001)
+
+    def caller():
+        fs.thread_start("caller")
+        w, end = torch.randn(8, 8), time.monotonic() + args.secs
+        try:
+            while time.monotonic() < end:
+                x = torch.randn(4, 8)
+                try:
+                    with fs.around_call():
+                        out = cf(x, w)
+                except NameError as exc:  # R6: the transformed bytecode lost its __compiled_fn
+                    failures.append(exc)
+                    break
+                if not torch.allclose(out, f(x, w)):
+                    raise AssertionError("compiled result differs from eager")
+                counts["calls"] += 1
+                beat()
+        finally:
+            stop.set()
+
+    errors = run_threads({"repro-resetter": resetter, "repro-caller": caller}, deadline_s=args.secs + 120)
+    if failures:
+        traceback.print_exception(failures[0])
+        print(f"REPRODUCED: NameError: {failures[0]}")
+        return 1
+    print(f"NOT REPRODUCED (no crash; calls {counts['calls']}, {args.what} {counts['resets']})")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
