@@ -48,9 +48,10 @@ def make_objective(target, num_layers=1, seed=0, attention="auto"):
     layer_ids = resolve_layer_ids(cfg, target.num_layers)
     drafter = DFlashDrafter(cfg, hidden_size=target.hidden_size, num_target_layers=target.num_layers,
                             vocab_size=target.vocab_size, layer_ids=layer_ids)
-    return DFlashObjective(drafter, target.embed_tokens, target.lm_head, BS,
-                           resolve_mask_token_id(cfg, target.vocab_size), cfg.resolved_gamma(),
-                           attention)
+    obj = DFlashObjective(drafter, target.embed_tokens, target.lm_head, BS,
+                          resolve_mask_token_id(cfg, target.vocab_size), cfg.resolved_gamma(),
+                          attention)
+    return obj.to(target.device)
 
 
 def make_batch(target, seed=0, b=3, seq_len=32, num_anchors=6, layer_ids=(2,)):
@@ -59,9 +60,10 @@ def make_batch(target, seed=0, b=3, seq_len=32, num_anchors=6, layer_ids=(2,)):
     pos = torch.arange(seq_len)[None]
     input_ids = torch.randint(1, target.vocab_size - 1, (b, seq_len), generator=g) * (pos < lengths[:, None])
     loss_mask = ((pos < lengths[:, None]) & (pos >= 4)).long()
-    context = target.hidden(input_ids, (pos < lengths[:, None]).long(), layer_ids)
+    dev = target.device
+    context = target.hidden(input_ids.to(dev), (pos < lengths[:, None]).long().to(dev), layer_ids)
     anchors, keep = sample_anchors(loss_mask, lengths, num_anchors, BS, g)
-    return input_ids, loss_mask, context, anchors, keep
+    return tuple(t.to(target.device) for t in (input_ids, loss_mask, context, anchors, keep))
 
 
 def test_drafter_init_is_deterministic_and_holds_no_embedding(target):
@@ -187,3 +189,44 @@ def test_objective_compiles_with_inductor_on_cpu(target):
     torch.testing.assert_close(out.loss, ref.loss, atol=1e-4, rtol=1e-4)
     for g, p in zip(grads, obj.drafter.parameters()):
         torch.testing.assert_close(g, p.grad, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.cuda
+def test_compiled_flex_objective_on_cuda_matches_sdpa_and_never_recompiles():
+    # auto = flex when compiled on CUDA; the BlockMask is built inside the compiled forward.
+    target = build_target(TargetConfig(), "cuda")  # not the shared CPU fixture: .cuda() moves it
+    flex = make_objective(target, num_layers=2, attention="auto")
+    sdpa = make_objective(target, num_layers=2, attention="sdpa")
+    batches = [make_batch(target, seed=seed, layer_ids=flex.layer_ids) for seed in range(3)]
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    fn = torch.compile(flex, backend="inductor")
+    for batch in batches:
+        flex.zero_grad()
+        sdpa.zero_grad()
+        out, ref = fn(*batch), sdpa(*batch)
+        out.loss.backward()
+        ref.loss.backward()
+        torch.testing.assert_close(out.loss, ref.loss, atol=1e-4, rtol=1e-4)
+        for p, q in zip(flex.drafter.parameters(), sdpa.drafter.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3)
+    counters = torch._dynamo.utils.counters
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+
+
+@pytest.mark.cuda
+def test_bf16_objective_compiles_and_trains_on_cuda():
+    target = build_target(TargetConfig(dtype="bfloat16"), "cuda")
+    obj = make_objective(target, num_layers=2).to(torch.bfloat16)
+    batch = make_batch(target, layer_ids=obj.layer_ids)
+    fn = torch.compile(obj, backend="inductor")
+    opt = torch.optim.AdamW(obj.drafter.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(20):
+        opt.zero_grad()
+        out = fn(*batch)
+        out.loss.backward()
+        opt.step()
+        losses.append(out.loss.item())
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
