@@ -219,7 +219,12 @@ def render_text(threads: tuple[ThreadStack, ...], *, header: str = "") -> str:
         groups.setdefault(t.frames, []).append(t)
     lines = [header] if header else []
     for frames, members in sorted(groups.items(), key=lambda kv: kv[1][0].name):
-        names = ", ".join(f"{t.name}" + (f" ({t.status})" if t.status else "") for t in members)
+        statuses = {t.status for t in members}
+        if len(statuses) == 1:          # the usual case: say the status once, at the end
+            status = statuses.pop()
+            names = ", ".join(t.name for t in members) + (f" ({status})" if status else "")
+        else:
+            names = ", ".join(f"{t.name} ({t.status or '?'})" for t in members)
         count = f"{len(members)} thread" + ("s" if len(members) > 1 else "")
         lines.append(f"{count}: {names}")
         lines.extend(f"    {f}" for f in frames)

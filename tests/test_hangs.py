@@ -101,7 +101,7 @@ def test_render_text_groups_identical_stacks():
                                 frames=stack) for i in range(3))
     other = ThreadStack(name="MainThread", thread_id="9", frames=stack[1:])
     text = render_text((*threads, other))
-    assert ("3 threads: dflash-train-0 (idle), dflash-train-1 (idle), dflash-train-2 (idle)\n"
+    assert ("3 threads: dflash-train-0, dflash-train-1, dflash-train-2 (idle)\n"
             "    Condition.wait (python3.11/threading.py:331)\n"
             "    run (dflash/train_worker.py:9)\n") in text
     assert "1 thread: MainThread\n    run (dflash/train_worker.py:9)\n" in text

@@ -19,10 +19,19 @@ from harness.signature import (
     parse_tracebacks, thread_role, wrong_result_signature)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
-FAMILIES = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and list(p.glob("*.txt")))
+
+
+def _samples(family: Path) -> list[Path]:
+    """Outputs (`<n>.txt`) and py-spy dumps of hangs (`<n>.pyspy.json`)."""
+    return sorted([*family.glob("*.txt"), *family.glob("*.pyspy.json")])
+
+
+FAMILIES = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and _samples(p))
 
 
 def _key(path: Path) -> str:
+    if path.name.endswith(".pyspy.json"):
+        return hang_signature(parse_pyspy_json(json.loads(path.read_text()))).key
     sig = crash_signature(path.read_text(errors="replace"))
     assert sig is not None, f"{path}: no signature"
     return sig.key
@@ -30,13 +39,13 @@ def _key(path: Path) -> str:
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda p: p.name)
 def test_fixture_family_has_one_key(family):
-    keys = {f.name: _key(f) for f in sorted(family.glob("*.txt"))}
+    keys = {f.name: _key(f) for f in _samples(family)}
     assert len(set(keys.values())) == 1, keys
 
 
 def test_fixture_families_have_distinct_keys():
     assert len(FAMILIES) >= 3
-    keys = {family.name: _key(sorted(family.glob("*.txt"))[0]) for family in FAMILIES}
+    keys = {family.name: _key(_samples(family)[0]) for family in FAMILIES}
     assert len(set(keys.values())) == len(keys), keys
 
 
@@ -53,6 +62,13 @@ def test_fixture_summaries_read_well(family, summary):
     assert summary in sig.summary
     assert str(sig) == f"{sig.key} {sig.summary}"
     assert sig.version == SIGNATURE_VERSION
+
+
+def test_compile_lock_hang_fixture_shows_the_blocked_compile():
+    data = json.loads((FIXTURES / "hang_compile_lock_held" / "1.pyspy.json").read_text())
+    sig = hang_signature(parse_pyspy_json(data))
+    assert "compiler@torch._dynamo.convert_frame:__call__" in sig.frames
+    assert "lock-holder@torch_compile_lock_hang:hold_compile_lock" in sig.frames
 
 
 def test_r4_fixture_role_comes_from_excepthook_header():
