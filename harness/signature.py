@@ -218,7 +218,8 @@ def top_frames(frames: Iterable[Frame], limit: int = MAX_FRAMES) -> tuple[str, .
 def torch_entry(frames: tuple[Frame, ...]) -> str | None:
     """Outermost meaningful torch frame: where the caller entered torch."""
     for frame in reversed(frames):
-        if is_meaningful(frame) and module_of(frame.filename).startswith("torch"):
+        module = module_of(frame.filename)
+        if is_meaningful(frame) and (module == "torch" or module.startswith("torch.")):
             return frame_id(frame)
     return None
 
