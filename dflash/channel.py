@@ -8,16 +8,19 @@ once the items before the sentinel are gone.
 
 `OrderedReceiver` sits on the drafter side: drafter thread m asks for batch `seq = step*M + m`,
 whichever target thread produced it, so the batch-to-replica assignment does not depend on
-thread timing.
+thread timing. `StartupGate` holds producers back until every drafter thread is ready; `Turns`
+runs sections one thread at a time (sequential startup).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Generic, TypeVar
 
 from dflash.errors import StageStopped
+from dflash.faults import fault_point
 
 T = TypeVar("T")
 _CLOSED = object()
@@ -143,3 +146,72 @@ class OrderedReceiver(Generic[T]):
     def buffered(self) -> int:
         with self._cond:
             return len(self._buf)
+
+
+class StartupGate:
+    """Producers wait here until every drafter thread is ready (compiled, warmed up if asked).
+
+    The thread whose `ready()` completes the count opens the gate (fault point
+    `gate.before_open` runs in that thread). `wait()` polls the stop event and gives up after
+    `timeout_s` with a TimeoutError naming how many parties were ready.
+    """
+
+    def __init__(self, parties: int, stop: threading.Event, *, timeout_s: float,
+                 poll_s: float = 0.1, on_open=None) -> None:
+        self.parties = parties
+        self._stop = stop
+        self._timeout_s = timeout_s
+        self._poll_s = poll_s
+        self._on_open = on_open
+        self._ready = 0
+        self._lock = threading.Lock()
+        self._open = threading.Event()
+
+    def ready(self) -> None:
+        with self._lock:
+            self._ready += 1
+            last = self._ready == self.parties
+        if last:
+            fault_point("gate.before_open")
+            if self._on_open is not None:
+                self._on_open()
+            self._open.set()
+
+    def wait(self) -> None:
+        deadline = time.monotonic() + self._timeout_s
+        while not self._open.wait(self._poll_s):
+            if self._stop.is_set():
+                raise StageStopped("stop while waiting at the startup gate")
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"startup gate: only {self._ready}/{self.parties} drafter threads ready "
+                    f"after {self._timeout_s:.0f}s (pipeline.startup_timeout_s)"
+                )
+
+    @property
+    def is_open(self) -> bool:
+        return self._open.is_set()
+
+
+class Turns:
+    """One-at-a-time sections in thread order 0, 1, ..., n-1 (the sequential-startup fix)."""
+
+    def __init__(self, n: int, stop: threading.Event, poll_s: float = 0.1) -> None:
+        self._n = n
+        self._stop = stop
+        self._poll_s = poll_s
+        self._next = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, i: int) -> None:
+        with self._cond:
+            while self._next != i:
+                if self._stop.is_set():
+                    raise StageStopped(f"stop while waiting for startup turn {i}")
+                self._cond.wait(self._poll_s)
+
+    def release(self, i: int) -> None:
+        with self._cond:
+            assert self._next == i, "turn released out of order"
+            self._next = i + 1
+            self._cond.notify_all()

@@ -21,8 +21,9 @@ import torch
 
 
 class Metrics:
-    def __init__(self, *, stage_threads: dict[str, int], depths: Callable[[], dict[str, int]],
-                 log_interval_s: float, total_steps: int, start_step: int = 0,
+    def __init__(self, *, stage_threads: dict[str, int],
+                 depths: Callable[[], dict[str, int]] = dict, log_interval_s: float,
+                 total_steps: int, start_step: int = 0,
                  progress: bool = False, out: TextIO | None = None) -> None:
         self._threads = dict(stage_threads)
         self._busy = {name: 0.0 for name in stage_threads}
@@ -44,6 +45,10 @@ class Metrics:
 
             self._bar = tqdm(total=total_steps, initial=start_step, file=sys.stderr,
                              desc="train", unit="step", dynamic_ncols=True)
+
+    def watch(self, depths: Callable[[], dict[str, int]]) -> None:
+        """Set the queue-depth probe (channels exist only once the pipeline is built)."""
+        self._depths = depths
 
     def start(self) -> None:
         """Start the clock (called when the startup gate opens); idempotent."""

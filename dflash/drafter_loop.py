@@ -1,0 +1,148 @@
+"""Drafter stage: M threads `dflash-train-m` train one drafter as synchronous replicas.
+
+Thread m: compile its own step (graph-isolation: on its own code object), optionally warm it up
+on every batch shape it will see (thread-local-warmup: forward + backward, gradients discarded),
+report ready at the startup gate, then loop: take batch `seq = step*M + m` from the ordered
+receiver, forward + backward into replica m, and meet the other replicas at the step boundary
+(replicas.ReplicaGroup). With sequential-startup the first compiled call of each thread (warm-up
+or first step) runs one thread at a time in thread order. With persistent-buffers every batch
+is copied into device buffers allocated once (collate already pads to one fixed shape).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+
+from dflash.anchors import sample_anchors
+from dflash.channel import OrderedReceiver, StartupGate, Turns
+from dflash.config import RunConfig
+from dflash.faults import fault_point
+from dflash.heartbeat import beat
+from dflash.metrics import Metrics
+from dflash.replicas import ReplicaGroup
+from dflash.step import StepInputs, compile_step, grad_step, make_inputs
+
+STAGE = "drafter"
+WARMUP_SEED = 0x5741524D
+
+
+class PersistentInputs:
+    """Device buffers per input shape; `fill` copies a batch in and returns the buffers."""
+
+    def __init__(self) -> None:
+        self._bufs: dict[tuple, StepInputs] = {}
+
+    def fill(self, inputs: StepInputs) -> StepInputs:
+        key = tuple(tuple(t.shape) for t in inputs.as_args())
+        buf = self._bufs.get(key)
+        if buf is None:
+            buf = StepInputs(*(torch.empty_like(t) for t in inputs.as_args()))
+            self._bufs[key] = buf
+        for dst, src in zip(buf.as_args(), inputs.as_args()):
+            dst.copy_(src)
+        return buf
+
+
+def warmup_inputs(rows: int, length: int, *, cfg: RunConfig, vocab_size: int, context_dim: int,
+                  device: torch.device, dtype: torch.dtype) -> StepInputs:
+    """A synthetic full batch of one shape (random ids, every token supervised)."""
+    # Own generator: warm-up must not consume any RNG stream that training uses.
+    g = torch.Generator(device="cpu").manual_seed(WARMUP_SEED + rows * 100_003 + length)
+    input_ids = torch.randint(1, vocab_size - 1, (rows, length), generator=g)
+    loss_mask = torch.ones(rows, length, dtype=torch.int64)
+    lengths = torch.full((rows,), length, dtype=torch.int64)
+    context = torch.randn(rows, length, context_dim, generator=g)
+    anchors, keep = sample_anchors(loss_mask, lengths, cfg.drafter.num_anchors,
+                                   cfg.drafter.block_size, g)
+    return StepInputs(input_ids=input_ids.to(device), loss_mask=loss_mask.to(device),
+                      context=context.to(device=device, dtype=dtype), anchors=anchors.to(device),
+                      keep=keep.to(device))
+
+
+class DrafterTrainLoop:
+    def __init__(self, *, objectives: list[nn.Module], devices: tuple[torch.device, ...],
+                 receiver: OrderedReceiver, group: ReplicaGroup, gate: StartupGate, turns: Turns,
+                 cfg: RunConfig, fs, metrics: Metrics, warmup_shapes: list[tuple[int, int]],
+                 vocab_size: int, context_dim: int) -> None:
+        self.objectives = objectives
+        self.devices = devices
+        self.receiver = receiver
+        self.group = group
+        self.gate = gate
+        self.turns = turns
+        self.cfg = cfg
+        self.fs = fs
+        self.metrics = metrics
+        self.warmup_shapes = warmup_shapes
+        self.vocab_size = vocab_size
+        self.context_dim = context_dim
+
+    def _dtype(self, m: int) -> torch.dtype:
+        return self.objectives[m].drafter.fc.weight.dtype
+
+    @contextlib.contextmanager
+    def _first_call(self, m: int, first: bool) -> Iterator[None]:
+        """sequential-startup: the thread's first compiled call waits for its turn."""
+        if not (first and self.fs.active("sequential-startup")):
+            yield
+            return
+        self.turns.acquire(m)
+        try:
+            yield
+        finally:
+            self.fs.note("sequential-startup")
+            self.turns.release(m)
+
+    def _warmup(self, m: int, step_fn: Callable, buffers: PersistentInputs | None) -> None:
+        replica = self.objectives[m].drafter
+        for rows, length in self.warmup_shapes:
+            inputs = warmup_inputs(rows, length, cfg=self.cfg, vocab_size=self.vocab_size,
+                                   context_dim=self.context_dim, device=self.devices[m],
+                                   dtype=self._dtype(m))
+            if buffers is not None:
+                inputs = buffers.fill(inputs)
+            grad_step(step_fn, replica, inputs, self.fs)
+        replica.zero_grad(set_to_none=True)  # warm-up gradients are discarded
+        self.fs.note("thread-local-warmup")
+
+    def _train_one(self, m: int, step_fn: Callable, step: int, first: bool,
+                   buffers: PersistentInputs | None):
+        seq = self.group.seq_for(m, step)
+        hb = self.receiver.get(seq)
+        fault_point("drafter.after_get")
+        beat()
+        with self.metrics.busy(STAGE):
+            inputs = make_inputs(hb, self.cfg.drafter, seed=self.cfg.train.seed,
+                                 device=self.devices[m], dtype=self._dtype(m))
+            if buffers is not None:
+                inputs = buffers.fill(inputs)
+            with self._first_call(m, first):
+                return grad_step(step_fn, self.objectives[m].drafter, inputs, self.fs,
+                                 seq=seq, tokens=hb.tokens.num_tokens)
+
+    def run(self, m: int) -> None:
+        """Body of thread dflash-train-m."""
+        step_fn = compile_step(self.objectives[m], self.cfg.compile, self.fs)
+        buffers = PersistentInputs() if self.fs.active("persistent-buffers") else None
+        first = True
+        if self.fs.active("thread-local-warmup"):
+            with self._first_call(m, first):
+                self._warmup(m, step_fn, buffers)
+            first = False
+        self.gate.ready()
+        self.gate.wait()
+        step = self.group.step
+        while not self.group.done:
+            result = self._train_one(m, step_fn, step, first, buffers)
+            first = False
+            fault_point("drafter.before_step")
+            more = self.group.sync(m, result)
+            fault_point("drafter.after_step")
+            beat()
+            step += 1
+            if not more:
+                break

@@ -1,0 +1,123 @@
+"""Named run configurations (functions returning a RunConfig, as torchtitan recipes).
+
+`tiny-cpu` is the embedded default: a random 4-layer target regenerates a small synthetic
+corpus, and a 1-layer drafter learns it in well under a minute on 2 CPU cores. The GPU presets
+keep the same code path and scale the models, the batches and the thread/device plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from dflash.config import (CompileConfig, DataConfig, DeviceConfig, DrafterConfig, PipelineConfig,
+                           RunConfig, TargetConfig, TrainConfig)
+from dflash.errors import ConfigError
+
+DEFAULT_PRESET = "tiny-cpu"
+
+
+def tiny_cpu() -> RunConfig:
+    return RunConfig(
+        preset="tiny-cpu",
+        data=DataConfig(synthetic_samples=512, bucket_boundaries=(32, 64, 128), token_budget=1024),
+        target=TargetConfig(hidden_size=64, num_layers=4, vocab_size=256),
+        drafter=DrafterConfig(num_layers=1, block_size=4, num_anchors=8),
+        pipeline=PipelineConfig(num_prefetch_threads=1, num_target_threads=1, num_drafter_threads=2),
+        train=TrainConfig(steps=60, lr=3e-3, out_dir="runs/tiny-cpu", eval_prompts=8),
+    )
+
+
+def cpu_compile() -> RunConfig:
+    cfg = tiny_cpu()
+    return dataclasses.replace(cfg, preset="cpu-compile",
+                               compile=CompileConfig(mode="default", backend="inductor"),
+                               train=dataclasses.replace(cfg.train, out_dir="runs/cpu-compile"))
+
+
+def _gpu(name: str, *, target: TargetConfig, drafter: DrafterConfig, data: DataConfig,
+         pipeline: PipelineConfig, devices: DeviceConfig, steps: int) -> RunConfig:
+    return RunConfig(
+        preset=name, data=data, target=target, drafter=drafter, pipeline=pipeline, devices=devices,
+        compile=CompileConfig(mode="default", backend="inductor"),
+        train=TrainConfig(steps=steps, lr=6e-4, out_dir=f"runs/{name}", log_interval_s=10.0,
+                          eval_prompts=16, eval_new_tokens=64),
+    )
+
+
+def gpu_default() -> RunConfig:
+    """cuda:0, 2 target threads + 3 drafter threads on one GPU, compiled drafter, bf16 target."""
+    return _gpu(
+        "gpu-default",
+        target=TargetConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4,
+                            intermediate_size=1536, vocab_size=4096, dtype="bfloat16"),
+        drafter=DrafterConfig(num_layers=2, block_size=8, num_anchors=32, num_heads=8,
+                              num_kv_heads=4, head_dim=64, intermediate_size=1536),
+        data=DataConfig(synthetic_samples=4096, synthetic_min_len=64, synthetic_max_len=500,
+                        bucket_boundaries=(128, 256, 512), token_budget=8192, min_loss_tokens=16),
+        pipeline=PipelineConfig(num_prefetch_threads=2, num_target_threads=2, num_drafter_threads=3),
+        devices=DeviceConfig(target_devices=("cuda:0",), drafter_devices=("cuda:0",)),
+        steps=300,
+    )
+
+
+def gpu_launch_bound() -> RunConfig:
+    """Small drafter and small batches: per-step CPU overhead (launches, Python) dominates."""
+    cfg = gpu_default()
+    return dataclasses.replace(
+        cfg, preset="gpu-launch-bound",
+        target=dataclasses.replace(cfg.target, hidden_size=256, num_layers=4, intermediate_size=512),
+        drafter=dataclasses.replace(cfg.drafter, num_layers=1, num_heads=4, num_kv_heads=2,
+                                    head_dim=32, intermediate_size=512, num_anchors=8, block_size=4),
+        data=dataclasses.replace(cfg.data, synthetic_min_len=24, synthetic_max_len=120,
+                                 bucket_boundaries=(32, 64, 128), token_budget=512),
+        train=dataclasses.replace(cfg.train, steps=600, out_dir="runs/gpu-launch-bound"),
+    )
+
+
+def gpu_gpu_bound() -> RunConfig:
+    """Larger target, drafter and batches: kernels dominate, the CPU side is mostly idle."""
+    cfg = gpu_default()
+    return dataclasses.replace(
+        cfg, preset="gpu-gpu-bound",
+        target=dataclasses.replace(cfg.target, hidden_size=1024, num_layers=12, num_heads=16,
+                                   num_kv_heads=8, intermediate_size=3072, vocab_size=8192),
+        drafter=dataclasses.replace(cfg.drafter, num_layers=3, block_size=16, num_anchors=64,
+                                    num_heads=16, num_kv_heads=8, head_dim=64,
+                                    intermediate_size=3072),
+        data=dataclasses.replace(cfg.data, synthetic_min_len=128, synthetic_max_len=1000,
+                                 bucket_boundaries=(256, 512, 1024), token_budget=16384,
+                                 min_loss_tokens=32),
+        train=dataclasses.replace(cfg.train, steps=200, out_dir="runs/gpu-gpu-bound"),
+    )
+
+
+def gpu_multi() -> RunConfig:
+    """5 target GPUs + 3 drafter GPUs (cuda:0..7); remap lets it run on fewer GPUs."""
+    cfg = gpu_default()
+    return dataclasses.replace(
+        cfg, preset="gpu-multi",
+        pipeline=PipelineConfig(num_prefetch_threads=2, num_target_threads=5, num_drafter_threads=3),
+        devices=DeviceConfig(target_devices=tuple(f"cuda:{i}" for i in range(5)),
+                             drafter_devices=("cuda:5", "cuda:6", "cuda:7"), remap=True),
+        train=dataclasses.replace(cfg.train, out_dir="runs/gpu-multi"),
+    )
+
+
+PRESETS: dict[str, Callable[[], RunConfig]] = {
+    "tiny-cpu": tiny_cpu,
+    "cpu-compile": cpu_compile,
+    "gpu-default": gpu_default,
+    "gpu-launch-bound": gpu_launch_bound,
+    "gpu-gpu-bound": gpu_gpu_bound,
+    "gpu-multi": gpu_multi,
+}
+
+
+def get(name: str) -> RunConfig:
+    """A fresh RunConfig for preset `name`; ConfigError listing the known names otherwise."""
+    try:
+        factory = PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}") from None
+    return factory()

@@ -1,0 +1,85 @@
+"""Target stage: N threads `dflash-target-n` run the frozen target and emit `HiddenBatch`es.
+
+Thread n runs on `plan.target[n]`; threads on one device share that device's target model
+(frozen, eval, no_grad: read-only). The context tensor handed to the drafter is owned: the
+target's `torch.cat` of the tapped layers allocates it fresh on every forward, and the target is
+compiled (if at all) without cudagraphs, whose outputs would be overwritten by the next replay.
+The last thread to see its input channel closed closes the output channel.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+
+from dflash.batch import HiddenBatch, TokenBatch
+from dflash.channel import Channel, ChannelClosed
+from dflash.config import CompileConfig
+from dflash.devices import synchronize
+from dflash.faults import fault_point
+from dflash.heartbeat import beat
+from dflash.metrics import Metrics
+from dflash.step import compile_fn
+from dflash.target import TargetModel
+
+STAGE = "target"
+
+
+class TargetForwardLoop:
+    def __init__(self, *, targets: dict[torch.device, TargetModel], devices: tuple[torch.device, ...],
+                 layer_ids: tuple[int, ...], inp: Channel, out: Channel, ccfg: CompileConfig, fs,
+                 metrics: Metrics) -> None:
+        self.targets = targets
+        self.devices = devices
+        self.layer_ids = layer_ids
+        self.inp, self.out = inp, out
+        self.ccfg = ccfg
+        self.fs = fs
+        self.metrics = metrics
+        self._live = len(devices)
+        self._live_lock = threading.Lock()
+
+    def _forward_fn(self, target: TargetModel) -> Callable:
+        if not self.ccfg.compile_target:
+            return target.hidden
+        # mode default (never cudagraphs): the output must stay valid after the next forward.
+        return compile_fn(self.fs.isolate(target.hidden),
+                          CompileConfig(mode="default", backend=self.ccfg.backend,
+                                        dynamic=self.ccfg.dynamic))
+
+    def forward(self, n: int, fwd: Callable, tb: TokenBatch) -> HiddenBatch:
+        device = self.devices[n]
+        input_ids = tb.input_ids.to(device, non_blocking=True)  # [B, L]
+        fault_point("target.before_forward")
+        with self.fs.around_call():
+            # No attention mask: padding is on the right and the target is causal, so real
+            # positions never attend to padding (and one fewer input keeps compiles simple).
+            context = fwd(input_ids, None, self.layer_ids)  # [B, L, k*H], fresh per forward
+        fault_point("target.after_forward")
+        # synchronize (not an event): the drafter thread reads `context` on another stream.
+        synchronize(device)
+        return HiddenBatch(tokens=tb, context=context)
+
+    def run(self, n: int) -> None:
+        """Body of thread dflash-target-n."""
+        try:
+            fwd = self._forward_fn(self.targets[self.devices[n]])
+            while True:
+                try:
+                    tb = self.inp.get()
+                except ChannelClosed:
+                    return
+                fault_point("target.after_get")
+                with self.metrics.busy(STAGE):
+                    hb = self.forward(n, fwd, tb)
+                fault_point("target.before_put")
+                self.out.put(hb)
+                beat()
+        finally:
+            with self._live_lock:
+                self._live -= 1
+                last = self._live == 0
+            if last:
+                self.out.close()
