@@ -2,8 +2,9 @@
 
 - `cpu-quick`: the smoke matrix for a 2-core CPU machine (<= 10 minutes). F2 (r06, FX tracing flag)
   raw vs `nested-fx-fallback` under the fx-widen plan, so the fix is shown to remove the failure
-  under the same schedules; R5 (r16, `torch._dynamo.reset()` racing compiled calls) raw under the
-  reset-pressure plan, so a real native SIGSEGV goes through the ABORT path; and the dflash
+  under the same schedules; R5 (r16, `torch._dynamo.reset()` racing compiled calls) raw vs
+  global-lock under the reset-pressure plan, so a real native SIGSEGV goes through the ABORT path
+  and the lock is shown to prevent it; and the dflash
   tiny-cpu trainer raw vs global-lock, so the realistic workload runs end to end with tokens/s.
   Measured wall time: see the final report of the session that ran it (docs/REPORT.md).
 - `gpu-campaign`: the H200 matrix: dflash presets gpu-launch-bound and gpu-gpu-bound compiled with
@@ -53,7 +54,8 @@ def cpu_quick() -> MatrixSpec:
         groups=(
             Group(workloads=("r06",), strategies=("raw", "nested-fx-fallback"), plans=(_plan("fx-widen"),),
                   trials=5),
-            Group(workloads=("r16",), strategies=("raw",), plans=(_plan("reset-pressure"),), trials=3),
+            Group(workloads=("r16",), strategies=("raw", "global-lock"), plans=(_plan("reset-pressure"),),
+                  trials=3),
             Group(workloads=("dflash-tiny",), strategies=("raw", "global-lock"), plans=(NO_PLAN,), trials=1),
         ),
         trials=5, workers=2, max_time_s=540.0,
