@@ -23,10 +23,13 @@ from harness.runner import child_env, run_trial
 from harness.spec import REPO_ROOT, InvalidSpec, TrialSpec, WorkloadSpec, argv_for
 
 SCRIPTS = Path(__file__).parent / "scripts"
-HANG_S = 1.0
+HANG_S = 2.0
+"""For the scripts that hang: small, so the suite is fast."""
+QUIET_S = 10.0
+"""For the others: above Python's start-up time on a loaded 2-core box, so no false HANG."""
 
 
-def _spec(script: str, *args: str, hang_s: float = HANG_S, timeout_s: float = 30.0,
+def _spec(script: str, *args: str, hang_s: float = QUIET_S, timeout_s: float = 30.0,
           **kw) -> TrialSpec:
     argv = (sys.executable, str(SCRIPTS / f"{script}.py"), *args)
     return TrialSpec(trial_id=f"{script}-{len(args)}", cell=script, timeout_s=timeout_s,
@@ -104,8 +107,8 @@ def test_skip_line_is_ok_flagged_skipped(tmp_path):
 
 
 def test_deadlock_is_hang_with_dump_of_both_threads(tmp_path):
-    first = _run(tmp_path, "deadlock", run=0)
-    second = _run(tmp_path, "deadlock", run=1)
+    first = _run(tmp_path, "deadlock", run=0, hang_s=HANG_S)
+    second = _run(tmp_path, "deadlock", run=1, hang_s=HANG_S)
     for result in (first, second):
         assert result.outcome is Outcome.HANG and result.rc == -signal.SIGKILL
         dump = (Path(result.artefacts) / "hang_dump.txt").read_text()
@@ -119,24 +122,24 @@ def test_deadlock_is_hang_with_dump_of_both_threads(tmp_path):
 
 
 def test_busy_loop_without_progress_is_hang(tmp_path):
-    result = _run(tmp_path, "busy_hang")
+    result = _run(tmp_path, "busy_hang", hang_s=HANG_S)
     assert result.outcome is Outcome.HANG
     assert "spinner@busy_hang:spin" in result.signature_summary
     _assert_group_gone(result)
 
 
 def test_progress_past_deadline_is_timeout_not_failure(tmp_path):
-    result = _run(tmp_path, "slow_progress", timeout_s=2.5)
+    result = _run(tmp_path, "slow_progress", hang_s=3.0, timeout_s=4.0)
     assert result.outcome is Outcome.TIMEOUT, result.detail
     assert not result.outcome.is_failure and result.signature is None
-    assert 2.5 <= result.duration_s < 10
+    assert 4.0 <= result.duration_s < 10
     assert (Path(result.artefacts) / "hang_dump.txt").is_file()
     _assert_group_gone(result)
 
 
 @pytest.mark.parametrize("mode, outcome", [("exit", Outcome.OK), ("hang", Outcome.HANG)])
 def test_grandchild_ignoring_sigterm_does_not_survive(tmp_path, mode, outcome):
-    result = _run(tmp_path, "grandchild", mode)
+    result = _run(tmp_path, "grandchild", mode, hang_s=HANG_S if mode == "hang" else QUIET_S)
     assert result.outcome is outcome
     assert re.search(r"^grandchild=\d+$", _output(result), re.M)
     _assert_group_gone(result)
@@ -144,7 +147,7 @@ def test_grandchild_ignoring_sigterm_does_not_survive(tmp_path, mode, outcome):
 
 def test_faulthandler_fallback_when_pyspy_is_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(hangs, "find_pyspy", lambda: None)
-    result = _run(tmp_path, "deadlock")
+    result = _run(tmp_path, "deadlock", hang_s=HANG_S)
     assert result.outcome is Outcome.HANG
     dump = (Path(result.artefacts) / "hang_dump.txt").read_text()
     assert dump.startswith("faulthandler dump")
