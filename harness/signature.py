@@ -233,7 +233,8 @@ _CHAIN_LINES = (
 )
 _TB_FRAME = re.compile(r'^\s+File "(.*)", line (\d+), in (.*)$')
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
-_REPORT_HEADER = re.compile(r"^=== thread (.+?) failed: .* ===\s*$")
+# Only the start: a multi-line message spreads the header over several lines.
+_REPORT_HEADER = re.compile(r"^=== thread (\S+) failed: ")
 _HOOK_HEADER = re.compile(r"^Exception in thread (.+?):\s*$")
 
 

@@ -119,6 +119,12 @@ def test_same_error_via_other_line_numbers_addresses_and_replica_is_one_signatur
     assert crash_signature(a, rc=1).key == crash_signature(b, rc=1).key
 
 
+def test_trainer_report_with_a_multiline_message_keeps_the_thread():
+    header = "=== thread dflash-target-2 failed: BackendCompilerFailed: backend='inductor' raised:"
+    text = header + "\nKeyError: 'x' ===\n" + _traceback(FORWARD, "RuntimeError: compile failed")
+    assert crash_signature(text, rc=1).role == "dflash-target"
+
+
 def test_thread_role_is_part_of_an_exception_signature():
     a = _traceback(FORWARD, "ValueError: x", "Exception in thread dflash-train-0:")
     b = _traceback(FORWARD, "ValueError: x", "Exception in thread dflash-target-0:")
