@@ -75,7 +75,8 @@ class TrialResult:
     rc: int | None = None
     """Exit status as Popen reports it (negative = killed by that signal); None if never ran."""
     signal: str | None = None
-    """Signal name (`SIGSEGV`) when the child died of a signal or a fatal error named one."""
+    """Signal name (`SIGSEGV`) when the child died of a signal or a fatal error named one;
+    None for HANG/TIMEOUT, where the SIGKILL (rc -9) was the harness's own."""
     detail: str = ""
     """One line: why this outcome (e.g. `workload rejected its input: error: ...`)."""
     duration_s: float = 0.0
