@@ -180,6 +180,9 @@ class TrainConfig:
     eval_new_tokens: int = 32
     nan_check: bool = True
     """A NaN/inf loss ends the run as a wrong result (exit 3)."""
+    stop_at_step: int = 0
+    """Stop cleanly (checkpoint, final line) once this many steps are done, keeping the schedule
+    of train.steps; 0 = run to train.steps. For time-sliced jobs and the bit-exact resume test."""
     export: bool = True
     """Export the trained drafter (z-lab HF layout) into out_dir/export at the end."""
 

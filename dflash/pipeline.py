@@ -27,6 +27,8 @@ class ThreadFailure:
     thread: str
     exc: BaseException
     traceback: str
+    at: float
+    """time.monotonic() when the failure was recorded."""
 
     @property
     def headline(self) -> str:
@@ -95,7 +97,7 @@ class Supervisor:
     def fail(self, name: str, exc: BaseException) -> None:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         with self._lock:
-            self._failures.append(ThreadFailure(thread=name, exc=exc, traceback=tb))
+            self._failures.append(ThreadFailure(thread=name, exc=exc, traceback=tb, at=time.monotonic()))
         self._stop_all()
 
     def _stop_all(self) -> None:

@@ -187,6 +187,11 @@ class Trainer:
         if every and step % every == 0 and step < self.cfg.train.steps:
             self._save(step)
 
+    def _should_finish(self) -> bool:
+        """Asked by the replica leader after each step: a signal or train.stop_at_step."""
+        stop_at = self.cfg.train.stop_at_step
+        return self.signals.requested or bool(stop_at and self.group.step >= stop_at)
+
     def _save(self, step: int) -> str:
         st = self.group.state()
         return ckpt_io.save(self.cfg.train.out_dir, ckpt_io.Checkpoint(
@@ -205,7 +210,7 @@ class Trainer:
                            poll_s=p.poll_s, on_open=self.metrics.start)
         self.group = group = ReplicaGroup(
             [o.drafter for o in m.objectives], cfg.train, start_step=start_step,
-            after_update=self._after_update, should_finish=lambda: self.signals.requested)
+            after_update=self._after_update, should_finish=self._should_finish)
         if self.resume is not None:
             group.load(self.resume.drafter, self.resume.optimizer, self.resume.scheduler)
         persistent = self.fs.active("persistent-buffers")
@@ -309,6 +314,26 @@ def heldout_prompts(ds: TokenDataset, limit: int) -> list[list[int]]:
         if len(prompts) == limit:
             break
     return prompts
+
+
+def target_dims(cfg: RunConfig) -> tuple[int, int, int]:
+    """(hidden_size, num_layers, vocab_size) of the configured target, without loading weights."""
+    if cfg.target.path is None:
+        return cfg.target.hidden_size, cfg.target.num_layers, cfg.target.vocab_size
+    from transformers import AutoConfig
+
+    hf = AutoConfig.from_pretrained(cfg.target.path, local_files_only=True)
+    hf = getattr(hf, "text_config", hf)
+    return hf.hidden_size, hf.num_hidden_layers, hf.vocab_size
+
+
+def build_export_drafter(cfg: RunConfig, state: dict) -> DFlashDrafter:
+    """A CPU drafter with the checkpointed weights (for `python -m dflash export`)."""
+    hidden, layers, vocab = target_dims(cfg)
+    drafter = DFlashDrafter(cfg.drafter, hidden_size=hidden, num_target_layers=layers,
+                            vocab_size=vocab, layer_ids=resolve_layer_ids(cfg.drafter, layers))
+    drafter.load_state_dict(state)
+    return drafter
 
 
 def _bind(fn, arg):

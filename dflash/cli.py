@@ -1,0 +1,133 @@
+"""`python -m dflash train|bench|prepare|export`: argument parsing and the exit-code contract.
+
+Exit codes (docs/DESIGN.md, process contract): 0 ok; 1 a thread failed (one
+`=== thread <name> failed: ... ===` report per failed thread on stderr); 2 bad input (one line
+`error: ...` on stderr, nothing written); 3 wrong result (`WRONG_RESULT: ...`); 130/143 after
+SIGINT/SIGTERM (checkpoint written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import threading
+
+from dflash import presets
+from dflash.config import RunConfig, apply_overrides
+from dflash.errors import UserInputError
+
+
+class UsageError(UserInputError):
+    """Bad command line (unknown flag, missing argument)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line instead of usage + message
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m dflash", description="DFlash drafter trainer")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, helptext in (("train", "train a drafter"), ("bench", "measure throughput")):
+        sp = sub.add_parser(name, help=helptext)
+        sp.add_argument("--preset", default=presets.DEFAULT_PRESET,
+                        help=f"one of: {', '.join(presets.PRESETS)}")
+        sp.add_argument("--steps", type=int, default=None, help="optimizer steps (train.steps)")
+        sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V",
+                        help="config override section.field=value (repeatable)")
+        if name == "train":
+            sp.add_argument("--out", default=None, help="output folder (train.out_dir)")
+    # `prepare` is dispatched before parsing (dflash.prepare owns its flags); listed for --help.
+    sub.add_parser("prepare", help="tokenize JSON lines: prepare IN.jsonl --tokenizer DIR --out F")
+    exp = sub.add_parser("export", help="export a checkpoint in the z-lab HF layout")
+    exp.add_argument("--checkpoint", required=True, help="run dir, checkpoints dir or step dir")
+    exp.add_argument("--out", required=True, help="export folder (must not exist)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    cfg = presets.get(args.preset)
+    overrides = list(args.overrides)
+    if args.steps is not None:
+        overrides.insert(0, f"train.steps={args.steps}")
+    if getattr(args, "out", None):
+        overrides.insert(0, f"train.out_dir={args.out}")
+    cfg = apply_overrides(cfg, overrides)
+    # `--set fixes=a,b` arrives as a string tuple; validate names here so a typo is exit 2.
+    from dflash.fixes import FixSet
+
+    FixSet.from_names(cfg.fixes)
+    return cfg
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from dflash.train import train
+
+    cfg = config_from_args(args)
+    outcome = train(cfg, handle_signals=True)
+    return report_outcome(outcome)
+
+
+def report_outcome(outcome) -> int:
+    res = outcome.pipeline
+    if outcome.wrong_result is not None:
+        print(f"WRONG_RESULT: {outcome.wrong_result}", flush=True)
+        print(f"WRONG_RESULT: {outcome.wrong_result}", file=sys.stderr, flush=True)
+    elif res is not None and not res.ok:
+        print(res.report(), file=sys.stderr, flush=True)
+    elif outcome.checkpoint and outcome.exit_code in (130, 143):
+        print(f"stopped by signal: checkpoint written to {outcome.checkpoint}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from dflash.bench import bench
+
+    return bench(config_from_args(args))
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from dflash.checkpoint import load
+    from dflash.config import from_dict
+    from dflash.export import export_hf
+    from dflash.train import build_export_drafter
+
+    if os.path.exists(args.out):
+        raise UserInputError(f"export folder {args.out!r} already exists")
+    ck = load(args.checkpoint)
+    cfg = from_dict(ck.config)
+    drafter = build_export_drafter(cfg, ck.drafter)
+    export_hf(drafter, cfg, args.out)
+    print(f"exported step {ck.step} to {args.out}", file=sys.stderr)
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "bench": cmd_bench, "export": cmd_export}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["prepare"]:
+        from dflash.prepare import main as prepare_main
+
+        return prepare_main(argv[1:])
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UserInputError as e:
+        print(f"error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
+              file=sys.stderr, flush=True)
+        return 2
+
+
+def exit_process(code: int) -> None:
+    """Exit with `code`; if a stage thread survived the shutdown deadline, do not wait for it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    alive = [t for t in threading.enumerate() if t.name.startswith("dflash-") and t.is_alive()]
+    if alive:
+        os._exit(code)
+    sys.exit(code)

@@ -1,0 +1,127 @@
+"""Error propagation: a fault at any point, in any stage thread, ends the run cleanly with exit 1.
+
+Each case injects `raise` at one fault point limited to one thread (`point@thread=raise`, the
+DFLASH_FAULTS thread filter) into a small in-process run with 2 prefetch, 2 target and 2
+drafter threads, and checks what a person would see: exit code 1 within 10 s, the failing
+thread named in a `=== thread <name> failed: InjectedFault: ... ===` report, and every stage
+thread joined (threading.enumerate() back to its baseline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+
+import pytest
+
+from dflash import faults
+from dflash.config import (DataConfig, DrafterConfig, PipelineConfig, RunConfig, TargetConfig,
+                           TrainConfig)
+from dflash.errors import InjectedFault
+from dflash.train import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE_DIR = os.path.join(REPO, ".cache", "dflash-test")
+EXIT_DEADLINE_S = 10.0
+
+
+def small_config(out_dir: str, **train_kw) -> RunConfig:
+    """A run small enough for unit tests; the synthetic corpus is cached across tests."""
+    train_args = dict(steps=4, lr=3e-3, out_dir=str(out_dir), eval_prompts=0, export=False,
+                      progress=False, log_interval_s=1000.0)
+    train_args.update(train_kw)
+    return RunConfig(
+        preset="test-small",
+        data=DataConfig(cache_dir=CACHE_DIR, synthetic_samples=96, synthetic_min_len=16,
+                        synthetic_max_len=48, bucket_boundaries=(24, 48), token_budget=192,
+                        min_loss_tokens=4, heldout_samples=8),
+        target=TargetConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                            intermediate_size=64, vocab_size=64),
+        drafter=DrafterConfig(num_layers=1, block_size=4, num_anchors=4, num_heads=2,
+                              num_kv_heads=1, head_dim=16, intermediate_size=64),
+        pipeline=PipelineConfig(num_prefetch_threads=2, num_target_threads=2,
+                                num_drafter_threads=2, poll_s=0.02, shutdown_deadline_s=8.0),
+        train=TrainConfig(**train_args),
+    )
+
+
+def stage_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("dflash-")]
+
+
+STAGE_POINTS = {
+    "prefetch": [p for p in faults.POINTS if p.startswith("prefetch.")],
+    "target": [p for p in faults.POINTS if p.startswith("target.")],
+    "train": [p for p in faults.POINTS if p.startswith("drafter.")],
+}
+CASES = [(point, f"dflash-{stage}-{i}") for stage, points in STAGE_POINTS.items()
+         for point in points for i in (0, 1)]
+CASES.append(("gate.before_open", "dflash-train-*"))
+
+
+@pytest.fixture
+def fault_env(monkeypatch):
+    def install(spec: str) -> None:
+        monkeypatch.setenv(faults.ENV_PLAN, spec)
+
+    yield install
+    faults.clear()
+
+
+@pytest.mark.parametrize("point,thread", CASES, ids=[f"{p}@{t}" for p, t in CASES])
+def test_fault_in_any_thread_exits_1_and_names_the_thread(point, thread, fault_env, tmp_path):
+    fault_env(f"{point}@{thread}=1*raise(boom)")
+    before = stage_threads()
+    t0 = time.monotonic()
+    outcome = train(small_config(tmp_path / "run"))
+    elapsed = time.monotonic() - t0
+    assert outcome.exit_code == 1
+    failures = outcome.pipeline.failures
+    assert failures, "no failure recorded"
+    first = failures[0]
+    assert isinstance(first.exc, InjectedFault)
+    assert point in str(first.exc)
+    if "*" not in thread:
+        assert first.thread == thread
+    report = outcome.pipeline.report()
+    assert f"=== thread {first.thread} failed: InjectedFault: injected fault at fault point {point}" in report
+    assert "Traceback (most recent call last)" in report
+    # Only the injected failure is reported: the others stopped because of it.
+    assert [f.thread for f in failures] == [first.thread]
+    assert outcome.pipeline.alive == []
+    assert stage_threads() == before
+    assert elapsed < EXIT_DEADLINE_S + 20, f"run took {elapsed:.1f}s"
+    assert not os.path.exists(tmp_path / "run" / "checkpoints"), "a failed run wrote a checkpoint"
+
+
+def test_stop_after_failure_is_fast(fault_env, tmp_path):
+    """From the recorded failure to train() returning: well within the 10 s contract."""
+    fault_env("drafter.after_backward@dflash-train-1=delay(20);"
+              "drafter.after_step@dflash-train-1=1*raise")
+    outcome = train(small_config(tmp_path / "run", steps=50))
+    done = time.monotonic()
+    assert outcome.exit_code == 1
+    assert outcome.pipeline.failures[0].thread == "dflash-train-1"
+    assert done - outcome.pipeline.failures[0].at < EXIT_DEADLINE_S
+
+
+def test_every_failure_is_collected(fault_env, tmp_path):
+    """Both drafter threads fail before any stop check: both failures are reported."""
+    fault_env("drafter.before_compile@dflash-train-*=raise")
+    outcome = train(small_config(tmp_path / "run"))
+    assert outcome.exit_code == 1
+    names = sorted(f.thread for f in outcome.pipeline.failures)
+    assert names == ["dflash-train-0", "dflash-train-1"]
+    assert all(isinstance(f.exc, InjectedFault) for f in outcome.pipeline.failures)
+    report = outcome.pipeline.report()
+    assert report.count("=== thread dflash-train-") == 2
+
+
+def test_small_config_trains_without_faults(tmp_path):
+    before = stage_threads()
+    outcome = train(dataclasses.replace(small_config(tmp_path / "run")))
+    assert outcome.exit_code == 0, outcome.pipeline.report()
+    assert outcome.final["steps"] == 4
+    assert stage_threads() == before
