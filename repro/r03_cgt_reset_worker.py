@@ -1,0 +1,162 @@
+"""r03_cgt_reset_worker: torch.compiler.reset() on a worker thread asserts (2.10) or frees nothing (2.11).
+
+Symptom: 2.10: `AssertionError` (empty) at cudagraph_trees `get_obj` from
+  `torch.compiler.reset -> _reset_guarded_backend_cache -> reset_cudagraph_trees` on a thread
+  that did not import cudagraph_trees. 2.11: no error, but the worker's tree manager and its
+  private memory pool are NOT freed: a silent no-op reset (a leak across rollouts / models).
+Mechanism: 2.11 `reset_cudagraph_trees` starts with `if not torch._C._is_key_in_tls(
+  "tree_manager_containers"): return`; a thread seeded through the Python `local` only has no C
+  stash key, so its containers survive the reset (reference F1b, section 2.3 step 6).
+Trigger: main imports cudagraph_trees; a worker seeds the Python local (common workaround),
+  runs a reduce-overhead function (creates its own tree manager), then calls
+  `torch.compiler.reset()` on itself. Deterministic by reading the code (2.11); 2.10 reports:
+  openmm/openmm-ml#128, flexivtrainer write-up (new planner thread per rollout).
+Affected versions: 2.10 (assert), 2.11 (silent no-op, read + probe: no exception).
+Fix: cstash-tls-init (the C stash key makes the reset really reset this thread's trees).
+Upstream: PR #171879 (reset_cudagraph_trees in dynamo.reset), #123177, PR #184357.
+"""
+
+# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
+import argparse
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+import time
+import traceback
+
+_HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
+
+
+def beat():
+    """Rewrite $HARNESS_HEARTBEAT ("<n> <unix time>") at most every 0.2 s: progress, not a hang."""
+    path = os.environ.get("HARNESS_HEARTBEAT")
+    with _HB["lock"]:
+        _HB["n"] += 1
+        if path and time.monotonic() - _HB["t"] >= 0.2:
+            _HB["t"] = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{_HB['n']} {time.time()}\n")
+            os.replace(path + ".tmp", path)
+
+
+class NoFixes:
+    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
+
+    def thread_start(self, role):
+        pass
+
+    def around_call(self):
+        return contextlib.nullcontext()
+
+    def active(self, name):
+        return False
+
+
+def setup(p):
+    """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
+    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
+    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
+    args = p.parse_args()
+    faulthandler.enable()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if not args.fix:
+        return args, NoFixes()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from dflash.fixes import FixSet
+
+    try:
+        return args, FixSet.from_names(args.fix)
+    except ValueError as exc:  # dflash.errors.ConfigError
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_threads(bodies, deadline_s):
+    """Run {name: fn} in named threads joined by one deadline; print and return their errors."""
+    errors = {}
+
+    def wrap(name, fn):
+        try:
+            fn()
+        except BaseException as exc:
+            errors[name] = exc
+
+    threads = [threading.Thread(target=wrap, args=item, name=item[0]) for item in bodies.items()]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        print(f"HANG: threads still alive after {deadline_s} s", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+    for name, exc in errors.items():
+        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
+        traceback.print_exception(exc)
+    return errors
+# --- end of shared repro preamble ---
+
+
+def need_cuda(torch):
+    if not torch.cuda.is_available():
+        print("SKIP: needs CUDA")
+        sys.exit(0)
+
+
+def tls_assert(exc):
+    """True for the F1 signature: AssertionError raised in cudagraph_trees.get_obj."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    return isinstance(exc, AssertionError) and any(
+        fr.name == "get_obj" and fr.filename.endswith("cudagraph_trees.py") for fr in tb
+    )
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=3, help="reduce-overhead calls before the reset")
+    args, fs = setup(p)
+    import torch
+
+    need_cuda(torch)
+    import collections
+
+    import torch._inductor.cudagraph_trees as cgt  # the main thread becomes the importer
+
+    left = {}
+
+    def worker():
+        fs.thread_start("worker")
+        if not hasattr(cgt.local, "tree_manager_containers"):  # the common partial workaround
+            cgt.local.tree_manager_containers = {}
+            cgt.local.tree_manager_locks = collections.defaultdict(threading.Lock)
+        fn = torch.compile(lambda x: torch.sin(x) + 1, mode="reduce-overhead")
+        x = torch.randn(8, device="cuda")
+        with torch.no_grad(), fs.around_call():
+            for _ in range(args.calls):
+                fn(x)
+        torch.cuda.synchronize()
+        left["before"] = sum(c.tree_manager is not None for c in cgt.local.tree_manager_containers.values())
+        torch.compiler.reset()
+        left["after"] = sum(c.tree_manager is not None for c in cgt.local.tree_manager_containers.values())
+        beat()
+
+    errors = run_threads({"repro-worker": worker}, deadline_s=480)
+    if any(tls_assert(exc) for exc in errors.values()):
+        print("REPRODUCED: AssertionError: (empty) at cudagraph_trees.get_obj from torch.compiler.reset()")
+        return 1
+    if errors:
+        return 1
+    if left["before"] and left["after"]:
+        print(f"WRONG_RESULT: torch.compiler.reset() on the worker left {left['after']} cudagraph tree "
+              "manager(s) alive (silent no-op reset: no C TLS key)")
+        return 1
+    print(f"NOT REPRODUCED (tree managers before reset {left['before']}, after {left['after']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

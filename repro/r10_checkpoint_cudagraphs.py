@@ -1,0 +1,178 @@
+"""r10_checkpoint_cudagraphs: a cudagraphed submodule under non-reentrant checkpoint fails.
+
+Symptom: `RuntimeError: TODO: graph recording observed an input tensor deallocate during graph
+  recording that did not occur during replay. Please file an issue.` (cudagraph_trees), on the
+  backward/recomputation of a reduce-overhead module wrapped in
+  `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`.
+Mechanism: the non-reentrant checkpoint frees and recomputes the saved activations around the
+  compiled region, so the tree manager sees an input deallocated during recording that does not
+  happen at replay (reference F9). Thread angle: with use_reentrant=True the recomputation runs on
+  the autograd worker thread, which then needs the C TLS stash (F1) -- not tested upstream.
+Trigger: a worker thread (seeded local + C stash so F1 is out of the way) trains a block whose
+  compiled (reduce-overhead) MLP runs inside checkpoint(use_reentrant=False), --steps steps.
+Affected versions: 2.8 (#154306 comment), 2.11 (bghira/SimpleTuner PR #3155).
+Fix: none in dflash.fixes; --reentrant (use_reentrant=True, per #154306) or no cudagraphs
+  (SimpleTuner switches to mode="default" when checkpointing).
+Upstream: #154306, #148829, #131062, #135298, bghira/SimpleTuner PR #3155.
+"""
+
+# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
+import argparse
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+import time
+import traceback
+
+_HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
+
+
+def beat():
+    """Rewrite $HARNESS_HEARTBEAT ("<n> <unix time>") at most every 0.2 s: progress, not a hang."""
+    path = os.environ.get("HARNESS_HEARTBEAT")
+    with _HB["lock"]:
+        _HB["n"] += 1
+        if path and time.monotonic() - _HB["t"] >= 0.2:
+            _HB["t"] = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{_HB['n']} {time.time()}\n")
+            os.replace(path + ".tmp", path)
+
+
+class NoFixes:
+    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
+
+    def thread_start(self, role):
+        pass
+
+    def around_call(self):
+        return contextlib.nullcontext()
+
+    def active(self, name):
+        return False
+
+
+def setup(p):
+    """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
+    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
+    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
+    args = p.parse_args()
+    faulthandler.enable()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if not args.fix:
+        return args, NoFixes()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from dflash.fixes import FixSet
+
+    try:
+        return args, FixSet.from_names(args.fix)
+    except ValueError as exc:  # dflash.errors.ConfigError
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_threads(bodies, deadline_s):
+    """Run {name: fn} in named threads joined by one deadline; print and return their errors."""
+    errors = {}
+
+    def wrap(name, fn):
+        try:
+            fn()
+        except BaseException as exc:
+            errors[name] = exc
+
+    threads = [threading.Thread(target=wrap, args=item, name=item[0]) for item in bodies.items()]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        print(f"HANG: threads still alive after {deadline_s} s", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+    for name, exc in errors.items():
+        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
+        traceback.print_exception(exc)
+    return errors
+# --- end of shared repro preamble ---
+
+
+def need_cuda(torch):
+    if not torch.cuda.is_available():
+        print("SKIP: needs CUDA")
+        sys.exit(0)
+
+
+def tls_assert(exc):
+    """True for the F1 signature: AssertionError raised in cudagraph_trees.get_obj."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    return isinstance(exc, AssertionError) and any(
+        fr.name == "get_obj" and fr.filename.endswith("cudagraph_trees.py") for fr in tb
+    )
+
+
+SIGNATURE = "graph recording observed an input tensor deallocate"
+
+
+def seed_tls():
+    """Python local + C stash (reference 2.4 fix 2), so F1 does not mask the race."""
+    import collections
+
+    import torch
+    import torch._inductor.cudagraph_trees as cgt
+
+    if not hasattr(cgt.local, "tree_manager_containers"):
+        cgt.local.tree_manager_containers = {}
+        cgt.local.tree_manager_locks = collections.defaultdict(threading.Lock)
+    for key in ("tree_manager_containers", "tree_manager_locks"):
+        if not torch._C._is_key_in_tls(key):
+            torch._C._stash_obj_in_tls(key, getattr(cgt.local, key))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--reentrant", action="store_true", help="use_reentrant=True (the known fix)")
+    args, fs = setup(p)
+    import torch
+    import torch.utils.checkpoint as ckpt
+
+    need_cuda(torch)
+    import torch._inductor.cudagraph_trees  # noqa: F401
+    hits = []
+
+    def worker():
+        fs.thread_start("train")
+        seed_tls()
+        mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).cuda()
+        cmlp = torch.compile(mlp, mode="reduce-overhead")
+        x = torch.randn(16, 64, device="cuda", requires_grad=True)
+        for _ in range(args.steps):
+            mlp.zero_grad(set_to_none=True)
+            try:
+                with fs.around_call():
+                    y = ckpt.checkpoint(cmlp, x * 1.0, use_reentrant=args.reentrant)
+                    y.square().mean().backward()
+            except RuntimeError as exc:
+                if SIGNATURE not in str(exc):
+                    raise
+                hits.append(exc)
+                return
+            beat()
+        torch.cuda.synchronize()
+
+    errors = run_threads({"repro-train": worker}, deadline_s=480)
+    if hits:
+        traceback.print_exception(hits[0])
+        print(f"REPRODUCED: RuntimeError: {str(hits[0]).splitlines()[0]}")
+        return 1
+    print(f"NOT REPRODUCED ({args.steps} checkpointed steps, use_reentrant={args.reentrant})")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
