@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 from dataclasses import dataclass
 
@@ -120,7 +121,7 @@ def load(path: str, map_location: str | torch.device = "cpu") -> Checkpoint:
             meta = json.load(f)
         state = torch.load(os.path.join(step_dir, STATE_FILE), map_location=map_location,
                            weights_only=True)
-    except (OSError, ValueError, RuntimeError, KeyError) as e:
+    except (OSError, ValueError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
         raise CheckpointError(f"unreadable checkpoint {step_dir!r}: {e}") from None
     return Checkpoint(step=int(meta["step"]), data_seq=int(meta["data_seq"]), config=meta["config"],
                       drafter=state["drafter"], optimizer=state["optimizer"],
