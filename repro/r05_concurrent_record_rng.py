@@ -107,14 +107,6 @@ def need_cuda(torch):
         sys.exit(0)
 
 
-def tls_assert(exc):
-    """True for the F1 signature: AssertionError raised in cudagraph_trees.get_obj."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    return isinstance(exc, AssertionError) and any(
-        fr.name == "get_obj" and fr.filename.endswith("cudagraph_trees.py") for fr in tb
-    )
-
-
 CAPTURE = ("stream is capturing", "during capture", "uncaptured work", "Offset increment outside graph capture")
 
 
