@@ -1,0 +1,56 @@
+"""Device plans: round-robin assignment, validation errors, remap onto fewer GPUs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dflash import presets
+from dflash.config import DeviceConfig
+from dflash.devices import resolve
+from dflash.errors import DevicePlanError
+
+
+def test_threads_take_devices_round_robin():
+    cfg = DeviceConfig(target_devices=("cuda:0", "cuda:1"), drafter_devices=("cuda:2",))
+    plan = resolve(cfg, num_target_threads=5, num_drafter_threads=2, cuda_count=4)
+    assert [str(d) for d in plan.target] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"]
+    assert [str(d) for d in plan.drafter] == ["cuda:2", "cuda:2"]
+    assert plan.target_devices() == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert plan.describe()["drafter"] == ["cuda:2", "cuda:2"]
+
+
+def test_cpu_plan_is_valid_without_cuda():
+    plan = resolve(DeviceConfig(), num_target_threads=2, num_drafter_threads=3, cuda_count=0)
+    assert set(plan.target) | set(plan.drafter) == {torch.device("cpu")}
+
+
+@pytest.mark.parametrize("devices,count,match", [
+    (("cuda:0",), 0, "CUDA is not available"),
+    (("cuda:4",), 2, "index 4 >= device count 2"),
+    (("tpu:0",), 1, "unknown device string|unsupported device"),
+    (("banana",), 1, "unknown device string"),
+    (("mps",), 1, "unsupported device"),
+    ((), 1, "must be non-empty"),
+])
+def test_invalid_plans_raise_one_clear_error(devices, count, match):
+    cfg = DeviceConfig(target_devices=devices, drafter_devices=("cpu",))
+    with pytest.raises(DevicePlanError, match=match):
+        resolve(cfg, num_target_threads=1, num_drafter_threads=1, cuda_count=count)
+
+
+def test_remap_folds_a_multi_gpu_plan_onto_fewer_gpus():
+    cfg = presets.gpu_multi().devices
+    assert cfg.remap
+    plan = resolve(cfg, num_target_threads=5, num_drafter_threads=3, cuda_count=2)
+    assert [d.index for d in plan.target] == [0, 1, 0, 1, 0]
+    assert [d.index for d in plan.drafter] == [1, 0, 1]
+    with pytest.raises(DevicePlanError):
+        resolve(DeviceConfig(target_devices=cfg.target_devices, drafter_devices=("cpu",)),
+                num_target_threads=5, num_drafter_threads=1, cuda_count=2)
+
+
+def test_bare_cuda_means_device_zero():
+    plan = resolve(DeviceConfig(target_devices=("cuda",), drafter_devices=("cuda",)),
+                   num_target_threads=1, num_drafter_threads=1, cuda_count=1)
+    assert plan.target[0] == torch.device("cuda", 0)
