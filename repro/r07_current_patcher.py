@@ -7,7 +7,7 @@ Symptom: `AssertionError: CURRENT_PATCHER is None in finally block` (torch/fx/_s
 Mechanism: `_new_patcher()` saves the module-global CURRENT_PATCHER, installs its own and
   restores the saved one in `finally`; two threads' save/restore pairs interleave, so one of them
   finds None (reference F3, cpu-experiments R3).
-Trigger (--mode compile, default, the reference's fxrace setup): thread `repro-compiler` compiles
+Trigger: --mode compile (default; the reference's fxrace setup): thread `repro-compiler` compiles
   --k fresh functions with backend=aot_eager (make_fx -> Tracer.trace) while thread `repro-tracer`
   loops `torch.fx.symbolic_trace`; cpu-experiments: inductor default 1/10, sw 4/10.
   --mode trace: two threads both loop `symbolic_trace` (the same global, no compile).
