@@ -56,9 +56,13 @@ def _build_hf_model(cfg: TargetConfig) -> nn.Module:
         if not os.path.isdir(cfg.path):
             raise ConfigError(f"target.path {cfg.path!r} is not a directory")
         # Local only: the GPU hosts have no network (no silent hub download).
-        return AutoModelForCausalLM.from_pretrained(
-            cfg.path, local_files_only=True, dtype=dtype, attn_implementation="sdpa"
-        )
+        try:
+            return AutoModelForCausalLM.from_pretrained(
+                cfg.path, local_files_only=True, dtype=dtype, attn_implementation="sdpa"
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"target.path {cfg.path!r}: cannot load a causal LM: {first}") from None
     hf_cfg = _tiny_config(cfg)
     hf_cfg._attn_implementation = "sdpa"
     cls = Qwen3ForCausalLM if cfg.arch == "qwen3" else LlamaForCausalLM
@@ -112,7 +116,8 @@ class TargetModel:
     def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                layer_ids: tuple[int, ...] | list[int]) -> torch.Tensor:
         """Tapped hidden states, concatenated on the feature axis: [B, L, k*H]."""
-        out = self.model.model(
+        # base_model skips the LM head: only the tapped states are needed here.
+        out = self.model.base_model(
             input_ids=input_ids, attention_mask=attention_mask,
             output_hidden_states=True, use_cache=False,
         )

@@ -6,11 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
 from dflash.evaluate import acceptance_length, speculative_generate
 from dflash.masks import sdpa_mask
 from dflash.objective import DFlashObjective
+from dflash.errors import ConfigError
 from dflash.target import build_target
 
 BS = 4
@@ -24,6 +26,10 @@ def target():
 
 @pytest.fixture(scope="module")
 def objective(target):
+    return make_objective(target)
+
+
+def make_objective(target):
     cfg = DrafterConfig(num_layers=1, block_size=BS, init_seed=1)
     layer_ids = resolve_layer_ids(cfg, target.num_layers)
     drafter = DFlashDrafter(cfg, hidden_size=target.hidden_size, num_target_layers=target.num_layers,
@@ -87,3 +93,73 @@ def test_bad_evaluation_input_is_rejected(target, objective):
         acceptance_length(target, objective, [], 8)
     with pytest.raises(ValueError):
         speculative_generate(target, objective, [], 8)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_embedded_target_is_deterministic_frozen_and_in_eval_mode(arch):
+    a, b = build_target(TargetConfig(arch=arch), "cpu"), build_target(TargetConfig(arch=arch), "cpu")
+    for (name, p), q in zip(a.model.named_parameters(), b.model.parameters()):
+        assert torch.equal(p, q), name
+        assert not p.requires_grad
+    assert not a.model.training
+    assert (a.num_layers, a.hidden_size, a.vocab_size) == (4, 64, 256)
+
+
+def test_hidden_taps_hf_index_layer_plus_one(target):
+    ids = torch.tensor([PROMPTS[0]])
+    ctx = target.hidden(ids, torch.ones_like(ids), (0, 3))
+    with torch.no_grad():
+        states = target.model(ids, output_hidden_states=True).hidden_states
+    assert ctx.shape == (1, len(PROMPTS[0]), 2 * target.hidden_size) and not ctx.requires_grad
+    torch.testing.assert_close(ctx, torch.cat([states[1], states[4]], dim=-1))
+
+
+def test_greedy_generate_matches_an_uncached_argmax_loop(target):
+    got = target.greedy_generate(PROMPTS, 6)
+    for prompt, out in zip(PROMPTS, got):
+        seq = list(prompt)
+        with torch.no_grad():
+            for _ in range(6):
+                seq.append(int(target.model(torch.tensor([seq])).logits[0, -1].argmax()))
+        assert out == seq[len(prompt):]
+
+
+def test_cached_logits_and_hidden_equal_a_full_forward(target):
+    full = torch.tensor([PROMPTS[2]])
+    lg_full, h_full, _ = target.logits_and_hidden(full, (1, 2))
+    lg_a, h_a, cache = target.logits_and_hidden(full[:, :4], (1, 2))
+    lg_b, h_b, _ = target.logits_and_hidden(full[:, 4:], (1, 2), cache)
+    torch.testing.assert_close(torch.cat([lg_a, lg_b], 1), lg_full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat([h_a, h_b], 1), h_full, atol=1e-5, rtol=1e-5)
+
+
+def test_missing_target_path_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError):
+        build_target(TargetConfig(path=str(tmp_path / "nope")), "cpu")
+    with pytest.raises(ConfigError):
+        build_target(TargetConfig(path=str(tmp_path)), "cpu")  # a folder without a model
+
+
+@pytest.mark.slow
+def test_training_on_target_regenerated_data_raises_tau(target):
+    # The DFlash recipe in miniature: the target regenerates the answers, the drafter trains on
+    # random anchors, and the real draft-then-verify loop accepts more than the random drafter.
+    objective = make_objective(target)  # trained here: not the shared module fixture
+    g = torch.Generator().manual_seed(0)
+    prompt_len, seq_len, rows = 8, 32, 32
+    prompts = [torch.randint(1, 255, (prompt_len,), generator=g).tolist() for _ in range(rows)]
+    answers = target.greedy_generate(prompts, seq_len - prompt_len)
+    ids = torch.tensor([p + a for p, a in zip(prompts, answers)])
+    loss_mask = (torch.arange(seq_len) >= prompt_len).long().expand(rows, -1)
+    lengths = torch.full((rows,), seq_len)
+    context = target.hidden(ids, torch.ones_like(ids), objective.layer_ids)
+    tau_before = acceptance_length(target, objective, prompts[:6], seq_len - prompt_len)
+    opt = torch.optim.AdamW(objective.drafter.parameters(), lr=3e-3)
+    for _ in range(150):
+        rows_sel = torch.randperm(rows, generator=g)[:8]
+        anchors, keep = sample_anchors(loss_mask[rows_sel], lengths[rows_sel], 8, BS, g)
+        opt.zero_grad()
+        objective(ids[rows_sel], loss_mask[rows_sel], context[rows_sel], anchors, keep).loss.backward()
+        opt.step()
+    tau_after = acceptance_length(target, objective, prompts[:6], seq_len - prompt_len)
+    assert tau_before < 1.2 and tau_after > 1.5, (tau_before, tau_after)
