@@ -83,11 +83,13 @@ TORCH_POINTS: dict[str, Point] = {
             targets=(
                 "torch._functorch._aot_autograd.runtime_wrappers:"
                 "_AutogradBackwardCompiler.get_or_compile",
-                "torch._functorch._aot_autograd.runtime_wrappers:"
-                "AOTDispatchAutograd.post_compile",
+                # Older torch (2.11) compiles lazily inside a per-graph CompiledFunction class;
+                # the one module global it calls there and only there is this context-manager
+                # factory, so the hook fires as that compile starts ("after" = CM created).
+                "torch._functorch._aot_autograd.runtime_wrappers:track_graph_compiling",
             ),
             why="lazy first-backward compile, outside compile_lock for aot_eager (F8, exp 4); "
-            "hit on every backward, compiles on the first",
+            "2.13: hit on every backward, compiles on the first; 2.11: hit on the compile only",
         ),
         Point(
             name="cudagraph.get_container",

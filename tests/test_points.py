@@ -70,6 +70,16 @@ def test_compiled_call_point_is_hit_on_every_compiled_call(calls):
     assert points.HITS["compiled.call"] >= 3
 
 
+def test_backward_point_is_hit_by_the_first_backward(calls):
+    import torch
+
+    points.install_now(["aot.backward_compile"], lambda p, w: calls.append((p, w)))
+    lin = torch.nn.Linear(3, 3)
+    fn = torch.compile(lambda x: lin(x).relu().sum(), backend="aot_eager")
+    fn(torch.randn(2, 3)).backward()
+    assert points.HITS["aot.backward_compile"] >= 1, points.installed()
+
+
 def test_a_raising_hook_propagates_to_the_caller(calls):
     import torch
 
