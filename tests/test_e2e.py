@@ -1,0 +1,58 @@
+"""End to end: `python -m dflash train` with the embedded default preset learns, and `bench` runs.
+
+Runs from the repository root so the synthetic corpus cache (.cache/dflash) is shared with
+ordinary runs: the first run of a fresh checkout pays for the target regenerating it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from test_pipeline_errors import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def run_dflash(argv: list[str], timeout_s: float = 900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO)
+    env.pop("DFLASH_FAULTS", None)
+    return subprocess.run([sys.executable, "-m", "dflash", *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
+
+
+def test_embedded_default_learns_and_exports(tmp_path):
+    out_dir = tmp_path / "run"
+    proc = run_dflash(["train", "--out", str(out_dir), "--set", "train.log_interval_s=1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = json_lines(proc.stdout)
+    final = records[-1]
+    assert final["event"] == "final"
+    assert [r["event"] for r in records[:-1]] == ["metrics"] * (len(records) - 1)
+    assert final["steps"] == 60
+    assert final["loss_last"] < 0.85 * final["loss_first"], final
+    assert final["tau"] > 1.0, final
+    assert final["tokens_per_s"] > 0
+    assert set(final["busy"]) == {"prefetch", "target", "drafter"}
+    assert len(final["position_accuracy"]) == 3  # block_size 4 -> positions 1..3
+    assert final["device_plan"] == {"target": ["cpu"], "drafter": ["cpu", "cpu"]}
+    assert sorted(os.listdir(out_dir / "export")) == ["config.json", "model.safetensors"]
+    assert os.path.isfile(out_dir / "checkpoints" / "LATEST")
+    assert "samples loaded:" in proc.stderr  # bucket summary printed at start
+
+
+def test_bench_reports_throughput_and_fault_point_cost():
+    proc = run_dflash(["bench", "--steps", "8"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = [r for r in json_lines(proc.stdout) if r["event"] == "bench"]
+    assert record["tokens_per_s"] > 0 and record["tokens_per_s_faults_idle"] > 0
+    assert 0.2 < record["faults_idle_over_absent"] < 5
+    assert 0 < record["fault_point_off_ns"] < 10_000
+    assert "tokens/s" in proc.stderr
