@@ -108,6 +108,15 @@ def test_flex_forward_matches_sdpa_dense_mask_on_cpu():
     assert (dense_out.permute(0, 2, 1, 3)[padded_rows] == 0).all()
 
 
+def test_flex_forward_matches_sdpa_with_document_ids():
+    anchors, keep, seq_len = _case(9)
+    doc_ids = (torch.arange(seq_len) // 5).expand(anchors.shape[0], -1).contiguous()
+    q, k, v = _qkv(anchors, seq_len, seed=2)
+    dense_out = attend(q, k, v, sdpa_mask(anchors, keep, BS, seq_len, doc_ids))
+    flex_out = attend(q, k, v, flex_block_mask(anchors, keep, BS, seq_len, doc_ids))
+    torch.testing.assert_close(flex_out, dense_out, atol=1e-5, rtol=1e-5)
+
+
 def test_sdpa_path_gradients_are_finite_with_padded_blocks():
     anchors, keep, seq_len = _case(6)
     assert not keep.all()
