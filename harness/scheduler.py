@@ -227,6 +227,10 @@ def _fx_widen(seed: int, rng: random.Random) -> Plan:
             probability=rng.choice((0.3, 0.5, 1.0)),
             params={"dist": "uniform", "max_s": rng.choice((0.001, 0.002))},
         ),
+        # Spread the victim's compiled calls over time so that some land in a widened trace;
+        # without it a fast caller could finish between two traces (15/20 on 2.11, 16 cores).
+        Rule(point="compiled.call", action="delay", probability=0.1,
+             params={"dist": "uniform", "max_s": 0.002}),
     ]
     return Plan(seed=seed, profile="fx-widen", switch_interval=1e-6, rules=rules)
 

@@ -70,7 +70,7 @@ def test_profiles_say_what_they_do():
     assert Plan.from_seed(1, "plain").rules == [] and Plan.from_seed(1, "plain").switch_interval is None
     assert Plan.from_seed(1, "switch").switch_interval == 1e-6
     widen = Plan.from_seed(1, "fx-widen")
-    assert {r.point for r in widen.rules} == {"fx.trace", "fx.create_node"}
+    assert {r.point for r in widen.rules} == {"fx.trace", "fx.create_node", "compiled.call"}
     raise_at = Plan.from_seed(1, "raise-at")
     assert [r.action for r in raise_at.rules] == ["raise"] and raise_at.rules[0].max_hits == 1
 
