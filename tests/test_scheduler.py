@@ -276,3 +276,22 @@ def test_start_barrier_releases_together_or_times_out(count, released_together):
         assert res["spread"] < 0.1  # w-0 waited for w-1 (started 0.3 s later)
     else:
         assert 0.9 < res["total"] < 5  # a missing third thread costs the timeout, no deadlock
+
+
+def test_stage_points_reach_the_scheduler_through_dflash_faults(tmp_path):
+    plan = Plan(seed=2, profile="t", rules=[Rule(point="drafter.before_step", action="raise",
+                                                 first_hit=2, max_hits=1, params={"message": "m"})])
+    code = """
+        import dflash.faults as faults
+        from dflash.errors import InjectedFault
+        faults.fault_point("drafter.before_step")
+        try:
+            faults.fault_point("drafter.before_step")
+        except InjectedFault as e:
+            print("raised", e)
+    """
+    log = tmp_path / "log.jsonl"
+    proc = _child(code, {"HARNESS_PLAN": plan.to_json(), "HARNESS_PLAN_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "raised m"
+    assert decisions(str(log)) == [("drafter.before_step", "before", "MainThread", 2, 0, "raise", 0.0)]
