@@ -295,3 +295,10 @@ def test_stage_points_reach_the_scheduler_through_dflash_faults(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "raised m"
     assert decisions(str(log)) == [("drafter.before_step", "before", "MainThread", 2, 0, "raise", 0.0)]
+
+
+def test_bootstrap_still_runs_a_shadowed_sitecustomize(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITE_RAN'] = '1'\n")
+    proc = _child("import os; print(os.environ.get('OTHER_SITE_RAN'))",
+                  {"PYTHONPATH": f"{BOOTSTRAP}{os.pathsep}{REPO}{os.pathsep}{tmp_path}"})
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr

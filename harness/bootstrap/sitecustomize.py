@@ -42,6 +42,22 @@ def _install_plan(value: str) -> None:
     sys.stderr.flush()
 
 
+def _chain_next_sitecustomize() -> None:
+    """Python runs only the first sitecustomize on sys.path; ours shadows any later one (e.g. a
+    distribution's), so run that one too, once, as it would have run without us."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        path = os.path.join(entry or ".", "sitecustomize.py")
+        if os.path.abspath(entry or ".") != here and os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    exec(compile(f.read(), path, "exec"), {"__name__": "sitecustomize", "__file__": path})
+            except Exception as e:  # theirs failing must not stop the trial; say so
+                sys.stderr.write(f"harness bootstrap: {path} failed: {type(e).__name__}: {e}\n")
+            return
+
+
 _enable_faulthandler()
+_chain_next_sitecustomize()
 if os.environ.get("HARNESS_PLAN"):
     _install_plan(os.environ["HARNESS_PLAN"])
