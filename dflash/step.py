@@ -56,8 +56,16 @@ def make_inputs(hb: HiddenBatch, dcfg: DrafterConfig, *, seed: int, device: torc
                 dtype: torch.dtype) -> StepInputs:
     """Move a hidden batch to the drafter device and sample its anchors (CPU, seeded by seq)."""
     tok = hb.tokens
-    anchors, keep = sample_anchors(tok.loss_mask.cpu(), tok.lengths.cpu(), dcfg.num_anchors,
-                                   dcfg.block_size, anchor_generator(seed, tok.seq))
+    # Sample on the unpadded [rows, bucket] view: the draw depends on the tensor shape, so a
+    # batch padded to a fixed shape (persistent-buffers) must still get the same anchors.
+    rows = len(tok.indices)
+    anchors, keep = sample_anchors(tok.loss_mask[:rows, :tok.bucket].cpu(), tok.lengths[:rows].cpu(),
+                                   dcfg.num_anchors, dcfg.block_size,
+                                   anchor_generator(seed, tok.seq))
+    extra = tok.input_ids.shape[0] - rows
+    if extra:  # padding rows: no anchors kept, so they add nothing to the loss
+        anchors = torch.cat([anchors, anchors.new_zeros((extra, anchors.shape[1]))])
+        keep = torch.cat([keep, keep.new_zeros((extra, keep.shape[1]))])
     return StepInputs(
         input_ids=tok.input_ids.to(device),
         loss_mask=tok.loss_mask.to(device),

@@ -118,3 +118,25 @@ def test_warmup_cosine_schedule_shape():
 def test_pipeline_config_rejects_zero_threads():
     with pytest.raises(ValueError):
         PipelineConfig(num_drafter_threads=0)
+
+
+POLICY_FIXES = ("sequential-startup", "thread-local-warmup", "persistent-buffers",
+                "graph-isolation", "global-lock", "nested-fx-fallback")
+
+
+@pytest.mark.slow
+def test_fix_policies_act_and_do_not_change_what_is_learned(tmp_path):
+    """Compiled (eager backend) with every pipeline-level fix vs plain eager: same parameters."""
+    plain = train(small_config(tmp_path / "plain", steps=STEPS))
+    cfg = small_config(tmp_path / "fixed", steps=STEPS)
+    cfg = dataclasses.replace(cfg, fixes=POLICY_FIXES, compile=dataclasses.replace(
+        cfg.compile, mode="default", backend="eager"))
+    fixed = train(cfg)
+    assert plain.exit_code == fixed.exit_code == 0, fixed.pipeline.report()
+    counts = fixed.final["fix_counts"]
+    assert counts["sequential-startup"] == 2  # one first call per drafter thread
+    assert counts["thread-local-warmup"] == 2
+    assert counts["graph-isolation"] >= 2
+    assert counts["global-lock"] > 0
+    for name, value in plain.state["drafter"].items():
+        assert torch.allclose(fixed.state["drafter"][name], value, rtol=1e-4, atol=1e-5), name
