@@ -79,6 +79,14 @@ class TargetModel:
     Invariants: every parameter has `requires_grad=False`; the model is in eval mode; all
     methods run under `torch.no_grad()` (not inference_mode: the returned context feeds the
     drafter's `fc`, and autograd refuses to save inference tensors for backward).
+
+    Thread hazard (transformers 5.x, seen on 5.17 and 5.24): hidden states are collected by
+    forward hooks that look up the active collector in `CompileableContextVar`
+    (transformers/utils/output_capturing.py). While ANY thread is tracing an HF forward under
+    torch.compile, that variable is a process-global (`compiling=True`, `global_var`), so an eager
+    forward on another thread can append into the tracer's collector: silently wrong tapped
+    states or `IndexError: tuple index out of range` (reproduced on CPU; transformers#44614 notes
+    the limited thread-safety while compiling, transformers#46370 proposes a plain ContextVar).
     """
 
     def __init__(self, model: nn.Module) -> None:
