@@ -140,10 +140,27 @@ def test_training_on_a_fixed_batch_lowers_loss_and_raises_accuracy(target):
     assert last.accept_sum / last.num_blocks > first.accept_sum / first.num_blocks
 
 
-def _compiled_counts(obj, batches, backend):
+def recording_backend(name: str, graphs: list):
+    """A torch.compile backend that keeps each Dynamo graph, then defers to `name`."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    inner = lookup_backend(name)
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return inner(gm, example_inputs)
+
+    return backend
+
+
+def uses_flex(graphs) -> bool:
+    return any("flex_attention" in str(n.target) for g in graphs for n in g.graph.nodes)
+
+
+def _compiled_counts(obj, batches, backend, graphs=None):
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    fn = torch.compile(obj, backend=backend)
+    fn = torch.compile(obj, backend=recording_backend(backend, [] if graphs is None else graphs))
     outs = [fn(*b) for b in batches]
     counters = torch._dynamo.utils.counters
     return outs, dict(counters["stats"]), dict(counters["graph_break"])
@@ -153,7 +170,9 @@ def test_compiled_objective_has_no_graph_break_nor_recompile_on_new_anchors(targ
     obj = make_objective(target)
     b1, b2 = make_batch(target, seed=0), make_batch(target, seed=1)
     assert not torch.equal(b1[3], b2[3])
-    outs, stats, breaks = _compiled_counts(obj, [b1, b2, b1], "aot_eager")
+    graphs = []
+    outs, stats, breaks = _compiled_counts(obj, [b1, b2, b1], "aot_eager", graphs)
+    assert not uses_flex(graphs)  # auto on CPU = dense SDPA mask (flex has no CPU backward)
     assert breaks == {}
     assert stats.get("unique_graphs") == 1, stats
     torch.testing.assert_close(outs[0].loss, obj(*b1).loss)
@@ -166,8 +185,10 @@ def test_compiled_flex_objective_builds_its_mask_inside_without_recompiling(targ
     flex, sdpa = make_objective(target, attention="flex"), make_objective(target, attention="sdpa")
     b1, b2 = make_batch(target, seed=0), make_batch(target, seed=1)
     with torch.no_grad():
-        outs, stats, breaks = _compiled_counts(flex, [b1, b2], "aot_eager")
+        graphs = []
+        outs, stats, breaks = _compiled_counts(flex, [b1, b2], "aot_eager", graphs)
         assert breaks == {} and stats.get("unique_graphs") == 1, (stats, breaks)
+        assert uses_flex(graphs)
         for out, b in zip(outs, (b1, b2)):
             torch.testing.assert_close(out.loss, sdpa(*b).loss, atol=1e-4, rtol=1e-4)
 
@@ -200,7 +221,8 @@ def test_compiled_flex_objective_on_cuda_matches_sdpa_and_never_recompiles():
     batches = [make_batch(target, seed=seed, layer_ids=flex.layer_ids) for seed in range(3)]
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    fn = torch.compile(flex, backend="inductor")
+    graphs = []
+    fn = torch.compile(flex, backend=recording_backend("inductor", graphs))
     for batch in batches:
         flex.zero_grad()
         sdpa.zero_grad()
@@ -213,6 +235,7 @@ def test_compiled_flex_objective_on_cuda_matches_sdpa_and_never_recompiles():
     counters = torch._dynamo.utils.counters
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert uses_flex(graphs)
 
 
 @pytest.mark.cuda
