@@ -59,6 +59,8 @@ class GlobalLock(Fix):
     Serialises compile, cudagraph record/replay and lazy backward compile (F1c, F1d, F7, F8, F10;
     F2/F3 only when every tracer in the process also runs under the lock). Removes concurrency:
     the control arm. Upstream PR #184357 does the narrow version (graph_capture_lock), PR #184432.
+    H200 / torch 2.11 runs (repro/README.md): holds for r05 (F1d), not for r04 (F1c: two threads
+    still share one recorded graph, serialized or not).
     """
 
     name = "global-lock"
@@ -223,7 +225,9 @@ class GraphIsolation(Fix):
     Dynamo caches per code object; instances of one class (or threads sharing one function) share
     one cache list and one recompile limit, and with cudagraphs one recorded graph (F1c, F10, F11,
     R7). The Dynamo devlog "Isolate Recompiles" (2026-05-04) adds isolate_recompiles for this;
-    see also #123177 (shared graph across threads).
+    see also #123177 (shared graph across threads). Separate Dynamo graphs are verified on CPU;
+    on the H200 (torch 2.11) it did NOT stop r04 (F1c) or r12 (F11): cudagraph state is also
+    shared below Dynamo (global generation counters, F6), see repro/README.md.
     """
 
     name = "graph-isolation"

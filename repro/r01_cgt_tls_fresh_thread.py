@@ -11,7 +11,9 @@ Trigger: the main thread imports torch._inductor.cudagraph_trees (as any earlier
   #123177 repro agent (2.13 nightly, 32 threads): 8/32 failed; H200 probe on 2.11: an unseeded
   thread with a new shape asserted every time.
 Affected versions: 2.9.x, 2.10, 2.11 (probe), 2.13.0.dev nightly; fixed by PR #184357 (lazy TLS).
-Fix: local-tls-init or cstash-tls-init (seed the thread's TLS in thread_start).
+Fix: local-tls-init or cstash-tls-init remove the assert; the threads then share one graph and
+  hit F1c capture errors (H200, 2.11: cstash 1/3 runs clean, see repro/README.md): use one graph
+  per thread (r04) or one thread per graph.
 Upstream: #123177, PR #184357, PR #138282 (closed), PR #184432.
 """
 
@@ -51,6 +53,9 @@ class NoFixes:
 
     def active(self, name):
         return False
+
+    def isolate(self, fn):
+        return fn
 
 
 def setup(p):
@@ -149,8 +154,11 @@ def main():
         print("REPRODUCED: AssertionError: (empty) at cudagraph_trees.get_obj: "
               "assert torch._C._is_key_in_tls(attr_name)")
         return 1
+    if errors:
+        print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
+        return 1
     print(f"NOT REPRODUCED (failed threads: {len(errors)}/{args.threads}, none at get_obj)")
-    return 1 if errors else 0
+    return 0
 
 
 if __name__ == "__main__":

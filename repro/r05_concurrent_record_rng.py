@@ -53,6 +53,9 @@ class NoFixes:
     def active(self, name):
         return False
 
+    def isolate(self, fn):
+        return fn
+
 
 def setup(p):
     """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
@@ -107,7 +110,11 @@ def need_cuda(torch):
         sys.exit(0)
 
 
-CAPTURE = ("stream is capturing", "during capture", "uncaptured work", "Offset increment outside graph capture")
+# Concurrent-capture failures seen on 2.11 (reference F1c/F1d and the H200 runs of this script).
+CAPTURE = (
+    "stream is capturing", "during capture", "uncaptured work", "Offset increment outside graph capture",
+    "already recording to mempool", "cudaStreamCaptureStatusActive",
+)
 
 
 def seed_tls():
@@ -177,8 +184,11 @@ def main():
         print(f"threads with capture errors: {len(hits)}/{args.threads}")
         print(f"REPRODUCED: RuntimeError: {str(exc).splitlines()[0]}")
         return 1
+    if errors:
+        print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
+        return 1
     print(f"NOT REPRODUCED (capture errors in 0/{args.threads} threads, {args.steps} steps each)")
-    return 1 if errors else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ class NoFixes:
     def active(self, name):
         return False
 
+    def isolate(self, fn):
+        return fn
+
 
 def setup(p):
     """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
@@ -177,8 +180,11 @@ def main():
         inner = [text for text in chain(hits[0]) if SIGNATURE in text][-1]
         print(f"REPRODUCED: {inner.splitlines()[-1]}")
         return 1
+    if errors:
+        print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
+        return 1
     print(f"NOT REPRODUCED ({len(hits)} patcher errors; other errors: {other or 'none'})")
-    return 1 if errors else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -53,6 +53,9 @@ class NoFixes:
     def active(self, name):
         return False
 
+    def isolate(self, fn):
+        return fn
+
 
 def setup(p):
     """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
@@ -162,8 +165,11 @@ def main():
         traceback.print_exception(hits[0])
         print(f"REPRODUCED: RuntimeError: {str(hits[0]).splitlines()[0]}")
         return 1
+    if errors:
+        print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
+        return 1
     print(f"NOT REPRODUCED ({args.steps} checkpointed steps, use_reentrant={args.reentrant})")
-    return 1 if errors else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ Trigger: --threads threads, one instance each of one class, same GPU, reduce-ove
   forward calls. H200 probe on 2.11: `unique_graphs 2` (duplicate compile), one thread failed
   39/40 steps; one thread with two instances: assert every time.
 Affected versions: 2.11 (probe).
-Fix: graph-isolation (distinct code objects, hence distinct graphs per instance); global-lock
-  does NOT hold (the graph is still shared).
+Fix: expected graph-isolation (distinct Dynamo graphs per instance; verified on CPU), but on
+  the H200 (2.11) the assert persisted with it, also with TORCHINDUCTOR_FX_GRAPH_CACHE=0: the
+  state is shared below Dynamo. global-lock does not hold either. Use cudagraph trees (r04).
 Upstream: #123177 (context), Dynamo devlog "Isolate Recompiles" (2026-05-04).
 """
 
@@ -53,6 +54,9 @@ class NoFixes:
 
     def active(self, name):
         return False
+
+    def isolate(self, fn):
+        return fn
 
 
 def setup(p):
@@ -156,8 +160,11 @@ def main():
     if bad:
         print(f"WRONG_RESULT: compiled outputs differ from eager in threads {sorted(bad)}")
         return 1
+    if errors:
+        print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
+        return 1
     print(f"NOT REPRODUCED (0/{args.threads * args.steps} steps failed)")
-    return 1 if errors else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ class NoFixes:
     def active(self, name):
         return False
 
+    def isolate(self, fn):
+        return fn
+
 
 def setup(p):
     """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
@@ -156,8 +159,11 @@ def main():
             traceback.print_exception(exc)
             print(f"REPRODUCED: _is_fx_tracing_flag stuck True; a fresh compiled call raises RuntimeError: {exc}")
         return 1
+    if errors:
+        print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
+        return 1
     print(f"NOT REPRODUCED (flag False after the run; other errors: {other or 'none'})")
-    return 1 if errors else 0
+    return 0
 
 
 if __name__ == "__main__":

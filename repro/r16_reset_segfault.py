@@ -53,6 +53,9 @@ class NoFixes:
     def active(self, name):
         return False
 
+    def isolate(self, fn):
+        return fn
+
 
 def setup(p):
     """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
@@ -149,8 +152,11 @@ def main():
         traceback.print_exception(failures[0])
         print(f"REPRODUCED: NameError: {failures[0]}")
         return 1
+    if errors:
+        print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
+        return 1
     print(f"NOT REPRODUCED (no crash; calls {counts['calls']}, {args.what} {counts['resets']})")
-    return 1 if errors else 0
+    return 0
 
 
 if __name__ == "__main__":
