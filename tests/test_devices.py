@@ -54,3 +54,21 @@ def test_bare_cuda_means_device_zero():
     plan = resolve(DeviceConfig(target_devices=("cuda",), drafter_devices=("cuda",)),
                    num_target_threads=1, num_drafter_threads=1, cuda_count=1)
     assert plan.target[0] == torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize("name", sorted(presets.PRESETS))
+def test_every_preset_builds_a_valid_plan(name):
+    cfg = presets.get(name)
+    assert cfg.preset == name
+    gpus = 8 if name.startswith("gpu") else 0
+    plan = resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
+                   num_drafter_threads=cfg.pipeline.num_drafter_threads, cuda_count=gpus)
+    assert len(plan.target) == cfg.pipeline.num_target_threads
+    assert cfg.data.synthetic_max_len <= cfg.data.bucket_boundaries[-1]
+    if name == "gpu-multi":
+        assert len(plan.target_devices()) == 5 and len(plan.drafter_devices()) == 3
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(Exception, match="known presets: tiny-cpu, cpu-compile, gpu-default"):
+        presets.get("nope")
