@@ -61,7 +61,7 @@ class Rule:
     """Chance that an eligible hit injects."""
     params: dict = field(default_factory=dict)
     """delay: {dist: uniform, max_s} | {dist: exponential, mean_s, cap_s}; starve: {thread_p,
-    max_ms}; raise: {message}."""
+    victim, max_ms}; raise: {message}."""
     threads: str = "*"
     """fnmatch glob on the thread name."""
     first_hit: int = 1
@@ -99,6 +99,9 @@ def _validate_params(rule: Rule) -> None:
             raise InvalidPlan(f"starve at {rule.point}: thread_p must be in 0..1")
         if int(p.get("max_ms", 256)) not in STARVE_MS:
             raise InvalidPlan(f"starve at {rule.point}: max_ms must be one of {STARVE_MS}")
+        victim = p.get("victim")
+        if victim is not None and (not isinstance(victim, int) or victim < 1):
+            raise InvalidPlan(f"starve at {rule.point}: victim must be an int >= 1 (arrival order)")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -250,7 +253,7 @@ def _compile_chaos(seed: int, rng: random.Random) -> Plan:
     # rr chaos mode: starve low-priority threads for doubling durations at compile/run points.
     # The cudagraph points are only reached with CUDA; keeping them always costs nothing on CPU.
     points = rng.sample(COMPILE_POINTS[:6], 2) + list(COMPILE_POINTS[6:])
-    starve = {"thread_p": 0.5, "max_ms": rng.choice((16, 64, 256))}
+    starve = {"thread_p": 0.3, "victim": rng.choice((1, 2)), "max_ms": rng.choice((16, 64, 256))}
     rules = [
         Rule(point=p, action="starve", probability=rng.choice((0.05, 0.2)), params=dict(starve))
         for p in sorted(points)
@@ -321,6 +324,7 @@ class Scheduler:
             self._by_key.setdefault((rule.point, rule.when), []).append((i, rule))
         self._thread_hits: dict[tuple[str, str, str], int] = {}
         self._fired = [0] * len(plan.rules)
+        self._arrivals: dict[str, int] = {}  # thread -> order of its first starve-rule hit
         self.hits: dict[str, int] = {}
         self.injected_s = 0.0
         self.num_injected = 0
@@ -382,11 +386,20 @@ class Scheduler:
                 return rng.uniform(0.0, p["max_s"])
             return min(rng.expovariate(1.0 / p["mean_s"]), p.get("cap_s", 10 * p["mean_s"]))
         if rule.action == "starve":
-            prio = random.Random(f"{self.plan.seed}:prio:{thread}")
-            if prio.random() >= p.get("thread_p", 0.1):
+            if not self._low_priority(thread, p):
                 return None
             return rng.choice([ms for ms in STARVE_MS if ms <= p.get("max_ms", 256)]) / 1000.0
         return 0.0
+
+    def _low_priority(self, thread: str, params: dict) -> bool:
+        """rr chaos: each thread is low priority with probability thread_p, drawn from (seed,
+        thread name). With the two or three threads of a repro that often starves nobody, so
+        `victim: k` also makes the k-th distinct thread picked at a starve point low priority."""
+        with self._lock:
+            order = self._arrivals.setdefault(thread, len(self._arrivals) + 1)
+        if params.get("victim") == order:
+            return True
+        return random.Random(f"{self.plan.seed}:prio:{thread}").random() < params.get("thread_p", 0.1)
 
     def _reserve(self, seconds: float) -> bool:
         with self._lock:
@@ -407,7 +420,9 @@ class Scheduler:
 
         wanted = set(self.plan.torch_points())
         return {"event": "summary", "hits": dict(self.hits), "installed": points.installed(),
-                "unavailable": sorted(wanted - set(points.installed())),
+                # Lazy install: a point is missing here when its module was never imported by
+                # the program (not reached) or none of its targets exists (unavailable).
+                "not_installed": sorted(wanted - set(points.installed())),
                 "injected": self.num_injected, "injected_s": round(self.injected_s, 6),
                 "skipped_budget": self.num_skipped_budget, "elapsed_s": round(self.elapsed(), 6)}
 

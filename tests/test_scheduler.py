@@ -150,6 +150,16 @@ def test_starve_only_hits_low_priority_threads(tmp_path):
     assert 5 < len(starved) < 35  # about half the threads are low priority
 
 
+def test_starve_victim_is_the_kth_thread_to_arrive(tmp_path):
+    rule = Rule(point="fx.trace", action="starve", params={"thread_p": 0.0, "victim": 2, "max_ms": 4})
+    plan = Plan(seed=1, rules=[rule], budget_fraction=1.0)
+    sched, ft = _sched(plan, tmp_path)
+    for name in ("first", "second", "third", "second"):
+        ft.slept.clear()
+        sched._apply(0, rule, "fx.trace", "before", name, 1)
+        assert bool(ft.slept) == (name == "second")
+
+
 def test_raise_fires_once_at_the_chosen_hit(tmp_path):
     plan = Plan(seed=1, rules=[Rule(point="drafter.before_step", action="raise", first_hit=3,
                                     max_hits=1, params={"message": "boom"})])
@@ -213,7 +223,7 @@ def test_plan_in_env_installs_points_handler_and_switch(tmp_path):
     assert state == {"harness_imported": True, "trace_wrapped": True, "reset_wrapped": True,
                      "handler": True}
     summary = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[-1])
-    assert set(summary["installed"]) == {"fx.trace", "dynamo.reset"} and summary["unavailable"] == []
+    assert set(summary["installed"]) == {"fx.trace", "dynamo.reset"} and summary["not_installed"] == []
 
 
 def test_bad_plan_in_env_is_one_line_and_exit_2():
