@@ -12,8 +12,8 @@ Trigger: the main thread imports torch._inductor.cudagraph_trees (as any earlier
   thread with a new shape asserted every time.
 Affected versions: 2.9.x, 2.10, 2.11 (probe), 2.13.0.dev nightly; fixed by PR #184357 (lazy TLS).
 Fix: local-tls-init or cstash-tls-init remove the assert; the threads then share one graph and
-  hit F1c capture errors (H200, 2.11: cstash 1/3 runs clean, see repro/README.md): use one graph
-  per thread (r04) or one thread per graph.
+  hit F1c capture errors (H200, 2.11: cstash-tls-init 1/4 runs clean, one SIGSEGV); cstash-tls-init
+  plus global-lock: 2/2 clean (repro/README.md).
 Upstream: #123177, PR #184357, PR #138282 (closed), PR #184432.
 """
 
@@ -141,7 +141,9 @@ def main():
         barrier.wait(timeout=120)
         with torch.no_grad(), fs.around_call():
             for _ in range(3):  # warm-up, record, replay
-                out = compiled(x, y)
+                # Clone at once: a cudagraph output lives in a static buffer that every caller of
+                # this graph overwrites (all threads share the one graph here).
+                out = compiled(x, y).clone()
         torch.cuda.synchronize()
         if not torch.allclose(out, foo(x, y)):
             raise AssertionError("compiled result differs from eager")
