@@ -53,6 +53,9 @@ class CellSummary:
     tokens_per_s: float | None = None
     tokens_ratio: float | None = None
     """tokens_per_s / the fastest clean cell's of the same workload."""
+    fisher_p: float | None = None
+    """One-sided Fisher exact p that this strategy fails less often than `raw` under the same
+    workload and plan (concurrency-anchors.md 4.3, before/after a fix); None for raw itself."""
 
 
 def split_cell(cell: str) -> tuple[str, str, str]:
@@ -75,6 +78,7 @@ def summarize(records: Iterable[TrialResult]) -> list[CellSummary]:
     cells = [_summarize_cell(c, sorted(rs, key=lambda r: r.trial_index)) for c, rs in by_cell.items()]
     cells.sort(key=lambda c: _cell_key(c.cell))
     _fill_ratios(cells)
+    _fill_fisher(cells)
     return cells
 
 
@@ -118,9 +122,22 @@ def _fill_ratios(cells: list[CellSummary]) -> None:
             c.tokens_ratio = c.tokens_per_s / best[c.workload]
 
 
+def _fill_fisher(cells: list[CellSummary]) -> None:
+    from scipy.stats import fisher_exact  # seconds to import: only when a comparison exists
+
+    raw = {(c.workload, c.plan): c for c in cells if c.strategy == "raw"}
+    for c in cells:
+        base = raw.get((c.workload, c.plan))
+        if c.strategy == "raw" or base is None or not c.n or not base.n:
+            continue
+        table = [[c.k, c.n - c.k], [base.k, base.n - base.k]]
+        c.fisher_p = float(fisher_exact(table, alternative="less").pvalue)
+
+
 # --- text ------------------------------------------------------------------------------------------
 
-HEADERS = ("cell", "k/n", "rate", "95% CI (Wilson)", "outcomes", "top signature", "TTFF", "tok/s", "vs best")
+HEADERS = ("cell", "k/n", "rate", "95% CI (Wilson)", "p vs raw", "outcomes", "top signature", "TTFF", "tok/s",
+           "vs best")
 
 
 def _pct(x: float) -> str:
@@ -146,7 +163,8 @@ def cell_row(c: CellSummary) -> tuple[str, ...]:
     tok = "-" if c.tokens_per_s is None else f"{c.tokens_per_s:.0f}"
     ratio = "-" if c.tokens_ratio is None else f"{c.tokens_ratio:.2f}x"
     rate = _pct(c.k / c.n) if c.n else "-"
-    return (c.cell, kn, rate, ci, outcomes, top, _seconds(c.ttff_s), tok, ratio)
+    fisher = "-" if c.fisher_p is None else f"{c.fisher_p:.3g}"
+    return (c.cell, kn, rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
 
 
 def _clip(s: str, width: int) -> str:
@@ -290,7 +308,8 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
         "",
         f"Regenerate with `python -m harness report --store {_rel(store_dir, report_dir)}`. "
         "k/n counts CRASH/ABORT/HANG/WRONG_RESULT over trials that ran to an outcome (TIMEOUT and "
-        "harness errors are shown as +N and left out); p<x is the rule-of-three bound at k=0; TTFF is "
+        "harness errors are shown as +N and left out); p<x is the rule-of-three bound at k=0; p vs raw is "
+        "the one-sided Fisher exact p that the strategy fails less often than raw; TTFF is "
         "the median serial time to the first failure; vs best is tokens/s over the fastest clean cell "
         "of the same workload.",
         "",

@@ -113,3 +113,12 @@ def test_rebuild_with_an_unreadable_store_writes_nothing(tmp_path):
         report.rebuild([good.root, bad], out)
     assert out.read_text() == "# Report\n"
     assert not (good.root / "plots").exists()
+
+
+def test_fisher_p_compares_each_strategy_with_raw_under_the_same_plan():
+    cells = {c.cell: c for c in report.summarize(_records())}
+    assert cells["w:raw@p"].fisher_p is None
+    # P(no failure among the fix's trials | 4 failures in all): 0/10 vs 4/10 -> C(16,10)/C(20,10);
+    # 0/5 vs 4/10 -> C(11,5)/C(15,5).
+    assert cells["w:fix@p"].fisher_p == pytest.approx(8008 / 184756)
+    assert cells["w:lock@p"].fisher_p == pytest.approx(462 / 3003)
