@@ -12,7 +12,8 @@
     python -m harness lift ...            (harness.lift)
 
 Exit codes: 0 done; 1 matrix with harness errors, stress/replay/run with failures; 2 bad input
-(one line `error: ...`, nothing written); 130 interrupted.
+(one line `error: ...`, nothing written); 130 / 143 after SIGINT / SIGTERM (running trials are
+killed and not recorded, so rerunning the same command resumes with them).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -95,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C (running trials killed and left for resume), exit 143."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lift"]:
@@ -102,12 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         from harness import lift
 
         return lift.main(argv[1:])
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         opts = build_parser().parse_args(argv)
         return _dispatch(opts)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print("terminated" if isinstance(e, Terminated) else "interrupted", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     except BrokenPipeError:
         # `... | head`: the reader left. Point stdout at /dev/null so the interpreter's final
         # flush does not raise again (Python docs, "Note on SIGPIPE").
@@ -116,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

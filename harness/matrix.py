@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -468,6 +469,25 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
                      left=pool.left, elapsed_s=time.monotonic() - start)
 
 
+def kill_child_groups() -> int:
+    """SIGKILL the process group of every direct child that leads its own group (the runner
+    starts each trial with start_new_session=True); Linux /proc. Returns how many."""
+    me, killed = os.getpid(), 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid, ppid, pgid = int(stat.parent.name), int(fields[1]), int(fields[2])
+        if ppid == me and pgid == pid:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
 class _Pool:
     """Named worker threads pulling trials from one queue; first worker exception stops the rest."""
 
@@ -486,6 +506,7 @@ class _Pool:
         self.results: list[TrialResult] = []
         self.left = 0
         self.running = 0
+        self.interrupted = False
         self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
 
     def run(self) -> list[TrialResult]:
@@ -502,10 +523,15 @@ class _Pool:
                     done, pending = len(self.results), len(self.pending)
                 self.lines.tick(done, self.running, pending)
         except KeyboardInterrupt:
-            # Trials run in their own sessions, so Ctrl-C does not reach them: let the running ones
-            # end (each has its own deadline), record them, then report the interrupt.
+            # Trials run in their own sessions, so Ctrl-C does not reach them. Kill them, and do not
+            # record them: a killed trial is an interrupted measurement, not an ABORT, and the next
+            # run of the same command runs it again (resume).
+            with self.lock:
+                self.interrupted = True
             self.stop.set()
-            print("interrupted: waiting for running trials to end", file=sys.stderr, flush=True)
+            killed = kill_child_groups()
+            print(f"interrupted: killed {killed} running trial(s); they will rerun on resume",
+                  file=sys.stderr, flush=True)
             self._join(threads)
             raise
         self._join(threads)
@@ -556,6 +582,8 @@ class _Pool:
                     self.gpus.release(ids)
                 with self.lock:
                     self.running -= 1
+                    if self.interrupted:
+                        return
                     self.store.append(result)
                     self.results.append(result)
                     self.states[trial.cell].add(result)

@@ -200,3 +200,29 @@ def test_dflash_trials_get_their_own_out_dir_under_their_artefacts(tmp_path):
     assert ra.workload.argv[-2:] == ("--set", f"train.out_dir={(tmp_path / 'a').resolve() / 'run'}")
     assert ra.workload.argv[-1] != rb.workload.argv[-1]
     assert a.workload.argv == ("--preset", "tiny-cpu")       # the expanded spec is not mutated
+
+
+@pytest.mark.parametrize("sig,rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_kills_running_trials_and_records_none_of_them(tmp_path, sig, rc):
+    marker = f"harness-test-interrupt-{sig.name}"
+    d = _spec(tmp_path, trials=2, workers=2,
+              workloads={"slow": _cmd(f"import time; time.sleep(60)  # {marker}", timeout_s=120)})
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(d))
+    proc = subprocess.Popen([PY, "-m", "harness", "matrix", "--file", str(spec_path), "--no-live"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    artefacts = tmp_path / "store" / "artefacts"
+    deadline = time.monotonic() + 60
+    while not (artefacts.exists() and len(list(artefacts.glob("*/output.txt"))) == 2):
+        assert time.monotonic() < deadline, "trials did not start"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    start = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == rc, err
+    assert time.monotonic() - start < 20
+    assert "killed 2 running trial(s)" in err
+    assert Store(tmp_path / "store").load() == []
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert marker not in ps
