@@ -36,7 +36,7 @@ def test_embedded_default_learns_and_exports(tmp_path):
     final = records[-1]
     assert final["event"] == "final"
     assert [r["event"] for r in records[:-1]] == ["metrics"] * (len(records) - 1)
-    assert final["steps"] == 60
+    assert final["steps"] == 160
     assert final["loss_last"] < 0.85 * final["loss_first"], final
     assert final["tau"] > 1.0, final
     assert final["tokens_per_s"] > 0
