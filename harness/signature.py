@@ -11,7 +11,7 @@ addresses, numbers, paths, uuids). What goes into the key depends on the kind:
 | known        | the entry of KNOWN_MESSAGES only (one torch invariant, many call paths)      |
 | cuda         | the CUDA error string (`operation not permitted when stream is capturing`)   |
 | fatal        | `Fatal Python error: <kind>` or C++ `what()`, + first frame of the crashing  |
-|              | thread in the faulthandler dump                                              |
+|              | thread in the faulthandler dump, + whether that thread was garbage-collecting|
 | signal       | the signal name (killed without a fatal-error report, e.g. SIGKILL by OOM)  |
 | hang         | sorted set of (thread role, innermost meaningful frame) of the dumped threads|
 | wrong_result | the normalised `WRONG_RESULT:` reason                                        |
@@ -22,7 +22,9 @@ the same error reached from a backward on the autograd thread (the CUDAGraph-Tre
 AssertionError, pytorch/pytorch#123177, has an empty message and the same innermost frames).
 
 Versioned (Sentry grouping versions): changing what goes into a key must bump
-SIGNATURE_VERSION, since old and new keys stop matching (ClusterFuzz #3488).
+SIGNATURE_VERSION, since old and new keys stop matching (ClusterFuzz #3488). Still 1 after the
+parsing fixes made for the H200 GPU outputs (bare exception lines, header scope, verdict lines,
+garbage-collecting crashes, the mempool message): no key of the CPU fixtures or stored runs moved.
 """
 
 from __future__ import annotations
@@ -63,6 +65,11 @@ KNOWN_MESSAGES: tuple[tuple[str, str], ...] = (
     # F9: checkpoint + cudagraphs (#154306).
     ("cudagraph-input-deallocated",
      r"graph recording observed an input tensor deallocate"),
+    # F1c: a second thread starts recording into a cudagraph-trees mempool that another thread is
+    # recording to; reached from the forward recording (`_allocate_and_copy_recording_inputs`)
+    # and from the backward warm-up (`run_eager`) alike (H200 runs, torch 2.11).
+    ("cudagraph-mempool-already-recording",
+     r"beginAllocateToPool: already recording to mempool_id"),
 )
 
 # Exceptions that follow another thread's failure (stop requests, broken barriers); the first
@@ -112,7 +119,8 @@ class Signature:
         if self.kind in ("known", "cuda"):
             return f"{self.message} ({self.exc_type} in {self.role or '?'} at {where})"
         if self.kind == "exception":
-            return f"{self.exc_type} in {self.role or '?'} at {where}: {self.message}"
+            text = f"{self.exc_type} in {self.role or '?'} at {where}"
+            return f"{text}: {self.message}" if self.message else f"{text} (empty message)"
         if self.kind == "fatal":
             return f"{self.exc_type} at {where}" + (f": {self.message}" if self.message else "")
         return f"{self.exc_type}: {self.message}" if self.message else self.exc_type
@@ -236,6 +244,9 @@ _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 # Only the start: a multi-line message spreads the header over several lines.
 _REPORT_HEADER = re.compile(r"^=== thread (\S+) failed: ")
 _HOOK_HEADER = re.compile(r"^Exception in thread (.+?):\s*$")
+# Verdict lines of the repro protocol (docs/DESIGN.md section 3) and of its thread runner: printed
+# after the tracebacks, never part of an exception message.
+_VERDICT = re.compile(r"^(?:REPRODUCED:|NOT REPRODUCED|OTHER FAILURE:|WRONG_RESULT:|HANG:|SKIP:)")
 
 
 def parse_tracebacks(text: str) -> list[PyTraceback]:
@@ -243,27 +254,37 @@ def parse_tracebacks(text: str) -> list[PyTraceback]:
 
     Thread names come from the trainer's `=== thread <name> failed: ... ===` report or from
     threading.excepthook's `Exception in thread <name>:`; a header-less traceback whose outermost
-    frame is `<module>` is the main thread's."""
+    frame is `<module>` is the main thread's. A header names only the exception printed right
+    after it (its chain and, for an exception group, its members): another output line or a
+    traceback that is not chained to it ends the header, so that a header-less traceback printed
+    later (e.g. by a repro's main thread) does not inherit the last header's thread."""
     lines = text.splitlines()
     if "Exception Group Traceback" in text:
         lines = [_ungroup(line) for line in lines]
     result: list[PyTraceback] = []
     thread: str | None = None
+    after_block = in_group = False
     chained: list[PyTraceback] = []
     i = 0
     while i < len(lines):
         line = lines[i]
         header = _REPORT_HEADER.match(line) or _HOOK_HEADER.match(line)
         if header:
-            thread, chained = header.group(1), []
+            thread, chained, after_block, in_group = header.group(1), [], False, False
         elif line.strip() in _CHAIN_LINES and result and result[-1].thread == thread:
             chained.append(result.pop())
         elif line.startswith(_TB_START) or line.strip() == _TB_START:
+            if after_block and not chained and not in_group:
+                thread = None                       # a new, unrelated traceback
             block, i = _parse_block(lines, i + 1, thread, tuple(_flatten(chained)))
             chained = []
             if block is not None:
                 result.append(block)
+                after_block = True
+                in_group = in_group or block.short_type in ("ExceptionGroup", "BaseExceptionGroup")
             continue
+        elif after_block and line.strip():
+            thread, after_block, in_group = None, False, False
         i += 1
     return result
 
@@ -308,7 +329,10 @@ def _parse_block(lines: list[str], i: int, thread: str | None,
         return None, i
     message = [exc.group(2) or ""]
     i += 1
-    while i < len(lines) and lines[i].strip() and not _starts_something(lines[i]):
+    # A bare `AssertionError` line means str(exc) == "": Python prints `Type: msg` whenever the
+    # message is not empty, so the next line is other output, not a continuation.
+    while (exc.group(2) is not None and i < len(lines) and lines[i].strip()
+           and not _starts_something(lines[i])):
         message.append(lines[i])
         i += 1
     frames.reverse()
@@ -321,7 +345,8 @@ def _parse_block(lines: list[str], i: int, thread: str | None,
 def _starts_something(line: str) -> bool:
     stripped = line.strip()
     return (stripped == _TB_START or stripped in _CHAIN_LINES or bool(_REPORT_HEADER.match(line))
-            or bool(_HOOK_HEADER.match(line)) or line.startswith("Fatal Python error"))
+            or bool(_HOOK_HEADER.match(line)) or line.startswith("Fatal Python error")
+            or bool(_VERDICT.match(line)))
 
 
 def primary_traceback(tracebacks: list[PyTraceback]) -> PyTraceback | None:
@@ -339,6 +364,9 @@ _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+
 _WHAT = re.compile(r"^\s*what\(\):\s*(.+)$", re.M)
 _CUDA = re.compile(r"CUDA error: ([^\n]+)")
 _WRONG = re.compile(r"^WRONG_RESULT: ?(.*)$", re.M)
+# faulthandler's marker that the crashing thread was running the garbage collector.
+_IN_GC = re.compile(r"^Current thread 0x[0-9a-fA-F]+(?: \[[^\]]*\])? \(most recent call first\):"
+                    r"\n[ \t]+Garbage-collecting[ \t]*$", re.M)
 
 
 def crash_signature(text: str, *, rc: int | None = None) -> Signature | None:
@@ -392,6 +420,10 @@ def _native_signature(text: str) -> Signature | None:
     start = fatal.start() if fatal else thrown.start()
     current = [t for t in parse_faulthandler(text[start:]) if t.status == "current"]
     frames = top_frames(current[0].frames, limit=1) if current else ()
+    if _IN_GC.search(text, start):
+        # Crashed while collecting (a finaliser, e.g. of CUDA graph state): the Python frame is
+        # only where the collection started; a crash in that frame's own code is another bug.
+        message = "; ".join(filter(None, (message, "during garbage collection")))
     exc_type = kind if not thrown else thrown.group(1)
     return Signature(kind="fatal", exc_type=exc_type, message=message, frames=frames,
                      keyed=(exc_type, message, *frames))

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from dataclasses import replace
+
 from harness.hangs import parse_pyspy_json
 from harness.signature import (
-    SIGNATURE_VERSION, crash_signature, hang_signature, module_of, normalise_message,
-    parse_tracebacks, thread_role, wrong_result_signature)
+    SIGNATURE_VERSION, crash_signature, exception_signature, hang_signature, module_of,
+    normalise_message, parse_tracebacks, thread_role, wrong_result_signature)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
 
@@ -56,6 +58,23 @@ def test_fixture_families_have_distinct_keys():
                                    "torch._dynamo.eval_frame:compile_wrapper < "
                                    "torch_f2_fx_tracing:call_compiled)"),
     ("r5_reset_segfault", "Segmentation fault at torch._dynamo.eval_frame:compile_wrapper"),
+    ("gpu_f1_forward", "AssertionError in repro-worker at torch._inductor.cudagraph_trees:get_obj"
+                       " < torch._inductor.cudagraph_trees:get_container < "
+                       "torch._inductor.cudagraph_trees:cudagraphify (empty message)"),
+    ("gpu_f1c_mempool_recording", "cudagraph-mempool-already-recording (RuntimeError in "
+                                  "repro-train at torch._inductor.cudagraph_trees:"
+                                  "_use_cuda_memory_pool_manager"),
+    ("gpu_f1c_cublas_in_capture", "CUBLAS_STATUS_NOT_INITIALIZED when calling "
+                                  "`cublasCreate(handle)` (torch.AcceleratorError"),
+    ("gpu_capture_not_permitted", "operation not permitted when stream is capturing ("
+                                  "torch.AcceleratorError in repro-worker at "
+                                  "torch.cuda:synchronize"),
+    ("gpu_f9_checkpoint", "cudagraph-input-deallocated (RuntimeError in ? at torch:_check_with"),
+    ("gpu_f11_legacy_ptr", "AssertionError in ? at torch._inductor.compile_fx:run < "
+                           "torch._inductor.utils:run < torch._inductor.compile_fx:run "
+                           "(empty message)"),
+    ("gpu_segv_gc_in_compile", "Segmentation fault at torch._dynamo.convert_frame:_compile: "
+                               "during garbage collection"),
 ])
 def test_fixture_summaries_read_well(family, summary):
     sig = crash_signature((FIXTURES / family / "1.txt").read_text())
@@ -75,6 +94,105 @@ def test_r4_fixture_role_comes_from_excepthook_header():
     tb = parse_tracebacks((FIXTURES / "r4_eager_module_nameerror" / "1.txt").read_text())[0]
     assert tb.thread == "eager-0" and tb.exc_type == "NameError"
     assert tb.frames[0].name == "path_of_module"
+
+
+def _real(family: str, n: int = 1) -> str:
+    return (FIXTURES / family / f"{n}.txt").read_text()
+
+
+def test_real_f1_from_forward_and_from_backward_are_two_signatures():
+    # The H200 outputs of r01 (fresh thread, forward) and r02 (backward on the autograd thread):
+    # same empty AssertionError, same innermost frames; only the way into torch differs.
+    fwd = [crash_signature(_real("gpu_f1_forward", n)) for n in (1, 2, 3)]
+    bwd = [crash_signature(_real("gpu_f1_backward", n)) for n in (1, 2)]
+    for sig in fwd + bwd:
+        assert (sig.kind, sig.exc_type, sig.message) == ("exception", "AssertionError", "")
+        assert sig.frames == fwd[0].frames and sig.frames[0].endswith("cudagraph_trees:get_obj")
+    assert {s.key for s in fwd} != {s.key for s in bwd} and len({s.key for s in fwd + bwd}) == 2
+    assert "entry=torch._dynamo.eval_frame:compile_wrapper" in fwd[0].keyed
+    assert "entry=torch._tensor:backward" in bwd[0].keyed
+    # The entry frame alone separates them: same thread name on both sides, keys still differ.
+    tb_f = parse_tracebacks(_real("gpu_f1_forward"))[0]
+    tb_b = parse_tracebacks(_real("gpu_f1_backward"))[0]
+    same_f, same_b = (exception_signature(replace(tb, thread="t-0")) for tb in (tb_f, tb_b))
+    assert same_f.role == same_b.role and same_f.key != same_b.key
+
+
+def test_real_known_messages_reached_by_different_paths_are_one_signature():
+    # beginAllocateToPool: from the forward's recording (r04_iso, header-less r04_b) and from the
+    # backward's warm-up (second traceback of the r04 run in gpu_f1c_weakrefs_assert).
+    fwd = parse_tracebacks(_real("gpu_f1c_mempool_recording"))[0]
+    bwd = parse_tracebacks(_real("gpu_f1c_weakrefs_assert"))[1]
+    assert "beginAllocateToPool" in fwd.message and "beginAllocateToPool" in bwd.message
+    a, b = exception_signature(fwd), exception_signature(bwd)
+    assert a.frames != b.frames and a.role != b.role
+    assert a.key == b.key and a.key.startswith("cudagraph-mempool-already-recording-")
+    # Overwritten outputs: one real run hit it (inside cudagraph_trees' own input logging, in a
+    # backward); the same message on the real forward path of r01 gives the same key.
+    over = parse_tracebacks(_real("gpu_cudagraph_overwritten"))[0]
+    moved = replace(parse_tracebacks(_real("gpu_f1_forward"))[0],
+                    exc_type=over.exc_type, message=over.message)
+    c, d = exception_signature(over), exception_signature(moved)
+    assert c.frames[0] == "torch._inductor.cudagraph_trees:format_item"
+    assert c.frames != d.frames and c.key == d.key == crash_signature(_real(
+        "gpu_cudagraph_overwritten")).key and c.key.startswith("cudagraphs-output-overwritten-")
+
+
+def test_bare_exception_line_does_not_swallow_the_next_output_line():
+    # r02 prints `AssertionError` then `REPRODUCED: ...`; r12 `AssertionError` then `failed steps`.
+    assert crash_signature(_real("gpu_f1_backward")).message == ""
+    assert crash_signature(_real("gpu_f11_legacy_ptr", 2)).message == ""
+    bare = _traceback(FORWARD, "AssertionError") + "failed steps: 39/80\n"
+    assert crash_signature(bare, rc=1).message == ""
+    told = _traceback(FORWARD, "RuntimeError: boom") + "REPRODUCED: RuntimeError: boom\n"
+    assert crash_signature(told, rc=1).message == "boom"
+
+
+def test_a_header_names_only_the_traceback_after_it():
+    # r04: thread repro-train-1's report, then the main thread prints another thread's error.
+    tbs = parse_tracebacks(_real("gpu_f1c_weakrefs_assert"))
+    assert [(t.thread, t.short_type) for t in tbs] == [("repro-train-1", "AssertionError"),
+                                                      (None, "RuntimeError")]
+    chained = ("=== thread w-0 failed: RuntimeError: b ===\n" + _traceback(FORWARD, "KeyError: 'a'")
+               + "\nDuring handling of the above exception, another exception occurred:\n\n"
+               + _traceback(BACKWARD, "RuntimeError: b"))
+    tbs = parse_tracebacks(chained)
+    assert len(tbs) == 1 and tbs[0].thread == "w-0" and tbs[0].chain[0].thread == "w-0"
+    members = []
+    for exc in (KeyError("k"), ValueError("v")):
+        try:
+            raise exc
+        except Exception as caught:
+            members.append(caught)
+    try:
+        raise ExceptionGroup("2 threads failed", members)
+    except ExceptionGroup as group:
+        grouped = ("=== thread w-1 failed: ExceptionGroup: 2 threads failed ===\n"
+                   + "".join(traceback.format_exception(group)) + "done\n"
+                   + _traceback(BACKWARD, "ValueError: later"))
+    assert [(t.thread, t.short_type) for t in parse_tracebacks(grouped)] == [
+        ("w-1", "ExceptionGroup"), ("w-1", "KeyError"), ("w-1", "ValueError"), (None, "ValueError")]
+
+
+def test_mixed_runs_take_the_first_failure_and_the_chain_cause():
+    # r01 with a TLS fix: 3 threads fail 3 ways; the first printed (first to fail) decides.
+    tbs = parse_tracebacks(_real("gpu_capture_not_permitted"))
+    assert [t.short_type for t in tbs] == ["AcceleratorError", "RuntimeError", "AssertionError"]
+    assert crash_signature(_real("gpu_capture_not_permitted")).kind == "cuda"
+    # r04 + global lock: cuBLAS handle created inside a capture, then the capture fails.
+    tb = parse_tracebacks(_real("gpu_f1c_cublas_in_capture"))[0]
+    assert "previous error during capture" in tb.message
+    assert crash_signature(_real("gpu_f1c_cublas_in_capture")).message.startswith(
+        "CUBLAS_STATUS_NOT_INITIALIZED")
+
+
+def test_segfault_while_garbage_collecting_is_its_own_signature():
+    text = _real("gpu_segv_gc_in_compile")
+    assert "  Garbage-collecting\n" in text
+    plain = crash_signature(text.replace("  Garbage-collecting\n", ""))
+    in_gc = crash_signature(text)
+    assert in_gc.frames == plain.frames == ("torch._dynamo.convert_frame:_compile",)
+    assert in_gc.key != plain.key and plain.message == ""
 
 
 # ------------------------------------------------------------------------------------- rules
