@@ -79,6 +79,13 @@ def resolve(cfg: DeviceConfig, *, num_target_threads: int, num_drafter_threads: 
     )
 
 
+def bind_thread(device: torch.device) -> None:
+    """Make `device` this thread's current CUDA device (thread-local in the CUDA runtime), so
+    tensors created without a device, Inductor kernels and cudagraph trees use the right GPU."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued work on `device` (no-op on CPU)."""
     if device.type == "cuda":

@@ -20,6 +20,7 @@ from torch import nn
 from dflash.anchors import sample_anchors
 from dflash.channel import OrderedReceiver, StartupGate, Turns
 from dflash.config import RunConfig
+from dflash.devices import bind_thread
 from dflash.faults import fault_point
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
@@ -126,6 +127,7 @@ class DrafterTrainLoop:
 
     def run(self, m: int) -> None:
         """Body of thread dflash-train-m."""
+        bind_thread(self.devices[m])
         step_fn = compile_step(self.objectives[m], self.cfg.compile, self.fs)
         buffers = PersistentInputs() if self.fs.active("persistent-buffers") else None
         first = True

@@ -17,7 +17,7 @@ import torch
 from dflash.batch import HiddenBatch, TokenBatch
 from dflash.channel import Channel, ChannelClosed
 from dflash.config import CompileConfig
-from dflash.devices import synchronize
+from dflash.devices import bind_thread, synchronize
 from dflash.faults import fault_point
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
@@ -65,6 +65,7 @@ class TargetForwardLoop:
     def run(self, n: int) -> None:
         """Body of thread dflash-target-n."""
         try:
+            bind_thread(self.devices[n])
             fwd = self._forward_fn(self.targets[self.devices[n]])
             while True:
                 try:

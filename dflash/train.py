@@ -31,7 +31,7 @@ from dflash.data import TokenDataset, open_dataset, split_for_training, validate
 from dflash.devices import DevicePlan, resolve
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
 from dflash.drafter_loop import DrafterTrainLoop
-from dflash.errors import WrongResult
+from dflash.errors import ConfigError, WrongResult
 from dflash.fixes import FixSet
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
@@ -115,7 +115,14 @@ def _resume_state(cfg: RunConfig, err: TextIO) -> ckpt_io.Checkpoint | None:
     if ckpt_io.find(cfg.train.out_dir) is None:
         print(f"resume: no checkpoint under {cfg.train.out_dir}, starting at step 0", file=err)
         return None
-    return ckpt_io.load(cfg.train.out_dir)
+    ck = ckpt_io.load(cfg.train.out_dir)
+    num_rep = cfg.pipeline.num_drafter_threads
+    if ck.data_seq != ck.step * num_rep:
+        # The data position is step * M: another M would silently train on other batches.
+        raise ConfigError(f"checkpoint {ck.path} was written with {ck.data_seq // max(ck.step, 1)} "
+                          f"drafter threads; resume needs pipeline.num_drafter_threads to match "
+                          f"(got {num_rep})")
+    return ck
 
 
 def _loss_window(losses: list[float]) -> tuple[float | None, float | None]:

@@ -127,3 +127,13 @@ def test_export_roundtrip_from_a_checkpoint(tmp_path):
     assert sorted(os.listdir(exp)) == ["config.json", "model.safetensors"]
     again = _subprocess(["export", "--checkpoint", str(run_dir), "--out", str(exp)], tmp_path)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_prepare_is_dispatched_to_dflash_prepare(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"prompt": "a", "completion": "b"}\n')
+    out = tmp_path / "out.arrow"
+    code, _, err = run_cli(["prepare", str(src), "--tokenizer", str(tmp_path / "no-tok"),
+                            "--out", str(out)], capsys)
+    assert code == 2 and err.startswith("error:")
+    assert not out.exists()

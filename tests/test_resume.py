@@ -77,3 +77,13 @@ def test_missing_or_corrupt_checkpoint_is_a_clear_error(tmp_path):
         f.write(b"garbage")
     with pytest.raises(checkpoint.CheckpointError, match="unreadable checkpoint"):
         checkpoint.load(str(tmp_path))
+
+
+def test_resume_with_another_replica_count_is_bad_input(tmp_path):
+    from dflash.errors import ConfigError
+
+    cfg = small_config(tmp_path / "run", steps=4)
+    assert train(_with_train(cfg, stop_at_step=2)).exit_code == 0
+    other = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, num_drafter_threads=1))
+    with pytest.raises(ConfigError, match="num_drafter_threads"):
+        train(_with_train(other, resume=True))
