@@ -107,6 +107,7 @@ class DrafterTrainLoop:
             if buffers is not None:
                 inputs = buffers.fill(inputs)
             grad_step(step_fn, replica, inputs, self.fs)
+            beat()  # one compile per shape can take long: show progress to the harness
         replica.zero_grad(set_to_none=True)  # warm-up gradients are discarded
         self.fs.note("thread-local-warmup")
 

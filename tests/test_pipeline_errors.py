@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -45,6 +47,22 @@ def small_config(out_dir: str, **train_kw) -> RunConfig:
                                 num_drafter_threads=2, poll_s=0.02, shutdown_deadline_s=8.0),
         train=TrainConfig(**train_args),
     )
+
+
+def small_cli_args(out_dir: str) -> list[str]:
+    """`--set` flags that turn the default preset into small_config (for subprocess tests)."""
+    cfg = small_config(out_dir)
+    args = ["--out", str(out_dir)]
+    for section in ("data", "target", "drafter", "pipeline"):
+        for field in dataclasses.fields(getattr(cfg, section)):
+            value = getattr(getattr(cfg, section), field.name)
+            if value is None:
+                continue
+            text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+            args += ["--set", f"{section}.{field.name}={text}"]
+    for key in ("steps", "eval_prompts", "export", "progress", "log_interval_s"):
+        args += ["--set", f"train.{key}={getattr(cfg.train, key)}"]
+    return args
 
 
 def stage_threads() -> list[str]:
@@ -125,3 +143,21 @@ def test_small_config_trains_without_faults(tmp_path):
     assert outcome.exit_code == 0, outcome.pipeline.report()
     assert outcome.final["steps"] == 4
     assert stage_threads() == before
+
+
+def test_subprocess_fault_exits_1_with_the_thread_report(tmp_path):
+    """The process contract as the harness sees it: exit status 1 and the report on stderr."""
+    env = dict(os.environ, PYTHONPATH=REPO,
+               DFLASH_FAULTS="drafter.after_backward@dflash-train-1=raise(boom)")
+    proc = subprocess.run([sys.executable, "-m", "dflash", "train",
+                           *small_cli_args(str(tmp_path / "run"))],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    header = ("=== thread dflash-train-1 failed: InjectedFault: injected fault at fault point "
+              "drafter.after_backward in thread dflash-train-1: boom ===")
+    assert header in lines
+    after = lines[lines.index(header) + 1]
+    assert after == "Traceback (most recent call last):"
+    assert sum(ln.startswith("=== thread ") for ln in lines) == 1
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")

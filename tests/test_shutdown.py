@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from test_pipeline_errors import REPO, small_config, stage_threads
+from test_pipeline_errors import REPO, small_cli_args, small_config, stage_threads
 
 from dflash import checkpoint, faults
 from dflash.train import Trainer
@@ -83,16 +83,8 @@ def test_sigterm_subprocess_exit_143_and_heartbeat(tmp_path):
     hb = tmp_path / "heartbeat"
     env = dict(os.environ, PYTHONPATH=REPO, HARNESS_HEARTBEAT=str(hb),
                DFLASH_FAULTS=SLOW_STEPS)
-    cfg = small_config(tmp_path / "run")
-    argv = [sys.executable, "-m", "dflash", "train", "--steps", "100000", "--out", str(tmp_path / "run"),
-            "--set", f"data.cache_dir={cfg.data.cache_dir}", "--set", "data.synthetic_samples=96",
-            "--set", "data.synthetic_min_len=16", "--set", "data.synthetic_max_len=48",
-            "--set", "data.bucket_boundaries=24,48", "--set", "data.token_budget=192",
-            "--set", "data.min_loss_tokens=4", "--set", "data.heldout_samples=8",
-            "--set", "target.hidden_size=32", "--set", "target.num_layers=2",
-            "--set", "target.num_heads=2", "--set", "target.num_kv_heads=1",
-            "--set", "target.intermediate_size=64", "--set", "target.vocab_size=64",
-            "--set", "train.progress=false", "--set", "train.log_interval_s=0.2"]
+    argv = [sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run")),
+            "--set", "train.steps=100000", "--set", "train.log_interval_s=0.2"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
