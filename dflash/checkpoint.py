@@ -72,12 +72,23 @@ def save(out_dir: str, ckpt: Checkpoint) -> str:
     for fname in (STATE_FILE, META_FILE):
         _fsync_file(os.path.join(tmp, fname))
     _fsync_dir(tmp)
-    if os.path.exists(final):  # re-save of the same step (e.g. resume then stop at once)
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+    _rename_over(tmp, final)
     _write_latest(root, name)
     _prune(root, keep_name=name)
     return final
+
+
+def _rename_over(tmp: str, final: str, attempts: int = 3) -> None:
+    """rename(tmp, final), replacing an existing `final` (a re-save of the same step, or another
+    process that shares the out_dir and saved the same step a moment earlier)."""
+    for attempt in range(attempts):
+        shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+            return
+        except OSError:  # ENOTEMPTY/EEXIST: someone renamed into `final` between the two calls
+            if attempt == attempts - 1:
+                raise
 
 
 def _write_latest(root: str, name: str) -> None:
