@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import stats
-from harness.matrix import JOIN_MARGIN_S, MatrixError, format_elapsed, plan_json, PlanChoice
+from harness.matrix import JOIN_MARGIN_S, MatrixError, PlanChoice, format_elapsed, kill_child_groups, plan_json
 from harness.outcome import Outcome, TrialResult
 from harness.spec import TrialSpec, WorkloadSpec
 
@@ -138,6 +138,7 @@ class _StressLoop:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
+        self.interrupted = False
         self.start = time.monotonic()
 
     def _take(self) -> int | None:
@@ -171,6 +172,8 @@ class _StressLoop:
     def _record(self, result: TrialResult, output: str, folder: Path) -> None:
         failed = counts_as_failure(result, output, self.opts)
         with self.lock:
+            if self.interrupted:
+                return
             s = self.state
             s.runs += 1
             s.failures += failed
@@ -198,8 +201,13 @@ class _StressLoop:
                     with self.lock:
                         print(self.state.line(time.monotonic() - self.start), file=sys.stderr, flush=True)
         except KeyboardInterrupt:
+            # Like Go's stress, Ctrl-C ends the loop and the summary still prints; runs cut short
+            # are killed and not counted (they would all look like failures).
+            with self.lock:
+                self.interrupted = True
             self.stop.set()
-            print("interrupted: waiting for running runs to end", file=sys.stderr, flush=True)
+            killed = kill_child_groups()
+            print(f"interrupted: killed {killed} running run(s), not counted", file=sys.stderr, flush=True)
             self._join(threads)
             return
         self._join(threads)
