@@ -226,3 +226,17 @@ def test_interrupt_kills_running_trials_and_records_none_of_them(tmp_path, sig, 
     assert Store(tmp_path / "store").load() == []
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert marker not in ps
+
+
+def test_gpu_trials_get_cuda_visible_devices_and_share_gpus_up_to_per_gpu(tmp_path):
+    code = ("import os, time; print('GPU=' + os.environ.get('CUDA_VISIBLE_DEVICES', 'none')); "
+            "time.sleep(0.3)")
+    w = {**_cmd(code), "gpus": 1}
+    spec = spec_from_dict(_spec(tmp_path, trials=4, workers=4, per_gpu=1, workloads={"g": w}))
+    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=2)
+    seen = []
+    for r in done.records:
+        out = (Path(r.artefacts) / "output.txt").read_text()
+        seen.append(out.split("GPU=")[1].split()[0])
+    assert sorted(seen) == ["0", "0", "1", "1"]
+    assert json.loads((Path(done.records[0].artefacts) / "spec.json").read_text())["env"]["CUDA_VISIBLE_DEVICES"] in ("0", "1")
