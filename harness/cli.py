@@ -228,13 +228,14 @@ def cmd_report(opts: argparse.Namespace) -> int:
 def cmd_run(opts: argparse.Namespace) -> int:
     from harness.runner import run_trial
     from harness.spec import InvalidSpec, TrialSpec
+    from harness.store import safe_name
 
     try:
         text = Path(opts.spec).read_text(encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot read trial spec {opts.spec}: {e.strerror or e}") from None
     spec = TrialSpec.from_json(text)
-    artefacts = Path(opts.artefacts) if opts.artefacts else Path("runs") / "trials" / spec.trial_id
+    artefacts = Path(opts.artefacts) if opts.artefacts else Path("runs") / "trials" / safe_name(spec.trial_id)
     result = run_trial(spec, artefacts)
     print(json.dumps(result.to_json(), sort_keys=True))
     if result.outcome is Outcome.HARNESS_ERROR:
