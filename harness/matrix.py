@@ -232,7 +232,15 @@ def check_cells(cells: list[Cell]) -> None:
 
 
 def check_workload_files(w: Workload) -> None:
-    if w.kind == "repro":
+    """What is missing before a run: a repro script, a program or script, a dflash preset."""
+    if w.kind == "dflash":
+        from dflash.presets import PRESETS  # no torch import: cheap
+
+        args = list(w.argv)
+        for flag, value in zip(args, args[1:]):
+            if flag == "--preset" and value not in PRESETS:
+                raise MatrixError(f"workload {w.name!r}: no dflash preset {value!r} (known: {', '.join(PRESETS)})")
+    elif w.kind == "repro":
         script = w.argv[0] if w.argv[0].endswith(".py") else w.argv[0] + ".py"
         if "/" in script or not (REPO_ROOT / "repro" / script).is_file():
             raise MatrixError(f"workload {w.name!r}: no repro script repro/{script}")

@@ -71,6 +71,7 @@ def test_expand_gives_deterministic_ids_and_the_same_plan_seeds_to_every_strateg
     ({"groups": [{"workloads": ["missing"], "strategies": ["raw"]}]}, "unknown workload"),
     ({"workloads": {"ok": {"kind": "command", "argv": [PY, "no/such/script.py"]}}}, "not found"),
     ({"workloads": {"r": {"kind": "repro", "argv": ["r99_no_such_repro"]}}}, "no repro script"),
+    ({"workloads": {"d": {"kind": "dflash", "argv": ["--preset", "tiny-gpu"]}}}, "no dflash preset"),
     ({"trials": 0}, "must be >= 1"),
     ({"trails": 3}, "unknown key"),
 ])
@@ -240,3 +241,13 @@ def test_gpu_trials_get_cuda_visible_devices_and_share_gpus_up_to_per_gpu(tmp_pa
         seen.append(out.split("GPU=")[1].split()[0])
     assert sorted(seen) == ["0", "0", "1", "1"]
     assert json.loads((Path(done.records[0].artefacts) / "spec.json").read_text())["env"]["CUDA_VISIBLE_DEVICES"] in ("0", "1")
+
+
+@pytest.mark.parametrize("name", ["cpu-quick", "gpu-campaign", "gpu-repros"])
+def test_every_preset_expands_against_the_real_fixes_scripts_and_profiles(name):
+    from harness import presets
+
+    spec = presets.get(name)
+    trials = matrix.expand(spec)
+    assert len({t.trial_id for t in trials}) == len(trials) >= 20
+    assert all(t.trial_id.startswith(f"{name}/") for t in trials)
