@@ -132,3 +132,12 @@ def test_module_entry_point_prints_one_error_line_and_exits_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: unknown strategy 'no-such-fix'")
+
+
+def test_matrix_exits_1_and_names_trials_whose_workload_rejected_its_input(tmp_path, capsys):
+    rejects = [PY, "-c", "import sys; print('error: bad flag'); sys.exit(2)"]
+    spec = _write_spec(tmp_path, trials=1, workloads={"rej": {"kind": "command", "argv": rejects, "timeout_s": 30}})
+    assert main(["matrix", "--file", str(spec), "--no-live"]) == 1
+    captured = capsys.readouterr()
+    assert "0/0 +1 error" in captured.out
+    assert "harness error: c/rej:raw@-/0: workload rejected its input: error: bad flag" in captured.err
