@@ -122,6 +122,7 @@ class DrafterTrainLoop:
                                  device=self.devices[m], dtype=self._dtype(m))
             if buffers is not None:
                 inputs = buffers.fill(inputs)
+                self.fs.note("persistent-buffers")
             with self._first_call(m, first):
                 return grad_step(step_fn, self.objectives[m].drafter, inputs, self.fs,
                                  seq=seq, tokens=hb.tokens.num_tokens)

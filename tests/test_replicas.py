@@ -138,5 +138,6 @@ def test_fix_policies_act_and_do_not_change_what_is_learned(tmp_path):
     assert counts["thread-local-warmup"] == 2
     assert counts["graph-isolation"] >= 2
     assert counts["global-lock"] > 0
+    assert counts["persistent-buffers"] == 2 * STEPS  # one buffer fill per batch
     for name, value in plain.state["drafter"].items():
         assert torch.allclose(fixed.state["drafter"][name], value, rtol=1e-4, atol=1e-5), name
