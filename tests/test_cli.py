@@ -137,3 +137,14 @@ def test_prepare_is_dispatched_to_dflash_prepare(tmp_path, capsys):
                             "--out", str(out)], capsys)
     assert code == 2 and err.startswith("error:")
     assert not out.exists()
+
+
+def test_override_order_and_empty_fixes():
+    args = cli.build_parser().parse_args(
+        ["train", "--steps", "7", "--out", "/tmp/x", "--set", "fixes=", "--set", "train.lr=0.5"])
+    cfg = cli.config_from_args(args)
+    assert (cfg.train.steps, cfg.train.out_dir, cfg.fixes, cfg.train.lr) == (7, "/tmp/x", (), 0.5)
+    args = cli.build_parser().parse_args(["train", "--steps", "7", "--set", "train.steps=9",
+                                          "--set", "fixes=global-lock,graph-isolation"])
+    cfg = cli.config_from_args(args)
+    assert cfg.train.steps == 9 and cfg.fixes == ("global-lock", "graph-isolation")
