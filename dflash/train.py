@@ -275,7 +275,9 @@ class Trainer:
         final = self._finish(group)
         final["checkpoint"] = path
         self.metrics.emit(final)
-        return RunOutcome(exit_code=0, final=final, pipeline=result, checkpoint=path, state=state)
+        # A signal during evaluation/export cannot stop a step any more; still report it.
+        code = self.signals.exit_code if self.signals.requested else 0
+        return RunOutcome(exit_code=code, final=final, pipeline=result, checkpoint=path, state=state)
 
     def _finish(self, group: ReplicaGroup) -> dict:
         cfg, m = self.cfg, self.models
