@@ -6,9 +6,11 @@
   global-lock under the reset-pressure plan, so a real native SIGSEGV goes through the ABORT path
   and the lock is shown to prevent it; and the dflash tiny-cpu trainer with a compiled drafter
   step, raw vs global-lock, so the realistic workload runs end to end with tokens/s.
-  Measured: 20 trials in 2m00s wall on the 2-core CPU machine (load average 3.5-7 from other
-  work), warm synthetic-corpus cache; r06 raw 5/5 CRASH vs fix 0/5, r16 raw 3/3 ABORT (SIGSEGV)
-  vs global-lock 0/3. A cold corpus cache adds its one-time generation to the first dflash trial.
+  Measured on the shared 2-core CPU machine (load average 3.5-7 from other work), warm
+  synthetic-corpus cache: 20 trials in 2m00s and in 3m34s (two runs); r06 raw 5/5 CRASH vs fix
+  0/5 both times; r16 raw 3/3 failing (SIGSEGV ABORTs, once a non-fatal TypeError inside the
+  compiled frame) vs global-lock 0/3. A cold corpus cache adds its one-time generation (minutes)
+  to the first dflash trials.
 - `gpu-campaign`: the H200 matrix: dflash presets gpu-launch-bound and gpu-gpu-bound compiled with
   reduce-overhead, 13 strategies (raw, each fix, combinations, no cudagraphs = compile.mode default,
   eager = compile.mode none), each without and with the dflash-stages scheduler plan, 10 trials.
