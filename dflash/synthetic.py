@@ -29,8 +29,10 @@ import numpy as np
 from dflash.config import DataConfig
 from dflash.data import write_token_file
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 GENERATE_BATCH = 32
+PROMPT_LEN_QUANTUM = 4
+"""Prompt lengths are multiples of this (see _prompts)."""
 """Prompts per `generate` call (it is a batched greedy generator)."""
 NUM_MOTIFS = 64
 """Size of the n-gram pool prompts are built from: repeated patterns give the target (and the
@@ -63,6 +65,10 @@ def _prompts(cfg: DataConfig, vocab_size: int) -> tuple[list[list[int]], list[in
     for _ in range(cfg.synthetic_samples):
         total = max(2, int(rng.integers(cfg.synthetic_min_len, cfg.synthetic_max_len + 1)))
         prompt_len = int(rng.integers(max(1, total // 4), max(1, total // 2) + 1))
+        # Few distinct prompt lengths: the target batches only equal-length prompts (no padding,
+        # so a row's result does not depend on its batch-mates), and 55 lengths meant ~20 tiny
+        # generate calls per chunk -- a 20-minute corpus on a loaded 2-core box.
+        prompt_len = min(total - 1, max(PROMPT_LEN_QUANTUM, prompt_len - prompt_len % PROMPT_LEN_QUANTUM))
         runs: list[int] = []
         while len(runs) < prompt_len:
             motif = motifs[int(rng.integers(NUM_MOTIFS))]
@@ -72,12 +78,22 @@ def _prompts(cfg: DataConfig, vocab_size: int) -> tuple[list[list[int]], list[in
     return prompts, completion_lens
 
 
+def _chunks(prompts: list[list[int]], needs: list[int]) -> list[list[int]]:
+    """Index chunks of at most GENERATE_BATCH prompts of one length, by completion length."""
+    order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), needs[i], i))
+    chunks: list[list[int]] = []
+    for i in order:
+        if chunks and len(chunks[-1]) < GENERATE_BATCH and len(prompts[chunks[-1][0]]) == len(prompts[i]):
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks
+
+
 def _complete(prompts: list[list[int]], needs: list[int], generate: Generate, vocab_size: int) -> list[list[int]]:
     """Completions from `generate`, called on batches of prompts with similar completion lengths."""
     completions: list[list[int]] = [[] for _ in prompts]
-    order = sorted(range(len(prompts)), key=lambda i: needs[i])
-    for start in range(0, len(order), GENERATE_BATCH):
-        chunk = order[start : start + GENERATE_BATCH]
+    for chunk in _chunks(prompts, needs):
         max_new = max(needs[i] for i in chunk)
         out = generate([prompts[i] for i in chunk], max_new)
         if len(out) != len(chunk):

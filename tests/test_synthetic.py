@@ -10,7 +10,7 @@ import pytest
 from dflash.buckets import bucket_of
 from dflash.config import DataConfig
 from dflash.data import open_dataset, validate_vocab
-from dflash.synthetic import GENERATE_BATCH, ensure_synthetic_corpus
+from dflash.synthetic import GENERATE_BATCH, PROMPT_LEN_QUANTUM, ensure_synthetic_corpus
 from tests.datautil import affine_generate
 
 VOCAB = 256
@@ -21,9 +21,11 @@ class CountingGenerate:
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []
+        self.prompt_lengths: list[set[int]] = []
 
     def __call__(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         self.calls.append((len(prompts), max_new_tokens))
+        self.prompt_lengths.append({len(p) for p in prompts})
         return affine_generate(prompts, max_new_tokens, VOCAB)
 
 
@@ -57,8 +59,13 @@ def test_generate_is_called_in_batches(tmp_path) -> None:
     gen = CountingGenerate()
     ensure_synthetic_corpus(_cfg(tmp_path), gen, VOCAB, "k")
     assert sum(n for n, _ in gen.calls) == 200
-    assert max(n for n, _ in gen.calls) == GENERATE_BATCH
-    assert len(gen.calls) == -(-200 // GENERATE_BATCH)
+    assert max(n for n, _ in gen.calls) <= GENERATE_BATCH
+    # One prompt length per call (the target batches equal lengths only), and few calls: at most
+    # one partial chunk per distinct prompt length on top of the full chunks.
+    assert all(len(lengths) == 1 for lengths in gen.prompt_lengths)
+    distinct = len(set().union(*gen.prompt_lengths))
+    assert all(length % PROMPT_LEN_QUANTUM == 0 for length in set().union(*gen.prompt_lengths))
+    assert len(gen.calls) <= distinct + 200 // GENERATE_BATCH
 
 
 def test_same_config_gives_same_bytes_and_reuses_the_file(tmp_path) -> None:
