@@ -1,6 +1,6 @@
 """Command line of the harness.
 
-    python -m harness matrix (--preset NAME | --file SPEC.json | --list) [--store DIR] [--trials N]
+    python -m harness matrix [--preset NAME | --file SPEC.json | --list] [--store DIR] [--trials N]
                              [--workers N] [--per-gpu N] [--gpus N] [--max-failures N]
                              [--max-time S] [--json] [--no-live]
     python -m harness stress [-p N] [--timeout S] [--hang S] [--max-runs N] [--max-fails N]
@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m harness", description="Race diagnosis harness.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     m = sub.add_parser("matrix", help="run a matrix of trials (resumable)")
-    src = m.add_mutually_exclusive_group(required=True)
-    src.add_argument("--preset", help=f"one of: {', '.join(presets.PRESETS)}")
+    src = m.add_mutually_exclusive_group()
+    src.add_argument("--preset", help=f"one of: {', '.join(presets.PRESETS)} (default {presets.DEFAULT_PRESET})")
     src.add_argument("--file", help="JSON matrix spec (see harness.presets.spec_from_dict)")
     src.add_argument("--list", action="store_true", help="list the presets and their cells")
     m.add_argument("--store", help="store folder (default results/<matrix name>)")
@@ -164,7 +164,7 @@ def _dispatch(opts: argparse.Namespace) -> int:
 
 
 def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
-    spec = presets.get(opts.preset) if opts.preset else load_spec(opts.file)
+    spec = load_spec(opts.file) if opts.file else presets.get(opts.preset or presets.DEFAULT_PRESET)
     changes = {k: v for k, v in (("store", opts.store), ("workers", opts.workers), ("per_gpu", opts.per_gpu),
                                   ("max_failures", opts.max_failures), ("max_time_s", opts.max_time))
                if v is not None}

@@ -35,6 +35,9 @@ DFLASH_GPU_TIMEOUT_S = 1800.0
 REPRO_GPU_TIMEOUT_S = 600.0
 
 
+DEFAULT_PRESET = "cpu-quick"
+"""What `python -m harness matrix` runs when no --preset or --file is given."""
+
 def _plan(profile: str) -> PlanChoice:
     return PlanChoice(name=profile, profile=profile)
 
