@@ -56,8 +56,14 @@ def test_missing_and_malformed_spec_files_are_bad_input(tmp_path, capsys):
     assert "not valid JSON" in _error_line(capsys)
     assert main(["matrix", "--preset", "no-such-preset"]) == 2
     assert "unknown preset" in _error_line(capsys)
-    assert main(["matrix"]) == 2
-    _error_line(capsys)
+
+
+def test_matrix_without_a_source_runs_the_default_preset():
+    from harness import presets
+    from harness.cli import build_parser, matrix_from_options
+
+    opts = build_parser().parse_args(["matrix", "--store", "unused"])
+    assert matrix_from_options(opts).name == presets.DEFAULT_PRESET == "cpu-quick"
 
 
 def test_unreadable_store_is_bad_input_and_left_byte_for_byte(tmp_path, capsys):
