@@ -27,6 +27,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# The trainer's named points: one list, owned by dflash.faults (stdlib-only, cheap to import).
+from dflash.faults import POINTS as STAGE_POINTS
+
 Hook = Callable[[str, str], None]  # hook(point, when) with when in {"before", "after"}
 
 
@@ -125,26 +128,6 @@ TORCH_POINTS: dict[str, Point] = {
     )
 }
 
-# Trainer points, copied from DESIGN.md section 1 (dflash/faults.py POINTS); a test checks that
-# the two lists agree once dflash.faults is importable.
-STAGE_POINTS: tuple[str, ...] = (
-    "prefetch.before_put",
-    "prefetch.after_put",
-    "target.after_get",
-    "target.before_forward",
-    "target.after_forward",
-    "target.before_put",
-    "drafter.after_get",
-    "drafter.before_compile",
-    "drafter.after_compile",
-    "drafter.before_forward",
-    "drafter.after_forward",
-    "drafter.before_backward",
-    "drafter.after_backward",
-    "drafter.before_step",
-    "drafter.after_step",
-    "gate.before_open",
-)
 
 # Imported first by `install_now` so that runtime_wrappers resolves (exp 2 import-order trap).
 PRELOAD = ("torch._dynamo", "torch._functorch.aot_autograd", "torch._inductor.compile_fx")
