@@ -53,6 +53,10 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
             cfg.train, out_dir=tmp, export=False, eval_prompts=0, progress=False,
             checkpoint_every=0, resume=False))
         results: dict[bool, list[dict]] = {False: [], True: []}
+        # One discarded round first: on a cold process the first rounds run measurably slower
+        # (allocator, caches, lazy imports), which would bias whichever condition goes first.
+        warm = _one_run(cfg, False)
+        print(f"warm-up round (discarded): {warm['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
         for i in range(rounds):
             idle = i % 2 == 1
             final = _one_run(cfg, idle)
