@@ -95,6 +95,9 @@ class TrialResult:
     """trial_id this trial replays (same spec and plan), if any."""
     skipped: bool = False
     """The workload printed `SKIP: <why>` and exited 0 (e.g. needs CUDA); outcome stays OK."""
+    gpu_released: bool | None = None
+    """After the trial, no pid of it held GPU memory any more (nvidia-smi): True; some still did
+    (a leak; noted in `detail`, outcome kept): False; None: not a GPU host, or could not tell."""
 
     def to_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -10,6 +10,12 @@ Whatever the ending, no process of the group survives: the group is killed while
 still an unreaped zombie (os.waitid WNOWAIT), so its pid -- which is the group id -- cannot be
 reused by an unrelated process before the kill; then we wait until `killpg(pgid, 0)` reports the
 group empty (orphaned grandchildren are reaped by pid 1, about 1 s later on this machine).
+
+On a GPU host (nvidia-smi on PATH; looked up once per process, so a CPU host pays nothing) the
+runner also notes every group member it sees (the child's pid, a /proc scan every
+MEMBERS_POLL_S and one just before the kill), and once the group is gone waits up to
+GPU_RELEASE_TIMEOUT_S for none of those pids to hold GPU memory: `TrialResult.gpu_released`.
+A leak is reported (False, plus a note in `detail`); it does not change the outcome.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness import hangs, signature
+from harness import gpu, hangs, signature
 from harness.outcome import Outcome, TrialResult
 from harness.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
@@ -39,6 +45,11 @@ GROUP_GONE_TIMEOUT_S = 15.0
 REAP_TIMEOUT_S = 10.0
 OUTPUT_READ_CAP = 32 * 1024 * 1024
 """Classify from at most this many bytes of output (head and tail halves when larger)."""
+MEMBERS_POLL_S = 0.5
+"""GPU hosts only: how often the group's members are noted while the trial runs."""
+GPU_RELEASE_TIMEOUT_S = 10.0
+"""GPU hosts only: how long the trial's pids may keep GPU memory after the group is gone
+(the driver frees a dead process's memory asynchronously)."""
 assert POLL_S < 1.0 <= GROUP_GONE_TIMEOUT_S
 
 OUTPUT_NAME = "output.txt"
@@ -64,6 +75,8 @@ class _Ending:
     dump: hangs.HangDump | None = None
     survivors: tuple[int, ...] = ()
     """Live members of the group after SIGKILL and GROUP_GONE_TIMEOUT_S (should never be)."""
+    members: frozenset[int] | None = None
+    """GPU hosts only: every pid of the group the runner saw (the child's included)."""
 
 
 def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
@@ -100,6 +113,8 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     result.rc = proc.returncode
     result.duration_s = round(ending.elapsed_s, 3)
     _classify(result, ending, _read_output(output_path))
+    if ending.members is not None:
+        _check_gpu_released(result, ending.members)
     if result.outcome.is_failure:
         end = ending.last_progress_s if result.outcome is Outcome.HANG else ending.elapsed_s
         result.time_to_failure_s = round(end, 3)
@@ -126,26 +141,37 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
 
 def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
     """Watch until exit, hang or deadline; always leaves the group dead and the child reaped."""
+    members = {proc.pid} if gpu.available() else None
     try:
-        ending = _watch(proc, spec, out)
+        ending = _watch(proc, spec, out, members)
         if ending.how != "exited":
             ending.dump = hangs.dump(proc.pid, out, output_path=str(out / OUTPUT_NAME))
             if _has_exited(proc):       # it ended on its own while we were deciding: an exit
                 ending.how = "exited"
     finally:
         # Also on KeyboardInterrupt or a harness bug: never leave the child running.
+        if members is not None:
+            members.update(live_members(proc.pid))
         _kill_group(proc.pid)
         _reap(proc)
         survivors = _wait_group_gone(proc.pid)
     ending.survivors = tuple(survivors)
+    if members is not None:
+        ending.members = frozenset(members | set(survivors))
     return ending
 
 
-def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
+def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path,
+           members: set[int] | None = None) -> _Ending:
+    """`members`, when given, collects the group's live pids every MEMBERS_POLL_S."""
     start = time.monotonic()
     last_progress, last_seen = start, None
+    next_members = start
     while True:
         now = time.monotonic()
+        if members is not None and now >= next_members:
+            members.update(live_members(proc.pid))
+            next_members = now + MEMBERS_POLL_S
         if _has_exited(proc):
             return _Ending(how="exited", elapsed_s=now - start,
                            last_progress_s=last_progress - start)
@@ -245,6 +271,16 @@ def _classify(result: TrialResult, ending: _Ending, text: str) -> None:
     if ending.survivors:
         result.outcome = Outcome.HARNESS_ERROR
         result.detail = f"processes {list(ending.survivors)} survived SIGKILL; {result.detail}"
+
+
+def _check_gpu_released(result: TrialResult, members: frozenset[int]) -> None:
+    """Wait for the trial's pids to stop holding GPU memory; a leak is noted, not hidden."""
+    result.gpu_released = gpu.wait_released(set(members), timeout_s=GPU_RELEASE_TIMEOUT_S)
+    if result.gpu_released is False:
+        held = gpu.held_by(set(members))
+        pids = sorted(held) if held else sorted(members)
+        result.detail = (f"{result.detail}; GPU memory still held by pids {pids} "
+                         f"{GPU_RELEASE_TIMEOUT_S:g} s after the trial")
 
 
 def _classify_exit(result: TrialResult, text: str) -> None:

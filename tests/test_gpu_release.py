@@ -1,0 +1,201 @@
+"""GPU memory is back after a trial: harness/gpu.py against a fake nvidia-smi, and run_trial.
+
+The fake (tests/scripts/fake_nvidia_smi.py) is put first on PATH as `nvidia-smi`; it lists the
+pids written in a file, so a test decides which pids "hold GPU memory" and when they let go.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import gpu, runner
+from harness.outcome import Outcome, TrialResult
+from harness.runner import run_trial
+from harness.spec import TrialSpec, WorkloadSpec
+
+SCRIPTS = Path(__file__).parent / "scripts"
+UNRELATED_PID = 999_999_999
+"""Listed as a GPU process but never a trial's pid (above any Linux pid_max)."""
+
+
+class FakeSmi:
+    def __init__(self, root: Path):
+        self.listing = root / "listing.txt"
+        self.log = root / "calls.log"
+
+    def hold(self, *pids: int) -> None:
+        self.listing.write_text("".join(f"{p}\n" for p in pids))
+
+    def calls(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+@pytest.fixture(autouse=True)
+def fresh_lookup():
+    """nvidia-smi is looked up once per process; each test here changes PATH, so forget it."""
+    gpu.nvidia_smi.cache_clear()
+    yield
+    gpu.nvidia_smi.cache_clear()
+
+
+@pytest.fixture
+def fake_smi(tmp_path, monkeypatch) -> FakeSmi:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "nvidia-smi"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{SCRIPTS / "fake_nvidia_smi.py"}" "$@"\n')
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    fake = FakeSmi(tmp_path)
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_FILE", str(fake.listing))
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_LOG", str(fake.log))
+    fake.hold(UNRELATED_PID)
+    return fake
+
+
+@pytest.fixture
+def no_smi(tmp_path, monkeypatch) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+
+
+# ------------------------------------------------------------------------------- harness/gpu.py
+
+def test_compute_pids_reads_the_query(fake_smi):
+    fake_smi.listing.write_text("4242, 512\n4343, 0\n4444, [N/A]\n")
+    assert gpu.compute_pids() == {4242, 4444}      # 0 MiB holds nothing; N/A counts as held
+    assert fake_smi.calls() == [
+        "--query-compute-apps=pid,used_memory --format=csv,noheader,nounits"]
+
+
+def test_released_pid_gives_true(fake_smi):
+    fake_smi.hold(UNRELATED_PID, 4242)
+    timer = threading.Timer(0.6, fake_smi.hold, args=(UNRELATED_PID,))
+    start = time.monotonic()
+    timer.start()
+    try:
+        assert gpu.wait_released({4242, 4343}, timeout_s=10.0) is True
+    finally:
+        timer.join()
+    assert time.monotonic() - start >= 0.6
+    assert len(fake_smi.calls()) >= 2
+
+
+def test_pid_that_stays_listed_gives_false(fake_smi):
+    fake_smi.hold(UNRELATED_PID, 4242)
+    start = time.monotonic()
+    assert gpu.wait_released({4242}, timeout_s=0.5) is False
+    assert 0.5 <= time.monotonic() - start < 8
+    assert gpu.held_by({4242, 4343}) == {4242}
+
+
+def test_no_nvidia_smi_gives_none(no_smi):
+    assert not gpu.available()
+    assert gpu.compute_pids() is None
+    assert gpu.wait_released({4242}, timeout_s=0.5) is None
+
+
+def test_failing_nvidia_smi_gives_none(fake_smi, monkeypatch):
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_RC", "9")
+    assert gpu.available()
+    assert gpu.compute_pids() is None
+    assert gpu.wait_released({4242}, timeout_s=0.5) is None
+
+
+def test_nvidia_smi_is_looked_up_once(fake_smi, monkeypatch):
+    assert gpu.available()
+    monkeypatch.setenv("PATH", "")
+    assert gpu.available() and gpu.compute_pids() == {UNRELATED_PID}
+
+
+# ------------------------------------------------------------------------------------ run_trial
+
+def _command(trial_id: str, *argv: str, hang_s: float = 10.0) -> TrialSpec:
+    return TrialSpec(trial_id=trial_id, cell=trial_id, timeout_s=30.0, hang_s=hang_s,
+                     workload=WorkloadSpec(kind="command", argv=(sys.executable, *argv)))
+
+
+def test_ok_trial_with_nvidia_smi_releases(tmp_path, fake_smi):
+    result = run_trial(_command("ok", str(SCRIPTS / "ok.py")), tmp_path / "ok")
+    assert result.outcome is Outcome.OK and result.detail == "exit 0"
+    assert result.gpu_released is True
+    assert fake_smi.calls(), "the runner did not ask nvidia-smi"
+    stored = json.loads((tmp_path / "ok" / "result.json").read_text())
+    assert stored["gpu_released"] is True
+
+
+@pytest.mark.parametrize("script, outcome, hang_s", [
+    ("crash", Outcome.CRASH, 10.0), ("deadlock", Outcome.HANG, 2.0)])
+def test_failed_trial_keeps_its_outcome_and_is_checked(tmp_path, fake_smi, script, outcome,
+                                                       hang_s):
+    result = run_trial(_command(script, str(SCRIPTS / f"{script}.py"), hang_s=hang_s),
+                       tmp_path / script)
+    assert result.outcome is outcome and result.gpu_released is True
+    assert "GPU memory" not in result.detail and fake_smi.calls()
+
+
+def test_child_pid_still_holding_memory_is_reported_not_hidden(tmp_path, fake_smi, monkeypatch):
+    monkeypatch.setattr(runner, "GPU_RELEASE_TIMEOUT_S", 0.5)
+    code = ("import os; print(f'pid={os.getpid()}');"
+            f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}\\n')")
+    result = run_trial(_command("leak", "-c", code), tmp_path / "leak")
+    pid = int(re.search(r"^pid=(\d+)$", (tmp_path / "leak" / "output.txt").read_text(),
+                        re.M).group(1))
+    assert result.outcome is Outcome.OK
+    assert result.gpu_released is False
+    assert result.detail == f"exit 0; GPU memory still held by pids [{pid}] 0.5 s after the trial"
+    stored = json.loads((tmp_path / "leak" / "result.json").read_text())
+    assert stored["gpu_released"] is False and stored["detail"] == result.detail
+
+
+def test_grandchild_the_runner_saw_is_checked_too(tmp_path, fake_smi, monkeypatch):
+    """The child exits 0 at once; its grandchild (same group) took GPU memory and is killed by
+    the runner: its pid must be among those checked."""
+    monkeypatch.setattr(runner, "GPU_RELEASE_TIMEOUT_S", 0.5)
+    grandchild = ("import os, time;"
+                  f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}\\n');"
+                  "time.sleep(600)")
+    code = ("import os, subprocess, sys, time;"
+            f"gc = subprocess.Popen([sys.executable, '-c', {grandchild!r}]);"
+            "print(f'grandchild={gc.pid}', flush=True);"
+            f"[time.sleep(0.05) for _ in range(400) if str(gc.pid) not in "
+            f"open({str(fake_smi.listing)!r}).read()]")
+    result = run_trial(_command("gc", "-c", code), tmp_path / "gc")
+    gc_pid = int(re.search(r"^grandchild=(\d+)$", (tmp_path / "gc" / "output.txt").read_text(),
+                           re.M).group(1))
+    assert result.outcome is Outcome.OK, result.detail
+    assert result.gpu_released is False
+    assert result.detail == (
+        f"exit 0; GPU memory still held by pids [{gc_pid}] 0.5 s after the trial")
+    with pytest.raises(ProcessLookupError):
+        os.kill(gc_pid, 0)
+
+
+def test_cpu_host_pays_nothing(tmp_path, no_smi, monkeypatch):
+    scans: list[int] = []
+    real = runner.live_members
+    monkeypatch.setattr(runner, "live_members", lambda pgid: scans.append(pgid) or real(pgid))
+    result = run_trial(_command("cpu", str(SCRIPTS / "ok.py")), tmp_path / "cpu")
+    assert result.outcome is Outcome.OK and result.detail == "exit 0"
+    assert result.gpu_released is None and scans == []
+    assert json.loads((tmp_path / "cpu" / "result.json").read_text())["gpu_released"] is None
+
+
+# --------------------------------------------------------------------------------- the record
+
+def test_gpu_released_round_trips_and_old_records_load():
+    result = TrialResult(trial_id="t", cell="c", trial_index=0, outcome=Outcome.OK,
+                         gpu_released=False)
+    assert TrialResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+    old = result.to_json()
+    del old["gpu_released"]
+    assert TrialResult.from_json(old).gpu_released is None
