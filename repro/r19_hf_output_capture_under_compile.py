@@ -1,0 +1,195 @@
+"""r19_hf_output_capture_under_compile: eager HF hidden states go wrong while another thread compiles.
+
+Symptom: an eager `output_hidden_states=True` forward of a transformers 5.x model returns too few
+  hidden states while another thread compiles the same model's forward: silently wrong tapped
+  layers (max abs diff ~3-4: the final-norm state in place of a layer output) or
+  `IndexError: tuple index out of range` when a layer is tapped. No warning.
+Mechanism: `capture_outputs` keeps the active collector in `output_capturing._active_collector`,
+  a `CompileableContextVar`: its `set` writes the process-global `global_var` and `compiling=True`
+  instead of the ContextVar whenever `torch.compiler.is_compiling()` is True, and `get` then reads
+  the global. That flag is process-global for a whole Dynamo compile session (r18, R8), so an
+  eager forward that starts in another thread during a compile parks its collector in the global.
+  Every compiled call of an HF forward replays the traced `set`/`reset` stores at its end
+  (`global_var = None; compiling = False`); if the compiling thread's first call of the new
+  function ends while that eager forward is still in its layers, the remaining layer hooks read
+  the empty ContextVar and record nothing, and the wrapper ties the last kept entry to the final
+  state: a short tuple (IndexError) or shifted tapped layers (wrong numbers).
+Trigger: thread `repro-compiler` compiles --compiles fresh code objects of one forward
+  (backend=eager, input 1x8; no dynamo.reset, which would be R5) and calls each once; thread
+  `repro-eager` loops eager forwards of the same tiny random Llama on a --batch x 128 input,
+  comparing taps (1, layers-1) with a reference. The eager forward is the slower one, so most
+  compiles end inside one; with equal inputs ~1-2 bad forwards per 300-1000 (dflash probe).
+Affected versions: transformers 5.24 (observed) with torch 2.13.0 CPU; 5.17 (GPU host image)
+  untested; expected wherever CompileableContextVar meets a process-global is_compiling flag.
+Fix: global-lock (compiles/compiled calls and eager forwards under one lock);
+  nested-fx-fallback does not apply (it only sets error_on_nested_fx_trace).
+Upstream: transformers#44614 (CompileableContextVar not thread-safe under compile),
+  transformers#46370 (plain ContextVar proposal); torch flag: PR #196637, #118390.
+"""
+
+# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
+import argparse
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+import time
+import traceback
+
+_HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
+
+
+def beat():
+    """Rewrite $HARNESS_HEARTBEAT ("<n> <unix time>") at most every 0.2 s: progress, not a hang."""
+    path = os.environ.get("HARNESS_HEARTBEAT")
+    with _HB["lock"]:
+        _HB["n"] += 1
+        if path and time.monotonic() - _HB["t"] >= 0.2:
+            _HB["t"] = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{_HB['n']} {time.time()}\n")
+            os.replace(path + ".tmp", path)
+
+
+class NoFixes:
+    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
+
+    def thread_start(self, role):
+        pass
+
+    def around_call(self):
+        return contextlib.nullcontext()
+
+    def active(self, name):
+        return False
+
+    def isolate(self, fn):
+        return fn
+
+
+def setup(p):
+    """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
+    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
+    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
+    args = p.parse_args()
+    faulthandler.enable()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if not args.fix:
+        return args, NoFixes()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from dflash.fixes import FixSet
+
+    try:
+        return args, FixSet.from_names(args.fix)
+    except ValueError as exc:  # dflash.errors.ConfigError
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_threads(bodies, deadline_s):
+    """Run {name: fn} in named threads joined by one deadline; print and return their errors."""
+    errors = {}
+
+    def wrap(name, fn):
+        try:
+            fn()
+        except BaseException as exc:
+            errors[name] = exc
+
+    threads = [threading.Thread(target=wrap, args=item, name=item[0]) for item in bodies.items()]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        print(f"HANG: threads still alive after {deadline_s} s", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+    for name, exc in errors.items():
+        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
+        traceback.print_exception(exc)
+    return errors
+# --- end of shared repro preamble ---
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--compiles", type=int, default=8, help="fresh compiles of the forward in the other thread")
+    p.add_argument("--secs", type=float, default=120, help="start no new compile after this many seconds")
+    p.add_argument("--layers", type=int, default=3, choices=(3, 4), help="decoder layers of the tiny model")
+    p.add_argument("--batch", type=int, default=16, help="eager batch (x 128 tokens); compiled input is 1 x 8")
+    args, fs = setup(p)
+    import types
+    import warnings
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=args.layers, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=256, max_position_embeddings=128)
+    model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
+    ids, taps = torch.randint(0, 256, (args.batch, 128)), (1, args.layers - 1)  # two inner layers' outputs
+
+    def forward(x):
+        out = model.model(input_ids=x, output_hidden_states=True, use_cache=False)
+        return torch.cat([out.hidden_states[i] for i in taps], dim=-1)
+
+    reference = forward(ids)  # single-threaded, before any compile
+    stop, diffs, failures, counts = threading.Event(), [], [], {"eager": 0, "compiles": 0}
+
+    def eager():
+        fs.thread_start("eager")
+        while not stop.is_set():
+            try:
+                with fs.around_call():
+                    out = forward(ids)
+                if not torch.equal(out, reference):
+                    diffs.append((out - reference).abs().max().item())
+            except IndexError as exc:
+                failures.append(exc)
+            counts["eager"] += 1
+            beat()
+
+    def compiler():
+        fs.thread_start("compiler")
+        end = time.monotonic() + args.secs
+        try:
+            for i in range(args.compiles):
+                if time.monotonic() > end:
+                    break
+                # a fresh code object each time: Dynamo really compiles, no dynamo.reset needed (R5)
+                fn = types.FunctionType(forward.__code__.replace(co_name=f"forward_{i}"), forward.__globals__,
+                                        f"forward_{i}", None, forward.__closure__)
+                with fs.around_call():
+                    torch.compile(fn, backend="eager")(ids[:1, :8])
+                counts["compiles"] += 1
+                beat()
+        finally:
+            stop.set()
+
+    errors = run_threads({"repro-eager": eager, "repro-compiler": compiler}, deadline_s=max(300, 3 * args.secs))
+    n = f"{counts['eager']} eager forwards, {counts['compiles']} compiles"
+    if failures:
+        traceback.print_exception(failures[0])
+        print(f"bad eager forwards: {len(failures)} IndexError + {len(diffs)} wrong "
+              f"(max abs diff {max(diffs, default=0.0):.3f}) / {n}")
+        print(f"REPRODUCED: IndexError: {failures[0]}")
+        return 1
+    if diffs:
+        print(f"WRONG_RESULT: {len(diffs)}/{n}: eager output_hidden_states forwards returned wrong "
+              f"tapped states (max abs diff {max(diffs):.3g}) while another thread compiled")
+        return 1
+    if errors:
+        print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
+        return 1
+    print(f"NOT REPRODUCED (0 bad / {n})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
