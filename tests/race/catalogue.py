@@ -1,0 +1,102 @@
+"""The race catalogue as data: what each repro's regression checks expect, and where it was measured.
+
+CPU rows: every count comes from the harness runner's store results/catalogue-cpu/trials.jsonl
+(matrix spec results/catalogue-cpu/spec.json, `python -m harness matrix --file
+results/catalogue-cpu/spec.json`), torch 2.13.0+cpu, Python 3.11.7, the shared 2-core CPU machine,
+2026-11-29; `test_catalogue_store.py` checks that the numbers here are the store's. `recorded` is
+the cell `<id>:raw@<plan>`, `recorded_plain` the cell `<id>:raw@-`, `fix_recorded` the cell
+`<id>:<fix>@<plan>`.
+
+GPU rows: counts from direct script runs (`python3 repro/<id>.py [--fix ...]`, NOT harness runner
+trials, no plan) on one H200, torch 2.11.0+cu130, 2026-11-29; logs under
+results/h200-2026-11-29/call07, call09, call10, call12 (one `=== /tmp/L/<run>.log` block per run).
+
+`fix_trials` is what the suite runs per fix on every `pytest -k race`; it is below 29 where the
+8-minute CPU budget does not allow 29 (the check then prints its weaker bound). `RACE_FIX_TRIALS=29`
+runs every fix check with 29 trials.
+"""
+
+from __future__ import annotations
+
+from tests.race.racecheck import Race
+
+CPU_TORCH = "2.13.0+cpu"
+GPU_TORCH = "2.11.0+cu130"
+CPU_STORE = "results/catalogue-cpu/trials.jsonl"
+GPU_LOGS = "results/h200-2026-11-29/call{07,09,10,12}/all.log"
+
+# Signature families (regexes over `<outcome> <signature key> <summary>` of a failing trial).
+FX_TRACE = r"fx-trace-of-dynamo-fn"          # harness.signature KNOWN_MESSAGES (F2 / R1)
+GET_OBJ = r"AssertionError.*cudagraph_trees:get_obj"
+
+_CPU = (
+    Race(id="r06", script="r06_fx_tracing_flag", device="CPU", family=FX_TRACE, plan="fx-widen",
+         recorded=(10, 10), recorded_plain=(10, 10), fix="nested-fx-fallback", fix_recorded=(0, 29),
+         fix_trials=29, torch=CPU_TORCH, source=CPU_STORE),
+    Race(id="r07", script="r07_current_patcher", device="CPU", family=r"fx-current-patcher",
+         plan="fx-widen", recorded=(4, 10), recorded_plain=(2, 10), fix="global-lock",
+         fix_recorded=(0, 10), fix_trials=3, torch=CPU_TORCH, source=CPU_STORE),
+    Race(id="r08", script="r08_config_patch_lost", device="CPU", family=r"dynamic=False lost",
+         plan="switch", recorded=(0, 10), recorded_plain=(0, 10), expect="absent", repro_cap=2,
+         torch=CPU_TORCH, source=CPU_STORE),
+    Race(id="r09", script="r09_per_thread_state_recompile", device="CPU",
+         family=r"per-thread state recompile", plan="switch", recorded=(3, 3), recorded_plain=(3, 3),
+         torch=CPU_TORCH, source=CPU_STORE),
+    Race(id="r11", script="r11_duplicate_compiles", device="CPU", family=r"duplicate compiles",
+         plan="switch", recorded=(3, 3), recorded_plain=(3, 3), fix="sequential-startup",
+         fix_recorded=(0, 5), fix_trials=2, torch=CPU_TORCH, source=CPU_STORE),
+    Race(id="r13", script="r13_config_thread_local", device="CPU",
+         family=r"error_on_nested_fx_trace=False but", plan="switch", recorded=(3, 3),
+         recorded_plain=(3, 3), fix="nested-fx-fallback", fix_recorded=(0, 5), fix_trials=2,
+         torch=CPU_TORCH, source=CPU_STORE),
+    # The stuck flag shows as a fresh compiled call in the main thread raising R1 after both
+    # threads ended; the script catches every R1/R3 of the threads, so exit 1 + R1 is R2.
+    Race(id="r14", script="r14_fx_flag_stuck", device="CPU", family=FX_TRACE, plan="fx-widen",
+         recorded=(7, 10), recorded_plain=(6, 10), fix="global-lock", fix_recorded=(0, 10),
+         fix_trials=3, torch=CPU_TORCH, source=CPU_STORE),
+    Race(id="r15", script="r15_eager_module_under_tracer", device="CPU",
+         family=r"fx-module-not-submodule", plan="fx-widen", recorded=(10, 10), recorded_plain=(10, 10),
+         fix="global-lock", fix_recorded=(0, 10), fix_trials=3, torch=CPU_TORCH, source=CPU_STORE),
+    # R5 (native crash: SIGSEGV, sometimes SIGFPE) and R6 (the compiled fn's global removed).
+    Race(id="r16", script="r16_reset_segfault", device="CPU",
+         family=r"^abort |dynamo-compiled-fn-missing", plan="reset-pressure", recorded=(10, 10),
+         recorded_plain=(2, 10), fix="global-lock", fix_recorded=(0, 29), fix_trials=10,
+         torch=CPU_TORCH, source=CPU_STORE),
+    Race(id="r17", script="r17_recompile_limit_eager_fallback", device="CPU",
+         family=r"first calls ran eagerly", plan="switch", recorded=(3, 3), recorded_plain=(3, 3),
+         fix="sequential-startup", fix_recorded=(0, 5), fix_trials=2, torch=CPU_TORCH,
+         source=CPU_STORE),
+    Race(id="r18", script="r18_is_compiling_leak_adam", device="CPU",
+         family=r"eager Adam not bitwise equal", plan="switch", recorded=(10, 10), recorded_plain=(10, 10),
+         fix="global-lock", fix_recorded=(0, 10), fix_trials=3, torch=CPU_TORCH, source=CPU_STORE),
+)
+
+_GPU = (
+    Race(id="r01", script="r01_cgt_tls_fresh_thread", device="GPU", family=GET_OBJ, plan=None,
+         recorded=(3, 3), fix="cstash-tls-init+global-lock", fix_recorded=(0, 2), fix_trials=10,
+         torch=GPU_TORCH, source="call07 r01, call10 r01_b, call12 r01_plain; fix: call12 "
+         "r01_cstash_lock, r01_cstash_lock2"),
+    Race(id="r02", script="r02_cgt_tls_backward", device="GPU", family=GET_OBJ, plan=None,
+         recorded=(2, 2), fix="cstash-tls-init", fix_recorded=(0, 2), fix_trials=10,
+         torch=GPU_TORCH, source="call07 r02, call10 r02_b; fix: call07 and call12 r02_cstash"),
+    Race(id="r03", script="r03_cgt_reset_worker", device="GPU",
+         family=GET_OBJ + r"|WRONG_RESULT: torch\.compiler\.reset", plan=None, recorded=(0, 2),
+         expect="absent", repro_cap=3, torch=GPU_TORCH, source="call07 r03, call09 r03"),
+    Race(id="r04", script="r04_shared_graph_two_threads", device="GPU",
+         family=r"already recording to mempool|stream is capturing|previous error during capture",
+         plan=None, recorded=(2, 2), torch=GPU_TORCH, source="call09 r04, call10 r04_b"),
+    Race(id="r05", script="r05_concurrent_record_rng", device="GPU",
+         family=r"stream is capturing|cuda-rng-offset-outside-capture", plan=None, recorded=(2, 2),
+         fix="global-lock", fix_recorded=(0, 3), fix_trials=10, torch=GPU_TORCH,
+         source="call07 r05, call10 r05_b; fix: call07 r05_lock, call10 r05_lock_b, call12 r05_lock"),
+    Race(id="r10", script="r10_checkpoint_cudagraphs", device="GPU",
+         family=r"cudagraph-input-deallocated", plan=None, recorded=(2, 2), fix_args=("--reentrant",),
+         fix_recorded=(0, 2), fix_trials=10, torch=GPU_TORCH,
+         source="call07 r10, call10 r10_b; fix: call07 and call12 r10_re"),
+    Race(id="r12", script="r12_legacy_cudagraphs_ptr", device="GPU",
+         family=r"AssertionError.*(compile_fx|cudagraphify)", plan=None, recorded=(2, 2),
+         torch=GPU_TORCH, source="call09 r12, call10 r12_b"),
+)
+
+CPU: dict[str, Race] = {r.id: r for r in _CPU}
+GPU: dict[str, Race] = {r.id: r for r in _GPU}

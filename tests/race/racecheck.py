@@ -1,0 +1,257 @@
+"""Race regression checks: run a catalogue repro through the harness runner and judge the counts.
+
+Every trial is `harness.runner.run_trial` on a `TrialSpec` built the way `harness.matrix.expand`
+builds one (repro workload, fixes as `--fix`, plan `Plan.from_seed(seed, profile)`, trial i gets
+seed i), so the suite's counts and the catalogue store's (results/catalogue-cpu/trials.jsonl) are
+the same kind of number: one fresh process per trial, the same outcome rules, the same signatures.
+
+- Reproduction: trials run one after another until one fails with the race's signature family,
+  at most `repro_trials(race)` of them: the smallest n such that a race still failing at the
+  Wilson 95% lower bound of its recorded rate would go unseen with probability < 1% (capped at
+  `REPRO_MAX_TRIALS`; the miss probability at the cap is printed). None seen ->
+  `no longer reproduces on torch X: update the catalogue`, never a silent pass.
+- Known negatives (`expect="absent"`): the repro did not reproduce on the recorded torch; seeing
+  it now fails with `reproduces again on torch X: update the catalogue`.
+- Fix: N stressed trials (the race's plan, with the fix) must all end race-free; they are split
+  into test items of at most FIX_CHUNK_TRIALS trials so that xdist spreads them. With 0 failures
+  the exact one-sided 95% upper bound on the failure rate is 1 - 0.05**(1/N) (rule of three:
+  ~3/N). N >= 29 catches a 10% failure rate with 95% probability (`stats.trials_needed(0.1)`);
+  a smaller N is allowed but its weaker bound is said, in a `RaceBound` warning that shows in
+  the pytest summary (also under xdist, where printed output of passing tests is not shown).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness import stats
+from harness.outcome import Outcome, TrialResult
+from harness.runner import run_trial
+from harness.scheduler import Plan
+from harness.spec import TrialSpec, WorkloadSpec
+
+MISS_PROBABILITY = 0.01
+"""A race still at its recorded rate may go unseen in the reproduction check this often."""
+REPRO_MAX_TRIALS = 50
+"""Cap on reproduction trials (a recorded rate too low for 1% within it prints its miss chance).
+The check stops at the first reproduction, so a race near its recorded rate costs about 1/p
+trials; the cap is only reached when the race is gone (or far rarer than recorded)."""
+TARGET_RATE = 0.10
+TARGET_FIX_TRIALS = stats.trials_needed(TARGET_RATE)   # 29
+assert TARGET_FIX_TRIALS == 29
+FIX_TRIALS_ENV = "RACE_FIX_TRIALS"
+"""Set to an int (e.g. 29) to run every fix check with that many trials instead of its default."""
+FIX_CHUNK_TRIALS = 5
+"""Fix-check trials per test item (see `fix_chunks`)."""
+TRIAL_TIMEOUT_S = 120.0
+TRIAL_HANG_S = 60.0
+CPU_ENV = {"OMP_NUM_THREADS": "1"}   # as harness.presets.CPU_ENV: two trials share two cores
+
+
+class RaceBound(UserWarning):
+    """How strong a fix check's 0/N is: N and the 95% upper bound on the failure rate."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Race:
+    """One catalogue row, with the counts recorded in a store (or log) for it."""
+
+    id: str
+    """Catalogue id (`r06`)."""
+    script: str
+    """Script name under repro/ (`r06_fx_tracing_flag`)."""
+    device: str
+    """`CPU` or `GPU`."""
+    family: str
+    """Regex searched in `<outcome> <signature> <summary>` of a failing trial: the race's own
+    signature family (other failures do not count as reproductions)."""
+    plan: str | None
+    """Scheduler profile of the stressed cells (None: no plan)."""
+    recorded: tuple[int, int]
+    """(k, n) failing trials under `plan` in the store."""
+    recorded_plain: tuple[int, int] | None = None
+    """(k, n) without a plan, for the README (not used by the checks)."""
+    torch: str
+    """torch version the counts were recorded on."""
+    source: str
+    """Where the counts come from (store path and cells, or log files)."""
+    expect: str = "reproduces"
+    """`reproduces` or `absent` (a known negative on the recorded torch)."""
+    args: tuple[str, ...] = ()
+    """Extra script arguments for every trial."""
+    fix: str | None = None
+    """Registry fix (or `+` combination) that holds; None = no fix to check."""
+    fix_args: tuple[str, ...] = ()
+    """Script arguments that make the fix (r10's `--reentrant`), on top of `args`."""
+    fix_recorded: tuple[int, int] | None = None
+    """(k, n) failing trials with the fix under `plan` in the store."""
+    fix_trials: int = TARGET_FIX_TRIALS
+    """Stressed trials of the fix check (below 29 the weaker bound is printed)."""
+    repro_cap: int = REPRO_MAX_TRIALS
+
+    @property
+    def cell(self) -> str:
+        return f"{self.id}:raw@{self.plan or '-'}"
+
+
+def torch_version() -> str:
+    # From the installed metadata (as the runner records it): importing torch here costs seconds.
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def repro_trials(race: Race) -> tuple[int, float]:
+    """(n, miss probability at the Wilson lower bound of the recorded rate for that n)."""
+    k, n = race.recorded
+    low = stats.wilson(k, n).low
+    if low <= 0.0:
+        return race.repro_cap, 1.0
+    needed = math.ceil(round(math.log(MISS_PROBABILITY) / math.log(1.0 - low), 9)) if low < 1 else 1
+    trials = max(1, min(needed, race.repro_cap))
+    return trials, (1.0 - low) ** trials
+
+
+def fix_trials(race: Race) -> int:
+    value = os.environ.get(FIX_TRIALS_ENV)
+    if value is None:
+        return race.fix_trials
+    try:
+        trials = int(value)
+    except ValueError:
+        raise pytest.UsageError(f"{FIX_TRIALS_ENV}={value!r}: expected an integer") from None
+    if trials < 1:
+        raise pytest.UsageError(f"{FIX_TRIALS_ENV}={value!r}: must be >= 1")
+    return trials
+
+
+def trial(race: Race, index: int, artefacts: Path, *, fixed: bool) -> TrialResult:
+    """Run trial `index` of the race's stressed cell (raw or with its fix) in a fresh process."""
+    args = race.args + (race.fix_args if fixed else ())
+    fixes = tuple(race.fix.split("+")) if fixed and race.fix else ()
+    plan = Plan.from_seed(index, race.plan).to_dict() if race.plan else None
+    strategy = (race.fix or "args") if fixed else "raw"
+    spec = TrialSpec(
+        trial_id=f"race-suite/{race.id}:{strategy}@{race.plan or '-'}/{index}",
+        cell=f"{race.id}:{strategy}@{race.plan or '-'}",
+        workload=WorkloadSpec(kind="repro", argv=(race.script, *args)), fixes=fixes, plan=plan,
+        env=dict(CPU_ENV) if race.device == "CPU" else {}, timeout_s=TRIAL_TIMEOUT_S,
+        hang_s=TRIAL_HANG_S, trial_index=index)
+    result = run_trial(spec, artefacts / f"{strategy}-{index}")
+    if result.outcome is Outcome.HARNESS_ERROR:
+        pytest.fail(f"{race.id}: harness error in trial {index}: {result.detail} ({result.artefacts})")
+    if result.skipped:
+        pytest.skip(f"{race.id}: {result.detail}")
+    return result
+
+
+def matches_family(race: Race, result: TrialResult) -> bool:
+    text = f"{result.outcome.value} {result.signature or ''} {result.signature_summary or ''}"
+    return result.outcome.is_failure and re.search(race.family, text) is not None
+
+
+def describe(result: TrialResult) -> str:
+    return f"{result.outcome.value} {result.signature or '-'} ({result.artefacts})"
+
+
+def check_reproduces(race: Race, artefacts: Path) -> None:
+    """At least one failure with the race's signature family within `repro_trials` trials."""
+    n, miss = repro_trials(race)
+    k0, n0 = race.recorded
+    version = torch_version()
+    other: list[str] = []
+    counted = 0
+    for i in range(n):
+        result = trial(race, i, artefacts, fixed=False)
+        counted += result.outcome.counts_as_trial
+        if matches_family(race, result):
+            print(f"{race.id}: reproduced in trial {i + 1} of at most {n} under plan {race.plan} "
+                  f"(recorded {k0}/{n0} on torch {race.torch}): {describe(result)}")
+            if miss >= MISS_PROBABILITY:
+                warnings.warn(RaceBound(
+                    f"{race.id}: reproduction check capped at {n} trials: a race at the Wilson lower "
+                    f"bound of its recorded {k0}/{n0} would go unseen with probability {miss:.1%}"),
+                    stacklevel=2)
+            return
+        if result.outcome.is_failure:
+            other.append(describe(result))
+    seen = f"; other failures: {other}" if other else ""
+    pytest.fail(f"{race.id} no longer reproduces on torch {version}: update the catalogue "
+                f"(0/{counted} trials with signature /{race.family}/ under plan {race.plan}; "
+                f"recorded {k0}/{n0} on torch {race.torch}, miss chance at that rate "
+                f"{miss:.2%}{seen})")
+
+
+def check_absent(race: Race, artefacts: Path) -> None:
+    """A known negative stays negative: the race's family in none of the trials."""
+    n = race.repro_cap
+    for i in range(n):
+        result = trial(race, i, artefacts, fixed=False)
+        if matches_family(race, result):
+            pytest.fail(f"{race.id} reproduces again on torch {torch_version()}: update the catalogue "
+                        f"(recorded {race.recorded[0]}/{race.recorded[1]} on torch {race.torch}; "
+                        f"trial {i}: {describe(result)})")
+    print(f"{race.id}: still absent in {n} trials under plan {race.plan} on torch {torch_version()}")
+
+
+def fix_chunks(race: Race) -> list[tuple[int, int]]:
+    """The fix check's trials as [start, stop) ranges of at most FIX_CHUNK_TRIALS: one test item
+    each, so pytest-xdist spreads a long check over its workers instead of running it on one."""
+    n = fix_trials(race)
+    return [(start, min(start + FIX_CHUNK_TRIALS, n)) for start in range(0, n, FIX_CHUNK_TRIALS)]
+
+
+def chunk_id(chunk: tuple[int, int]) -> str:
+    return f"trials{chunk[0]}-{chunk[1] - 1}"
+
+
+def check_fix_holds(race: Race, artefacts: Path, chunk: tuple[int, int] | None = None) -> None:
+    """0 failures in this chunk of the N stressed trials with the fix (all of them without a
+    chunk). The first chunk reports N and the 95% upper bound that all chunks passing give."""
+    assert race.fix is not None or race.fix_args, f"{race.id} has no fix to check"
+    n = fix_trials(race)
+    start, stop = chunk or (0, n)
+    failures: list[str] = []
+    counted = timeouts = 0
+    for i in range(start, stop):
+        result = trial(race, i, artefacts, fixed=True)
+        counted += result.outcome.counts_as_trial
+        timeouts += result.outcome is Outcome.TIMEOUT
+        if result.outcome.is_failure:
+            failures.append(f"trial {i}: {describe(result)}")
+    name = race.fix or " ".join(race.fix_args)
+    assert not failures, (f"{race.id}: fix {name} failed {len(failures)}/{counted} stressed trials "
+                          f"under plan {race.plan}: {failures}")
+    assert counted > 0, f"{race.id}: every trial timed out ({timeouts}); the budget is too small"
+    print(f"{race.id} fix {name}: 0/{counted} failures in trials {start}-{stop - 1} of {n} under plan "
+          f"{race.plan}" + (f"; {timeouts} trial(s) timed out and are not counted" if timeouts else ""))
+    if start != 0:
+        return
+    bound = stats.exact_zero_failure_bound(n)
+    line = (f"{race.id} fix {name}: N={n} stressed trials under plan {race.plan}"
+            + (f" in {len(fix_chunks(race))} test items" if chunk and stop < n else "")
+            + f"; 0/{n} failures give a 95% upper bound on the failure rate of {bound:.1%} "
+            f"(rule of three {stats.rule_of_three(n):.1%})")
+    if n < TARGET_FIX_TRIALS:
+        line += (f"; N={n} < {TARGET_FIX_TRIALS}: weaker than the target (a {TARGET_RATE:.0%} "
+                 f"failure rate is caught with only {1 - (1 - TARGET_RATE) ** n:.0%} probability)")
+    warnings.warn(RaceBound(line), stacklevel=2)
+
+
+def repro_timeout_s(race: Race) -> float:
+    """pytest-timeout for a reproduction check: every trial at its deadline, plus slack."""
+    return race.repro_cap * (TRIAL_TIMEOUT_S + 30.0)
+
+
+def fix_timeout_s(race: Race) -> float:
+    """pytest-timeout for one fix-check item: every trial of a chunk at its deadline, plus slack."""
+    return min(fix_trials(race), FIX_CHUNK_TRIALS) * (TRIAL_TIMEOUT_S + 30.0)

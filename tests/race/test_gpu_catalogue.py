@@ -1,0 +1,38 @@
+"""Race regression suite, GPU rows: r01-r05, r10, r12 through the same harness runner.
+
+Marked `cuda`: without a CUDA device tests/conftest.py skips them with the reason. On an H200:
+`python -m pytest -k race -m cuda` (no `-n`: one trial at a time, trials share the GPU).
+The counts they start from are direct script runs on one H200 (torch 2.11.0+cu130, 2026-11-29),
+not harness runner trials; see tests/race/catalogue.py and repro/README.md.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.race import racecheck
+from tests.race.catalogue import GPU
+
+pytestmark = [pytest.mark.race, pytest.mark.cuda]
+REPRODUCING = sorted(r.id for r in GPU.values() if r.expect == "reproduces")
+ABSENT = sorted(r.id for r in GPU.values() if r.expect == "absent")
+FIXED = sorted(r.id for r in GPU.values() if r.fix or r.fix_args)
+TIMEOUT_S = 3 * 3600   # a GPU trial may take minutes (cold inductor compiles)
+
+
+@pytest.mark.timeout(TIMEOUT_S)
+@pytest.mark.parametrize("race_id", REPRODUCING)
+def test_race_gpu_still_reproduces(race_id, tmp_path):
+    racecheck.check_reproduces(GPU[race_id], tmp_path)
+
+
+@pytest.mark.timeout(TIMEOUT_S)
+@pytest.mark.parametrize("race_id", ABSENT)
+def test_race_gpu_still_absent(race_id, tmp_path):
+    racecheck.check_absent(GPU[race_id], tmp_path)
+
+
+@pytest.mark.timeout(TIMEOUT_S)
+@pytest.mark.parametrize("race_id", FIXED)
+def test_race_gpu_fix_holds(race_id, tmp_path):
+    racecheck.check_fix_holds(GPU[race_id], tmp_path)

@@ -1,0 +1,27 @@
+"""Race regression suite: r11_duplicate_compiles.
+
+Threads that miss the cache together each compile the same function (F10 / R7).
+
+Counts and thresholds: tests/race/catalogue.py (recorded in results/catalogue-cpu/); checks:
+tests/race/racecheck.py. Selected by `pytest -k race`."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.race import racecheck
+from tests.race.catalogue import CPU
+
+pytestmark = pytest.mark.race
+RACE = CPU["r11"]
+
+
+@pytest.mark.timeout(racecheck.repro_timeout_s(RACE))
+def test_race_r11_still_reproduces_under_switch(tmp_path):
+    racecheck.check_reproduces(RACE, tmp_path)
+
+
+@pytest.mark.timeout(racecheck.fix_timeout_s(RACE))
+@pytest.mark.parametrize("chunk", racecheck.fix_chunks(RACE), ids=racecheck.chunk_id)
+def test_race_r11_sequential_startup_holds_under_switch(chunk, tmp_path):
+    racecheck.check_fix_holds(RACE, tmp_path, chunk)

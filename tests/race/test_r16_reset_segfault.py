@@ -1,0 +1,27 @@
+"""Race regression suite: r16_reset_segfault.
+
+`torch._dynamo.reset()` in one thread crashes a compiled call in another (R5 / R6).
+
+Counts and thresholds: tests/race/catalogue.py (recorded in results/catalogue-cpu/); checks:
+tests/race/racecheck.py. Selected by `pytest -k race`."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.race import racecheck
+from tests.race.catalogue import CPU
+
+pytestmark = pytest.mark.race
+RACE = CPU["r16"]
+
+
+@pytest.mark.timeout(racecheck.repro_timeout_s(RACE))
+def test_race_r16_still_reproduces_under_reset_pressure(tmp_path):
+    racecheck.check_reproduces(RACE, tmp_path)
+
+
+@pytest.mark.timeout(racecheck.fix_timeout_s(RACE))
+@pytest.mark.parametrize("chunk", racecheck.fix_chunks(RACE), ids=racecheck.chunk_id)
+def test_race_r16_global_lock_holds_under_reset_pressure(chunk, tmp_path):
+    racecheck.check_fix_holds(RACE, tmp_path, chunk)

@@ -1,0 +1,82 @@
+"""The suite's own rules, without running a repro: trial counts from recorded rates, the loud
+failure when a race stops reproducing, and the weaker-bound message below 29 fix trials."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.outcome import Outcome, TrialResult
+from tests.race import racecheck
+from tests.race.catalogue import CPU
+
+pytestmark = pytest.mark.race
+
+
+def fake_trials(monkeypatch, outcome: Outcome, signature: str | None = None) -> list[int]:
+    calls: list[int] = []
+
+    def trial(race, index, artefacts, *, fixed):
+        calls.append(index)
+        return TrialResult(trial_id=f"t/{index}", cell="c", trial_index=index, outcome=outcome,
+                           signature=signature, signature_summary=signature, artefacts=str(artefacts))
+
+    monkeypatch.setattr(racecheck, "trial", trial)
+    return calls
+
+
+def test_race_repro_trials_keep_a_consistent_rate_unseen_below_one_percent():
+    race = dataclasses.replace(CPU["r06"], recorded=(10, 10))
+    n, miss = racecheck.repro_trials(race)
+    assert n == 4 and miss < 0.01          # Wilson low 0.72: 0.28**4 = 0.6%
+    n, miss = racecheck.repro_trials(dataclasses.replace(race, recorded=(1, 10)))
+    assert n == racecheck.REPRO_MAX_TRIALS and miss > 0.01   # capped: the miss chance is printed
+
+
+def test_race_check_fails_loudly_when_a_race_stops_reproducing(monkeypatch, tmp_path):
+    race = dataclasses.replace(CPU["r06"], recorded=(10, 10))
+    calls = fake_trials(monkeypatch, Outcome.OK)
+    with pytest.raises(pytest.fail.Exception, match=r"no longer reproduces on torch \S+: update the catalogue"):
+        racecheck.check_reproduces(race, tmp_path)
+    assert calls == [0, 1, 2, 3]
+
+
+def test_race_other_failures_do_not_count_as_reproductions(monkeypatch, tmp_path):
+    race = dataclasses.replace(CPU["r06"], recorded=(10, 10))
+    fake_trials(monkeypatch, Outcome.CRASH, "fx-current-patcher-0000000000")
+    with pytest.raises(pytest.fail.Exception, match="other failures"):
+        racecheck.check_reproduces(race, tmp_path)
+
+
+def test_race_fix_check_states_a_weaker_bound_below_29(monkeypatch, tmp_path):
+    monkeypatch.delenv(racecheck.FIX_TRIALS_ENV, raising=False)
+    race = dataclasses.replace(CPU["r07"], fix_trials=5)
+    fake_trials(monkeypatch, Outcome.OK)
+    with pytest.warns(racecheck.RaceBound, match=r"0/5 failures.*45\.1%.*N=5 < 29: weaker"):
+        racecheck.check_fix_holds(race, tmp_path)
+
+
+def test_race_fix_trials_are_split_into_xdist_sized_items(monkeypatch, tmp_path):
+    monkeypatch.setenv(racecheck.FIX_TRIALS_ENV, "12")
+    chunks = racecheck.fix_chunks(CPU["r07"])
+    assert chunks == [(0, 5), (5, 10), (10, 12)]
+    calls = fake_trials(monkeypatch, Outcome.OK)
+    with pytest.warns(racecheck.RaceBound, match=r"N=12 stressed trials.* in 3 test items; 0/12"):
+        racecheck.check_fix_holds(CPU["r07"], tmp_path, chunks[0])
+    racecheck.check_fix_holds(CPU["r07"], tmp_path, chunks[2])   # later chunks: no bound line
+    assert calls == [0, 1, 2, 3, 4, 10, 11]
+
+
+def test_race_fix_check_reports_29_trials_without_a_weaker_bound(monkeypatch, tmp_path):
+    monkeypatch.setenv(racecheck.FIX_TRIALS_ENV, "29")
+    fake_trials(monkeypatch, Outcome.OK)
+    with pytest.warns(racecheck.RaceBound, match=r"0/29 failures give a 95% upper bound on the failure rate of 9\.8%") as seen:
+        racecheck.check_fix_holds(CPU["r07"], tmp_path)
+    assert "weaker" not in str(seen[0].message)
+
+
+def test_race_fix_check_fails_on_any_failure(monkeypatch, tmp_path):
+    fake_trials(monkeypatch, Outcome.ABORT, "Segmentation-fault-0000000000")
+    with pytest.raises(AssertionError, match=r"fix global-lock failed \d+/\d+ stressed trials"):
+        racecheck.check_fix_holds(CPU["r16"], tmp_path)
