@@ -163,6 +163,11 @@ class Trainer:
         p = cfg.pipeline
         self.plan = resolve(cfg.devices, num_target_threads=p.num_target_threads,
                             num_drafter_threads=p.num_drafter_threads)
+        if cfg.drafter.attention == "flex" and any(d.type == "cpu" for d in self.plan.drafter):
+            # FlexAttention has no backward on CPU (NotImplementedError at the first backward);
+            # refuse up front rather than after the target has built the corpus.
+            raise ConfigError("drafter.attention=flex needs CUDA drafter devices (flex backward is "
+                              "not implemented on CPU); use auto or sdpa")
         self.resume = _resume_state(cfg, self.err)
         self.models = build_models(cfg, self.plan)
         first = self.models.targets[self.plan.target[0]]

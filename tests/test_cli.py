@@ -77,6 +77,7 @@ def test_bad_data_is_exit_2_with_one_error_line(kind, tmp_path, capsys):
     (["train", "--set", "devices.target_devices=cuda:0"], "CUDA is not available"),
     (["train", "--set", "devices.drafter_devices=gpu7"], "unknown device string"),
     (["train", "--steps", "0"], "train.steps must be >= 1"),
+    (["train", "--set", "drafter.attention=flex"], "drafter.attention=flex needs CUDA drafter devices"),
     (["train", "--bogus-flag"], "unrecognized arguments"),
     (["export", "--checkpoint", "/nonexistent/ckpt", "--out", "{out}"], "no checkpoint found"),
 ])
