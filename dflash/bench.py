@@ -18,6 +18,7 @@ import tempfile
 
 from dflash import faults
 from dflash.config import RunConfig
+from dflash.gpu_busy import GpuBusy
 from dflash.train import train
 
 ROUNDS = 4
@@ -36,13 +37,23 @@ def _one_run(cfg: RunConfig, idle: bool) -> dict:
     torch._dynamo.reset()
     faults.set_handler(_idle_handler if idle else None)
     try:
-        outcome = train(cfg, out=io.StringIO())
+        with GpuBusy(_drafter_gpu(cfg)) as busy:
+            outcome = train(cfg, out=io.StringIO())
     finally:
         faults.set_handler(None)
     if outcome.exit_code != 0 or outcome.final is None:
         report = outcome.pipeline.report() if outcome.pipeline else ""
         raise RuntimeError(f"bench run failed with exit code {outcome.exit_code}\n{report}")
-    return outcome.final
+    return {**outcome.final, "gpu_busy": busy.fraction}
+
+
+def _drafter_gpu(cfg: RunConfig) -> int | None:
+    """Index of the first drafter GPU as the plan resolves it (remap included); None on CPU."""
+    from dflash.devices import resolve
+
+    device = resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
+                     num_drafter_threads=cfg.pipeline.num_drafter_threads).drafter[0]
+    return device.index if device.type == "cuda" else None
 
 
 def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
@@ -72,13 +83,15 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
         "tokens_per_s": absent,
         "tokens_per_s_faults_idle": idle,
         "faults_idle_over_absent": round(idle / absent, 4) if absent else None,
+        "tokens_per_s_steady": best[False]["tokens_per_s_steady"],
         "busy": best[False]["busy"],
+        "gpu_busy": best[False]["gpu_busy"],
         "fault_point_off_ns": round(off_ns, 2),
         "device_plan": best[False]["device_plan"],
         "torch": best[False]["torch"],
     }
     print(f"tokens/s {absent:.1f} (fault points idle: {idle:.1f}, ratio "
-          f"{record['faults_idle_over_absent']}); busy {record['busy']}; "
+          f"{record['faults_idle_over_absent']}); busy {record['busy']}; gpu busy {record['gpu_busy']}; "
           f"fault_point off: {off_ns:.1f} ns/call", file=sys.stderr)
     print(json.dumps(record), flush=True)
     return 0

@@ -29,6 +29,12 @@ class DataConfig:
     synthetic_seed: int = 0
     synthetic_min_len: int = 24
     synthetic_max_len: int = 120
+    synthetic_prompt_quantum: int = 4
+    """Prompt lengths are multiples of this. The target batches only equal-length prompts, so the
+    number of distinct lengths sets the number of generate calls: long GPU corpora use a coarse
+    quantum (a 768-token corpus at 4 meant ~90 small calls, minutes on an H200)."""
+    synthetic_generate_batch: int = 32
+    """Prompts per batched greedy `generate` call (GPU presets use more)."""
     bucket_boundaries: tuple[int, ...] = (32, 64, 128)
     """Upper bounds (inclusive) of the length buckets; a longer sample is a bad-input error."""
     token_budget: int = 1024
@@ -51,6 +57,8 @@ class DataConfig:
             )
         if self.synthetic_min_len > self.synthetic_max_len:
             raise ConfigError("data.synthetic_min_len must be <= data.synthetic_max_len")
+        if self.synthetic_prompt_quantum < 1 or self.synthetic_generate_batch < 1:
+            raise ConfigError("data.synthetic_prompt_quantum and data.synthetic_generate_batch must be >= 1")
 
 
 @dataclass(kw_only=True, slots=True)

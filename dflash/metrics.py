@@ -36,6 +36,10 @@ class Metrics:
         self.step = start_step
         self.start_step = start_step
         self.tokens = 0
+        # (monotonic time, cumulative tokens) after each step: the steady-state rate skips the
+        # first half of the run, where compiles and cudagraph recordings land (issue 5: a short
+        # campaign trial is otherwise measured mostly on its compile time).
+        self._marks: list[tuple[float, int]] = []
         self.losses: list[float] = []
         self.correct: torch.Tensor | None = None
         self.counts: torch.Tensor | None = None
@@ -69,16 +73,17 @@ class Metrics:
     def record_step(self, *, step: int, loss: float, tokens: int,
                     correct: torch.Tensor, counts: torch.Tensor) -> None:
         """Called by the replica leader after each optimizer step."""
+        now = time.monotonic()
         with self._lock:
             self.step = step
             self.tokens += tokens
+            self._marks.append((now, self.tokens))
             self.losses.append(loss)
             self.correct = correct.clone() if self.correct is None else self.correct + correct
             self.counts = counts.clone() if self.counts is None else self.counts + counts
         if self._bar is not None:
             self._bar.update(1)
             self._bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-        now = time.monotonic()
         if now - self._last_log >= self._interval:
             self._last_log = now
             self.emit({"event": "metrics", **self.snapshot()})
@@ -90,6 +95,15 @@ class Metrics:
         wall = max(self.elapsed(), 1e-9)
         with self._lock:
             return {k: round(v / (wall * self._threads[k]), 4) for k, v in self._busy.items()}
+
+    def steady_tokens_per_s(self) -> float | None:
+        """Tokens/s over the second half of this run's steps (None before 4 steps)."""
+        with self._lock:
+            marks = list(self._marks)
+        if len(marks) < 4:
+            return None
+        (t0, n0), (t1, n1) = marks[len(marks) // 2 - 1], marks[-1]
+        return round((n1 - n0) / (t1 - t0), 2) if t1 > t0 else None
 
     def position_accuracy(self) -> list[float]:
         if self.correct is None or self.counts is None:
@@ -105,6 +119,7 @@ class Metrics:
             "step": step,
             "loss": loss,
             "tokens_per_s": round(tokens / elapsed, 2) if elapsed > 0 else 0.0,
+            "tokens_per_s_steady": self.steady_tokens_per_s(),
             "elapsed_s": round(elapsed, 3),
             "busy": self.busy_fractions(),
             "queue_depths": self._depths(),

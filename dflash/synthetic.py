@@ -31,9 +31,9 @@ from dflash.data import write_token_file
 
 FORMAT_VERSION = 2
 GENERATE_BATCH = 32
+"""Default prompts per `generate` call (it is a batched greedy generator): data.synthetic_generate_batch."""
 PROMPT_LEN_QUANTUM = 4
-"""Prompt lengths are multiples of this (see _prompts)."""
-"""Prompts per `generate` call (it is a batched greedy generator)."""
+"""Default prompt-length quantum (see _prompts): data.synthetic_prompt_quantum."""
 NUM_MOTIFS = 64
 """Size of the n-gram pool prompts are built from: repeated patterns give the target (and the
 drafter) structure to pick up."""
@@ -52,6 +52,11 @@ def corpus_path(cfg: DataConfig, vocab_size: int, cache_key: str) -> str:
         "max_len": cfg.synthetic_max_len,
         "vocab_size": vocab_size,
     }
+    # Added later: in the key only when not the default, so existing corpora keep their names.
+    if cfg.synthetic_prompt_quantum != PROMPT_LEN_QUANTUM:
+        key["prompt_quantum"] = cfg.synthetic_prompt_quantum
+    if cfg.synthetic_generate_batch != GENERATE_BATCH:
+        key["generate_batch"] = cfg.synthetic_generate_batch
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", cache_key)[:40] or "target"
     return os.path.join(cfg.cache_dir, f"synthetic-{slug}-{digest}.arrow")
@@ -68,7 +73,8 @@ def _prompts(cfg: DataConfig, vocab_size: int) -> tuple[list[list[int]], list[in
         # Few distinct prompt lengths: the target batches only equal-length prompts (no padding,
         # so a row's result does not depend on its batch-mates), and 55 lengths meant ~20 tiny
         # generate calls per chunk -- a 20-minute corpus on a loaded 2-core box.
-        prompt_len = min(total - 1, max(PROMPT_LEN_QUANTUM, prompt_len - prompt_len % PROMPT_LEN_QUANTUM))
+        q = cfg.synthetic_prompt_quantum
+        prompt_len = min(total - 1, max(q, prompt_len - prompt_len % q))
         runs: list[int] = []
         while len(runs) < prompt_len:
             motif = motifs[int(rng.integers(NUM_MOTIFS))]
@@ -78,22 +84,23 @@ def _prompts(cfg: DataConfig, vocab_size: int) -> tuple[list[list[int]], list[in
     return prompts, completion_lens
 
 
-def _chunks(prompts: list[list[int]], needs: list[int]) -> list[list[int]]:
-    """Index chunks of at most GENERATE_BATCH prompts of one length, by completion length."""
+def _chunks(prompts: list[list[int]], needs: list[int], batch: int = GENERATE_BATCH) -> list[list[int]]:
+    """Index chunks of at most `batch` prompts of one length, by completion length."""
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), needs[i], i))
     chunks: list[list[int]] = []
     for i in order:
-        if chunks and len(chunks[-1]) < GENERATE_BATCH and len(prompts[chunks[-1][0]]) == len(prompts[i]):
+        if chunks and len(chunks[-1]) < batch and len(prompts[chunks[-1][0]]) == len(prompts[i]):
             chunks[-1].append(i)
         else:
             chunks.append([i])
     return chunks
 
 
-def _complete(prompts: list[list[int]], needs: list[int], generate: Generate, vocab_size: int) -> list[list[int]]:
+def _complete(prompts: list[list[int]], needs: list[int], generate: Generate, vocab_size: int,
+              batch: int = GENERATE_BATCH) -> list[list[int]]:
     """Completions from `generate`, called on batches of prompts with similar completion lengths."""
     completions: list[list[int]] = [[] for _ in prompts]
-    for chunk in _chunks(prompts, needs):
+    for chunk in _chunks(prompts, needs, batch):
         max_new = max(needs[i] for i in chunk)
         out = generate([prompts[i] for i in chunk], max_new)
         if len(out) != len(chunk):
@@ -122,7 +129,7 @@ def ensure_synthetic_corpus(cfg: DataConfig, generate: Generate, vocab_size: int
     if os.path.isfile(path):
         return path
     prompts, needs = _prompts(cfg, vocab_size)
-    completions = _complete(prompts, needs, generate, vocab_size)
+    completions = _complete(prompts, needs, generate, vocab_size, cfg.synthetic_generate_batch)
     rows = ((p + c, [0] * len(p) + [1] * len(c)) for p, c in zip(prompts, completions))
     write_token_file(path, rows, metadata={"source": "dflash.synthetic", "cache_key": cache_key})
     return path

@@ -297,6 +297,7 @@ class Trainer:
         return {
             "event": "final",
             "tokens_per_s": snap["tokens_per_s"],
+            "tokens_per_s_steady": snap["tokens_per_s_steady"],
             "loss_first": first,
             "loss_last": last,
             "tau": self._tau(),

@@ -257,8 +257,13 @@ def live_members(pgid: int) -> list[int]:
 def _classify(result: TrialResult, ending: _Ending, text: str) -> None:
     """DESIGN.md "Outcome rules", in order of precedence."""
     result.final = _final_json(text)
-    if result.final is not None and isinstance(result.final.get("tokens_per_s"), (int, float)):
-        result.tokens_per_s = float(result.final["tokens_per_s"])
+    if result.final is not None:
+        # Steady state when the workload reports it (dflash: second half of the steps), so a short
+        # trial's throughput is not mostly its compile time; else the whole-run rate.
+        for key in ("tokens_per_s_steady", "tokens_per_s"):
+            if isinstance(result.final.get(key), (int, float)):
+                result.tokens_per_s = float(result.final[key])
+                break
     if ending.how == "hang":
         threads = ending.dump.threads if ending.dump else ()
         _set(result, Outcome.HANG, signature.hang_signature(threads),

@@ -58,7 +58,8 @@ def _assert_group_gone(result: TrialResult) -> None:
 def test_ok_run_reports_final_json(tmp_path):
     result = _run(tmp_path, "ok")
     assert result.outcome is Outcome.OK and result.rc == 0
-    assert result.tokens_per_s == 1234.5 and result.final["steps"] == 1
+    # the steady-state rate wins over the whole-run rate when the workload reports both
+    assert result.tokens_per_s == 1500.0 and result.final["steps"] == 1
     assert result.signature is None and not result.skipped
     assert json.loads((tmp_path / "ok-0" / "spec.json").read_text())["cell"] == "ok"
     _assert_group_gone(result)

@@ -131,3 +131,25 @@ def test_default_corpus_flows_through_split_plan_and_collate(tmp_path) -> None:
         assert tb.input_ids.numel() <= cfg.token_budget
         supervised += int(tb.loss_mask.sum())
     assert supervised == int(train.loss_counts().sum())
+
+
+def test_coarse_quantum_and_larger_batch_mean_fewer_calls(tmp_path) -> None:
+    fine, coarse = CountingGenerate(), CountingGenerate()
+    ensure_synthetic_corpus(_cfg(tmp_path / "a"), fine, VOCAB, "k")
+    cfg = _cfg(tmp_path / "b", synthetic_prompt_quantum=16, synthetic_generate_batch=64)
+    ds = open_dataset(ensure_synthetic_corpus(cfg, coarse, VOCAB, "k"))
+    lengths = set().union(*coarse.prompt_lengths)
+    assert all(n % 16 == 0 for n in lengths) and max(n for n, _ in coarse.calls) <= 64
+    assert any(n > GENERATE_BATCH for n, _ in coarse.calls)
+    assert len(coarse.calls) < len(fine.calls)
+    assert len(ds) == 200
+
+
+def test_default_knobs_keep_the_old_file_name_and_others_change_it(tmp_path) -> None:
+    from dflash.synthetic import corpus_path
+
+    base = corpus_path(_cfg(tmp_path), VOCAB, "k")
+    assert base == corpus_path(_cfg(tmp_path, synthetic_prompt_quantum=PROMPT_LEN_QUANTUM,
+                                    synthetic_generate_batch=GENERATE_BATCH), VOCAB, "k")
+    assert len({base, corpus_path(_cfg(tmp_path, synthetic_prompt_quantum=8), VOCAB, "k"),
+                corpus_path(_cfg(tmp_path, synthetic_generate_batch=64), VOCAB, "k")}) == 3

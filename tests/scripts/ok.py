@@ -16,7 +16,7 @@ def main() -> None:
     print(f"pid={os.getpid()}")
     beat(1)
     print(json.dumps({"event": "metrics", "step": 1}))
-    print(json.dumps({"event": "final", "tokens_per_s": 1234.5, "steps": 1}))
+    print(json.dumps({"event": "final", "tokens_per_s": 1234.5, "tokens_per_s_steady": 1500.0, "steps": 1}))
 
 
 if __name__ == "__main__":

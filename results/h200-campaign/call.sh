@@ -1,0 +1,81 @@
+#!/bin/bash
+# One H200 device call of the campaign (issue 5), from the repository root on the device:
+#   bash results/h200-campaign/call.sh SECONDS PHASE...
+# Phases run in order:
+#   warm      corpus + compile caches for gpu-default and both campaign presets (also the CUDA
+#             smoke test of the trainer); with `warm+repros` the gpu-repros matrix runs beside it
+#   repros:S  the gpu-repros matrix for at most S seconds (store results/gpu-repros, resumed)
+#   pytest    `pytest -m "race and cuda" tests/race` (the GPU race suite through the runner)
+#   default   issue 2: `python -m dflash train --preset gpu-default` alone on the GPU
+#   bench     `python -m dflash bench --preset gpu-default --steps 60` alone on the GPU
+#   campaign  the gpu-campaign matrix until 20 s before SECONDS are spent (store resumed)
+# Caches: TORCHINDUCTOR_CACHE_DIR and the corpora live under .cache/ (carried between calls as
+# $OUT/caches.tgz, unpacked by the next call). Logs and stores come back in $OUT/call.tgz.
+set -u
+budget=$1; shift; t0=$(date +%s)
+left() { echo $(( budget - ($(date +%s) - t0) )); }
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+  && export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site
+[ -f .cache/caches.tgz ] && tar xzf .cache/caches.tgz && rm .cache/caches.tgz
+X=/tmp/x; mkdir -p $X .cache   # per-run logs, tarred into $OUT/call.tgz (at most 8 files come back)
+exec > >(tee -a "$OUT/log.txt") 2>&1
+echo "== $(date -u +%FT%TZ) budget $budget phases $*"
+nvidia-smi -L; python3 -c "import torch, transformers, sys; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])"
+py-spy --version; du -sh .cache 2>/dev/null
+
+train() {  # name, args...: one trainer run, its stdout/stderr kept
+  local name=$1; shift
+  local s=$(date +%s)
+  python3 -m dflash train "$@" > "$X/$name.out" 2> "$X/$name.err"
+  local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - s ))s: $(tail -n 1 "$X/$name.out" | cut -c1-700)"
+  [ $rc = 0 ] || grep -v "^train:" "$X/$name.err" | tail -n 25
+}
+
+matrix() {  # preset, seconds to start trials in: SIGTERM 150 s later or 20 s before the call's end
+  local preset=$1 start=$2 stop=$(( $(left) - 20 ))
+  [ $start -gt $(( stop - 30 )) ] && start=$(( stop - 30 ))
+  [ $stop -gt $(( start + 150 )) ] && stop=$(( start + 150 ))
+  [ $start -gt 20 ] || { echo "no time for $preset"; return 0; }
+  echo "matrix $preset: start trials for ${start}s, stop at ${stop}s"
+  timeout -s TERM $stop python3 -m harness matrix --preset "$preset" --max-time $start --no-live \
+    > "$X/matrix-$preset.out" 2> "$X/matrix-$preset.err"
+  echo "matrix $preset rc=$?"; grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n 70 "$X/matrix-$preset.out"
+}
+
+warm() {
+  local ro="--set compile.mode=reduce-overhead --set train.eval_prompts=0 --set train.export=false"
+  for p in launch-bound gpu-bound; do
+    train warm-$p --preset gpu-$p --steps 6 $ro --set fixes=cstash-tls-init --out /tmp/w1-$p &
+  done
+  train warm-default --preset gpu-default --steps 4 --set train.eval_prompts=0 --out /tmp/w0 &
+  wait
+  for p in launch-bound gpu-bound; do
+    train warm-pb-$p --preset gpu-$p --steps 6 $ro --set fixes=cstash-tls-init,persistent-buffers --out /tmp/w2-$p &
+    train warm-nocg-$p --preset gpu-$p --steps 6 --set compile.mode=default --set train.eval_prompts=0 --out /tmp/w3-$p &
+  done
+  wait
+}
+
+for phase in "$@"; do
+  echo "== phase $phase at $(( $(date +%s) - t0 ))s"
+  case $phase in
+    warm) warm ;;
+    warm+repros:*) warm & matrix gpu-repros ${phase#warm+repros:}; wait ;;
+    repros:*) matrix gpu-repros ${phase#repros:} ;;
+    pytest) s=$(date +%s); timeout 240 python3 -m pytest -q -p no:cacheprovider -m "race and cuda" tests/race \
+              > "$X/pytest-race-cuda.txt" 2>&1; echo "pytest race+cuda rc=$? $(( $(date +%s) - s ))s"
+            tail -n 15 "$X/pytest-race-cuda.txt" ;;
+    default) train gpu-default --preset gpu-default --steps 120 --out /tmp/gd ;;
+    bench) s=$(date +%s); python3 -m dflash bench --preset gpu-default --steps 60 > "$X/bench.out" 2> "$X/bench.err"
+           echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
+    campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+done
+echo "== phases done at $(( $(date +%s) - t0 ))s"
+tar czf "$OUT/call.tgz" -C /tmp x
+tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros 2>/dev/null)
+tar czf "$OUT/caches.tgz" .cache/dflash .cache/inductor 2>/dev/null
+ls -la "$OUT"; echo "== done after $(( $(date +%s) - t0 ))s"
