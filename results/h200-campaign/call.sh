@@ -30,7 +30,7 @@ train() {  # name, args...: one trainer run, its stdout/stderr kept
   python3 -m dflash train "$@" > "$X/$name.out" 2> "$X/$name.err"
   local rc=$?
   echo "$name rc=$rc $(( $(date +%s) - s ))s: $(tail -n 1 "$X/$name.out" | cut -c1-700)"
-  [ $rc = 0 ] || grep -v "^train:" "$X/$name.err" | tail -n 25
+  [ $rc = 0 ] || { grep -v "^train:" "$X/$name.err" | tail -n 25; touch "$X/FAILED-$name"; }
 }
 
 matrix() {  # preset, seconds to start trials in: SIGTERM 150 s later or 20 s before the call's end
@@ -60,6 +60,8 @@ warm() {
 
 for phase in "$@"; do
   echo "== phase $phase at $(( $(date +%s) - t0 ))s"
+  # A failed warm-up run means the trainer is broken on this device: no point in the rest.
+  case $phase in default|bench|campaign) ls $X/FAILED-warm-* >/dev/null 2>&1 && { echo "skip $phase: warm-up failed"; continue; } ;; esac
   case $phase in
     warm) warm ;;
     warm+repros:*) warm & matrix gpu-repros ${phase#warm+repros:}; wait ;;
