@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import os
 import sys
 import threading
@@ -110,6 +111,10 @@ COMMANDS = {"train": cmd_train, "bench": cmd_bench, "export": cmd_export}
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # A native crash (several of the races end in SIGSEGV/SIGABRT) then prints every thread's
+    # Python stack instead of a bare "Segmentation fault" (two H200 warm-up runs, 2026-11-29).
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
     if argv[:1] == ["prepare"]:
         from dflash.prepare import main as prepare_main
 

@@ -43,7 +43,11 @@ class DFlashObjective(nn.Module):
         self.block_size = block_size
         self.mask_token_id = mask_token_id
         self.attention = attention
-        self.register_buffer("pos_weights", position_weights(block_size, gamma), persistent=False)
+        # On the drafter's device: a CPU buffer beside CUDA activations fails the first compiled
+        # step on a GPU ("Tensor on device cpu is not on the expected device cuda:0", H200 run
+        # of 2026-11-29), and draft_logits takes its device from this buffer.
+        self.register_buffer("pos_weights", position_weights(block_size, gamma, device=embed.weight.device),
+                             persistent=False)
 
     @property
     def layer_ids(self) -> tuple[int, ...]:

@@ -253,3 +253,18 @@ def test_bf16_objective_compiles_and_trains_on_cuda():
         opt.step()
         losses.append(out.loss.item())
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+
+
+def test_objective_buffers_follow_its_parts_without_a_module_move(target):
+    # build_models puts drafter, embedding and head on the device and never moves the objective
+    # itself: a CPU pos_weights broke the first compiled step on an H200 (mixed devices).
+    cfg = DrafterConfig(num_layers=1, block_size=BS)
+    layer_ids = resolve_layer_ids(cfg, target.num_layers)
+    drafter = DFlashDrafter(cfg, hidden_size=target.hidden_size, num_target_layers=target.num_layers,
+                            vocab_size=target.vocab_size, layer_ids=layer_ids).to("meta")
+    embed = torch.nn.Embedding(target.vocab_size, target.hidden_size, device="meta")
+    head = torch.nn.Linear(target.hidden_size, target.vocab_size, bias=False, device="meta")
+    obj = DFlashObjective(drafter, embed, head, BS, resolve_mask_token_id(cfg, target.vocab_size),
+                          cfg.resolved_gamma())
+    assert {b.device.type for b in obj.buffers()} == {"meta"}
+    assert {p.device.type for p in obj.parameters()} == {"meta"}

@@ -7,7 +7,7 @@
 #   repros:S  the gpu-repros matrix for at most S seconds (store results/gpu-repros, resumed)
 #   pytest    `pytest -m "race and cuda" tests/race` (the GPU race suite through the runner)
 #   default   issue 2: `python -m dflash train --preset gpu-default` alone on the GPU
-#   bench     `python -m dflash bench --preset gpu-default --steps 60` alone on the GPU
+#   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
 #   campaign  the gpu-campaign matrix until 20 s before SECONDS are spent (store resumed)
 # Caches: TORCHINDUCTOR_CACHE_DIR and the corpora live under .cache/ (carried between calls as
 # $OUT/caches.tgz, unpacked by the next call). Logs and stores come back in $OUT/call.tgz.
@@ -27,7 +27,7 @@ py-spy --version; du -sh .cache 2>/dev/null
 train() {  # name, args...: one trainer run, its stdout/stderr kept
   local name=$1; shift
   local s=$(date +%s)
-  python3 -m dflash train "$@" > "$X/$name.out" 2> "$X/$name.err"
+  timeout -s TERM 240 python3 -m dflash train "$@" > "$X/$name.out" 2> "$X/$name.err"
   local rc=$?
   echo "$name rc=$rc $(( $(date +%s) - s ))s: $(tail -n 1 "$X/$name.out" | cut -c1-700)"
   [ $rc = 0 ] || { grep -v "^train:" "$X/$name.err" | tail -n 25; touch "$X/FAILED-$name"; }
@@ -44,18 +44,18 @@ matrix() {  # preset, seconds to start trials in: SIGTERM 150 s later or 20 s be
   echo "matrix $preset rc=$?"; grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n 70 "$X/matrix-$preset.out"
 }
 
-warm() {
-  local ro="--set compile.mode=reduce-overhead --set train.eval_prompts=0 --set train.export=false"
+warm() {  # waits on its own pids: a bare `wait` would also wait for the tee behind `exec >`
+  local pids=() ro="--set compile.mode=reduce-overhead --set train.eval_prompts=0 --set train.export=false"
   for p in launch-bound gpu-bound; do
-    train warm-$p --preset gpu-$p --steps 6 $ro --set fixes=cstash-tls-init --out /tmp/w1-$p &
+    train warm-$p --preset gpu-$p --steps 6 $ro --set fixes=cstash-tls-init --out /tmp/w1-$p & pids+=($!)
   done
-  train warm-default --preset gpu-default --steps 4 --set train.eval_prompts=0 --out /tmp/w0 &
-  wait
+  train warm-default --preset gpu-default --steps 4 --set train.eval_prompts=0 --out /tmp/w0 & pids+=($!)
+  wait "${pids[@]}"; pids=()
   for p in launch-bound gpu-bound; do
-    train warm-pb-$p --preset gpu-$p --steps 6 $ro --set fixes=cstash-tls-init,persistent-buffers --out /tmp/w2-$p &
-    train warm-nocg-$p --preset gpu-$p --steps 6 --set compile.mode=default --set train.eval_prompts=0 --out /tmp/w3-$p &
+    train warm-pb-$p --preset gpu-$p --steps 6 $ro --set fixes=cstash-tls-init,persistent-buffers --out /tmp/w2-$p & pids+=($!)
+    train warm-nocg-$p --preset gpu-$p --steps 6 --set compile.mode=default --set train.eval_prompts=0 --out /tmp/w3-$p & pids+=($!)
   done
-  wait
+  wait "${pids[@]}"
 }
 
 for phase in "$@"; do
@@ -64,13 +64,13 @@ for phase in "$@"; do
   case $phase in default|bench|campaign) ls $X/FAILED-warm-* >/dev/null 2>&1 && { echo "skip $phase: warm-up failed"; continue; } ;; esac
   case $phase in
     warm) warm ;;
-    warm+repros:*) warm & matrix gpu-repros ${phase#warm+repros:}; wait ;;
+    warm+repros:*) warm & w=$!; matrix gpu-repros ${phase#warm+repros:}; wait $w ;;
     repros:*) matrix gpu-repros ${phase#repros:} ;;
     pytest) s=$(date +%s); timeout 240 python3 -m pytest -q -p no:cacheprovider -m "race and cuda" tests/race \
               > "$X/pytest-race-cuda.txt" 2>&1; echo "pytest race+cuda rc=$? $(( $(date +%s) - s ))s"
             tail -n 15 "$X/pytest-race-cuda.txt" ;;
     default) train gpu-default --preset gpu-default --steps 120 --out /tmp/gd ;;
-    bench) s=$(date +%s); python3 -m dflash bench --preset gpu-default --steps 60 > "$X/bench.out" 2> "$X/bench.err"
+    bench) s=$(date +%s); timeout -s TERM 200 python3 -m dflash bench --preset gpu-default --steps 40 > "$X/bench.out" 2> "$X/bench.err"
            echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
     *) echo "unknown phase $phase" ;;
