@@ -8,7 +8,8 @@
 #   pytest    `pytest -m "race and cuda" tests/race` (the GPU race suite through the runner)
 #   default   issue 2: `python -m dflash train --preset gpu-default` alone on the GPU
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
-#   campaign  the gpu-campaign matrix until 20 s before SECONDS are spent (store resumed)
+#   campaign  the gpu-campaign matrix until 25 s before SECONDS are spent (store resumed)
+#   diag:S    the diagnostic matrix results/h200-campaign/diag.json (store results/gpu-diag)
 # Caches: TORCHINDUCTOR_CACHE_DIR and the corpora live under .cache/ (carried between calls as
 # $OUT/caches.tgz, unpacked by the next call). Logs and stores come back in $OUT/call.tgz.
 set -u
@@ -27,19 +28,20 @@ py-spy --version; du -sh .cache 2>/dev/null
 train() {  # name, args...: one trainer run, its stdout/stderr kept
   local name=$1; shift
   local s=$(date +%s)
-  timeout -s TERM 240 python3 -m dflash train "$@" > "$X/$name.out" 2> "$X/$name.err"
+  timeout -k 15 -s TERM 240 python3 -m dflash train "$@" > "$X/$name.out" 2> "$X/$name.err"
   local rc=$?
   echo "$name rc=$rc $(( $(date +%s) - s ))s: $(tail -n 1 "$X/$name.out" | cut -c1-700)"
   [ $rc = 0 ] || { grep -v "^train:" "$X/$name.err" | tail -n 25; touch "$X/FAILED-$name"; }
 }
 
-matrix() {  # preset, seconds to start trials in: SIGTERM 150 s later or 20 s before the call's end
-  local preset=$1 start=$2 stop=$(( $(left) - 20 ))
+matrix() {  # preset (or a spec file), seconds to start trials in[, cap]: SIGTERM `cap` s later or 25 s before the end
+  local preset=$1 start=$2 stop=$(( $(left) - 25 )) src="--preset $1"
+  [ -f "$preset" ] && { src="--file $preset"; preset=$(basename "$preset" .json); }
   [ $start -gt $(( stop - 30 )) ] && start=$(( stop - 30 ))
-  [ $stop -gt $(( start + 150 )) ] && stop=$(( start + 150 ))
+  local cap=${3:-0}; [ $cap -gt 0 ] && [ $stop -gt $(( start + cap )) ] && stop=$(( start + cap ))
   [ $start -gt 20 ] || { echo "no time for $preset"; return 0; }
   echo "matrix $preset: start trials for ${start}s, stop at ${stop}s"
-  timeout -s TERM $stop python3 -m harness matrix --preset "$preset" --max-time $start --no-live \
+  timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --no-live \
     > "$X/matrix-$preset.out" 2> "$X/matrix-$preset.err"
   echo "matrix $preset rc=$?"; grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n 70 "$X/matrix-$preset.out"
 }
@@ -64,20 +66,21 @@ for phase in "$@"; do
   case $phase in default|bench|campaign) ls $X/FAILED-warm-* >/dev/null 2>&1 && { echo "skip $phase: warm-up failed"; continue; } ;; esac
   case $phase in
     warm) warm ;;
-    warm+repros:*) warm & w=$!; matrix gpu-repros ${phase#warm+repros:}; wait $w ;;
-    repros:*) matrix gpu-repros ${phase#repros:} ;;
-    pytest) s=$(date +%s); timeout 240 python3 -m pytest -q -p no:cacheprovider -m "race and cuda" tests/race \
+    warm+repros:*) warm & w=$!; matrix gpu-repros ${phase#warm+repros:} 150; wait $w ;;
+    repros:*) matrix gpu-repros ${phase#repros:} 150 ;;
+    pytest) s=$(date +%s); timeout -k 15 240 python3 -m pytest -q -p no:cacheprovider -m "race and cuda" tests/race \
               > "$X/pytest-race-cuda.txt" 2>&1; echo "pytest race+cuda rc=$? $(( $(date +%s) - s ))s"
             tail -n 15 "$X/pytest-race-cuda.txt" ;;
     default) train gpu-default --preset gpu-default --steps 120 --out /tmp/gd ;;
-    bench) s=$(date +%s); timeout -s TERM 200 python3 -m dflash bench --preset gpu-default --steps 40 > "$X/bench.out" 2> "$X/bench.err"
+    bench) s=$(date +%s); timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-default --steps 40 > "$X/bench.out" 2> "$X/bench.err"
            echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
+    diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
 echo "== phases done at $(( $(date +%s) - t0 ))s"
 tar czf "$OUT/call.tgz" -C /tmp x
-tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros 2>/dev/null)
+tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros results/gpu-diag 2>/dev/null)
 tar czf "$OUT/caches.tgz" .cache/dflash .cache/inductor 2>/dev/null
 ls -la "$OUT"; echo "== done after $(( $(date +%s) - t0 ))s"
