@@ -133,6 +133,8 @@ class CompileConfig:
     compile_target: bool = False
     """Also compile the target forward (mode default)."""
     dynamic: bool | None = None
+    inductor_workarounds: bool = True
+    """Pass step.INDUCTOR_WORKAROUNDS (known compiler bugs, not races) to inductor."""
 
     def __post_init__(self) -> None:
         if self.mode not in COMPILE_MODES:

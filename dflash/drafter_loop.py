@@ -130,6 +130,7 @@ class DrafterTrainLoop:
     def run(self, m: int) -> None:
         """Body of thread dflash-train-m."""
         bind_thread(self.devices[m])
+        self.fs.on_device(self.devices[m])
         step_fn = compile_step(self.objectives[m], self.cfg.compile, self.fs)
         buffers = PersistentInputs() if self.fs.active("persistent-buffers") else None
         first = True

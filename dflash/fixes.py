@@ -8,6 +8,7 @@ Hooks a fix may implement:
 - `thread_start(role) -> bool`: per-thread initialisation, called by every worker thread at the
   top of its body (TLS seeding; per-thread Dynamo config, because torch 2.13 keeps config
   overrides in a ContextVar that a new thread does not inherit: F14).
+- `on_device(device) -> bool`: called by a pipeline thread right after it binds its device.
 - `enter() -> object | None` / `exit(token)`: wrapped around every compiled call and backward
   by `FixSet.around_call()`.
 - `isolate(fn) -> fn`: give `fn` its own Dynamo cache (graph isolation).
@@ -41,6 +42,9 @@ class Fix:
     upstream: tuple[str, ...] = ()
 
     def thread_start(self, role: str) -> bool:
+        return False
+
+    def on_device(self, device: Any) -> bool:
         return False
 
     def enter(self) -> Any:
@@ -198,6 +202,34 @@ class SingleThreadAutograd(Fix):
         token.__exit__(None, None, None)
 
 
+class CublasHandleInit(Fix):
+    """Create the thread's cuBLAS handle on its device before its first compiled call.
+
+    PyTorch keeps one cuBLAS handle per (thread, device), made by the thread's first matmul. If
+    that matmul is inside a CUDA graph capture (a thread whose first compiled call records
+    rather than warms up), `cublasCreate` fails there: "CUBLAS_STATUS_NOT_INITIALIZED when calling
+    `cublasCreate(handle)`" at capture_end. H200, torch 2.11: r04 under global-lock 4/4 and the
+    trainer under global-lock + cstash-tls-init + persistent-buffers 1/1 (REPORT.md 2026-11-29,
+    results/gpu-diag), the lock ruling out a second thread's interleaving. Named G1 in REPORT.md
+    (not in the reference's F-list). PyTorch's CUDA graphs notes ask for warm-up iterations before
+    capture for the same reason (https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs).
+    Candidate fix from that reading; not yet run on a GPU.
+    """
+
+    name = "cublas-handle-init"
+    targets = ("G1",)
+    upstream = ("https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",)
+
+    def on_device(self, device: Any) -> bool:
+        import torch
+
+        if getattr(device, "type", None) != "cuda":
+            return False
+        with torch.cuda.device(device):
+            torch.cuda.current_blas_handle()
+        return True
+
+
 class NestedFxFallback(Fix):
     """Set torch._dynamo.config.error_on_nested_fx_trace = False inside each worker thread.
 
@@ -268,6 +300,7 @@ FIXES: dict[str, Fix] = {
         SingleThreadAutograd(),
         NestedFxFallback(),
         GraphIsolation(),
+        CublasHandleInit(),
     )
 }
 
@@ -305,6 +338,12 @@ class FixSet:
         """Per-thread initialisation; call first thing in every worker thread's body."""
         for fix in self.fixes:
             if fix.thread_start(role):
+                self.note(fix.name)
+
+    def on_device(self, device: Any) -> None:
+        """Per-device initialisation; call right after the thread binds its device."""
+        for fix in self.fixes:
+            if fix.on_device(device):
                 self.note(fix.name)
 
     @contextlib.contextmanager

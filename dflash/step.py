@@ -87,10 +87,33 @@ def compile_step(objective: nn.Module, ccfg: CompileConfig, fs) -> Callable:
     return fn
 
 
+INDUCTOR_WORKAROUNDS = {
+    # torch 2.11 + CUDA: the coalesce tiling analysis asserts in get_pw_red_splits on the
+    # drafter's fused loss kernels once shapes go dynamic ("InductorError: AssertionError" in
+    # tiling_utils; pytorch#181563, fixed by #181793; #197077 open). It failed every compiled
+    # H200 trial of results/gpu-diag (6/6), with one drafter thread as with three: a compiler
+    # bug, not a race. The analysis only tunes tiling; CPU codegen never runs it.
+    "triton.coalesce_tiling_analysis": False,
+}
+
+
 def compile_fn(fn: Callable, ccfg: CompileConfig) -> Callable:
-    # `mode` means something only to inductor; other backends warn and ignore it.
-    mode = None if ccfg.backend != "inductor" or ccfg.mode == "default" else ccfg.mode
-    return torch.compile(fn, backend=ccfg.backend, mode=mode, dynamic=ccfg.dynamic)
+    if ccfg.backend != "inductor":
+        # `mode` means something only to inductor; other backends would warn and ignore it.
+        return torch.compile(fn, backend=ccfg.backend, dynamic=ccfg.dynamic)
+    return torch.compile(fn, backend="inductor", options=inductor_options(ccfg), dynamic=ccfg.dynamic)
+
+
+def inductor_options(ccfg: CompileConfig) -> dict:
+    """The options `mode` stands for, plus INDUCTOR_WORKAROUNDS (torch.compile takes mode or
+    options, not both). Passed per compiled function, so they hold in every thread: on torch
+    2.13 a config value set in one thread is invisible to the others (F14)."""
+    import torch._inductor
+
+    options = dict(torch._inductor.list_mode_options(ccfg.mode, ccfg.dynamic))
+    if ccfg.inductor_workarounds:
+        options.update(INDUCTOR_WORKAROUNDS)
+    return options
 
 
 def grad_step(step_fn: Callable, replica: nn.Module, inputs: StepInputs, fs, *,

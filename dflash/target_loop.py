@@ -66,6 +66,7 @@ class TargetForwardLoop:
         """Body of thread dflash-target-n."""
         try:
             bind_thread(self.devices[n])
+            self.fs.on_device(self.devices[n])
             fwd = self._forward_fn(self.targets[self.devices[n]])
             while True:
                 try:

@@ -12,9 +12,9 @@
   compiled frame) vs global-lock 0/3. A cold corpus cache adds its one-time generation (minutes)
   to the first dflash trials.
 - `gpu-campaign`: the H200 matrix (issue 5): dflash presets gpu-launch-bound and gpu-gpu-bound
-  compiled with reduce-overhead, 2 target + 3 drafter threads on one GPU, 13 strategies (raw, each
+  compiled with reduce-overhead, 2 target + 3 drafter threads on one GPU, 14 strategies (raw, each
   fix, combinations, no cudagraphs = compile.mode default, eager = compile.mode none), each
-  without and with the dflash-stages scheduler plan: 52 cells x 10 trials, 8 trials at a time per
+  without and with the dflash-stages scheduler plan: 56 cells x 10 trials, 8 trials at a time per
   GPU, short runs (CAMPAIGN_STEPS). Trials go round-robin over the cells and the store resumes, so
   `--max-time` cuts and later calls continue with every cell at a similar n.
 - `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, raw and under the fixes their
@@ -90,6 +90,10 @@ GPU_FIX_STRATEGIES = (
     "thread-local-warmup+persistent-buffers+local-tls-init+sequential-startup",
     "cstash-tls-init", "graph-isolation", "cstash-tls-init+graph-isolation+sequential-startup",
     "single-thread-autograd",
+    # After the first H200 trainer runs (REPORT.md 2026-11-29): G1 (cuBLAS handle created inside a
+    # capture) and G2 (lazy backward compile deadlocked against a Dynamo trace of flex_attention
+    # on the autograd device thread, which single-thread-autograd keeps off that thread).
+    "cstash-tls-init+graph-isolation+sequential-startup+cublas-handle-init+single-thread-autograd",
 )
 
 

@@ -37,6 +37,7 @@ def test_registry_names_and_docstrings():
     assert set(FIXES) == {
         "global-lock", "sequential-startup", "thread-local-warmup", "local-tls-init", "cstash-tls-init",
         "persistent-buffers", "single-thread-autograd", "nested-fx-fallback", "graph-isolation",
+        "cublas-handle-init",
     }
     for fix in FIXES.values():
         doc = type(fix).__doc__ or ""
@@ -257,3 +258,14 @@ def test_isolate_keeps_bound_self_defaults_and_closure():
     assert iso_c(1) == 7 and iso_c.__code__ is not closure.__code__ and iso_c.__name__ == "closure"
     with pytest.raises(TypeError):
         fs.isolate(len)
+
+
+def test_cublas_handle_init_acts_only_for_cuda_devices(monkeypatch):
+    made = []
+    monkeypatch.setattr(torch.cuda, "device", lambda d: __import__("contextlib").nullcontext(made.append(d)))
+    monkeypatch.setattr(torch.cuda, "current_blas_handle", lambda: made.append("handle"))
+    fs = FixSet.from_names(["cublas-handle-init"])
+    fs.on_device(torch.device("cpu"))
+    assert made == [] and fs.counts["cublas-handle-init"] == 0
+    fs.on_device(torch.device("cuda", 3))
+    assert made == [torch.device("cuda", 3), "handle"] and fs.counts["cublas-handle-init"] == 1
