@@ -567,7 +567,6 @@ class _Pool:
                     state.skipped_by_rule += 1
                     self.left += 1
                     continue
-                self.running += 1
                 return trial
             self.left += len(self.pending)
             self.pending.clear()
@@ -578,9 +577,18 @@ class _Pool:
             while (trial := self._next()) is not None:
                 ids = self.gpus.acquire(self.need_gpus[trial.cell], self.stop)
                 if ids is None:
-                    with self.lock:
-                        self.running -= 1
                     return
+                with self.lock:
+                    # A trial popped before the deadline may wait minutes for a GPU slot; it must
+                    # not start after --max-time (an H200 call overran its budget that way).
+                    late = self.deadline is not None and time.monotonic() >= self.deadline
+                    if late:
+                        self.left += 1
+                    else:
+                        self.running += 1
+                if late:
+                    self.gpus.release(ids)
+                    continue
                 try:
                     if ids:
                         trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}

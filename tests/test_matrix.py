@@ -251,3 +251,13 @@ def test_every_preset_expands_against_the_real_fixes_scripts_and_profiles(name):
     trials = matrix.expand(spec)
     assert len({t.trial_id for t in trials}) == len(trials) >= 20
     assert all(t.trial_id.startswith(f"{name}/") for t in trials)
+
+
+def test_a_trial_waiting_for_a_gpu_slot_does_not_start_after_the_deadline(tmp_path):
+    # 3 workers pop 3 trials at once, but one GPU slot runs them one at a time: the two that
+    # waited for the slot past --max-time must be left, not started.
+    w = {**_cmd("import time; time.sleep(1.0)"), "gpus": 1}
+    spec = spec_from_dict(_spec(tmp_path, trials=3, workers=3, per_gpu=1, max_time_s=0.5,
+                                workloads={"g": w}))
+    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=1)
+    assert done.ran == 1 and done.left == 2
