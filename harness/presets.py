@@ -17,7 +17,7 @@
   without and with the dflash-stages scheduler plan: 56 cells x 10 trials, 8 trials at a time per
   GPU, short runs (CAMPAIGN_STEPS). Trials go round-robin over the cells and the store resumes, so
   `--max-time` cuts and later calls continue with every cell at a similar n.
-- `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, raw and under the fixes their
+- `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, r20, raw and under the fixes their
   docstrings name, each without and with the compile-chaos plan, 10 trials, 6 at a time per GPU.
 """
 
@@ -138,6 +138,8 @@ GPU_REPRO_FIXES = {
     "r05_concurrent_record_rng": ("global-lock",),
     "r10_checkpoint_cudagraphs": (),
     "r12_legacy_cudagraphs_ptr": ("graph-isolation", "global-lock"),
+    # G2, from a trainer hang on the H200 (REPORT.md 2026-11-29); the script is not yet measured.
+    "r20_flex_backward_compile_deadlock": ("single-thread-autograd", "global-lock"),
 }
 
 

@@ -1,0 +1,171 @@
+"""r20_flex_backward_compile_deadlock: lazy backward compile vs a flex_attention trace -> deadlock.
+
+Symptom: the process hangs with no error. py-spy shows the CUDA autograd device thread (no
+  Python name, "?") waiting for a lock in `compile_fx_backward`, one thread inside Dynamo's
+  trace of `flex_attention` blocked in `torch.autograd.grad` (`ReadyQueue::pop`) under
+  `create_fw_bw_graph`, and the backward caller waiting in `Tensor.backward`.
+Mechanism: a compiled function whose backward is compiled lazily (static shapes save no SymInts
+  for backward, reference F8) compiles it on the autograd device thread, which takes Dynamo's
+  `compile_lock` in `compile_fx_backward`. Another thread holds that lock while Dynamo traces
+  `flex_attention`; the HOP builds its joint graph with `torch.autograd.grad` on fake CUDA
+  tensors, whose work the engine queues to the same device thread. Each waits for the other.
+Trigger: thread repro-trace calls a compiled function with a long prefix (--prefix-ops
+  elementwise ops, so its trace holds compile_lock for a while) and then flex_attention on CUDA
+  tensors that require grad; thread repro-bwd has run the forward of another compiled function
+  and calls backward --delay seconds after repro-trace started. Seen 1/1 in the DFlash trainer
+  on an H200 (torch 2.11, 3 drafter threads, compile.dynamic=false; REPORT.md 2026-11-29 G2,
+  results/gpu-diag). This script's own rate is not measured yet.
+Affected versions: 2.11 (trainer run); any version whose compile_fx_backward takes compile_lock.
+Fix: single-thread-autograd (both threads run their autograd work on themselves) or global-lock
+  (the trace and the backward never overlap).
+Upstream: lazy backward compilation #104971, #141790 (reference F8).
+"""
+
+# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
+import argparse
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+import time
+import traceback
+
+_HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
+
+
+def beat():
+    """Rewrite $HARNESS_HEARTBEAT ("<n> <unix time>") at most every 0.2 s: progress, not a hang."""
+    path = os.environ.get("HARNESS_HEARTBEAT")
+    with _HB["lock"]:
+        _HB["n"] += 1
+        if path and time.monotonic() - _HB["t"] >= 0.2:
+            _HB["t"] = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{_HB['n']} {time.time()}\n")
+            os.replace(path + ".tmp", path)
+
+
+class NoFixes:
+    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
+
+    def thread_start(self, role):
+        pass
+
+    def around_call(self):
+        return contextlib.nullcontext()
+
+    def active(self, name):
+        return False
+
+    def isolate(self, fn):
+        return fn
+
+
+def setup(p):
+    """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
+    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
+    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
+    args = p.parse_args()
+    faulthandler.enable()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if not args.fix:
+        return args, NoFixes()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from dflash.fixes import FixSet
+
+    try:
+        return args, FixSet.from_names(args.fix)
+    except ValueError as exc:  # dflash.errors.ConfigError
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_threads(bodies, deadline_s):
+    """Run {name: fn} in named threads joined by one deadline; print and return their errors."""
+    errors = {}
+
+    def wrap(name, fn):
+        try:
+            fn()
+        except BaseException as exc:
+            errors[name] = exc
+
+    threads = [threading.Thread(target=wrap, args=item, name=item[0]) for item in bodies.items()]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        print(f"HANG: threads still alive after {deadline_s} s", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+    for name, exc in errors.items():
+        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
+        traceback.print_exception(exc)
+    return errors
+# --- end of shared repro preamble ---
+
+
+def need_cuda(torch):
+    if not torch.cuda.is_available():
+        print("SKIP: needs CUDA")
+        sys.exit(0)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--prefix-ops", type=int, default=400, help="elementwise ops traced before flex")
+    p.add_argument("--delay", type=float, default=0.3, help="seconds from the trace start to backward")
+    p.add_argument("--deadline", type=float, default=180.0, help="seconds before the threads count as hung")
+    args, fs = setup(p)
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    need_cuda(torch)
+    started = threading.Event()
+    ready = threading.Event()
+
+    def traced(q, k, v, n):
+        x = q
+        for i in range(n):  # unrolled by Dynamo: a long trace before flex_attention
+            x = x * 1.0001 + 1e-6 * i
+        return flex_attention(x, k, v).sum()
+
+    def tracer():
+        fs.thread_start("trace")
+        q, k, v = (torch.randn(1, 2, 128, 64, device="cuda", requires_grad=True) for _ in range(3))
+        fn = torch.compile(traced, dynamic=False)
+        ready.wait(timeout=args.deadline)
+        with fs.around_call():
+            started.set()
+            fn(q, k, v, args.prefix_ops).backward()
+        beat()
+
+    def backward_caller():
+        fs.thread_start("bwd")
+        model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 256)).cuda()
+        step = torch.compile(model, dynamic=False)
+        x = torch.randn(32, 256, device="cuda")
+        with fs.around_call():
+            loss = step(x).square().mean()  # forward compiled now; backward compiled lazily
+        ready.set()
+        started.wait(timeout=args.deadline)
+        time.sleep(args.delay)
+        with fs.around_call():
+            loss.backward()
+        beat()
+
+    errors = run_threads({"repro-trace": tracer, "repro-bwd": backward_caller}, deadline_s=args.deadline)
+    torch.cuda.synchronize()
+    if errors:
+        print(f"OTHER FAILURE: {len(errors)} thread(s) failed (tracebacks above)")
+        return 1
+    print(f"NOT REPRODUCED: both threads finished (prefix {args.prefix_ops} ops, delay {args.delay} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
