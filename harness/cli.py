@@ -199,7 +199,7 @@ def cmd_matrix(opts: argparse.Namespace) -> int:
 
 def _print_matrix_table(done: MatrixRun, cells) -> None:
     from harness import report
-    from harness.matrix import format_elapsed
+    from harness.progress import format_elapsed
 
     print(f"matrix {done.spec.name}: ran {done.ran} trials in {format_elapsed(done.elapsed_s)}, "
           f"{done.resumed} already in {done.spec.store_dir}, {done.left} left by stop rules")

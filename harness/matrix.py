@@ -16,21 +16,16 @@ disk, so bad input fails before anything is run or written.
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.outcome import Outcome, TrialResult
+from harness.outcome import TrialResult
 from harness.spec import REPO_ROOT, WORKLOAD_KINDS, TrialSpec, WorkloadSpec
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -274,42 +269,7 @@ def plan_json(choice: PlanChoice, seed: int) -> dict[str, Any] | None:
         raise MatrixError(f"malformed plan {choice.name!r}: {e}") from None
 
 
-# --- running ---------------------------------------------------------------------------------------
-
-JOIN_MARGIN_S = 60.0
-"""Past a trial's own deadline, how long a worker may take to return before it counts as stuck."""
-
-
-@dataclass(kw_only=True, slots=True)
-class CellState:
-    """Live counts of one cell (stored records included, so a resumed matrix shows totals)."""
-
-    name: str
-    runs: int = 0
-    failures: int = 0
-    timeouts: int = 0
-    errors: int = 0
-    skipped_by_rule: int = 0
-
-    def add(self, result: TrialResult) -> None:
-        if result.outcome.counts_as_trial:
-            self.runs += 1
-            self.failures += result.outcome.is_failure
-        elif result.outcome is Outcome.TIMEOUT:
-            self.timeouts += 1
-        else:
-            self.errors += 1
-
-    def line(self, elapsed_s: float) -> str:
-        """Go stress style: `1m05s: cell: 12 runs so far, 3 failures (25.00%)`."""
-        pct = 100.0 * self.failures / self.runs if self.runs else 0.0
-        extra = "".join([
-            f", {self.timeouts} timeouts" if self.timeouts else "",
-            f", {self.errors} harness errors" if self.errors else "",
-            f", {self.skipped_by_rule} left by stop rules" if self.skipped_by_rule else "",
-        ])
-        return f"{format_elapsed(elapsed_s)}: {self.name}: {self.runs} runs so far, {self.failures} failures ({pct:.2f}%){extra}"
-
+# --- running --------------------------------------------------------------------------------------
 
 @dataclass(kw_only=True, slots=True)
 class MatrixRun:
@@ -325,123 +285,6 @@ class MatrixRun:
     elapsed_s: float
 
 
-def format_elapsed(s: float) -> str:
-    s = int(s)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s"
-
-
-def host_gpu_count() -> int:
-    """GPUs visible to this process: CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L` lines."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-
-
-class GpuSlots:
-    """At most `per_gpu` trials on each GPU at once; a trial needing g GPUs takes g distinct ones."""
-
-    def __init__(self, num_gpus: int, per_gpu: int) -> None:
-        self._load = [0] * num_gpus
-        self._per_gpu = per_gpu
-        self._cond = threading.Condition()
-
-    def acquire(self, need: int, stop: threading.Event) -> list[int] | None:
-        """Least-loaded GPUs with room; None if `stop` is set while waiting."""
-        if need == 0 or not self._load:
-            return []
-        need = min(need, len(self._load))
-        with self._cond:
-            while not stop.is_set():
-                free = sorted((load, i) for i, load in enumerate(self._load) if load < self._per_gpu)
-                if len(free) >= need:
-                    ids = sorted(i for _, i in free[:need])
-                    for i in ids:
-                        self._load[i] += 1
-                    return ids
-                self._cond.wait(timeout=0.5)
-        return None
-
-    def release(self, ids: list[int]) -> None:
-        with self._cond:
-            for i in ids:
-                self._load[i] -= 1
-            self._cond.notify_all()
-
-
-def with_run_dir(trial: TrialSpec, artefacts: Path) -> TrialSpec:
-    """A dflash trial writes its checkpoints and export under its own artefacts folder: presets
-    share one `train.out_dir`, and concurrent trials must not overwrite each other's files."""
-    if trial.workload.kind != "dflash":
-        return trial
-    argv = trial.workload.argv + ("--set", f"train.out_dir={Path(artefacts).resolve() / 'run'}")
-    return dataclasses.replace(trial, workload=WorkloadSpec(kind="dflash", argv=argv))
-
-
-STATUS_INTERVAL_S = 60.0
-"""Without a terminal, how often a `N trials done, R running` line is printed between trials."""
-
-
-class LiveLines:
-    """One line per cell on stderr. On a terminal the lines update in place (rich.live) and the
-    clock ticks every second; otherwise the changed cell's line is printed after every trial,
-    plus a status line every STATUS_INTERVAL_S, which keeps logs readable."""
-
-    def __init__(self, cells: list[CellState], stream: TextIO, live: bool) -> None:
-        self._cells = cells
-        self._stream = stream
-        self._start = time.monotonic()
-        self._next_tick = self._start
-        self._live = None
-        if live:
-            from rich.console import Console
-            from rich.live import Live
-
-            self._live = Live(self._render(), console=Console(file=stream), refresh_per_second=2,
-                              auto_refresh=False)
-            self._live.start()
-
-    def _render(self):  # -> rich.text.Text
-        from rich.text import Text
-
-        elapsed = time.monotonic() - self._start
-        return Text("\n".join(c.line(elapsed) for c in self._cells))
-
-    def update(self, cell: CellState) -> None:
-        if self._live is not None:
-            self._live.update(self._render(), refresh=True)
-        else:
-            print(cell.line(time.monotonic() - self._start), file=self._stream, flush=True)
-
-    def tick(self, done: int, running: int, pending: int) -> None:
-        now = time.monotonic()
-        if now < self._next_tick:
-            return
-        if self._live is not None:
-            self._next_tick = now + 1.0
-            self._live.update(self._render(), refresh=True)
-        else:
-            if now > self._start + 1.0:
-                print(f"{format_elapsed(now - self._start)}: {done} trials done, {running} running, "
-                      f"{pending} pending", file=self._stream, flush=True)
-            self._next_tick = now + STATUS_INTERVAL_S
-
-    def close(self) -> None:
-        if self._live is not None:
-            self._live.update(self._render(), refresh=True)
-            self._live.stop()
-
-
 def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | None = None,
                num_gpus: int | None = None, run_fn: Callable[[TrialSpec, Path], TrialResult] | None = None,
                ) -> MatrixRun:
@@ -449,6 +292,8 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
 
     Validation (expand) happens before the store is opened, so bad input leaves it untouched.
     """
+    from harness.pool import GpuSlots, WorkerPool, host_gpu_count
+    from harness.progress import CellState, LiveLines
     from harness.runner import run_trial
     from harness.store import Store
 
@@ -466,7 +311,7 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     pending = sorted((t for t in trials if t.trial_id not in done), key=lambda t: (t.trial_index, order[t.cell]))
     gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
     live_lines = LiveLines(list(states.values()), stream, stream.isatty() if live is None else live)
-    pool = _Pool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
+    pool = WorkerPool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
                  need_gpus={n: c.workload.gpus for n, c in cells.items()}, run_fn=run_fn or run_trial)
     start = time.monotonic()
     try:
@@ -475,136 +320,3 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
         live_lines.close()
     return MatrixRun(spec=spec, records=existing + new, ran=len(new), resumed=len(trials) - len(pending),
                      left=pool.left, elapsed_s=time.monotonic() - start)
-
-
-def kill_child_groups() -> int:
-    """SIGKILL the process group of every direct child that leads its own group (the runner
-    starts each trial with start_new_session=True); Linux /proc. Returns how many."""
-    me, killed = os.getpid(), 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        pid, ppid, pgid = int(stat.parent.name), int(fields[1]), int(fields[2])
-        if ppid == me and pgid == pid:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-    return killed
-
-
-class _Pool:
-    """Named worker threads pulling trials from one queue; first worker exception stops the rest."""
-
-    def __init__(self, *, spec, pending, states, store, gpus, lines, need_gpus, run_fn) -> None:
-        self.spec = spec
-        self.pending = collections.deque(pending)
-        self.states = states
-        self.store = store
-        self.gpus = gpus
-        self.lines = lines
-        self.need_gpus = need_gpus
-        self.run_fn = run_fn
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.results: list[TrialResult] = []
-        self.left = 0
-        self.running = 0
-        self.interrupted = False
-        self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
-
-    def run(self) -> list[TrialResult]:
-        n = max(1, min(self.spec.workers, len(self.pending)))
-        threads = [threading.Thread(target=self._worker, name=f"harness-worker-{k}") for k in range(n)]
-        for t in threads:
-            t.start()
-        try:
-            # Short joins keep the main thread responsive to Ctrl-C.
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(timeout=0.1)
-                with self.lock:
-                    done, pending = len(self.results), len(self.pending)
-                self.lines.tick(done, self.running, pending)
-        except KeyboardInterrupt:
-            # Trials run in their own sessions, so Ctrl-C does not reach them. Kill them, and do not
-            # record them: a killed trial is an interrupted measurement, not an ABORT, and the next
-            # run of the same command runs it again (resume).
-            with self.lock:
-                self.interrupted = True
-            self.stop.set()
-            killed = kill_child_groups()
-            print(f"interrupted: killed {killed} running trial(s); they will rerun on resume",
-                  file=sys.stderr, flush=True)
-            self._join(threads)
-            raise
-        self._join(threads)
-        if self.errors:
-            raise ExceptionGroup("matrix worker failed", self.errors)
-        return self.results
-
-    def _join(self, threads: list[threading.Thread]) -> None:
-        longest = max((c.timeout_s for c in self.spec.workloads.values()), default=0.0)
-        deadline = time.monotonic() + longest + JOIN_MARGIN_S
-        for t in threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-        stuck = [t.name for t in threads if t.is_alive()]
-        if stuck:
-            raise RuntimeError(f"matrix workers still running after their deadline: {stuck}")
-
-    def _next(self) -> TrialSpec | None:
-        with self.lock:
-            while self.pending and not self.stop.is_set():
-                if self.deadline is not None and time.monotonic() >= self.deadline:
-                    break
-                trial = self.pending.popleft()
-                state = self.states[trial.cell]
-                if self.spec.max_failures is not None and state.failures >= self.spec.max_failures:
-                    state.skipped_by_rule += 1
-                    self.left += 1
-                    continue
-                return trial
-            self.left += len(self.pending)
-            self.pending.clear()
-            return None
-
-    def _worker(self) -> None:
-        try:
-            while (trial := self._next()) is not None:
-                ids = self.gpus.acquire(self.need_gpus[trial.cell], self.stop)
-                if ids is None:
-                    return
-                with self.lock:
-                    # A trial popped before the deadline may wait minutes for a GPU slot; it must
-                    # not start after --max-time (an H200 call overran its budget that way).
-                    late = self.deadline is not None and time.monotonic() >= self.deadline
-                    if late:
-                        self.left += 1
-                    else:
-                        self.running += 1
-                if late:
-                    self.gpus.release(ids)
-                    continue
-                try:
-                    if ids:
-                        trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
-                    artefacts = self.store.artefacts_dir(trial.trial_id)
-                    result = self.run_fn(with_run_dir(trial, artefacts), artefacts)
-                finally:
-                    self.gpus.release(ids)
-                with self.lock:
-                    self.running -= 1
-                    if self.interrupted:
-                        return
-                    self.store.append(result)
-                    self.results.append(result)
-                    self.states[trial.cell].add(result)
-                    self.lines.update(self.states[trial.cell])
-        except BaseException as e:  # surfaced by run() as an ExceptionGroup
-            with self.lock:
-                self.errors.append(e)
-            self.stop.set()

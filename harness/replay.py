@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from harness import stats
-from harness.matrix import with_run_dir
+from harness.pool import with_run_dir
 from harness.outcome import TrialResult
 from harness.spec import InvalidSpec, TrialSpec
 from harness.report import default_stores

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import stats
-from harness.matrix import JOIN_MARGIN_S, MatrixError, PlanChoice, format_elapsed, kill_child_groups, plan_json
+from harness.matrix import MatrixError, PlanChoice, plan_json
+from harness.pool import JOIN_MARGIN_S, kill_child_groups
+from harness.progress import format_elapsed
 from harness.outcome import Outcome, TrialResult
 from harness.spec import TrialSpec, WorkloadSpec
 

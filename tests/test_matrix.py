@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import matrix
-from harness.matrix import GpuSlots, MatrixError
+from harness import matrix, pool, progress
+from harness.matrix import MatrixError
+from harness.pool import GpuSlots
 from harness.presets import spec_from_dict
 from harness.outcome import Outcome
 from harness.store import Store
@@ -156,7 +157,7 @@ def test_gpu_slots_keep_at_most_per_gpu_trials_on_each_gpu():
 
 
 def test_cell_line_is_in_go_stress_format():
-    state = matrix.CellState(name="r06:raw@fx-widen", runs=12, failures=3)
+    state = progress.CellState(name="r06:raw@fx-widen", runs=12, failures=3)
     assert state.line(65) == "1m05s: r06:raw@fx-widen: 12 runs so far, 3 failures (25.00%)"
 
 
@@ -197,7 +198,7 @@ def test_sigkill_mid_matrix_then_rerun_runs_only_the_missing_trials(tmp_path):
 def test_dflash_trials_get_their_own_out_dir_under_their_artefacts(tmp_path):
     d = {"name": "m", "trials": 2, "workloads": {"tiny": {"kind": "dflash", "argv": ["--preset", "tiny-cpu"]}}}
     a, b = matrix.expand(spec_from_dict(d))
-    ra, rb = matrix.with_run_dir(a, tmp_path / "a"), matrix.with_run_dir(b, tmp_path / "b")
+    ra, rb = pool.with_run_dir(a, tmp_path / "a"), pool.with_run_dir(b, tmp_path / "b")
     assert ra.workload.argv[-2:] == ("--set", f"train.out_dir={(tmp_path / 'a').resolve() / 'run'}")
     assert ra.workload.argv[-1] != rb.workload.argv[-1]
     assert a.workload.argv == ("--preset", "tiny-cpu")       # the expanded spec is not mutated

@@ -1,0 +1,214 @@
+"""Running trials: a pool of named worker threads over one queue, GPU slots, the kill switch.
+
+`WorkerPool` pulls trials in the matrix's order, waits for a GPU slot (`GpuSlots`: at most
+`per_gpu` trials per GPU), runs each through `run_fn` (the isolated-subprocess runner), stores the
+result, and stops at the deadline (`max_time_s`) or on the first worker exception. Ctrl-C kills
+every trial's process group (`kill_child_groups`) and stores nothing for them, so resume reruns
+them.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from harness.outcome import TrialResult
+from harness.spec import TrialSpec, WorkloadSpec
+
+JOIN_MARGIN_S = 60.0
+"""Past a trial's own deadline, how long a worker may take to return before it counts as stuck."""
+
+
+def host_gpu_count() -> int:
+    """GPUs visible to this process: CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L` lines."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+class GpuSlots:
+    """At most `per_gpu` trials on each GPU at once; a trial needing g GPUs takes g distinct ones."""
+
+    def __init__(self, num_gpus: int, per_gpu: int) -> None:
+        self._load = [0] * num_gpus
+        self._per_gpu = per_gpu
+        self._cond = threading.Condition()
+
+    def acquire(self, need: int, stop: threading.Event) -> list[int] | None:
+        """Least-loaded GPUs with room; None if `stop` is set while waiting."""
+        if need == 0 or not self._load:
+            return []
+        need = min(need, len(self._load))
+        with self._cond:
+            while not stop.is_set():
+                free = sorted((load, i) for i, load in enumerate(self._load) if load < self._per_gpu)
+                if len(free) >= need:
+                    ids = sorted(i for _, i in free[:need])
+                    for i in ids:
+                        self._load[i] += 1
+                    return ids
+                self._cond.wait(timeout=0.5)
+        return None
+
+    def release(self, ids: list[int]) -> None:
+        with self._cond:
+            for i in ids:
+                self._load[i] -= 1
+            self._cond.notify_all()
+
+
+def with_run_dir(trial: TrialSpec, artefacts: Path) -> TrialSpec:
+    """A dflash trial writes its checkpoints and export under its own artefacts folder: presets
+    share one `train.out_dir`, and concurrent trials must not overwrite each other's files."""
+    if trial.workload.kind != "dflash":
+        return trial
+    argv = trial.workload.argv + ("--set", f"train.out_dir={Path(artefacts).resolve() / 'run'}")
+    return dataclasses.replace(trial, workload=WorkloadSpec(kind="dflash", argv=argv))
+
+
+def kill_child_groups() -> int:
+    """SIGKILL the process group of every direct child that leads its own group (the runner
+    starts each trial with start_new_session=True); Linux /proc. Returns how many."""
+    me, killed = os.getpid(), 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid, ppid, pgid = int(stat.parent.name), int(fields[1]), int(fields[2])
+        if ppid == me and pgid == pid:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+class WorkerPool:
+    """Named worker threads pulling trials from one queue; first worker exception stops the rest."""
+
+    def __init__(self, *, spec, pending, states, store, gpus, lines, need_gpus, run_fn) -> None:
+        self.spec = spec
+        self.pending = collections.deque(pending)
+        self.states = states
+        self.store = store
+        self.gpus = gpus
+        self.lines = lines
+        self.need_gpus = need_gpus
+        self.run_fn = run_fn
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.results: list[TrialResult] = []
+        self.left = 0
+        self.running = 0
+        self.interrupted = False
+        self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
+
+    def run(self) -> list[TrialResult]:
+        n = max(1, min(self.spec.workers, len(self.pending)))
+        threads = [threading.Thread(target=self._worker, name=f"harness-worker-{k}") for k in range(n)]
+        for t in threads:
+            t.start()
+        try:
+            # Short joins keep the main thread responsive to Ctrl-C.
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.1)
+                with self.lock:
+                    done, pending = len(self.results), len(self.pending)
+                self.lines.tick(done, self.running, pending)
+        except KeyboardInterrupt:
+            # Trials run in their own sessions, so Ctrl-C does not reach them. Kill them, and do not
+            # record them: a killed trial is an interrupted measurement, not an ABORT, and the next
+            # run of the same command runs it again (resume).
+            with self.lock:
+                self.interrupted = True
+            self.stop.set()
+            killed = kill_child_groups()
+            print(f"interrupted: killed {killed} running trial(s); they will rerun on resume",
+                  file=sys.stderr, flush=True)
+            self._join(threads)
+            raise
+        self._join(threads)
+        if self.errors:
+            raise ExceptionGroup("matrix worker failed", self.errors)
+        return self.results
+
+    def _join(self, threads: list[threading.Thread]) -> None:
+        longest = max((c.timeout_s for c in self.spec.workloads.values()), default=0.0)
+        deadline = time.monotonic() + longest + JOIN_MARGIN_S
+        for t in threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            raise RuntimeError(f"matrix workers still running after their deadline: {stuck}")
+
+    def _next(self) -> TrialSpec | None:
+        with self.lock:
+            while self.pending and not self.stop.is_set():
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    break
+                trial = self.pending.popleft()
+                state = self.states[trial.cell]
+                if self.spec.max_failures is not None and state.failures >= self.spec.max_failures:
+                    state.skipped_by_rule += 1
+                    self.left += 1
+                    continue
+                return trial
+            self.left += len(self.pending)
+            self.pending.clear()
+            return None
+
+    def _worker(self) -> None:
+        try:
+            while (trial := self._next()) is not None:
+                ids = self.gpus.acquire(self.need_gpus[trial.cell], self.stop)
+                if ids is None:
+                    return
+                with self.lock:
+                    # A trial popped before the deadline may wait minutes for a GPU slot; it must
+                    # not start after --max-time (an H200 call overran its budget that way).
+                    late = self.deadline is not None and time.monotonic() >= self.deadline
+                    if late:
+                        self.left += 1
+                    else:
+                        self.running += 1
+                if late:
+                    self.gpus.release(ids)
+                    continue
+                try:
+                    if ids:
+                        trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
+                    artefacts = self.store.artefacts_dir(trial.trial_id)
+                    result = self.run_fn(with_run_dir(trial, artefacts), artefacts)
+                finally:
+                    self.gpus.release(ids)
+                with self.lock:
+                    self.running -= 1
+                    if self.interrupted:
+                        return
+                    self.store.append(result)
+                    self.results.append(result)
+                    self.states[trial.cell].add(result)
+                    self.lines.update(self.states[trial.cell])
+        except BaseException as e:  # surfaced by run() as an ExceptionGroup
+            with self.lock:
+                self.errors.append(e)
+            self.stop.set()
