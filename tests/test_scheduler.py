@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.profiles import PROFILES
 from harness.scheduler import (
-    PROFILES,
     STARVE_MS,
     InvalidPlan,
     Plan,
