@@ -25,6 +25,8 @@ Versioned (Sentry grouping versions): changing what goes into a key must bump
 SIGNATURE_VERSION, since old and new keys stop matching (ClusterFuzz #3488). Still 1 after the
 parsing fixes made for the H200 GPU outputs (bare exception lines, header scope, verdict lines,
 garbage-collecting crashes, the mempool message): no key of the CPU fixtures or stored runs moved.
+2 (H200 trainer hang, 2026-11-29): hang keys name the nameless autograd device thread
+`autograd-device` and leave out helper threads (tqdm's monitor, Inductor's subprocess reader).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Iterable
 
 from harness.hangs import Frame, ThreadStack, parse_faulthandler
 
-SIGNATURE_VERSION = 1
+SIGNATURE_VERSION = 2
 MAX_FRAMES = 3
 MESSAGE_CAP = 120
 
@@ -429,13 +431,31 @@ def _native_signature(text: str) -> Signature | None:
                      keyed=(exc_type, message, *frames))
 
 
+HELPER_ROLES = frozenset({"tqdm_monitor", "InductorSubproc"})
+"""Threads that idle in their own loop in every dump (a progress bar's monitor, Inductor's reader
+of compile-subprocess replies): in a key they only make one hang look like two, by whether a
+progress bar or a compile pool happened to exist. The thread waiting on them shows the hang."""
+
+AUTOGRAD_DEVICE_FRAMES = ("torch::autograd::Engine::thread_init",
+                          "torch::autograd::python::PythonEngine::thread_init")
+
+
+def hang_role(t: ThreadStack) -> str:
+    """thread_role, except that the autograd engine's device thread (no Python name; py-spy
+    --native shows its C++ entry) is `autograd-device`: F8 and G2 hangs sit on that thread."""
+    role = thread_role(t.name)
+    if role == "?" and any(f.name in AUTOGRAD_DEVICE_FRAMES for f in t.frames):
+        return "autograd-device"
+    return role
+
+
 def hang_signature(threads: Iterable[ThreadStack]) -> Signature:
     """Sorted set of (role, innermost meaningful frame) over the dumped Python threads.
-    Threads the harness itself runs in the child (`harness-*`) are left out."""
+    Threads the harness itself runs in the child (`harness-*`) and HELPER_ROLES are left out."""
     pairs = set()
     for t in threads:
-        role = thread_role(t.name)
-        if role.startswith("harness") or not any(f.is_python for f in t.frames):
+        role = hang_role(t)
+        if role.startswith("harness") or role in HELPER_ROLES or not any(f.is_python for f in t.frames):
             continue
         frames = top_frames(t.frames, limit=1)
         if not frames:                      # only plumbing (e.g. a bare Timer): keep its top

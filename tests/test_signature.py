@@ -346,6 +346,18 @@ PYSPY = [
 ]
 
 
+def test_g2_hang_names_the_autograd_device_thread_and_drops_helper_threads():
+    # H200 trainer hang (REPORT.md 2026-11-29, G2): py-spy gives the autograd device thread no
+    # name; its C++ entry frame identifies it. tqdm's monitor and Inductor's reader are left out.
+    data = json.loads((FIXTURES / "gpu_hang_flex_backward_compile" / "1.pyspy.json").read_text())
+    threads = parse_pyspy_json(data)
+    assert {t.name for t in threads} >= {"?", "tqdm_monitor", "InductorSubproc"}
+    sig = hang_signature(threads)
+    assert "autograd-device@torch._inductor.compile_fx:compile_fx_backward" in sig.frames
+    assert not any(f.startswith(("?", "tqdm_monitor", "InductorSubproc")) for f in sig.frames)
+    assert "dflash-train@torch.autograd.graph:_engine_run_backward" in sig.frames
+
+
 def test_hang_signature_is_the_set_of_role_and_blocking_frame():
     sig = hang_signature(parse_pyspy_json(PYSPY))
     assert sig.frames == ("dflash-train@dflash.channel:get",)
