@@ -10,6 +10,8 @@
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
 #   campaign  the gpu-campaign matrix until 25 s before SECONDS are spent (store resumed)
 #   diag:S    the diagnostic matrix results/h200-campaign/diag.json (store results/gpu-diag)
+#   verify:S  results/h200-campaign/verify.json (store results/gpu-verify): do the inductor
+#             workaround, cublas-handle-init and single-thread-autograd hold (before a campaign)
 # Caches: TORCHINDUCTOR_CACHE_DIR and the corpora live under .cache/ (carried between calls as
 # $OUT/caches.tgz, unpacked by the next call). Logs and stores come back in $OUT/call.tgz.
 set -u
@@ -76,11 +78,12 @@ for phase in "$@"; do
            echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
     diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
+    verify:*) matrix results/h200-campaign/verify.json ${phase#verify:} ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
 echo "== phases done at $(( $(date +%s) - t0 ))s"
 tar czf "$OUT/call.tgz" -C /tmp x
-tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros results/gpu-diag 2>/dev/null)
+tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros results/gpu-diag results/gpu-verify 2>/dev/null)
 tar czf "$OUT/caches.tgz" .cache/dflash .cache/inductor 2>/dev/null
 ls -la "$OUT"; echo "== done after $(( $(date +%s) - t0 ))s"
