@@ -232,6 +232,26 @@ def render_text(threads: tuple[ThreadStack, ...], *, header: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+_PLUMBING = frozenset({"Thread.run", "Thread._bootstrap_inner", "Thread._bootstrap", "_run_code",
+                       "_run_module_as_main", "<module>"})
+"""Frames every thread (or the main one) starts with: nothing about where it is stuck."""
+
+
+def excerpt(threads: tuple[ThreadStack, ...], *, keep, python_frames: int = 12) -> str:
+    """render_text of the threads `keep(thread)` selects, each cut to the native frame it waits in
+    (if any) and its innermost `python_frames` Python frames: a REPORT.md excerpt, where whole
+    dumps run to hundreds of lines. 12 reach from a blocked `autograd.grad` out to the Dynamo
+    trace that called it in the G2 hang."""
+    def cut(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+        named = [f for f in frames if not f.name.startswith("0x") and f.name not in _PLUMBING]
+        head = named[:1] if named and not named[0].is_python else []
+        return tuple(head + [f for f in named if f.is_python][:python_frames])
+
+    return render_text(tuple(ThreadStack(name=t.name, thread_id=t.thread_id, status=t.status,
+                                         frames=cut(t.frames))
+                             for t in threads if keep(t)))
+
+
 def _catches_signal(pid: int, sig: int) -> bool:
     try:
         status = Path(f"/proc/{pid}/status").read_text()

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import stats
+from harness import recommend, stats
 from harness.outcome import Outcome, TrialResult
 
 MAX_SIGNATURES_IN_TABLE = 1
@@ -321,9 +321,42 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
     sigs = signature_lines(cells)
     if sigs:
         lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in sigs]
+    verdicts = recommend.lines(recommend.recommend(cells))
+    if verdicts:
+        lines += ["", f"Verdict ({recommend.__name__}: 0 failures and >= {recommend.MIN_STRESSED} trials under "
+                  "a fault plan; priced against global-lock and eager):", ""] + [f"- {v}" for v in verdicts]
+    for summary, trial_id, text in hang_excerpts(records, store_dir):
+        lines += ["", f"Hang dump excerpt, `{summary}` (trial `{trial_id}`, py-spy, innermost frames):", "",
+                  "```", text, "```"]
     if plots:
         lines += [""] + [f"![{p.stem}]({_rel(p, report_dir)})" for p in plots]
     return "\n".join(lines)
+
+
+def hang_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[tuple[str, str, str]]:
+    """(signature summary, trial id, excerpt) for the first stored trial of each hang signature
+    whose py-spy dump (`artefacts/<trial>/pyspy.json`) is in the store: the threads the hang key
+    is built from, innermost frames first."""
+    import json
+
+    from harness.hangs import excerpt, parse_pyspy_json
+    from harness.signature import HELPER_ROLES, hang_role
+
+    def keep(t) -> bool:
+        role = hang_role(t)
+        return not role.startswith("harness") and role not in HELPER_ROLES and any(f.is_python for f in t.frames)
+
+    out, seen = [], set()
+    for r in sorted(records, key=lambda r: r.trial_id):
+        if r.outcome is not Outcome.HANG or r.signature in seen or not r.artefacts:
+            continue
+        path = Path(store_dir) / "artefacts" / Path(r.artefacts).name / "pyspy.json"
+        if not path.is_file():
+            continue
+        seen.add(r.signature)
+        text = excerpt(parse_pyspy_json(json.loads(path.read_text(encoding="utf-8"))), keep=keep)
+        out.append((r.signature_summary or r.signature or "hang", r.trial_id, text.rstrip()))
+    return out
 
 
 def _rel(path: Path, base: Path) -> str:

@@ -122,3 +122,25 @@ def test_fisher_p_compares_each_strategy_with_raw_under_the_same_plan():
     # 0/5 vs 4/10 -> C(11,5)/C(15,5).
     assert cells["w:fix@p"].fisher_p == pytest.approx(8008 / 184756)
     assert cells["w:lock@p"].fisher_p == pytest.approx(462 / 3003)
+
+
+def test_a_hang_signature_gets_one_dump_excerpt_from_its_stored_pyspy_json(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "tracebacks" / "gpu_hang_flex_backward_compile" / "1.pyspy.json"
+    store = _store(tmp_path, "m", [])
+    hangs = []
+    for i in range(2):
+        r = _r("w:raw@-", i, Outcome.HANG, sig="hang-1")
+        r.artefacts = f"/elsewhere/artefacts/t{i}"     # stored path of another machine: only the name counts
+        (store.root / "artefacts" / f"t{i}").mkdir(parents=True)
+        shutil.copy(fixture, store.root / "artefacts" / f"t{i}" / "pyspy.json")
+        hangs.append(r)
+    (excerpt,) = report.hang_excerpts(hangs, store.root)
+    summary, trial_id, text = excerpt
+    assert trial_id == "m/w:raw@-/0" and summary == "summary of hang-1"
+    assert "compile_fx_backward (torch/_inductor/compile_fx.py:2418)" in text
+    assert "create_fw_bw_graph" in text                      # the trace behind the blocked grad
+    assert "tqdm_monitor" not in text and "InductorSubproc" not in text
+    assert "Thread._bootstrap" not in text and "0x7f" not in text

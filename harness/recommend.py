@@ -1,0 +1,114 @@
+"""Which configuration to recommend per workload, from cell summaries alone (issue 5's rule).
+
+A strategy qualifies for a workload when every one of its cells is clean (k = 0) and its cells
+under a fault plan hold at least MIN_STRESSED trials together: 29 clean trials put the 95% upper
+bound on the failure rate under 10% (rule of three), so a 10% failure rate would have shown with
+95% probability. Baselines are not candidates: `raw` (the bug), `eager` (no compile) and
+`global-lock` (no concurrency); they are what a qualifying strategy is priced against. The
+recommendation is the qualifying strategy with the highest tokens/s in its plain cell (no plan:
+the scheduler's delays slow the stressed cells); without throughput figures (repro workloads)
+every qualifying strategy is listed. When nothing qualifies, that is the verdict, with the clean
+strategies that lack trials and the failing ones named, rather than a lucky cell.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+MIN_STRESSED = 29
+BASELINES = ("raw", "eager", "global-lock")
+LOCK, EAGER = "global-lock", "eager"
+NO_PLAN = "-"
+
+
+@dataclass(kw_only=True, slots=True)
+class StrategyTotals:
+    strategy: str
+    k: int = 0
+    n: int = 0
+    n_stressed: int = 0
+    tokens_per_s: float | None = None
+    """Median tokens/s of the plain cell (else of any cell that has one)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Verdict:
+    workload: str
+    chosen: list[StrategyTotals] = field(default_factory=list)
+    """The recommendation (one strategy; several only when none has a throughput figure)."""
+    short: list[StrategyTotals] = field(default_factory=list)
+    """Clean so far, under MIN_STRESSED stressed trials."""
+    failing: list[StrategyTotals] = field(default_factory=list)
+    lock: StrategyTotals | None = None
+    eager: StrategyTotals | None = None
+
+
+def totals(cells: Sequence) -> dict[str, dict[str, StrategyTotals]]:
+    """workload -> strategy -> totals over the strategy's cells (CellSummary-like objects)."""
+    out: dict[str, dict[str, StrategyTotals]] = collections.defaultdict(dict)
+    plain_tokens: dict[tuple[str, str], float] = {}
+    any_tokens: dict[tuple[str, str], float] = {}
+    for c in cells:
+        t = out[c.workload].setdefault(c.strategy, StrategyTotals(strategy=c.strategy))
+        t.k += c.k
+        t.n += c.n
+        if c.plan != NO_PLAN:
+            t.n_stressed += c.n
+        if c.tokens_per_s is not None:
+            any_tokens.setdefault((c.workload, c.strategy), c.tokens_per_s)
+            if c.plan == NO_PLAN:
+                plain_tokens[(c.workload, c.strategy)] = c.tokens_per_s
+    for w, by_strategy in out.items():
+        for s, t in by_strategy.items():
+            t.tokens_per_s = plain_tokens.get((w, s), any_tokens.get((w, s)))
+    return out
+
+
+def recommend(cells: Sequence, *, min_stressed: int = MIN_STRESSED) -> list[Verdict]:
+    verdicts = []
+    for workload, by_strategy in sorted(totals(cells).items()):
+        if all(s in BASELINES for s in by_strategy):
+            continue  # nothing but baselines: no fix was tried on this workload
+        v = Verdict(workload=workload, lock=by_strategy.get(LOCK), eager=by_strategy.get(EAGER))
+        for s, t in sorted(by_strategy.items()):
+            if s in BASELINES or t.n == 0:
+                continue
+            if t.k:
+                v.failing.append(t)
+            elif t.n_stressed < min_stressed:
+                v.short.append(t)
+            else:
+                v.chosen.append(t)
+        ranked = [t for t in v.chosen if t.tokens_per_s is not None]
+        if ranked:
+            v.chosen = [max(ranked, key=lambda t: (t.tokens_per_s, t.strategy))]
+        verdicts.append(v)
+    return verdicts
+
+
+def _ratio(t: StrategyTotals, base: StrategyTotals | None, name: str) -> str:
+    if base is None or not base.tokens_per_s or t.tokens_per_s is None:
+        return f"no {name} figure"
+    clean = "" if base.k == 0 else f", and {name} itself failed {base.k}/{base.n}"
+    return f"{t.tokens_per_s / base.tokens_per_s:.2f}x {name} ({base.tokens_per_s:.0f} tokens/s{clean})"
+
+
+def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED) -> list[str]:
+    out = []
+    for v in verdicts:
+        if v.chosen and v.chosen[0].tokens_per_s is not None:
+            t = v.chosen[0]
+            out.append(f"{v.workload}: recommend `{t.strategy}`: 0/{t.n} failures ({t.n_stressed} under "
+                       f"a fault plan), {t.tokens_per_s:.0f} tokens/s = {_ratio(t, v.lock, LOCK)}, "
+                       f"{_ratio(t, v.eager, EAGER)}.")
+        elif v.chosen:
+            names = ", ".join(f"`{t.strategy}` (0/{t.n}, {t.n_stressed} stressed)" for t in v.chosen)
+            out.append(f"{v.workload}: clean with >= {min_stressed} stressed trials: {names}.")
+        else:
+            short = ", ".join(f"`{t.strategy}` 0/{t.n} ({t.n_stressed} stressed)" for t in v.short) or "none"
+            failing = ", ".join(f"`{t.strategy}` {t.k}/{t.n}" for t in v.failing) or "none"
+            out.append(f"{v.workload}: no configuration qualifies (needs 0 failures and >= {min_stressed} "
+                       f"stressed trials); clean so far: {short}; failing: {failing}.")
+    return out

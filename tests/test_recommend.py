@@ -1,0 +1,56 @@
+"""The recommendation rule: clean, >= 29 stressed trials, fastest; priced against the baselines."""
+
+from harness import recommend, report
+from harness.outcome import Outcome, TrialResult
+
+
+def _r(cell: str, i: int, outcome: Outcome = Outcome.OK, tok: float | None = None) -> TrialResult:
+    return TrialResult(trial_id=f"m/{cell}/{i}", cell=cell, trial_index=i, outcome=outcome,
+                       signature="s" if outcome is not Outcome.OK else None, tokens_per_s=tok,
+                       duration_s=1.0, started_at="2026-11-29T10:00:00+00:00")
+
+
+def _cell(cell, n, *, k=0, tok=None):
+    return [_r(cell, i, Outcome.CRASH if i < k else Outcome.OK, tok) for i in range(n)]
+
+
+def _verdicts(records):
+    return recommend.recommend(report.summarize(records))
+
+
+def test_the_fastest_clean_strategy_with_29_stressed_trials_is_recommended_and_priced():
+    rs = (_cell("w:raw@-", 10, k=10) + _cell("w:raw@plan", 10, k=9)
+          + _cell("w:a@-", 10, tok=300.0) + _cell("w:a@plan", 29, tok=250.0)
+          + _cell("w:b@-", 10, tok=500.0) + _cell("w:b@plan", 29, k=1, tok=450.0)     # faster, not clean
+          + _cell("w:c@-", 10, tok=900.0) + _cell("w:c@plan", 20, tok=800.0)          # clean, too few
+          + _cell("w:global-lock@-", 10, tok=200.0) + _cell("w:eager@-", 10, tok=400.0))
+    (v,) = _verdicts(rs)
+    assert [t.strategy for t in v.chosen] == ["a"]
+    assert [t.strategy for t in v.short] == ["c"] and [t.strategy for t in v.failing] == ["b"]
+    (line,) = recommend.lines([v])
+    assert "recommend `a`" in line and "0/39 failures (29 under a fault plan)" in line
+    assert "300 tokens/s = 1.50x global-lock (200 tokens/s), 0.75x eager (400 tokens/s)" in line
+
+
+def test_nothing_qualifies_is_said_with_the_evidence():
+    rs = _cell("w:raw@plan", 5, k=5) + _cell("w:a@plan", 28, tok=1.0) + _cell("w:b@plan", 40, k=2, tok=1.0)
+    (line,) = recommend.lines(_verdicts(rs))
+    assert line.startswith("w: no configuration qualifies")
+    assert "`a` 0/28 (28 stressed)" in line and "`b` 2/40" in line
+
+
+def test_baselines_are_never_recommended_and_a_failing_lock_is_flagged():
+    rs = (_cell("w:global-lock@plan", 40, tok=100.0) + _cell("w:eager@plan", 40, tok=100.0)
+          + _cell("w:global-lock@-", 5, k=1, tok=100.0) + _cell("w:a@-", 3, tok=150.0)
+          + _cell("w:a@plan", 30, tok=120.0) + _cell("only-baselines:raw@-", 3))
+    verdicts = _verdicts(rs)
+    assert [v.workload for v in verdicts] == ["w"]
+    assert [t.strategy for t in verdicts[0].chosen] == ["a"]
+    (line,) = recommend.lines(verdicts)
+    assert "and global-lock itself failed 1/45" in line
+
+
+def test_without_throughput_every_qualifying_strategy_is_listed():
+    rs = _cell("r:raw@plan", 29, k=29) + _cell("r:x@plan", 29) + _cell("r:y@plan", 30)
+    (line,) = recommend.lines(_verdicts(rs))
+    assert line == "r: clean with >= 29 stressed trials: `x` (0/29, 29 stressed), `y` (0/30, 30 stressed)."
