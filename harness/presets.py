@@ -11,6 +11,9 @@
   0/5 both times; r16 raw 3/3 failing (SIGSEGV ABORTs, once a non-fatal TypeError inside the
   compiled frame) vs global-lock 0/3. A cold corpus cache adds its one-time generation (minutes)
   to the first dflash trials.
+- `cpu-trainer`: the DFlash tiny-cpu trainer (2 drafter threads compiling with aot_eager), 8
+  strategies (raw, 6 pipeline fixes alone, eager) x 3 plans (none, compile-chaos, dflash-stages)
+  x 3 trials, 2 at a time: the CPU side of the campaign question.
 - `gpu-campaign`: the H200 matrix (issue 5): dflash presets gpu-launch-bound and gpu-gpu-bound
   compiled with reduce-overhead, 2 target + 3 drafter threads on one GPU, 14 strategies (raw, each
   fix, combinations, no cudagraphs = compile.mode default, eager = compile.mode none), each
@@ -81,6 +84,31 @@ def cpu_quick() -> MatrixSpec:
             Group(workloads=("dflash-tiny",), strategies=("raw", "global-lock"), plans=(NO_PLAN,), trials=2),
         ),
         trials=5, workers=2, max_time_s=540.0,
+    )
+
+
+CPU_TRAINER_STRATEGIES = ("raw", "global-lock", "sequential-startup", "thread-local-warmup", "persistent-buffers",
+                          "graph-isolation", "nested-fx-fallback")
+
+
+def cpu_trainer() -> MatrixSpec:
+    """The trainer's CPU side of issue 5's question: tiny-cpu, 2 drafter threads compiling the
+    drafter step at once (aot_eager: Dynamo + AOT tracing, where the CPU races live), each
+    pipeline fix alone and eager, plain and under compile-chaos / dflash-stages."""
+    strategies = _strategies(*CPU_TRAINER_STRATEGIES)
+    strategies["eager"] = Strategy(name="eager", sets=("compile.mode=none",))
+    workloads = {
+        "dflash-tiny": Workload(name="dflash-tiny", kind="dflash",
+                                argv=("--preset", "tiny-cpu", "--set", "train.export=false",
+                                      "--set", "train.eval_prompts=0",
+                                      "--set", "compile.mode=default", "--set", "compile.backend=aot_eager"),
+                                timeout_s=DFLASH_CPU_TIMEOUT_S, hang_s=240.0, env=CPU_ENV),
+    }
+    return MatrixSpec(
+        name="cpu-trainer", workloads=workloads, strategies=strategies,
+        groups=(Group(workloads=("dflash-tiny",), strategies=tuple(strategies),
+                      plans=(NO_PLAN, _plan("compile-chaos"), _plan("dflash-stages"))),),
+        trials=3, workers=2, max_failures=None,
     )
 
 
@@ -161,6 +189,7 @@ def gpu_repros() -> MatrixSpec:
 
 PRESETS: dict[str, Callable[[], MatrixSpec]] = {
     "cpu-quick": cpu_quick,
+    "cpu-trainer": cpu_trainer,
     "gpu-campaign": gpu_campaign,
     "gpu-repros": gpu_repros,
 }
