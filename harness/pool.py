@@ -128,34 +128,40 @@ class WorkerPool:
             t.start()
         try:
             # Short joins keep the main thread responsive to Ctrl-C.
+            # No `with self.lock` here: a Ctrl-C raised between the lock's acquire and the
+            # with-block would leave it held, and the handler below (and every worker) would then
+            # wait on it for ever. len() of a list or deque is atomic; the counts are for display.
             while any(t.is_alive() for t in threads):
                 for t in threads:
                     t.join(timeout=0.1)
-                with self.lock:
-                    done, pending = len(self.results), len(self.pending)
-                self.lines.tick(done, self.running, pending)
+                self.lines.tick(len(self.results), self.running, len(self.pending))
         except KeyboardInterrupt:
             # Trials run in their own sessions, so Ctrl-C does not reach them. Kill them, and do not
             # record them: a killed trial is an interrupted measurement, not an ABORT, and the next
             # run of the same command runs it again (resume).
-            with self.lock:
-                self.interrupted = True
+            self.interrupted = True   # a plain store: see above for why not under the lock
             self.stop.set()
             killed = kill_child_groups()
             print(f"interrupted: killed {killed} running trial(s); they will rerun on resume",
                   file=sys.stderr, flush=True)
-            self._join(threads)
+            self._join(threads, keep_killing=True)
             raise
         self._join(threads)
         if self.errors:
             raise ExceptionGroup("matrix worker failed", self.errors)
         return self.results
 
-    def _join(self, threads: list[threading.Thread]) -> None:
+    def _join(self, threads: list[threading.Thread], *, keep_killing: bool = False) -> None:
+        """Wait for the workers. After an interrupt, keep killing child process groups while
+        waiting: a worker may have been starting its trial's process during the first sweep
+        (seen once in CI: that trial ran on and the interrupted matrix waited for it)."""
         longest = max((c.timeout_s for c in self.spec.workloads.values()), default=0.0)
         deadline = time.monotonic() + longest + JOIN_MARGIN_S
         for t in threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
+            while t.is_alive() and time.monotonic() < deadline:
+                t.join(timeout=0.2)
+                if keep_killing and t.is_alive():
+                    kill_child_groups()
         stuck = [t.name for t in threads if t.is_alive()]
         if stuck:
             raise RuntimeError(f"matrix workers still running after their deadline: {stuck}")
