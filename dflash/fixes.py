@@ -121,6 +121,22 @@ class PersistentBuffers(Policy):
     upstream = ("#118260",)
 
 
+class TargetHookTaps(Policy):
+    """Policy: the target threads tap hidden states with per-thread layer hooks
+    (TargetModel.hidden_hooked) instead of transformers' output_hidden_states capture.
+
+    That capture keeps its collector in a variable that is process-global while any thread is
+    compiling (transformers#44614, repro r19); torch.compiler.is_compiling() is process-wide during
+    any trace (R8), so a drafter compile is enough for two eager target threads to collide:
+    `IndexError: tuple index out of range` in `_tap`, or silently wrong context. Found in the
+    trainer on CPU with 2 target + 3 drafter threads (results/cpu-gpu-strategies).
+    """
+
+    name = "target-hook-taps"
+    targets = ("r19", "R8")
+    upstream = ("transformers#44614",)
+
+
 def _cudagraph_trees() -> Any:
     # Imports on CPU builds too (cpu-experiments exp 4); the import runs the TLS init for the
     # importing thread only, which is the root of F1.
@@ -301,6 +317,7 @@ FIXES: dict[str, Fix] = {
         NestedFxFallback(),
         GraphIsolation(),
         CublasHandleInit(),
+        TargetHookTaps(),
     )
 }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 
 import torch
 from torch import nn
@@ -87,9 +88,15 @@ class TargetModel:
     forward on another thread can append into the tracer's collector: silently wrong tapped
     states or `IndexError: tuple index out of range` (reproduced on CPU; transformers#44614 notes
     the limited thread-safety while compiling, transformers#46370 proposes a plain ContextVar).
+    `torch.compiler.is_compiling()` is process-wide during any thread's trace (R8), so a drafter
+    compile is enough: two eager target threads then collide (results/cpu-gpu-strategies).
+    `hidden_hooked` avoids that machinery (the `target-hook-taps` fix).
     """
 
     def __init__(self, model: nn.Module) -> None:
+        self._taps = threading.local()
+        self._tap_hooks: list | None = None
+        self._tap_lock = threading.Lock()
         model.eval()
         model.requires_grad_(False)
         self.model = model
@@ -130,6 +137,39 @@ class TargetModel:
             output_hidden_states=True, use_cache=False,
         )
         return _tap(out.hidden_states, layer_ids)
+
+    def _install_taps(self) -> None:
+        """Forward hooks on every decoder layer, installed once; each writes only into the
+        calling thread's sink, so concurrent forwards on one model never see each other's."""
+        with self._tap_lock:
+            if self._tap_hooks is not None:
+                return
+
+            def make(i: int):
+                def hook(module, args, output):
+                    sink = getattr(self._taps, "sink", None)
+                    if sink is not None and i in sink:
+                        sink[i] = output[0] if isinstance(output, tuple) else output
+                return hook
+
+            self._tap_hooks = [layer.register_forward_hook(make(i))
+                               for i, layer in enumerate(self.model.base_model.layers)]
+
+    @torch.no_grad()
+    def hidden_hooked(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                      layer_ids: tuple[int, ...] | list[int]) -> torch.Tensor:
+        """`hidden` without transformers' output capture: per-thread layer hooks. Equal to
+        `hidden` (HF's last hidden state is the final-normed one, so that index gets the norm)."""
+        self._install_taps()
+        sink: dict[int, torch.Tensor | None] = {i: None for i in layer_ids}
+        self._taps.sink = sink
+        try:
+            self.model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        finally:
+            self._taps.sink = None
+        last = self.num_layers - 1
+        norm = self.model.base_model.norm
+        return torch.cat([norm(sink[i]) if i == last else sink[i] for i in layer_ids], dim=-1)
 
     @torch.no_grad()
     def logits_and_hidden(self, input_ids: torch.Tensor, layer_ids: tuple[int, ...] | list[int],

@@ -42,10 +42,11 @@ class TargetForwardLoop:
         self._live_lock = threading.Lock()
 
     def _forward_fn(self, target: TargetModel) -> Callable:
+        tap = target.hidden_hooked if self.fs.active("target-hook-taps") else target.hidden
         if not self.ccfg.compile_target:
-            return target.hidden
+            return tap
         # mode default (never cudagraphs): the output must stay valid after the next forward.
-        return compile_fn(self.fs.isolate(target.hidden),
+        return compile_fn(self.fs.isolate(tap),
                           CompileConfig(mode="default", backend=self.ccfg.backend,
                                         dynamic=self.ccfg.dynamic))
 
@@ -57,6 +58,7 @@ class TargetForwardLoop:
             # No attention mask: padding is on the right and the target is causal, so real
             # positions never attend to padding (and one fewer input keeps compiles simple).
             context = fwd(input_ids, None, self.layer_ids)  # [B, L, k*H], fresh per forward
+            self.fs.note("target-hook-taps")
         fault_point("target.after_forward")
         # synchronize (not an event): the drafter thread reads `context` on another stream.
         synchronize(device)
