@@ -119,9 +119,11 @@ GPU_FIX_STRATEGIES = (
     "cstash-tls-init", "graph-isolation", "cstash-tls-init+graph-isolation+sequential-startup",
     "single-thread-autograd",
     # After the first H200 trainer runs (REPORT.md 2026-11-29): G1 (cuBLAS handle created inside a
-    # capture) and G2 (lazy backward compile deadlocked against a Dynamo trace of flex_attention
-    # on the autograd device thread, which single-thread-autograd keeps off that thread).
-    "cstash-tls-init+graph-isolation+sequential-startup+cublas-handle-init+single-thread-autograd",
+    # capture), G2 (lazy backward compile deadlocked against a Dynamo trace of flex_attention on
+    # the autograd device thread, which single-thread-autograd keeps off that thread) and r19 in
+    # the trainer's two target threads (target-hook-taps).
+    "cstash-tls-init+graph-isolation+sequential-startup+cublas-handle-init+single-thread-autograd"
+    "+target-hook-taps",
 )
 
 
