@@ -27,6 +27,8 @@ parsing fixes made for the H200 GPU outputs (bare exception lines, header scope,
 garbage-collecting crashes, the mempool message): no key of the CPU fixtures or stored runs moved.
 2 (H200 trainer hang, 2026-11-29): hang keys name the nameless autograd device thread
 `autograd-device` and leave out helper threads (tqdm's monitor, Inductor's subprocess reader).
+3 (same day): `=== ... ===` report banners after a one-line message are no longer part of it (one
+IndexError had split into 3 keys by which threads the trainer reported alive afterwards).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Iterable
 
 from harness.hangs import Frame, ThreadStack, parse_faulthandler
 
-SIGNATURE_VERSION = 2
+SIGNATURE_VERSION = 3
 MAX_FRAMES = 3
 MESSAGE_CAP = 120
 
@@ -167,9 +169,14 @@ _NORMALISERS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     ))
 
 
+_BANNER = re.compile(r"^=== .* ===$")
+
+
 def normalise_message(message: str) -> str:
-    """First 2 non-empty lines (Sentry), placeholders for event-specific values, capped."""
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()][:2]
+    """First 2 non-empty lines (Sentry), placeholders for event-specific values, capped.
+    `=== ... ===` banners (the trainer's per-thread reports, printed right after a traceback)
+    are not part of any message."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not _BANNER.match(ln.strip())][:2]
     text = " | ".join(lines)
     for pattern, repl in _NORMALISERS:
         text = pattern.sub(repl, text)

@@ -374,6 +374,8 @@ def test_hang_signature_is_the_set_of_role_and_blocking_frame():
     ("lr 0.0003 step 17 of [4, 8]", "lr <float> step <int> of [<int>, <int>]"),
     ("key 3f9a1c2b7d4e5f60 stale", "key <hash> stale"),
     ("first\n\nsecond\nthird", "first | second"),
+    ("tuple index out of range\n=== threads still alive after the shutdown deadline: dflash-train-1 ===",
+     "tuple index out of range"),
     ("float32 and int64 differ", "float32 and int64 differ"),
 ])
 def test_normalise_message(raw, expected):
