@@ -55,7 +55,8 @@ def _collisions(fn, inputs, refs) -> list[str]:
     return bad
 
 
-def test_two_target_threads_collide_while_compiling_unless_hooked(target, monkeypatch):
+@pytest.mark.race
+def test_race_r19_two_target_threads_collide_while_compiling_unless_hooked(target, monkeypatch):
     inputs = _inputs()
     refs = [target.hidden(ids, None, LAYERS) for ids in inputs]
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
