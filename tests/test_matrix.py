@@ -211,8 +211,12 @@ def test_interrupt_kills_running_trials_and_records_none_of_them(tmp_path, sig, 
               workloads={"slow": _cmd(f"import time; time.sleep(60)  # {marker}", timeout_s=120)})
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(d))
+    # SIGINT back to its default in the child: a test run started in the background by a
+    # non-interactive shell (`... &`) inherits SIGINT ignored, and Python then never installs
+    # its KeyboardInterrupt handler (seen: CI launched that way timed out here every time).
     proc = subprocess.Popen([PY, "-m", "harness", "matrix", "--file", str(spec_path), "--no-live"], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     artefacts = tmp_path / "store" / "artefacts"
     deadline = time.monotonic() + 60
     while not (artefacts.exists() and len(list(artefacts.glob("*/output.txt"))) == 2):
