@@ -9,7 +9,6 @@ SIGINT/SIGTERM (checkpoint written).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import faulthandler
 import os
 import sys

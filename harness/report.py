@@ -340,11 +340,7 @@ def hang_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[tuple
     import json
 
     from harness.hangs import excerpt, parse_pyspy_json
-    from harness.signature import HELPER_ROLES, hang_role
-
-    def keep(t) -> bool:
-        role = hang_role(t)
-        return not role.startswith("harness") and role not in HELPER_ROLES and any(f.is_python for f in t.frames)
+    from harness.signature import in_hang_key
 
     out, seen = [], set()
     for r in sorted(records, key=lambda r: r.trial_id):
@@ -354,7 +350,7 @@ def hang_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[tuple
         if not path.is_file():
             continue
         seen.add(r.signature)
-        text = excerpt(parse_pyspy_json(json.loads(path.read_text(encoding="utf-8"))), keep=keep)
+        text = excerpt(parse_pyspy_json(json.loads(path.read_text(encoding="utf-8"))), keep=in_hang_key)
         out.append((r.signature_summary or r.signature or "hang", r.trial_id, text.rstrip()))
     return out
 

@@ -456,14 +456,20 @@ def hang_role(t: ThreadStack) -> str:
     return role
 
 
+def in_hang_key(t: ThreadStack) -> bool:
+    """Whether a dumped thread takes part in a hang key: a Python thread that is neither the
+    harness's own (`harness-*`) nor one of HELPER_ROLES. Report excerpts show the same threads."""
+    role = hang_role(t)
+    return not role.startswith("harness") and role not in HELPER_ROLES and any(f.is_python for f in t.frames)
+
+
 def hang_signature(threads: Iterable[ThreadStack]) -> Signature:
-    """Sorted set of (role, innermost meaningful frame) over the dumped Python threads.
-    Threads the harness itself runs in the child (`harness-*`) and HELPER_ROLES are left out."""
+    """Sorted set of (role, innermost meaningful frame) over the threads `in_hang_key`."""
     pairs = set()
     for t in threads:
-        role = hang_role(t)
-        if role.startswith("harness") or role in HELPER_ROLES or not any(f.is_python for f in t.frames):
+        if not in_hang_key(t):
             continue
+        role = hang_role(t)
         frames = top_frames(t.frames, limit=1)
         if not frames:                      # only plumbing (e.g. a bare Timer): keep its top
             frames = (frame_id(next(f for f in t.frames if f.is_python)),)
