@@ -2,6 +2,9 @@
 # One H200 device call of the campaign (issue 5), from the repository root on the device:
 #   bash results/h200-campaign/call.sh SECONDS PHASE...
 # Phases run in order:
+#   corpora   the synthetic corpora of gpu-default and both campaign presets, by three short eager
+#             runs at once (so that a matrix's first trials do not all generate the same corpus);
+#             also the gate of default/bench/campaign
 #   warm      corpus + compile caches for gpu-default and both campaign presets (also the CUDA
 #             smoke test of the trainer); with `warm+repros` the gpu-repros matrix runs beside it
 #   repros:S  the gpu-repros matrix for at most S seconds (store results/gpu-repros, resumed)
@@ -66,6 +69,10 @@ for phase in "$@"; do
   # point in the rest. (The reduce-overhead warm-ups may fail by the races under study.)
   case $phase in default|bench|campaign) [ -f $X/FAILED-warm-default ] && { echo "skip $phase: warm-default failed"; continue; } ;; esac
   case $phase in
+    corpora) pids=(); for p in default launch-bound gpu-bound; do
+               train corpus-$p --preset gpu-$p --steps 2 --set compile.mode=none --set train.eval_prompts=0 \
+                 --set train.export=false --out /tmp/c-$p & pids+=($!); done; wait "${pids[@]}"
+             [ -f $X/FAILED-corpus-default ] && touch $X/FAILED-warm-default ;;
     warm) warm ;;
     warm+repros:*) warm & w=$!; matrix gpu-repros ${phase#warm+repros:} 150; wait $w ;;
     repros:*) matrix gpu-repros ${phase#repros:} 150 ;;
@@ -75,6 +82,11 @@ for phase in "$@"; do
     default) train gpu-default --preset gpu-default --steps 120 --out /tmp/gd ;;
     bench) s=$(date +%s); timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-default --steps 40 > "$X/bench.out" 2> "$X/bench.err"
            echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
+    bench:*) # bench:PRESET:FIXES[:MODE]: one campaign cell alone on the GPU (its GPU busy fraction)
+           IFS=: read -r _ bp bf bm <<< "$phase"; s=$(date +%s)
+           timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-$bp --steps 60 --set fixes=$bf \
+             --set compile.mode=${bm:-reduce-overhead} > "$X/bench-$bp.out" 2> "$X/bench-$bp.err"
+           echo "bench $bp $bf rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench-$bp.out"; grep -v "^train:" "$X/bench-$bp.err" | tail -n 8 ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
     diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
     verify:*) matrix results/h200-campaign/verify.json ${phase#verify:} ;;
