@@ -15,15 +15,19 @@
 #   diag:S    the diagnostic matrix results/h200-campaign/diag.json (store results/gpu-diag)
 #   verify:S  results/h200-campaign/verify.json (store results/gpu-verify): do the inductor
 #             workaround, cublas-handle-init and single-thread-autograd hold (before a campaign)
-# Caches: TORCHINDUCTOR_CACHE_DIR and the corpora live under .cache/ (carried between calls as
-# $OUT/caches.tgz, unpacked by the next call). Logs and stores come back in $OUT/call.tgz.
+#   corpora:P,Q  the same for the named presets only
+# Env MATRIX_ARGS: extra `harness matrix` arguments (e.g. "--max-failures 1 --trials 30").
+# Caches: the corpora (.cache/dflash) come back as $OUT/corpora.tgz; carry it as .cache/corpora.tgz
+# into the next call (`carry: [".whl", ".cache/corpora.tgz"]`). The inductor cache (160 MB packed)
+# is over the 16 MB a returned file may have: each call compiles cold. Logs and stores come back in
+# $OUT/call.tgz and $OUT/stores.tgz.
 set -u
 budget=$1; shift; t0=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - t0) )); }
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
   && export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site
-[ -f .cache/caches.tgz ] && tar xzf .cache/caches.tgz && rm .cache/caches.tgz
+[ -f .cache/corpora.tgz ] && tar xzf .cache/corpora.tgz && rm .cache/corpora.tgz
 X=/tmp/x; mkdir -p $X .cache   # per-run logs, tarred into $OUT/call.tgz (at most 8 files come back)
 exec > >(tee -a "$OUT/log.txt") 2>&1
 echo "== $(date -u +%FT%TZ) budget $budget phases $*"
@@ -46,7 +50,7 @@ matrix() {  # preset (or a spec file), seconds to start trials in[, cap]: SIGTER
   local cap=${3:-0}; [ $cap -gt 0 ] && [ $stop -gt $(( start + cap )) ] && stop=$(( start + cap ))
   [ $start -gt 20 ] || { echo "no time for $preset"; return 0; }
   echo "matrix $preset: start trials for ${start}s, stop at ${stop}s"
-  timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --no-live \
+  timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --no-live ${MATRIX_ARGS:-} \
     > "$X/matrix-$preset.out" 2> "$X/matrix-$preset.err"
   echo "matrix $preset rc=$?"; grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n 70 "$X/matrix-$preset.out"
 }
@@ -69,10 +73,12 @@ for phase in "$@"; do
   # point in the rest. (The reduce-overhead warm-ups may fail by the races under study.)
   case $phase in default|bench|campaign) [ -f $X/FAILED-warm-default ] && { echo "skip $phase: warm-default failed"; continue; } ;; esac
   case $phase in
-    corpora) pids=(); for p in default launch-bound gpu-bound; do
+    corpora|corpora:*) pids=(); ps=default,launch-bound,gpu-bound; [ "$phase" = corpora ] || ps=${phase#corpora:}
+             for p in ${ps//,/ }; do
                train corpus-$p --preset gpu-$p --steps 2 --set compile.mode=none --set train.eval_prompts=0 \
                  --set train.export=false --out /tmp/c-$p & pids+=($!); done; wait "${pids[@]}"
-             [ -f $X/FAILED-corpus-default ] && touch $X/FAILED-warm-default ;;
+             [ -f $X/FAILED-corpus-default ] && touch $X/FAILED-warm-default
+             ls $X/FAILED-corpus-* >/dev/null 2>&1 && touch $X/FAILED-warm-default ;;
     warm) warm ;;
     warm+repros:*) warm & w=$!; matrix gpu-repros ${phase#warm+repros:} 150; wait $w ;;
     repros:*) matrix gpu-repros ${phase#repros:} 150 ;;
@@ -96,5 +102,5 @@ done
 echo "== phases done at $(( $(date +%s) - t0 ))s"
 tar czf "$OUT/call.tgz" -C /tmp x
 tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros results/gpu-diag results/gpu-verify 2>/dev/null)
-tar czf "$OUT/caches.tgz" .cache/dflash .cache/inductor 2>/dev/null
+tar czf "$OUT/corpora.tgz" .cache/dflash 2>/dev/null
 ls -la "$OUT"; echo "== done after $(( $(date +%s) - t0 ))s"
