@@ -52,6 +52,10 @@ class Workload:
     """Extra environment for the trial process."""
     gpus: int = 0
     """GPUs one trial of this workload occupies (0 = CPU only)."""
+    gpu_slots: int = 1
+    """Of each of its GPUs' `per_gpu` slots, how many one trial takes: a trial of 20 GiB on a GPU
+    shared 12 ways takes 3, so that the GPU's memory, not only its trial count, bounds the packing
+    (the H200 campaign lost 25/115 trials to out-of-memory with one slot each; REPORT.md)."""
 
     def __post_init__(self) -> None:
         if self.kind not in WORKLOAD_KINDS:
@@ -62,6 +66,8 @@ class Workload:
             raise MatrixError(f"workload {self.name!r}: timeout_s and hang_s must be > 0")
         if self.gpus < 0:
             raise MatrixError(f"workload {self.name!r}: gpus must be >= 0")
+        if self.gpu_slots < 1:
+            raise MatrixError(f"workload {self.name!r}: gpu_slots must be >= 1")
         check_name(self.name, "workload")
 
 
@@ -312,7 +318,7 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
     live_lines = LiveLines(list(states.values()), stream, stream.isatty() if live is None else live)
     pool = WorkerPool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
-                 need_gpus={n: c.workload.gpus for n, c in cells.items()}, run_fn=run_fn or run_trial)
+                 need_gpus={n: (c.workload.gpus, c.workload.gpu_slots) for n, c in cells.items()}, run_fn=run_fn or run_trial)
     start = time.monotonic()
     try:
         new = pool.run()

@@ -8,13 +8,17 @@ Which outcomes are race failures: CRASH, ABORT, HANG and WRONG_RESULT. TIMEOUT i
 separately: the workload kept making progress until the deadline, so it says the budget was too
 small, not that a race happened (counting it would inflate failure rates on a loaded machine).
 HARNESS_ERROR (bad spec, workload rejected its input, harness bug) is not a trial at all and is
-left out of rates.
+left out of rates. RESOURCE is a crash of device-memory exhaustion (an out-of-memory error, a cuBLAS
+workspace that could not be allocated): on the H200 campaign (REPORT.md 2026-11-29, third entry)
+12 trials sharing the GPU took 20 GiB each and 25 of 115 trials died so; that measured the
+harness's packing, not a race, so it is counted apart and left out of rates like TIMEOUT.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -29,6 +33,7 @@ class Outcome(enum.Enum):
     WRONG_RESULT = "wrong_result"
     TIMEOUT = "timeout"
     HARNESS_ERROR = "harness_error"
+    RESOURCE = "resource"
 
     @property
     def is_failure(self) -> bool:
@@ -37,8 +42,8 @@ class Outcome(enum.Enum):
 
     @property
     def counts_as_trial(self) -> bool:
-        """Whether the trial enters rate denominators (HARNESS_ERROR and TIMEOUT do not)."""
-        return self not in (Outcome.HARNESS_ERROR, Outcome.TIMEOUT)
+        """Whether the trial enters rate denominators (HARNESS_ERROR, TIMEOUT, RESOURCE do not)."""
+        return self not in (Outcome.HARNESS_ERROR, Outcome.TIMEOUT, Outcome.RESOURCE)
 
     @property
     def description(self) -> str:
@@ -55,7 +60,29 @@ _DESCRIPTIONS = {
     Outcome.WRONG_RESULT: "finished with a wrong answer (exit 3 or WRONG_RESULT: line)",
     Outcome.TIMEOUT: "still progressing at the deadline; dumped and killed",
     Outcome.HARNESS_ERROR: "invalid spec, rejected input or harness failure",
+    Outcome.RESOURCE: "ran out of device memory (an out-of-memory error or a failed cuBLAS allocation)",
 }
+
+RESOURCE_PATTERN = re.compile(
+    r"OutOfMemoryError|\bout of memory\b|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED", re.I)
+"""What a device-memory exhaustion prints: torch.OutOfMemoryError (CUDA caching allocator),
+`CUDA error: out of memory` (torch.AcceleratorError, a raw cudaMalloc), and cuBLAS/cuDNN failing to
+allocate a handle's workspace (`CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)`),
+all seen together with `GPU 0 ... of which 42.88 MiB is free` on the H200."""
+
+
+def resource_exhaustion(result: TrialResult) -> bool:
+    """A CRASH or ABORT whose signature says the device ran out of memory."""
+    return (result.outcome in (Outcome.CRASH, Outcome.ABORT)
+            and RESOURCE_PATTERN.search(f"{result.exc_type or ''} {result.signature_summary or ''}") is not None)
+
+
+def mark_resource(result: TrialResult) -> None:
+    """CRASH/ABORT -> RESOURCE when `resource_exhaustion`; the signature is kept (it says which
+    allocation failed). The runner applies it to new trials, `from_json` to records stored before
+    RESOURCE existed, so old and new stores summarize alike."""
+    if resource_exhaustion(result):
+        result.outcome = Outcome.RESOURCE
 
 
 @dataclass(kw_only=True, slots=True)
@@ -110,4 +137,6 @@ class TrialResult:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["outcome"] = Outcome(data["outcome"])
-        return cls(**kwargs)
+        result = cls(**kwargs)
+        mark_resource(result)
+        return result

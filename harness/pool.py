@@ -42,33 +42,36 @@ def host_gpu_count() -> int:
 
 
 class GpuSlots:
-    """At most `per_gpu` trials on each GPU at once; a trial needing g GPUs takes g distinct ones."""
+    """At most `per_gpu` slots in use on each GPU; a trial needing g GPUs takes g distinct ones,
+    and `weight` slots on each (Workload.gpu_slots; a weight above per_gpu means the GPU alone)."""
 
     def __init__(self, num_gpus: int, per_gpu: int) -> None:
         self._load = [0] * num_gpus
         self._per_gpu = per_gpu
         self._cond = threading.Condition()
 
-    def acquire(self, need: int, stop: threading.Event) -> list[int] | None:
-        """Least-loaded GPUs with room; None if `stop` is set while waiting."""
+    def acquire(self, need: int, stop: threading.Event, weight: int = 1) -> list[int] | None:
+        """Least-loaded GPUs with room for `weight` more slots; None if `stop` is set while waiting."""
         if need == 0 or not self._load:
             return []
         need = min(need, len(self._load))
+        weight = min(weight, self._per_gpu)
         with self._cond:
             while not stop.is_set():
-                free = sorted((load, i) for i, load in enumerate(self._load) if load < self._per_gpu)
+                free = sorted((load, i) for i, load in enumerate(self._load) if load + weight <= self._per_gpu)
                 if len(free) >= need:
                     ids = sorted(i for _, i in free[:need])
                     for i in ids:
-                        self._load[i] += 1
+                        self._load[i] += weight
                     return ids
                 self._cond.wait(timeout=0.5)
         return None
 
-    def release(self, ids: list[int]) -> None:
+    def release(self, ids: list[int], weight: int = 1) -> None:
+        weight = min(weight, self._per_gpu)
         with self._cond:
             for i in ids:
-                self._load[i] -= 1
+                self._load[i] -= weight
             self._cond.notify_all()
 
 
@@ -185,7 +188,8 @@ class WorkerPool:
     def _worker(self) -> None:
         try:
             while (trial := self._next()) is not None:
-                ids = self.gpus.acquire(self.need_gpus[trial.cell], self.stop)
+                need, weight = self.need_gpus[trial.cell]
+                ids = self.gpus.acquire(need, self.stop, weight)
                 if ids is None:
                     return
                 with self.lock:
@@ -197,7 +201,7 @@ class WorkerPool:
                     else:
                         self.running += 1
                 if late:
-                    self.gpus.release(ids)
+                    self.gpus.release(ids, weight)
                     continue
                 try:
                     if ids:
@@ -205,7 +209,7 @@ class WorkerPool:
                     artefacts = self.store.artefacts_dir(trial.trial_id)
                     result = self.run_fn(with_run_dir(trial, artefacts), artefacts)
                 finally:
-                    self.gpus.release(ids)
+                    self.gpus.release(ids, weight)
                 with self.lock:
                     self.running -= 1
                     if self.interrupted:

@@ -145,6 +145,13 @@ the running for a recommendation. One session's 30 GPU minutes hold ~150 trainer
 cells, so round-robin reaches n=2 everywhere and the rounds after go to cells still clean. A
 failing cell's k/n is then a lower bound of its evidence, not a rate estimate at n=10."""
 
+CAMPAIGN_GPU_SLOTS = {"launch-bound": 1, "gpu-bound": 3}
+"""Slots of the GPU's 12 one trial takes. Measured on the H200 (torch 2.11, the out-of-memory
+messages of the campaign's calls 5-6): launch-bound trials held 1.6-4.3 GiB, gpu-bound ones
+18.9-21.3 GiB; with one slot each, 12 trials asked for more than the 139.8 GiB and 25/115 trials
+died of it. 3 slots (35 GiB of 139.8/12 each) leave room for the cudagraph pools, which grow with
+every recorded shape: at most 4 gpu-bound trials at once."""
+
 CAMPAIGN_ENV = (("TORCHINDUCTOR_COMPILE_THREADS", "1"),)
 """Up to 12 trials share the host's 16 cores; each spawning a 16-process compile pool would
 oversubscribe it. Kernels come from the shared on-disk caches after the first trials."""
@@ -159,7 +166,8 @@ def gpu_campaign() -> MatrixSpec:
                        argv=("--preset", preset, "--set", "compile.mode=reduce-overhead",
                              "--set", f"train.steps={CAMPAIGN_STEPS[name]}", "--set", "train.eval_prompts=0",
                              "--set", "train.export=false"),
-                       timeout_s=CAMPAIGN_TIMEOUT_S, hang_s=CAMPAIGN_HANG_S, gpus=1, env=CAMPAIGN_ENV)
+                       timeout_s=CAMPAIGN_TIMEOUT_S, hang_s=CAMPAIGN_HANG_S, gpus=1, env=CAMPAIGN_ENV,
+                       gpu_slots=CAMPAIGN_GPU_SLOTS[name])
         for name, preset in (("launch-bound", "gpu-launch-bound"), ("gpu-bound", "gpu-gpu-bound"))
     }
     return MatrixSpec(
@@ -224,7 +232,7 @@ def get(name: str) -> MatrixSpec:
 
 _SPEC_KEYS = {"name", "workloads", "strategies", "groups", "trials", "workers", "per_gpu",
               "max_failures", "max_time_s", "seed", "store"}
-_WORKLOAD_KEYS = {"kind", "argv", "timeout_s", "hang_s", "env", "gpus"}
+_WORKLOAD_KEYS = {"kind", "argv", "timeout_s", "hang_s", "env", "gpus", "gpu_slots"}
 _STRATEGY_KEYS = {"fixes", "sets"}
 _GROUP_KEYS = {"workloads", "strategies", "plans", "trials"}
 
@@ -303,10 +311,12 @@ def _workload(name: str, w: Any) -> Workload:
     env = _mapping(w.get("env", {}), f"workload {name!r} env")
     if not all(isinstance(v, str) for v in env.values()):
         raise MatrixError(f"workload {name!r}: env values must be strings")
-    nums = {k: w[k] for k in ("timeout_s", "hang_s", "gpus") if k in w}
+    nums = {k: w[k] for k in ("timeout_s", "hang_s", "gpus", "gpu_slots") if k in w}
     for k, v in nums.items():
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise MatrixError(f"workload {name!r}: {k} must be a number, got {v!r}")
+        if k in ("gpus", "gpu_slots") and not isinstance(v, int):
+            raise MatrixError(f"workload {name!r}: {k} must be a whole number, got {v!r}")
     return Workload(name=name, kind=w["kind"], argv=tuple(argv), env=tuple(sorted(env.items())), **nums)
 
 

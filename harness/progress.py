@@ -16,6 +16,7 @@ class CellState:
     runs: int = 0
     failures: int = 0
     timeouts: int = 0
+    resources: int = 0
     errors: int = 0
     skipped_by_rule: int = 0
 
@@ -25,6 +26,8 @@ class CellState:
             self.failures += result.outcome.is_failure
         elif result.outcome is Outcome.TIMEOUT:
             self.timeouts += 1
+        elif result.outcome is Outcome.RESOURCE:
+            self.resources += 1
         else:
             self.errors += 1
 
@@ -33,6 +36,7 @@ class CellState:
         pct = 100.0 * self.failures / self.runs if self.runs else 0.0
         extra = "".join([
             f", {self.timeouts} timeouts" if self.timeouts else "",
+            f", {self.resources} out of memory" if self.resources else "",
             f", {self.errors} harness errors" if self.errors else "",
             f", {self.skipped_by_rule} left by stop rules" if self.skipped_by_rule else "",
         ])

@@ -45,6 +45,8 @@ class CellSummary:
     rule_of_three: float | None
     """3/n when k == 0 and n > 0."""
     outcomes: dict[str, int]
+    resources: int = 0
+    """RESOURCE trials (device memory exhausted): shown as +N oom, left out of k/n."""
     signatures: list[tuple[str, int]] = field(default_factory=list)
     """(signature summary, count), most frequent first."""
     ttff_s: float | None = None
@@ -102,6 +104,7 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
         cell=cell, workload=w, strategy=s, plan=p, n=n, k=k,
         timeouts=sum(r.outcome is Outcome.TIMEOUT for r in rs),
         errors=sum(r.outcome is Outcome.HARNESS_ERROR for r in rs),
+        resources=sum(r.outcome is Outcome.RESOURCE for r in rs),
         skipped=sum(bool(r.skipped) for r in rs),
         low=ci.low, high=ci.high, rule_of_three=stats.rule_of_three(n) if k == 0 and n else None,
         outcomes=dict(sorted(collections.Counter(r.outcome.name for r in rs).items())),
@@ -154,7 +157,8 @@ def cell_row(c: CellSummary) -> tuple[str, ...]:
     ci = f"[{_pct(c.low)}, {_pct(c.high)}]"
     if c.rule_of_three is not None:
         ci += f" p<{_pct(c.rule_of_three)}"
-    extra = [f"{c.timeouts} timeout" if c.timeouts else "", f"{c.errors} error" if c.errors else ""]
+    extra = [f"{c.timeouts} timeout" if c.timeouts else "", f"{c.resources} oom" if c.resources else "",
+             f"{c.errors} error" if c.errors else ""]
     kn = f"{c.k}/{c.n}" + "".join(f" +{e}" for e in extra if e)
     outcomes = " ".join(f"{name}:{count}" for name, count in c.outcomes.items())
     if c.skipped:
@@ -307,8 +311,8 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
         f"#### Matrix `{name}`: {len(records)} trials in `{_rel(store_dir, report_dir)}`",
         "",
         f"Regenerate with `python -m harness report --store {_rel(store_dir, report_dir)}`. "
-        "k/n counts CRASH/ABORT/HANG/WRONG_RESULT over trials that ran to an outcome (TIMEOUT and "
-        "harness errors are shown as +N and left out); p<x is the rule-of-three bound at k=0; p vs raw is "
+        "k/n counts CRASH/ABORT/HANG/WRONG_RESULT over trials that ran to an outcome (TIMEOUT, "
+        "device out-of-memory (oom) and harness errors are shown as +N and left out); p<x is the rule-of-three bound at k=0; p vs raw is "
         "the one-sided Fisher exact p that the strategy fails less often than raw; TTFF is "
         "the median serial time to the first failure; vs best is tokens/s over the fastest clean cell "
         "of the same workload.",

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness import gpu, hangs, signature
-from harness.outcome import Outcome, TrialResult
+from harness.outcome import Outcome, TrialResult, mark_resource
 from harness.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
 POLL_S = 0.1
@@ -273,6 +273,7 @@ def _classify(result: TrialResult, ending: _Ending, text: str) -> None:
         _set(result, Outcome.TIMEOUT, None, f"still progressing at {ending.elapsed_s:.1f} s")
     else:
         _classify_exit(result, text)
+        mark_resource(result)
     if ending.survivors:
         result.outcome = Outcome.HARNESS_ERROR
         result.detail = f"processes {list(ending.survivors)} survived SIGKILL; {result.detail}"

@@ -22,7 +22,7 @@ from harness import matrix, pool, progress
 from harness.matrix import MatrixError
 from harness.pool import GpuSlots
 from harness.presets import spec_from_dict
-from harness.outcome import Outcome
+from harness.outcome import Outcome, TrialResult
 from harness.store import Store
 
 PY = sys.executable
@@ -75,6 +75,8 @@ def test_expand_gives_deterministic_ids_and_the_same_plan_seeds_to_every_strateg
     ({"workloads": {"d": {"kind": "dflash", "argv": ["--preset", "tiny-gpu"]}}}, "no dflash preset"),
     ({"trials": 0}, "must be >= 1"),
     ({"trails": 3}, "unknown key"),
+    ({"workloads": {"ok": {"kind": "command", "argv": [PY, "-c", "0"], "gpu_slots": 0}}}, "gpu_slots must be >= 1"),
+    ({"workloads": {"ok": {"kind": "command", "argv": [PY, "-c", "0"], "gpu_slots": 1.5}}}, "whole number"),
 ])
 def test_bad_specs_fail_before_anything_runs(tmp_path, change, message):
     d = _spec(tmp_path, **change)
@@ -156,9 +158,35 @@ def test_gpu_slots_keep_at_most_per_gpu_trials_on_each_gpu():
     assert GpuSlots(0, per_gpu=1).acquire(1, stop) == []   # CPU host: no assignment
 
 
+def test_gpu_slots_weigh_each_trial_by_its_workloads_gpu_slots():
+    # A 20 GiB gpu-bound trial takes 3 of the H200's 12 slots (presets.CAMPAIGN_GPU_SLOTS).
+    slots = GpuSlots(1, per_gpu=4)
+    stop = threading.Event()
+    assert slots.acquire(1, stop, weight=3) == [0]
+    assert slots.acquire(1, stop, weight=1) == [0]      # the last slot still fits a small trial
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(slots.acquire(1, stop, weight=3)), name="test-gpu-waiter")
+    waiter.start()
+    time.sleep(0.3)
+    assert got == []                                     # 4/4 in use: the big trial waits
+    slots.release([0], weight=3)
+    waiter.join(timeout=5)
+    assert got == [[0]]
+    slots.release([0], weight=3)
+    slots.release([0], weight=1)
+    # A weight above per_gpu means the GPU alone, not a wait that can never end.
+    assert slots.acquire(1, stop, weight=9) == [0]
+    stop.set()
+    assert slots.acquire(1, stop, weight=1) is None
+
+
 def test_cell_line_is_in_go_stress_format():
     state = progress.CellState(name="r06:raw@fx-widen", runs=12, failures=3)
     assert state.line(65) == "1m05s: r06:raw@fx-widen: 12 runs so far, 3 failures (25.00%)"
+    # Device memory exhaustion is counted apart and never feeds the max-failures stop rule.
+    state.add(TrialResult(trial_id="t", cell=state.name, trial_index=12, outcome=Outcome.RESOURCE))
+    assert (state.runs, state.failures, state.resources) == (12, 3, 1)
+    assert state.line(65).endswith("3 failures (25.00%), 1 out of memory")
 
 
 def _wait_for_records(path: Path, count: int, timeout_s: float) -> None:

@@ -23,7 +23,8 @@ def _records() -> list[TrialResult]:
     rs += [_r("w:raw@p", 3, Outcome.ABORT, sig="s2", ttf=0.5)]
     rs += [_r("w:raw@p", i, Outcome.OK, tok=100.0) for i in range(4, 10)]
     rs += [_r("w:fix@p", i, Outcome.OK, tok=80.0 + i) for i in range(10)]
-    rs += [_r("w:fix@p", 10, Outcome.TIMEOUT), _r("w:fix@p", 11, Outcome.HARNESS_ERROR)]
+    rs += [_r("w:fix@p", 10, Outcome.TIMEOUT), _r("w:fix@p", 11, Outcome.HARNESS_ERROR),
+           _r("w:fix@p", 12, Outcome.RESOURCE, sig="oom")]
     rs += [_r("w:lock@p", i, Outcome.OK, tok=40.0) for i in range(5)]
     return rs
 
@@ -35,10 +36,11 @@ def test_summary_counts_failures_wilson_and_rule_of_three():
     assert raw.low == pytest.approx(0.1682, abs=1e-3) and raw.high == pytest.approx(0.6873, abs=1e-3)
     assert raw.signatures == [("summary of s1", 3), ("summary of s2", 1)]
     assert raw.rule_of_three is None
-    # TIMEOUT and HARNESS_ERROR are not trials: 0/10, bound 3/10.
-    assert (fix.k, fix.n, fix.timeouts, fix.errors) == (0, 10, 1, 1)
+    # TIMEOUT, RESOURCE and HARNESS_ERROR are not trials: 0/10, bound 3/10.
+    assert (fix.k, fix.n, fix.timeouts, fix.resources, fix.errors) == (0, 10, 1, 1, 1)
     assert fix.rule_of_three == pytest.approx(0.3)
-    assert fix.outcomes == {"HARNESS_ERROR": 1, "OK": 10, "TIMEOUT": 1}
+    assert fix.outcomes == {"HARNESS_ERROR": 1, "OK": 10, "RESOURCE": 1, "TIMEOUT": 1}
+    assert fix.signatures == []  # an out-of-memory is not a race signature
 
 
 def test_tokens_ratio_is_against_the_fastest_clean_cell_of_the_workload():
@@ -59,7 +61,7 @@ def test_cells_are_ordered_raw_first_and_the_table_shows_k_over_n():
     cells = report.summarize(_records())
     assert [c.cell for c in cells] == ["w:raw@p", "w:fix@p", "w:lock@p"]
     table = report.text_table(cells)
-    assert "4/10" in table and "0/10 +1 timeout +1 error" in table and "p<30.0%" in table
+    assert "4/10" in table and "0/10 +1 timeout +1 oom +1 error" in table and "p<30.0%" in table
 
 
 def test_replace_block_keeps_text_outside_the_markers_verbatim():

@@ -94,6 +94,27 @@ def test_abort_signature_names_crashing_frame(tmp_path):
     assert _run(tmp_path, "abort").signature_summary == "Aborted at abort:give_up"
 
 
+@pytest.mark.parametrize("kind, exc_type", [("oom", "torch.OutOfMemoryError"), ("cublas", "RuntimeError")])
+def test_device_memory_exhaustion_is_resource_not_a_race(tmp_path, kind, exc_type):
+    # H200 campaign: 25/115 trials crashed so with 12 trials on the GPU (REPORT.md 2026-11-29).
+    result = _run(tmp_path, "oom", kind)
+    assert result.outcome is Outcome.RESOURCE, result.detail
+    assert not result.outcome.is_failure and not result.outcome.counts_as_trial
+    assert result.exc_type == exc_type and result.signature  # which allocation failed is kept
+    # a plain crash with a different message stays a CRASH
+    assert _run(tmp_path, "crash").outcome is Outcome.CRASH
+
+
+def test_stored_crash_of_exhaustion_loads_as_resource():
+    # Records stored before RESOURCE existed summarize like new ones.
+    base = dict(trial_id="t", cell="c", trial_index=0, outcome="crash", exc_type="torch.AcceleratorError",
+                signature_summary="out of memory (torch.AcceleratorError in ? at torch.nn.modules.module:convert)")
+    assert TrialResult.from_json(base).outcome is Outcome.RESOURCE
+    assert TrialResult.from_json({**base, "outcome": "hang"}).outcome is Outcome.HANG
+    assert TrialResult.from_json({**base, "signature_summary": "AssertionError in dflash-train at "
+                                  "torch._inductor.cudagraph_trees:get_obj"}).outcome is Outcome.CRASH
+
+
 def test_workload_rejecting_input_is_harness_error(tmp_path):
     result = _run(tmp_path, "bad_input")
     assert result.outcome is Outcome.HARNESS_ERROR and result.rc == 2
