@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--file", help="JSON matrix spec (see harness.presets.spec_from_dict)")
     src.add_argument("--list", action="store_true", help="list the presets and their cells")
     m.add_argument("--store", help="store folder (default results/<matrix name>)")
-    m.add_argument("--trials", "--max-trials", type=_positive_int, help="trials per cell (overrides the spec)")
+    m.add_argument("--trials", "--max-trials", type=_positive_int, help="trials per cell (the spec's default; groups with their own count keep it)")
     m.add_argument("--workers", type=_positive_int, help="trials at once (default: the spec's)")
     m.add_argument("--per-gpu", type=_positive_int, help="trials sharing one GPU at once")
     m.add_argument("--gpus", type=int, help="GPUs to use (default: detected)")
@@ -169,8 +169,10 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
                                   ("max_failures", opts.max_failures), ("max_time_s", opts.max_time))
                if v is not None}
     if opts.trials is not None:
+        # The matrix default only: a group with its own count keeps it (gpu-campaign's eager
+        # control stays at 10 while --trials 30 goes to the candidates; an H200 call spent 8 eager
+        # trials past 10 before this).
         changes["trials"] = opts.trials
-        changes["groups"] = tuple(dataclasses.replace(g, trials=None) for g in spec.groups)
     return dataclasses.replace(spec, **changes) if changes else spec
 
 

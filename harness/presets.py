@@ -125,7 +125,14 @@ GPU_FIX_STRATEGIES = (
     # the trainer's two target threads (target-hook-taps).
     "cstash-tls-init+graph-isolation+sequential-startup+cublas-handle-init+single-thread-autograd"
     "+target-hook-taps",
+    # After the first 115 campaign trials: every reduce-overhead cell without a C-stash init died of
+    # F1 (get_obj's TLS assert, one drafter thread, 100%: not a race but a per-thread gap), and with
+    # it of F1c or of one thread's capture meeting another's synchronize. One lock around the
+    # compiled step serializes the captures; cublas-handle-init answers G1, which the lock met.
+    "global-lock+cstash-tls-init+cublas-handle-init",
 )
+
+CAMPAIGN_NO_CUDAGRAPHS_FIXES = ("single-thread-autograd", "global-lock")
 
 
 CAMPAIGN_STEPS = {"launch-bound": 40, "gpu-bound": 30}
@@ -160,6 +167,12 @@ oversubscribe it. Kernels come from the shared on-disk caches after the first tr
 def gpu_campaign() -> MatrixSpec:
     strategies = _strategies(*GPU_FIX_STRATEGIES)
     strategies["no-cudagraphs"] = Strategy(name="no-cudagraphs", sets=("compile.mode=default",))
+    # After the campaign's first 115 H200 trials (REPORT.md 2026-11-29, third entry): without
+    # CUDA graphs the trainer deadlocks in G2 (lazy backward compile on the autograd device thread),
+    # so pair it with the two fixes that keep that thread out of the lock order.
+    for fix in CAMPAIGN_NO_CUDAGRAPHS_FIXES:
+        strategies[f"no-cudagraphs+{fix}"] = Strategy(name=f"no-cudagraphs+{fix}", fixes=(fix,),
+                                                      sets=("compile.mode=default",))
     strategies["eager"] = Strategy(name="eager", sets=("compile.mode=none",))
     workloads = {
         name: Workload(name=name, kind="dflash",

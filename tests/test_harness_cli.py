@@ -66,6 +66,18 @@ def test_matrix_without_a_source_runs_the_default_preset():
     assert matrix_from_options(opts).name == presets.DEFAULT_PRESET == "cpu-quick"
 
 
+def test_trials_option_sets_the_default_and_groups_with_their_own_count_keep_it():
+    from harness.cli import build_parser, matrix_from_options
+
+    opts = build_parser().parse_args(["matrix", "--preset", "gpu-campaign", "--trials", "30",
+                                      "--max-failures", "1", "--per-gpu", "6"])
+    spec = matrix_from_options(opts)
+    counts = {c.name: c.trials for c in spec.cells()}
+    assert counts["launch-bound:no-cudagraphs@dflash-stages"] == 30
+    assert counts["gpu-bound:eager@-"] == counts["launch-bound:eager@dflash-stages"] == 10
+    assert (spec.max_failures, spec.per_gpu) == (1, 6)
+
+
 def test_unreadable_store_is_bad_input_and_left_byte_for_byte(tmp_path, capsys):
     spec = _write_spec(tmp_path)
     store = tmp_path / "store"
