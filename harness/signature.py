@@ -29,6 +29,10 @@ garbage-collecting crashes, the mempool message): no key of the CPU fixtures or 
 `autograd-device` and leave out helper threads (tqdm's monitor, Inductor's subprocess reader).
 3 (same day): `=== ... ===` report banners after a one-line message are no longer part of it (one
 IndexError had split into 3 keys by which threads the trainer reported alive afterwards).
+4 (H200 campaign, same day): a native crash while garbage-collecting is keyed without its Python
+frame. The frame is only the allocation that triggered the collection: 7 such segfaults of the
+campaign split into 6 keys by it (pytree's helper, a Dynamo variable's __init__, linecache, ...,
+tests/fixtures/tracebacks/gpu_segv_during_gc).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from typing import Iterable
 
 from harness.hangs import Frame, ThreadStack, parse_faulthandler
 
-SIGNATURE_VERSION = 3
+SIGNATURE_VERSION = 4
 MAX_FRAMES = 3
 MESSAGE_CAP = 120
 
@@ -126,7 +130,8 @@ class Signature:
             text = f"{self.exc_type} in {self.role or '?'} at {where}"
             return f"{text}: {self.message}" if self.message else f"{text} (empty message)"
         if self.kind == "fatal":
-            return f"{self.exc_type} at {where}" + (f": {self.message}" if self.message else "")
+            at = f" at {where}" if self.frames or "during garbage collection" not in self.message else ""
+            return f"{self.exc_type}{at}" + (f": {self.message}" if self.message else "")
         return f"{self.exc_type}: {self.message}" if self.message else self.exc_type
 
     def __str__(self) -> str:
@@ -431,8 +436,10 @@ def _native_signature(text: str) -> Signature | None:
     frames = top_frames(current[0].frames, limit=1) if current else ()
     if _IN_GC.search(text, start):
         # Crashed while collecting (a finaliser, e.g. of CUDA graph state): the Python frame is
-        # only where the collection started; a crash in that frame's own code is another bug.
+        # only the allocation that started the collection, anywhere in the program, so it stays
+        # out of the key (v4); a crash in a frame's own code has no GC marker and keeps its frame.
         message = "; ".join(filter(None, (message, "during garbage collection")))
+        frames = ()
     exc_type = kind if not thrown else thrown.group(1)
     return Signature(kind="fatal", exc_type=exc_type, message=message, frames=frames,
                      keyed=(exc_type, message, *frames))
