@@ -8,6 +8,7 @@
                              -- CMD ...
     python -m harness replay TRIAL_ID [--store DIR] [-n N] [--json]
     python -m harness report [--store DIR ...] [--out REPORT.md]
+    python -m harness resign [--store DIR ...]
     python -m harness run SPEC.json [--artefacts DIR]
     python -m harness lift ...            (harness.lift)
 
@@ -88,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
     rep.add_argument("--out", default="REPORT.md")
 
+    rs = sub.add_parser("resign", help="regroup stored failures of an older signature version from their artefacts")
+    rs.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
+
     run = sub.add_parser("run", help="run one trial from a TrialSpec JSON file")
     run.add_argument("spec")
     run.add_argument("--artefacts", help="artefacts folder (default: runs/trials/<trial id>)")
@@ -160,6 +164,8 @@ def _dispatch(opts: argparse.Namespace) -> int:
         return cmd_report(opts)
     if opts.command == "run":
         return cmd_run(opts)
+    if opts.command == "resign":
+        return cmd_resign(opts)
     raise UsageError(f"unknown command {opts.command!r}")
 
 
@@ -224,6 +230,21 @@ def cmd_report(opts: argparse.Namespace) -> int:
         raise UsageError("no stores given and none found under results/")
     names = report.rebuild(stores, Path(opts.out))
     print(f"wrote {opts.out}: {len(names)} block(s): {', '.join(names) or '-'}")
+    return 0
+
+
+def cmd_resign(opts: argparse.Namespace) -> int:
+    from harness import report
+    from harness.resign import resign_store
+
+    stores = [Path(s) for s in opts.store] if opts.store else report.default_stores(Path("results"))
+    if not stores:
+        raise UsageError("no stores given and none found under results/")
+    for store in stores:
+        if not (store / "trials.jsonl").is_file():
+            raise UsageError(f"no result store at {store} (no trials.jsonl)")
+    for store in stores:
+        print(resign_store(store).line())
     return 0
 
 

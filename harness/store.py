@@ -76,6 +76,22 @@ class Store:
         complete = lines[:-1]          # the last element is b"" or a torn line without "\n"
         return [_parse_line(self.trials_path, n, line) for n, line in enumerate(complete, 1)]
 
+    def rewrite(self, records: list[TrialResult]) -> None:
+        """Replace every record (harness.resign): a temp file beside trials.jsonl, fsynced, renamed
+        over it, so a reader or an interruption sees the old store or the new one, never a mix."""
+        data = "".join(json.dumps(r.to_json(), sort_keys=True, ensure_ascii=True) + "\n" for r in records)
+        tmp = self.trials_path.with_name(f"{TRIALS_NAME}.tmp-{os.getpid()}")
+        with self._lock:
+            try:
+                with open(tmp, "w", encoding="ascii") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.trials_path)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise StoreError(f"{self.trials_path}: cannot rewrite: {exc.strerror}") from None
+
     def done_ids(self) -> set[str]:
         return {r.trial_id for r in self.load()}
 
