@@ -55,7 +55,7 @@ class Workload:
     gpu_slots: int = 1
     """Of each of its GPUs' `per_gpu` slots, how many one trial takes: a trial of 20 GiB on a GPU
     shared 12 ways takes 3, so that the GPU's memory, not only its trial count, bounds the packing
-    (the H200 campaign lost 25/115 trials to out-of-memory with one slot each; REPORT.md)."""
+    (the H200 campaign lost 23/115 trials to out-of-memory with one slot each; REPORT.md)."""
 
     def __post_init__(self) -> None:
         if self.kind not in WORKLOAD_KINDS:

@@ -10,7 +10,7 @@ small, not that a race happened (counting it would inflate failure rates on a lo
 HARNESS_ERROR (bad spec, workload rejected its input, harness bug) is not a trial at all and is
 left out of rates. RESOURCE is a crash of device-memory exhaustion (an out-of-memory error, a cuBLAS
 workspace that could not be allocated): on the H200 campaign (REPORT.md 2026-11-29, third entry)
-12 trials sharing the GPU took 20 GiB each and 25 of 115 trials died so; that measured the
+12 trials sharing the GPU (gpu-bound ones 19-21 GiB each): 23 of 115 trials died so; that measured the
 harness's packing, not a race, so it is counted apart and left out of rates like TIMEOUT.
 """
 

@@ -155,7 +155,7 @@ failing cell's k/n is then a lower bound of its evidence, not a rate estimate at
 CAMPAIGN_GPU_SLOTS = {"launch-bound": 1, "gpu-bound": 3}
 """Slots of the GPU's 12 one trial takes. Measured on the H200 (torch 2.11, the out-of-memory
 messages of the campaign's calls 5-6): launch-bound trials held 1.6-4.3 GiB, gpu-bound ones
-18.9-21.3 GiB; with one slot each, 12 trials asked for more than the 139.8 GiB and 25/115 trials
+18.9-21.3 GiB; with one slot each, 12 trials asked for more than the 139.8 GiB and 23/115 trials
 died of it. 3 slots (35 GiB of 139.8/12 each) leave room for the cudagraph pools, which grow with
 every recorded shape: at most 4 gpu-bound trials at once."""
 

@@ -272,7 +272,8 @@ def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> lis
     err = [[max(0.0, r - c.low) for r, c in zip(rates, cells)], [max(0.0, c.high - r) for r, c in zip(rates, cells)]]
     paths.append(_bar_plot(plt, plots_dir / f"{name}-failure-rate.png", labels, [100 * r for r in rates],
                            [[100 * e for e in side] for side in err], "failures (%), Wilson 95%",
-                           f"{name}: failure rate per cell", [f"{c.k}/{c.n}" for c in cells]))
+                           f"{name}: failure rate per cell",
+                           [f"{c.k}/{c.n}" + (f" +{c.resources} oom" if c.resources else "") for c in cells]))
     tok = [(c.cell, c.tokens_per_s) for c in cells if c.tokens_per_s is not None]
     if tok:
         paths.append(_bar_plot(plt, plots_dir / f"{name}-tokens-per-s.png", [t[0] for t in tok],
@@ -281,16 +282,23 @@ def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> lis
     return paths
 
 
-def _bar_plot(plt, path: Path, labels, values, err, ylabel: str, title: str, bar_text: list[str]) -> Path:
+def _bar_plot(plt, path: Path, labels, values, err, xlabel: str, title: str, bar_text: list[str]) -> Path:
+    """One horizontal bar per cell, the cell name in full on the left: the campaign's names run to
+    140 characters, which vertical bars cut to their last few (an unreadable first campaign plot)."""
     import io
 
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(labels) + 2), 4.5))
+    longest = max((len(s) for s in labels), default=10)
+    fig, ax = plt.subplots(figsize=(5.5 + 0.058 * longest, max(2.5, 0.24 * len(labels) + 1.2)))
     try:
-        bars = ax.bar(range(len(labels)), values, yerr=err, capsize=3, color="#4c72b0")
-        ax.bar_label(bars, labels=bar_text, fontsize=7, padding=2)
-        ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel(ylabel)
+        rows = range(len(labels))
+        bars = ax.barh(rows, values, xerr=err, capsize=2, color="#4c72b0")
+        ax.bar_label(bars, labels=bar_text, fontsize=7, padding=3)
+        ax.set_yticks(rows)
+        ax.set_yticklabels(labels, fontsize=7)
+        ax.set_ylim(len(labels) - 0.5, -0.5)       # first cell on top, as in the table
+        tops = [v + (err[1][i] if err else 0.0) for i, v in enumerate(values)]
+        ax.set_xlim(0, max(tops + [1.0]) * 1.18)      # room for the k/n text past the error bar
+        ax.set_xlabel(xlabel)
         ax.set_title(title)
         fig.tight_layout()
         buf = io.BytesIO()
