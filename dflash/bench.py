@@ -57,6 +57,8 @@ def _drafter_gpu(cfg: RunConfig) -> int | None:
 
 
 def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
+    """`rounds` runs alternating fault points absent / idle (after a discarded warm-up when
+    rounds > 1); rounds = 1 measures the absent condition only (throughput and GPU busy)."""
     faults.clear()
     off_ns = faults.measure_off_cost(MICRO_CALLS)
     with tempfile.TemporaryDirectory(prefix="dflash-bench-") as tmp:
@@ -64,25 +66,29 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
             cfg.train, out_dir=tmp, export=False, eval_prompts=0, progress=False,
             checkpoint_every=0, resume=False))
         results: dict[bool, list[dict]] = {False: [], True: []}
-        # One discarded round first: on a cold process the first rounds run measurably slower
-        # (allocator, caches, lazy imports), which would bias whichever condition goes first.
-        warm = _one_run(cfg, False)
-        print(f"warm-up round (discarded): {warm['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
+        if rounds > 1:
+            # One discarded round first: on a cold process the first rounds run measurably slower
+            # (allocator, caches, lazy imports), which would bias whichever condition goes first.
+            # With one round nothing is compared, and each round recompiles (a minute on the
+            # H200, where a 5-round bench overran its 200 s), so `--rounds 1` skips it.
+            warm = _one_run(cfg, False)
+            print(f"warm-up round (discarded): {warm['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
         for i in range(rounds):
             idle = i % 2 == 1
             final = _one_run(cfg, idle)
             results[idle].append(final)
             print(f"round {i}: fault points {'idle' if idle else 'absent'}: "
                   f"{final['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
-    best = {k: max(v, key=lambda f: f["tokens_per_s"]) for k, v in results.items()}
-    absent, idle = best[False]["tokens_per_s"], best[True]["tokens_per_s"]
+    best = {k: max(v, key=lambda f: f["tokens_per_s"]) for k, v in results.items() if v}
+    absent = best[False]["tokens_per_s"]
+    idle = best[True]["tokens_per_s"] if True in best else None
     record = {
         "event": "bench",
         "preset": cfg.preset,
         "steps": cfg.train.steps,
         "tokens_per_s": absent,
         "tokens_per_s_faults_idle": idle,
-        "faults_idle_over_absent": round(idle / absent, 4) if absent else None,
+        "faults_idle_over_absent": round(idle / absent, 4) if absent and idle is not None else None,
         "tokens_per_s_steady": best[False]["tokens_per_s_steady"],
         "busy": best[False]["busy"],
         "gpu_busy": best[False]["gpu_busy"],
@@ -90,7 +96,8 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
         "device_plan": best[False]["device_plan"],
         "torch": best[False]["torch"],
     }
-    print(f"tokens/s {absent:.1f} (fault points idle: {idle:.1f}, ratio "
+    idle_text = "not measured" if idle is None else f"{idle:.1f}"
+    print(f"tokens/s {absent:.1f} (fault points idle: {idle_text}, ratio "
           f"{record['faults_idle_over_absent']}); busy {record['busy']}; gpu busy {record['gpu_busy']}; "
           f"fault_point off: {off_ns:.1f} ns/call", file=sys.stderr)
     print(json.dumps(record), flush=True)

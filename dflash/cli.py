@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="config override section.field=value (repeatable)")
         if name == "train":
             sp.add_argument("--out", default=None, help="output folder (train.out_dir)")
+        else:
+            sp.add_argument("--rounds", type=int, default=None,
+                            help="measured runs, alternating fault points absent/idle (default 4; "
+                                 "1 = absent only, no warm-up round)")
     # `prepare` is dispatched before parsing (dflash.prepare owns its flags); listed for --help.
     sub.add_parser("prepare", help="tokenize JSON lines: prepare IN.jsonl --tokenizer DIR --out F")
     exp = sub.add_parser("export", help="export a checkpoint in the z-lab HF layout")
@@ -86,7 +90,12 @@ def report_outcome(outcome) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from dflash.bench import bench
 
-    return bench(config_from_args(args))
+    from dflash.bench import ROUNDS
+
+    rounds = ROUNDS if args.rounds is None else args.rounds
+    if rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {rounds}")
+    return bench(config_from_args(args), rounds=rounds)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -56,3 +56,15 @@ def test_bench_reports_throughput_and_fault_point_cost():
     assert 0.2 < record["faults_idle_over_absent"] < 5
     assert 0 < record["fault_point_off_ns"] < 10_000
     assert "tokens/s" in proc.stderr
+
+
+def test_bench_with_one_round_measures_the_absent_condition_only():
+    # The H200 call's `bench:PRESET:FIXES` phase: one compile and run, no warm-up round.
+    proc = run_dflash(["bench", "--steps", "4", "--rounds", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = [r for r in json_lines(proc.stdout) if r["event"] == "bench"]
+    assert record["tokens_per_s"] > 0
+    assert record["tokens_per_s_faults_idle"] is None and record["faults_idle_over_absent"] is None
+    assert "warm-up round" not in proc.stderr and "round 1:" not in proc.stderr
+    bad = run_dflash(["bench", "--rounds", "0"])
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "error: --rounds must be >= 1, got 0"

@@ -28,6 +28,10 @@ export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
   && export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site
 [ -f .cache/corpora.tgz ] && tar xzf .cache/corpora.tgz && rm .cache/corpora.tgz
+# The launch-bound and gpu-bound corpora the H200 generated in call 5 (3 MB, 270 KB packed): a
+# call that finds no carried ones starts from them instead of ~200 s of generation. A config
+# change changes the corpus digest, and the trainer then generates a fresh one as before.
+[ -d .cache/dflash ] || { [ -f results/h200-campaign/corpora.tgz ] && tar xzf results/h200-campaign/corpora.tgz; }
 X=/tmp/x; mkdir -p $X .cache   # per-run logs, tarred into $OUT/call.tgz (at most 8 files come back)
 exec > >(tee -a "$OUT/log.txt") 2>&1
 echo "== $(date -u +%FT%TZ) budget $budget phases $*"
@@ -90,7 +94,7 @@ for phase in "$@"; do
            echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
     bench:*) # bench:PRESET:FIXES[:MODE]: one campaign cell alone on the GPU (its GPU busy fraction)
            IFS=: read -r _ bp bf bm <<< "$phase"; s=$(date +%s)
-           timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-$bp --steps 60 --set fixes=$bf \
+           timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-$bp --steps 60 --rounds 1 --set fixes=$bf \
              --set compile.mode=${bm:-reduce-overhead} > "$X/bench-$bp.out" 2> "$X/bench-$bp.err"
            echo "bench $bp $bf rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench-$bp.out"; grep -v "^train:" "$X/bench-$bp.err" | tail -n 8 ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
