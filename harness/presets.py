@@ -23,6 +23,9 @@
   CAMPAIGN_MAX_FAILURES failures: it cannot be recommended, and its trials go to cells that can.
 - `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, r20, raw and under the fixes their
   docstrings name, each without and with the compile-chaos plan, 10 trials, 6 at a time per GPU.
+- `gpu-topology` / `gpu-topology-4` (issue 6): the gpu-campaign matrix with the seed trainer's
+  thread and device plan, 5 target threads + 3 drafter threads with one GPU per drafter
+  (`topology_sets`), each trial on 8 (or 4) GPUs; `devices.remap` runs it on fewer.
 """
 
 from __future__ import annotations
@@ -164,7 +167,7 @@ CAMPAIGN_ENV = (("TORCHINDUCTOR_COMPILE_THREADS", "1"),)
 oversubscribe it. Kernels come from the shared on-disk caches after the first trials."""
 
 
-def gpu_campaign() -> MatrixSpec:
+def _campaign_strategies() -> dict[str, Strategy]:
     strategies = _strategies(*GPU_FIX_STRATEGIES)
     strategies["no-cudagraphs"] = Strategy(name="no-cudagraphs", sets=("compile.mode=default",))
     # After the campaign's first 115 H200 trials (REPORT.md 2026-11-29, third entry): without
@@ -174,17 +177,24 @@ def gpu_campaign() -> MatrixSpec:
         strategies[f"no-cudagraphs+{fix}"] = Strategy(name=f"no-cudagraphs+{fix}", fixes=(fix,),
                                                       sets=("compile.mode=default",))
     strategies["eager"] = Strategy(name="eager", sets=("compile.mode=none",))
+    return strategies
+
+
+def _campaign(name: str, *, gpus: int = 1, topology: tuple[str, ...] = ()) -> MatrixSpec:
+    """The campaign matrix on both GPU presets; `topology` are `--set` overrides of the thread and
+    device plan, each trial taking `gpus` GPUs."""
+    strategies = _campaign_strategies()
     workloads = {
-        name: Workload(name=name, kind="dflash",
-                       argv=("--preset", preset, "--set", "compile.mode=reduce-overhead",
-                             "--set", f"train.steps={CAMPAIGN_STEPS[name]}", "--set", "train.eval_prompts=0",
-                             "--set", "train.export=false"),
-                       timeout_s=CAMPAIGN_TIMEOUT_S, hang_s=CAMPAIGN_HANG_S, gpus=1, env=CAMPAIGN_ENV,
-                       gpu_slots=CAMPAIGN_GPU_SLOTS[name])
-        for name, preset in (("launch-bound", "gpu-launch-bound"), ("gpu-bound", "gpu-gpu-bound"))
+        wname: Workload(name=wname, kind="dflash",
+                        argv=("--preset", preset, "--set", "compile.mode=reduce-overhead",
+                              "--set", f"train.steps={CAMPAIGN_STEPS[wname]}", "--set", "train.eval_prompts=0",
+                              "--set", "train.export=false", *(a for kv in topology for a in ("--set", kv))),
+                        timeout_s=CAMPAIGN_TIMEOUT_S, hang_s=CAMPAIGN_HANG_S, gpus=gpus, env=CAMPAIGN_ENV,
+                        gpu_slots=CAMPAIGN_GPU_SLOTS[wname])
+        for wname, preset in (("launch-bound", "gpu-launch-bound"), ("gpu-bound", "gpu-gpu-bound"))
     }
     return MatrixSpec(
-        name="gpu-campaign", workloads=workloads, strategies=strategies,
+        name=name, workloads=workloads, strategies=strategies,
         groups=(Group(workloads=tuple(workloads), strategies=tuple(s for s in strategies if s != "eager"),
                       plans=(NO_PLAN, _plan("dflash-stages"))),
                 # Eager is the throughput control, not a candidate: 10 trials whatever --trials says,
@@ -193,6 +203,33 @@ def gpu_campaign() -> MatrixSpec:
                       plans=(NO_PLAN, _plan("dflash-stages")), trials=10)),
         trials=10, per_gpu=12, max_failures=CAMPAIGN_MAX_FAILURES,
     )
+
+
+def gpu_campaign() -> MatrixSpec:
+    return _campaign("gpu-campaign")
+
+
+def topology_sets(num_gpus: int) -> tuple[str, ...]:
+    """The seed trainer's topology scaled to `num_gpus` (>= 4): 5 target threads on the first
+    num_gpus - 3 GPUs, 3 drafter threads on one GPU each (the last three), so that no drafter
+    shares its GPU with a target or another drafter (issue 6). `devices.remap` lets the same
+    trial run on fewer GPUs (everything doubles up), which is how CPU tests and one H200 check it."""
+    if num_gpus < 4:
+        raise MatrixError(f"the seed topology needs >= 4 GPUs (3 drafters + targets), got {num_gpus}")
+    targets = ",".join(f"cuda:{i}" for i in range(num_gpus - 3))
+    drafters = ",".join(f"cuda:{i}" for i in range(num_gpus - 3, num_gpus))
+    return ("pipeline.num_target_threads=5", "pipeline.num_drafter_threads=3",
+            f"devices.target_devices={targets}", f"devices.drafter_devices={drafters}", "devices.remap=true")
+
+
+def gpu_topology() -> MatrixSpec:
+    """Issue 6: the campaign on 8 GPUs, 5 target GPUs + 3 drafter GPUs, every trial on all 8."""
+    return _campaign("gpu-topology", gpus=8, topology=topology_sets(8))
+
+
+def gpu_topology_4() -> MatrixSpec:
+    """Issue 6 scaled to 4 GPUs: 5 target threads on cuda:0, one drafter on each of cuda:1-3."""
+    return _campaign("gpu-topology-4", gpus=4, topology=topology_sets(4))
 
 
 GPU_REPRO_FIXES = {
@@ -231,6 +268,8 @@ PRESETS: dict[str, Callable[[], MatrixSpec]] = {
     "cpu-trainer": cpu_trainer,
     "gpu-campaign": gpu_campaign,
     "gpu-repros": gpu_repros,
+    "gpu-topology": gpu_topology,
+    "gpu-topology-4": gpu_topology_4,
 }
 
 

@@ -276,7 +276,8 @@ def test_gpu_trials_get_cuda_visible_devices_and_share_gpus_up_to_per_gpu(tmp_pa
     assert json.loads((Path(done.records[0].artefacts) / "spec.json").read_text())["env"]["CUDA_VISIBLE_DEVICES"] in ("0", "1")
 
 
-@pytest.mark.parametrize("name", ["cpu-quick", "cpu-trainer", "gpu-campaign", "gpu-repros"])
+@pytest.mark.parametrize("name", ["cpu-quick", "cpu-trainer", "gpu-campaign", "gpu-repros", "gpu-topology",
+                                  "gpu-topology-4"])
 def test_every_preset_expands_against_the_real_fixes_scripts_and_profiles(name):
     from harness import presets
 

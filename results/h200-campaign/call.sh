@@ -12,6 +12,7 @@
 #   default   issue 2: `python -m dflash train --preset gpu-default` alone on the GPU
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
 #   campaign  the gpu-campaign matrix until 25 s before SECONDS are spent (store resumed)
+#   topology, topology-4  the same for gpu-topology (8 GPUs) / gpu-topology-4 (4 GPUs), issue 6
 #   diag:S    the diagnostic matrix results/h200-campaign/diag.json (store results/gpu-diag)
 #   verify:S  results/h200-campaign/verify.json (store results/gpu-verify): do the inductor
 #             workaround, cublas-handle-init and single-thread-autograd hold (before a campaign)
@@ -98,6 +99,7 @@ for phase in "$@"; do
              --set compile.mode=${bm:-reduce-overhead} > "$X/bench-$bp.out" 2> "$X/bench-$bp.err"
            echo "bench $bp $bf rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench-$bp.out"; grep -v "^train:" "$X/bench-$bp.err" | tail -n 8 ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
+    topology|topology-4) matrix gpu-$phase $(( $(left) - 130 )) ;;   # issue 6, on nvidia-h200-x8 / -x4
     diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
     verify:*) matrix results/h200-campaign/verify.json ${phase#verify:} ;;
     *) echo "unknown phase $phase" ;;
@@ -105,6 +107,6 @@ for phase in "$@"; do
 done
 echo "== phases done at $(( $(date +%s) - t0 ))s"
 tar czf "$OUT/call.tgz" -C /tmp x
-tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros results/gpu-diag results/gpu-verify 2>/dev/null)
+tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros results/gpu-diag results/gpu-verify results/gpu-topology results/gpu-topology-4 2>/dev/null)
 tar czf "$OUT/corpora.tgz" .cache/dflash 2>/dev/null
 ls -la "$OUT"; echo "== done after $(( $(date +%s) - t0 ))s"

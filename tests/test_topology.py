@@ -1,0 +1,49 @@
+"""Issue 6's topology presets, checked where no 8-GPU host is: every trial's argv gives the
+trainer a device plan with one GPU per drafter on 8 (or 4) GPUs, and the same argv runs on one
+GPU through devices.remap."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dflash.cli import build_parser, config_from_args
+from dflash.devices import resolve
+from harness import matrix, presets
+from harness.matrix import MatrixError
+
+
+def _plan(trial: matrix.TrialSpec, cuda_count: int):
+    cfg = config_from_args(build_parser().parse_args(["train", *trial.workload.argv]))
+    return cfg, resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
+                        num_drafter_threads=cfg.pipeline.num_drafter_threads, cuda_count=cuda_count)
+
+
+@pytest.mark.parametrize("name, gpus", [("gpu-topology", 8), ("gpu-topology-4", 4)])
+def test_each_drafter_owns_a_gpu_in_every_trial(name, gpus):
+    spec = presets.get(name)
+    assert {w.gpus for w in spec.workloads.values()} == {gpus}
+    trials = matrix.expand(spec)
+    assert len(trials) == 680
+    for trial in trials[:: len(trials) // 20]:   # both workloads, many strategies
+        cfg, plan = _plan(trial, gpus)
+        assert (cfg.pipeline.num_target_threads, cfg.pipeline.num_drafter_threads) == (5, 3)
+        drafters = plan.drafter
+        assert len(set(drafters)) == 3 and not set(drafters) & set(plan.target)
+        assert set(plan.target) == {torch.device("cuda", i) for i in range(gpus - 3)}
+        # One H200 (or any smaller host): the same argv maps every thread onto the GPUs there are.
+        _, one = _plan(trial, 1)
+        assert set(one.target) | set(one.drafter) == {torch.device("cuda", 0)}
+
+
+def test_topology_needs_three_drafter_gpus_and_a_target_gpu():
+    assert presets.topology_sets(5)[2:4] == ("devices.target_devices=cuda:0,cuda:1",
+                                             "devices.drafter_devices=cuda:2,cuda:3,cuda:4")
+    with pytest.raises(MatrixError, match="needs >= 4 GPUs"):
+        presets.topology_sets(3)
+
+
+def test_topology_cells_match_the_campaign_cells():
+    # Same strategies, presets and plans as the one-GPU campaign, so the two compare cell by cell.
+    names = lambda s: sorted(c.name for c in s.cells())  # noqa: E731
+    assert names(presets.get("gpu-topology")) == names(presets.get("gpu-campaign"))
