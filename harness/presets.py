@@ -149,11 +149,13 @@ CAMPAIGN_HANG_S = 180.0
 queue): a cold reduce-overhead compile of 12 trials at once must not read as a hang. H200 gpu-diag
 trials took 120-146 s to reach their compile crash with 9 at once."""
 
-CAMPAIGN_MAX_FAILURES = 2
-"""Two failures put a cell's 95% Wilson lower bound at 34% for n=2 (6% for n=10): the cell is out of
-the running for a recommendation. One session's 30 GPU minutes hold ~150 trainer trials for 56
-cells, so round-robin reaches n=2 everywhere and the rounds after go to cells still clean. A
-failing cell's k/n is then a lower bound of its evidence, not a rate estimate at n=10."""
+CAMPAIGN_MAX_FAILURES = 1
+"""One failure takes a cell out of the running: a configuration that crashed, hung or corrupted
+once is not the safe one the campaign looks for, and its 1/1 (95% Wilson lower bound 21%) says
+so. One session's 30 GPU minutes hold ~150 trainer trials; the first 115 (REPORT.md 2026-11-29,
+third entry; calls 5-6 ran with --max-failures 1) put every reduce-overhead cell out at n = 1-2,
+so the later rounds go to cells still clean. A failing cell's k/n is the evidence that ruled it
+out, not a rate estimate at n = 10."""
 
 CAMPAIGN_GPU_SLOTS = {"launch-bound": 1, "gpu-bound": 3}
 """Slots of the GPU's 12 one trial takes. Measured on the H200 (torch 2.11, the out-of-memory
