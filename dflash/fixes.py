@@ -246,6 +246,51 @@ class CublasHandleInit(Fix):
         return True
 
 
+CUDAGRAPH_LOCK = threading.RLock()
+_cudagraph_lock_installed = threading.Lock()
+
+
+class CudagraphLock(Fix):
+    """One process-wide RLock around `CUDAGraphTreeManager.run`: record, warm-up and replay of
+    every cudagraph tree, the device thread's backward included, one at a time.
+
+    The narrow form of PR #184357's `graph_capture_lock` ("serializing graph capture and
+    private-pool warmup paths"), which torch 2.11 lacks. On the H200 campaign (REPORT.md
+    2026-11-29, third entry) the C-stash init got the trainer past F1, then concurrent recordings
+    collided: `beginAllocateToPool: already recording to mempool_id` (F1c) and one thread's
+    `synchronize` inside another's capture (`operation not permitted when stream is capturing`,
+    F1d's message). Unlike global-lock it leaves Dynamo, the eager parts of a step and the
+    optimizer concurrent; a replay holds it only while launching. Does not answer F1 itself (pair
+    with cstash-tls-init) nor outputs overwritten by another thread's later replay (F1c: pair with
+    graph-isolation). Installed once per process by the first thread that starts. Candidate fix;
+    not yet run on a GPU.
+    """
+
+    name = "cudagraph-lock"
+    targets = ("F1c", "F1d")
+    upstream = ("#184357", "#184432")
+
+    def thread_start(self, role: str) -> bool:
+        cgt = _cudagraph_trees()
+        with _cudagraph_lock_installed:
+            run = cgt.CUDAGraphTreeManager.run
+            if getattr(run, "_dflash_cudagraph_lock", False):
+                return False
+            cgt.CUDAGraphTreeManager.run = _locked(run)
+            return True
+
+
+def _locked(run: Callable) -> Callable:
+    def locked_run(self, *args: Any, **kwargs: Any) -> Any:
+        with CUDAGRAPH_LOCK:
+            return run(self, *args, **kwargs)
+
+    locked_run._dflash_cudagraph_lock = True  # type: ignore[attr-defined]
+    locked_run.__wrapped__ = run  # type: ignore[attr-defined]
+    locked_run.__doc__, locked_run.__name__, locked_run.__qualname__ = run.__doc__, run.__name__, run.__qualname__
+    return locked_run
+
+
 class NestedFxFallback(Fix):
     """Set torch._dynamo.config.error_on_nested_fx_trace = False inside each worker thread.
 
@@ -318,6 +363,7 @@ FIXES: dict[str, Fix] = {
         GraphIsolation(),
         CublasHandleInit(),
         TargetHookTaps(),
+        CudagraphLock(),
     )
 }
 

@@ -133,6 +133,10 @@ GPU_FIX_STRATEGIES = (
     # it of F1c or of one thread's capture meeting another's synchronize. One lock around the
     # compiled step serializes the captures; cublas-handle-init answers G1, which the lock met.
     "global-lock+cstash-tls-init+cublas-handle-init",
+    # The narrow lock (cudagraph-lock: record, warm-up and replay of cudagraph trees only) in
+    # place of the global one, without and with per-thread graphs against F1c's shared outputs.
+    "cstash-tls-init+cudagraph-lock+cublas-handle-init",
+    "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init",
 )
 
 CAMPAIGN_NO_CUDAGRAPHS_FIXES = ("single-thread-autograd", "global-lock")
@@ -237,11 +241,12 @@ def gpu_topology_4() -> MatrixSpec:
 GPU_REPRO_FIXES = {
     # Script -> the fixes its docstring names (r10's fix is an argument, not a registry fix; r12's
     # global-lock is a known negative: the graph is still shared).
-    "r01_cgt_tls_fresh_thread": ("local-tls-init", "cstash-tls-init"),
+    "r01_cgt_tls_fresh_thread": ("local-tls-init", "cstash-tls-init", "cstash-tls-init+cudagraph-lock"),
     "r02_cgt_tls_backward": ("cstash-tls-init", "single-thread-autograd"),
     "r03_cgt_reset_worker": ("cstash-tls-init",),
-    "r04_shared_graph_two_threads": ("graph-isolation", "global-lock"),
-    "r05_concurrent_record_rng": ("global-lock",),
+    "r04_shared_graph_two_threads": ("graph-isolation", "global-lock", "cudagraph-lock",
+                                     "graph-isolation+cudagraph-lock"),
+    "r05_concurrent_record_rng": ("global-lock", "cudagraph-lock"),
     "r10_checkpoint_cudagraphs": (),
     "r12_legacy_cudagraphs_ptr": ("graph-isolation", "global-lock"),
     # G2, from a trainer hang on the H200 (REPORT.md 2026-11-29); the script is not yet measured.

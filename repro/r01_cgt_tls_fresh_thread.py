@@ -13,7 +13,8 @@ Trigger: the main thread imports torch._inductor.cudagraph_trees (as any earlier
 Affected versions: 2.9.x, 2.10, 2.11 (probe), 2.13.0.dev nightly; fixed by PR #184357 (lazy TLS).
 Fix: local-tls-init or cstash-tls-init remove the assert; the threads then share one graph and
   hit F1c capture errors (H200, 2.11: cstash-tls-init 1/4 runs clean, one SIGSEGV); cstash-tls-init
-  plus global-lock: 2/2 clean (repro/README.md).
+  plus global-lock: 2/2 clean (repro/README.md). Candidate, not yet run: cstash-tls-init plus
+  cudagraph-lock (the narrow lock: cudagraph trees' record/replay only).
 Upstream: #123177, PR #184357, PR #138282 (closed), PR #184432.
 """
 

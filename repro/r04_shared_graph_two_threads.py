@@ -14,7 +14,8 @@ Trigger: --threads threads, each seeded (Python local + C stash, so F1 is out of
 Affected versions: 2.11 (probe); PR #184357 keeps cudagraphified callables per host thread.
 Fix: expected graph-isolation (separate Dynamo graphs) or global-lock, but on the H200 (2.11)
   neither held, alone or together (see repro/README.md): avoid cudagraphs in threads that share
-  a device, or one thread per device.
+  a device, or one thread per device. Candidates, not yet run: cudagraph-lock alone and with
+  graph-isolation (the narrow lock: cudagraph trees' record/replay only).
 Upstream: #123177, PR #184357, PR #184432; NVIDIA "Graph object thread safety".
 """
 

@@ -13,6 +13,7 @@ Trigger: --threads threads, each seeded (local + C stash), each compiling its OW
 Affected versions: 2.11 (probe); per-capture RNG state is in open PRs #176752 / #176754.
 Fix: global-lock (every step under one lock: 0 errors in the probe). A lock around the first
   steps only (sequential warm-up) is NOT enough (1/60 failure at step 10 in the probe).
+  Candidate, not yet run: cudagraph-lock (only the cudagraph trees' record/replay under a lock).
 Upstream: #172390, PR #176752, PR #176754, #137844, PR #152472, PR #181830.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -37,7 +38,7 @@ def test_registry_names_and_docstrings():
     assert set(FIXES) == {
         "global-lock", "sequential-startup", "thread-local-warmup", "local-tls-init", "cstash-tls-init",
         "persistent-buffers", "single-thread-autograd", "nested-fx-fallback", "graph-isolation",
-        "cublas-handle-init", "target-hook-taps",
+        "cublas-handle-init", "target-hook-taps", "cudagraph-lock",
     }
     for fix in FIXES.values():
         doc = type(fix).__doc__ or ""
@@ -129,6 +130,36 @@ def test_single_thread_autograd_is_scoped_and_thread_local():
     t.join(JOIN_S)
     assert t_result["v"] is False and other is True
     assert torch._C._is_multithreading_enabled() and fs.counts["single-thread-autograd"] == 1
+
+
+def test_cudagraph_lock_serializes_every_tree_managers_run_once_installed(monkeypatch):
+    import torch._inductor.cudagraph_trees as cgt
+
+    inside, overlaps = [0], []
+
+    def fake_run(self, new_inputs, function_id):   # the real one needs CUDA graphs
+        inside[0] += 1
+        overlaps.append(inside[0])
+        time.sleep(0.05)
+        inside[0] -= 1
+        return new_inputs
+
+    monkeypatch.setattr(cgt.CUDAGraphTreeManager, "run", fake_run)
+    fs = FixSet.from_names(["cudagraph-lock"])
+    fs.thread_start("train")
+    fs.thread_start("train")          # the second thread finds it installed
+    assert fs.counts["cudagraph-lock"] == 1
+    assert cgt.CUDAGraphTreeManager.run.__wrapped__ is fake_run
+    manager = object.__new__(cgt.CUDAGraphTreeManager)
+    threads = [threading.Thread(target=manager.run, args=([i], 0), name=f"probe-{i}") for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=JOIN_S)
+    assert overlaps == [1, 1, 1, 1]   # never two runs at once
+    # Reentrant: a run may record, and recording may call back into the manager on this thread.
+    with fixes.CUDAGRAPH_LOCK:
+        assert manager.run([9], 0) == [9]
 
 
 def test_global_lock_excludes_other_threads_and_is_reentrant():
