@@ -15,11 +15,12 @@
   strategies (raw, 6 pipeline fixes alone, eager) x 3 plans (none, compile-chaos, dflash-stages)
   x 3 trials, 2 at a time: the CPU side of the campaign question.
 - `gpu-campaign`: the H200 matrix (issue 5): dflash presets gpu-launch-bound and gpu-gpu-bound
-  compiled with reduce-overhead, 2 target + 3 drafter threads on one GPU, 14 strategies (raw, each
-  fix, combinations, no cudagraphs = compile.mode default, eager = compile.mode none), each
-  without and with the dflash-stages scheduler plan: 56 cells x 10 trials, 12 trials at a time per
-  GPU, short runs (CAMPAIGN_STEPS). Trials go round-robin over the cells and the store resumes, so
-  `--max-time` cuts and later calls continue with every cell at a similar n. A cell stops after
+  compiled with reduce-overhead, 2 target + 3 drafter threads on one GPU, 19 strategies (raw, each
+  fix, combinations, no cudagraphs = compile.mode default alone and with two fixes, eager =
+  compile.mode none), each without and with the dflash-stages scheduler plan: 76 cells x 10
+  trials (eager's fixed at 10), 12 slots per GPU (a gpu-bound trial takes 3), short runs
+  (CAMPAIGN_STEPS). Trials go round-robin over the cells and the store resumes, so `--max-time`
+  cuts and later calls continue with every cell at a similar n. A cell stops after
   CAMPAIGN_MAX_FAILURES failures: it cannot be recommended, and its trials go to cells that can.
 - `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, r20, raw and under the fixes their
   docstrings name, each without and with the compile-chaos plan, 10 trials, 6 at a time per GPU.
