@@ -222,24 +222,28 @@ def _print_matrix_table(done: MatrixRun, cells) -> None:
         print(f"harness error: {r.trial_id}: {r.detail}", file=sys.stderr)
 
 
-def cmd_report(opts: argparse.Namespace) -> int:
+def _stores(opts: argparse.Namespace) -> list[Path]:
+    """--store folders, else every store under results/ (report, resign)."""
     from harness import report
 
     stores = [Path(s) for s in opts.store] if opts.store else report.default_stores(Path("results"))
     if not stores:
         raise UsageError("no stores given and none found under results/")
-    names = report.rebuild(stores, Path(opts.out))
+    return stores
+
+
+def cmd_report(opts: argparse.Namespace) -> int:
+    from harness import report
+
+    names = report.rebuild(_stores(opts), Path(opts.out))
     print(f"wrote {opts.out}: {len(names)} block(s): {', '.join(names) or '-'}")
     return 0
 
 
 def cmd_resign(opts: argparse.Namespace) -> int:
-    from harness import report
     from harness.resign import resign_store
 
-    stores = [Path(s) for s in opts.store] if opts.store else report.default_stores(Path("results"))
-    if not stores:
-        raise UsageError("no stores given and none found under results/")
+    stores = _stores(opts)
     for store in stores:
         if not (store / "trials.jsonl").is_file():
             raise UsageError(f"no result store at {store} (no trials.jsonl)")
