@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import recommend, stats
+from harness import families, recommend, stats
 from harness.outcome import Outcome, TrialResult
 
 MAX_SIGNATURES_IN_TABLE = 1
@@ -47,6 +47,8 @@ class CellSummary:
     outcomes: dict[str, int]
     resources: int = 0
     """RESOURCE trials (device memory exhausted): shown as +N oom, left out of k/n."""
+    families: list[tuple[str, int]] = field(default_factory=list)
+    """(failure family of harness.families, count) over the failing trials, most frequent first."""
     signatures: list[tuple[str, int]] = field(default_factory=list)
     """(signature summary, count), most frequent first."""
     ttff_s: float | None = None
@@ -109,6 +111,8 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
         low=ci.low, high=ci.high, rule_of_three=stats.rule_of_three(n) if k == 0 and n else None,
         outcomes=dict(sorted(collections.Counter(r.outcome.name for r in rs).items())),
         signatures=sorted(((names[s], c) for s, c in sig_counts.items()), key=lambda sc: (-sc[1], sc[0])),
+        families=sorted(collections.Counter(families.family(r.signature_summary) for r in counted
+                                            if r.outcome.is_failure).items(), key=lambda fc: (-fc[1], fc[0])),
         ttff_s=stats.median_time_to_first_failure(times, failed) if n else None,
         median_duration_s=stats.median_or_none([r.duration_s for r in counted]),
         tokens_per_s=stats.median_or_none(tokens),
@@ -181,6 +185,40 @@ def text_table(cells: Sequence[CellSummary]) -> str:
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def pivot_table(cells: Sequence[CellSummary]) -> str | None:
+    """Strategies down, workload@plan across, `k/n FAMILY` in each entry: the matrix at a glance.
+    None when there is one column (the flat table then says as much)."""
+    columns = list(dict.fromkeys(f"{c.workload}@{c.plan}" for c in cells))
+    if len(columns) < 2:
+        return None
+    grid: dict[str, dict[str, CellSummary]] = {}
+    for c in cells:
+        grid.setdefault(c.strategy, {})[f"{c.workload}@{c.plan}"] = c
+    rows = ["| strategy | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for strategy, by_column in grid.items():
+        entries = [_pivot_entry(by_column.get(col)) for col in columns]
+        rows.append(f"| {strategy} | " + " | ".join(entries) + " |")
+    return "\n".join(rows)
+
+
+def _pivot_entry(c: CellSummary | None) -> str:
+    if c is None:
+        return ""
+    text = f"{c.k}/{c.n}"
+    if c.families:
+        text += " " + ",".join(name for name, _ in c.families)
+    if c.resources:
+        text += f" +{c.resources} oom"
+    return text
+
+
+def family_legend(cells: Sequence[CellSummary]) -> list[str]:
+    """`FAMILY: what it is` for every family in these cells, in harness.families order."""
+    seen = {name for c in cells for name, _ in c.families}
+    return [f"{name}: {families.DESCRIPTIONS.get(name, 'no known family')}"
+            for name in [*families.DESCRIPTIONS, "other", "?"] if name in seen]
 
 
 def markdown_table(cells: Sequence[CellSummary]) -> str:
@@ -328,8 +366,15 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
         f"Trials started {started[0] if started else '?'} .. {started[-1] if started else '?'}; "
         f"torch {', '.join(versions) or '?'}; hosts {', '.join(hosts) or '?'}.",
         "",
-        markdown_table(cells),
     ]
+    pivot = pivot_table(cells)
+    if pivot:
+        lines += ["At a glance: k/n and the failure families (harness.families) per cell; +N oom = out of "
+                  "device memory, left out.", "", pivot, ""]
+        legend = family_legend(cells)
+        if legend:
+            lines += ["Families: " + "; ".join(legend) + ".", ""]
+    lines.append(markdown_table(cells))
     sigs = signature_lines(cells)
     if sigs:
         lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in sigs]

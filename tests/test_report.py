@@ -146,3 +146,23 @@ def test_a_hang_signature_gets_one_dump_excerpt_from_its_stored_pyspy_json(tmp_p
     assert "create_fw_bw_graph" in text                      # the trace behind the blocked grad
     assert "tqdm_monitor" not in text and "InductorSubproc" not in text
     assert "Thread._bootstrap" not in text and "0x7f" not in text
+
+
+def test_pivot_table_puts_strategies_down_and_workload_plans_across_with_families():
+    def r(cell, i, outcome, summary=None):
+        return TrialResult(trial_id=f"m/{cell}/{i}", cell=cell, trial_index=i, outcome=outcome,
+                           signature="k" if summary else None, signature_summary=summary)
+
+    f1 = "AssertionError in dflash-train at torch._inductor.cudagraph_trees:get_obj (empty message)"
+    rs = [r("lb:raw@-", 0, Outcome.CRASH, f1), r("lb:raw@stages", 0, Outcome.CRASH, f1),
+          r("gb:raw@-", 0, Outcome.RESOURCE, "torch.OutOfMemoryError in dflash-train at x"),
+          r("lb:eager@-", 0, Outcome.OK), r("lb:eager@stages", 0, Outcome.OK),
+          r("lb:eager@stages", 1, Outcome.HANG, "hang: a@x:lock_a, b@x:lock_b")]
+    cells = report.summarize(rs)
+    table = report.pivot_table(cells)
+    assert table.splitlines()[0] == "| strategy | gb@- | lb@- | lb@stages |"
+    assert "| raw | 0/0 +1 oom | 1/1 F1 | 1/1 F1 |" in table
+    assert "| eager |  | 0/1 | 1/2 hang |" in table
+    assert report.family_legend(cells)[0].startswith("F1: ")
+    # One column: the flat table is enough.
+    assert report.pivot_table([c for c in cells if c.workload == "gb"]) is None

@@ -1,0 +1,59 @@
+"""Failure families: which known failure mode a signature belongs to (F1..F14 of
+torch-compile-races.md, G1/G2 and r19 of REPORT.md), read from its one-line summary.
+
+A signature key says "these trials failed the same way"; a family says which documented bug that
+way is, so that a table can read "F1 2/2" instead of a 140-character assertion path, and so that
+one mode reached by several paths (F1 from the forward and from the backward; a capture error
+met in five stacks) reads as one. ClusterFuzz does the same with its crash categories. The first
+rule that matches wins; no match is `other`: a new way to fail, worth a look.
+"""
+
+from __future__ import annotations
+
+import re
+
+FAMILIES: tuple[tuple[str, str, str], ...] = (
+    # (family, regex over the signature summary, what it is). F-ids are torch-compile-races.md's,
+    # R-ids cpu-experiments.md's (CPU, torch 2.13), G-ids and r19 REPORT.md's.
+    ("compiler", r"InductorError in .* at torch\._inductor\.tiling_utils",
+     "Inductor's tiling analysis on 2.11 (pytorch#181563): a compiler bug, not a race"),
+    ("F1", r"cudagraph_trees:get_obj", "CUDAGraph Trees TLS missing in a fresh or autograd thread (#123177)"),
+    ("G1", r"CUBLAS_STATUS_NOT_INITIALIZED", "cuBLAS handle created inside a capture"),
+    ("G2", r"^hang: .*autograd-device@torch\._inductor\.compile_fx:compile_fx_backward",
+     "lazy backward compile on the autograd device thread vs a Dynamo trace needing that thread"),
+    ("F1c", r"cudagraph-mempool-already-recording|cudagraph pool not tracked|invalid for input of size"
+            r"|cudagraphs-output-overwritten|compiled result differs from eager",
+     "one cudagraph tree or pool used by two threads"),
+    ("capture", r"operation not permitted when stream is capturing|previous error during capture"
+                r"|dependency created on uncaptured work|cuda-rng-offset-outside-capture",
+     "one thread's CUDA call while another thread captures (F1c, F1d)"),
+    ("F9", r"cudagraph-input-deallocated", "activation checkpointing under cudagraphs"),
+    ("F2", r"fx-trace-of-dynamo-fn", "FX's is-tracing flag is process-global (R1, R2)"),
+    ("F3", r"fx-current-patcher", "FX's CURRENT_PATCHER is process-global (R3)"),
+    ("R4", r"fx-module-not-submodule", "eager modules under another thread's tracer"),
+    ("R5", r"Segmentation fault at torch\._dynamo\.eval_frame:compile_wrapper|dynamo-compiled-fn-missing",
+     "torch._dynamo.reset() while another thread runs compiled code (R5, R6)"),
+    ("F4", r"dynamic=False lost", "a config patch lost across threads"),
+    ("F5", r"per-thread state recompile", "guards on per-thread state recompile"),
+    ("F10", r"duplicate compiles|first calls ran eagerly", "duplicate compiles, recompile limit (R7)"),
+    ("F14", r"error_on_nested_fx_trace=False but", "config set in one thread invisible to others (R9)"),
+    ("R8", r"eager Adam not bitwise equal", "is_compiling() is process-wide during any compile"),
+    ("r19", r"IndexError in dflash-target at .*dflash\.target:_tap",
+     "transformers' hidden-state capture under another thread's compile"),
+    ("segv-gc", r"Segmentation fault: during garbage collection", "native crash in a finaliser run by GC"),
+    ("segv", r"Segmentation fault", "native crash"),
+    ("hang", r"^hang: ", "no progress (another deadlock)"),
+)
+
+_COMPILED = tuple((name, re.compile(pattern)) for name, pattern, _ in FAMILIES)
+DESCRIPTIONS = {name: what for name, _, what in FAMILIES}
+
+
+def family(summary: str | None) -> str:
+    """The family of a signature summary; `other` when no rule matches, `?` without a summary."""
+    if not summary:
+        return "?"
+    for name, pattern in _COMPILED:
+        if pattern.search(summary):
+            return name
+    return "other"

@@ -1,0 +1,40 @@
+"""harness.families: real failure outputs land in the failure mode the reference names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.families import DESCRIPTIONS, family
+from harness.signature import crash_signature
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
+
+
+@pytest.mark.parametrize("folder, expected", [
+    ("gpu_f1_forward", "F1"),
+    ("gpu_f1_backward", "F1"),
+    ("gpu_f1c_mempool_recording", "F1c"),
+    ("gpu_cgt_outputs_differ", "F1c"),
+    ("gpu_cudagraph_overwritten", "F1c"),
+    ("gpu_f1c_cublas_in_capture", "G1"),
+    ("gpu_capture_not_permitted", "capture"),
+    ("gpu_f9_checkpoint", "F9"),
+    ("gpu_segv_during_gc", "segv-gc"),
+    ("f2_fx_trace_of_compiled_fn", "F2"),
+    ("r4_eager_module_nameerror", "R4"),
+    ("r5_reset_segfault", "R5"),
+])
+def test_every_file_of_a_fixture_family_maps_to_its_failure_mode(folder, expected):
+    for path in sorted((FIXTURES / folder).glob("*.txt")):
+        assert family(crash_signature(path.read_text()).summary) == expected, path.name
+
+
+def test_hang_families_and_the_unknown():
+    assert family("hang: MainThread@dflash.pipeline:run, autograd-device@torch._inductor.compile_fx:"
+                  "compile_fx_backward, dflash-train@torch.autograd.graph:_engine_run_backward") == "G2"
+    assert family("hang: a@x:lock_a, b@x:lock_b") == "hang"
+    assert family("ValueError in worker at crash:load_batch") == "other"
+    assert family(None) == "?"
+    assert all(DESCRIPTIONS.values())
