@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--preset", help=f"one of: {', '.join(presets.PRESETS)} (default {presets.DEFAULT_PRESET})")
     src.add_argument("--file", help="JSON matrix spec (see harness.presets.spec_from_dict)")
     src.add_argument("--list", action="store_true", help="list the presets and their cells")
+    m.add_argument("--pending", action="store_true",
+                   help="run nothing: per cell, what the store holds and what the next run would start")
     m.add_argument("--store", help="store folder (default results/<matrix name>)")
     m.add_argument("--trials", "--max-trials", type=_positive_int, help="trials per cell (the spec's default; groups with their own count keep it)")
     m.add_argument("--workers", type=_positive_int, help="trials at once (default: the spec's)")
@@ -194,6 +196,9 @@ def cmd_matrix(opts: argparse.Namespace) -> int:
                 print(f"  {c.name} x{c.trials}")
         return 0
     spec = matrix_from_options(opts)
+    if opts.pending:
+        _print_pending(spec)
+        return 0
     done = run_matrix(spec, live=False if opts.no_live else None, num_gpus=opts.gpus)
     cells = report.summarize(done.records)
     if opts.json:
@@ -203,6 +208,28 @@ def cmd_matrix(opts: argparse.Namespace) -> int:
     else:
         _print_matrix_table(done, cells)
     return 1 if any(r.outcome is Outcome.HARNESS_ERROR for r in done.records) else 0
+
+
+def _print_pending(spec) -> None:
+    """`--pending`: per cell stored/failures/next, then totals and a trial-seconds estimate (the
+    cell's median stored duration, else the median over the whole store) to plan device time."""
+    from harness.matrix import pending_plan
+
+    plans = pending_plan(spec)
+    known = sorted(p.median_s for p in plans if p.median_s is not None)
+    fallback = known[len(known) // 2] if known else None
+    width = max((len(p.cell) for p in plans), default=4)
+    print(f"{'cell':<{width}}  stored  failed  other  next")
+    for p in plans:
+        note = " (stopped by --max-failures)" if p.stopped else ""
+        print(f"{p.cell:<{width}}  {p.stored:>6}  {p.failures:>6}  {p.other:>5}  {p.pending:>4}{note}")
+    pending = sum(p.pending for p in plans)
+    seconds = sum(p.pending * (p.median_s or fallback or 0.0) for p in plans)
+    stopped = sum(p.stopped for p in plans)
+    estimate = f"~{seconds / 60:.0f} trial-minutes at the stored medians" if known else "no stored durations yet"
+    print(f"{spec.name}: {len(plans)} cells, {sum(p.planned for p in plans)} planned trials, "
+          f"{sum(p.stored + p.other for p in plans)} of their records stored, {pending} pending, {stopped} cells stopped; "
+          f"{estimate} (divide by the trials run at once)")
 
 
 def _print_matrix_table(done: MatrixRun, cells) -> None:

@@ -16,16 +16,17 @@ disk, so bad input fails before anything is run or written.
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.outcome import TrialResult
+from harness.outcome import Outcome, TrialResult
 from harness.spec import REPO_ROOT, WORKLOAD_KINDS, TrialSpec, WorkloadSpec
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -275,6 +276,54 @@ def plan_json(choice: PlanChoice, seed: int) -> dict[str, Any] | None:
         raise MatrixError(f"malformed plan {choice.name!r}: {e}") from None
 
 
+def done_ids(records: Sequence[TrialResult]) -> set[str]:
+    """Trial ids a resumed run skips: every stored one except a trial that ran out of device
+    memory (RESOURCE): that measured the packing, not the cell, so the next run (with its own
+    packing, e.g. after raising a workload's gpu_slots) tries it again; the old record stays."""
+    return {r.trial_id for r in records if r.outcome is not Outcome.RESOURCE}
+
+
+@dataclass(kw_only=True, slots=True)
+class CellPlan:
+    """What the next run of a matrix would do for one cell, from its store (`--pending`)."""
+
+    cell: str
+    planned: int
+    stored: int
+    """Stored records of this cell that count as trials (not TIMEOUT, RESOURCE, HARNESS_ERROR)."""
+    failures: int
+    other: int
+    """Stored records that do not count (TIMEOUT, RESOURCE, HARNESS_ERROR); RESOURCE ones rerun."""
+    pending: int
+    """Trials the next run would start, stop rules permitting; 0 for a stopped cell."""
+    stopped: bool
+    median_s: float | None
+    """Median duration of the cell's stored trials: what one more trial is likely to take."""
+
+
+def pending_plan(spec: MatrixSpec) -> list[CellPlan]:
+    """Per cell: planned, stored, failures and the trials a run would start now. Reads the store;
+    runs nothing. A cell at `max_failures` is stopped (the pool would skip its trials)."""
+    from harness.store import Store
+
+    trials = expand(spec)
+    records = Store(spec.store_dir).load()
+    plans = []
+    for cell in spec.cells():
+        mine = {t.trial_id for t in trials if t.cell == cell.name}
+        held = [r for r in records if r.trial_id in mine]
+        counted = [r for r in held if r.outcome.counts_as_trial]
+        failures = sum(r.outcome.is_failure for r in counted)
+        stopped = spec.max_failures is not None and failures >= spec.max_failures
+        durations = sorted(r.duration_s for r in held if r.duration_s is not None)
+        plans.append(CellPlan(
+            cell=cell.name, planned=len(mine), stored=len(counted), failures=failures,
+            other=len(held) - len(counted), pending=0 if stopped else len(mine - done_ids(held)),
+            stopped=stopped, median_s=durations[len(durations) // 2] if durations else None,
+        ))
+    return plans
+
+
 # --- running --------------------------------------------------------------------------------------
 
 @dataclass(kw_only=True, slots=True)
@@ -308,7 +357,7 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     store = Store(spec.store_dir)
     cells = {c.name: c for c in spec.cells()}
     existing = [r for r in store.load() if r.cell in cells]
-    done = {r.trial_id for r in existing}
+    done = done_ids(existing)
     states = {name: CellState(name=name) for name in cells}
     for r in existing:
         states[r.cell].add(r)
@@ -318,7 +367,8 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
     live_lines = LiveLines(list(states.values()), stream, stream.isatty() if live is None else live)
     pool = WorkerPool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
-                 need_gpus={n: (c.workload.gpus, c.workload.gpu_slots) for n, c in cells.items()}, run_fn=run_fn or run_trial)
+                 need_gpus={n: (c.workload.gpus, c.workload.gpu_slots) for n, c in cells.items()}, run_fn=run_fn or run_trial,
+                 attempts=collections.Counter(r.trial_id for r in existing))
     start = time.monotonic()
     try:
         new = pool.run()

@@ -106,7 +106,7 @@ def kill_child_groups() -> int:
 class WorkerPool:
     """Named worker threads pulling trials from one queue; first worker exception stops the rest."""
 
-    def __init__(self, *, spec, pending, states, store, gpus, lines, need_gpus, run_fn) -> None:
+    def __init__(self, *, spec, pending, states, store, gpus, lines, need_gpus, run_fn, attempts=None) -> None:
         self.spec = spec
         self.pending = collections.deque(pending)
         self.states = states
@@ -115,6 +115,8 @@ class WorkerPool:
         self.lines = lines
         self.need_gpus = need_gpus
         self.run_fn = run_fn
+        self.attempts = collections.Counter(attempts or ())
+        """Stored records per trial id: a rerun (an out-of-memory trial) gets its own artefacts."""
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
@@ -206,7 +208,7 @@ class WorkerPool:
                 try:
                     if ids:
                         trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
-                    artefacts = self.store.artefacts_dir(trial.trial_id)
+                    artefacts = self.store.artefacts_dir(trial.trial_id, self.attempts.get(trial.trial_id, 0))
                     result = self.run_fn(with_run_dir(trial, artefacts), artefacts)
                 finally:
                     self.gpus.release(ids, weight)

@@ -40,9 +40,12 @@ class Store:
         self._lock = threading.Lock()      # serialises the tail repair with appends
         self._tail_checked = False
 
-    def artefacts_dir(self, trial_id: str) -> Path:
-        """`artefacts/<safe id>/`, created; distinct trial ids never share a folder."""
-        path = self.root / ARTEFACTS_NAME / safe_name(trial_id)
+    def artefacts_dir(self, trial_id: str, attempt: int = 0) -> Path:
+        """`artefacts/<safe id>/`, created; distinct trial ids never share a folder, nor do the
+        attempts of one id (a rerun of an out-of-memory trial: `<safe id>-attempt<n>`), so a
+        stored record's artefacts stay its own."""
+        name = safe_name(trial_id) + (f"-attempt{attempt}" if attempt else "")
+        path = self.root / ARTEFACTS_NAME / name
         path.mkdir(parents=True, exist_ok=True)
         return path
 

@@ -295,3 +295,28 @@ def test_a_trial_waiting_for_a_gpu_slot_does_not_start_after_the_deadline(tmp_pa
                                 workloads={"g": w}))
     done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=1)
     assert done.ran == 1 and done.left == 2
+
+
+def test_resume_reruns_out_of_memory_trials_and_pending_counts_them(tmp_path, capsys):
+    # A RESOURCE record measured the packing, not the cell: the next run tries that trial again.
+    spec = spec_from_dict(_spec(tmp_path, trials=2, max_failures=1, workloads={"ok": _cmd("pass"),
+                                                                                "bad": _cmd("import sys; sys.exit(1)")}))
+    store = Store(tmp_path / "store")
+    store.append(TrialResult(trial_id="t/ok:raw@-/0", cell="ok:raw@-", trial_index=0, outcome=Outcome.RESOURCE,
+                             duration_s=4.0))
+    store.append(TrialResult(trial_id="t/bad:raw@-/0", cell="bad:raw@-", trial_index=0, outcome=Outcome.CRASH,
+                             duration_s=2.0))
+    plans = {p.cell: p for p in matrix.pending_plan(spec)}
+    assert (plans["ok:raw@-"].pending, plans["ok:raw@-"].other, plans["ok:raw@-"].stopped) == (2, 1, False)
+    assert (plans["bad:raw@-"].pending, plans["bad:raw@-"].stopped) == (0, True)   # max_failures 1
+    from harness.cli import _print_pending
+
+    _print_pending(spec)
+    out = capsys.readouterr().out
+    assert "(stopped by --max-failures)" in out and "2 pending, 1 cells stopped" in out
+    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
+    assert done.ran == 2
+    ok = [r for r in store.load() if r.trial_id == "t/ok:raw@-/0"]
+    assert [r.outcome for r in ok] == [Outcome.RESOURCE, Outcome.OK]        # the old record stays
+    assert ok[1].artefacts.endswith("-attempt1") and ok[1].artefacts != ok[0].artefacts
+    assert all(p.pending == 0 for p in matrix.pending_plan(spec))
