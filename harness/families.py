@@ -21,7 +21,10 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("G1", r"CUBLAS_STATUS_NOT_INITIALIZED", "cuBLAS handle created inside a capture"),
     ("G2", r"^hang: .*autograd-device@torch\._inductor\.compile_fx:compile_fx_backward",
      "lazy backward compile on the autograd device thread vs a Dynamo trace needing that thread"),
-    ("F1c", r"cudagraph-mempool-already-recording|cudagraph pool not tracked|invalid for input of size"
+    # A reshape inside a cudagraph-tree replay that got a buffer of another size (H200 campaign,
+    # cstash-tls-init on gpu-bound) is read as F1c's crash face: a tree shared by threads.
+    ("F1c", r"cudagraph-mempool-already-recording|cudagraph pool not tracked"
+            r"|cudagraph_trees:run: shape .* is invalid for input of size"
             r"|cudagraphs-output-overwritten|compiled result differs from eager",
      "one cudagraph tree or pool used by two threads"),
     ("capture", r"operation not permitted when stream is capturing|previous error during capture"
