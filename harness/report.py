@@ -429,8 +429,50 @@ def default_stores(results_root: Path) -> list[Path]:
     return sorted(p.parent for p in results_root.glob(f"*/{TRIALS_NAME}"))
 
 
-def rebuild(store_dirs: Sequence[Path], out: Path) -> list[str]:
-    """Regenerate REPORT.md's blocks and the plots for every matrix in these stores.
+OVERVIEW_BLOCK = "failure-modes"
+
+
+def overview_body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
+    """Failing trials per failure family and torch version over every store: which modes were
+    seen on which version, and from which matrices (out-of-memory and harness errors left out)."""
+    counts: dict[tuple[str, str], int] = collections.Counter()
+    where: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
+    trials: dict[str, int] = collections.Counter()
+    for _, records in loaded:
+        for r in records:
+            if r.replay_of is not None or not r.outcome.counts_as_trial:
+                continue
+            version = r.torch_version or "?"
+            trials[version] += 1
+            if r.outcome.is_failure:
+                fam = families.family(r.signature_summary)
+                counts[(fam, version)] += 1
+                where[(fam, version)].add(r.trial_id.split("/", 1)[0])
+    versions = sorted(trials, reverse=True)
+    order = [*families.DESCRIPTIONS, "other", "?"]
+    rows = [f"| family | what | " + " | ".join(f"torch {v}" for v in versions) + " |",
+            "|---" * (len(versions) + 2) + "|"]
+    for fam in order:
+        if not any((fam, v) in counts for v in versions):
+            continue
+        entries = [f"{counts[(fam, v)]} ({', '.join(sorted(where[(fam, v)]))})" if (fam, v) in counts else "-"
+                   for v in versions]
+        rows.append(f"| {fam} | {families.DESCRIPTIONS.get(fam, 'no known family')} | " + " | ".join(entries) + " |")
+    totals = "; ".join(f"torch {v}: {trials[v]} trials" for v in versions)
+    return "\n".join([
+        "#### Failure modes by torch version, over every store",
+        "",
+        "Regenerate with `python -m harness report`. Failing trials per failure family "
+        "(`harness/families.py`) and torch version, with the matrices they came from; trials that "
+        f"ran out of device memory, timed out or hit a harness error are left out. Trials that count: {totals}.",
+        "",
+        *rows,
+    ])
+
+
+def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) -> list[str]:
+    """Regenerate REPORT.md's blocks and the plots for every matrix in these stores, and with
+    `overview` the failure-modes block over all of them (only meaningful for every store).
 
     Every store is read and the new text built before anything is written, so an unreadable
     store or broken markers leave all files as they were. Returns the block names written.
@@ -440,6 +482,9 @@ def rebuild(store_dirs: Sequence[Path], out: Path) -> list[str]:
     loaded = [(Path(d), Store(d).load()) for d in store_dirs]
     text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
     names, plots = [], []
+    if overview:
+        text = replace_block(text, OVERVIEW_BLOCK, overview_body(loaded))
+        names.append(OVERVIEW_BLOCK)
     for store_dir, records in loaded:
         for name in matrix_names(records):
             mine = [r for r in records if r.trial_id.split("/", 1)[0] == name and r.replay_of is None]

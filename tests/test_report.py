@@ -166,3 +166,27 @@ def test_pivot_table_puts_strategies_down_and_workload_plans_across_with_familie
     assert report.family_legend(cells)[0].startswith("F1: ")
     # One column: the flat table is enough.
     assert report.pivot_table([c for c in cells if c.workload == "gb"]) is None
+
+
+def test_overview_counts_failure_families_per_torch_version_over_every_store(tmp_path):
+    def r(matrix, i, outcome, summary, version):
+        return TrialResult(trial_id=f"{matrix}/c:raw@-/{i}", cell="c:raw@-", trial_index=i, outcome=outcome,
+                           signature="k" if summary else None, signature_summary=summary, torch_version=version)
+
+    f1 = "AssertionError in t at torch._inductor.cudagraph_trees:get_obj (empty message)"
+    fx = "fx-trace-of-dynamo-fn (RuntimeError in ? at torch._dynamo.eval_frame:compile_wrapper)"
+    _store(tmp_path, "gpu", [r("gpu", 0, Outcome.CRASH, f1, "2.11.0"), r("gpu", 1, Outcome.OK, None, "2.11.0"),
+                             r("gpu", 2, Outcome.RESOURCE, "torch.OutOfMemoryError in x", "2.11.0")])
+    _store(tmp_path, "cpu", [r("cpu", 0, Outcome.CRASH, fx, "2.13.0+cpu"), r("cpu", 1, Outcome.CRASH, fx, "2.13.0+cpu")])
+    out = tmp_path / "REPORT.md"
+    out.write_text("# Report\n")
+    stores = report.default_stores(tmp_path / "results")
+    assert report.rebuild(stores, out, overview=True)[0] == report.OVERVIEW_BLOCK
+    text = out.read_text()
+    assert "Trials that count: torch 2.13.0+cpu: 2 trials; torch 2.11.0: 2 trials." in text
+    assert "| F1 | " in text and "| - | 1 (gpu) |" in text
+    assert "| F2 | " in text and "| 2 (cpu) | - |" in text
+    # Without the flag (a --store subset) the overview is left as it was.
+    out.write_text("# Report\n")
+    report.rebuild(stores[:1], out)
+    assert report.OVERVIEW_BLOCK not in out.read_text()
