@@ -135,6 +135,11 @@ def _try_pyspy(exe: str, pid: int, out: Path, errors: list[str]) -> HangDump | N
     return None
 
 
+def read_pyspy_json(path: str | os.PathLike[str]) -> tuple[ThreadStack, ...]:
+    """The threads of a stored `pyspy.json` (a trial's artefact): report excerpts, resign."""
+    return parse_pyspy_json(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
 def parse_pyspy_json(data: object) -> tuple[ThreadStack, ...]:
     """py-spy `dump --json`: a list of {thread_name, thread_id, active, owns_gil, frames[...]}."""
     threads = []

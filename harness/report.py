@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from harness import families, recommend, stats
 from harness.outcome import Outcome, TrialResult
+from harness.store import Store, write_atomic
 
 MAX_SIGNATURES_IN_TABLE = 1
 
@@ -272,23 +272,6 @@ def replace_block(text: str, name: str, body: str) -> str:
     return text[:i] + block + text[j + len(end):]
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def plot_paths(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> list[Path]:
     """The files write_plots writes: the failure-rate plot, and tokens/s when any cell has it."""
     paths = [plots_dir / f"{name}-failure-rate.png"]
@@ -394,20 +377,19 @@ def hang_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[tuple
     """(signature summary, trial id, excerpt) for the first stored trial of each hang signature
     whose py-spy dump (`artefacts/<trial>/pyspy.json`) is in the store: the threads the hang key
     is built from, innermost frames first."""
-    import json
-
-    from harness.hangs import excerpt, parse_pyspy_json
+    from harness.hangs import excerpt, read_pyspy_json
     from harness.signature import in_hang_key
 
+    store = Store(store_dir)
     out, seen = [], set()
     for r in sorted(records, key=lambda r: r.trial_id):
         if r.outcome is not Outcome.HANG or r.signature in seen or not r.artefacts:
             continue
-        path = Path(store_dir) / "artefacts" / Path(r.artefacts).name / "pyspy.json"
+        path = store.artefacts_of(r) / "pyspy.json"
         if not path.is_file():
             continue
         seen.add(r.signature)
-        text = excerpt(parse_pyspy_json(json.loads(path.read_text(encoding="utf-8"))), keep=in_hang_key)
+        text = excerpt(read_pyspy_json(path), keep=in_hang_key)
         out.append((r.signature_summary or r.signature or "hang", r.trial_id, text.rstrip()))
     return out
 
@@ -477,8 +459,6 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     Every store is read and the new text built before anything is written, so an unreadable
     store or broken markers leave all files as they were. Returns the block names written.
     """
-    from harness.store import Store
-
     loaded = [(Path(d), Store(d).load()) for d in store_dirs]
     text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
     names, plots = [], []

@@ -11,12 +11,11 @@ atomically (temp file + rename), so an interrupted run leaves it as it was.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import signature
-from harness.hangs import parse_pyspy_json
+from harness.hangs import read_pyspy_json
 from harness.outcome import Outcome, TrialResult
 from harness.store import Store
 
@@ -39,16 +38,15 @@ class Resigned:
                 f"artefacts, {self.records} records")
 
 
-def recompute(record: TrialResult, root: Path = Path(".")) -> signature.Signature | None:
-    """The record's signature under the current version, from its artefacts; None if they are gone."""
-    if not record.artefacts:
+def recompute(record: TrialResult, store: Store) -> signature.Signature | None:
+    """The record's signature under the current version, from its artefacts in `store`; None if
+    they are gone."""
+    art = store.artefacts_of(record)
+    if art is None:
         return None
-    art = root / record.artefacts
     if record.outcome is Outcome.HANG:
         dump = art / "pyspy.json"
-        if not dump.is_file():
-            return None
-        return signature.hang_signature(parse_pyspy_json(json.loads(dump.read_text(encoding="utf-8"))))
+        return signature.hang_signature(read_pyspy_json(dump)) if dump.is_file() else None
     out = art / "output.txt"
     if not out.is_file():
         return None
@@ -58,7 +56,7 @@ def recompute(record: TrialResult, root: Path = Path(".")) -> signature.Signatur
     return signature.crash_signature(text, rc=record.rc)
 
 
-def resign_store(store_dir: Path, root: Path = Path(".")) -> Resigned:
+def resign_store(store_dir: Path) -> Resigned:
     store = Store(store_dir)
     records = store.load()
     done = Resigned(store=store_dir, records=len(records))
@@ -66,7 +64,7 @@ def resign_store(store_dir: Path, root: Path = Path(".")) -> Resigned:
         if r.signature is None or (r.signature_version or 0) >= signature.SIGNATURE_VERSION:
             continue
         done.older += 1
-        sig = recompute(r, root)
+        sig = recompute(r, store)
         if sig is None:
             done.missing += 1
             continue

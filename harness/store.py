@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 import threading
 from pathlib import Path
 
@@ -49,9 +50,14 @@ class Store:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def artefacts_of(self, record: TrialResult) -> Path | None:
+        """Where this store keeps `record`'s artefacts: its folder under the store's own
+        `artefacts/` (the recorded path may be relative to another working folder); None if the
+        record has none."""
+        return self.root / ARTEFACTS_NAME / Path(record.artefacts).name if record.artefacts else None
+
     def append(self, result: TrialResult) -> None:
-        line = json.dumps(result.to_json(), sort_keys=True, ensure_ascii=True) + "\n"
-        data = line.encode("ascii")
+        data = _line(result)
         self.root.mkdir(parents=True, exist_ok=True)
         with self._lock:
             if not self._tail_checked:
@@ -80,19 +86,12 @@ class Store:
         return [_parse_line(self.trials_path, n, line) for n, line in enumerate(complete, 1)]
 
     def rewrite(self, records: list[TrialResult]) -> None:
-        """Replace every record (harness.resign): a temp file beside trials.jsonl, fsynced, renamed
-        over it, so a reader or an interruption sees the old store or the new one, never a mix."""
-        data = "".join(json.dumps(r.to_json(), sort_keys=True, ensure_ascii=True) + "\n" for r in records)
-        tmp = self.trials_path.with_name(f"{TRIALS_NAME}.tmp-{os.getpid()}")
+        """Replace every record (harness.resign) atomically (`write_atomic`): a reader or an
+        interruption sees the old store or the new one, never a mix."""
         with self._lock:
             try:
-                with open(tmp, "w", encoding="ascii") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.trials_path)
+                write_atomic(self.trials_path, b"".join(_line(r) for r in records))
             except OSError as exc:
-                tmp.unlink(missing_ok=True)
                 raise StoreError(f"{self.trials_path}: cannot rewrite: {exc.strerror}") from None
 
     def done_ids(self) -> set[str]:
@@ -113,6 +112,29 @@ class Store:
                 os.fsync(fh.fileno())
         except FileNotFoundError:
             return
+
+
+def _line(result: TrialResult) -> bytes:
+    """One record as stored: sorted-key ASCII JSON and a newline."""
+    return (json.dumps(result.to_json(), sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """`path` gets `data` or stays as it was: a temp file beside it, fsynced, renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def _parse_line(path: Path, number: int, line: bytes) -> TrialResult:
