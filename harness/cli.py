@@ -213,11 +213,11 @@ def cmd_matrix(opts: argparse.Namespace) -> int:
 def _print_pending(spec) -> None:
     """`--pending`: per cell stored/failures/next, then totals and a trial-seconds estimate (the
     cell's median stored duration, else the median over the whole store) to plan device time."""
+    from harness import stats
     from harness.matrix import pending_plan
 
     plans = pending_plan(spec)
-    known = sorted(p.median_s for p in plans if p.median_s is not None)
-    fallback = known[len(known) // 2] if known else None
+    fallback = stats.median_or_none([p.median_s for p in plans if p.median_s is not None])
     width = max((len(p.cell) for p in plans), default=4)
     print(f"{'cell':<{width}}  stored  failed  other  next")
     for p in plans:
@@ -226,9 +226,9 @@ def _print_pending(spec) -> None:
     pending = sum(p.pending for p in plans)
     seconds = sum(p.pending * (p.median_s or fallback or 0.0) for p in plans)
     stopped = sum(p.stopped for p in plans)
-    estimate = f"~{seconds / 60:.0f} trial-minutes at the stored medians" if known else "no stored durations yet"
+    estimate = f"~{seconds / 60:.0f} trial-minutes at the stored medians" if fallback else "no stored durations yet"
     print(f"{spec.name}: {len(plans)} cells, {sum(p.planned for p in plans)} planned trials, "
-          f"{sum(p.stored + p.other for p in plans)} of their records stored, {pending} pending, {stopped} cells stopped; "
+          f"{sum(p.stored + p.other for p in plans)} records stored, {pending} pending, {stopped} cells stopped; "
           f"{estimate} (divide by the trials run at once)")
 
 

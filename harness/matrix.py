@@ -303,23 +303,27 @@ class CellPlan:
 
 def pending_plan(spec: MatrixSpec) -> list[CellPlan]:
     """Per cell: planned, stored, failures and the trials a run would start now. Reads the store;
-    runs nothing. A cell at `max_failures` is stopped (the pool would skip its trials)."""
+    runs nothing. Counts and the stop rule are the running pool's (progress.CellState over every
+    stored record of the cell), so a stopped cell here is one the pool would skip."""
+    from harness import stats
+    from harness.progress import CellState
     from harness.store import Store
 
     trials = expand(spec)
     records = Store(spec.store_dir).load()
     plans = []
     for cell in spec.cells():
+        state = CellState(name=cell.name)
+        held = [r for r in records if r.cell == cell.name]
+        for r in held:
+            state.add(r)
+        stopped = state.stopped(spec.max_failures)
         mine = {t.trial_id for t in trials if t.cell == cell.name}
-        held = [r for r in records if r.trial_id in mine]
-        counted = [r for r in held if r.outcome.counts_as_trial]
-        failures = sum(r.outcome.is_failure for r in counted)
-        stopped = spec.max_failures is not None and failures >= spec.max_failures
-        durations = sorted(r.duration_s for r in held if r.duration_s is not None)
         plans.append(CellPlan(
-            cell=cell.name, planned=len(mine), stored=len(counted), failures=failures,
-            other=len(held) - len(counted), pending=0 if stopped else len(mine - done_ids(held)),
-            stopped=stopped, median_s=durations[len(durations) // 2] if durations else None,
+            cell=cell.name, planned=len(mine), stored=state.runs, failures=state.failures,
+            other=state.timeouts + state.resources + state.errors,
+            pending=0 if stopped else len(mine - done_ids(held)), stopped=stopped,
+            median_s=stats.median_or_none([r.duration_s for r in held if r.duration_s is not None]),
         ))
     return plans
 

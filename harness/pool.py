@@ -178,7 +178,7 @@ class WorkerPool:
                     break
                 trial = self.pending.popleft()
                 state = self.states[trial.cell]
-                if self.spec.max_failures is not None and state.failures >= self.spec.max_failures:
+                if state.stopped(self.spec.max_failures):
                     state.skipped_by_rule += 1
                     self.left += 1
                     continue

@@ -20,6 +20,10 @@ class CellState:
     errors: int = 0
     skipped_by_rule: int = 0
 
+    def stopped(self, max_failures: int | None) -> bool:
+        """The max-failures stop rule: this cell starts no more trials."""
+        return max_failures is not None and self.failures >= max_failures
+
     def add(self, result: TrialResult) -> None:
         if result.outcome.counts_as_trial:
             self.runs += 1
