@@ -50,6 +50,8 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
 
 _COMPILED = tuple((name, re.compile(pattern)) for name, pattern, _ in FAMILIES)
 DESCRIPTIONS = {name: what for name, _, what in FAMILIES}
+ORDER = (*DESCRIPTIONS, "other", "?")
+"""Every family `family()` can return, in table order."""
 
 
 def family(summary: str | None) -> str:

@@ -209,16 +209,18 @@ def _pivot_entry(c: CellSummary | None) -> str:
     text = f"{c.k}/{c.n}"
     if c.families:
         text += " " + ",".join(name for name, _ in c.families)
-    if c.resources:
-        text += f" +{c.resources} oom"
-    return text
+    return text + _oom(c)
+
+
+def _oom(c: CellSummary) -> str:
+    return f" +{c.resources} oom" if c.resources else ""
 
 
 def family_legend(cells: Sequence[CellSummary]) -> list[str]:
     """`FAMILY: what it is` for every family in these cells, in harness.families order."""
     seen = {name for c in cells for name, _ in c.families}
     return [f"{name}: {families.DESCRIPTIONS.get(name, 'no known family')}"
-            for name in [*families.DESCRIPTIONS, "other", "?"] if name in seen]
+            for name in families.ORDER if name in seen]
 
 
 def markdown_table(cells: Sequence[CellSummary]) -> str:
@@ -294,7 +296,7 @@ def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> lis
     paths.append(_bar_plot(plt, plots_dir / f"{name}-failure-rate.png", labels, [100 * r for r in rates],
                            [[100 * e for e in side] for side in err], "failures (%), Wilson 95%",
                            f"{name}: failure rate per cell",
-                           [f"{c.k}/{c.n}" + (f" +{c.resources} oom" if c.resources else "") for c in cells]))
+                           [f"{c.k}/{c.n}{_oom(c)}" for c in cells]))
     tok = [(c.cell, c.tokens_per_s) for c in cells if c.tokens_per_s is not None]
     if tok:
         paths.append(_bar_plot(plt, plots_dir / f"{name}-tokens-per-s.png", [t[0] for t in tok],
@@ -431,10 +433,9 @@ def overview_body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
                 counts[(fam, version)] += 1
                 where[(fam, version)].add(r.trial_id.split("/", 1)[0])
     versions = sorted(trials, reverse=True)
-    order = [*families.DESCRIPTIONS, "other", "?"]
     rows = [f"| family | what | " + " | ".join(f"torch {v}" for v in versions) + " |",
             "|---" * (len(versions) + 2) + "|"]
-    for fam in order:
+    for fam in families.ORDER:
         if not any((fam, v) in counts for v in versions):
             continue
         entries = [f"{counts[(fam, v)]} ({', '.join(sorted(where[(fam, v)]))})" if (fam, v) in counts else "-"
