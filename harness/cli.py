@@ -1,6 +1,7 @@
 """Command line of the harness.
 
-    python -m harness matrix [--preset NAME | --file SPEC.json | --list] [--store DIR] [--trials N]
+    python -m harness matrix [--preset NAME | --file SPEC.json | --list] [--store DIR] [--cells GLOB]
+                             [--trials N]
                              [--workers N] [--per-gpu N] [--gpus N] [--max-failures N]
                              [--max-time S] [--json] [--no-live]
     python -m harness stress [-p N] [--timeout S] [--hang S] [--max-runs N] [--max-fails N]
@@ -67,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--pending", action="store_true",
                    help="run nothing: per cell, what the store holds and what the next run would start")
     m.add_argument("--store", help="store folder (default results/<matrix name>)")
+    m.add_argument("--cells", action="append", metavar="GLOB",
+                   help="only the cells whose name (workload:strategy@plan) matches a glob; "
+                        "repeat or separate with commas (ids do not change: the store resumes)")
     m.add_argument("--trials", "--max-trials", type=_positive_int, help="trials per cell (the spec's default; groups with their own count keep it)")
     m.add_argument("--workers", type=_positive_int, help="trials at once (default: the spec's)")
     m.add_argument("--per-gpu", type=_positive_int, help="trials sharing one GPU at once")
@@ -176,6 +180,8 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
     changes = {k: v for k, v in (("store", opts.store), ("workers", opts.workers), ("per_gpu", opts.per_gpu),
                                   ("max_failures", opts.max_failures), ("max_time_s", opts.max_time))
                if v is not None}
+    if opts.cells:
+        changes["only"] = tuple(p.strip() for arg in opts.cells for p in arg.split(",") if p.strip())
     if opts.trials is not None:
         # The matrix default only: a group with its own count keeps it (gpu-campaign's eager
         # control stays at 10 while --trials 30 goes to the candidates; an H200 call spent 8 eager

@@ -78,6 +78,26 @@ def test_trials_option_sets_the_default_and_groups_with_their_own_count_keep_it(
     assert (spec.max_failures, spec.per_gpu) == (1, 6)
 
 
+def test_cells_option_selects_by_glob_and_an_unmatched_glob_is_one_line_exit_2(tmp_path, capsys):
+    from harness.cli import build_parser, matrix_from_options
+
+    opts = build_parser().parse_args(["matrix", "--preset", "gpu-campaign",
+                                      "--cells", "*:no-cudagraphs+*@dflash-stages,gpu-bound:eager@-",
+                                      "--cells", "launch-bound:*cudagraph-lock*@-"])
+    names = [c.name for c in matrix_from_options(opts).cells()]
+    assert names == ["launch-bound:cstash-tls-init+cudagraph-lock+cublas-handle-init@-",
+                     "launch-bound:cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init@-",
+                     "launch-bound:no-cudagraphs+single-thread-autograd@dflash-stages",
+                     "launch-bound:no-cudagraphs+global-lock@dflash-stages",
+                     "gpu-bound:no-cudagraphs+single-thread-autograd@dflash-stages",
+                     "gpu-bound:no-cudagraphs+global-lock@dflash-stages",
+                     "gpu-bound:eager@-"]
+    spec = _write_spec(tmp_path)
+    assert main(["matrix", "--file", str(spec), "--cells", "ok:nope@-", "--no-live"]) == 2
+    assert "matches 'ok:nope@-'" in _error_line(capsys)
+    assert not (tmp_path / "store").exists()
+
+
 def test_unreadable_store_is_bad_input_and_left_byte_for_byte(tmp_path, capsys):
     spec = _write_spec(tmp_path)
     store = tmp_path / "store"

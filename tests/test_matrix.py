@@ -320,3 +320,30 @@ def test_resume_reruns_out_of_memory_trials_and_pending_counts_them(tmp_path, ca
     assert [r.outcome for r in ok] == [Outcome.RESOURCE, Outcome.OK]        # the old record stays
     assert ok[1].artefacts.endswith("-attempt1") and ok[1].artefacts != ok[0].artefacts
     assert all(p.pending == 0 for p in matrix.pending_plan(spec))
+
+
+def test_cells_filter_runs_a_subset_under_the_full_matrix_ids_and_resumes_into_its_store(tmp_path):
+    d = _spec(tmp_path, trials=2, groups=[{"workloads": ["ok", "bad"], "strategies": ["raw"],
+                                           "plans": [None, "switch"]}])
+    import dataclasses
+
+    full = spec_from_dict(d)
+    subset = dataclasses.replace(full, only=("ok:*@switch", "bad:raw@-"))
+    assert [c.name for c in subset.cells()] == ["ok:raw@switch", "bad:raw@-"]
+    # Same ids and plan seeds as the full matrix's trials of those cells.
+    ids = {t.trial_id: t.plan_seed for t in matrix.expand(full)}
+    assert all(ids[t.trial_id] == t.plan_seed for t in matrix.expand(subset))
+    done = matrix.run_matrix(subset, stream=io.StringIO(), live=False, num_gpus=0)
+    assert done.ran == 4 and {r.cell for r in done.records} == {"ok:raw@switch", "bad:raw@-"}
+    # The full matrix resumes: only the other two cells' trials are left.
+    assert sum(p.pending for p in matrix.pending_plan(full)) == 4
+    rest = matrix.run_matrix(full, stream=io.StringIO(), live=False, num_gpus=0)
+    assert rest.ran == 4 and rest.resumed == 4
+
+
+def test_a_cells_glob_that_matches_nothing_is_bad_input(tmp_path):
+    import dataclasses
+
+    with pytest.raises(MatrixError, match="no cell of matrix 't' matches 'ok:global-lock@-'"):
+        dataclasses.replace(spec_from_dict(_spec(tmp_path)), only=("ok:global-lock@-",))
+    assert not (tmp_path / "store").exists()
