@@ -43,29 +43,43 @@ def host_gpu_count() -> int:
 
 class GpuSlots:
     """At most `per_gpu` slots in use on each GPU; a trial needing g GPUs takes g distinct ones,
-    and `weight` slots on each (Workload.gpu_slots; a weight above per_gpu means the GPU alone)."""
+    and `weight` slots on each (Workload.gpu_slots; a weight above per_gpu means the GPU alone).
+
+    Waiters are served first come, first served: a trial that needs 3 slots would otherwise wait
+    for as long as 1-slot trials keep taking each slot the moment it frees (the H200 campaign mixes
+    gpu-bound trials of 3 slots with launch-bound ones of 1), and could miss --max-time entirely."""
 
     def __init__(self, num_gpus: int, per_gpu: int) -> None:
         self._load = [0] * num_gpus
         self._per_gpu = per_gpu
         self._cond = threading.Condition()
+        self._queue: collections.deque[object] = collections.deque()
 
     def acquire(self, need: int, stop: threading.Event, weight: int = 1) -> list[int] | None:
-        """Least-loaded GPUs with room for `weight` more slots; None if `stop` is set while waiting."""
+        """Least-loaded GPUs with room for `weight` more slots, once every earlier waiter has had
+        its turn; None if `stop` is set while waiting."""
         if need == 0 or not self._load:
             return []
         need = min(need, len(self._load))
         weight = min(weight, self._per_gpu)
+        ticket = object()
         with self._cond:
-            while not stop.is_set():
-                free = sorted((load, i) for i, load in enumerate(self._load) if load + weight <= self._per_gpu)
-                if len(free) >= need:
-                    ids = sorted(i for _, i in free[:need])
-                    for i in ids:
-                        self._load[i] += weight
-                    return ids
-                self._cond.wait(timeout=0.5)
-        return None
+            self._queue.append(ticket)
+            try:
+                while not stop.is_set():
+                    if self._queue[0] is ticket:
+                        free = sorted((load, i) for i, load in enumerate(self._load)
+                                      if load + weight <= self._per_gpu)
+                        if len(free) >= need:
+                            ids = sorted(i for _, i in free[:need])
+                            for i in ids:
+                                self._load[i] += weight
+                            return ids
+                    self._cond.wait(timeout=0.5)
+                return None
+            finally:
+                self._queue.remove(ticket)
+                self._cond.notify_all()   # the next waiter may now be at the head
 
     def release(self, ids: list[int], weight: int = 1) -> None:
         weight = min(weight, self._per_gpu)

@@ -347,3 +347,39 @@ def test_a_cells_glob_that_matches_nothing_is_bad_input(tmp_path):
     with pytest.raises(MatrixError, match="no cell of matrix 't' matches 'ok:global-lock@-'"):
         dataclasses.replace(spec_from_dict(_spec(tmp_path)), only=("ok:global-lock@-",))
     assert not (tmp_path / "store").exists()
+
+
+def test_gpu_slots_serve_waiters_in_order_so_a_big_trial_is_not_starved_by_small_ones():
+    slots = GpuSlots(1, per_gpu=4)
+    stop = threading.Event()
+    assert slots.acquire(1, stop, weight=2) == [0]
+    assert slots.acquire(1, stop, weight=1) == [0]      # 3 of 4 in use
+    order = []
+
+    def wait(name, weight, event=stop):
+        t = threading.Thread(target=lambda: order.append((name, slots.acquire(1, event, weight=weight))),
+                             name=f"test-{name}")
+        t.start()
+        time.sleep(0.3)
+        return t
+
+    big = wait("big", 3)
+    # One slot is free, but a 1-slot trial that comes after the waiting 3-slot one waits its turn.
+    small = wait("small", 1)
+    assert order == []
+    slots.release([0], weight=2)                         # 1 in use: the big trial fits (4/4)
+    big.join(timeout=5)
+    time.sleep(0.3)
+    assert order == [("big", [0])]
+    slots.release([0], weight=1)                         # 3/4: now the small one
+    small.join(timeout=5)
+    assert order == [("big", [0]), ("small", [0])]
+    # A waiter that gives up leaves the queue: the one behind it gets the next free slot.
+    gives_up = threading.Event()
+    first = wait("first", 1, gives_up)
+    second = wait("second", 1)
+    gives_up.set()
+    first.join(timeout=5)
+    slots.release([0], weight=1)
+    second.join(timeout=5)
+    assert order[2:] == [("first", None), ("second", [0])]
