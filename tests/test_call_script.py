@@ -28,3 +28,24 @@ def test_a_call_packs_its_outputs_even_when_nothing_runs(tmp_path):
     assert "unknown phase no-such-phase" in log and "== done after" in log
     with tarfile.open(out / "call.tgz") as tgz:
         assert any(name.startswith("x") for name in tgz.getnames())
+
+
+def test_campaign_cells_reach_the_harness_unexpanded(tmp_path):
+    # `campaign:GLOB` and a --cells glob in MATRIX_ARGS must arrive as written, even when a file
+    # in the working folder matches the glob (a bare ${MATRIX_ARGS} would expand it).
+    out, bin_ = tmp_path / "out", tmp_path / "bin"
+    out.mkdir()
+    bin_.mkdir()
+    fake = bin_ / "python3"
+    fake.write_text(f'#!/bin/bash\n[ "$2" = harness ] && printf "%s\\n" "$@" > {out}/args.txt\nexit 0\n')
+    fake.chmod(0o755)
+    (tmp_path / "launch-bound:zzz").write_text("")
+    (tmp_path / "gpu-zzz").write_text("")
+    env = {**os.environ, "OUT": str(out), "PATH": f"{bin_}:{os.environ['PATH']}",
+           "MATRIX_ARGS": "--trials 29 --cells=gpu-*"}
+    proc = subprocess.run(["bash", str(SCRIPT), "400", "campaign:launch-bound:*"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    args = (out / "args.txt").read_text().splitlines()
+    assert args[:4] == ["-m", "harness", "matrix", "--preset"] and "gpu-campaign" in args
+    assert args[-3:] == ["29", "--cells=gpu-*", "--cells=launch-bound:*"]

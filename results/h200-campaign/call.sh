@@ -12,6 +12,7 @@
 #   default   issue 2: `python -m dflash train --preset gpu-default` alone on the GPU
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
 #   campaign  the gpu-campaign matrix until 25 s before SECONDS are spent (store resumed)
+#   campaign:GLOB[,GLOB]  the same for the matching cells only (`harness matrix --cells`)
 #   topology, topology-4  the same for gpu-topology (8 GPUs) / gpu-topology-4 (4 GPUs), issue 6
 #   diag:S    the diagnostic matrix results/h200-campaign/diag.json (store results/gpu-diag)
 #   verify:S  results/h200-campaign/verify.json (store results/gpu-verify): do the inductor
@@ -55,7 +56,9 @@ matrix() {  # preset (or a spec file), seconds to start trials in[, cap]: SIGTER
   local cap=${3:-0}; [ $cap -gt 0 ] && [ $stop -gt $(( start + cap )) ] && stop=$(( start + cap ))
   [ $start -gt 20 ] || { echo "no time for $preset"; return 0; }
   echo "matrix $preset: start trials for ${start}s, stop at ${stop}s"
-  timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --no-live ${MATRIX_ARGS:-} \
+  # read -a, not a bare ${MATRIX_ARGS}: a --cells glob must reach the harness unexpanded.
+  local extra=(); read -ra extra <<< "${MATRIX_ARGS:-}"; [ -n "${CELLS:-}" ] && extra+=("--cells=$CELLS")
+  timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --no-live "${extra[@]}" \
     > "$X/matrix-$preset.out" 2> "$X/matrix-$preset.err"
   echo "matrix $preset rc=$?"; grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n 70 "$X/matrix-$preset.out"
 }
@@ -99,6 +102,8 @@ for phase in "$@"; do
              --set compile.mode=${bm:-reduce-overhead} > "$X/bench-$bp.out" 2> "$X/bench-$bp.err"
            echo "bench $bp $bf rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench-$bp.out"; grep -v "^train:" "$X/bench-$bp.err" | tail -n 8 ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
+    campaign:*) # campaign:GLOB[,GLOB]: only those cells (harness matrix --cells), same store
+           CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 130 )) ;;
     topology|topology-4) matrix gpu-$phase $(( $(left) - 130 )) ;;   # issue 6, on nvidia-h200-x8 / -x4
     diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
     verify:*) matrix results/h200-campaign/verify.json ${phase#verify:} ;;
