@@ -377,6 +377,11 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
 
     trials = expand(spec)
     stream = stream or sys.stderr
+    # Build the native-stack handler once, before the workers start, and say so if there is none.
+    from harness import native
+
+    if native.preload() is None:
+        stream.write(f"native stacks of crashing trials: off ({native.why_not()})\n")
     store = Store(spec.store_dir)
     cells = {c.name: c for c in spec.cells()}
     existing = [r for r in store.load() if r.cell in cells]

@@ -370,6 +370,9 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
     for summary, trial_id, text in hang_excerpts(records, store_dir):
         lines += ["", f"Hang dump excerpt, `{summary}` (trial `{trial_id}`, py-spy, innermost frames):", "",
                   "```", text, "```"]
+    for summary, trial_id, text in native_excerpts(records, store_dir):
+        lines += ["", f"Native stack excerpt, `{summary}` (trial `{trial_id}`, crashing thread, innermost "
+                  f"{NATIVE_EXCERPT_FRAMES} frames):", "", "```", text, "```"]
     if plots:
         lines += [""] + [f"![{p.stem}]({_rel(p, report_dir)})" for p in plots]
     return "\n".join(lines)
@@ -393,6 +396,30 @@ def hang_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[tuple
         seen.add(r.signature)
         text = excerpt(read_pyspy_json(path), keep=in_hang_key)
         out.append((r.signature_summary or r.signature or "hang", r.trial_id, text.rstrip()))
+    return out
+
+
+NATIVE_EXCERPT_FRAMES = 10
+
+
+def native_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[tuple[str, str, str]]:
+    """(signature summary, trial id, excerpt) for the first stored trial of each native-crash
+    signature whose artefacts hold the native stack the runner resolved (`native_stack.txt`)."""
+    from harness.runner import NATIVE_STACK_NAME
+
+    store = Store(store_dir)
+    out, seen = [], set()
+    for r in sorted(records, key=lambda r: r.trial_id):
+        if r.outcome is not Outcome.ABORT or r.signature in seen or not r.artefacts:
+            continue
+        path = store.artefacts_of(r) / NATIVE_STACK_NAME
+        if not path.is_file():
+            continue
+        seen.add(r.signature)
+        frames = [ln for ln in path.read_text(errors="replace").splitlines() if ln and not ln.startswith("#")]
+        shown = frames[:NATIVE_EXCERPT_FRAMES] + ([f"... {len(frames) - NATIVE_EXCERPT_FRAMES} more"]
+                                                  if len(frames) > NATIVE_EXCERPT_FRAMES else [])
+        out.append((r.signature_summary or r.signature or "native crash", r.trial_id, "\n".join(shown)))
     return out
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness import gpu, hangs, signature
+from harness import gpu, hangs, native, signature
 from harness.outcome import Outcome, TrialResult, mark_resource
 from harness.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
@@ -53,8 +53,10 @@ GPU_RELEASE_TIMEOUT_S = 10.0
 assert POLL_S < 1.0 <= GROUP_GONE_TIMEOUT_S
 
 OUTPUT_NAME = "output.txt"
+NATIVE_STACK_NAME = "native_stack.txt"
+"""The crashing thread's native frames, names resolved here, where the trial's libraries are."""
 _TRIAL_FILES = (OUTPUT_NAME, "spec.json", "result.json", "heartbeat", "plan.json",
-                "plan_log.jsonl", "pyspy.json", "hang_dump.txt")
+                "plan_log.jsonl", "pyspy.json", "hang_dump.txt", NATIVE_STACK_NAME)
 BOOTSTRAP_DIR = REPO_ROOT / "harness" / "bootstrap"
 
 _FATAL_SIGNALS = {
@@ -112,7 +114,9 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     ending = _supervise(proc, spec, out)
     result.rc = proc.returncode
     result.duration_s = round(ending.elapsed_s, 3)
-    _classify(result, ending, _read_output(output_path))
+    text = _read_output(output_path)
+    _classify(result, ending, text)
+    _keep_native_stack(out, text)
     if ending.members is not None:
         _check_gpu_released(result, ending.members)
     if result.outcome.is_failure:
@@ -131,6 +135,7 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env["HARNESS_PLAN_LOG"] = str(out / "plan_log.jsonl")
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"
+    env = native.with_preload(env)   # a native crash also prints its C/C++ frames (harness.native)
     env.pop("HARNESS_PLAN", None)
     if spec.plan is not None:
         plan_path = out / "plan.json"
@@ -357,6 +362,16 @@ def _read_output(path: Path) -> str:
             fh.seek(size - half)
             data = head + b"\n[... output cut by the harness ...]\n" + fh.read()
     return data.decode("utf-8", errors="replace")
+
+
+def _keep_native_stack(out: Path, text: str) -> None:
+    """A trial that died of a signal printed its native frames (harness.native); name them now,
+    on the machine whose libraries they point into (a store read elsewhere cannot)."""
+    frames = native.native_stack(text)
+    if frames:
+        resolved = native.resolve(frames)
+        (out / NATIVE_STACK_NAME).write_text(
+            f"# {socket.gethostname()}: {len(resolved)} frames, innermost first\n" + native.render(resolved) + "\n")
 
 
 def _finish(result: TrialResult, out: Path, after_exit: AfterExit | None) -> TrialResult:

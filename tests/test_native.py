@@ -1,0 +1,127 @@
+"""harness.native: the preloaded handler prints a crashing thread's native frames, the runner
+names them where the libraries are, and a crash's outcome and signature stay what they were."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import native, report, signature
+from harness.outcome import Outcome, TrialResult
+from harness.runner import NATIVE_STACK_NAME, child_env, run_trial
+from harness.spec import TrialSpec, WorkloadSpec
+from harness.store import Store
+
+FIXTURE = Path(__file__).parent / "fixtures" / "native" / "r16_reset_segfault.txt"
+SCRIPTS = Path(__file__).parent / "scripts"
+needs_cc = pytest.mark.skipif(native.compiler() is None, reason="no C compiler")
+
+# A finaliser that reads address 0 while the collector runs: the face of the H200 campaign's
+# "Segmentation fault: during garbage collection" trials.
+GC_SEGFAULT = """
+import ctypes, gc
+class Finalised:
+    def __del__(self):
+        ctypes.string_at(0)
+a, b = Finalised(), Finalised()
+a.other, b.other = b, a
+del a, b
+gc.collect()
+"""
+
+
+def test_native_stack_drops_the_handler_and_both_signal_deliveries():
+    # A real R5 crash (r16 on torch 2.13 CPU): handler, trampoline, pthread_kill, raise (by
+    # faulthandler), trampoline, then the faulting code.
+    frames = native.native_stack(FIXTURE.read_text())
+    assert [str(f) for f in frames[:3]] == ["libtorch_python.so(+0x89a516)", "libtorch_python.so(+0x898c95)",
+                                            "libtorch_python.so(+0x893c84)"]
+    assert not any("segv_stack" in f.obj or "gsignal" in f.symbol for f in frames)
+    assert native.native_stack("Fatal Python error: Segmentation fault\n") is None
+
+
+@needs_cc
+def test_a_segfault_in_a_finaliser_prints_its_native_frames_and_keeps_its_signal_and_signature(tmp_path):
+    base = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    plain = subprocess.run([sys.executable, "-c", GC_SEGFAULT], env=base, capture_output=True, text=True)
+    traced = subprocess.run([sys.executable, "-c", GC_SEGFAULT], env=native.with_preload(base),
+                            capture_output=True, text=True)
+    assert plain.returncode == traced.returncode == -signal.SIGSEGV
+    assert native.native_stack(plain.stderr) is None
+    frames = native.resolve(native.native_stack(traced.stderr))
+    assert frames and "Garbage-collecting" in traced.stderr          # faulthandler still speaks first
+    named = " ".join(f.name or f.symbol for f in frames)
+    assert "ffi_call" in named or "_ctypes" in " ".join(f.obj for f in frames)
+    if shutil.which("addr2line"):
+        assert "collect" in named.lower()                            # the collector's own frames
+    key = lambda text: signature.crash_signature(text, rc=-signal.SIGSEGV).key  # noqa: E731
+    assert key(traced.stderr) == key(plain.stderr)
+    assert "during garbage collection" in signature.crash_signature(traced.stderr).summary
+
+
+@needs_cc
+def test_the_runner_keeps_the_resolved_native_stack_of_a_crashed_trial(tmp_path):
+    spec = TrialSpec(trial_id="segv", cell="segv", timeout_s=30, hang_s=10,
+                     workload=WorkloadSpec(kind="command", argv=(sys.executable, str(SCRIPTS / "segfault.py"))))
+    result = run_trial(spec, tmp_path / "a")
+    assert result.outcome is Outcome.ABORT and result.signature_summary == "Segmentation fault at ctypes:string_at"
+    kept = (tmp_path / "a" / NATIVE_STACK_NAME).read_text().splitlines()
+    assert kept[0].startswith("# ") and "frames, innermost first" in kept[0]
+    assert any("_ctypes" in line or "ffi" in line for line in kept[1:])
+    ok = run_trial(TrialSpec(trial_id="ok", cell="ok", timeout_s=30, hang_s=10, workload=WorkloadSpec(
+        kind="command", argv=(sys.executable, str(SCRIPTS / "ok.py")))), tmp_path / "b")
+    assert ok.outcome is Outcome.OK and not (tmp_path / "b" / NATIVE_STACK_NAME).exists()
+
+
+def test_switched_off_or_without_a_compiler_trials_run_without_the_handler(tmp_path, monkeypatch):
+    spec = TrialSpec(trial_id="x", cell="x", workload=WorkloadSpec(kind="command", argv=("true",)))
+    monkeypatch.setenv("LD_PRELOAD", "libmine.so")
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert child_env(spec, tmp_path)["LD_PRELOAD"] == "libmine.so"
+    assert native.why_not() == "HARNESS_NATIVE_STACKS=0"
+    monkeypatch.delenv(native.ENV_SWITCH)
+    monkeypatch.setattr(native, "_built", {})
+    monkeypatch.setattr(native, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(native, "compiler", lambda: None)
+    assert native.preload() is None and "no C compiler" in native.why_not()
+    assert child_env(spec, tmp_path)["LD_PRELOAD"] == "libmine.so"
+
+
+@needs_cc
+def test_the_library_goes_first_on_ld_preload_and_is_built_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "_built", {})
+    monkeypatch.setattr(native, "cache_dir", lambda: tmp_path / "cache")
+    lib = native.preload()
+    assert lib is not None and lib.parent == tmp_path / "cache" and native.why_not() is None
+    assert sorted(p.name for p in lib.parent.iterdir()) == [lib.name]      # no temporary file left
+    env = native.with_preload({"LD_PRELOAD": "libmine.so"})
+    assert env["LD_PRELOAD"] == f"{lib} libmine.so"
+    monkeypatch.setattr(native, "_built", {})
+    mtime = lib.stat().st_mtime_ns
+    assert native.preload() == lib and lib.stat().st_mtime_ns == mtime       # found, not rebuilt
+
+
+def test_the_report_shows_one_native_excerpt_per_crash_signature(tmp_path):
+    store = Store(tmp_path / "m")
+    records = []
+    for i in range(2):
+        r = TrialResult(trial_id=f"m/w:raw@-/{i}", cell="w:raw@-", trial_index=i, outcome=Outcome.ABORT,
+                        signature="segv-1", signature_summary="Segmentation fault at x:y",
+                        artefacts=f"/elsewhere/artefacts/t{i}")
+        folder = store.root / "artefacts" / f"t{i}"
+        folder.mkdir(parents=True)
+        frames = native.native_stack(FIXTURE.read_text())
+        (folder / NATIVE_STACK_NAME).write_text("# host: frames\n" + native.render(frames) + "\n")
+        records.append(r)
+    (excerpt,) = report.native_excerpts(records, store.root)
+    summary, trial_id, text = excerpt
+    assert (summary, trial_id) == ("Segmentation fault at x:y", "m/w:raw@-/0")
+    lines = text.splitlines()
+    assert lines[0] == "libtorch_python.so(+0x89a516)" and lines[-1].startswith("... ")
+    assert len(lines) == report.NATIVE_EXCERPT_FRAMES + 1
