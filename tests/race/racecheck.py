@@ -26,15 +26,16 @@ import importlib.metadata
 import math
 import os
 import re
+import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from harness import stats
+from harness import native, stats
 from harness.outcome import Outcome, TrialResult
-from harness.runner import run_trial
+from harness.runner import NATIVE_STACK_NAME, run_trial
 from harness.scheduler import Plan
 from harness.spec import TrialSpec, WorkloadSpec
 
@@ -96,6 +97,9 @@ class Race:
     fix_trials: int = TARGET_FIX_TRIALS
     """Stressed trials of the fix check (below 29 the weaker bound is printed)."""
     repro_cap: int = REPRO_MAX_TRIALS
+    native: str | None = None
+    """Regex over the native stack the runner kept (`native_stack.txt`, harness.native) of a
+    reproduction that crashed natively: where in torch's C++ the race lands. None = not checked."""
 
     @property
     def cell(self) -> str:
@@ -176,6 +180,8 @@ def check_reproduces(race: Race, artefacts: Path) -> None:
         if matches_family(race, result):
             print(f"{race.id}: reproduced in trial {i + 1} of at most {n} under plan {race.plan} "
                   f"(recorded {k0}/{n0} on torch {race.torch}): {describe(result)}")
+            if race.native and result.outcome is Outcome.ABORT:
+                check_native_site(race, result)
             if miss >= MISS_PROBABILITY:
                 warnings.warn(RaceBound(
                     f"{race.id}: reproduction check capped at {n} trials: a race at the Wilson lower "
@@ -189,6 +195,23 @@ def check_reproduces(race: Race, artefacts: Path) -> None:
                 f"(0/{counted} trials with signature /{race.family}/ under plan {race.plan}; "
                 f"recorded {k0}/{n0} on torch {race.torch}, miss chance at that rate "
                 f"{miss:.2%}{seen})")
+
+
+def check_native_site(race: Race, result: TrialResult) -> None:
+    """The native crash lands where the catalogue says (a torch upgrade that moves it, e.g. R5
+    from `create_cache_entry` elsewhere, is a changed race): checked where the runner could keep
+    and name the frames (a C compiler for the handler, addr2line for hidden symbols)."""
+    path = Path(result.artefacts or "") / NATIVE_STACK_NAME
+    if not path.is_file() or shutil.which("addr2line") is None:
+        why = native.why_not() or ("no addr2line" if shutil.which("addr2line") is None else "no native stack kept")
+        print(f"{race.id}: native crash site not checked ({why})")
+        return
+    text = path.read_text(errors="replace")
+    if re.search(race.native, text) is None:
+        top = "; ".join(ln for ln in text.splitlines()[1:4])
+        pytest.fail(f"{race.id}: the native crash site moved on torch {torch_version()}: /{race.native}/ "
+                    f"not in {path} (innermost frames: {top}): update the catalogue")
+    print(f"{race.id}: native crash site /{race.native}/ as recorded")
 
 
 def check_absent(race: Race, artefacts: Path) -> None:

@@ -80,3 +80,22 @@ def test_race_fix_check_fails_on_any_failure(monkeypatch, tmp_path):
     fake_trials(monkeypatch, Outcome.ABORT, "Segmentation-fault-0000000000")
     with pytest.raises(AssertionError, match=r"fix global-lock failed \d+/\d+ stressed trials"):
         racecheck.check_fix_holds(CPU["r16"], tmp_path)
+
+
+def test_race_native_crash_site_is_checked_when_the_runner_kept_it(monkeypatch, tmp_path, capsys):
+    import shutil
+
+    from harness.runner import NATIVE_STACK_NAME
+
+    race = CPU["r16"]
+    assert race.native == "create_cache_entry"
+    result = TrialResult(trial_id="t/0", cell="c", trial_index=0, outcome=Outcome.ABORT, artefacts=str(tmp_path))
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    racecheck.check_native_site(race, result)                       # nothing kept: said, not failed
+    assert "native crash site not checked" in capsys.readouterr().out
+    (tmp_path / NATIVE_STACK_NAME).write_text("# h: 2 frames\nlibtorch_python.so(+0x1) create_cache_entry\n")
+    racecheck.check_native_site(race, result)
+    assert "as recorded" in capsys.readouterr().out
+    (tmp_path / NATIVE_STACK_NAME).write_text("# h: 1 frame\nlibtorch_python.so(+0x2) lookup\n")
+    with pytest.raises(pytest.fail.Exception, match=r"native crash site moved .*lookup.*update the catalogue"):
+        racecheck.check_native_site(race, result)
