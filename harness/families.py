@@ -34,7 +34,10 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("F2", r"fx-trace-of-dynamo-fn", "FX's is-tracing flag is process-global (R1, R2)"),
     ("F3", r"fx-current-patcher", "FX's CURRENT_PATCHER is process-global (R3)"),
     ("R4", r"fx-module-not-submodule", "eager modules under another thread's tracer"),
-    ("R5", r"Segmentation fault at torch\._dynamo\.eval_frame:compile_wrapper|dynamo-compiled-fn-missing",
+    # SIGFPE is the same crash (a hash modulo the bucket count of a map just freed; the native
+    # stacks of results/native-cpu end in create_cache_entry for both signals).
+    ("R5", r"(?:Segmentation fault|Floating point exception) at torch\._dynamo\.eval_frame:compile_wrapper"
+           r"|dynamo-compiled-fn-missing",
      "torch._dynamo.reset() while another thread runs compiled code (R5, R6)"),
     ("F4", r"dynamic=False lost", "a config patch lost across threads"),
     ("F5", r"per-thread state recompile", "guards on per-thread state recompile"),

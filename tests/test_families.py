@@ -25,6 +25,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
     ("f2_fx_trace_of_compiled_fn", "F2"),
     ("r4_eager_module_nameerror", "R4"),
     ("r5_reset_segfault", "R5"),
+    ("r5_reset_fpe", "R5"),
 ])
 def test_every_file_of_a_fixture_family_maps_to_its_failure_mode(folder, expected):
     for path in sorted((FIXTURES / folder).glob("*.txt")):
