@@ -370,9 +370,10 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
     for summary, trial_id, text in hang_excerpts(records, store_dir):
         lines += ["", f"Hang dump excerpt, `{summary}` (trial `{trial_id}`, py-spy, innermost frames):", "",
                   "```", text, "```"]
-    for summary, trial_id, text in native_excerpts(records, store_dir):
-        lines += ["", f"Native stack excerpt, `{summary}` (trial `{trial_id}`, crashing thread, innermost "
-                  f"{NATIVE_EXCERPT_FRAMES} frames):", "", "```", text, "```"]
+    for x in native_excerpts(records, store_dir):
+        lines += ["", f"Native stack excerpt, `{x.summary}`: crash site `{_clip(x.site, 100)}` in {x.trials} of "
+                  f"{x.of} trials with a native stack (trial `{x.trial_id}`, crashing thread, innermost "
+                  f"frames):", "", "```", x.text, "```"]
     if plots:
         lines += [""] + [f"![{p.stem}]({_rel(p, report_dir)})" for p in plots]
     return "\n".join(lines)
@@ -402,24 +403,43 @@ def hang_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[tuple
 NATIVE_EXCERPT_FRAMES = 10
 
 
-def native_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[tuple[str, str, str]]:
-    """(signature summary, trial id, excerpt) for the first stored trial of each native-crash
-    signature whose artefacts hold the native stack the runner resolved (`native_stack.txt`)."""
+@dataclass(kw_only=True, slots=True, frozen=True)
+class NativeExcerpt:
+    summary: str
+    site: str
+    """harness.native.crash_site of the trials' kept native stacks."""
+    trials: int
+    """Trials of this signature whose native stack landed at `site`."""
+    of: int
+    """Trials of this signature with a kept native stack."""
+    trial_id: str
+    text: str
+
+
+def native_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[NativeExcerpt]:
+    """Per native-crash signature, its crash sites (harness.native.crash_site of every stored
+    `native_stack.txt`) with counts and the first trial's innermost frames: one signature can
+    hide several causes (the H200 campaign's segfaults during garbage collection share one key,
+    whatever the finaliser), and the native site is what tells them apart."""
+    from harness import native
     from harness.runner import NATIVE_STACK_NAME
 
     store = Store(store_dir)
-    out, seen = [], set()
+    by_sig: dict[str, list[tuple[TrialResult, list]]] = {}
     for r in sorted(records, key=lambda r: r.trial_id):
-        if r.outcome is not Outcome.ABORT or r.signature in seen or not r.artefacts:
+        if r.outcome is not Outcome.ABORT or not r.artefacts:
             continue
         path = store.artefacts_of(r) / NATIVE_STACK_NAME
-        if not path.is_file():
-            continue
-        seen.add(r.signature)
-        frames = [ln for ln in path.read_text(errors="replace").splitlines() if ln and not ln.startswith("#")]
-        shown = frames[:NATIVE_EXCERPT_FRAMES] + ([f"... {len(frames) - NATIVE_EXCERPT_FRAMES} more"]
-                                                  if len(frames) > NATIVE_EXCERPT_FRAMES else [])
-        out.append((r.signature_summary or r.signature or "native crash", r.trial_id, "\n".join(shown)))
+        if path.is_file():
+            by_sig.setdefault(r.signature or "", []).append((r, native.read_kept(path.read_text(errors="replace"))))
+    out = []
+    for kept in by_sig.values():
+        sites = collections.Counter(native.crash_site(frames) for _, frames in kept)
+        for site, n in sites.most_common():
+            r, frames = next((r, f) for r, f in kept if native.crash_site(f) == site)
+            out.append(NativeExcerpt(summary=r.signature_summary or r.signature or "native crash", site=site,
+                                     trials=n, of=len(kept), trial_id=r.trial_id,
+                                     text=native.render(frames, limit=NATIVE_EXCERPT_FRAMES)))
     return out
 
 

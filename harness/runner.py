@@ -371,7 +371,8 @@ def _keep_native_stack(out: Path, text: str) -> None:
     if frames:
         resolved = native.resolve(frames)
         (out / NATIVE_STACK_NAME).write_text(
-            f"# {socket.gethostname()}: {len(resolved)} frames, innermost first\n" + native.render(resolved) + "\n")
+            f"# {socket.gethostname()}: {len(resolved)} frames, innermost first\n"
+            + native.render(resolved, width=None) + "\n")
 
 
 def _finish(result: TrialResult, out: Path, after_exit: AfterExit | None) -> TrialResult:

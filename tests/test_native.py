@@ -3,6 +3,7 @@ names them where the libraries are, and a crash's outcome and signature stay wha
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -107,21 +108,37 @@ def test_the_library_goes_first_on_ld_preload_and_is_built_once(tmp_path, monkey
     assert native.preload() == lib and lib.stat().st_mtime_ns == mtime       # found, not rebuilt
 
 
-def test_the_report_shows_one_native_excerpt_per_crash_signature(tmp_path):
+def test_the_crash_site_skips_runtime_frames_and_std_templates_and_survives_the_kept_file():
+    frames = [native.NativeFrame(obj="/x/libtorch_python.so", symbol="+0x1",
+                                 name="std::__detail::_Map_base<long, std::pair<long const, int> >::operator[](long const&)"),
+              native.NativeFrame(obj="/x/libtorch_python.so", symbol="+0x2", name="create_cache_entry"),
+              native.NativeFrame(obj="/x/libtorch_python.so", symbol="+0x3", name="dynamo__custom_eval_frame")]
+    assert native.crash_site(frames) == "create_cache_entry"
+    kept = native.read_kept("# host: 3 frames\n" + native.render(frames, width=None) + "\n")
+    assert kept == [dataclasses.replace(f, obj=os.path.basename(f.obj)) for f in frames]
+    libc = [native.NativeFrame(obj="libc.so.6", symbol="+0x9", name="__memmove_avx_unaligned_erms"),
+            native.NativeFrame(obj="libpython3.12.so.1.0", symbol="+0x8", name="gc_collect_main")]
+    assert native.crash_site(libc) == "libc.so.6(+0x9) __memmove_avx_unaligned_erms"   # nothing else named
+    assert native.crash_site([]) == "?"
+
+
+def test_the_report_groups_a_signatures_native_stacks_by_crash_site(tmp_path):
     store = Store(tmp_path / "m")
     records = []
-    for i in range(2):
+    fixture = native.native_stack(FIXTURE.read_text())
+    named = [dataclasses.replace(fixture[1], name="create_cache_entry"), *fixture[2:]]
+    other = [native.NativeFrame(obj="libtorch_cuda.so", symbol="+0x5", name="c10::cuda::free_block")]
+    for i, frames in enumerate((named, other, named)):
         r = TrialResult(trial_id=f"m/w:raw@-/{i}", cell="w:raw@-", trial_index=i, outcome=Outcome.ABORT,
-                        signature="segv-1", signature_summary="Segmentation fault at x:y",
+                        signature="segv-1", signature_summary="Segmentation fault: during garbage collection",
                         artefacts=f"/elsewhere/artefacts/t{i}")
         folder = store.root / "artefacts" / f"t{i}"
         folder.mkdir(parents=True)
-        frames = native.native_stack(FIXTURE.read_text())
-        (folder / NATIVE_STACK_NAME).write_text("# host: frames\n" + native.render(frames) + "\n")
+        (folder / NATIVE_STACK_NAME).write_text("# host: frames\n" + native.render(frames, width=None) + "\n")
         records.append(r)
-    (excerpt,) = report.native_excerpts(records, store.root)
-    summary, trial_id, text = excerpt
-    assert (summary, trial_id) == ("Segmentation fault at x:y", "m/w:raw@-/0")
-    lines = text.splitlines()
-    assert lines[0] == "libtorch_python.so(+0x89a516)" and lines[-1].startswith("... ")
+    first, second = report.native_excerpts(records, store.root)
+    assert (first.site, first.trials, first.of, first.trial_id) == ("create_cache_entry", 2, 3, "m/w:raw@-/0")
+    assert (second.site, second.trials, second.trial_id) == ("c10::cuda::free_block", 1, "m/w:raw@-/1")
+    lines = first.text.splitlines()
+    assert lines[0] == "libtorch_python.so(+0x898c95) create_cache_entry" and lines[-1].startswith("... ")
     assert len(lines) == report.NATIVE_EXCERPT_FRAMES + 1

@@ -173,14 +173,39 @@ def _run(argv: list[str]) -> str:
     return done.stdout if done.returncode == 0 else ""
 
 
-def render(frames: list[NativeFrame], limit: int | None = None) -> str:
-    """One frame per line, innermost first; C++ names longer than a line are clipped."""
+def render(frames: list[NativeFrame], limit: int | None = None, width: int | None = 160) -> str:
+    """One frame per line, innermost first; lines longer than `width` clipped (None: whole)."""
     shown = frames if limit is None else frames[:limit]
-    lines = [_clip(str(f)) for f in shown]
+    lines = [str(f) if width is None or len(str(f)) <= width else str(f)[:width - 3] + "..." for f in shown]
     if limit is not None and len(frames) > limit:
         lines.append(f"... {len(frames) - limit} more")
     return "\n".join(lines)
 
 
-def _clip(line: str, width: int = 160) -> str:
-    return line if len(line) <= width else line[:width - 3] + "..."
+_KEPT = re.compile(r"^(?P<obj>[^\s()]+)\((?P<sym>[^()]*)\)(?: (?P<name>.+))?$")
+
+
+def read_kept(text: str) -> list[NativeFrame]:
+    """The frames of a kept `native_stack.txt` (render's lines; `#` lines are comments)."""
+    frames = []
+    for line in text.splitlines():
+        m = _KEPT.match(line.strip())
+        if m and not line.startswith("#"):
+            frames.append(NativeFrame(obj=m.group("obj"), symbol=m.group("sym"), name=m.group("name") or ""))
+    return frames
+
+
+RUNTIME_OBJECTS = re.compile(r"^(?:libc|libpthread|libstdc\+\+|libgcc_s|libpython|python|ld-linux)[\w.+-]*$")
+"""Objects whose frames say how the crash was reached, not where: the C library, the C++
+runtime, the interpreter."""
+
+
+def crash_site(frames: list[NativeFrame]) -> str:
+    """Where a native crash landed, for grouping: the innermost named frame outside the runtime
+    objects and outside standard-library templates (R5: `create_cache_entry`, not the
+    `std::unordered_map::operator[]` it crashed in); else the innermost frame as printed."""
+    for f in frames:
+        if f.name and not RUNTIME_OBJECTS.match(os.path.basename(f.obj)) \
+                and not f.name.startswith(("std::", "__gnu_cxx::", "void std::")):
+            return f.name
+    return str(frames[0]) if frames else "?"
