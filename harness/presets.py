@@ -27,6 +27,7 @@
 - `gpu-topology` / `gpu-topology-4` (issue 6): the gpu-campaign matrix with the seed trainer's
   thread and device plan, 5 target threads + 3 drafter threads with one GPU per drafter
   (`topology_sets`), each trial on 8 (or 4) GPUs; `devices.remap` runs it on fewer.
+  `gpu-topology-2`: on 2 GPUs, one target and one drafter thread per GPU (`paired_topology_sets`).
 """
 
 from __future__ import annotations
@@ -229,6 +230,18 @@ def topology_sets(num_gpus: int) -> tuple[str, ...]:
             f"devices.target_devices={targets}", f"devices.drafter_devices={drafters}", "devices.remap=true")
 
 
+def paired_topology_sets(num_gpus: int) -> tuple[str, ...]:
+    """Below 4 GPUs the seed topology cannot give 3 drafters a GPU each: one target thread and one
+    drafter thread per GPU instead, so that no two drafters (no two captures) share a device while
+    each drafter still has an eager target thread beside it. On 2 GPUs (nvidia-h200-x2) this
+    tests the part of issue 6 that one GPU cannot: which failures need two drafters on one device."""
+    if num_gpus < 2:
+        raise MatrixError(f"a paired topology needs >= 2 GPUs, got {num_gpus}")
+    devices = ",".join(f"cuda:{i}" for i in range(num_gpus))
+    return (f"pipeline.num_target_threads={num_gpus}", f"pipeline.num_drafter_threads={num_gpus}",
+            f"devices.target_devices={devices}", f"devices.drafter_devices={devices}", "devices.remap=true")
+
+
 def gpu_topology() -> MatrixSpec:
     """Issue 6: the campaign on 8 GPUs, 5 target GPUs + 3 drafter GPUs, every trial on all 8."""
     return _campaign("gpu-topology", gpus=8, topology=topology_sets(8))
@@ -237,6 +250,11 @@ def gpu_topology() -> MatrixSpec:
 def gpu_topology_4() -> MatrixSpec:
     """Issue 6 scaled to 4 GPUs: 5 target threads on cuda:0, one drafter on each of cuda:1-3."""
     return _campaign("gpu-topology-4", gpus=4, topology=topology_sets(4))
+
+
+def gpu_topology_2() -> MatrixSpec:
+    """Issue 6 on 2 GPUs: one target and one drafter thread per GPU (`paired_topology_sets`)."""
+    return _campaign("gpu-topology-2", gpus=2, topology=paired_topology_sets(2))
 
 
 GPU_REPRO_FIXES = {
@@ -278,6 +296,7 @@ PRESETS: dict[str, Callable[[], MatrixSpec]] = {
     "gpu-repros": gpu_repros,
     "gpu-topology": gpu_topology,
     "gpu-topology-4": gpu_topology_4,
+    "gpu-topology-2": gpu_topology_2,
 }
 
 

@@ -36,6 +36,20 @@ def test_each_drafter_owns_a_gpu_in_every_trial(name, gpus):
         assert set(one.target) | set(one.drafter) == {torch.device("cuda", 0)}
 
 
+def test_the_two_gpu_topology_gives_each_drafter_its_own_gpu_beside_one_target():
+    spec = presets.get("gpu-topology-2")
+    assert {w.gpus for w in spec.workloads.values()} == {2}
+    trials = matrix.expand(spec)
+    for trial in trials[:: len(trials) // 10]:
+        cfg, plan = _plan(trial, 2)
+        assert (cfg.pipeline.num_target_threads, cfg.pipeline.num_drafter_threads) == (2, 2)
+        assert list(plan.drafter) == list(plan.target) == [torch.device("cuda", 0), torch.device("cuda", 1)]
+        _, one = _plan(trial, 1)
+        assert set(one.target) | set(one.drafter) == {torch.device("cuda", 0)}
+    with pytest.raises(MatrixError, match="needs >= 2 GPUs"):
+        presets.paired_topology_sets(1)
+
+
 def test_topology_needs_three_drafter_gpus_and_a_target_gpu():
     assert presets.topology_sets(5)[2:4] == ("devices.target_devices=cuda:0,cuda:1",
                                              "devices.drafter_devices=cuda:2,cuda:3,cuda:4")
@@ -47,3 +61,4 @@ def test_topology_cells_match_the_campaign_cells():
     # Same strategies, presets and plans as the one-GPU campaign, so the two compare cell by cell.
     names = lambda s: sorted(c.name for c in s.cells())  # noqa: E731
     assert names(presets.get("gpu-topology")) == names(presets.get("gpu-campaign"))
+    assert names(presets.get("gpu-topology-2")) == names(presets.get("gpu-campaign"))

@@ -13,7 +13,8 @@
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
 #   campaign  the gpu-campaign matrix until 25 s before SECONDS are spent (store resumed)
 #   campaign:GLOB[,GLOB]  the same for the matching cells only (`harness matrix --cells`)
-#   topology, topology-4  the same for gpu-topology (8 GPUs) / gpu-topology-4 (4 GPUs), issue 6
+#   topology, topology-4, topology-2  the same for gpu-topology (8 GPUs) / gpu-topology-4 (4 GPUs) /
+#             gpu-topology-2 (2 GPUs, one target + one drafter thread per GPU), issue 6
 #   diag:S    the diagnostic matrix results/h200-campaign/diag.json (store results/gpu-diag)
 #   verify:S  results/h200-campaign/verify.json (store results/gpu-verify): do the inductor
 #             workaround, cublas-handle-init and single-thread-autograd hold (before a campaign)
@@ -104,7 +105,7 @@ for phase in "$@"; do
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
     campaign:*) # campaign:GLOB[,GLOB]: only those cells (harness matrix --cells), same store
            CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 130 )) ;;
-    topology|topology-4) matrix gpu-$phase $(( $(left) - 130 )) ;;   # issue 6, on nvidia-h200-x8 / -x4
+    topology|topology-4|topology-2) matrix gpu-$phase $(( $(left) - 130 )) ;;   # issue 6, on nvidia-h200-x8 / -x4 / -x2
     diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
     verify:*) matrix results/h200-campaign/verify.json ${phase#verify:} ;;
     *) echo "unknown phase $phase" ;;
@@ -112,6 +113,6 @@ for phase in "$@"; do
 done
 echo "== phases done at $(( $(date +%s) - t0 ))s"
 tar czf "$OUT/call.tgz" -C /tmp x
-tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros results/gpu-diag results/gpu-verify results/gpu-topology results/gpu-topology-4 2>/dev/null)
+tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros results/gpu-diag results/gpu-verify results/gpu-topology results/gpu-topology-4 results/gpu-topology-2 2>/dev/null)
 tar czf "$OUT/corpora.tgz" .cache/dflash 2>/dev/null
 ls -la "$OUT"; echo "== done after $(( $(date +%s) - t0 ))s"
