@@ -8,14 +8,16 @@
                              [--max-time S] [--failure RE] [--ignore RE] [--plan PROFILE] [-o DIR]
                              -- CMD ...
     python -m harness replay TRIAL_ID [--store DIR] [-n N] [--json]
+    python -m harness shrink TRIAL_ID [--store DIR] [-n N] [-p N] [--json]
     python -m harness report [--store DIR ...] [--out REPORT.md]
     python -m harness resign [--store DIR ...]
     python -m harness run SPEC.json [--artefacts DIR]
     python -m harness lift ...            (harness.lift)
 
-Exit codes: 0 done; 1 matrix with harness errors, stress/replay/run with failures; 2 bad input
-(one line `error: ...`, nothing written); 130 / 143 after SIGINT / SIGTERM (running trials are
-killed and not recorded, so rerunning the same command resumes with them).
+Exit codes: 0 done; 1 matrix with harness errors, stress/replay/run with failures, shrink of a
+trial that no longer reproduces; 2 bad input (one line `error: ...`, nothing written); 130 / 143
+after SIGINT / SIGTERM (running trials are killed and not recorded, so rerunning the same command
+resumes with them).
 """
 
 from __future__ import annotations
@@ -90,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--store", action="append", help="store folder(s) to search (default: results/*)")
     r.add_argument("-n", "--times", type=_positive_int, default=10)
     r.add_argument("--json", action="store_true")
+
+    sh = sub.add_parser("shrink", help="which parts of a failing trial's fault plan the failure needs")
+    sh.add_argument("trial_id")
+    sh.add_argument("--store", action="append", help="store folder(s) to search (default: results/*)")
+    sh.add_argument("-n", "--times", type=_positive_int, default=5, help="runs per candidate plan (default 5)")
+    sh.add_argument("-p", "--workers", type=_positive_int, help="runs at once (default: min(n, cores))")
+    sh.add_argument("--json", action="store_true")
 
     rep = sub.add_parser("report", help="rebuild REPORT.md's generated tables and plots from stores")
     rep.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
@@ -166,6 +175,10 @@ def _dispatch(opts: argparse.Namespace) -> int:
         from harness.replay import cmd_replay
 
         return cmd_replay(opts)
+    if opts.command == "shrink":
+        from harness.shrink import cmd_shrink
+
+        return cmd_shrink(opts)
     if opts.command == "report":
         return cmd_report(opts)
     if opts.command == "run":
