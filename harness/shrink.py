@@ -35,7 +35,7 @@ from pathlib import Path
 
 from harness import stats
 from harness.outcome import TrialResult
-from harness.pool import with_run_dir
+from harness.pool import kill_child_groups, with_run_dir
 from harness.replay import ReplayError, find_trial, load_trial_spec, same_failure
 from harness.report import default_stores
 from harness.spec import TrialSpec
@@ -112,7 +112,15 @@ class Shrinker:
             specs.append((with_run_dir(dataclasses.replace(self.spec, trial_id=rid, plan=plan), artefacts),
                           artefacts))
         with concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="shrink-run") as pool:
-            results = list(pool.map(lambda sa: run_trial(sa[0], sa[1], replay_of=self.record.trial_id), specs))
+            try:
+                results = list(pool.map(lambda sa: run_trial(sa[0], sa[1], replay_of=self.record.trial_id),
+                                        specs))
+            except KeyboardInterrupt:
+                # Runs lead their own sessions (Ctrl-C does not reach them): kill them, as the
+                # matrix pool does, so the executor's exit does not wait for them to finish.
+                pool.shutdown(wait=False, cancel_futures=True)
+                kill_child_groups()
+                raise
         for r in results:
             self.store.append(r)
         return sum(same_failure(self.record, r) for r in results)
