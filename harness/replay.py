@@ -46,6 +46,10 @@ def load_trial_spec(record: TrialResult, store_dir: Path) -> TrialSpec:
     path = store_dir / ARTEFACTS_NAME / safe_name(record.trial_id) / "spec.json"
     if not path.exists():
         path = Path(record.artefacts) / "spec.json"
+    if not path.exists():
+        rebuilt = spec_from_matrix(record, store_dir)
+        if rebuilt is not None:
+            return rebuilt
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -54,6 +58,34 @@ def load_trial_spec(record: TrialResult, store_dir: Path) -> TrialSpec:
         return TrialSpec.from_json(text)
     except InvalidSpec as e:
         raise ReplayError(f"{path}: {e}") from None
+
+
+def spec_from_matrix(record: TrialResult, store_dir: Path) -> TrialSpec | None:
+    """A stored trial whose artefacts were not kept (a lean committed store, e.g.
+    results/catalogue-cpu), rebuilt from the matrix that ran it: the store's own `spec.json`
+    (a JSON matrix spec) or the preset of the trial's matrix name. Ids and plan seeds are
+    deterministic (harness.matrix.expand), so the same id gives the same workload, fixes and plan
+    as long as that spec has not changed since. None when neither knows the trial."""
+    from harness import presets
+    from harness.matrix import MatrixError, expand
+
+    name = record.trial_id.split("/", 1)[0]
+    candidates = []
+    if (store_dir / "spec.json").is_file():
+        candidates.append(lambda: presets.load_spec(store_dir / "spec.json"))
+    if name in presets.PRESETS:
+        candidates.append(lambda: presets.get(name))
+    for make in candidates:
+        try:
+            spec = make()
+        except MatrixError:
+            continue
+        if spec.name != name:
+            continue
+        for trial in expand(spec):
+            if trial.trial_id == record.trial_id:
+                return trial
+    return None
 
 
 def same_failure(original: TrialResult, replay: TrialResult) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.outcome import Outcome, TrialResult
 from harness.store import Store
 
 PY = sys.executable
@@ -179,3 +180,24 @@ def test_matrix_exits_1_and_names_trials_whose_workload_rejected_its_input(tmp_p
     captured = capsys.readouterr()
     assert "0/0 +1 error" in captured.out
     assert "harness error: c/rej:raw@-/0: workload rejected its input: error: bad flag" in captured.err
+
+
+def test_a_trial_stored_without_artefacts_is_rebuilt_from_its_matrix_spec(tmp_path):
+    # results/catalogue-cpu keeps trials.jsonl and spec.json only: replay and shrink rebuild the
+    # trial from the matrix (same id -> same workload, fixes and plan seed).
+    from harness.replay import load_trial_spec, spec_from_matrix
+
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "spec.json").write_text((REPO / "results" / "catalogue-cpu" / "spec.json").read_text())
+    record = TrialResult(trial_id="catalogue-cpu/r16:raw@reset-pressure/3", cell="r16:raw@reset-pressure",
+                         trial_index=3, outcome=Outcome.ABORT, artefacts="/gone/elsewhere")
+    spec = load_trial_spec(record, store)
+    assert spec.trial_id == record.trial_id and spec.workload.argv[0] == "r16_reset_segfault"
+    assert spec.plan["profile"] == "reset-pressure" and spec.plan["seed"] == 3
+    unknown = TrialResult(trial_id="catalogue-cpu/r16:raw@nope/0", cell="x", trial_index=0, outcome=Outcome.ABORT)
+    assert spec_from_matrix(unknown, store) is None
+    # A preset's own trials need no spec file.
+    quick = TrialResult(trial_id="cpu-quick/r16:raw@reset-pressure/0", cell="r16:raw@reset-pressure",
+                        trial_index=0, outcome=Outcome.ABORT)
+    assert spec_from_matrix(quick, tmp_path / "empty").plan["profile"] == "reset-pressure"
