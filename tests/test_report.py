@@ -190,3 +190,18 @@ def test_overview_counts_failure_families_per_torch_version_over_every_store(tmp
     out.write_text("# Report\n")
     report.rebuild(stores[:1], out)
     assert report.OVERVIEW_BLOCK not in out.read_text()
+
+
+def test_the_committed_report_is_what_the_committed_stores_regenerate(tmp_path):
+    # Issue 5's "the regenerated report matches the committed one": `python -m harness report`
+    # on a copy of results/ (plots are rewritten there, not in the checkout).
+    import shutil
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    shutil.copytree(repo / "results", tmp_path / "results")
+    out = tmp_path / "REPORT.md"
+    shutil.copy(repo / "REPORT.md", out)
+    report.rebuild(report.default_stores(tmp_path / "results"), out, overview=True)
+    assert out.read_text() == (repo / "REPORT.md").read_text(), \
+        "REPORT.md is not what `python -m harness report` makes of results/: rerun it and commit"
