@@ -235,8 +235,13 @@ def _print_pending(spec) -> None:
     from harness import stats
     from harness.matrix import pending_plan
 
+    from harness.store import Store
+
     plans = pending_plan(spec)
     fallback = stats.median_or_none([p.median_s for p in plans if p.median_s is not None])
+    if fallback is None:   # cells not run yet (e.g. a --cells subset): the whole store's median
+        fallback = stats.median_or_none([r.duration_s for r in Store(spec.store_dir).load()
+                                         if r.duration_s is not None and r.trial_id.startswith(f"{spec.name}/")])
     width = max((len(p.cell) for p in plans), default=4)
     print(f"{'cell':<{width}}  stored  failed  other  next")
     for p in plans:

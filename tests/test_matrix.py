@@ -383,3 +383,18 @@ def test_gpu_slots_serve_waiters_in_order_so_a_big_trial_is_not_starved_by_small
     slots.release([0], weight=1)
     second.join(timeout=5)
     assert order[2:] == [("first", None), ("second", [0])]
+
+
+def test_pending_estimates_cells_never_run_from_the_whole_stores_median(tmp_path, capsys):
+    import dataclasses
+
+    from harness.cli import _print_pending
+
+    spec = spec_from_dict(_spec(tmp_path, trials=2))
+    store = Store(tmp_path / "store")
+    for i, d in enumerate((30.0, 90.0)):
+        store.append(TrialResult(trial_id=f"t/ok:raw@-/{i}", cell="ok:raw@-", trial_index=i, outcome=Outcome.OK,
+                                 duration_s=d))
+    _print_pending(dataclasses.replace(spec, only=("bad:*",)))
+    out = capsys.readouterr().out
+    assert "1 cells, 2 planned trials" in out and "~2 trial-minutes" in out   # 2 x the median 60 s
