@@ -36,8 +36,11 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("R4", r"fx-module-not-submodule", "eager modules under another thread's tracer"),
     # SIGFPE is the same crash (a hash modulo the bucket count of a map just freed; the native
     # stacks of results/native-cpu end in create_cache_entry for both signals).
+    # Also the faces r16 showed with reset_code_caches() and the inductor backend
+    # (results/native-cpu): a segfault in ExtraState::invalidate, pybind11's unregistered instance.
     ("R5", r"(?:Segmentation fault|Floating point exception) at torch\._dynamo\.eval_frame:compile_wrapper"
-           r"|dynamo-compiled-fn-missing",
+           r"|dynamo-compiled-fn-missing|Segmentation fault at torch\._dynamo\.guards:invalidate"
+           r"|pybind11_object_dealloc\(\): Tried to deallocate unregistered instance",
      "torch._dynamo.reset() while another thread runs compiled code (R5, R6)"),
     ("F4", r"dynamic=False lost", "a config patch lost across threads"),
     ("F5", r"per-thread state recompile", "guards on per-thread state recompile"),

@@ -140,7 +140,10 @@ def main():
                 except NameError as exc:  # R6: the transformed bytecode lost its __compiled_fn
                     failures.append(exc)
                     break
-                if not torch.allclose(out, f(x, w)):
+                # atol 1e-6, not allclose's 1e-8: outputs near 0 (sin = -1) differ by one float32
+                # ulp (1.2e-7) between Inductor and eager with no race at all (155 of 3000
+                # single-thread calls, torch 2.13 CPU); a corrupted result is far off.
+                if not torch.allclose(out, f(x, w), atol=1e-6):
                     raise AssertionError("compiled result differs from eager")
                 counts["calls"] += 1
                 beat()

@@ -32,6 +32,14 @@ def test_every_file_of_a_fixture_family_maps_to_its_failure_mode(folder, expecte
         assert family(crash_signature(path.read_text()).summary) == expected, path.name
 
 
+def test_the_other_faces_of_r5_are_r5():
+    # Summaries from results/native-cpu (r16 with reset_code_caches() and with inductor).
+    assert family("Segmentation fault at torch._dynamo.guards:invalidate") == "R5"
+    assert family("std::runtime_error at repro.r16_reset_segfault:f: pybind11_object_dealloc(): Tried to "
+                  "deallocate unregistered instance!") == "R5"
+    assert family("Segmentation fault at torch._dynamo.convert_frame:_compile") == "segv"
+
+
 def test_hang_families_and_the_unknown():
     assert family("hang: MainThread@dflash.pipeline:run, autograd-device@torch._inductor.compile_fx:"
                   "compile_fx_backward, dflash-train@torch.autograd.graph:_engine_run_backward") == "G2"

@@ -142,3 +142,15 @@ def test_the_report_groups_a_signatures_native_stacks_by_crash_site(tmp_path):
     lines = first.text.splitlines()
     assert lines[0] == "libtorch_python.so(+0x898c95) create_cache_entry" and lines[-1].startswith("... ")
     assert len(lines) == report.NATIVE_EXCERPT_FRAMES + 1
+
+
+def test_a_frame_outside_every_loaded_object_is_kept_and_named_as_such():
+    # R5 via reset_code_caches once jumped to an address in no library (results/native-cpu,
+    # r16-rcc trial 5): backtrace prints a bare `[0x...]`, which must not be dropped.
+    text = (f"{native.BEGIN}\n/c/segv_stack.so(+0x1252)[0x7f02]\n/lib/libc.so.6(+0x3c050)[0x7f01]\n"
+            "/lib/libc.so.6(gsignal+0x12)[0x7f03]\n/lib/libc.so.6(+0x3c050)[0x7f01]\n[0x7fc0ddf50840]\n"
+            f"{native.END}\n")
+    frames = native.native_stack(text)
+    assert [str(f) for f in frames] == ["?(0x7fc0ddf50840) outside every loaded object"]
+    kept = native.read_kept("# h\n" + native.render(native.resolve(frames), width=None) + "\n")
+    assert kept == frames and native.crash_site(kept).startswith("code outside every loaded object")

@@ -99,7 +99,10 @@ def with_preload(env: dict[str, str]) -> dict[str, str]:
     return {**env, "LD_PRELOAD": " ".join(p for p in (str(lib), tail) if p)}
 
 
-_LINE = re.compile(r"^(?P<obj>[^\s()\[\]]+)\((?P<sym>[^()]*)\)\s*\[(?P<addr>0x[0-9a-fA-F]+)\]$")
+_LINE = re.compile(r"^(?:(?P<obj>[^\s()\[\]]+)\((?P<sym>[^()]*)\))?\s*\[(?P<addr>0x[0-9a-fA-F]+)\]$")
+NO_OBJECT = "?"
+"""`obj` of a frame whose address lies in no loaded object (backtrace prints a bare `[0x...]`):
+a jump through a dangling function pointer, or code that was unmapped."""
 _BARE = re.compile(r"^\+(0x[0-9a-fA-F]+)$")
 
 
@@ -113,6 +116,8 @@ class NativeFrame:
     """The function, when resolved on the machine that ran the trial (addr2line -f -C)."""
 
     def __str__(self) -> str:
+        if self.obj == NO_OBJECT:
+            return f"?({self.symbol}) outside every loaded object"
         where = f"{os.path.basename(self.obj)}({self.symbol})"
         return f"{where} {self.name}" if self.name else where
 
@@ -127,7 +132,8 @@ def native_stack(text: str) -> list[NativeFrame] | None:
     body = text[start + len(BEGIN):]
     stop = body.find(END)
     lines = [ln.strip() for ln in (body[:stop] if stop >= 0 else body).splitlines() if ln.strip()]
-    frames = [NativeFrame(obj=m.group("obj"), symbol=m.group("sym")) for m in map(_LINE.match, lines) if m]
+    frames = [NativeFrame(obj=m.group("obj") or NO_OBJECT, symbol=m.group("sym") or m.group("addr"))
+              for m in map(_LINE.match, lines) if m]
     if len(frames) < 2:
         return frames
     # frames[0] is the handler, frames[1] the signal return trampoline; the same trampoline
@@ -183,6 +189,7 @@ def render(frames: list[NativeFrame], limit: int | None = None, width: int | Non
 
 
 _KEPT = re.compile(r"^(?P<obj>[^\s()]+)\((?P<sym>[^()]*)\)(?: (?P<name>.+))?$")
+_KEPT_NO_OBJECT = " outside every loaded object"
 
 
 def read_kept(text: str) -> list[NativeFrame]:
@@ -191,7 +198,9 @@ def read_kept(text: str) -> list[NativeFrame]:
     for line in text.splitlines():
         m = _KEPT.match(line.strip())
         if m and not line.startswith("#"):
-            frames.append(NativeFrame(obj=m.group("obj"), symbol=m.group("sym"), name=m.group("name") or ""))
+            name = m.group("name") or ""
+            frames.append(NativeFrame(obj=m.group("obj"), symbol=m.group("sym"),
+                                      name="" if name == _KEPT_NO_OBJECT.strip() else name))
     return frames
 
 
@@ -208,4 +217,6 @@ def crash_site(frames: list[NativeFrame]) -> str:
         if f.name and not RUNTIME_OBJECTS.match(os.path.basename(f.obj)) \
                 and not f.name.startswith(("std::", "__gnu_cxx::", "void std::")):
             return f.name
+    if frames and frames[0].obj == NO_OBJECT:
+        return "code outside every loaded object (a dangling function pointer?)"
     return str(frames[0]) if frames else "?"
