@@ -33,10 +33,14 @@ IndexError had split into 3 keys by which threads the trainer reported alive aft
 frame. The frame is only the allocation that triggered the collection: 7 such segfaults of the
 campaign split into 6 keys by it (pytree's helper, a Dynamo variable's __init__, linecache, ...,
 tests/fixtures/tracebacks/gpu_segv_during_gc).
+5 (2026-11-30): a native crash after a thread's Python exception is keyed by that exception, the
+first failure (ClusterFuzz keys a crash by its first report); the crash is shown as `then ...`.
+Three campaign GC segfaults had followed out-of-memory (2, now RESOURCE) or F1c (1).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -46,7 +50,7 @@ from typing import Iterable
 
 from harness.hangs import Frame, ThreadStack, parse_faulthandler
 
-SIGNATURE_VERSION = 4
+SIGNATURE_VERSION = 5
 MAX_FRAMES = 3
 MESSAGE_CAP = 120
 
@@ -109,6 +113,8 @@ class Signature:
     frames: tuple[str, ...] = ()
     keyed: tuple[str, ...] = ()
     """The parts that identify the failure (hashed into `key`); the rest is for display."""
+    then: str = ""
+    """What the failure led to (a native crash after a thread's exception); display only."""
     version: int = SIGNATURE_VERSION
 
     @property
@@ -121,6 +127,10 @@ class Signature:
 
     @property
     def summary(self) -> str:
+        text = self._summary()
+        return f"{text}; then {self.then}" if self.then else text
+
+    def _summary(self) -> str:
         where = " < ".join(self.frames) or "?"
         if self.kind == "hang":
             return f"hang: {', '.join(self.frames) or 'no Python threads'}"
@@ -148,6 +158,9 @@ class PyTraceback:
     exc_type: str
     message: str
     chain: tuple["PyTraceback", ...] = ()
+    unraisable: bool = False
+    """Printed under `Exception ignored in ...` (sys.unraisablehook: a finaliser's or GC's
+    exception, which failed nothing), not by a failing thread."""
 
     @property
     def short_type(self) -> str:
@@ -290,8 +303,11 @@ def parse_tracebacks(text: str) -> list[PyTraceback]:
         elif line.startswith(_TB_START) or line.strip() == _TB_START:
             if after_block and not chained and not in_group:
                 thread = None                       # a new, unrelated traceback
+            ignored = i > 0 and "Exception ignored in" in lines[i - 1]
             block, i = _parse_block(lines, i + 1, thread, tuple(_flatten(chained)))
             chained = []
+            if block is not None and ignored:
+                block = dataclasses.replace(block, unraisable=True)
             if block is not None:
                 result.append(block)
                 after_block = True
@@ -364,11 +380,17 @@ def _starts_something(line: str) -> bool:
 
 
 def primary_traceback(tracebacks: list[PyTraceback]) -> PyTraceback | None:
-    """The first traceback that is not a consequence of another thread's failure."""
+    """The first traceback that is not a consequence of another thread's failure, nor an
+    exception ignored by a finaliser (v5); failing those, the first one."""
     for tb in tracebacks:
-        if tb.short_type not in SECONDARY_TYPES:
+        if tb.short_type not in SECONDARY_TYPES and not tb.unraisable:
             return tb
     return tracebacks[0] if tracebacks else None
+
+
+def first_failure(tracebacks: list[PyTraceback]) -> PyTraceback | None:
+    """The first traceback of a thread that failed on its own (not secondary, not ignored)."""
+    return next((tb for tb in tracebacks if tb.short_type not in SECONDARY_TYPES and not tb.unraisable), None)
 
 
 # ---------------------------------------------------------------------------------- signatures
@@ -384,9 +406,17 @@ _IN_GC = re.compile(r"^Current thread 0x[0-9a-fA-F]+(?: \[[^\]]*\])? \(most rece
 
 
 def crash_signature(text: str, *, rc: int | None = None) -> Signature | None:
-    """Signature of a run that ended badly, from its combined output and exit status."""
+    """Signature of a run that ended badly, from its combined output and exit status.
+
+    A native crash keys the run unless a thread had already failed with a Python exception
+    before it (v5): then that first failure is the cause and the crash its aftermath, shown as
+    `then <crash>` but not keyed. Three of the H200 campaign's seven segfaults during garbage
+    collection came after the trainer's threads had died of out-of-memory (2) or F1c (1)."""
     native = _native_signature(text)
     if native is not None:
+        earlier = first_failure(parse_tracebacks(text[:_native_start(text)]))
+        if earlier is not None:
+            return dataclasses.replace(exception_signature(earlier), then=native.summary)
         return native
     if rc is not None and rc < 0:
         name = _signal_name(-rc)
@@ -417,6 +447,12 @@ def exception_signature(tb: PyTraceback) -> Signature:
     entry = torch_entry(tb.frames)
     keyed = (tb.exc_type, msg, role, *frames, f"entry={entry}")
     return Signature(kind="exception", message=msg, keyed=keyed, **base)
+
+
+def _native_start(text: str) -> int:
+    """Where the native crash report starts (`Fatal Python error` or C++'s terminate message)."""
+    starts = [m.start() for m in (_FATAL.search(text), _TERMINATE.search(text)) if m]
+    return min(starts) if starts else len(text)
 
 
 def _native_signature(text: str) -> Signature | None:

@@ -19,7 +19,7 @@ def _store(tmp_path: Path) -> tuple[Path, list[TrialResult]]:
     artefacts, one OK trial."""
     root = tmp_path / "store"
     records = []
-    for i, n in enumerate((4, 5)):
+    for i, n in enumerate((4, 5)):  # two of gpu_segv_during_gc 1-5
         art = root / "artefacts" / f"t{i}"
         art.mkdir(parents=True)
         shutil.copy(FIXTURES / "gpu_segv_during_gc" / f"{n}.txt", art / "output.txt")

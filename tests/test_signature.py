@@ -18,7 +18,7 @@ from dataclasses import replace
 from harness.hangs import parse_pyspy_json
 from harness.signature import (
     SIGNATURE_VERSION, crash_signature, exception_signature, hang_signature, module_of,
-    normalise_message, parse_tracebacks, thread_role, wrong_result_signature)
+    normalise_message, parse_tracebacks, primary_traceback, thread_role, wrong_result_signature)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
 
@@ -186,15 +186,41 @@ def test_mixed_runs_take_the_first_failure_and_the_chain_cause():
 
 
 def test_segfault_while_garbage_collecting_is_one_signature_wherever_collection_started():
-    # v4: 8 real GC segfaults (r01 + 7 H200 campaign trainer trials) started collecting in 7
+    # v4: 5 real GC segfaults (r01 + 4 H200 campaign trainer trials) started collecting in 5
     # different frames; without the GC marker the same text keys on its frame, as before.
-    texts = [_real("gpu_segv_during_gc", n) for n in range(1, 9)]
+    texts = [_real("gpu_segv_during_gc", n) for n in range(1, 6)]
     assert all("  Garbage-collecting\n" in t for t in texts)
     sigs = [crash_signature(t) for t in texts]
     assert {s.key for s in sigs} == {sigs[0].key} and sigs[0].frames == ()
     plain = crash_signature(texts[0].replace("  Garbage-collecting\n", ""))
     assert plain.frames == ("torch._dynamo.convert_frame:_compile",) and plain.message == ""
     assert plain.key != sigs[0].key
+
+
+@pytest.mark.parametrize("folder, first, resource", [
+    ("gpu_oom_cublas_then_segv_gc", "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", True),
+    ("gpu_oom_then_segv_gc", "torch.OutOfMemoryError in dflash-train", True),
+    # The unraisable `Exception ignored in tp_clear` TypeError printed before it is not the cause.
+    ("gpu_f1c_shape_then_segv_gc", "RuntimeError in dflash-train at torch.utils._device:__torch_function__", False),
+])
+def test_a_native_crash_after_a_threads_exception_is_keyed_by_that_first_failure(folder, first, resource):
+    # v5: three of the H200 campaign's GC segfaults came after the trainer's threads had died.
+    from harness.outcome import RESOURCE_PATTERN
+
+    sig = crash_signature(_real(folder), rc=-11)
+    assert sig.summary.startswith(first)
+    assert sig.summary.endswith("; then Segmentation fault: during garbage collection")
+    assert (RESOURCE_PATTERN.search(sig.summary) is not None) is resource
+    assert "Segmentation" not in "".join(sig.keyed)
+
+
+def test_an_exception_ignored_by_a_finaliser_is_not_a_failure():
+    text = ("Exception ignored in: <function Foo.__del__ at 0x7f>\nTraceback (most recent call last):\n"
+            '  File "a.py", line 3, in __del__\nTypeError: boom\n'
+            + _traceback([("b.py", 9, "work")], "ValueError: real"))
+    tbs = parse_tracebacks(text)
+    assert [tb.unraisable for tb in tbs] == [True, False]
+    assert primary_traceback(tbs).exc_type == "ValueError"
 
 
 # ------------------------------------------------------------------------------------- rules
