@@ -80,7 +80,7 @@ for phase in "$@"; do
   echo "== phase $phase at $(( $(date +%s) - t0 ))s"
   # The mode-default gpu-default warm-up failing means the trainer is broken on this device: no
   # point in the rest. (The reduce-overhead warm-ups may fail by the races under study.)
-  case $phase in default|bench|campaign) [ -f $X/FAILED-warm-default ] && { echo "skip $phase: warm-default failed"; continue; } ;; esac
+  case $phase in default|bench|bench:*|campaign|campaign:*) [ -f $X/FAILED-warm-default ] && { echo "skip $phase: warm-default failed"; continue; } ;; esac
   case $phase in
     corpora|corpora:*) pids=(); ps=default,launch-bound,gpu-bound; [ "$phase" = corpora ] || ps=${phase#corpora:}
              for p in ${ps//,/ }; do
