@@ -9,6 +9,7 @@
                              -- CMD ...
     python -m harness replay TRIAL_ID [--store DIR] [-n N] [--json]
     python -m harness shrink TRIAL_ID [--store DIR] [-n N] [-p N] [--json]
+    python -m harness show TRIAL_ID [--store DIR]
     python -m harness report [--store DIR ...] [--out REPORT.md]
     python -m harness resign [--store DIR ...]
     python -m harness run SPEC.json [--artefacts DIR]
@@ -100,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("-p", "--workers", type=_positive_int, help="runs at once (default: min(n, cores))")
     sh.add_argument("--json", action="store_true")
 
+    sw = sub.add_parser("show", help="one stored trial, readable: failure, family, tracebacks, native and hang dumps")
+    sw.add_argument("trial_id")
+    sw.add_argument("--store", action="append", help="store folder(s) to search (default: results/*)")
+
     rep = sub.add_parser("report", help="rebuild REPORT.md's generated tables and plots from stores")
     rep.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
     rep.add_argument("--out", default="REPORT.md")
@@ -175,6 +180,10 @@ def _dispatch(opts: argparse.Namespace) -> int:
         from harness.replay import cmd_replay
 
         return cmd_replay(opts)
+    if opts.command == "show":
+        from harness.show import cmd_show
+
+        return cmd_show(opts)
     if opts.command == "shrink":
         from harness.shrink import cmd_shrink
 

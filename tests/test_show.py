@@ -1,0 +1,70 @@
+"""harness show: one stored trial made readable from the store alone."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from harness.cli import main
+from harness.outcome import Outcome, TrialResult
+from harness.runner import run_trial
+from harness.spec import TrialSpec, WorkloadSpec
+from harness.store import Store
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def test_show_a_crash_gives_family_first_failure_and_the_commands(tmp_path, capsys):
+    store = Store(tmp_path / "m")
+    tid = "m/w:raw@-/0"
+    art = store.artefacts_dir(tid)
+    spec = TrialSpec(trial_id=tid, cell="w:raw@-", workload=WorkloadSpec(
+        kind="command", argv=(sys.executable, str(SCRIPTS / "needs_one_rule.py"))),
+        plan={"seed": 2, "profile": "custom", "rules": [
+            {"point": "drafter.before_forward", "action": "raise", "params": {"message": "injected"}}]},
+        timeout_s=60, hang_s=30)
+    store.append(run_trial(spec, art))
+    assert main(["show", tid, "--store", str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{tid}: CRASH")
+    assert "fixes: none; plan: custom seed 2, 1 rules" in out
+    assert "family other: no known family" in out
+    assert "switch interval default" in out
+    # The script re-raises the worker's exception in its main thread: that traceback is the failure.
+    assert "first failure, thread MainThread (innermost first):" in out
+    assert "needs_one_rule.py:12 in step" in out and "InjectedFault: injected" in out
+    assert f"python -m harness replay {tid} --store {store.root} -n 10" in out
+    assert f"python -m harness shrink {tid} --store {store.root} -n 5" in out
+
+
+def test_show_a_native_crash_and_a_hang_from_kept_artefacts(tmp_path, capsys):
+    store = Store(tmp_path / "m")
+    for i, (outcome, files) in enumerate([
+        (Outcome.ABORT, {"output.txt": FIXTURES / "tracebacks" / "r5_reset_fpe" / "1.txt"}),
+        (Outcome.HANG, {"pyspy.json": FIXTURES / "tracebacks" / "gpu_hang_flex_backward_compile" / "1.pyspy.json"}),
+    ]):
+        art = store.artefacts_dir(f"m/w:raw@-/{i}")
+        for name, src in files.items():
+            shutil.copy(src, art / name)
+        if outcome is Outcome.ABORT:
+            (art / "native_stack.txt").write_text("# h: 2 frames\nlibtorch_python.so(+0x1) std::x::operator[]\n"
+                                                  "libtorch_python.so(+0x2) create_cache_entry\n")
+        store.append(TrialResult(trial_id=f"m/w:raw@-/{i}", cell="w:raw@-", trial_index=i, outcome=outcome,
+                                 signature="k", signature_summary="hang: x" if i else "Floating point exception at "
+                                 "torch._dynamo.eval_frame:compile_wrapper", signature_version=5,
+                                 artefacts=str(art)))
+    assert main(["show", "m/w:raw@-/0", "--store", str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert "family R5: torch._dynamo.reset() while another thread runs compiled code" in out
+    assert "native crash site: create_cache_entry" in out
+    assert "artefacts: not kept" not in out and "rerun it" not in out     # no spec.json, no matrix spec
+    assert main(["show", "m/w:raw@-/1", "--store", str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert "hang dump (py-spy;" in out and "compile_fx_backward" in out
+
+
+def test_show_an_unknown_trial_is_one_error_line_and_exit_2(tmp_path, capsys):
+    assert main(["show", "nope/x:raw@-/0", "--store", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("error: trial 'nope/x:raw@-/0' not found")
