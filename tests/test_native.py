@@ -154,3 +154,12 @@ def test_a_frame_outside_every_loaded_object_is_kept_and_named_as_such():
     assert [str(f) for f in frames] == ["?(0x7fc0ddf50840) outside every loaded object"]
     kept = native.read_kept("# h\n" + native.render(native.resolve(frames), width=None) + "\n")
     assert kept == frames and native.crash_site(kept).startswith("code outside every loaded object")
+
+
+@pytest.mark.skipif(shutil.which("c++filt") is None, reason="no c++filt")
+def test_exported_cxx_symbols_are_demangled_and_offsets_into_missing_files_stay_as_they_are():
+    frames = [native.NativeFrame(obj="/gone/libx.so", symbol="_ZN5torch6dynamo3runEv+0x10"),
+              native.NativeFrame(obj="/gone/liby.so", symbol="+0x1234")]
+    named = native.resolve(frames)
+    assert named[0].name == "torch::dynamo::run()" and named[1].name == ""
+    assert str(named[0]) == "libx.so(_ZN5torch6dynamo3runEv+0x10) torch::dynamo::run()"
