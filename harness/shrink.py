@@ -54,6 +54,8 @@ class Step:
     kept: bool | None
     """For a component: True = the plan without it was kept (component removed); None for the
     baseline and the no-plan check."""
+    removed: frozenset[str] = frozenset()
+    """Keys (`components`) of what `plan` lacks against the trial's own plan."""
 
     def line(self) -> str:
         ci = stats.wilson(self.reproduced, self.runs)
@@ -125,10 +127,11 @@ class Shrinker:
             self.store.append(r)
         return sum(same_failure(self.record, r) for r in results)
 
-    def step(self, label: str, plan: dict | None, kept_if: int | None) -> Step:
+    def step(self, label: str, plan: dict | None, kept_if: int | None,
+             removed: frozenset[str] = frozenset()) -> Step:
         k = self.measure(plan)
         s = Step(label=label, plan=plan, reproduced=k, runs=self.runs,
-                 kept=None if kept_if is None else enough(k, kept_if))
+                 kept=None if kept_if is None else enough(k, kept_if), removed=removed)
         print(f"  {s.line()}", file=self.stream, flush=True)
         return s
 
@@ -147,7 +150,7 @@ class Shrinker:
             return steps
         removed: set[str] = set()
         for key, label in components(plan):
-            s = self.step(f"without {label}", without(plan, removed | {key}), k0)
+            s = self.step(f"without {label}", without(plan, removed | {key}), k0, frozenset(removed | {key}))
             steps.append(s)
             if s.kept:
                 removed.add(key)
@@ -165,20 +168,12 @@ def minimal_plan(steps: list[Step]) -> tuple[dict | None, Step]:
     return last.plan, last
 
 
-def describe(original: dict, plan: dict | None) -> str:
+def describe(original: dict, minimal: Step) -> str:
     """The minimal plan, named by the original plan's component labels."""
-    if plan is None:
+    if minimal.plan is None:
         return "no plan (the failure does not need the scheduler)"
-    kept = [label for key, label in components(original) if _still_in(original, plan, key)]
+    kept = [label for key, label in components(original) if key not in minimal.removed]
     return ", ".join(kept) or "an empty plan (seed only)"
-
-
-def _still_in(original: dict, plan: dict, key: str) -> bool:
-    if key.startswith("rule"):
-        return original["rules"][int(key[4:])] in plan.get("rules", [])
-    if key == "switch":
-        return plan.get("switch_interval") is not None
-    return plan.get("start_barrier") is not None
 
 
 def cmd_shrink(opts: argparse.Namespace) -> int:
@@ -195,15 +190,16 @@ def cmd_shrink(opts: argparse.Namespace) -> int:
     out = shrinker.store.root / f"{safe_name(record.trial_id)}.min-spec.json"
     spec: TrialSpec = dataclasses.replace(shrinker.spec, trial_id=f"{record.trial_id}~min", plan=plan)
     write_atomic(out, (json.dumps(spec.to_json(), indent=2) + "\n").encode())
+    minimal = describe(shrinker.spec.plan, measured)
     summary = {
         "trial_id": record.trial_id, "signature_summary": record.signature_summary, "runs_per_step": opts.times,
         "steps": [{"label": s.label, "reproduced": s.reproduced, "runs": s.runs, "removed": s.kept}
                   for s in steps],
-        "minimal": describe(shrinker.spec.plan, plan), "minimal_reproduced": measured.reproduced, "spec": str(out),
+        "minimal": minimal, "minimal_reproduced": measured.reproduced, "spec": str(out),
     }
     if opts.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"minimal plan of {record.trial_id}: {describe(shrinker.spec.plan, plan)}; reproduced {measured.reproduced}/"
-              f"{measured.runs} ({measured.label}); spec: {out} (python -m harness run {out})")
+        print(f"minimal plan of {record.trial_id}: {minimal}; reproduced {measured.reproduced}/{measured.runs} "
+              f"({measured.label}); spec: {out} (python -m harness run {out})")
     return 0

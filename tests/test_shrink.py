@@ -84,3 +84,29 @@ def test_a_failure_the_plan_does_not_cause_shrinks_to_no_plan(monkeypatch, tmp_p
 @pytest.mark.parametrize("k, baseline, ok", [(1, 1, True), (0, 1, False), (2, 4, True), (1, 4, False), (3, 5, True)])
 def test_a_candidate_still_reproduces_at_half_the_baseline_rate(k, baseline, ok):
     assert shrink.enough(k, baseline) is ok
+
+
+def test_without_removes_exactly_the_named_components_and_describe_names_the_rest():
+    from hypothesis import given, settings, strategies as st
+
+    points = ["prefetch.before_put", "drafter.before_forward", "target.after_get"]
+    rule = st.builds(lambda p, a, pr: {"point": p, "action": a, "when": "before", "probability": pr},
+                     st.sampled_from(points), st.sampled_from(["delay", "yield"]), st.sampled_from([0.1, 0.5, 1.0]))
+    plans = st.builds(lambda rules, sw: {"seed": 1, "profile": "p", "rules": rules, "switch_interval": sw,
+                                         "start_barrier": None},
+                      st.lists(rule, max_size=4),   # identical rules too: components are keyed by index
+                      st.sampled_from([None, 1e-6]))
+
+    @settings(max_examples=60, deadline=None)
+    @given(plans, st.data())
+    def check(plan, data):
+        comps = shrink.components(plan)
+        drop = set(data.draw(st.lists(st.sampled_from([k for k, _ in comps] or ["none"]), unique=True)))
+        smaller = shrink.without(plan, drop)
+        assert len(smaller["rules"]) == len(plan["rules"]) - len([k for k in drop if k.startswith("rule")])
+        assert (smaller["switch_interval"] is None) == ("switch" in drop or plan["switch_interval"] is None)
+        left = [label for key, label in comps if key not in drop]
+        step = shrink.Step(label="x", plan=smaller, reproduced=1, runs=1, kept=True, removed=frozenset(drop))
+        assert shrink.describe(plan, step) == (", ".join(left) or "an empty plan (seed only)")
+
+    check()
