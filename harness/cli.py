@@ -277,6 +277,12 @@ def _print_matrix_table(done: MatrixRun, cells) -> None:
         print("\nsignatures:")
         for line in sigs:
             print(f"  {line}")
+    sites = report.native_excerpts(done.records, done.spec.store_dir)
+    if sites:
+        print("\nnative crash sites (harness.native; `python -m harness show TRIAL_ID` for one trial):")
+        for x in sites:
+            what = x.summary if len(x.summary) <= 80 else x.summary[:77] + "..."
+            print(f"  {what}: {x.site} in {x.trials}/{x.of} (e.g. {x.trial_id})")
     errors = [r for r in done.records if r.outcome is Outcome.HARNESS_ERROR]
     for r in errors[:5]:
         print(f"harness error: {r.trial_id}: {r.detail}", file=sys.stderr)

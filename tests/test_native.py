@@ -163,3 +163,20 @@ def test_exported_cxx_symbols_are_demangled_and_offsets_into_missing_files_stay_
     named = native.resolve(frames)
     assert named[0].name == "torch::dynamo::run()" and named[1].name == ""
     assert str(named[0]) == "libx.so(_ZN5torch6dynamo3runEv+0x10) torch::dynamo::run()"
+
+
+@needs_cc
+def test_a_matrix_run_lists_the_native_crash_sites_it_saw(tmp_path, capsys):
+    import json
+
+    from harness.cli import main
+
+    spec = {"name": "segv", "store": str(tmp_path / "store"), "trials": 1, "workers": 1,
+            "workloads": {"segv": {"kind": "command", "argv": [sys.executable, str(SCRIPTS / "segfault.py")],
+                                   "timeout_s": 30, "hang_s": 10}},
+            "groups": [{"workloads": ["segv"], "strategies": ["raw"]}]}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    assert main(["matrix", "--file", str(tmp_path / "spec.json"), "--no-live"]) == 0
+    out = capsys.readouterr().out
+    assert "native crash sites (harness.native;" in out
+    assert "Segmentation fault at ctypes:string_at: " in out and " in 1/1 (e.g. segv/segv:raw@-/0)" in out
