@@ -184,7 +184,7 @@ class _StressLoop:
             if failed:
                 s.signatures[result.signature_summary or result.detail or result.outcome.name] += 1
                 print(f"\n--- run {result.trial_index}: {result.outcome.name} {result.detail}; "
-                      f"artefacts: {folder}\n{output[:ECHO_BYTES]}", file=sys.stderr, flush=True)
+                      f"artefacts: {folder}\n{output[:ECHO_BYTES]}{_native_lines(folder)}", file=sys.stderr, flush=True)
         if not failed:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -242,3 +242,17 @@ class _StressLoop:
         elif self.opts.own_dir:
             shutil.rmtree(self.opts.out_dir, ignore_errors=True)
         return 1 if s.failures else 0
+
+
+def _native_lines(folder: Path, frames: int = 6) -> str:
+    """The crash site and innermost native frames the runner kept (harness.native), echoed after
+    the output's head, where a long output would have cut them off."""
+    from harness import native
+    from harness.runner import NATIVE_STACK_NAME
+
+    path = folder / NATIVE_STACK_NAME
+    if not path.is_file():
+        return ""
+    kept = native.read_kept(path.read_text(errors="replace"))
+    return (f"\nnative crash site: {native.crash_site(kept)}\n"
+            + "\n".join(f"  {line}" for line in native.render(kept, limit=frames).splitlines()))

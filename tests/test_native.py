@@ -180,3 +180,14 @@ def test_a_matrix_run_lists_the_native_crash_sites_it_saw(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "native crash sites (harness.native;" in out
     assert "Segmentation fault at ctypes:string_at: " in out and " in 1/1 (e.g. segv/segv:raw@-/0)" in out
+
+
+@needs_cc
+def test_stress_echoes_the_native_crash_site_of_a_crashing_run(tmp_path, capsys):
+    from harness.cli import main
+
+    rc = main(["stress", "-p", "1", "--max-runs", "1", "--timeout", "30", "-o", str(tmp_path / "o"), "--",
+               sys.executable, str(SCRIPTS / "segfault.py")])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "native crash site: " in err and "--- run 0: ABORT" in err
