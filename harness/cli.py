@@ -243,7 +243,6 @@ def _print_pending(spec) -> None:
     cell's median stored duration, else the median over the whole store) to plan device time."""
     from harness import stats
     from harness.matrix import pending_plan
-
     from harness.store import Store
 
     plans = pending_plan(spec)
@@ -281,8 +280,7 @@ def _print_matrix_table(done: MatrixRun, cells) -> None:
     if sites:
         print("\nnative crash sites (harness.native; `python -m harness show TRIAL_ID` for one trial):")
         for x in sites:
-            what = x.summary if len(x.summary) <= 80 else x.summary[:77] + "..."
-            print(f"  {what}: {x.site} in {x.trials}/{x.of} (e.g. {x.trial_id})")
+            print(f"  {report.clip(x.summary, 80)}: {x.site} in {x.trials}/{x.of} (e.g. {x.trial_id})")
     errors = [r for r in done.records if r.outcome is Outcome.HARNESS_ERROR]
     for r in errors[:5]:
         print(f"harness error: {r.trial_id}: {r.detail}", file=sys.stderr)

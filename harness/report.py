@@ -167,7 +167,7 @@ def cell_row(c: CellSummary) -> tuple[str, ...]:
     outcomes = " ".join(f"{name}:{count}" for name, count in c.outcomes.items())
     if c.skipped:
         outcomes += f" (SKIP:{c.skipped})"
-    top = "; ".join(f"{_clip(s, 60)} x{n}" for s, n in c.signatures[:MAX_SIGNATURES_IN_TABLE]) or "-"
+    top = "; ".join(f"{clip(s, 60)} x{n}" for s, n in c.signatures[:MAX_SIGNATURES_IN_TABLE]) or "-"
     tok = "-" if c.tokens_per_s is None else f"{c.tokens_per_s:.0f}"
     ratio = "-" if c.tokens_ratio is None else f"{c.tokens_ratio:.2f}x"
     rate = _pct(c.k / c.n) if c.n else "-"
@@ -175,7 +175,8 @@ def cell_row(c: CellSummary) -> tuple[str, ...]:
     return (c.cell, kn, rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
 
 
-def _clip(s: str, width: int) -> str:
+def clip(s: str, width: int) -> str:
+    """`s`, cut to `width` characters with `...` when longer."""
     return s if len(s) <= width else s[: width - 3] + "..."
 
 
@@ -371,7 +372,7 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
         lines += ["", f"Hang dump excerpt, `{summary}` (trial `{trial_id}`, py-spy, innermost frames):", "",
                   "```", text, "```"]
     for x in native_excerpts(records, store_dir):
-        lines += ["", f"Native stack excerpt, `{x.summary}`: crash site `{_clip(x.site, 100)}` in {x.trials} of "
+        lines += ["", f"Native stack excerpt, `{x.summary}`: crash site `{clip(x.site, 100)}` in {x.trials} of "
                   f"{x.of} trials with a native stack (trial `{x.trial_id}`, crashing thread, innermost "
                   f"frames):", "", "```", x.text, "```"]
     if plots:
@@ -425,18 +426,19 @@ def native_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[Nat
     from harness.runner import NATIVE_STACK_NAME
 
     store = Store(store_dir)
-    by_sig: dict[str, list[tuple[TrialResult, list]]] = {}
+    by_sig: dict[str, list[tuple[TrialResult, list, str]]] = {}
     for r in sorted(records, key=lambda r: r.trial_id):
         if r.outcome is not Outcome.ABORT or not r.artefacts:
             continue
         path = store.artefacts_of(r) / NATIVE_STACK_NAME
         if path.is_file():
-            by_sig.setdefault(r.signature or "", []).append((r, native.read_kept(path.read_text(errors="replace"))))
+            frames = native.read_kept(path.read_text(errors="replace"))
+            by_sig.setdefault(r.signature or "", []).append((r, frames, native.crash_site(frames)))
     out = []
     for kept in by_sig.values():
-        sites = collections.Counter(native.crash_site(frames) for _, frames in kept)
+        sites = collections.Counter(site for _, _, site in kept)
         for site, n in sites.most_common():
-            r, frames = next((r, f) for r, f in kept if native.crash_site(f) == site)
+            r, frames = next((r, f) for r, f, s in kept if s == site)
             out.append(NativeExcerpt(summary=r.signature_summary or r.signature or "native crash", site=site,
                                      trials=n, of=len(kept), trial_id=r.trial_id,
                                      text=native.render(frames, limit=NATIVE_EXCERPT_FRAMES)))

@@ -50,7 +50,7 @@ def render(record: TrialResult, store_dir: Path) -> str:
                 f"  family {fam}: {families.DESCRIPTIONS.get(fam, 'no known family: a new way to fail')}"]
     text = _read(art / OUTPUT_NAME) if art else None
     tbs = signature.parse_tracebacks(text) if text else []
-    first = signature.first_failure(tbs) or (tbs[0] if tbs else None)
+    first = signature.primary_traceback(tbs)
     if first is not None:
         out += ["", f"first failure, thread {first.thread or '?'} (innermost first):"]
         out += [f"  {f.filename}:{f.line} in {f.name}" for f in first.frames[:TRACEBACK_FRAMES]]
@@ -61,9 +61,9 @@ def render(record: TrialResult, store_dir: Path) -> str:
         out += [f"    {m}" for m in message[1:]]
     kept = _read(art / NATIVE_STACK_NAME) if art else None
     if kept:
-        frames = native.read_kept(kept)
-        out += ["", f"native crash site: {native.crash_site(frames)} (crashing thread, innermost first):"]
-        out += [f"  {line}" for line in native.render(frames, limit=NATIVE_FRAMES).splitlines()]
+        site, frames = native.kept_summary(kept, NATIVE_FRAMES)
+        out += ["", f"native crash site: {site} (crashing thread, innermost first):"]
+        out += [f"  {line}" for line in frames.splitlines()]
     dump = art / "pyspy.json" if art else None
     if dump is not None and dump.is_file():
         out += ["", "hang dump (py-spy; the threads the hang key is built from):"]

@@ -379,18 +379,15 @@ def _starts_something(line: str) -> bool:
             or bool(_VERDICT.match(line)))
 
 
-def primary_traceback(tracebacks: list[PyTraceback]) -> PyTraceback | None:
-    """The first traceback that is not a consequence of another thread's failure, nor an
-    exception ignored by a finaliser (v5); failing those, the first one."""
-    for tb in tracebacks:
-        if tb.short_type not in SECONDARY_TYPES and not tb.unraisable:
-            return tb
-    return tracebacks[0] if tracebacks else None
-
-
 def first_failure(tracebacks: list[PyTraceback]) -> PyTraceback | None:
-    """The first traceback of a thread that failed on its own (not secondary, not ignored)."""
+    """The first traceback of a thread that failed on its own: not a consequence of another
+    thread's failure, nor an exception ignored by a finaliser (v5)."""
     return next((tb for tb in tracebacks if tb.short_type not in SECONDARY_TYPES and not tb.unraisable), None)
+
+
+def primary_traceback(tracebacks: list[PyTraceback]) -> PyTraceback | None:
+    """`first_failure`; failing that, the first traceback."""
+    return first_failure(tracebacks) or (tracebacks[0] if tracebacks else None)
 
 
 # ---------------------------------------------------------------------------------- signatures

@@ -253,6 +253,5 @@ def _native_lines(folder: Path, frames: int = 6) -> str:
     path = folder / NATIVE_STACK_NAME
     if not path.is_file():
         return ""
-    kept = native.read_kept(path.read_text(errors="replace"))
-    return (f"\nnative crash site: {native.crash_site(kept)}\n"
-            + "\n".join(f"  {line}" for line in native.render(kept, limit=frames).splitlines()))
+    site, shown = native.kept_summary(path.read_text(errors="replace"), frames)
+    return f"\nnative crash site: {site}\n" + "\n".join(f"  {line}" for line in shown.splitlines())

@@ -12,6 +12,7 @@ the crashing thread. Without a compiler, or with HARNESS_NATIVE_STACKS=0, trials
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -54,10 +55,16 @@ def why_not() -> str | None:
     return _state()[1]
 
 
+@functools.cache
+def _digest() -> str:
+    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+
+
 def _state() -> tuple[Path | None, str | None]:
+    # Asked once per trial (child_env): the source is read and hashed once per process.
     if os.environ.get(ENV_SWITCH, "1") == "0":
         return None, f"{ENV_SWITCH}=0"
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest = _digest()
     with _lock:
         if digest not in _built:
             _built[digest] = _build(cache_dir() / f"segv_stack-{digest}.so")
@@ -202,6 +209,12 @@ def read_kept(text: str) -> list[NativeFrame]:
             frames.append(NativeFrame(obj=m.group("obj"), symbol=m.group("sym"),
                                       name="" if name == _KEPT_NO_OBJECT.strip() else name))
     return frames
+
+
+def kept_summary(text: str, limit: int) -> tuple[str, str]:
+    """(crash site, innermost `limit` frames rendered) of a kept `native_stack.txt`."""
+    frames = read_kept(text)
+    return crash_site(frames), render(frames, limit=limit)
 
 
 RUNTIME_OBJECTS = re.compile(r"^(?:libc|libpthread|libstdc\+\+|libgcc_s|libpython|python|ld-linux)[\w.+-]*$")
