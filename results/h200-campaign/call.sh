@@ -19,6 +19,9 @@
 #   verify:S  results/h200-campaign/verify.json (store results/gpu-verify): do the inductor
 #             workaround, cublas-handle-init and single-thread-autograd hold (before a campaign)
 #   corpora:P,Q  the same for the named presets only
+#   spec:FILE[:S]  the matrix of a JSON spec file (its own store), for at most S seconds
+#   bg:PHASE  PHASE in the background, beside the phases after it (their GPU slots add up: keep a
+#             bg matrix small); the call waits for it before packing
 # Env MATRIX_ARGS: extra `harness matrix` arguments (e.g. "--max-failures 1 --trials 30").
 # Caches: the corpora (.cache/dflash) come back as $OUT/corpora.tgz; carry it as .cache/corpora.tgz
 # into the next call (`carry: [".whl", ".cache/corpora.tgz"]`). The inductor cache (160 MB packed)
@@ -58,7 +61,8 @@ matrix() {  # preset (or a spec file), seconds to start trials in[, cap]: SIGTER
   [ $start -gt 20 ] || { echo "no time for $preset"; return 0; }
   echo "matrix $preset: start trials for ${start}s, stop at ${stop}s"
   # read -a, not a bare ${MATRIX_ARGS}: a --cells glob must reach the harness unexpanded.
-  local extra=(); read -ra extra <<< "${MATRIX_ARGS:-}"; [ -n "${CELLS:-}" ] && extra+=("--cells=$CELLS")
+  # A spec file carries its own trials and stop rules: MATRIX_ARGS are for the presets.
+  local extra=(); [ -f "$1" ] || read -ra extra <<< "${MATRIX_ARGS:-}"; [ -n "${CELLS:-}" ] && extra+=("--cells=$CELLS")
   timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --no-live "${extra[@]}" \
     > "$X/matrix-$preset.out" 2> "$X/matrix-$preset.err"
   echo "matrix $preset rc=$?"; grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n 70 "$X/matrix-$preset.out"
@@ -76,11 +80,11 @@ warm() {  # waits on its own pids: a bare `wait` would also wait for the tee beh
   wait "${pids[@]}"
 }
 
-for phase in "$@"; do
-  echo "== phase $phase at $(( $(date +%s) - t0 ))s"
+run_phase() {
+  local phase=$1
   # The mode-default gpu-default warm-up failing means the trainer is broken on this device: no
   # point in the rest. (The reduce-overhead warm-ups may fail by the races under study.)
-  case $phase in default|bench|bench:*|campaign|campaign:*) [ -f $X/FAILED-warm-default ] && { echo "skip $phase: warm-default failed"; continue; } ;; esac
+  case $phase in default|bench|bench:*|campaign|campaign:*) [ -f $X/FAILED-warm-default ] && { echo "skip $phase: warm-default failed"; return 0; } ;; esac
   case $phase in
     corpora|corpora:*) pids=(); ps=default,launch-bound,gpu-bound; [ "$phase" = corpora ] || ps=${phase#corpora:}
              for p in ${ps//,/ }; do
@@ -108,11 +112,19 @@ for phase in "$@"; do
     topology|topology-4|topology-2) matrix gpu-$phase $(( $(left) - 130 )) ;;   # issue 6, on nvidia-h200-x8 / -x4 / -x2
     diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
     verify:*) matrix results/h200-campaign/verify.json ${phase#verify:} ;;
+    spec:*) IFS=: read -r _ sf ss <<< "$phase"; matrix "$sf" $(( ${ss:-$(( $(left) - 130 ))} )) ;;
     *) echo "unknown phase $phase" ;;
   esac
+}
+
+bg=()
+for phase in "$@"; do
+  echo "== phase $phase at $(( $(date +%s) - t0 ))s"
+  case $phase in bg:*) run_phase "${phase#bg:}" & bg+=($!) ;; *) run_phase "$phase" ;; esac
 done
+[ ${#bg[@]} = 0 ] || wait "${bg[@]}"
 echo "== phases done at $(( $(date +%s) - t0 ))s"
 tar czf "$OUT/call.tgz" -C /tmp x
-tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-campaign results/gpu-repros results/gpu-diag results/gpu-verify results/gpu-topology results/gpu-topology-4 results/gpu-topology-2 2>/dev/null)
+tar czf "$OUT/stores.tgz" --exclude='*/run/*' $(ls -d results/gpu-*/ 2>/dev/null)
 tar czf "$OUT/corpora.tgz" .cache/dflash 2>/dev/null
 ls -la "$OUT"; echo "== done after $(( $(date +%s) - t0 ))s"
