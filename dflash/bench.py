@@ -44,7 +44,9 @@ def _one_run(cfg: RunConfig, idle: bool) -> dict:
     if outcome.exit_code != 0 or outcome.final is None:
         report = outcome.pipeline.report() if outcome.pipeline else ""
         raise RuntimeError(f"bench run failed with exit code {outcome.exit_code}\n{report}")
-    return {**outcome.final, "gpu_busy": busy.fraction}
+    window = outcome.steady_window
+    return {**outcome.final, "gpu_busy": busy.fraction,
+            "gpu_busy_steady": busy.fraction_between(*window) if window else None}
 
 
 def _drafter_gpu(cfg: RunConfig) -> int | None:
@@ -92,13 +94,15 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
         "tokens_per_s_steady": best[False]["tokens_per_s_steady"],
         "busy": best[False]["busy"],
         "gpu_busy": best[False]["gpu_busy"],
+        "gpu_busy_steady": best[False]["gpu_busy_steady"],
         "fault_point_off_ns": round(off_ns, 2),
         "device_plan": best[False]["device_plan"],
         "torch": best[False]["torch"],
     }
     idle_text = "not measured" if idle is None else f"{idle:.1f}"
     print(f"tokens/s {absent:.1f} (fault points idle: {idle_text}, ratio "
-          f"{record['faults_idle_over_absent']}); busy {record['busy']}; gpu busy {record['gpu_busy']}; "
+          f"{record['faults_idle_over_absent']}); busy {record['busy']}; gpu busy {record['gpu_busy']} "
+          f"(steady half {record['gpu_busy_steady']}); "
           f"fault_point off: {off_ns:.1f} ns/call", file=sys.stderr)
     print(json.dumps(record), flush=True)
     return 0

@@ -11,12 +11,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 
 SAMPLE_MS = 200
 
 
 class GpuBusy:
-    """`with GpuBusy(index) as g: ...` then `g.fraction` (mean of the samples, 0..1, or None).
+    """`with GpuBusy(index) as g: ...` then `g.fraction` (mean of the samples, 0..1, or None),
+    or `g.fraction_between(t0, t1)` for a window of `time.monotonic()`.
 
     `index` None (a CPU device) samples nothing.
     """
@@ -24,6 +26,8 @@ class GpuBusy:
     def __init__(self, index: int | None) -> None:
         self.index = index
         self.samples: list[float] = []
+        self.times: list[float] = []
+        """`time.monotonic()` when each sample was read (within one period of when it was taken)."""
         self._proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
 
@@ -44,6 +48,7 @@ class GpuBusy:
         for line in self._proc.stdout:
             line = line.strip()
             if line.isdigit():
+                self.times.append(time.monotonic())
                 self.samples.append(int(line) / 100.0)
 
     def __exit__(self, *exc: object) -> None:
@@ -60,4 +65,14 @@ class GpuBusy:
 
     @property
     def fraction(self) -> float | None:
-        return round(sum(self.samples) / len(self.samples), 4) if self.samples else None
+        return _mean(self.samples)
+
+    def fraction_between(self, t0: float, t1: float) -> float | None:
+        """Mean of the samples read in [t0, t1]: the busy fraction of a steady window without
+        the compiles before it (a 60-step launch-bound bench spent most of its 76 s compiling
+        and read 1% over the whole run, REPORT.md 2026-11-30)."""
+        return _mean([v for t, v in zip(self.times, self.samples) if t0 <= t <= t1])
+
+
+def _mean(xs: list[float]) -> float | None:
+    return round(sum(xs) / len(xs), 4) if xs else None

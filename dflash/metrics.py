@@ -96,14 +96,25 @@ class Metrics:
         with self._lock:
             return {k: round(v / (wall * self._threads[k]), 4) for k, v in self._busy.items()}
 
-    def steady_tokens_per_s(self) -> float | None:
-        """Tokens/s over the second half of this run's steps (None before 4 steps)."""
+    def _steady_marks(self) -> tuple[tuple[float, int], tuple[float, int]] | None:
         with self._lock:
             marks = list(self._marks)
         if len(marks) < 4:
             return None
-        (t0, n0), (t1, n1) = marks[len(marks) // 2 - 1], marks[-1]
+        return marks[len(marks) // 2 - 1], marks[-1]
+
+    def steady_tokens_per_s(self) -> float | None:
+        """Tokens/s over the second half of this run's steps (None before 4 steps)."""
+        ends = self._steady_marks()
+        if ends is None:
+            return None
+        (t0, n0), (t1, n1) = ends
         return round((n1 - n0) / (t1 - t0), 2) if t1 > t0 else None
+
+    def steady_window(self) -> tuple[float, float] | None:
+        """`time.monotonic()` at the start and end of the window steady_tokens_per_s measures."""
+        ends = self._steady_marks()
+        return None if ends is None else (ends[0][0], ends[1][0])
 
     def position_accuracy(self) -> list[float]:
         if self.correct is None or self.counts is None:

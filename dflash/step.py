@@ -94,6 +94,15 @@ INDUCTOR_WORKAROUNDS = {
     # H200 trial of results/gpu-diag (6/6), with one drafter thread as with three: a compiler
     # bug, not a race. The analysis only tunes tiling; CPU codegen never runs it.
     "triton.coalesce_tiling_analysis": False,
+    # torch 2.11 + CUDA, dynamic shapes: the mix-order reduction of a norm backward (rnumel 64,
+    # the per-head q_norm/k_norm of gpu-gpu-bound) slices its workspace as
+    # `0 * 64*s18 + n * 64 : (0 + 1) * 64*s18 + n * 64` (nsplit, a sum, printed without
+    # parentheses), so `.view(nsplit, 64)` fails: "shape '[2352, 64]' is invalid for input of
+    # size 1344" (pytorch#174379, fixed by #176008). 21 gpu-gpu-bound H200 trials failed on it
+    # (results/gpu-campaign, gpu-shape, gpu-shape2), one thread per stage as with three: a
+    # compiler bug, not a race. Off, a norm backward's two reductions run as two kernels instead
+    # of one; CPU codegen never runs it.
+    "triton.mix_order_reduction": False,
 }
 
 

@@ -64,6 +64,8 @@ class RunOutcome:
     wrong_result: str | None = None
     state: dict = field(default_factory=dict)
     """drafter/optimizer/scheduler state at the end (tests compare parameters)."""
+    steady_window: tuple[float, float] | None = None
+    """`time.monotonic()` span of the steps tokens_per_s_steady measures (bench's GPU busy)."""
 
 
 def build_models(cfg: RunConfig, plan: DevicePlan) -> Models:
@@ -282,7 +284,8 @@ class Trainer:
         self.metrics.emit(final)
         # A signal during evaluation/export cannot stop a step any more; still report it.
         code = self.signals.exit_code if self.signals.requested else 0
-        return RunOutcome(exit_code=code, final=final, pipeline=result, checkpoint=path, state=state)
+        return RunOutcome(exit_code=code, final=final, pipeline=result, checkpoint=path, state=state,
+                          steady_window=self.metrics.steady_window())
 
     def _finish(self, group: ReplicaGroup) -> dict:
         cfg, m = self.cfg, self.models

@@ -36,6 +36,8 @@ tests/fixtures/tracebacks/gpu_segv_during_gc).
 5 (2026-11-30): a native crash after a thread's Python exception is keyed by that exception, the
 first failure (ClusterFuzz keys a crash by its first report); the crash is shown as `then ...`.
 Three campaign GC segfaults had followed out-of-memory (2, now RESOURCE) or F1c (1).
+6 (same day): a frame in Inductor's generated code is `<inductor-output>`, not the module named by
+the hash of that code: one compiler bug had two keys, one per compiled graph (gpu-shape2).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from typing import Iterable
 
 from harness.hangs import Frame, ThreadStack, parse_faulthandler
 
-SIGNATURE_VERSION = 5
+SIGNATURE_VERSION = 6
 MAX_FRAMES = 3
 MESSAGE_CAP = 120
 
@@ -216,9 +218,18 @@ _MODULE_ANCHORS = (re.compile(r"(?:site-packages|dist-packages)/(.*)$"),
 _PROJECT_ROOTS = ("dflash", "harness", "repro", "torch")
 
 
+# Inductor's generated wrapper modules live in its code cache as `<cache>/xx/c<51 chars>.py`, named by
+# a hash of the generated source: one graph recompiled for other shapes, or under another torch or
+# config, gets another name (the mix-order failure split into two keys by it, results/gpu-shape2).
+_INDUCTOR_OUTPUT = re.compile(r"(?:^|/)c[a-z0-9]{51}\.py$")
+INDUCTOR_OUTPUT = "<inductor-output>"
+
+
 def module_of(filename: str) -> str:
     """Dotted module for a frame's file, independent of where the tree lives."""
     path = filename.replace("\\", "/")
+    if _INDUCTOR_OUTPUT.search(path):
+        return INDUCTOR_OUTPUT
     anchored = next((m for m in (a.search(path) for a in _MODULE_ANCHORS) if m), None)
     if anchored:
         rel = anchored.group(1)

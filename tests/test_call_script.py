@@ -49,3 +49,28 @@ def test_campaign_cells_reach_the_harness_unexpanded(tmp_path):
     args = (out / "args.txt").read_text().splitlines()
     assert args[:4] == ["-m", "harness", "matrix", "--preset"] and "gpu-campaign" in args
     assert args[-3:] == ["29", "--cells=gpu-*", "--cells=launch-bound:*"]
+
+
+def test_a_spec_file_phase_keeps_its_own_settings_and_bg_runs_beside_the_next_phase(tmp_path):
+    # `bg:spec:FILE:S` runs a JSON spec's matrix in the background while `campaign:GLOB` runs;
+    # MATRIX_ARGS (campaign trial counts) must not reach the spec file's matrix.
+    out, bin_ = tmp_path / "out", tmp_path / "bin"
+    out.mkdir()
+    bin_.mkdir()
+    fake = bin_ / "python3"
+    fake.write_text(f'#!/bin/bash\n[ "$2" = harness ] || exit 0\nn=$(ls {out} | grep -c args)\n'
+                    f'printf "%s\\n" "$@" > {out}/args-$n-$$.txt\nexit 0\n')
+    fake.chmod(0o755)
+    (tmp_path / "shape.json").write_text("{}")
+    env = {**os.environ, "OUT": str(out), "PATH": f"{bin_}:{os.environ['PATH']}", "MATRIX_ARGS": "--trials 29"}
+    proc = subprocess.run(["bash", str(SCRIPT), "400", "bg:spec:shape.json:100", "campaign:launch-bound:*"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    runs = [p.read_text().splitlines() for p in sorted(out.glob("args-*.txt"))]
+    spec = next(a for a in runs if "--file" in a)
+    campaign = next(a for a in runs if "--preset" in a)
+    assert spec[spec.index("--file") + 1] == "shape.json" and "--trials" not in spec
+    assert spec[spec.index("--max-time") + 1] == "100"
+    assert campaign[-3:] == ["--trials", "29", "--cells=launch-bound:*"]
+    log = (out / "log.txt").read_text()
+    assert log.index("== phase campaign:launch-bound:*") < log.index("== phases done")

@@ -65,6 +65,7 @@ def test_bench_with_one_round_measures_the_absent_condition_only():
     (record,) = [r for r in json_lines(proc.stdout) if r["event"] == "bench"]
     assert record["tokens_per_s"] > 0
     assert record["tokens_per_s_faults_idle"] is None and record["faults_idle_over_absent"] is None
+    assert record["gpu_busy"] is None and record["gpu_busy_steady"] is None   # a CPU run samples nothing
     assert "warm-up round" not in proc.stderr and "round 1:" not in proc.stderr
     bad = run_dflash(["bench", "--rounds", "0"])
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "error: --rounds must be >= 1, got 0"

@@ -19,6 +19,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
     ("gpu_cgt_outputs_differ", "F1c"),
     ("gpu_cudagraph_overwritten", "F1c"),
     ("gpu_f1c_cublas_in_capture", "G1"),
+    ("gpu_mix_order_shape", "mix-order"),
+    ("gpu_mix_order_then_segv_gc", "mix-order"),
     ("gpu_capture_not_permitted", "capture"),
     ("gpu_f9_checkpoint", "F9"),
     ("gpu_segv_during_gc", "segv-gc"),

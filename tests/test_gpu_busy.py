@@ -43,3 +43,23 @@ def test_cpu_device_or_no_nvidia_smi_gives_none(tmp_path, monkeypatch):
     with GpuBusy(0) as g:
         pass
     assert g.fraction is None
+
+
+def test_a_window_keeps_only_the_samples_read_inside_it():
+    g = GpuBusy(0)
+    g.times, g.samples = [1.0, 2.0, 3.0, 4.0], [0.0, 0.5, 1.0, 0.2]
+    assert g.fraction == 0.425
+    assert g.fraction_between(2.0, 3.0) == 0.75           # the compile-time zeros left out
+    assert g.fraction_between(5.0, 6.0) is None
+
+
+def test_samples_carry_the_monotonic_time_they_were_read(tmp_path, monkeypatch):
+    _install(tmp_path, monkeypatch)
+    t0 = time.monotonic()
+    with GpuBusy(0) as g:
+        deadline = time.monotonic() + 10
+        while len(g.samples) < 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert len(g.times) == len(g.samples) >= 10
+    assert t0 <= g.times[0] <= g.times[-1] <= time.monotonic()
+    assert g.fraction_between(t0, time.monotonic()) == g.fraction

@@ -24,6 +24,7 @@ def test_steady_rate_ignores_a_slow_first_half(monkeypatch):
         _step(m, step, 50)
     # marks[3] = (103, 200), marks[7] = (107, 400): 200 tokens in 4 s
     assert m.steady_tokens_per_s() == 50.0
+    assert m.steady_window() == (103.0, 107.0)      # what bench's steady GPU busy fraction spans
 
 
 def test_steady_rate_needs_four_steps():
@@ -31,5 +32,5 @@ def test_steady_rate_needs_four_steps():
     m.start()
     for step in range(1, 4):
         _step(m, step, 10)
-    assert m.steady_tokens_per_s() is None
+    assert m.steady_tokens_per_s() is None and m.steady_window() is None
     assert m.snapshot()["tokens_per_s_steady"] is None

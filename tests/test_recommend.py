@@ -54,3 +54,38 @@ def test_without_throughput_every_qualifying_strategy_is_listed():
     rs = _cell("r:raw@plan", 29, k=29) + _cell("r:x@plan", 29) + _cell("r:y@plan", 30)
     (line,) = recommend.lines(_verdicts(rs))
     assert line == "r: clean with >= 29 stressed trials: `x` (0/29, 29 stressed), `y` (0/30, 30 stressed)."
+
+
+def test_a_lock_variant_can_win_and_the_concurrent_one_is_priced_against_it():
+    # The H200 launch-bound shape (REPORT.md 2026-11-30): global-lock itself never finished a trial,
+    # the no-cudagraphs lock variant and a lock-free one are both clean, the lock variant faster.
+    rs = (_cell("w:global-lock@-", 2, k=2) + _cell("w:eager@-", 8, tok=16661.0)
+          + _cell("w:no-cudagraphs+global-lock@-", 2, tok=24897.0)
+          + _cell("w:no-cudagraphs+global-lock@plan", 29, tok=19078.0)
+          + _cell("w:no-cudagraphs+single-thread-autograd@-", 2, tok=23538.0)
+          + _cell("w:no-cudagraphs+single-thread-autograd@plan", 29, tok=18537.0))
+    (v,) = _verdicts(rs)
+    assert v.chosen[0].strategy == "no-cudagraphs+global-lock"
+    assert v.concurrent.strategy == "no-cudagraphs+single-thread-autograd" and v.serial is v.chosen[0]
+    (line,) = recommend.lines([v])
+    assert "24897 tokens/s = no global-lock figure (global-lock failed 2/2), 1.49x eager" in line
+    assert ("Fastest clean concurrent configuration: `no-cudagraphs+single-thread-autograd` (0/31), 23538 "
+            "tokens/s = 0.95x `no-cudagraphs+global-lock`: misses the 1.2x target.") in line
+
+
+def test_a_concurrent_winner_meets_the_target_against_the_plain_lock():
+    rs = (_cell("w:global-lock@-", 5, tok=100.0) + _cell("w:global-lock@plan", 29, tok=90.0)
+          + _cell("w:a@-", 5, tok=130.0) + _cell("w:a@plan", 29, tok=110.0))
+    (line,) = recommend.lines(_verdicts(rs))
+    assert "recommend `a`" in line and "1.30x global-lock (100 tokens/s)" in line
+    assert "`a` (0/34), 130 tokens/s = 1.30x `global-lock`: meets the 1.2x target." in line
+
+
+def test_when_only_lock_variants_qualify_that_is_the_finding():
+    rs = (_cell("w:global-lock+x@-", 3, tok=100.0) + _cell("w:global-lock+x@plan", 29, tok=90.0)
+          + _cell("w:a@plan", 29, k=1, tok=200.0) + _cell("w:b@plan", 10, tok=300.0))
+    (line,) = recommend.lines(_verdicts(rs))
+    assert "recommend `global-lock+x`" in line
+    assert line.endswith("No concurrent configuration qualifies (each failed or has under 29 stressed "
+                         "trials): on this workload only serialised compiled calls are clean.")
+    assert recommend.serialised("global-lock+x") and not recommend.serialised("cudagraph-lock")

@@ -201,7 +201,7 @@ def test_segfault_while_garbage_collecting_is_one_signature_wherever_collection_
     ("gpu_oom_cublas_then_segv_gc", "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", True),
     ("gpu_oom_then_segv_gc", "torch.OutOfMemoryError in dflash-train", True),
     # The unraisable `Exception ignored in tp_clear` TypeError printed before it is not the cause.
-    ("gpu_f1c_shape_then_segv_gc", "RuntimeError in dflash-train at torch.utils._device:__torch_function__", False),
+    ("gpu_mix_order_then_segv_gc", "RuntimeError in dflash-train at torch.utils._device:__torch_function__", False),
 ])
 def test_a_native_crash_after_a_threads_exception_is_keyed_by_that_first_failure(folder, first, resource):
     # v5: three of the H200 campaign's GC segfaults came after the trainer's threads had died.
@@ -426,9 +426,23 @@ def test_thread_role(name, role):
     ("/gpu/host/checkout/dflash/pipeline.py", "dflash.pipeline"),
     ("/work/main/tests/scripts/crash.py", "crash"),
     ("/x/site-packages/torch/__init__.py", "torch"),
+    ("/work/main/.cache/inductor/cn/ccnww2fos7cyg4gsgokesqzcke4xsbszdss7vnohfqbuve5epyhc.py", "<inductor-output>"),
+    ("/tmp/torchinductor_root/rz/crz7x46nxzppytxuo3bsoazzzgjpzmfffwzocvaalu47iaaonyy5.py", "<inductor-output>"),
+    ("/x/dflash/cache_manager.py", "dflash.cache_manager"),
 ])
 def test_module_of_is_independent_of_checkout_location(filename, module):
     assert module_of(filename) == module
+
+
+def test_one_compiler_bug_in_two_compiled_graphs_is_one_signature():
+    # The mix-order failure of results/gpu-shape2 with dynamic=true ran in Inductor output module
+    # crz7x..., the same failure with automatic dynamic shapes in ccnww...: one key (v6).
+    text = (FIXTURES / "gpu_mix_order_shape" / "1.txt").read_text()
+    other = text.replace("ccnww2fos7cyg4gsgokesqzcke4xsbszdss7vnohfqbuve5epyhc",
+                         "crz7x46nxzppytxuo3bsoazzzgjpzmfffwzocvaalu47iaaonyy5")
+    assert other != text
+    first, second = crash_signature(text), crash_signature(other)
+    assert first.key == second.key and "<inductor-output>:call" in first.summary
 
 
 def test_main_thread_traceback_gets_main_role():

@@ -22,6 +22,7 @@ def test_mode_and_workarounds_go_in_as_options(calls, mode, cudagraphs):
     assert "mode" not in kw and kw["backend"] == "inductor"
     assert kw["options"].get("triton.cudagraphs") == cudagraphs
     assert kw["options"]["triton.coalesce_tiling_analysis"] is False
+    assert kw["options"]["triton.mix_order_reduction"] is False
     assert INDUCTOR_WORKAROUNDS.items() <= kw["options"].items()
 
 

@@ -102,10 +102,10 @@ run_phase() {
     bench) s=$(date +%s); timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-default --steps 40 > "$X/bench.out" 2> "$X/bench.err"
            echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
     bench:*) # bench:PRESET:FIXES[:MODE]: one campaign cell alone on the GPU (its GPU busy fraction)
-           IFS=: read -r _ bp bf bm <<< "$phase"; s=$(date +%s)
+           IFS=: read -r _ bp bf bm <<< "$phase"; s=$(date +%s); bn=bench-$bp-${bf:-raw}-${bm:-reduce-overhead}
            timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-$bp --steps 60 --rounds 1 --set fixes=$bf \
-             --set compile.mode=${bm:-reduce-overhead} > "$X/bench-$bp.out" 2> "$X/bench-$bp.err"
-           echo "bench $bp $bf rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench-$bp.out"; grep -v "^train:" "$X/bench-$bp.err" | tail -n 8 ;;
+             --set compile.mode=${bm:-reduce-overhead} > "$X/$bn.out" 2> "$X/$bn.err"
+           echo "bench $bp $bf rc=$? $(( $(date +%s) - s ))s"; cat "$X/$bn.out"; grep -v "^train:" "$X/$bn.err" | tail -n 8 ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
     campaign:*) # campaign:GLOB[,GLOB]: only those cells (harness matrix --cells), same store
            CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 130 )) ;;
