@@ -12,6 +12,7 @@
     python -m harness show TRIAL_ID [--store DIR]
     python -m harness report [--store DIR ...] [--out REPORT.md]
     python -m harness resign [--store DIR ...]
+    python -m harness retire --store DIR --cells GLOB[,GLOB] --reason TEXT
     python -m harness run SPEC.json [--artefacts DIR]
     python -m harness lift ...            (harness.lift)
 
@@ -112,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     rs = sub.add_parser("resign", help="regroup stored failures of an older signature version from their artefacts")
     rs.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
 
+    rt = sub.add_parser("retire", help="take a store's records of some cells out of the count (kept in <store>/retired)")
+    rt.add_argument("--store", required=True, help="the store folder")
+    rt.add_argument("--cells", required=True, help="cell glob(s), comma-separated (as matrix --cells)")
+    rt.add_argument("--reason", required=True, help="why they stop counting (kept in retired/reasons.jsonl)")
+
     run = sub.add_parser("run", help="run one trial from a TrialSpec JSON file")
     run.add_argument("spec")
     run.add_argument("--artefacts", help="artefacts folder (default: runs/trials/<trial id>)")
@@ -194,6 +200,8 @@ def _dispatch(opts: argparse.Namespace) -> int:
         return cmd_run(opts)
     if opts.command == "resign":
         return cmd_resign(opts)
+    if opts.command == "retire":
+        return cmd_retire(opts)
     raise UsageError(f"unknown command {opts.command!r}")
 
 
@@ -314,6 +322,17 @@ def cmd_resign(opts: argparse.Namespace) -> int:
             raise UsageError(f"no result store at {store} (no trials.jsonl)")
     for store in stores:
         print(resign_store(store).line())
+    return 0
+
+
+def cmd_retire(opts: argparse.Namespace) -> int:
+    from harness.retire import RetireError, retire
+
+    try:
+        done = retire(opts.store, [g.strip() for g in opts.cells.split(",")], opts.reason)
+    except RetireError as e:
+        raise UsageError(str(e)) from None
+    print(done.line())
     return 0
 
 

@@ -375,9 +375,28 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
         lines += ["", f"Native stack excerpt, `{x.summary}`: crash site `{clip(x.site, 100)}` in {x.trials} of "
                   f"{x.of} trials with a native stack (trial `{x.trial_id}`, crashing thread, innermost "
                   f"frames):", "", "```", x.text, "```"]
+    lines += retired_lines(name, store_dir, report_dir)
     if plots:
         lines += [""] + [f"![{p.stem}]({_rel(p, report_dir)})" for p in plots]
     return "\n".join(lines)
+
+
+def retired_lines(name: str, store_dir: Path, report_dir: Path) -> list[str]:
+    """What `harness retire` took out of this matrix's count: how many records, why, and their
+    failure families (they were observed, under a workload that has since changed)."""
+    from harness import retire
+
+    mine = [r for r in retire.retired_store(store_dir).load() if r.trial_id.split("/", 1)[0] == name]
+    if not mine:
+        return []
+    fams = collections.Counter(families.family(r.signature_summary) for r in mine if r.outcome.is_failure)
+    failed = ", ".join(f"{f} {n}" for f, n in sorted(fams.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
+    lines = ["", f"Retired (`python -m harness retire`; kept in `{_rel(store_dir / retire.RETIRED_NAME, report_dir)}`, "
+             f"not in the tables above): {len(mine)} records of {len({r.cell for r in mine})} cells; failures by "
+             f"family: {failed}. Why:", ""]
+    lines += [f"- {e['at'][:10]}, cells `{', '.join(e['cells'])}`, {e['records']} records: {e['reason']}"
+              for e in retire.reasons(store_dir)]
+    return lines
 
 
 def hang_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[tuple[str, str, str]]:
@@ -496,7 +515,8 @@ def overview_body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
         "",
         "Regenerate with `python -m harness report`. Failing trials per failure family "
         "(`harness/families.py`) and torch version, with the matrices they came from; trials that "
-        f"ran out of device memory, timed out or hit a harness error are left out. Trials that count: {totals}.",
+        f"ran out of device memory, timed out or hit a harness error are left out; records taken out of a "
+        f"matrix's count by `harness retire` are in (their failures were observed). Trials that count: {totals}.",
         "",
         *rows,
     ])
@@ -513,7 +533,11 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
     names, plots = [], []
     if overview:
-        text = replace_block(text, OVERVIEW_BLOCK, overview_body(loaded))
+        from harness.retire import retired_store
+
+        # Retired records count here: their failures were observed (under an older workload).
+        observed = loaded + [(d, retired_store(d).load()) for d, _ in loaded]
+        text = replace_block(text, OVERVIEW_BLOCK, overview_body(observed))
         names.append(OVERVIEW_BLOCK)
     for store_dir, records in loaded:
         for name in matrix_names(records):
