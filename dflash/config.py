@@ -136,6 +136,11 @@ class CompileConfig:
     inductor_workarounds: bool = True
     """Pass step.INDUCTOR_WORKAROUNDS (known compiler bugs, not races) to inductor."""
 
+    @property
+    def cudagraphs(self) -> bool:
+        """Whether the drafter step's outputs live in a CUDA-graph pool (modes that record)."""
+        return self.mode in ("reduce-overhead", "max-autotune")
+
     def __post_init__(self) -> None:
         if self.mode not in COMPILE_MODES:
             raise ConfigError(f"compile.mode must be one of {COMPILE_MODES}, got {self.mode!r}")

@@ -106,7 +106,7 @@ class DrafterTrainLoop:
                                    dtype=self._dtype(m))
             if buffers is not None:
                 inputs = buffers.fill(inputs)
-            grad_step(step_fn, replica, inputs, self.fs)
+            grad_step(step_fn, replica, inputs, self.fs, cudagraphs=self.cfg.compile.cudagraphs)
             beat()  # one compile per shape can take long: show progress to the harness
         replica.zero_grad(set_to_none=True)  # warm-up gradients are discarded
         self.fs.note("thread-local-warmup")
@@ -125,7 +125,7 @@ class DrafterTrainLoop:
                 self.fs.note("persistent-buffers")
             with self._first_call(m, first):
                 return grad_step(step_fn, self.objectives[m].drafter, inputs, self.fs,
-                                 seq=seq, tokens=hb.tokens.num_tokens)
+                                 seq=seq, tokens=hb.tokens.num_tokens, cudagraphs=self.cfg.compile.cudagraphs)
 
     def run(self, m: int) -> None:
         """Body of thread dflash-train-m."""

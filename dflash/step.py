@@ -126,8 +126,19 @@ def inductor_options(ccfg: CompileConfig) -> dict:
 
 
 def grad_step(step_fn: Callable, replica: nn.Module, inputs: StepInputs, fs, *,
-              seq: int = -1, tokens: int = 0) -> StepResult:
-    """Forward + backward of one batch into `replica`'s .grad (which is reset first)."""
+              seq: int = -1, tokens: int = 0, cudagraphs: bool = False) -> StepResult:
+    """Forward + backward of one batch into `replica`'s .grad (which is reset first).
+
+    The result and, with `cudagraphs`, the gradients are copies made before the fixes' lock is
+    released: with CUDA graphs the loss, the accuracy counts and the gradients (AccumulateGrad
+    keeps the backward's output tensor as .grad) live in the cudagraph tree's memory pool, and
+    the next replay of that tree overwrites them; when threads share a tree (a C-stash TLS init
+    without graph-isolation) that replay is another thread's and comes before the replica leader
+    reads them. H200, torch 2.11: 3/3 launch-bound global-lock+cstash-tls-init+cublas-handle-init
+    trials failed reading a loss "accessing tensor output of CUDAGraphs that has been overwritten
+    by a subsequent run" in ReplicaGroup.sync (REPORT.md 2026-11-30); PyTorch's CUDA-graph-trees
+    notes ask callers to clone outputs they keep past the next invocation.
+    """
     # set_to_none: reduce-overhead replays must not see a stale grad buffer from the last step.
     replica.zero_grad(set_to_none=True)
     fault_point("drafter.before_forward")
@@ -137,5 +148,10 @@ def grad_step(step_fn: Callable, replica: nn.Module, inputs: StepInputs, fs, *,
         fault_point("drafter.before_backward")
         out.loss.backward()
         fault_point("drafter.after_backward")
-    return StepResult(seq=seq, loss=out.loss.detach(), correct=out.correct.detach(),
-                      counts=out.counts.detach(), tokens=tokens)
+        result = StepResult(seq=seq, loss=out.loss.detach().clone(), correct=out.correct.detach().clone(),
+                            counts=out.counts.detach().clone(), tokens=tokens)
+        if cudagraphs:
+            for p in replica.parameters():
+                if p.grad is not None:
+                    p.grad = p.grad.clone()
+    return result
