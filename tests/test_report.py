@@ -205,3 +205,20 @@ def test_the_committed_report_is_what_the_committed_stores_regenerate(tmp_path):
     report.rebuild(report.default_stores(tmp_path / "results"), out, overview=True)
     assert out.read_text() == (repo / "REPORT.md").read_text(), \
         "REPORT.md is not what `python -m harness report` makes of results/: rerun it and commit"
+
+
+def test_the_throughput_plot_tells_failing_cells_apart(tmp_path, monkeypatch):
+    seen = {}
+
+    def capture(plt, path, labels, values, err, xlabel, title, bar_text, *, colors=None):
+        seen[path.name] = (labels, bar_text, colors)
+        return path
+
+    monkeypatch.setattr(report, "_bar_plot", capture)
+    report.write_plots(report.summarize(_records()), "m", tmp_path)
+    labels, text, colors = seen["m-tokens-per-s.png"]
+    by_cell = dict(zip(labels, zip(text, colors)))
+    # w:raw@p failed 4/10 but its 6 OK trials have a throughput: shown, in the failure colour.
+    assert by_cell["w:raw@p"] == ("100 (4/10)", report.FAILED_COLOR)
+    assert by_cell["w:fix@p"][1] == by_cell["w:lock@p"][1] == report.CLEAN_COLOR
+    assert seen["m-failure-rate.png"][2] is None
