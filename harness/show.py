@@ -10,6 +10,7 @@ is rerun.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import shlex
 from pathlib import Path
 
@@ -17,9 +18,10 @@ from harness import families, hangs, native, signature
 from harness.outcome import TrialResult
 from harness.replay import ReplayError, find_trial, load_trial_spec
 from harness.report import default_stores
+from harness.retire import RETIRED_NAME, reasons
 from harness.runner import NATIVE_STACK_NAME, OUTPUT_NAME
 from harness.spec import TrialSpec
-from harness.store import Store
+from harness.store import TRIALS_NAME, Store
 
 TRACEBACK_FRAMES = 8
 NATIVE_FRAMES = 10
@@ -37,6 +39,11 @@ def render(record: TrialResult, store_dir: Path) -> str:
                + (f", {record.tokens_per_s:,.0f} tokens/s" if record.tokens_per_s else "")
                + f"; torch {record.torch_version or '?'}, Python {record.python or '?'}, host "
                  f"{record.host or '?'}, started {record.started_at or '?'}")
+    if store_dir.name == RETIRED_NAME:
+        mine = [e["reason"] for e in reasons(store_dir.parent)
+                if any(fnmatch.fnmatchcase(record.cell, g) for g in e["cells"])]
+        why = "; ".join(mine) or "no reason recorded"
+        out.append(f"  retired from {store_dir.parent} (not counted there): {why}")
     if spec is not None:
         plan = spec.plan
         out.append(f"  workload: {spec.workload.kind} {shlex.join(spec.workload.argv)}")
@@ -88,6 +95,8 @@ def _read(path: Path) -> str | None:
 
 def cmd_show(opts: argparse.Namespace) -> int:
     stores = [Path(s) for s in opts.store] if opts.store else default_stores(Path("results"))
+    # Then their retired records (harness retire): a rerun reuses the trial id, the live one wins.
+    stores += [d / RETIRED_NAME for d in stores if (d / RETIRED_NAME / TRIALS_NAME).is_file()]
     record, store_dir = find_trial(opts.trial_id, stores)
     print(render(record, store_dir))
     return 0

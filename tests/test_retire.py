@@ -100,3 +100,14 @@ def test_the_report_names_retired_records_and_still_counts_their_failures(tmp_pa
     assert "cells `gb:*`, 3 records: trainer now disables mix-order reduction" in block
     overview = text[:text.index("harness:end failure-modes")]
     assert "| mix-order |" in overview and "| 3 (m) |" in overview     # 2 retired + 1 kept
+
+
+def test_show_finds_a_retired_trial_and_says_why_it_left_the_count(tmp_path, monkeypatch, capsys):
+    root = _store(tmp_path)
+    retire(root, ["gb:x@-"], "mix-order workaround")
+    retire(root, ["lb:*"], "copy bug")
+    monkeypatch.chdir(tmp_path)                     # default stores: results/*, then their retired/
+    assert main(["show", "m/gb:x@-/1"]) == 0
+    out = capsys.readouterr().out
+    assert "retired from results/s (not counted there): mix-order workaround\n" in out
+    assert "copy bug" not in out
