@@ -121,7 +121,10 @@ def inductor_options(ccfg: CompileConfig) -> dict:
 
     options = dict(torch._inductor.list_mode_options(ccfg.mode, ccfg.dynamic))
     if ccfg.inductor_workarounds:
-        options.update(INDUCTOR_WORKAROUNDS)
+        # Only the options this torch has: torch.compile rejects an unknown one, and a workaround
+        # for a bug of one version must not stop every compile on another that lacks the knob.
+        known = torch._inductor.config.get_config_copy()
+        options.update({k: v for k, v in INDUCTOR_WORKAROUNDS.items() if k in known})
     return options
 
 

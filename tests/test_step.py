@@ -88,3 +88,13 @@ def test_what_outlives_the_lock_is_copied_inside_it(cudagraphs):
     assert result.correct.max() <= 4 and (result.seq, result.tokens) == (7, 12)
     overwritten = all(bool((p.grad == 99).all()) for p in model.parameters())
     assert overwritten is not cudagraphs   # with CUDA graphs the gradients left the pool in time
+
+
+def test_a_workaround_this_torch_does_not_know_is_left_out(calls, monkeypatch):
+    import dflash.step
+
+    monkeypatch.setitem(dflash.step.INDUCTOR_WORKAROUNDS, "triton.no_such_knob_in_any_torch", False)
+    compile_fn(lambda x: x, CompileConfig(mode="default"))
+    (kw,) = calls
+    assert "triton.no_such_knob_in_any_torch" not in kw["options"]
+    assert kw["options"]["triton.mix_order_reduction"] is False
