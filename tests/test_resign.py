@@ -62,3 +62,17 @@ def test_resign_of_a_missing_store_is_bad_input(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["resign", "--store", "nowhere"]) == 2
     assert capsys.readouterr().err.strip() == "error: no result store at nowhere (no trials.jsonl)"
+
+
+def test_resign_also_regroups_a_stores_retired_records(tmp_path, monkeypatch, capsys):
+    from harness.retire import retire, retired_store
+
+    root, _ = _store(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    retire(root, ["c"], "workload changed")           # every record, artefacts with them
+    assert main(["resign", "--store", "store"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[1] == (f"store/retired: 2 of 3 older signatures recomputed to v{SIGNATURE_VERSION} "
+                        "(2 changed key), 1 without artefacts, 5 records")
+    moved = {r.trial_id: r for r in retired_store(root).load()}
+    assert moved["m/c/0"].signature_summary == "Segmentation fault: during garbage collection"
