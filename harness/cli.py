@@ -316,15 +316,14 @@ def cmd_report(opts: argparse.Namespace) -> int:
 def cmd_resign(opts: argparse.Namespace) -> int:
     from harness.resign import resign_store
 
-    from harness.retire import RETIRED_NAME
+    from harness.retire import with_retired
 
     stores = _stores(opts)
     for store in stores:
         if not (store / "trials.jsonl").is_file():
             raise UsageError(f"no result store at {store} (no trials.jsonl)")
     # Retired records too (harness retire): the report still counts their failures by family.
-    stores += [s / RETIRED_NAME for s in stores if (s / RETIRED_NAME / "trials.jsonl").is_file()]
-    for store in stores:
+    for store in with_retired(stores):
         print(resign_store(store).line())
     return 0
 

@@ -344,7 +344,8 @@ def _bar_plot(plt, path: Path, labels, values, err, xlabel: str, title: str, bar
 
 
 def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells: Sequence[CellSummary],
-               plots: Sequence[Path], report_dir: Path) -> str:
+               plots: Sequence[Path], report_dir: Path, retired: Sequence[TrialResult] = ()) -> str:
+    """The block of matrix `name`; `retired` are the records `harness retire` took out of its count."""
     started = sorted(r.started_at for r in records if r.started_at)
     versions = sorted({r.torch_version for r in records if r.torch_version})
     hosts = sorted({r.host for r in records if r.host})
@@ -384,18 +385,17 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
         lines += ["", f"Native stack excerpt, `{x.summary}`: crash site `{clip(x.site, 100)}` in {x.trials} of "
                   f"{x.of} trials with a native stack (trial `{x.trial_id}`, crashing thread, innermost "
                   f"frames):", "", "```", x.text, "```"]
-    lines += retired_lines(name, store_dir, report_dir)
+    lines += retired_lines(store_dir, retired, report_dir)
     if plots:
         lines += [""] + [f"![{p.stem}]({_rel(p, report_dir)})" for p in plots]
     return "\n".join(lines)
 
 
-def retired_lines(name: str, store_dir: Path, report_dir: Path) -> list[str]:
+def retired_lines(store_dir: Path, mine: Sequence[TrialResult], report_dir: Path) -> list[str]:
     """What `harness retire` took out of this matrix's count: how many records, why, and their
     failure families (they were observed, under a workload that has since changed)."""
     from harness import retire
 
-    mine = [r for r in retire.retired_store(store_dir).load() if r.trial_id.split("/", 1)[0] == name]
     if not mine:
         return []
     fams = collections.Counter(families.family(r.signature_summary) for r in mine if r.outcome.is_failure)
@@ -538,14 +538,15 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     Every store is read and the new text built before anything is written, so an unreadable
     store or broken markers leave all files as they were. Returns the block names written.
     """
+    from harness.retire import retired_store
+
     loaded = [(Path(d), Store(d).load()) for d in store_dirs]
+    retired = {d: retired_store(d).load() for d, _ in loaded}
     text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
     names, plots = [], []
     if overview:
-        from harness.retire import retired_store
-
         # Retired records count here: their failures were observed (under an older workload).
-        observed = loaded + [(d, retired_store(d).load()) for d, _ in loaded]
+        observed = loaded + list(retired.items())
         text = replace_block(text, OVERVIEW_BLOCK, overview_body(observed))
         names.append(OVERVIEW_BLOCK)
     for store_dir, records in loaded:
@@ -553,7 +554,8 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
             mine = [r for r in records if r.trial_id.split("/", 1)[0] == name and r.replay_of is None]
             cells = summarize(mine)
             paths = plot_paths(cells, name, store_dir / "plots")
-            text = replace_block(text, name, block_body(name, store_dir, mine, cells, paths, out.parent))
+            gone = [r for r in retired[store_dir] if r.trial_id.split("/", 1)[0] == name]
+            text = replace_block(text, name, block_body(name, store_dir, mine, cells, paths, out.parent, gone))
             plots.append((cells, name, store_dir / "plots"))
             names.append(name)
     for cells, name, plots_dir in plots:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.outcome import TrialResult
-from harness.store import ARTEFACTS_NAME, Store, StoreError
+from harness.store import ARTEFACTS_NAME, TRIALS_NAME, Store, StoreError
 
 RETIRED_NAME = "retired"
 REASONS_NAME = "reasons.jsonl"
@@ -52,6 +52,12 @@ def retired_store(store_dir: str | os.PathLike[str]) -> Store:
     return Store(Path(store_dir) / RETIRED_NAME)
 
 
+def with_retired(store_dirs: Sequence[Path]) -> list[Path]:
+    """The stores, then the retired stores they hold (show, resign): a rerun reuses a retired
+    record's trial id, so the live record is found first."""
+    return [*store_dirs, *(d / RETIRED_NAME for d in store_dirs if (d / RETIRED_NAME / TRIALS_NAME).is_file())]
+
+
 def reasons(store_dir: str | os.PathLike[str]) -> list[dict]:
     """The `reasons.jsonl` entries of a store's retired records, oldest first."""
     path = Path(store_dir) / RETIRED_NAME / REASONS_NAME
@@ -63,7 +69,7 @@ def reasons(store_dir: str | os.PathLike[str]) -> list[dict]:
 def retire(store_dir: str | os.PathLike[str], globs: Sequence[str], reason: str, *,
            now: datetime.datetime | None = None) -> Retired:
     root = Path(store_dir)
-    if not (root / "trials.jsonl").is_file():
+    if not (root / TRIALS_NAME).is_file():
         raise RetireError(f"no result store at {root} (no trials.jsonl)")
     if not reason.strip():
         raise RetireError("--reason must say why these records stop counting")
@@ -107,5 +113,5 @@ def _move_artefacts(store: Store, dest: Store, record: TrialResult) -> TrialResu
         shutil.move(str(src), str(target))
     except OSError as exc:
         raise StoreError(f"cannot move {src} to {target}: {exc.strerror or exc}") from None
-    prefix = Path(record.artefacts).parent.parent if record.artefacts else store.root
+    prefix = Path(record.artefacts).parent.parent      # the store as the record named it
     return dataclasses.replace(record, artefacts=str(prefix / RETIRED_NAME / ARTEFACTS_NAME / target.name))

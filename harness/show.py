@@ -18,10 +18,10 @@ from harness import families, hangs, native, signature
 from harness.outcome import TrialResult
 from harness.replay import ReplayError, find_trial, load_trial_spec
 from harness.report import default_stores
-from harness.retire import RETIRED_NAME, reasons
+from harness.retire import RETIRED_NAME, reasons, with_retired
 from harness.runner import NATIVE_STACK_NAME, OUTPUT_NAME
 from harness.spec import TrialSpec
-from harness.store import TRIALS_NAME, Store
+from harness.store import Store
 
 TRACEBACK_FRAMES = 8
 NATIVE_FRAMES = 10
@@ -95,8 +95,6 @@ def _read(path: Path) -> str | None:
 
 def cmd_show(opts: argparse.Namespace) -> int:
     stores = [Path(s) for s in opts.store] if opts.store else default_stores(Path("results"))
-    # Then their retired records (harness retire): a rerun reuses the trial id, the live one wins.
-    stores += [d / RETIRED_NAME for d in stores if (d / RETIRED_NAME / TRIALS_NAME).is_file()]
-    record, store_dir = find_trial(opts.trial_id, stores)
+    record, store_dir = find_trial(opts.trial_id, with_retired(stores))
     print(render(record, store_dir))
     return 0
