@@ -112,7 +112,7 @@ run_phase() {
     topology|topology-4|topology-2) matrix gpu-$phase $(( $(left) - 130 )) ;;   # issue 6, on nvidia-h200-x8 / -x4 / -x2
     diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
     verify:*) matrix results/h200-campaign/verify.json ${phase#verify:} ;;
-    spec:*) IFS=: read -r _ sf ss <<< "$phase"; matrix "$sf" $(( ${ss:-$(( $(left) - 130 ))} )) ;;
+    spec:*) IFS=: read -r _ sf ss <<< "$phase"; matrix "$sf" "${ss:-$(( $(left) - 130 ))}" ;;
     *) echo "unknown phase $phase" ;;
   esac
 }
