@@ -13,6 +13,7 @@
     python -m harness report [--store DIR ...] [--out REPORT.md]
     python -m harness resign [--store DIR ...]
     python -m harness retire --store DIR --cells GLOB[,GLOB] --reason TEXT
+    python -m harness merge SRC [SRC ...] --into DIR
     python -m harness run SPEC.json [--artefacts DIR]
     python -m harness lift ...            (harness.lift)
 
@@ -118,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--cells", required=True, help="cell glob(s), comma-separated (as matrix --cells)")
     rt.add_argument("--reason", required=True, help="why they stop counting (kept in retired/reasons.jsonl)")
 
+    mg = sub.add_parser("merge", help="fold other copies of a store (another call, another machine) into one")
+    mg.add_argument("sources", nargs="+", help="store folder(s) to read")
+    mg.add_argument("--into", required=True, help="the store folder that receives their records")
+
     run = sub.add_parser("run", help="run one trial from a TrialSpec JSON file")
     run.add_argument("spec")
     run.add_argument("--artefacts", help="artefacts folder (default: runs/trials/<trial id>)")
@@ -202,6 +207,8 @@ def _dispatch(opts: argparse.Namespace) -> int:
         return cmd_resign(opts)
     if opts.command == "retire":
         return cmd_retire(opts)
+    if opts.command == "merge":
+        return cmd_merge(opts)
     raise UsageError(f"unknown command {opts.command!r}")
 
 
@@ -336,6 +343,20 @@ def cmd_retire(opts: argparse.Namespace) -> int:
     except RetireError as e:
         raise UsageError(str(e)) from None
     print(done.line())
+    return 0
+
+
+def cmd_merge(opts: argparse.Namespace) -> int:
+    from harness.merge import MergeError, check, merge
+
+    try:
+        for src in opts.sources:
+            check(src, opts.into)
+        done = [merge(src, opts.into) for src in opts.sources]
+    except MergeError as e:
+        raise UsageError(str(e)) from None
+    for d in done:
+        print(d.line())
     return 0
 
 
