@@ -18,7 +18,7 @@
   compiled with reduce-overhead, 2 target + 3 drafter threads on one GPU, 19 strategies (raw, each
   fix, combinations, no cudagraphs = compile.mode default alone and with two fixes, eager =
   compile.mode none), each without and with the dflash-stages scheduler plan: 76 cells x 10
-  trials (eager's fixed at 10), 12 slots per GPU (a gpu-bound trial takes 3), short runs
+  trials (eager's fixed at 10), 12 slots per GPU (a gpu-bound trial takes 6), short runs
   (CAMPAIGN_STEPS). Trials go round-robin over the cells and the store resumes, so `--max-time`
   cuts and later calls continue with every cell at a similar n. A cell stops after
   CAMPAIGN_MAX_FAILURES failures: it cannot be recommended, and its trials go to cells that can.
@@ -163,12 +163,15 @@ third entry; calls 5-6 ran with --max-failures 1) put every reduce-overhead cell
 so the later rounds go to cells still clean. A failing cell's k/n is the evidence that ruled it
 out, not a rate estimate at n = 10."""
 
-CAMPAIGN_GPU_SLOTS = {"launch-bound": 1, "gpu-bound": 3}
+CAMPAIGN_GPU_SLOTS = {"launch-bound": 1, "gpu-bound": 6}
 """Slots of the GPU's 12 one trial takes. Measured on the H200 (torch 2.11, the out-of-memory
-messages of the campaign's calls 5-6): launch-bound trials held 1.6-4.3 GiB, gpu-bound ones
-18.9-21.3 GiB; with one slot each, 12 trials asked for more than the 139.8 GiB and 23/115 trials
-died of it. 3 slots (35 GiB of 139.8/12 each) leave room for the cudagraph pools, which grow with
-every recorded shape: at most 4 gpu-bound trials at once."""
+messages of the campaign): launch-bound trials held 1.6-4.3 GiB (calls 5-6). gpu-bound trials were
+first seen at 18.9-21.3 GiB (calls 5-6), and 3 slots (4 at once) were chosen from that; but those
+trials were compiled cells dying early of F1 or the mix-order bug. Once the gpu-bound cells ran to
+the end (calls 11-13, 2026-11-30: eager, no-cudagraphs, the mix-order workaround), 8 of their 56
+trials died of memory with 4 at once, and the messages show trials holding up to 60.5 GiB (eager
+44.5, no-cudagraphs+single-thread-autograd 29.5, cudagraph cells 58.3). 6 slots: at most 2
+gpu-bound trials at once (2 x 60.5 of 139.8 GiB), beside launch-bound ones of 1 slot."""
 
 CAMPAIGN_ENV = (("TORCHINDUCTOR_COMPILE_THREADS", "1"),)
 """Up to 12 trials share the host's 16 cores; each spawning a 16-process compile pool would

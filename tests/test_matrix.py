@@ -159,7 +159,7 @@ def test_gpu_slots_keep_at_most_per_gpu_trials_on_each_gpu():
 
 
 def test_gpu_slots_weigh_each_trial_by_its_workloads_gpu_slots():
-    # A 20 GiB gpu-bound trial takes 3 of the H200's 12 slots (presets.CAMPAIGN_GPU_SLOTS).
+    # A trial weighing 3 slots of 4 (presets.CAMPAIGN_GPU_SLOTS weighs gpu-bound trials so).
     slots = GpuSlots(1, per_gpu=4)
     stop = threading.Event()
     assert slots.acquire(1, stop, weight=3) == [0]
