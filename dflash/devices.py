@@ -40,6 +40,16 @@ class DevicePlan:
             "drafter": [str(d) for d in self.drafter],
         }
 
+    def peak_reserved_gib(self) -> dict[str, float] | None:
+        """The most memory the caching allocator held on each CUDA device of the plan, GiB
+        (`torch.cuda.max_memory_reserved`, cudagraph pools included); None without CUDA devices.
+        How many trials fit on one GPU is read from this: the out-of-memory messages only show
+        the other processes at the moment one of them failed (harness.presets.CAMPAIGN_GPU_SLOTS)."""
+        cuda = [d for d in dict.fromkeys((*self.target, *self.drafter)) if d.type == "cuda"]
+        if not cuda:
+            return None
+        return {str(d): round(torch.cuda.max_memory_reserved(d) / 2**30, 2) for d in cuda}
+
 
 def parse_device(text: str, *, remap: bool, cuda_count: int) -> torch.device:
     """One validated device; raises DevicePlanError naming the bad entry."""

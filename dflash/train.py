@@ -311,6 +311,7 @@ class Trainer:
             "elapsed_s": snap["elapsed_s"],
             "torch": torch.__version__,
             "device_plan": self.plan.describe(),
+            "gpu_mem_peak_gib": self.plan.peak_reserved_gib(),
             "fixes": list(self.fs.names()),
             "fix_counts": dict(self.fs.counts),
             "export": export_dir,

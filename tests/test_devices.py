@@ -72,3 +72,15 @@ def test_every_preset_builds_a_valid_plan(name):
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(Exception, match="known presets: tiny-cpu, cpu-compile, gpu-default"):
         presets.get("nope")
+
+
+def test_peak_memory_is_read_once_per_cuda_device_of_the_plan(monkeypatch):
+    cfg = DeviceConfig(target_devices=("cuda:0", "cuda:1"), drafter_devices=("cuda:1",))
+    plan = resolve(cfg, num_target_threads=2, num_drafter_threads=3, cuda_count=2)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved",
+                        lambda d: asked.append(str(d)) or (3 << 30) + (1 << 29) * d.index)
+    assert plan.peak_reserved_gib() == {"cuda:0": 3.0, "cuda:1": 3.5}
+    assert asked == ["cuda:0", "cuda:1"]
+    cpu = resolve(DeviceConfig(), num_target_threads=1, num_drafter_threads=1, cuda_count=0)
+    assert cpu.peak_reserved_gib() is None
