@@ -55,6 +55,9 @@ class CellSummary:
     """Median serial time to the first failure (stats.median_time_to_first_failure)."""
     median_duration_s: float | None = None
     tokens_per_s: float | None = None
+    tokens_range: tuple[float, float] | None = None
+    """Slowest and fastest trial behind the median: trials that share a GPU move with their
+    neighbours (gpu-campaign's gpu-bound no-cudagraphs+global-lock ran 9,882-42,922 tokens/s)."""
     tokens_ratio: float | None = None
     """tokens_per_s / the fastest clean cell's of the same workload."""
     fisher_p: float | None = None
@@ -116,6 +119,7 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
         ttff_s=stats.median_time_to_first_failure(times, failed) if n else None,
         median_duration_s=stats.median_or_none([r.duration_s for r in counted]),
         tokens_per_s=stats.median_or_none(tokens),
+        tokens_range=(min(tokens), max(tokens)) if tokens else None,
     )
 
 
@@ -303,9 +307,12 @@ def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> lis
         # A failing cell's throughput comes from its trials that finished: shown, but in another
         # colour, so that a fast bar is not read as a candidate (gpu-campaign's no-cudagraphs@-
         # ran 20,081 tokens/s in the 2 of 4 trials that did not deadlock).
+        # Whiskers from the slowest to the fastest trial: a median of trials that shared the GPU
+        # with different neighbours is not a cost until its spread says so.
+        spread = [[c.tokens_per_s - c.tokens_range[0] for c in tok], [c.tokens_range[1] - c.tokens_per_s for c in tok]]
         paths.append(_bar_plot(plt, plots_dir / f"{name}-tokens-per-s.png", [c.cell for c in tok],
-                               [c.tokens_per_s for c in tok], None,
-                               "median tokens/s (red: the cell failed in k of n trials)",
+                               [c.tokens_per_s for c in tok], spread,
+                               "median tokens/s, whiskers slowest..fastest trial (red: the cell failed in k of n trials)",
                                f"{name}: throughput per cell", [f"{c.tokens_per_s:.0f} ({c.k}/{c.n})" for c in tok],
                                colors=[FAILED_COLOR if c.k else CLEAN_COLOR for c in tok]))
     return paths

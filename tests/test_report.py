@@ -212,6 +212,7 @@ def test_the_throughput_plot_tells_failing_cells_apart(tmp_path, monkeypatch):
 
     def capture(plt, path, labels, values, err, xlabel, title, bar_text, *, colors=None):
         seen[path.name] = (labels, bar_text, colors)
+        seen[path.name + ":err"] = dict(zip(labels, zip(*err))) if err else None
         return path
 
     monkeypatch.setattr(report, "_bar_plot", capture)
@@ -222,3 +223,7 @@ def test_the_throughput_plot_tells_failing_cells_apart(tmp_path, monkeypatch):
     assert by_cell["w:raw@p"] == ("100 (4/10)", report.FAILED_COLOR)
     assert by_cell["w:fix@p"][1] == by_cell["w:lock@p"][1] == report.CLEAN_COLOR
     assert seen["m-failure-rate.png"][2] is None
+    # Whiskers run from the slowest trial to the fastest: fix ran 80..89, median 84.5.
+    assert seen["m-tokens-per-s.png:err"]["w:fix@p"] == pytest.approx((4.5, 4.5))
+    assert seen["m-tokens-per-s.png:err"]["w:lock@p"] == (0.0, 0.0)
+    assert {c.cell: c.tokens_range for c in report.summarize(_records())}["w:fix@p"] == (80.0, 89.0)
