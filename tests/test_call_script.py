@@ -74,3 +74,53 @@ def test_a_spec_file_phase_keeps_its_own_settings_and_bg_runs_beside_the_next_ph
     assert campaign[-3:] == ["--trials", "29", "--cells=launch-bound:*"]
     log = (out / "log.txt").read_text()
     assert log.index("== phase campaign:launch-bound:*") < log.index("== phases done")
+
+
+UNPACK = ROOT / "results" / "h200-campaign" / "unpack.sh"
+
+
+def _call_files(folder: Path, store: Path, log: str) -> Path:
+    """What a device call returns: stores.tgz (results/<store>/...) and log.txt."""
+    import tarfile as tf
+    folder.mkdir(parents=True)
+    with tf.open(folder / "stores.tgz", "w:gz") as tgz:
+        tgz.add(store, arcname=f"results/{store.name}")
+    (folder / "log.txt").write_text(log)
+    return folder
+
+
+def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_path):
+    import shutil
+    import sys
+
+    from harness.outcome import Outcome, TrialResult
+    from harness.store import Store
+
+    def add(root, i, started):
+        Store(root).append(TrialResult(trial_id=f"gpu-x/a@-/{i}", cell="a@-", trial_index=i, outcome=Outcome.OK,
+                                       started_at=started, duration_s=1.0))
+
+    repo = tmp_path / "repo"
+    base = repo / "results" / "gpu-x"
+    add(base, 0, "2026-11-30T10:00:00+00:00")
+    # Both calls started from the checkout's one record; each ran its own trial 1.
+    first, second = tmp_path / "c12" / "gpu-x", tmp_path / "c13" / "gpu-x"
+    for copy, started in ((first, "2026-11-30T11:00:00+00:00"), (second, "2026-11-30T12:00:00+00:00")):
+        shutil.copytree(base, copy)
+        add(copy, 1, started)
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    # Call 13's files unpacked first: the order must not matter.
+    for n, store in ((13, second), (12, first)):
+        files = _call_files(tmp_path / f"files{n}", store, f"call {n}\n")
+        proc = subprocess.run(["bash", str(UNPACK), str(files), str(n)], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    starts = sorted(r.started_at[11:13] for r in Store(base).load())
+    assert starts == ["10", "11", "12"]
+    assert len({r.trial_id for r in Store(base).load()}) == 3
+    assert (repo / "results" / "h200-campaign" / "call12-log.txt").read_text() == "call 12\n"
+    assert (repo / "REPORT.md").is_file()
+    # The same call again: refused, nothing written.
+    proc = subprocess.run(["bash", str(UNPACK), str(tmp_path / "files12"), "12"], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "unpacked already" in proc.stderr

@@ -26,7 +26,8 @@
 # Caches: the corpora (.cache/dflash) come back as $OUT/corpora.tgz; carry it as .cache/corpora.tgz
 # into the next call (`carry: [".whl", ".cache/corpora.tgz"]`). The inductor cache (160 MB packed)
 # is over the 16 MB a returned file may have: each call compiles cold. Logs and stores come back in
-# $OUT/call.tgz and $OUT/stores.tgz.
+# $OUT/call.tgz and $OUT/stores.tgz; bring them in with `bash results/h200-campaign/unpack.sh
+# FILES_AT N`, which merges each store rather than unpacking it over the checkout's.
 set -u
 budget=$1; shift; t0=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - t0) )); }

@@ -1,0 +1,27 @@
+#!/bin/bash
+# Bring one device call's results into the checkout (issue 5), from the repository root:
+#   bash results/h200-campaign/unpack.sh FILES_AT CALL_NUMBER
+# FILES_AT is the folder the `run` tool returned the call's files in (stores.tgz, log.txt).
+# Every call returns its whole copy of each results/gpu-* store. A copy is merged into the
+# checkout's store (`python -m harness merge`), never unpacked over it: a call started before the
+# previous call was unpacked holds trial ids that call also handed out, and unpacking one over the
+# other loses records (calls 12 and 13, REPORT.md, 2026-11-30 sixth session). Then the log becomes
+# results/h200-campaign/call<N>-log.txt and REPORT.md is regenerated. Bad input: one line, exit 2,
+# nothing written. Merges repeat safely, so a run stopped half-way is completed by running it again.
+set -euo pipefail
+[ $# = 2 ] || { echo "error: usage: bash results/h200-campaign/unpack.sh FILES_AT CALL_NUMBER" >&2; exit 2; }
+src=$1 n=$2
+[ -f "$src/stores.tgz" ] && [ -f "$src/log.txt" ] || { echo "error: $src has no stores.tgz and log.txt" >&2; exit 2; }
+[[ $n =~ ^[0-9]+$ ]] || { echo "error: the call number must be a whole number, not '$n'" >&2; exit 2; }
+log=results/h200-campaign/call$n-log.txt
+[ -e "$log" ] && { echo "error: $log exists: call $n is unpacked already" >&2; exit 2; }
+py=${PYTHON:-python3}; [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && py=.venv/bin/python
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+tar xzf "$src/stores.tgz" -C "$tmp" || { echo "error: $src/stores.tgz does not unpack" >&2; exit 2; }
+for store in "$tmp"/results/*/; do
+  [ -f "$store/trials.jsonl" ] || continue
+  "$py" -m harness merge "$store" --into "results/$(basename "$store")"
+done
+mkdir -p "$(dirname "$log")"
+cp "$src/log.txt" "$log"
+"$py" -m harness report
