@@ -33,7 +33,8 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     # The last two are the tree manager's state changed under a thread by another's (gpu-bound
     # cstash-tls-init, calls 12 of 2026-11-30, where every thread shares the main thread's
     # tree): a graph recorded on a parent that another thread's warm-up made a CUDAWarmupNode,
-    # and a node whose weakrefs and stack traces another thread's run left unequal in length.
+    # and a node whose weakrefs and stack traces another thread's run left unequal in length
+    # (also r04's face on the H200: two threads sharing one graph, fixture gpu_f1c_weakrefs_assert).
     ("F1c", r"cudagraph-mempool-already-recording|cudagraph pool not tracked"
             r"|cudagraphs-output-overwritten|compiled result differs from eager"
             r"|'CUDAWarmupNode' object has no attribute|cudagraph_trees:dealloc_current_path_weakrefs",

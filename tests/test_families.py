@@ -18,7 +18,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
     ("gpu_f1c_mempool_recording", "F1c"),
     ("gpu_cgt_outputs_differ", "F1c"),
     ("gpu_cudagraph_overwritten", "F1c"),
-    ("gpu_f1c_shared_tree_state", "F1c"),
+    ("gpu_f1c_warmup_parent", "F1c"),
+    ("gpu_f1c_weakrefs_assert", "F1c"),           # r04, two threads sharing one graph
+    ("gpu_f1c_weakrefs_assert_trainer", "F1c"),
     ("gpu_f1c_cublas_in_capture", "G1"),
     ("gpu_mix_order_shape", "mix-order"),
     ("gpu_mix_order_then_segv_gc", "mix-order"),
