@@ -28,6 +28,10 @@ BASELINES = ("raw", "eager", "global-lock")
 LOCK, EAGER = "global-lock", "eager"
 NO_PLAN = "-"
 TARGET_OVER_LOCK = 1.2
+NOISY_SPREAD = 1.5
+"""A priced cell whose fastest trial ran more than this many times its slowest is named with its
+range: trials that share a GPU move with their neighbours (gpu-campaign, 2026-11-30: one gpu-bound
+cell ran 9,882-42,922 tokens/s), and a ratio of two such medians is a hint, not a cost."""
 
 
 def serialised(strategy: str) -> bool:
@@ -43,6 +47,8 @@ class StrategyTotals:
     n_stressed: int = 0
     tokens_per_s: float | None = None
     """Median tokens/s of the plain cell (else of any cell that has one)."""
+    tokens_range: tuple[float, float] | None = None
+    """Slowest and fastest trial of that same cell."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -65,8 +71,8 @@ class Verdict:
 def totals(cells: Sequence) -> dict[str, dict[str, StrategyTotals]]:
     """workload -> strategy -> totals over the strategy's cells (CellSummary-like objects)."""
     out: dict[str, dict[str, StrategyTotals]] = collections.defaultdict(dict)
-    plain_tokens: dict[tuple[str, str], float] = {}
-    any_tokens: dict[tuple[str, str], float] = {}
+    plain_tokens: dict[tuple[str, str], tuple] = {}
+    any_tokens: dict[tuple[str, str], tuple] = {}
     for c in cells:
         t = out[c.workload].setdefault(c.strategy, StrategyTotals(strategy=c.strategy))
         t.k += c.k
@@ -74,12 +80,13 @@ def totals(cells: Sequence) -> dict[str, dict[str, StrategyTotals]]:
         if c.plan != NO_PLAN:
             t.n_stressed += c.n
         if c.tokens_per_s is not None:
-            any_tokens.setdefault((c.workload, c.strategy), c.tokens_per_s)
+            figure = (c.tokens_per_s, getattr(c, "tokens_range", None))
+            any_tokens.setdefault((c.workload, c.strategy), figure)
             if c.plan == NO_PLAN:
-                plain_tokens[(c.workload, c.strategy)] = c.tokens_per_s
+                plain_tokens[(c.workload, c.strategy)] = figure
     for w, by_strategy in out.items():
         for s, t in by_strategy.items():
-            t.tokens_per_s = plain_tokens.get((w, s), any_tokens.get((w, s)))
+            t.tokens_per_s, t.tokens_range = plain_tokens.get((w, s), any_tokens.get((w, s), (None, None)))
     return out
 
 
@@ -126,7 +133,7 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED) -> l
             t = v.chosen[0]
             out.append(f"{v.workload}: recommend `{t.strategy}`: 0/{t.n} failures ({t.n_stressed} under "
                        f"a fault plan), {t.tokens_per_s:.0f} tokens/s = {_ratio(t, v.lock, LOCK)}, "
-                       f"{_ratio(t, v.eager, EAGER)}. {_concurrency(v, min_stressed)}")
+                       f"{_ratio(t, v.eager, EAGER)}. {_concurrency(v, min_stressed)}{_noisy(v)}")
         elif v.chosen:
             names = ", ".join(f"`{t.strategy}` (0/{t.n}, {t.n_stressed} stressed)" for t in v.chosen)
             out.append(f"{v.workload}: clean with >= {min_stressed} stressed trials: {names}.")
@@ -136,6 +143,18 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED) -> l
             out.append(f"{v.workload}: no configuration qualifies (needs 0 failures and >= {min_stressed} "
                        f"stressed trials); clean so far: {short}; failing: {failing}.")
     return out
+
+
+def _noisy(v: Verdict) -> str:
+    """The priced cells whose trials spread over more than NOISY_SPREAD, with their ranges."""
+    priced = {t.strategy: t for t in (*v.chosen[:1], v.lock, v.eager, v.concurrent, v.serial)
+              if t is not None and t.tokens_range and t.tokens_range[0] > 0}
+    noisy = [t for _, t in sorted(priced.items()) if t.tokens_range[1] / t.tokens_range[0] > NOISY_SPREAD]
+    if not noisy:
+        return ""
+    ranges = ", ".join(f"`{t.strategy}` {t.tokens_range[0]:.0f}-{t.tokens_range[1]:.0f}" for t in noisy)
+    return (f" Throughput spread over {NOISY_SPREAD}x between trials ({ranges} tokens/s): these ratios "
+            f"are hints; price them alone on the machine (`dflash bench`).")
 
 
 def _concurrency(v: Verdict, min_stressed: int) -> str:

@@ -89,3 +89,15 @@ def test_when_only_lock_variants_qualify_that_is_the_finding():
     assert line.endswith("No concurrent configuration qualifies (each failed or has under 29 stressed "
                          "trials): on this workload only serialised compiled calls are clean.")
     assert recommend.serialised("global-lock+x") and not recommend.serialised("cudagraph-lock")
+
+
+def test_a_priced_cell_whose_trials_spread_widely_is_named_with_its_range():
+    rs = (_cell("w:a@plan", 29, tok=250.0) + _cell("w:a@-", 4, tok=300.0)
+          + [_r("w:eager@-", i, tok=t) for i, t in enumerate([100.0, 200.0, 400.0])]
+          + _cell("w:global-lock@-", 3, tok=200.0))
+    (line,) = recommend.lines(_verdicts(rs))
+    # eager's trials ran 100..400 (4x): named; a and the lock ran steady: not named.
+    assert "Throughput spread over 1.5x between trials (`eager` 100-400 tokens/s)" in line
+    (steady,) = recommend.lines(_verdicts(_cell("w:a@plan", 29, tok=250.0) + _cell("w:a@-", 4, tok=300.0)
+                                          + _cell("w:eager@-", 3, tok=200.0)))
+    assert "spread" not in steady
