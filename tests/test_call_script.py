@@ -124,3 +124,24 @@ def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_p
     proc = subprocess.run(["bash", str(UNPACK), str(tmp_path / "files12"), "12"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "unpacked already" in proc.stderr
+
+
+def test_campaign_arguments_do_not_reach_the_repros_matrix(tmp_path):
+    # `bg:repros:S` beside `campaign:GLOB`: --max-failures 1 would end every repro cell at its
+    # first failure, so the repros get REPROS_ARGS only.
+    out, bin_ = tmp_path / "out", tmp_path / "bin"
+    out.mkdir()
+    bin_.mkdir()
+    fake = bin_ / "python3"
+    fake.write_text(f'#!/bin/bash\n[ "$2" = harness ] || exit 0\nprintf "%s\\n" "$@" > {out}/args-$$.txt\nexit 0\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "OUT": str(out), "PATH": f"{bin_}:{os.environ['PATH']}",
+           "MATRIX_ARGS": "--max-failures 1 --trials 29", "REPROS_ARGS": "--trials 5"}
+    proc = subprocess.run(["bash", str(SCRIPT), "400", "bg:repros:100", "campaign:gpu-bound:*"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    runs = [p.read_text().splitlines() for p in out.glob("args-*.txt")]
+    repros = next(a for a in runs if "gpu-repros" in a)
+    campaign = next(a for a in runs if "gpu-campaign" in a)
+    assert "--max-failures" not in repros and repros[-2:] == ["--trials", "5"]
+    assert campaign[-5:] == ["--max-failures", "1", "--trials", "29", "--cells=gpu-bound:*"]

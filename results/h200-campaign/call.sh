@@ -22,7 +22,9 @@
 #   spec:FILE[:S]  the matrix of a JSON spec file (its own store), for at most S seconds
 #   bg:PHASE  PHASE in the background, beside the phases after it (their GPU slots add up: keep a
 #             bg matrix small); the call waits for it before packing
-# Env MATRIX_ARGS: extra `harness matrix` arguments (e.g. "--max-failures 1 --trials 30").
+# Env MATRIX_ARGS: extra `harness matrix` arguments (e.g. "--max-failures 1 --trials 30") for the
+# campaign and topology phases; REPROS_ARGS the same for the repros phases, which MATRIX_ARGS do
+# not reach (a campaign's stop rule would end a repro cell at its first failure: no rate).
 # Caches: the corpora (.cache/dflash) come back as $OUT/corpora.tgz; carry it as .cache/corpora.tgz
 # into the next call (`carry: [".whl", ".cache/corpora.tgz"]`). The inductor cache (160 MB packed)
 # is over the 16 MB a returned file may have: each call compiles cold. Logs and stores come back in
@@ -94,8 +96,8 @@ run_phase() {
              [ -f $X/FAILED-corpus-default ] && touch $X/FAILED-warm-default
              ls $X/FAILED-corpus-* >/dev/null 2>&1 && touch $X/FAILED-warm-default ;;
     warm) warm ;;
-    warm+repros:*) warm & w=$!; matrix gpu-repros ${phase#warm+repros:} 150; wait $w ;;
-    repros:*) matrix gpu-repros ${phase#repros:} 150 ;;
+    warm+repros:*) warm & w=$!; MATRIX_ARGS=${REPROS_ARGS:-} matrix gpu-repros ${phase#warm+repros:} 150; wait $w ;;
+    repros:*) MATRIX_ARGS=${REPROS_ARGS:-} matrix gpu-repros ${phase#repros:} 150 ;;
     pytest) s=$(date +%s); timeout -k 15 240 python3 -m pytest -q -p no:cacheprovider -m "race and cuda" tests/race \
               > "$X/pytest-race-cuda.txt" 2>&1; echo "pytest race+cuda rc=$? $(( $(date +%s) - s ))s"
             tail -n 15 "$X/pytest-race-cuda.txt" ;;
