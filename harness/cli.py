@@ -240,7 +240,7 @@ def cmd_matrix(opts: argparse.Namespace) -> int:
         return 0
     spec = matrix_from_options(opts)
     if opts.pending:
-        _print_pending(spec)
+        _print_pending(spec, gpus=opts.gpus or 1)
         return 0
     done = run_matrix(spec, live=False if opts.no_live else None, num_gpus=opts.gpus)
     cells = report.summarize(done.records)
@@ -253,14 +253,15 @@ def cmd_matrix(opts: argparse.Namespace) -> int:
     return 1 if any(r.outcome is Outcome.HARNESS_ERROR for r in done.records) else 0
 
 
-def _print_pending(spec) -> None:
+def _print_pending(spec, *, gpus: int = 1) -> None:
     """`--pending`: per cell stored/failures/next, then totals and a trial-seconds estimate (the
-    cell's median stored duration, else the median over the whole store) to plan device time."""
+    cell's median stored duration, else the median over the whole store) to plan device time:
+    summed, and packed as the pool would pack them on `gpus` GPUs (CellPlan.share)."""
     from harness import stats
     from harness.matrix import pending_plan
     from harness.store import Store
 
-    plans = pending_plan(spec)
+    plans = pending_plan(spec, gpus=gpus)
     fallback = stats.median_or_none([p.median_s for p in plans if p.median_s is not None])
     if fallback is None:   # cells not run yet (e.g. a --cells subset): the whole store's median
         fallback = stats.median_or_none([r.duration_s for r in Store(spec.store_dir).load()
@@ -272,11 +273,14 @@ def _print_pending(spec) -> None:
         print(f"{p.cell:<{width}}  {p.stored:>6}  {p.failures:>6}  {p.other:>5}  {p.pending:>4}{note}")
     pending = sum(p.pending for p in plans)
     seconds = sum(p.pending * (p.median_s or fallback or 0.0) for p in plans)
+    wall = sum(p.pending * (p.median_s or fallback or 0.0) * p.share for p in plans)
     stopped = sum(p.stopped for p in plans)
-    estimate = f"~{seconds / 60:.0f} trial-minutes at the stored medians" if fallback else "no stored durations yet"
+    estimate = (f"~{seconds / 60:.0f} trial-minutes at the stored medians, at least ~{wall / 60:.0f} minutes "
+                f"of wall time packed as the spec packs them (workers {spec.workers}, per_gpu {spec.per_gpu} "
+                f"on {gpus} GPU{'s' if gpus > 1 else ''})") if fallback else "no stored durations yet"
     print(f"{spec.name}: {len(plans)} cells, {sum(p.planned for p in plans)} planned trials, "
           f"{sum(p.stored + p.other for p in plans)} records stored, {pending} pending, {stopped} cells stopped; "
-          f"{estimate} (divide by the trials run at once)")
+          f"{estimate}")
 
 
 def _print_matrix_table(done: MatrixRun, cells) -> None:

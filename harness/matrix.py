@@ -318,9 +318,14 @@ class CellPlan:
     stopped: bool
     median_s: float | None
     """Median duration of the cell's stored trials: what one more trial is likely to take."""
+    share: float = 1.0
+    """Fraction of one host a trial of this cell holds while it runs, as the pool packs it: 1 of
+    `workers`, and for a GPU workload its `gpus x gpu_slots` of `per_gpu` slots per GPU (on one
+    GPU unless `pending_plan` is told more), whichever is scarcer. Sums of duration x share are the
+    wall time the pending trials need when packing is perfect: a lower bound for planning calls."""
 
 
-def pending_plan(spec: MatrixSpec) -> list[CellPlan]:
+def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
     """Per cell: planned, stored, failures and the trials a run would start now. Reads the store;
     runs nothing. Counts and the stop rule are the running pool's (progress.CellState over every
     stored record of the cell), so a stopped cell here is one the pool would skip."""
@@ -338,11 +343,15 @@ def pending_plan(spec: MatrixSpec) -> list[CellPlan]:
             state.add(r)
         stopped = state.stopped(spec.max_failures)
         mine = {t.trial_id for t in trials if t.cell == cell.name}
+        share = 1 / spec.workers
+        if cell.workload.gpus:
+            share = max(share, min(1.0, cell.workload.gpus * cell.workload.gpu_slots / (spec.per_gpu * max(gpus, 1))))
         plans.append(CellPlan(
             cell=cell.name, planned=len(mine), stored=state.runs, failures=state.failures,
             other=state.timeouts + state.resources + state.errors,
             pending=0 if stopped else len(mine - done_ids(held)), stopped=stopped,
             median_s=stats.median_or_none([r.duration_s for r in held if r.duration_s is not None]),
+            share=share,
         ))
     return plans
 

@@ -398,3 +398,24 @@ def test_pending_estimates_cells_never_run_from_the_whole_stores_median(tmp_path
     _print_pending(dataclasses.replace(spec, only=("bad:*",)))
     out = capsys.readouterr().out
     assert "1 cells, 2 planned trials" in out and "~2 trial-minutes" in out   # 2 x the median 60 s
+
+
+def test_pending_packs_the_estimate_as_the_pool_would(tmp_path, capsys):
+    from harness.cli import _print_pending
+
+    # A GPU trial taking 6 of 12 slots holds half a GPU (2 at once), whatever the 16 workers allow;
+    # a CPU trial holds 1 of the 4 workers.
+    d = _spec(tmp_path, trials=4, workers=16, per_gpu=12)
+    d["workloads"] = {"big": {**_cmd("pass"), "gpus": 1, "gpu_slots": 6}, "cpu": _cmd("pass")}
+    spec = spec_from_dict(d)
+    store = Store(tmp_path / "store")
+    for cell in ("big:raw@-", "cpu:raw@-"):
+        store.append(TrialResult(trial_id=f"t/{cell}/0", cell=cell, trial_index=0, outcome=Outcome.OK,
+                                 duration_s=120.0))
+    plans = {p.cell: p for p in matrix.pending_plan(spec)}
+    assert plans["big:raw@-"].share == 0.5 and plans["cpu:raw@-"].share == 1 / 16
+    assert matrix.pending_plan(spec, gpus=2)[0].share == 0.25
+    _print_pending(spec)
+    out = capsys.readouterr().out
+    # 3 pending each: 12 trial-minutes; packed: 3 x 2 min x 0.5 + 3 x 2 min / 16 = 3.4 minutes.
+    assert "~12 trial-minutes" in out and "at least ~3 minutes of wall time" in out and "on 1 GPU" in out
