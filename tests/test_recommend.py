@@ -101,3 +101,15 @@ def test_a_priced_cell_whose_trials_spread_widely_is_named_with_its_range():
     (steady,) = recommend.lines(_verdicts(_cell("w:a@plan", 29, tok=250.0) + _cell("w:a@-", 4, tok=300.0)
                                           + _cell("w:eager@-", 3, tok=200.0)))
     assert "spread" not in steady
+
+
+def test_where_the_lock_is_the_only_fix_tried_it_is_judged_as_the_fix():
+    # catalogue-cpu's r16: raw and global-lock only; the lock is the documented fix under test.
+    held = _verdicts(_cell("r16:raw@reset", 10, k=6) + _cell("r16:global-lock@-", 1) + _cell("r16:global-lock@reset", 29))
+    assert recommend.lines(held) == ["r16: clean with >= 29 stressed trials: `global-lock` (0/30, 29 stressed)."]
+    short = _verdicts(_cell("r16:raw@reset", 10, k=6) + _cell("r16:global-lock@reset", 10))
+    assert "clean so far: `global-lock` 0/10 (10 stressed)" in recommend.lines(short)[0]
+    # Raw alone is still no verdict, and where other fixes were tried the lock stays a baseline.
+    assert _verdicts(_cell("r16:raw@reset", 10, k=6)) == []
+    (v,) = _verdicts(_cell("w:global-lock@p", 29) + _cell("w:a@p", 29))
+    assert [t.strategy for t in v.chosen] == ["a"] and v.lock is not None
