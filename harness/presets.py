@@ -90,6 +90,10 @@ def cpu_quick() -> MatrixSpec:
             Group(workloads=("dflash-tiny",), strategies=("raw", "global-lock"), plans=(NO_PLAN,), trials=2),
         ),
         trials=5, workers=2, max_time_s=540.0,
+        # The README's main job: a fresh checkout must run it, not find the committed store
+        # complete and print it (results/cpu-quick is the run REPORT.md cites, made with
+        # `--store results/cpu-quick`). runs/ is git-ignored; show/replay/shrink look there first.
+        store="runs/cpu-quick",
     )
 
 

@@ -21,7 +21,7 @@ from harness import stats
 from harness.pool import with_run_dir
 from harness.outcome import TrialResult
 from harness.spec import InvalidSpec, TrialSpec
-from harness.report import default_stores
+from harness.report import trial_stores
 from harness.store import ARTEFACTS_NAME, Store, safe_name
 
 REPLAYS_NAME = "replays"
@@ -131,7 +131,7 @@ def summary(record: TrialResult, results: list[TrialResult]) -> dict:
 
 
 def cmd_replay(opts: argparse.Namespace) -> int:
-    stores = [Path(s) for s in opts.store] if opts.store else default_stores(Path("results"))
+    stores = [Path(s) for s in opts.store] if opts.store else trial_stores()
     record, store_dir = find_trial(opts.trial_id, stores)
     results = replay(record, store_dir, opts.times)
     s = summary(record, results)

@@ -497,6 +497,13 @@ def default_stores(results_root: Path) -> list[Path]:
     return sorted(p.parent for p in results_root.glob(f"*/{TRIALS_NAME}"))
 
 
+def trial_stores() -> list[Path]:
+    """Where show, replay and shrink look for a trial id: this checkout's own runs first (runs/*/,
+    where the README's main job writes), then the committed stores (results/*/): a trial id of the
+    main job is in both, and the one a user just ran is the one they mean."""
+    return [*default_stores(Path("runs")), *default_stores(Path("results"))]
+
+
 OVERVIEW_BLOCK = "failure-modes"
 
 

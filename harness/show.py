@@ -17,7 +17,7 @@ from pathlib import Path
 from harness import families, hangs, native, signature
 from harness.outcome import TrialResult
 from harness.replay import ReplayError, find_trial, load_trial_spec
-from harness.report import default_stores
+from harness.report import trial_stores
 from harness.retire import RETIRED_NAME, reasons, with_retired
 from harness.runner import NATIVE_STACK_NAME, OUTPUT_NAME
 from harness.spec import TrialSpec
@@ -94,7 +94,7 @@ def _read(path: Path) -> str | None:
 
 
 def cmd_show(opts: argparse.Namespace) -> int:
-    stores = [Path(s) for s in opts.store] if opts.store else default_stores(Path("results"))
+    stores = [Path(s) for s in opts.store] if opts.store else trial_stores()
     record, store_dir = find_trial(opts.trial_id, with_retired(stores))
     print(render(record, store_dir))
     return 0

@@ -37,7 +37,7 @@ from harness import stats
 from harness.outcome import TrialResult
 from harness.pool import kill_child_groups, with_run_dir
 from harness.replay import ReplayError, find_trial, load_trial_spec, same_failure
-from harness.report import default_stores
+from harness.report import trial_stores
 from harness.spec import TrialSpec
 from harness.store import Store, safe_name, write_atomic
 
@@ -177,7 +177,7 @@ def describe(original: dict, minimal: Step) -> str:
 
 
 def cmd_shrink(opts: argparse.Namespace) -> int:
-    stores = [Path(s) for s in opts.store] if opts.store else default_stores(Path("results"))
+    stores = [Path(s) for s in opts.store] if opts.store else trial_stores()
     record, store_dir = find_trial(opts.trial_id, stores)
     shrinker = Shrinker(record, store_dir, opts.times, opts.workers or min(opts.times, os.cpu_count() or 1),
                         sys.stderr)

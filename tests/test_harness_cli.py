@@ -201,3 +201,22 @@ def test_a_trial_stored_without_artefacts_is_rebuilt_from_its_matrix_spec(tmp_pa
     quick = TrialResult(trial_id="cpu-quick/r16:raw@reset-pressure/0", cell="r16:raw@reset-pressure",
                         trial_index=0, outcome=Outcome.ABORT)
     assert spec_from_matrix(quick, tmp_path / "empty").plan["profile"] == "reset-pressure"
+
+
+def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path, monkeypatch):
+    # A fresh checkout holds the committed results/cpu-quick complete: the README's main job must
+    # run its trials, so its default store is the git-ignored runs/cpu-quick.
+    from harness import presets, report
+    from harness.cli import build_parser, matrix_from_options
+    from harness.outcome import Outcome, TrialResult
+    from harness.store import Store
+
+    spec = matrix_from_options(build_parser().parse_args(["matrix"]))
+    assert str(spec.store_dir) == "runs/cpu-quick" == str(presets.get("cpu-quick").store_dir)
+    assert str(presets.get("gpu-campaign").store_dir) == "results/gpu-campaign"
+    monkeypatch.chdir(tmp_path)
+    for root in ("results/cpu-quick", "runs/cpu-quick", "results/other"):
+        Store(root).append(TrialResult(trial_id="cpu-quick/r16:raw@-/0", cell="r16:raw@-", trial_index=0,
+                                       outcome=Outcome.OK))
+    assert [str(p) for p in report.trial_stores()] == ["runs/cpu-quick", "results/cpu-quick", "results/other"]
+    assert [str(p) for p in report.default_stores(Path("results"))] == ["results/cpu-quick", "results/other"]
