@@ -148,9 +148,26 @@ def _copy_artefacts(src: Store, into: Store, old: TrialResult, new: TrialResult)
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(folder, target)
+        if new.trial_id != old.trial_id:
+            _rename_inside(target, new)
     except OSError as exc:
         raise StoreError(f"cannot copy {folder} to {target}: {exc.strerror or exc}") from None
     return dataclasses.replace(new, artefacts=str(Path(old.artefacts).parent / name))
+
+
+def _rename_inside(folder: Path, new: TrialResult) -> None:
+    """The trial's own id in the copied spec.json and result.json (replay reads the spec), so
+    that a renumbered trial does not replay or show under the id of the run it clashed with. The
+    paths inside (its old artefacts folder as `train.out_dir`) stay: they say where it ran."""
+    for name in ("spec.json", "result.json"):
+        path = folder / name
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "trial_id" in data:
+            data.update(trial_id=new.trial_id, trial_index=new.trial_index)
+            path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def _merge_reasons(src: Path, dest: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,7 @@ def _add(root: Path, cell: str, index: int, started: str, text: str, *, outcome=
     art = root / "artefacts" / name
     art.mkdir(parents=True)
     (art / "output.txt").write_text(text)
+    (art / "spec.json").write_text(json.dumps({"trial_id": tid, "trial_index": index, "cell": cell}))
     Store(root).append(TrialResult(trial_id=tid, cell=cell, trial_index=index, outcome=outcome,
                                    artefacts=f"results/s/artefacts/{name}", duration_s=10.0 + index,
                                    started_at=started, plan_seed=index, torch_version="2.11.0"))
@@ -52,6 +54,10 @@ def test_the_second_calls_trials_join_the_first_and_a_clashing_id_gets_the_next_
     assert (moved.trial_index, moved.plan_seed, moved.outcome) == (3, 1, Outcome.OK)
     assert moved.artefacts == f"results/s/artefacts/{safe_name('m/a@-/3')}"
     assert (first / "artefacts" / safe_name("m/a@-/3") / "output.txt").read_text() == "call 13\n"
+    # replay reads the spec: it names the new id now (the source's copy is untouched).
+    spec = json.loads((first / "artefacts" / safe_name("m/a@-/3") / "spec.json").read_text())
+    assert (spec["trial_id"], spec["trial_index"]) == ("m/a@-/3", 3)
+    assert json.loads((second / "artefacts" / safe_name("m/a@-/1") / "spec.json").read_text())["trial_id"] == "m/a@-/1"
     assert (first / "artefacts" / safe_name("m/a@-/1") / "output.txt").read_text() == "call 12\n"
     assert records[4].artefacts.endswith(safe_name("m/a@-/2") + "-attempt1")
     assert (first / "artefacts" / (safe_name("m/a@-/2") + "-attempt1") / "output.txt").read_text() == "call 13 retry\n"
