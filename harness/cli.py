@@ -258,7 +258,7 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
     cell's median stored duration, else the median over the whole store) to plan device time:
     summed, and packed as the pool would pack them on `gpus` GPUs (CellPlan.share)."""
     from harness import stats
-    from harness.matrix import pending_plan
+    from harness.matrix import memory_peaks, pending_plan
     from harness.store import Store
 
     plans = pending_plan(spec, gpus=gpus)
@@ -281,6 +281,8 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
     print(f"{spec.name}: {len(plans)} cells, {sum(p.planned for p in plans)} planned trials, "
           f"{sum(p.stored + p.other for p in plans)} records stored, {pending} pending, {stopped} cells stopped; "
           f"{estimate}")
+    for peak in memory_peaks(spec, Store(spec.store_dir).load()):
+        print(f"GPU memory, {peak.line()}")
 
 
 def _print_matrix_table(done: MatrixRun, cells) -> None:

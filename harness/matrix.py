@@ -325,6 +325,42 @@ class CellPlan:
     wall time the pending trials need when packing is perfect: a lower bound for planning calls."""
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryPeak:
+    """The most GPU memory one finished trial of a GPU workload held (the trainer's final event,
+    `gpu_mem_peak_gib`), against what the spec's packing puts on one GPU at once."""
+
+    workload: str
+    peak_gib: float
+    trials: int
+    """Finished trials that reported a peak."""
+    at_once: int
+    """Trials of this workload one GPU holds at once: per_gpu // gpu_slots."""
+
+    def line(self) -> str:
+        return (f"{self.workload}: peak {self.peak_gib:.1f} GiB over {self.trials} finished trials; "
+                f"{self.at_once} at once on a GPU need ~{self.peak_gib * self.at_once:.0f} GiB")
+
+
+def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[MemoryPeak]:
+    """Per GPU workload with reported peaks: what to compare with the GPU's memory before a call
+    (the out-of-memory messages name only the processes alive when one failed; REPORT.md,
+    2026-11-30 sixth session, where 4 gpu-bound trials at once lost 8 of 56 to memory)."""
+    peaks: dict[str, list[float]] = collections.defaultdict(list)
+    for r in records:
+        figure = (r.final or {}).get("gpu_mem_peak_gib")
+        if isinstance(figure, dict) and figure:
+            peaks[r.cell.split(":", 1)[0]].append(max(float(v) for v in figure.values()))
+    out = []
+    for name, values in sorted(peaks.items()):
+        w = spec.workloads.get(name)
+        if w is None or not w.gpus:
+            continue
+        out.append(MemoryPeak(workload=name, peak_gib=max(values), trials=len(values),
+                              at_once=max(1, spec.per_gpu // w.gpu_slots)))
+    return out
+
+
 def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
     """Per cell: planned, stored, failures and the trials a run would start now. Reads the store;
     runs nothing. Counts and the stop rule are the running pool's (progress.CellState over every

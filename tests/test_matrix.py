@@ -419,3 +419,22 @@ def test_pending_packs_the_estimate_as_the_pool_would(tmp_path, capsys):
     out = capsys.readouterr().out
     # 3 pending each: 12 trial-minutes; packed: 3 x 2 min x 0.5 + 3 x 2 min / 16 = 3.4 minutes.
     assert "~12 trial-minutes" in out and "at least ~3 minutes of wall time" in out and "on 1 GPU" in out
+
+
+def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_path, capsys):
+    from harness.cli import _print_pending
+
+    d = _spec(tmp_path, trials=4, workers=16, per_gpu=12)
+    d["workloads"] = {"big": {**_cmd("pass"), "gpus": 1, "gpu_slots": 6}, "cpu": _cmd("pass")}
+    spec = spec_from_dict(d)
+    store = Store(tmp_path / "store")
+    finals = [{"gpu_mem_peak_gib": {"cuda:0": 31.5}}, {"gpu_mem_peak_gib": {"cuda:0": 48.25, "cuda:1": 2.0}},
+              None, {"gpu_mem_peak_gib": None}]    # a crash has no final event; a CPU plan says None
+    for i, final in enumerate(finals):
+        store.append(TrialResult(trial_id=f"t/big:raw@-/{i}", cell="big:raw@-", trial_index=i, outcome=Outcome.OK,
+                                 duration_s=60.0, final=final))
+    (peak,) = matrix.memory_peaks(spec, store.load())
+    assert (peak.workload, peak.peak_gib, peak.trials, peak.at_once) == ("big", 48.25, 2, 2)
+    _print_pending(spec)
+    assert "GPU memory, big: peak 48.2 GiB over 2 finished trials; 2 at once on a GPU need ~96 GiB" in \
+        capsys.readouterr().out
