@@ -168,12 +168,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from dflash.errors import UserInputError
+    from harness.benches import BenchError
     from harness.replay import ReplayError
     from harness.scheduler import InvalidPlan
     from harness.spec import InvalidSpec
     from harness.store import StoreError
 
-    return (UsageError, MatrixError, InvalidSpec, InvalidPlan, StoreError, ReplayError, UserInputError)
+    return (UsageError, MatrixError, InvalidSpec, InvalidPlan, StoreError, ReplayError, UserInputError, BenchError)
 
 
 def _one_line(e: BaseException) -> str:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import families, recommend, stats
+from harness import benches, families, recommend, stats
 from harness.outcome import Outcome, TrialResult
 from harness.store import Store, write_atomic
 
@@ -563,6 +563,11 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
         observed = loaded + list(retired.items())
         text = replace_block(text, OVERVIEW_BLOCK, overview_body(observed))
         names.append(OVERVIEW_BLOCK)
+        bench_files = sorted({f for d in store_dirs for f in benches.files(Path(d).parent)})
+        if bench_files:
+            text = replace_block(text, benches.BLOCK, benches.body(
+                benches.load(bench_files), [_rel(f, out.parent) for f in bench_files]))
+            names.append(benches.BLOCK)
     for store_dir, records in loaded:
         for name in matrix_names(records):
             mine = [r for r in records if r.trial_id.split("/", 1)[0] == name and r.replay_of is None]

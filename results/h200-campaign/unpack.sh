@@ -5,8 +5,9 @@
 # Every call returns its whole copy of each results/gpu-* store. A copy is merged into the
 # checkout's store (`python -m harness merge`), never unpacked over it: a call started before the
 # previous call was unpacked holds trial ids that call also handed out, and unpacking one over the
-# other loses records (calls 12 and 13, REPORT.md, 2026-11-30 sixth session). Then the log becomes
-# results/h200-campaign/call<N>-log.txt and REPORT.md is regenerated. Bad input: one line, exit 2,
+# other loses records (calls 12 and 13, REPORT.md, 2026-11-30 sixth session). The log's `dflash
+# bench` records go to results/h200-campaign/benches.jsonl (harness.benches), the log becomes
+# results/h200-campaign/call<N>-log.txt, and REPORT.md is regenerated. Bad input: one line, exit 2,
 # nothing written. Merges repeat safely, so a run stopped half-way is completed by running it again.
 set -euo pipefail
 [ $# = 2 ] || { echo "error: usage: bash results/h200-campaign/unpack.sh FILES_AT CALL_NUMBER" >&2; exit 2; }
@@ -22,6 +23,7 @@ for store in "$tmp"/results/*/; do
   [ -f "$store/trials.jsonl" ] || continue
   "$py" -m harness merge "$store" --into "results/$(basename "$store")"
 done
+"$py" -m harness.benches "$src/log.txt" "$n" --into results/h200-campaign/benches.jsonl
 mkdir -p "$(dirname "$log")"
 cp "$src/log.txt" "$log"
 "$py" -m harness report

@@ -1,0 +1,183 @@
+"""Bench records of the device calls: `dflash bench` runs one configuration alone on the GPU.
+
+A campaign trial shares the GPU with other trials and its tokens/s move with its neighbours (one
+gpu-bound cell ran 9,882-42,922 tokens/s, REPORT.md 2026-11-30 sixth session); a bench runs alone,
+so costs come from here. Ratios are taken only between benches of one call: the same bench moved
+18-22% between calls 9 and 11.
+
+Records are the bench's JSON line plus the call's phase (`bench:PRESET:FIXES[:MODE]`, as
+results/h200-campaign/call.sh names it) and the call number, kept as JSONL beside the stores
+(`results/<folder>/bench-<date>.jsonl` or `benches.jsonl`), taken from a call's log by
+
+    python -m harness.benches LOG CALL --into results/h200-campaign/benches.jsonl
+
+(run by unpack.sh), and tabled by `python -m harness report` in REPORT.md's `benches` block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.store import write_atomic
+
+BLOCK = "benches"
+PHASE_LINE = re.compile(r"^== phase (\S+) at \d+s$")
+DEFAULT_MODE = "reduce-overhead"
+"""call.sh's bench phase compiles with this mode when the phase names none."""
+
+
+class BenchError(ValueError):
+    """Bad input: one line, nothing written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bench:
+    call: int | None
+    preset: str
+    strategy: str
+    """The campaign's cell naming: `eager` (mode none), `no-cudagraphs+FIXES` (mode default), else
+    the fixes (`raw` without any)."""
+    steps: int | None
+    tokens_steady: float | None
+    gpu_busy: float | None
+    gpu_busy_steady: float | None
+    busy: dict
+    torch: str
+
+
+def strategy_of(phase: str) -> tuple[str, str]:
+    """(preset, strategy) of a phase `bench:PRESET:FIXES[:MODE]`."""
+    parts = phase.split(":")
+    if len(parts) < 3 or parts[0] != "bench" or not parts[1]:
+        raise BenchError(f"not a bench phase: {phase!r} (want bench:PRESET:FIXES[:MODE])")
+    preset, fixes = parts[1], parts[2]
+    mode = parts[3] if len(parts) > 3 and parts[3] else DEFAULT_MODE
+    if mode == "none":
+        return preset, "eager"
+    name = fixes or "raw"
+    if mode == "default":
+        name = "no-cudagraphs" if not fixes else f"no-cudagraphs+{fixes}"
+    return preset, name
+
+
+def parse_log(text: str, call: int) -> list[dict]:
+    """The bench records of one call's log, each with its phase and the call number."""
+    out, phase = [], None
+    for line in text.splitlines():
+        m = PHASE_LINE.match(line.strip())
+        if m:
+            # Any phase line ends the one before: a record printed under another phase is not a bench's.
+            phase = m.group(1) if m.group(1).startswith("bench:") else None
+            continue
+        if line.startswith('{"event": "bench"') and phase is not None:
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            out.append({"phase": phase, "call": call, **data})
+            phase = None      # one record per phase
+    return out
+
+
+def load(paths: Sequence[Path]) -> list[Bench]:
+    benches = []
+    for path in paths:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                preset, strategy = strategy_of(d["phase"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise BenchError(f"{path} line {n}: not a bench record ({e})") from None
+            benches.append(Bench(call=d.get("call"), preset=preset, strategy=strategy, steps=d.get("steps"),
+                                 tokens_steady=d.get("tokens_per_s_steady"), gpu_busy=d.get("gpu_busy"),
+                                 gpu_busy_steady=d.get("gpu_busy_steady"), busy=d.get("busy") or {},
+                                 torch=d.get("torch", "?")))
+    return benches
+
+
+def files(results_root: Path) -> list[Path]:
+    """The device calls' bench files: `bench-<date>.jsonl` (the first, kept by hand) and
+    `benches.jsonl` (what unpack.sh appends to). Other bench outputs (a CPU run's `bench.jsonl`
+    has no phase) are not this table's."""
+    return sorted([*results_root.glob("*/bench-*.jsonl"), *results_root.glob("*/benches.jsonl")])
+
+
+def _ratio(b: Bench, base: Bench | None) -> str:
+    if base is None or not base.tokens_steady or b.tokens_steady is None:
+        return "-"
+    return f"{b.tokens_steady / base.tokens_steady:.2f}x"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def body(benches: Sequence[Bench], sources: Sequence[str]) -> str:
+    """REPORT.md's `benches` block: one row per bench, ratios within its call and preset."""
+    lines = ["#### Benches alone on the GPU (`dflash bench`)", "",
+             f"Regenerate with `python -m harness report` from {', '.join(f'`{s}`' for s in sources) or 'no files'}. "
+             "tok/s is the steady second half of the run; vs lock is against the fastest serialised "
+             "(`global-lock`) bench of the same call and preset, vs eager against its eager bench; GPU busy is "
+             "nvidia-smi's utilisation over the whole run (compiles included) and over the steady half; stage "
+             "busy is the fraction of wall time the drafter / target threads worked.", "",
+             "| call | preset | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
+             "| busy drafter / target | torch |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for b in sorted(benches, key=lambda b: (b.call or 0, b.preset, b.strategy)):
+        peers = [p for p in benches if p.call == b.call and p.preset == b.preset]
+        locks = [p for p in peers if "global-lock" in p.strategy.split("+") and p.tokens_steady]
+        lock = max(locks, key=lambda p: p.tokens_steady) if locks else None
+        eager = next((p for p in peers if p.strategy == "eager"), None)
+        tok = "-" if b.tokens_steady is None else f"{b.tokens_steady:.0f}"
+        stage = f"{b.busy.get('drafter', 0):.2f} / {b.busy.get('target', 0):.2f}" if b.busy else "-"
+        lines.append(f"| {b.call if b.call is not None else '?'} | {b.preset} | {b.strategy} | {b.steps or '-'} "
+                     f"| {tok} | {_ratio(b, lock)} | {_ratio(b, eager)} | {_pct(b.gpu_busy)} "
+                     f"| {_pct(b.gpu_busy_steady)} | {stage} | {b.torch} |")
+    return "\n".join(lines) + "\n"
+
+
+def add(log: Path, call: int, into: Path) -> int:
+    """Append the log's bench records to `into`, skipping those of a call and phase already there;
+    returns how many were added."""
+    try:
+        found = parse_log(log.read_text(encoding="utf-8", errors="replace"), call)
+    except OSError as e:
+        raise BenchError(f"cannot read {log}: {e.strerror or e}") from None
+    held = []
+    if into.exists():
+        load([into])     # a file that is not ours fails here, before anything is written
+        held = [json.loads(line) for line in into.read_text(encoding="utf-8").splitlines() if line.strip()]
+    seen = {(d.get("call"), d.get("phase")) for d in held}
+    new = [d for d in found if (d["call"], d["phase"]) not in seen]
+    if new:
+        text = "".join(json.dumps(d) + "\n" for d in [*held, *new])
+        write_atomic(into, text.encode("utf-8"))
+    return len(new)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.benches",
+                                 description="keep a device call's `dflash bench` records (from its log)")
+    ap.add_argument("log", type=Path)
+    ap.add_argument("call", type=int)
+    ap.add_argument("--into", type=Path, required=True, help="the JSONL file of bench records")
+    opts = ap.parse_args(argv)
+    try:
+        n = add(opts.log, opts.call, opts.into)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{opts.into}: {n} bench record(s) of call {opts.call} added")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""harness.benches: a device call's `dflash bench` records, from its log to REPORT.md's table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import benches
+
+
+def _line(tok: float, steady_busy: float | None = None) -> str:
+    d = {"event": "bench", "preset": "gpu-launch-bound", "steps": 60, "tokens_per_s": 600.0,
+         "tokens_per_s_steady": tok, "busy": {"prefetch": 0.0, "target": 0.99, "drafter": 0.44},
+         "gpu_busy": 0.009, "torch": "2.11.0+cu130"}
+    if steady_busy is not None:
+        d["gpu_busy_steady"] = steady_busy
+    return json.dumps(d)
+
+
+LOG = "\n".join([
+    "== 2026-11-30T19:48:00Z budget 580 phases ...",
+    "== phase bench:launch-bound:global-lock:default at 9s",
+    "bench launch-bound global-lock rc=0 76s",
+    _line(33127.85, 0.106),
+    "== phase bench:launch-bound:single-thread-autograd:default at 141s",
+    "samples loaded: 2032",
+    _line(30318.81, 0.094),
+    "== phase bench:launch-bound::none at 200s",
+    _line(25000.0),
+    "== phase bench:gpu-bound:cstash-tls-init at 260s",      # died: no record
+    "bench gpu-bound cstash-tls-init rc=1 40s",
+    "== phase campaign:gpu-bound:* at 300s",
+    '{"event": "bench", "stray": true}',                     # not under a bench phase
+])
+
+
+def test_a_calls_log_gives_one_record_per_bench_phase_with_the_call():
+    found = benches.parse_log(LOG, 11)
+    assert [(d["phase"], d["call"]) for d in found] == [
+        ("bench:launch-bound:global-lock:default", 11), ("bench:launch-bound:single-thread-autograd:default", 11),
+        ("bench:launch-bound::none", 11)]
+
+
+@pytest.mark.parametrize("phase, expected", [
+    ("bench:launch-bound:global-lock:default", ("launch-bound", "no-cudagraphs+global-lock")),
+    ("bench:launch-bound::default", ("launch-bound", "no-cudagraphs")),
+    ("bench:gpu-bound::none", ("gpu-bound", "eager")),
+    ("bench:gpu-bound:cstash-tls-init", ("gpu-bound", "cstash-tls-init")),   # call.sh's reduce-overhead
+    ("bench:gpu-bound:", ("gpu-bound", "raw")),
+])
+def test_phases_name_strategies_as_the_campaign_cells_do(phase, expected):
+    assert benches.strategy_of(phase) == expected
+
+
+def test_the_table_prices_each_bench_within_its_call(tmp_path):
+    path = tmp_path / "benches.jsonl"
+    assert benches.add(_write(tmp_path, LOG), 11, path) == 3
+    other = LOG.replace("33127.85", "40000.0")
+    assert benches.add(_write(tmp_path, other, "b.txt"), 9, path) == 3
+    text = benches.body(benches.load([path]), ["benches.jsonl"])
+    rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in text.splitlines()
+            if line.startswith("| 9 ") or line.startswith("| 11 ")}
+    sta11 = rows[("11", "launch-bound", "no-cudagraphs+single-thread-autograd")]
+    assert "| 30319 | 0.92x | 1.21x | 0.9% | 9.4% | 0.44 / 0.99 |" in sta11
+    # Call 9's lock ran 40,000: its single-thread-autograd is priced against that, not call 11's.
+    assert "| 0.76x |" in rows[("9", "launch-bound", "no-cudagraphs+single-thread-autograd")]
+    assert "| 25000 | 0.75x | 1.00x |" in rows[("11", "launch-bound", "eager")]
+
+
+def test_adding_a_call_twice_adds_nothing_and_bad_input_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "benches.jsonl"
+    log = _write(tmp_path, LOG)
+    assert benches.main([str(log), "11", "--into", str(path)]) == 0
+    before = path.read_bytes()
+    assert benches.main([str(log), "11", "--into", str(path)]) == 0
+    assert path.read_bytes() == before
+    capsys.readouterr()
+    path.write_text('{"event": "bench"}\n')        # no phase: not this table's file
+    assert benches.main([str(log), "12", "--into", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and path.read_text() == '{"event": "bench"}\n'
+    assert benches.main([str(tmp_path / "missing.txt"), "12", "--into", str(tmp_path / "x.jsonl")]) == 2
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def _write(tmp_path, text, name="log.txt"):
+    p = tmp_path / name
+    p.write_text(text + "\n")
+    return p
