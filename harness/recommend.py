@@ -132,14 +132,17 @@ def _ratio(t: StrategyTotals, base: StrategyTotals | None, name: str) -> str:
     return f"{t.tokens_per_s / base.tokens_per_s:.2f}x {name} ({base.tokens_per_s:.0f} tokens/s{clean})"
 
 
-def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED) -> list[str]:
+def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, bench_runs: Sequence = ()) -> list[str]:
+    """One line per verdict; `bench_runs` (harness.benches.Bench) add the recommended strategy's
+    cost alone on the GPU, per call, where a bench of its workload ran it."""
     out = []
     for v in verdicts:
         if v.chosen and v.chosen[0].tokens_per_s is not None:
             t = v.chosen[0]
             out.append(f"{v.workload}: recommend `{t.strategy}`: 0/{t.n} failures ({t.n_stressed} under "
                        f"a fault plan), {t.tokens_per_s:.0f} tokens/s = {_ratio(t, v.lock, LOCK)}, "
-                       f"{_ratio(t, v.eager, EAGER)}. {_concurrency(v, min_stressed)}{_noisy(v)}")
+                       f"{_ratio(t, v.eager, EAGER)}. {_concurrency(v, min_stressed)}{_noisy(v)}"
+                       f"{_alone(v, bench_runs)}")
         elif v.chosen:
             names = ", ".join(f"`{t.strategy}` (0/{t.n}, {t.n_stressed} stressed)" for t in v.chosen)
             out.append(f"{v.workload}: clean with >= {min_stressed} stressed trials: {names}.")
@@ -149,6 +152,26 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED) -> l
             out.append(f"{v.workload}: no configuration qualifies (needs 0 failures and >= {min_stressed} "
                        f"stressed trials); clean so far: {short}; failing: {failing}.")
     return out
+
+
+def _alone(v: Verdict, bench_runs: Sequence) -> str:
+    """The recommended strategy alone on the GPU, per call that benched it: tokens/s, against that
+    call's eager bench, and the fastest concurrent strategy's bench against it. Benches are matched
+    to a workload by name (call.sh's `bench:PRESET` runs the campaign's presets on one GPU), so a
+    topology matrix's workload of the same name would be priced by one-GPU benches."""
+    t = v.chosen[0]
+    mine = [b for b in bench_runs if b.preset == v.workload]
+    parts = []
+    for call in sorted({b.call for b in mine if b.strategy == t.strategy and b.tokens_steady}, key=lambda c: c or 0):
+        here = {b.strategy: b for b in mine if b.call == call and b.tokens_steady}
+        base = here[t.strategy].tokens_steady
+        figures = [f"{base:.0f} tokens/s"]
+        if EAGER in here:
+            figures.append(f"{base / here[EAGER].tokens_steady:.2f}x eager")
+        if v.concurrent is not None and v.concurrent.strategy != t.strategy and v.concurrent.strategy in here:
+            figures.append(f"`{v.concurrent.strategy}` {here[v.concurrent.strategy].tokens_steady / base:.2f}x it")
+        parts.append(f"call {call}: {', '.join(figures)}")
+    return f" Alone on the GPU (`dflash bench`, steady half): {'; '.join(parts)}." if parts else ""
 
 
 def _noisy(v: Verdict) -> str:

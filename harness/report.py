@@ -351,8 +351,10 @@ def _bar_plot(plt, path: Path, labels, values, err, xlabel: str, title: str, bar
 
 
 def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells: Sequence[CellSummary],
-               plots: Sequence[Path], report_dir: Path, retired: Sequence[TrialResult] = ()) -> str:
-    """The block of matrix `name`; `retired` are the records `harness retire` took out of its count."""
+               plots: Sequence[Path], report_dir: Path, retired: Sequence[TrialResult] = (),
+               bench_runs: Sequence = ()) -> str:
+    """The block of matrix `name`; `retired` are the records `harness retire` took out of its count;
+    `bench_runs` (harness.benches) price the verdict alone on the GPU where a bench ran it."""
     started = sorted(r.started_at for r in records if r.started_at)
     versions = sorted({r.torch_version for r in records if r.torch_version})
     hosts = sorted({r.host for r in records if r.host})
@@ -381,7 +383,7 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
     sigs = signature_lines(cells)
     if sigs:
         lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in sigs]
-    verdicts = recommend.lines(recommend.recommend(cells))
+    verdicts = recommend.lines(recommend.recommend(cells), bench_runs=bench_runs)
     if verdicts:
         lines += ["", f"Verdict ({recommend.__name__}: 0 failures and >= {recommend.MIN_STRESSED} trials under "
                   "a fault plan; priced against global-lock and eager):", ""] + [f"- {v}" for v in verdicts]
@@ -558,23 +560,24 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     retired = {d: retired_store(d).load() for d, _ in loaded}
     text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
     names, plots = [], []
+    bench_files = sorted({f for d in store_dirs for f in benches.files(Path(d).parent)})
+    bench_runs = benches.load(bench_files)
     if overview:
         # Retired records count here: their failures were observed (under an older workload).
         observed = loaded + list(retired.items())
         text = replace_block(text, OVERVIEW_BLOCK, overview_body(observed))
         names.append(OVERVIEW_BLOCK)
-        bench_files = sorted({f for d in store_dirs for f in benches.files(Path(d).parent)})
-        if bench_files:
-            text = replace_block(text, benches.BLOCK, benches.body(
-                benches.load(bench_files), [_rel(f, out.parent) for f in bench_files]))
-            names.append(benches.BLOCK)
+    if bench_files:
+        text = replace_block(text, benches.BLOCK, benches.body(bench_runs, [_rel(f, out.parent) for f in bench_files]))
+        names.append(benches.BLOCK)
     for store_dir, records in loaded:
         for name in matrix_names(records):
             mine = [r for r in records if r.trial_id.split("/", 1)[0] == name and r.replay_of is None]
             cells = summarize(mine)
             paths = plot_paths(cells, name, store_dir / "plots")
             gone = [r for r in retired[store_dir] if r.trial_id.split("/", 1)[0] == name]
-            text = replace_block(text, name, block_body(name, store_dir, mine, cells, paths, out.parent, gone))
+            text = replace_block(text, name, block_body(name, store_dir, mine, cells, paths, out.parent, gone,
+                                                        bench_runs))
             plots.append((cells, name, store_dir / "plots"))
             names.append(name)
     for cells, name, plots_dir in plots:

@@ -113,3 +113,22 @@ def test_where_the_lock_is_the_only_fix_tried_it_is_judged_as_the_fix():
     assert _verdicts(_cell("r16:raw@reset", 10, k=6)) == []
     (v,) = _verdicts(_cell("w:global-lock@p", 29) + _cell("w:a@p", 29))
     assert [t.strategy for t in v.chosen] == ["a"] and v.lock is not None
+
+
+def test_the_recommendation_carries_its_cost_alone_on_the_gpu_per_benched_call():
+    from harness.benches import Bench
+
+    def bench(call, strategy, tok):
+        return Bench(call=call, preset="w", strategy=strategy, steps=60, tokens_steady=tok, gpu_busy=None,
+                     gpu_busy_steady=None, busy={}, torch="2.11")
+
+    rs = (_cell("w:global-lock+x@-", 2, tok=300.0) + _cell("w:global-lock+x@plan", 29, tok=250.0)
+          + _cell("w:y@-", 2, tok=280.0) + _cell("w:y@plan", 29, tok=240.0) + _cell("w:eager@-", 3, tok=200.0))
+    runs = [bench(9, "global-lock+x", 400.0), bench(9, "eager", 320.0), bench(9, "y", 380.0),
+            bench(11, "global-lock+x", 330.0), bench(11, "y", 300.0), bench(11, "z", 999.0),
+            Bench(call=9, preset="other", strategy="global-lock+x", steps=60, tokens_steady=1.0, gpu_busy=None,
+                  gpu_busy_steady=None, busy={}, torch="2.11")]
+    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
+    assert line.endswith("Alone on the GPU (`dflash bench`, steady half): call 9: 400 tokens/s, 1.25x eager, "
+                         "`y` 0.95x it; call 11: 330 tokens/s, `y` 0.91x it.")
+    assert "Alone" not in recommend.lines(_verdicts(rs))[0]
