@@ -14,6 +14,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "results" / "h200-campaign" / "call.sh"
 
 
+def _fake_python(tmp_path: Path, script: str) -> tuple[Path, dict]:
+    """An $OUT folder and an environment whose `python3` is `script` (bash; {out} is the folder):
+    call.sh runs without torch, and what it hands the harness is kept for the test to read."""
+    out, bin_ = tmp_path / "out", tmp_path / "bin"
+    out.mkdir()
+    bin_.mkdir()
+    fake = bin_ / "python3"
+    fake.write_text("#!/bin/bash\n" + script.format(out=out))
+    fake.chmod(0o755)
+    return out, {**os.environ, "OUT": str(out), "PATH": f"{bin_}:{os.environ['PATH']}"}
+
+
 def test_script_parses():
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
 
@@ -33,16 +45,10 @@ def test_a_call_packs_its_outputs_even_when_nothing_runs(tmp_path):
 def test_campaign_cells_reach_the_harness_unexpanded(tmp_path):
     # `campaign:GLOB` and a --cells glob in MATRIX_ARGS must arrive as written, even when a file
     # in the working folder matches the glob (a bare ${MATRIX_ARGS} would expand it).
-    out, bin_ = tmp_path / "out", tmp_path / "bin"
-    out.mkdir()
-    bin_.mkdir()
-    fake = bin_ / "python3"
-    fake.write_text(f'#!/bin/bash\n[ "$2" = harness ] && printf "%s\\n" "$@" > {out}/args.txt\nexit 0\n')
-    fake.chmod(0o755)
+    out, env = _fake_python(tmp_path, '[ "$2" = harness ] && printf "%s\\n" "$@" > {out}/args.txt\nexit 0\n')
     (tmp_path / "launch-bound:zzz").write_text("")
     (tmp_path / "gpu-zzz").write_text("")
-    env = {**os.environ, "OUT": str(out), "PATH": f"{bin_}:{os.environ['PATH']}",
-           "MATRIX_ARGS": "--trials 29 --cells=gpu-*"}
+    env["MATRIX_ARGS"] = "--trials 29 --cells=gpu-*"
     proc = subprocess.run(["bash", str(SCRIPT), "400", "campaign:launch-bound:*"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -54,15 +60,10 @@ def test_campaign_cells_reach_the_harness_unexpanded(tmp_path):
 def test_a_spec_file_phase_keeps_its_own_settings_and_bg_runs_beside_the_next_phase(tmp_path):
     # `bg:spec:FILE:S` runs a JSON spec's matrix in the background while `campaign:GLOB` runs;
     # MATRIX_ARGS (campaign trial counts) must not reach the spec file's matrix.
-    out, bin_ = tmp_path / "out", tmp_path / "bin"
-    out.mkdir()
-    bin_.mkdir()
-    fake = bin_ / "python3"
-    fake.write_text(f'#!/bin/bash\n[ "$2" = harness ] || exit 0\nn=$(ls {out} | grep -c args)\n'
-                    f'printf "%s\\n" "$@" > {out}/args-$n-$$.txt\nexit 0\n')
-    fake.chmod(0o755)
+    out, env = _fake_python(tmp_path, '[ "$2" = harness ] || exit 0\nn=$(ls {out} | grep -c args)\n'
+                                      'printf "%s\\n" "$@" > {out}/args-$n-$$.txt\nexit 0\n')
     (tmp_path / "shape.json").write_text("{}")
-    env = {**os.environ, "OUT": str(out), "PATH": f"{bin_}:{os.environ['PATH']}", "MATRIX_ARGS": "--trials 29"}
+    env["MATRIX_ARGS"] = "--trials 29"
     proc = subprocess.run(["bash", str(SCRIPT), "400", "bg:spec:shape.json:100", "campaign:launch-bound:*"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -129,14 +130,8 @@ def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_p
 def test_campaign_arguments_do_not_reach_the_repros_matrix(tmp_path):
     # `bg:repros:S` beside `campaign:GLOB`: --max-failures 1 would end every repro cell at its
     # first failure, so the repros get REPROS_ARGS only.
-    out, bin_ = tmp_path / "out", tmp_path / "bin"
-    out.mkdir()
-    bin_.mkdir()
-    fake = bin_ / "python3"
-    fake.write_text(f'#!/bin/bash\n[ "$2" = harness ] || exit 0\nprintf "%s\\n" "$@" > {out}/args-$$.txt\nexit 0\n')
-    fake.chmod(0o755)
-    env = {**os.environ, "OUT": str(out), "PATH": f"{bin_}:{os.environ['PATH']}",
-           "MATRIX_ARGS": "--max-failures 1 --trials 29", "REPROS_ARGS": "--trials 5"}
+    out, env = _fake_python(tmp_path, '[ "$2" = harness ] || exit 0\nprintf "%s\\n" "$@" > {out}/args-$$.txt\nexit 0\n')
+    env.update(MATRIX_ARGS="--max-failures 1 --trials 29", REPROS_ARGS="--trials 5")
     proc = subprocess.run(["bash", str(SCRIPT), "400", "bg:repros:100", "campaign:gpu-bound:*"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
