@@ -80,6 +80,23 @@ def wait_released(pids: set[int], timeout_s: float = 10.0) -> bool | None:
         time.sleep(POLL_S)
 
 
+def total_memory_gib() -> list[float] | None:
+    """Each GPU's memory in GiB, in nvidia-smi's order; None if it cannot tell."""
+    exe = nvidia_smi()
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    try:
+        sizes = [float(line) / 1024 for line in proc.stdout.split() if line.strip()]
+    except ValueError:
+        return None
+    return sizes if proc.returncode == 0 and sizes else None
+
+
 def held_by(pids: set[int]) -> set[int] | None:
     """Which of `pids` hold GPU memory now (None: cannot tell)."""
     held = compute_pids()

@@ -361,6 +361,26 @@ def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[Memor
     return out
 
 
+def memory_warnings(spec: MatrixSpec, records: Sequence[TrialResult], workloads: set[str],
+                    totals_gib: list[float] | None = None) -> list[str]:
+    """One line per pending GPU workload whose stored peak, times the trials its packing puts on
+    one GPU, is more than the smallest GPU here holds: the run will lose trials to memory
+    (RESOURCE, retried by a later run) unless gpu_slots or --per-gpu change. Nothing when
+    nvidia-smi cannot tell or no finished trial reported a peak."""
+    from harness import gpu
+
+    peaks = [p for p in memory_peaks(spec, records) if p.workload in workloads]
+    if not peaks:
+        return []
+    totals = totals_gib if totals_gib is not None else gpu.total_memory_gib()
+    if not totals:
+        return []
+    room = min(totals)
+    return [f"warning: GPU memory: {p.line()}, more than the {room:.1f} GiB of a GPU here: expect "
+            f"out-of-memory trials (raise its gpu_slots or lower --per-gpu)"
+            for p in peaks if p.peak_gib * p.at_once > room]
+
+
 def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
     """Per cell: planned, stored, failures and the trials a run would start now. Reads the store;
     runs nothing. Counts and the stop rule are the running pool's (progress.CellState over every
@@ -438,6 +458,8 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     order = {name: k for k, name in enumerate(cells)}
     pending = sorted((t for t in trials if t.trial_id not in done), key=lambda t: (t.trial_index, order[t.cell]))
     gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
+    for line in memory_warnings(spec, existing, {t.cell.split(":", 1)[0] for t in pending}):
+        stream.write(line + "\n")
     live_lines = LiveLines(list(states.values()), stream, stream.isatty() if live is None else live)
     pool = WorkerPool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
                  need_gpus={n: (c.workload.gpus, c.workload.gpu_slots) for n, c in cells.items()}, run_fn=run_fn or run_trial,

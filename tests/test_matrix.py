@@ -438,3 +438,32 @@ def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_
     _print_pending(spec)
     assert "GPU memory, big: peak 48.2 GiB over 2 finished trials; 2 at once on a GPU need ~96 GiB" in \
         capsys.readouterr().out
+
+
+def test_a_matrix_warns_before_packing_more_peak_memory_than_a_gpu_holds(tmp_path):
+    d = _spec(tmp_path, trials=2, workers=4, per_gpu=12)
+    d["workloads"] = {"big": {**_cmd("pass"), "gpus": 1, "gpu_slots": 4}}
+    spec = spec_from_dict(d)
+    held = [TrialResult(trial_id="t/big:raw@-/0", cell="big:raw@-", trial_index=0, outcome=Outcome.OK,
+                        final={"gpu_mem_peak_gib": {"cuda:0": 60.5}})]
+    # 12 // 4 = 3 at once x 60.5 GiB > 139.8 GiB: warned; 2 at once would fit; no peaks: silent.
+    (line,) = matrix.memory_warnings(spec, held, {"big"}, totals_gib=[139.8])
+    assert line.startswith("warning: GPU memory: big: peak 60.5 GiB over 1 finished trials; 3 at once")
+    assert "more than the 139.8 GiB" in line
+    assert matrix.memory_warnings(spec, held, {"big"}, totals_gib=[200.0]) == []
+    assert matrix.memory_warnings(spec, held, set(), totals_gib=[139.8]) == []       # nothing of it pending
+    assert matrix.memory_warnings(spec, [], {"big"}, totals_gib=[139.8]) == []
+
+
+def test_gpu_memory_totals_come_from_nvidia_smi(tmp_path, monkeypatch):
+    from harness import gpu
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/bash\nprintf '143771\\n143771\\n'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(gpu, "nvidia_smi", lambda: str(fake))
+    assert gpu.total_memory_gib() == pytest.approx([140.4, 140.4], abs=0.1)
+    fake.write_text("#!/bin/bash\necho 'No devices were found'\n")
+    assert gpu.total_memory_gib() is None
+    monkeypatch.setattr(gpu, "nvidia_smi", lambda: None)
+    assert gpu.total_memory_gib() is None
