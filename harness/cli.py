@@ -263,9 +263,10 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
     from harness.store import Store
 
     plans = pending_plan(spec, gpus=gpus)
+    records = Store(spec.store_dir).load()
     fallback = stats.median_or_none([p.median_s for p in plans if p.median_s is not None])
     if fallback is None:   # cells not run yet (e.g. a --cells subset): the whole store's median
-        fallback = stats.median_or_none([r.duration_s for r in Store(spec.store_dir).load()
+        fallback = stats.median_or_none([r.duration_s for r in records
                                          if r.duration_s is not None and r.trial_id.startswith(f"{spec.name}/")])
     width = max((len(p.cell) for p in plans), default=4)
     print(f"{'cell':<{width}}  stored  failed  other  next")
@@ -282,7 +283,7 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
     print(f"{spec.name}: {len(plans)} cells, {sum(p.planned for p in plans)} planned trials, "
           f"{sum(p.stored + p.other for p in plans)} records stored, {pending} pending, {stopped} cells stopped; "
           f"{estimate}")
-    for peak in memory_peaks(spec, Store(spec.store_dir).load()):
+    for peak in memory_peaks(spec, records):
         print(f"GPU memory, {peak.line()}")
 
 

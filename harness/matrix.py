@@ -346,11 +346,13 @@ def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[Memor
     """Per GPU workload with reported peaks: what to compare with the GPU's memory before a call
     (the out-of-memory messages name only the processes alive when one failed; REPORT.md,
     2026-11-30 sixth session, where 4 gpu-bound trials at once lost 8 of 56 to memory)."""
+    from harness.report import split_cell
+
     peaks: dict[str, list[float]] = collections.defaultdict(list)
     for r in records:
         figure = (r.final or {}).get("gpu_mem_peak_gib")
         if isinstance(figure, dict) and figure:
-            peaks[r.cell.split(":", 1)[0]].append(max(float(v) for v in figure.values()))
+            peaks[split_cell(r.cell)[0]].append(max(float(v) for v in figure.values()))
     out = []
     for name, values in sorted(peaks.items()):
         w = spec.workloads.get(name)
@@ -458,7 +460,7 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     order = {name: k for k, name in enumerate(cells)}
     pending = sorted((t for t in trials if t.trial_id not in done), key=lambda t: (t.trial_index, order[t.cell]))
     gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
-    for line in memory_warnings(spec, existing, {t.cell.split(":", 1)[0] for t in pending}):
+    for line in memory_warnings(spec, existing, {cells[t.cell].workload.name for t in pending}):
         stream.write(line + "\n")
     live_lines = LiveLines(list(states.values()), stream, stream.isatty() if live is None else live)
     pool = WorkerPool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,

@@ -60,9 +60,9 @@ def _matrix(r: TrialResult) -> str:
     return r.trial_id.split("/", 1)[0]
 
 
-def check(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+def check(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> tuple[list[TrialResult], list[TrialResult]]:
     """MergeError if `source` cannot be merged into `dest`; reads only (the CLI checks every source
-    before merging any)."""
+    before merging any). Returns the records of both, as read."""
     src_root, dest_root = Path(source), Path(dest)
     if not (src_root / TRIALS_NAME).is_file():
         raise MergeError(f"no result store at {src_root} (no {TRIALS_NAME})")
@@ -70,22 +70,23 @@ def check(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
         raise MergeError(f"{dest_root} is not a directory")
     if dest_root.is_dir() and src_root.resolve() == dest_root.resolve():
         raise MergeError(f"{src_root} is the store it would be merged into")
-    _check_same_matrix(Store(src_root).load(), Store(dest_root).load(), src_root, dest_root)
+    records, held = Store(src_root).load(), Store(dest_root).load()
+    _check_same_matrix(records, held, src_root, dest_root)
+    return records, held
 
 
 def merge(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Merged:
-    check(source, dest)
+    records, held = check(source, dest)
     src_root, dest_root = Path(source), Path(dest)
-    src, into = Store(src_root), Store(dest_root)
     done = Merged(source=src_root, dest=dest_root)
-    _fold(src, into, src.load(), into.load(), done)
-    src_retired = src_root / RETIRED_NAME
-    if (src_retired / TRIALS_NAME).is_file():
-        counts = Merged(source=src_retired, dest=dest_root / RETIRED_NAME)
+    _fold(Store(src_root), Store(dest_root), records, held, done)
+    src_retired = Store(src_root / RETIRED_NAME)
+    if src_retired.trials_path.is_file():
+        counts = Merged(source=src_retired.root, dest=dest_root / RETIRED_NAME)
         into_retired = Store(dest_root / RETIRED_NAME)
-        _fold(Store(src_retired), into_retired, Store(src_retired).load(), into_retired.load(), counts)
+        _fold(src_retired, into_retired, src_retired.load(), into_retired.load(), counts)
         done.retired = counts.added
-        _merge_reasons(src_retired / REASONS_NAME, dest_root / RETIRED_NAME / REASONS_NAME)
+        _merge_reasons(src_retired.root / REASONS_NAME, into_retired.root / REASONS_NAME)
     return done
 
 

@@ -13,10 +13,10 @@ strategies that lack trials and the failing ones named, rather than a lucky cell
 Where the lock is the only fix a workload tries (a catalogue entry whose documented fix it is), it
 is the candidate there, judged by the same rule. A strategy that contains `global-lock` qualifies
 like any other, but it serialises the compiled calls: the question users pay for is whether a
-concurrent configuration is clean and worth it.
-So the verdict also names the fastest qualifying concurrent strategy and prices it against the
-fastest qualifying serialised one (the plain `global-lock` when nothing else is), against
-TARGET_OVER_LOCK (issue 5: at least 1.2x the global lock), or says that none qualifies.
+concurrent configuration is clean and worth it. So the verdict also names the fastest qualifying
+concurrent strategy and prices it against the fastest qualifying serialised one (the plain
+`global-lock` when nothing else is), against TARGET_OVER_LOCK (issue 5: at least 1.2x the global
+lock), or says that none qualifies.
 """
 
 from __future__ import annotations

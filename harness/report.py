@@ -560,7 +560,7 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     retired = {d: retired_store(d).load() for d, _ in loaded}
     text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
     names, plots = [], []
-    bench_files = sorted({f for d in store_dirs for f in benches.files(Path(d).parent)})
+    bench_files = sorted(f for root in {Path(d).parent for d in store_dirs} for f in benches.files(root))
     bench_runs = benches.load(bench_files)
     if overview:
         # Retired records count here: their failures were observed (under an older workload).
