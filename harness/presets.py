@@ -28,6 +28,7 @@
   thread and device plan, 5 target threads + 3 drafter threads with one GPU per drafter
   (`topology_sets`), each trial on 8 (or 4) GPUs; `devices.remap` runs it on fewer.
   `gpu-topology-2`: on 2 GPUs, one target and one drafter thread per GPU (`paired_topology_sets`).
+  All three add `TOPOLOGY_EXTRA_STRATEGIES` to the campaign's cells.
 """
 
 from __future__ import annotations
@@ -195,10 +196,23 @@ def _campaign_strategies() -> dict[str, Strategy]:
     return strategies
 
 
-def _campaign(name: str, *, gpus: int = 1, topology: tuple[str, ...] = ()) -> MatrixSpec:
+TOPOLOGY_EXTRA_STRATEGIES = ("local-tls-init+single-thread-autograd",)
+"""Topology cells beyond the campaign's. On 4 H200s (REPORT.md 2026-11-30, seventh session) every
+CUDA-graph cell without cstash-tls-init died of F1 and every cell with it segfaulted 30/48
+(Python heap corruption in any thread): whether the C stash or cudagraph trees on several devices
+corrupt the heap, those cells cannot tell. This one reaches cudagraph trees without the stash:
+local-tls-init seeds each thread's `local` (the forward's get_obj) and single-thread-autograd runs
+the backward on that thread instead of the device's autograd thread (reference 2.4, fix 2b)."""
+
+
+def _campaign(name: str, *, gpus: int = 1, topology: tuple[str, ...] = (),
+              extra: tuple[str, ...] = ()) -> MatrixSpec:
     """The campaign matrix on both GPU presets; `topology` are `--set` overrides of the thread and
-    device plan, each trial taking `gpus` GPUs."""
+    device plan, each trial taking `gpus` GPUs; `extra` strategies are added before eager."""
     strategies = _campaign_strategies()
+    eager = strategies.pop("eager")
+    strategies.update(_strategies(*extra))
+    strategies["eager"] = eager
     workloads = {
         wname: Workload(name=wname, kind="dflash",
                         argv=("--preset", preset, "--set", "compile.mode=reduce-overhead",
@@ -251,17 +265,17 @@ def paired_topology_sets(num_gpus: int) -> tuple[str, ...]:
 
 def gpu_topology() -> MatrixSpec:
     """Issue 6: the campaign on 8 GPUs, 5 target GPUs + 3 drafter GPUs, every trial on all 8."""
-    return _campaign("gpu-topology", gpus=8, topology=topology_sets(8))
+    return _campaign("gpu-topology", gpus=8, topology=topology_sets(8), extra=TOPOLOGY_EXTRA_STRATEGIES)
 
 
 def gpu_topology_4() -> MatrixSpec:
     """Issue 6 scaled to 4 GPUs: 5 target threads on cuda:0, one drafter on each of cuda:1-3."""
-    return _campaign("gpu-topology-4", gpus=4, topology=topology_sets(4))
+    return _campaign("gpu-topology-4", gpus=4, topology=topology_sets(4), extra=TOPOLOGY_EXTRA_STRATEGIES)
 
 
 def gpu_topology_2() -> MatrixSpec:
     """Issue 6 on 2 GPUs: one target and one drafter thread per GPU (`paired_topology_sets`)."""
-    return _campaign("gpu-topology-2", gpus=2, topology=paired_topology_sets(2))
+    return _campaign("gpu-topology-2", gpus=2, topology=paired_topology_sets(2), extra=TOPOLOGY_EXTRA_STRATEGIES)
 
 
 GPU_REPRO_FIXES = {
