@@ -267,7 +267,7 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
     fallback = stats.median_or_none([p.median_s for p in plans if p.median_s is not None])
     if fallback is None:   # cells not run yet (e.g. a --cells subset): the whole store's median
         fallback = stats.median_or_none([r.duration_s for r in records
-                                         if r.duration_s is not None and r.trial_id.startswith(f"{spec.name}/")])
+                                         if r.duration_s is not None and r.matrix == spec.name])
     width = max((len(p.cell) for p in plans), default=4)
     print(f"{'cell':<{width}}  stored  failed  other  next")
     for p in plans:

@@ -56,10 +56,6 @@ def _run_key(r: TrialResult) -> tuple:
     return (r.cell, r.started_at, r.duration_s)
 
 
-def _matrix(r: TrialResult) -> str:
-    return r.trial_id.split("/", 1)[0]
-
-
 def check(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> tuple[list[TrialResult], list[TrialResult]]:
     """MergeError if `source` cannot be merged into `dest`; reads only (the CLI checks every source
     before merging any). Returns the records of both, as read."""
@@ -91,7 +87,7 @@ def merge(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Merge
 
 
 def _check_same_matrix(records: list[TrialResult], held: list[TrialResult], src: Path, dest: Path) -> None:
-    theirs, ours = {_matrix(r) for r in records}, {_matrix(r) for r in held}
+    theirs, ours = {r.matrix for r in records}, {r.matrix for r in held}
     if theirs and ours and not theirs <= ours:
         raise MergeError(f"{src} holds matrix {', '.join(sorted(theirs - ours))}, {dest} holds "
                          f"{', '.join(sorted(ours))}: merging them would mix two experiments")

@@ -126,6 +126,11 @@ class TrialResult:
     """After the trial, no pid of it held GPU memory any more (nvidia-smi): True; some still did
     (a leak; noted in `detail`, outcome kept): False; None: not a GPU host, or could not tell."""
 
+    @property
+    def matrix(self) -> str:
+        """The matrix that ran it: a trial id is `MATRIX/CELL/INDEX` (matrix.expand)."""
+        return self.trial_id.split("/", 1)[0]
+
     def to_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["outcome"] = self.outcome.value

@@ -183,7 +183,8 @@ CAMPAIGN_ENV = (("TORCHINDUCTOR_COMPILE_THREADS", "1"),)
 oversubscribe it. Kernels come from the shared on-disk caches after the first trials."""
 
 
-def _campaign_strategies() -> dict[str, Strategy]:
+def _campaign_strategies(extra: tuple[str, ...] = ()) -> dict[str, Strategy]:
+    """The campaign's strategies, then `extra` ones, eager last."""
     strategies = _strategies(*GPU_FIX_STRATEGIES)
     strategies["no-cudagraphs"] = Strategy(name="no-cudagraphs", sets=("compile.mode=default",))
     # After the campaign's first 115 H200 trials (REPORT.md 2026-11-29, third entry): without
@@ -192,6 +193,7 @@ def _campaign_strategies() -> dict[str, Strategy]:
     for fix in CAMPAIGN_NO_CUDAGRAPHS_FIXES:
         strategies[f"no-cudagraphs+{fix}"] = Strategy(name=f"no-cudagraphs+{fix}", fixes=(fix,),
                                                       sets=("compile.mode=default",))
+    strategies.update(_strategies(*extra))
     strategies["eager"] = Strategy(name="eager", sets=("compile.mode=none",))
     return strategies
 
@@ -209,10 +211,7 @@ def _campaign(name: str, *, gpus: int = 1, topology: tuple[str, ...] = (),
               extra: tuple[str, ...] = ()) -> MatrixSpec:
     """The campaign matrix on both GPU presets; `topology` are `--set` overrides of the thread and
     device plan, each trial taking `gpus` GPUs; `extra` strategies are added before eager."""
-    strategies = _campaign_strategies()
-    eager = strategies.pop("eager")
-    strategies.update(_strategies(*extra))
-    strategies["eager"] = eager
+    strategies = _campaign_strategies(extra)
     workloads = {
         wname: Workload(name=wname, kind="dflash",
                         argv=("--preset", preset, "--set", "compile.mode=reduce-overhead",

@@ -69,7 +69,7 @@ def spec_from_matrix(record: TrialResult, store_dir: Path) -> TrialSpec | None:
     from harness import presets
     from harness.matrix import MatrixError, expand
 
-    name = record.trial_id.split("/", 1)[0]
+    name = record.matrix
     candidates = []
     if (store_dir / "spec.json").is_file():
         candidates.append(lambda: presets.load_spec(store_dir / "spec.json"))

@@ -487,7 +487,7 @@ def _rel(path: Path, base: Path) -> str:
 
 
 def matrix_names(records: Sequence[TrialResult]) -> list[str]:
-    return sorted({r.trial_id.split("/", 1)[0] for r in records if r.replay_of is None})
+    return sorted({r.matrix for r in records if r.replay_of is None})
 
 
 def default_stores(results_root: Path) -> list[Path]:
@@ -524,7 +524,7 @@ def overview_body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
             if r.outcome.is_failure:
                 fam = families.family(r.signature_summary)
                 counts[(fam, version)] += 1
-                where[(fam, version)].add(r.trial_id.split("/", 1)[0])
+                where[(fam, version)].add(r.matrix)
     versions = sorted(trials, reverse=True)
     rows = [f"| family | what | " + " | ".join(f"torch {v}" for v in versions) + " |",
             "|---" * (len(versions) + 2) + "|"]
@@ -572,10 +572,10 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
         names.append(benches.BLOCK)
     for store_dir, records in loaded:
         for name in matrix_names(records):
-            mine = [r for r in records if r.trial_id.split("/", 1)[0] == name and r.replay_of is None]
+            mine = [r for r in records if r.matrix == name and r.replay_of is None]
             cells = summarize(mine)
             paths = plot_paths(cells, name, store_dir / "plots")
-            gone = [r for r in retired[store_dir] if r.trial_id.split("/", 1)[0] == name]
+            gone = [r for r in retired[store_dir] if r.matrix == name]
             text = replace_block(text, name, block_body(name, store_dir, mine, cells, paths, out.parent, gone,
                                                         bench_runs))
             plots.append((cells, name, store_dir / "plots"))

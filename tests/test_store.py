@@ -101,3 +101,10 @@ def test_artefacts_dirs_are_safe_and_distinct(tmp_path):
     assert safe_name("plain-id_1.2") == "plain-id_1.2"
     assert safe_name("../..") != safe_name("..")
     assert not safe_name("../..").startswith(".")
+
+
+def test_a_record_names_its_matrix_and_keeps_it_out_of_its_json():
+    r = TrialResult(trial_id="gpu-topology-4/launch-bound:raw@-/3", cell="launch-bound:raw@-", trial_index=3,
+                    outcome=Outcome.OK)
+    assert r.matrix == "gpu-topology-4"
+    assert "matrix" not in r.to_json()
