@@ -1,7 +1,7 @@
 """Command line of the harness.
 
     python -m harness matrix [--preset NAME | --file SPEC.json | --list] [--store DIR] [--cells GLOB]
-                             [--trials N]
+                             [--trials N [--every-group]]
                              [--workers N] [--per-gpu N] [--gpus N] [--max-failures N]
                              [--max-time S] [--json] [--no-live]
     python -m harness stress [-p N] [--timeout S] [--hang S] [--max-runs N] [--max-fails N]
@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only the cells whose name (workload:strategy@plan) matches a glob; "
                         "repeat or separate with commas (ids do not change: the store resumes)")
     m.add_argument("--trials", "--max-trials", type=_positive_int, help="trials per cell (the spec's default; groups with their own count keep it)")
+    m.add_argument("--every-group", action="store_true",
+                   help="--trials also for groups with their own count (a control that became a candidate)")
     m.add_argument("--workers", type=_positive_int, help="trials at once (default: the spec's)")
     m.add_argument("--per-gpu", type=_positive_int, help="trials sharing one GPU at once")
     m.add_argument("--gpus", type=int, help="GPUs to use (default: detected)")
@@ -225,6 +227,12 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
         # control stays at 10 while --trials 30 goes to the candidates; an H200 call spent 8 eager
         # trials past 10 before this).
         changes["trials"] = opts.trials
+        if opts.every_group:
+            # On gpu-bound eager is the fastest clean cell (REPORT.md, sixth session): the control
+            # became a candidate and needs the 29 stressed trials of one (issue 5).
+            changes["groups"] = tuple(dataclasses.replace(g, trials=None) for g in spec.groups)
+    elif opts.every_group:
+        raise UsageError("--every-group needs --trials")
     return dataclasses.replace(spec, **changes) if changes else spec
 
 

@@ -77,6 +77,17 @@ def test_trials_option_sets_the_default_and_groups_with_their_own_count_keep_it(
     assert counts["launch-bound:no-cudagraphs@dflash-stages"] == 30
     assert counts["gpu-bound:eager@-"] == counts["launch-bound:eager@dflash-stages"] == 10
     assert (spec.max_failures, spec.per_gpu) == (1, 6)
+    opts = build_parser().parse_args(["matrix", "--preset", "gpu-campaign", "--trials", "29", "--every-group",
+                                      "--cells", "gpu-bound:eager@dflash-stages,gpu-bound:raw@-"])
+    assert {c.name: c.trials for c in matrix_from_options(opts).cells()} == {
+        "gpu-bound:raw@-": 29, "gpu-bound:eager@dflash-stages": 29}
+
+
+def test_every_group_without_trials_is_one_line_exit_2(capsys):
+    from harness.cli import main
+
+    assert main(["matrix", "--preset", "gpu-campaign", "--every-group", "--no-live"]) == 2
+    assert "--every-group needs --trials" in _error_line(capsys)
 
 
 def test_cells_option_selects_by_glob_and_an_unmatched_glob_is_one_line_exit_2(tmp_path, capsys):
