@@ -10,6 +10,14 @@ the scheduler's delays slow the stressed cells); without throughput figures (rep
 every qualifying strategy is listed. When nothing qualifies, that is the verdict, with the clean
 strategies that lack trials and the failing ones named, rather than a lucky cell.
 
+Eager is a cell too, and issue 5 asks for the fastest cell that stays clean: when eager itself
+qualifies (clean, MIN_STRESSED stressed trials) and no compiled strategy does, or eager runs faster
+than the one that does, the verdict recommends eager (do not compile) and says what the compiled
+candidates cost against it. "Faster" is read from `dflash bench` runs alone on the GPU where one
+call benched both (the campaign's medians move with the trials that shared the GPU), else from the
+campaign's plain cells. On the H200's gpu-bound preset (REPORT.md, eighth session) the GPU is 98%
+busy with either, and Inductor's kernels are slower than eager's.
+
 Where the lock is the only fix a workload tries (a catalogue entry whose documented fix it is), it
 is the candidate there, judged by the same rule. A strategy that contains `global-lock` qualifies
 like any other, but it serialises the compiled calls: the question users pay for is whether a
@@ -68,6 +76,10 @@ class Verdict:
     serial: StrategyTotals | None = None
     """The fastest qualifying strategy with it (else the plain global-lock), what `concurrent`
     must beat by TARGET_OVER_LOCK."""
+
+    def eager_qualifies(self, min_stressed: int = MIN_STRESSED) -> bool:
+        e = self.eager
+        return e is not None and e.k == 0 and e.n_stressed >= min_stressed
 
 
 def totals(cells: Sequence) -> dict[str, dict[str, StrategyTotals]]:
@@ -137,7 +149,9 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, benc
     cost alone on the GPU, per call, where a bench of its workload ran it."""
     out = []
     for v in verdicts:
-        if v.chosen and v.chosen[0].tokens_per_s is not None:
+        if v.eager_qualifies(min_stressed) and (not v.chosen or _eager_faster(v, bench_runs)):
+            out.append(_eager_line(v, min_stressed, bench_runs))
+        elif v.chosen and v.chosen[0].tokens_per_s is not None:
             t = v.chosen[0]
             out.append(f"{v.workload}: recommend `{t.strategy}`: 0/{t.n} failures ({t.n_stressed} under "
                        f"a fault plan), {t.tokens_per_s:.0f} tokens/s = {_ratio(t, v.lock, LOCK)}, "
@@ -152,6 +166,53 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, benc
             out.append(f"{v.workload}: no configuration qualifies (needs 0 failures and >= {min_stressed} "
                        f"stressed trials); clean so far: {short}; failing: {failing}.")
     return out
+
+
+def _speed(a: StrategyTotals, b: StrategyTotals, workload: str, bench_runs: Sequence) -> tuple[float, str] | None:
+    """a's tokens/s over b's and where the figure comes from: the latest call that benched both
+    alone on the GPU, else the campaign's cells; None without figures."""
+    calls = {}
+    for x in bench_runs:
+        if x.preset == workload and x.tokens_steady and x.strategy in (a.strategy, b.strategy):
+            calls.setdefault(x.call or 0, {})[x.strategy] = x.tokens_steady
+    both = [c for c, here in calls.items() if len(here) == 2 or a.strategy == b.strategy]
+    if both:
+        here = calls[max(both)]
+        return here[a.strategy] / here[b.strategy], f"alone on the GPU, call {max(both)}"
+    if a.tokens_per_s and b.tokens_per_s:
+        return a.tokens_per_s / b.tokens_per_s, "campaign medians"
+    return None
+
+
+def _eager_faster(v: Verdict, bench_runs: Sequence) -> bool:
+    r = _speed(v.eager, v.chosen[0], v.workload, bench_runs)
+    return r is not None and r[0] > 1.0
+
+
+def _eager_line(v: Verdict, min_stressed: int, bench_runs: Sequence) -> str:
+    """Eager is the fastest clean cell: the verdict, then what each compiled candidate costs."""
+    e = v.eager
+    head = (f"{v.workload}: recommend `eager` (do not compile): 0/{e.n} failures ({e.n_stressed} under a "
+            f"fault plan), the fastest clean cell")
+    if e.tokens_per_s is not None:
+        head += f", {e.tokens_per_s:.0f} tokens/s in the matrix = {_ratio(e, v.lock, LOCK)}"
+    alone = [x for x in bench_runs if x.preset == v.workload and x.strategy == EAGER and x.tokens_steady]
+    if alone:
+        x = max(alone, key=lambda x: x.call or 0)
+        busy = f", GPU busy {x.gpu_busy_steady:.0%}" if x.gpu_busy_steady is not None else ""
+        head += f"; alone on the GPU (call {x.call}, steady half) {x.tokens_steady:.0f} tokens/s{busy}"
+    rest = []
+    for t in (*v.chosen, *v.short):
+        r = _speed(t, e, v.workload, bench_runs)
+        status = f"0/{t.n}" + ("" if t in v.chosen else f", {t.n_stressed} stressed")
+        rest.append(f"`{t.strategy}` ({status}) {r[0]:.2f}x eager ({r[1]})" if r else f"`{t.strategy}` ({status})")
+    if v.chosen:
+        tail = f"; clean compiled configurations are slower: {', '.join(rest)}"
+    else:
+        failing = ", ".join(f"`{t.strategy}` {t.k}/{t.n}" for t in v.failing) or "none"
+        tail = (f"; no compiled configuration qualifies (needs 0 failures and >= {min_stressed} stressed "
+                f"trials): clean so far {', '.join(rest) or 'none'}; failing: {failing}")
+    return head + tail + "."
 
 
 def _alone(v: Verdict, bench_runs: Sequence) -> str:

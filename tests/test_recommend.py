@@ -132,3 +132,44 @@ def test_the_recommendation_carries_its_cost_alone_on_the_gpu_per_benched_call()
     assert line.endswith("Alone on the GPU (`dflash bench`, steady half): call 9: 400 tokens/s, 1.25x eager, "
                          "`y` 0.95x it; call 11: 330 tokens/s, `y` 0.91x it.")
     assert "Alone" not in recommend.lines(_verdicts(rs))[0]
+
+
+def _bench(call, strategy, tok, busy=None):
+    from harness.benches import Bench
+
+    return Bench(call=call, preset="w", strategy=strategy, steps=60, tokens_steady=tok, gpu_busy=None,
+                 gpu_busy_steady=busy, busy={}, torch="2.11")
+
+
+def test_eager_clean_at_29_stressed_is_recommended_when_no_compiled_configuration_qualifies():
+    # The H200 gpu-bound shape (REPORT.md, eighth session): eager 0/38 (34 stressed), the two
+    # no-cudagraphs cells clean but short, every CUDA-graph cell failing, compiled slower alone.
+    rs = (_cell("w:eager@-", 4, tok=30148.0) + _cell("w:eager@plan", 34, tok=23666.0)
+          + _cell("w:global-lock@-", 2, k=2) + _cell("w:no-cudagraphs+global-lock@plan", 19, tok=22435.0)
+          + _cell("w:no-cudagraphs+global-lock@-", 3, tok=9980.0) + _cell("w:raw@-", 1, k=1))
+    runs = [_bench(15, "eager", 47798.0, 0.9851), _bench(15, "no-cudagraphs+global-lock", 40957.0)]
+    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
+    assert line.startswith("w: recommend `eager` (do not compile): 0/38 failures (34 under a fault plan), "
+                           "the fastest clean cell, 30148 tokens/s in the matrix = no global-lock figure "
+                           "(global-lock failed 2/2); alone on the GPU (call 15, steady half) 47798 "
+                           "tokens/s, GPU busy 99%; no compiled configuration qualifies")
+    assert "`no-cudagraphs+global-lock` (0/22, 19 stressed) 0.86x eager (alone on the GPU, call 15)" in line
+    assert line.endswith("failing: none.")    # the baselines (raw, global-lock) are not candidates
+    # Eager short of 29 stressed trials is no recommendation: the old verdict stands.
+    (short,) = recommend.lines(_verdicts(_cell("w:eager@plan", 28, tok=1.0) + _cell("w:a@plan", 5, tok=1.0)))
+    assert short.startswith("w: no configuration qualifies")
+
+
+def test_eager_beats_a_qualifying_compiled_strategy_only_when_it_is_faster_alone():
+    rs = (_cell("w:eager@plan", 29, tok=200.0) + _cell("w:a@plan", 29, tok=100.0) + _cell("w:a@-", 3, tok=150.0))
+    # By the matrix's medians eager (200) beats a (150) ...
+    (line,) = recommend.lines(_verdicts(rs))
+    assert line.startswith("w: recommend `eager`") and "clean compiled configurations are slower: " \
+        "`a` (0/32) 0.75x eager (campaign medians)." in line
+    # ... but a bench alone where both ran outranks the medians, the latest call first.
+    runs = [_bench(3, "a", 100.0), _bench(3, "eager", 300.0), _bench(5, "a", 330.0), _bench(5, "eager", 300.0),
+            _bench(6, "a", 999.0)]
+    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
+    assert line.startswith("w: recommend `a`")
+    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs[:2])
+    assert line.startswith("w: recommend `eager`") and "`a` (0/32) 0.33x eager (alone on the GPU, call 3)" in line
