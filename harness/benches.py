@@ -5,8 +5,8 @@ gpu-bound cell ran 9,882-42,922 tokens/s, REPORT.md 2026-11-30 sixth session); a
 so costs come from here. Ratios are taken only between benches of one call: the same bench moved
 18-22% between calls 9 and 11.
 
-Records are the bench's JSON line plus the call's phase (`bench:PRESET:FIXES[:MODE]`, as
-results/h200-campaign/call.sh names it) and the call number, kept as JSONL beside the stores
+Records are the bench's JSON line plus the call's phase (`bench:PRESET:FIXES[:MODE[:GPUS]]`, as
+results/h200-campaign/call.sh names it; GPUS runs the seed topology of issue 6 on that many GPUs) and the call number, kept as JSONL beside the stores
 (`results/<folder>/bench-<date>.jsonl` or `benches.jsonl`), taken from a call's log by
 
     python -m harness.benches LOG CALL --into results/h200-campaign/benches.jsonl
@@ -49,13 +49,17 @@ class Bench:
     gpu_busy_steady: float | None
     busy: dict
     torch: str
+    gpus: int = 1
+    """Devices in the bench's device plan: a verdict is priced only by benches on as many GPUs as
+    its workload's trials took (a 4-GPU topology cell is not costed by a one-GPU bench)."""
 
 
 def strategy_of(phase: str) -> tuple[str, str]:
-    """(preset, strategy) of a phase `bench:PRESET:FIXES[:MODE]`."""
+    """(preset, strategy) of a phase `bench:PRESET:FIXES[:MODE[:GPUS]]`."""
     parts = phase.split(":")
-    if len(parts) < 3 or parts[0] != "bench" or not parts[1]:
-        raise BenchError(f"not a bench phase: {phase!r} (want bench:PRESET:FIXES[:MODE])")
+    if (len(parts) < 3 or len(parts) > 5 or parts[0] != "bench" or not parts[1]
+            or (len(parts) == 5 and not parts[4].isdigit())):
+        raise BenchError(f"not a bench phase: {phase!r} (want bench:PRESET:FIXES[:MODE[:GPUS]])")
     preset, fixes = parts[1], parts[2]
     mode = parts[3] if len(parts) > 3 and parts[3] else DEFAULT_MODE
     if mode == "none":
@@ -99,8 +103,16 @@ def load(paths: Sequence[Path]) -> list[Bench]:
             benches.append(Bench(call=d.get("call"), preset=preset, strategy=strategy, steps=d.get("steps"),
                                  tokens_steady=d.get("tokens_per_s_steady"), gpu_busy=d.get("gpu_busy"),
                                  gpu_busy_steady=d.get("gpu_busy_steady"), busy=d.get("busy") or {},
-                                 torch=d.get("torch", "?")))
+                                 torch=d.get("torch", "?"), gpus=plan_gpus(d.get("device_plan"))))
     return benches
+
+
+def plan_gpus(plan: dict | None) -> int:
+    """Distinct devices of a bench's device plan ({"target": ["cuda:0", ...], "drafter": [...]});
+    1 for records without one."""
+    if not isinstance(plan, dict):
+        return 1
+    return max(1, len({d for devices in plan.values() if isinstance(devices, list) for d in devices}))
 
 
 def files(results_root: Path) -> list[Path]:
@@ -125,20 +137,20 @@ def body(benches: Sequence[Bench], sources: Sequence[str]) -> str:
     lines = ["#### Benches alone on the GPU (`dflash bench`)", "",
              f"Regenerate with `python -m harness report` from {', '.join(f'`{s}`' for s in sources) or 'no files'}. "
              "tok/s is the steady second half of the run; vs lock is against the fastest serialised "
-             "(`global-lock`) bench of the same call and preset, vs eager against its eager bench; GPU busy is "
+             "(`global-lock`) bench of the same call, preset and GPU count, vs eager against its eager bench; GPU busy is "
              "nvidia-smi's utilisation over the whole run (compiles included) and over the steady half; stage "
              "busy is the fraction of wall time the drafter / target threads worked.", "",
-             "| call | preset | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
+             "| call | preset | GPUs | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
              "| busy drafter / target | torch |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for b in sorted(benches, key=lambda b: (b.call or 0, b.preset, b.strategy)):
-        peers = [p for p in benches if p.call == b.call and p.preset == b.preset]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for b in sorted(benches, key=lambda b: (b.call or 0, b.preset, b.gpus, b.strategy)):
+        peers = [p for p in benches if p.call == b.call and p.preset == b.preset and p.gpus == b.gpus]
         locks = [p for p in peers if "global-lock" in p.strategy.split("+") and p.tokens_steady]
         lock = max(locks, key=lambda p: p.tokens_steady) if locks else None
         eager = next((p for p in peers if p.strategy == "eager"), None)
         tok = "-" if b.tokens_steady is None else f"{b.tokens_steady:.0f}"
         stage = f"{b.busy.get('drafter', 0):.2f} / {b.busy.get('target', 0):.2f}" if b.busy else "-"
-        lines.append(f"| {b.call if b.call is not None else '?'} | {b.preset} | {b.strategy} | {b.steps or '-'} "
+        lines.append(f"| {b.call if b.call is not None else '?'} | {b.preset} | {b.gpus} | {b.strategy} | {b.steps or '-'} "
                      f"| {tok} | {_ratio(b, lock)} | {_ratio(b, eager)} | {_pct(b.gpu_busy)} "
                      f"| {_pct(b.gpu_busy_steady)} | {stage} | {b.torch} |")
     return "\n".join(lines) + "\n"

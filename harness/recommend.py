@@ -218,8 +218,8 @@ def _eager_line(v: Verdict, min_stressed: int, bench_runs: Sequence) -> str:
 def _alone(v: Verdict, bench_runs: Sequence) -> str:
     """The recommended strategy alone on the GPU, per call that benched it: tokens/s, against that
     call's eager bench, and the fastest concurrent strategy's bench against it. Benches are matched
-    to a workload by name (call.sh's `bench:PRESET` runs the campaign's presets on one GPU), so a
-    topology matrix's workload of the same name would be priced by one-GPU benches."""
+    to a workload by name; the caller passes only those on as many GPUs as the workload's trials
+    (harness.report.benches_for), so a topology verdict is not priced by one-GPU benches."""
     t = v.chosen[0]
     mine = [b for b in bench_runs if b.preset == v.workload]
     parts = []

@@ -350,6 +350,17 @@ def _bar_plot(plt, path: Path, labels, values, err, xlabel: str, title: str, bar
     return path
 
 
+def benches_for(matrix: str, bench_runs: Sequence) -> list:
+    """The benches that may price matrix `matrix`'s verdicts: those on as many GPUs as the trials of
+    the workload of that name took (the preset's `Workload.gpus`; 1 for a matrix that is no
+    preset). call.sh names benches by preset alone, and gpu-topology-4's `launch-bound` is not
+    gpu-campaign's (issue 6)."""
+    from harness import presets
+
+    gpus = {w.name: w.gpus for w in presets.get(matrix).workloads.values()} if matrix in presets.PRESETS else {}
+    return [b for b in bench_runs if b.gpus == gpus.get(b.preset, 1)]
+
+
 def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells: Sequence[CellSummary],
                plots: Sequence[Path], report_dir: Path, retired: Sequence[TrialResult] = (),
                bench_runs: Sequence = ()) -> str:
@@ -383,7 +394,7 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
     sigs = signature_lines(cells)
     if sigs:
         lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in sigs]
-    verdicts = recommend.lines(recommend.recommend(cells), bench_runs=bench_runs)
+    verdicts = recommend.lines(recommend.recommend(cells), bench_runs=benches_for(name, bench_runs))
     if verdicts:
         lines += ["", f"Verdict ({recommend.__name__}: 0 failures and >= {recommend.MIN_STRESSED} trials under "
                   "a fault plan; priced against global-lock and eager):", ""] + [f"- {v}" for v in verdicts]

@@ -48,6 +48,7 @@ def test_a_calls_log_gives_one_record_per_bench_phase_with_the_call():
     ("bench:gpu-bound::none", ("gpu-bound", "eager")),
     ("bench:gpu-bound:cstash-tls-init", ("gpu-bound", "cstash-tls-init")),   # call.sh's reduce-overhead
     ("bench:gpu-bound:", ("gpu-bound", "raw")),
+    ("bench:launch-bound:global-lock:default:4", ("launch-bound", "no-cudagraphs+global-lock")),
 ])
 def test_phases_name_strategies_as_the_campaign_cells_do(phase, expected):
     assert benches.strategy_of(phase) == expected
@@ -59,8 +60,9 @@ def test_the_table_prices_each_bench_within_its_call(tmp_path):
     other = LOG.replace("33127.85", "40000.0")
     assert benches.add(_write(tmp_path, other, "b.txt"), 9, path) == 3
     text = benches.body(benches.load([path]), ["benches.jsonl"])
-    rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in text.splitlines()
+    rows = {tuple(line.split("|")[i].strip() for i in (1, 2, 4)): line for line in text.splitlines()
             if line.startswith("| 9 ") or line.startswith("| 11 ")}
+    assert all(line.split("|")[3].strip() == "1" for line in rows.values())    # no device plan: 1 GPU
     sta11 = rows[("11", "launch-bound", "no-cudagraphs+single-thread-autograd")]
     assert "| 30319 | 0.92x | 1.21x | 0.9% | 9.4% | 0.44 / 0.99 |" in sta11
     # Call 9's lock ran 40,000: its single-thread-autograd is priced against that, not call 11's.
@@ -88,3 +90,38 @@ def _write(tmp_path, text, name="log.txt"):
     p = tmp_path / name
     p.write_text(text + "\n")
     return p
+
+
+@pytest.mark.parametrize("phase", ["bench:gpu-bound::none:four", "bench:gpu-bound::none:4:x", "bench::raw", "bench:x"])
+def test_a_malformed_bench_phase_is_bad_input(phase):
+    with pytest.raises(benches.BenchError, match="not a bench phase"):
+        benches.strategy_of(phase)
+
+
+def test_a_bench_counts_the_gpus_of_its_device_plan_and_is_priced_among_benches_on_as_many(tmp_path):
+    one = {"target": ["cuda:0", "cuda:0"], "drafter": ["cuda:0"] * 3}
+    four = {"target": ["cuda:0"] * 5, "drafter": ["cuda:1", "cuda:2", "cuda:3"]}
+    assert [benches.plan_gpus(p) for p in (one, four, None, {})] == [1, 4, 1, 1]
+
+    def rec(phase, tok, plan):
+        return {"phase": phase, "call": 20, **json.loads(_line(tok)), "device_plan": plan}
+
+    path = tmp_path / "benches.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        rec("bench:launch-bound:global-lock:default", 40000.0, one),
+        rec("bench:launch-bound::none", 30000.0, one),
+        rec("bench:launch-bound::none:4", 60000.0, four),
+        rec("bench:launch-bound:global-lock:default:4", 90000.0, four)]))
+    loaded = benches.load([path])
+    assert [b.gpus for b in loaded] == [1, 1, 4, 4]
+    rows = [line for line in benches.body(loaded, []).splitlines() if line.startswith("| 20 ")]
+    # The 4-GPU lock is priced against the 4-GPU eager (1.50x), the 1-GPU one against its own (1.33x).
+    assert any("| 4 | no-cudagraphs+global-lock | 60 | 90000 | 1.00x | 1.50x |" in r for r in rows)
+    assert any("| 1 | no-cudagraphs+global-lock | 60 | 40000 | 1.00x | 1.33x |" in r for r in rows)
+
+    # A verdict is priced by the benches on as many GPUs as its matrix's trials took.
+    from harness.report import benches_for
+
+    assert [b.gpus for b in benches_for("gpu-topology-4", loaded)] == [4, 4]
+    assert [b.gpus for b in benches_for("gpu-campaign", loaded)] == [1, 1]
+    assert [b.gpus for b in benches_for("a-spec-file-matrix", loaded)] == [1, 1]

@@ -140,3 +140,23 @@ def test_campaign_arguments_do_not_reach_the_repros_matrix(tmp_path):
     campaign = next(a for a in runs if "gpu-campaign" in a)
     assert "--max-failures" not in repros and repros[-2:] == ["--trials", "5"]
     assert campaign[-5:] == ["--max-failures", "1", "--trials", "29", "--cells=gpu-bound:*"]
+
+
+def test_a_bench_phase_with_a_gpu_count_runs_the_seed_topology(tmp_path):
+    # bench:PRESET:FIXES:MODE:GPUS (issue 6): the bench gets gpu-topology-4's device plan, so its
+    # record's device_plan has 4 GPUs and prices only 4-GPU verdicts (harness.report.benches_for).
+    import sys
+
+    out, env = _fake_python(tmp_path, f'[ "$1" = -c ] && exec {sys.executable} "$@"\n'
+                                      '[ "$2" = dflash ] && printf "%s\\n" "$@" > {out}/bench-$$.txt\nexit 0\n')
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run(["bash", str(SCRIPT), "400", "bench:launch-bound:global-lock:default:4",
+                           "bench:gpu-bound::none"], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    runs = sorted((p.read_text().splitlines() for p in out.glob("bench-*.txt")), key=len)
+    plain, topo = runs
+    from harness.presets import topology_sets
+
+    assert plain[-4:] == ["--set", "fixes=", "--set", "compile.mode=none"]
+    assert topo[-10:] == [a for kv in topology_sets(4) for a in ("--set", kv)]
+    assert "devices.drafter_devices=cuda:1,cuda:2,cuda:3" in topo and "--preset" in topo

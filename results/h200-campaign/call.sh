@@ -11,6 +11,7 @@
 #   pytest    `pytest -m "race and cuda" tests/race` (the GPU race suite through the runner)
 #   default   issue 2: `python -m dflash train --preset gpu-default` alone on the GPU
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
+#   bench:PRESET:FIXES[:MODE[:GPUS]]  one campaign cell alone (GPUS: in the seed topology, issue 6)
 #   campaign  the gpu-campaign matrix until 25 s before SECONDS are spent (store resumed)
 #   campaign:GLOB[,GLOB]  the same for the matching cells only (`harness matrix --cells`)
 #   topology, topology-4, topology-2  the same for gpu-topology (8 GPUs) / gpu-topology-4 (4 GPUs) /
@@ -104,10 +105,14 @@ run_phase() {
     default) train gpu-default --preset gpu-default --steps 120 --out /tmp/gd ;;
     bench) s=$(date +%s); timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-default --steps 40 > "$X/bench.out" 2> "$X/bench.err"
            echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
-    bench:*) # bench:PRESET:FIXES[:MODE]: one campaign cell alone on the GPU (its GPU busy fraction)
-           IFS=: read -r _ bp bf bm <<< "$phase"; s=$(date +%s); bn=bench-$bp-${bf:-raw}-${bm:-reduce-overhead}
+    bench:*) # bench:PRESET:FIXES[:MODE[:GPUS]]: one campaign cell alone on the GPU (its GPU busy fraction);
+           # GPUS (>= 4) runs it in the seed topology on that many GPUs, as gpu-topology-4's trials (issue 6)
+           IFS=: read -r _ bp bf bm bg <<< "$phase"; s=$(date +%s); bn=bench-$bp-${bf:-raw}-${bm:-reduce-overhead}${bg:+-${bg}gpu}
+           topo=(); [ -n "$bg" ] && mapfile -t topo < <(python3 -c 'import sys
+from harness.presets import topology_sets
+for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bg")
            timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-$bp --steps 60 --rounds 1 --set fixes=$bf \
-             --set compile.mode=${bm:-reduce-overhead} > "$X/$bn.out" 2> "$X/$bn.err"
+             --set compile.mode=${bm:-reduce-overhead} "${topo[@]}" > "$X/$bn.out" 2> "$X/$bn.err"
            echo "bench $bp $bf rc=$? $(( $(date +%s) - s ))s"; cat "$X/$bn.out"; grep -v "^train:" "$X/$bn.err" | tail -n 8 ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
     campaign:*) # campaign:GLOB[,GLOB]: only those cells (harness matrix --cells), same store
