@@ -231,3 +231,21 @@ def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path
                                        outcome=Outcome.OK))
     assert [str(p) for p in report.trial_stores()] == ["runs/cpu-quick", "results/cpu-quick", "results/other"]
     assert [str(p) for p in report.default_stores(Path("results"))] == ["results/cpu-quick", "results/other"]
+
+
+def test_every_harness_command_in_the_readme_parses():
+    # The README is the newcomer's entry: an option renamed in the CLI must not leave a stale
+    # example behind. `lift` passes its arguments through to harness.lift's own parser.
+    import re
+    import shlex
+    from pathlib import Path
+
+    from harness.cli import build_parser
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    commands = [m.group(1).split("  #")[0].strip()
+                for m in re.finditer(r"^python3? -m harness (.+)$", text, flags=re.MULTILINE)]
+    checked = [c for c in commands if not c.startswith("lift") and "[--" not in c]   # synopsis lines
+    assert len(checked) >= 10
+    for cmd in checked:
+        build_parser().parse_args(shlex.split(cmd))
