@@ -40,6 +40,7 @@ class Fix:
     name = ""
     targets: tuple[str, ...] = ()
     upstream: tuple[str, ...] = ()
+    early = False
 
     def thread_start(self, role: str) -> bool:
         return False
@@ -291,6 +292,58 @@ def _locked(run: Callable) -> Callable:
     return locked_run
 
 
+_stash_patch_lock = threading.Lock()
+
+
+class StashIncref(Fix):
+    """Give every `torch._C._stash_obj_in_tls(key, obj)` a reference of its own to obj.
+
+    The binding wraps the borrowed argument in a c10::SafePyObject, whose constructor "steals a
+    reference", without an incref (torch/csrc/Module.cpp, read up to the 2.9-era source); the
+    SafePyObject decrefs once when the thread's C++ TLS map dies (thread exit) or the key is
+    stashed again. So when a thread that stashed exits, the object loses a reference it never
+    got: cudagraph_trees' per-thread dicts, owned only by that thread's `local`, are freed twice
+    (repro r22), and the heap corruption surfaces later as a native crash anywhere (families
+    segv and segv-gc). The hypothesis behind the heap corruption of cstash-tls-init's cells: they
+    stash in every pipeline thread, and the prefetch and target threads exit before the drafters
+    finish (REPORT.md, eighth session). The wrapper measures each call: when obj's refcount did not
+    rise, it adds the missing reference (Py_IncRef); where the binding increfs (2.13, measured)
+    it does nothing. Patched once per process, by the first thread that starts; FixSet runs it
+    before the other fixes so that their imports of cudagraph_trees (whose module body stashes)
+    go through it. PR #89169 (the stash), #126934 (stashed TLS "gc'd"), PR #180295.
+    """
+
+    name = "stash-incref"
+    targets = ("segv", "segv-gc")
+    upstream = ("#89169", "#126934", "#180295")
+    early = True
+
+    def thread_start(self, role: str) -> bool:
+        import torch
+
+        with _stash_patch_lock:
+            stash = torch._C._stash_obj_in_tls
+            if getattr(stash, "_dflash_stash_incref", False):
+                return False
+            torch._C._stash_obj_in_tls = _balanced_stash(stash)
+            return True
+
+
+def _balanced_stash(stash: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+    import ctypes
+    import sys
+
+    def balanced_stash(key: str, obj: Any) -> None:
+        before = sys.getrefcount(obj)
+        stash(key, obj)
+        if sys.getrefcount(obj) == before:      # the binding kept a reference it did not take
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+    balanced_stash._dflash_stash_incref = True  # type: ignore[attr-defined]
+    balanced_stash.__wrapped__ = stash  # type: ignore[attr-defined]
+    return balanced_stash
+
+
 class NestedFxFallback(Fix):
     """Set torch._dynamo.config.error_on_nested_fx_trace = False inside each worker thread.
 
@@ -364,6 +417,7 @@ FIXES: dict[str, Fix] = {
         CublasHandleInit(),
         TargetHookTaps(),
         CudagraphLock(),
+        StashIncref(),
     )
 }
 
@@ -372,7 +426,8 @@ class FixSet:
     """The active fixes of one run; thread-safe counters of how often each acted."""
 
     def __init__(self, fixes: Iterable[Fix] = ()) -> None:
-        self.fixes: tuple[Fix, ...] = tuple(fixes)
+        # `early` fixes (a patch the others' imports must already see) run their hooks first.
+        self.fixes: tuple[Fix, ...] = tuple(sorted(fixes, key=lambda f: not f.early))
         self._names = frozenset(f.name for f in self.fixes)
         self._call_fixes = tuple(f for f in self.fixes if type(f).enter is not Fix.enter)
         self.counts: dict[str, int] = {f.name: 0 for f in self.fixes}

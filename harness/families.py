@@ -43,6 +43,9 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
                 r"|dependency created on uncaptured work|cuda-rng-offset-outside-capture",
      "one thread's CUDA call while another thread captures (F1c, F1d)"),
     ("F9", r"cudagraph-input-deallocated", "activation checkpointing under cudagraphs"),
+    # repro r22's measurement, not a crash: each thread exit after a C stash took a reference the
+    # stash never got (a later double free; the hypothesis behind cstash-tls-init's segfaults).
+    ("stash-refcount", r"stash-tls-refcount", "torch._C._stash_obj_in_tls keeps a reference it did not take (r22)"),
     ("F2", r"fx-trace-of-dynamo-fn", "FX's is-tracing flag is process-global (R1, R2)"),
     ("F3", r"fx-current-patcher", "FX's CURRENT_PATCHER is process-global (R3)"),
     ("R4", r"fx-module-not-submodule", "eager modules under another thread's tracer"),

@@ -22,7 +22,7 @@
   (CAMPAIGN_STEPS). Trials go round-robin over the cells and the store resumes, so `--max-time`
   cuts and later calls continue with every cell at a similar n. A cell stops after
   CAMPAIGN_MAX_FAILURES failures: it cannot be recommended, and its trials go to cells that can.
-- `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, r20, r21, raw and under the fixes their
+- `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, r20, r21 (and r22, the C stash's refcount on 2.11), raw and under the fixes their
   docstrings name, each without and with the compile-chaos plan, 10 trials, 6 at a time per GPU.
 - `gpu-topology` / `gpu-topology-4` (issue 6): the gpu-campaign matrix with the seed trainer's
   thread and device plan, 5 target threads + 3 drafter threads with one GPU per drafter
@@ -294,6 +294,9 @@ GPU_REPRO_FIXES = {
     # workaround is an argument (--no-mix-order), not a registry fix. Here so that the next
     # gpu-repros call says whether the script reproduces what the trainer hit 21 times.
     "r21_inductor_mix_order_workspace": (),
+    # Not a GPU script: the C stash's refcount across thread exits (r22), here to measure the
+    # H200's torch 2.11, which the CPU box lacks (2.13 is balanced); stash-incref must hold.
+    "r22_stash_tls_refcount": ("stash-incref",),
 }
 
 

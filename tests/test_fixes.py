@@ -38,7 +38,7 @@ def test_registry_names_and_docstrings():
     assert set(FIXES) == {
         "global-lock", "sequential-startup", "thread-local-warmup", "local-tls-init", "cstash-tls-init",
         "persistent-buffers", "single-thread-autograd", "nested-fx-fallback", "graph-isolation",
-        "cublas-handle-init", "target-hook-taps", "cudagraph-lock",
+        "cublas-handle-init", "target-hook-taps", "cudagraph-lock", "stash-incref",
     }
     for fix in FIXES.values():
         doc = type(fix).__doc__ or ""
@@ -300,3 +300,62 @@ def test_cublas_handle_init_acts_only_for_cuda_devices(monkeypatch):
     assert made == [] and fs.counts["cublas-handle-init"] == 0
     fs.on_device(torch.device("cuda", 3))
     assert made == [torch.device("cuda", 3), "handle"] and fs.counts["cublas-handle-init"] == 1
+
+
+def test_stash_incref_gives_a_stealing_stash_the_reference_it_keeps(monkeypatch):
+    # A binding that wraps the borrowed argument in a reference-stealing holder without an incref
+    # (the reading of torch/csrc/Module.cpp behind repro r22): emulated here on top of whatever
+    # this torch does by dropping the reference the real stash took, if it took one.
+    import ctypes
+    import sys
+
+    import torch
+
+    from dflash.fixes import FIXES
+
+    real = torch._C._stash_obj_in_tls
+    stole = []
+
+    def stealing_stash(key, obj):
+        before = sys.getrefcount(obj)
+        real(key, obj)
+        if sys.getrefcount(obj) > before:      # this torch increfs: take that back
+            ctypes.pythonapi.Py_DecRef(ctypes.py_object(obj))
+        stole.append(key)
+
+    class Held:
+        pass
+
+    def exits_after_stash(obj, stash_via, expect):
+        """Stash in a thread that exits; the refcount once the OS thread is gone (its C++
+        thread_local map dies after join() returns, so wait for `expect` up to a deadline)."""
+        base = sys.getrefcount(obj) - 1
+        t = threading.Thread(target=lambda: stash_via("dflash-test-stash", obj), name="stash-probe")
+        t.start()
+        t.join(timeout=JOIN_S)
+        deadline = time.monotonic() + 2.0
+        while sys.getrefcount(obj) - 1 - base != expect and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return sys.getrefcount(obj) - 1 - base
+
+    # Three owners each, so that the one over-decref being measured cannot free an object here.
+    keep = [Held() for _ in range(3)]
+    owners = [o for o in keep for _ in range(3)]  # noqa: F841
+    monkeypatch.setattr(torch._C, "_stash_obj_in_tls", stealing_stash)
+    # Unpatched, the thread's exit takes a reference the stash never got ...
+    assert exits_after_stash(keep[0], torch._C._stash_obj_in_tls, expect=-1) == -1
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(keep[0]))  # give it back
+
+    fs = FixSet.from_names(["cstash-tls-init", "stash-incref"])
+    assert [f.name for f in fs.fixes] == ["stash-incref", "cstash-tls-init"]   # early fixes first
+    assert FIXES["stash-incref"].thread_start("train") is True
+    assert FIXES["stash-incref"].thread_start("train") is False                  # installed once
+    assert torch._C._stash_obj_in_tls.__wrapped__ is stealing_stash
+    # ... patched, the stash holds one of its own, and the exit gives it back.
+    assert exits_after_stash(keep[1], torch._C._stash_obj_in_tls, expect=0) == 0
+    assert stole == ["dflash-test-stash"] * 2
+
+    # Over a binding that increfs (torch 2.13, measured by repro r22) the wrapper adds nothing.
+    monkeypatch.setattr(torch._C, "_stash_obj_in_tls", real)
+    FIXES["stash-incref"].thread_start("train")
+    assert exits_after_stash(keep[2], torch._C._stash_obj_in_tls, expect=0) == 0

@@ -1,0 +1,166 @@
+"""r22_stash_tls_refcount: a C-stashed object loses a reference when its thread exits.
+
+Symptom: none at the time. After a thread that called `torch._C._stash_obj_in_tls(key, obj)`
+  exits, obj's reference count is one lower than before the call. An object that thread alone
+  owned (cudagraph_trees' per-thread `tree_manager_containers` / `tree_manager_locks` dicts,
+  stashed by cudagraph_trees' module body in the importing thread and by the cstash-tls-init fix
+  in every pipeline thread) is freed twice: heap corruption, and later segfaults in any thread,
+  often in the GC (`PyObject_GC_UnTrack`). Printed here as a WRONG_RESULT, measured exactly.
+Mechanism: the binding (torch/csrc/Module.cpp) wraps the borrowed `py::handle` in a
+  c10::SafePyObject, whose constructor "steals a reference", without an incref; the holder
+  decrefs once when the thread's C++ thread_local map is destroyed (after the Python thread has
+  finished: join() returns before it) or when the key is stashed again.
+Trigger: --threads threads each stash one shared object and exit; compare its refcount before
+  the first and after the last thread is gone. Deterministic; not a race, but the threads'
+  exits are what the trainer's pipeline does when the prefetcher runs out of batches.
+Affected versions: read in the source up to the 2.9 era; torch 2.13 (CPU) keeps a reference of
+  its own (NOT REPRODUCED here); 2.11 (the H200's): to be measured by this script.
+Fix: stash-incref (dflash.fixes: wraps the stash and adds the missing reference when the
+  refcount did not rise; a no-op where the binding increfs).
+Upstream: PR #89169 (the stash API), #126934 ("TLS is gc'd between unit test cudagraph runs"),
+  PR #180295 ("Work around possible bug in _stash_obj_in_tls").
+"""
+
+# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
+import argparse
+import contextlib
+import faulthandler
+import os
+import sys
+import threading
+import time
+import traceback
+
+_HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
+
+
+def beat():
+    """Rewrite $HARNESS_HEARTBEAT ("<n> <unix time>") at most every 0.2 s: progress, not a hang."""
+    path = os.environ.get("HARNESS_HEARTBEAT")
+    with _HB["lock"]:
+        _HB["n"] += 1
+        if path and time.monotonic() - _HB["t"] >= 0.2:
+            _HB["t"] = time.monotonic()
+            with open(path + ".tmp", "w") as f:
+                f.write(f"{_HB['n']} {time.time()}\n")
+            os.replace(path + ".tmp", path)
+
+
+class NoFixes:
+    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
+
+    def thread_start(self, role):
+        pass
+
+    def around_call(self):
+        return contextlib.nullcontext()
+
+    def active(self, name):
+        return False
+
+    def isolate(self, fn):
+        return fn
+
+
+def setup(p):
+    """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
+    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
+    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
+    args = p.parse_args()
+    faulthandler.enable()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    if not args.fix:
+        return args, NoFixes()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from dflash.fixes import FixSet
+
+    try:
+        return args, FixSet.from_names(args.fix)
+    except ValueError as exc:  # dflash.errors.ConfigError
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_threads(bodies, deadline_s):
+    """Run {name: fn} in named threads joined by one deadline; print and return their errors."""
+    errors = {}
+
+    def wrap(name, fn):
+        try:
+            fn()
+        except BaseException as exc:
+            errors[name] = exc
+
+    threads = [threading.Thread(target=wrap, args=item, name=item[0]) for item in bodies.items()]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        print(f"HANG: threads still alive after {deadline_s} s", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+    for name, exc in errors.items():
+        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
+        traceback.print_exception(exc)
+    return errors
+# --- end of shared repro preamble ---
+
+
+def settle(count, base, want, timeout_s=5.0):
+    """count() - base once it equals `want` or the deadline passes: a thread's C++ thread_local
+    destructors run after join() has returned. `count` reads the refcount from the caller's
+    closure: passing the object in would add this frame's reference to every reading."""
+    deadline = time.monotonic() + timeout_s
+    while count() - base != want and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return count() - base
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=4, help="threads that stash the object and exit")
+    args, fs = setup(p)
+    if args.threads < 1:
+        p.error("--threads must be >= 1")
+    import torch
+
+    fs.thread_start("main")
+
+    class Stashed:
+        """Kept alive by `owners` (one reference per thread and more), so that the references
+        being counted cannot free it inside this script."""
+
+    obj = Stashed()
+    owners = [obj] * (2 * args.threads + 2)  # noqa: F841
+    at_stash = {}
+
+    def worker():
+        fs.thread_start("worker")
+        before = sys.getrefcount(obj)
+        torch._C._stash_obj_in_tls("r22_stashed", obj)
+        at_stash[threading.current_thread().name] = sys.getrefcount(obj) - before
+        beat()
+
+    count = lambda: sys.getrefcount(obj)  # noqa: E731 - reads obj through main's cell, as base does
+    base = count()
+    errors = run_threads({f"repro-stash-{i}": worker for i in range(args.threads)}, deadline_s=60)
+    if errors:
+        return 1
+    taken = set(at_stash.values())
+    # Each thread's stash either took a reference (+1, given back at exit: net 0) or did not (0,
+    # one taken at exit: net -1 per thread).
+    lost = -settle(count, base, 0 if taken == {1} else -args.threads)
+    if lost > 0:
+        print(f"WRONG_RESULT: stash-tls-refcount: {lost} reference(s) lost over {args.threads} thread exits "
+              f"(the stash took {sorted(taken)} per call), torch {torch.__version__}")
+        return 1
+    print(f"NOT REPRODUCED (the stash took {sorted(taken)} reference per call and each thread's exit "
+          f"gave it back: {args.threads} threads, torch {torch.__version__})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

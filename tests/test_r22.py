@@ -1,0 +1,59 @@
+"""repro/r22_stash_tls_refcount.py: what it measures, on a binding that steals and on one that
+does not (torch 2.13's), and that stash-incref balances the stealing one."""
+
+from __future__ import annotations
+
+import ctypes
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "repro" / "r22_stash_tls_refcount.py"
+
+
+def _main(monkeypatch, capsys, *argv):
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *argv])
+    monkeypatch.setattr("faulthandler.enable", lambda *a, **k: None)   # pytest's captured stderr has no fd
+    rc = runpy.run_path(str(SCRIPT), run_name="r22")["main"]()
+    return rc, capsys.readouterr().out.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def stealing_stash(monkeypatch):
+    """The binding as read in torch/csrc/Module.cpp: a holder that steals a reference nobody
+    gave it. Emulated over this torch's stash by dropping the reference it took, if it took one."""
+    import torch
+
+    real = torch._C._stash_obj_in_tls
+
+    def stash(key, obj):
+        before = sys.getrefcount(obj)
+        real(key, obj)
+        if sys.getrefcount(obj) > before:
+            ctypes.pythonapi.Py_DecRef(ctypes.py_object(obj))
+
+    monkeypatch.setattr(torch._C, "_stash_obj_in_tls", stash)   # restored, stash-incref's wrap too
+    return stash
+
+
+def test_this_torch_keeps_its_own_reference(monkeypatch, capsys):
+    import torch
+
+    rc, last = _main(monkeypatch, capsys, "--threads", "3")
+    if not torch.__version__.startswith("2.13"):
+        pytest.skip(f"measured on 2.13 only; torch {torch.__version__} says: {last}")
+    assert rc == 0 and last.startswith("NOT REPRODUCED (the stash took [1] reference per call")
+
+
+def test_a_stealing_stash_loses_one_reference_per_thread_and_stash_incref_gives_them_back(
+        monkeypatch, capsys, stealing_stash):
+    rc, last = _main(monkeypatch, capsys, "--threads", "3")
+    assert rc == 1 and last.startswith("WRONG_RESULT: stash-tls-refcount: 3 reference(s) lost over 3 "
+                                       "thread exits (the stash took [0] per call)")
+    from harness.families import family
+
+    assert family(last) == "stash-refcount"
+    rc, last = _main(monkeypatch, capsys, "--threads", "3", "--fix", "stash-incref")
+    assert rc == 0 and last.startswith("NOT REPRODUCED (the stash took [1] reference per call")
