@@ -15,9 +15,9 @@
   strategies (raw, 6 pipeline fixes alone, eager) x 3 plans (none, compile-chaos, dflash-stages)
   x 3 trials, 2 at a time: the CPU side of the campaign question.
 - `gpu-campaign`: the H200 matrix (issue 5): dflash presets gpu-launch-bound and gpu-gpu-bound
-  compiled with reduce-overhead, 2 target + 3 drafter threads on one GPU, 19 strategies (raw, each
+  compiled with reduce-overhead, 2 target + 3 drafter threads on one GPU, 21 strategies (raw, each
   fix, combinations, no cudagraphs = compile.mode default alone and with two fixes, eager =
-  compile.mode none), each without and with the dflash-stages scheduler plan: 76 cells x 10
+  compile.mode none), each without and with the dflash-stages scheduler plan: 84 cells x 10
   trials (eager's fixed at 10), 12 slots per GPU (a gpu-bound trial takes 6), short runs
   (CAMPAIGN_STEPS). Trials go round-robin over the cells and the store resumes, so `--max-time`
   cuts and later calls continue with every cell at a similar n. A cell stops after
@@ -144,6 +144,12 @@ GPU_FIX_STRATEGIES = (
     # place of the global one, without and with per-thread graphs against F1c's shared outputs.
     "cstash-tls-init+cudagraph-lock+cublas-handle-init",
     "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init",
+    # The two C-stash cells that got furthest, with stash-incref (REPORT.md, eighth session): if
+    # cstash-tls-init's segfaults (30/48 on 4 H200s, global lock or not) are its stash freeing
+    # per-thread dicts twice when the prefetch and target threads exit (repro r22), these stop
+    # segfaulting and the global-lock one may be the first clean CUDA-graph configuration.
+    "global-lock+cstash-tls-init+cublas-handle-init+stash-incref",
+    "cstash-tls-init+cudagraph-lock+cublas-handle-init+stash-incref",
 )
 
 CAMPAIGN_NO_CUDAGRAPHS_FIXES = ("single-thread-autograd", "global-lock")
