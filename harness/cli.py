@@ -14,6 +14,7 @@
     python -m harness resign [--store DIR ...]
     python -m harness retire --store DIR --cells GLOB[,GLOB] --reason TEXT
     python -m harness merge SRC [SRC ...] --into DIR
+    python -m harness crosstab FIX [--family NAME ...] [--cells GLOB ...] [--store DIR ...] [--json]
     python -m harness run SPEC.json [--artefacts DIR]
     python -m harness lift ...            (harness.lift)
 
@@ -125,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("sources", nargs="+", help="store folder(s) to read")
     mg.add_argument("--into", required=True, help="the store folder that receives their records")
 
+    ct = sub.add_parser("crosstab", help="does a fix go with a failure family: trials with it vs without")
+    from harness.crosstab import add_arguments as crosstab_arguments
+
+    crosstab_arguments(ct)
+
     run = sub.add_parser("run", help="run one trial from a TrialSpec JSON file")
     run.add_argument("spec")
     run.add_argument("--artefacts", help="artefacts folder (default: runs/trials/<trial id>)")
@@ -171,12 +177,14 @@ def main(argv: list[str] | None = None) -> int:
 def _user_errors() -> tuple[type[BaseException], ...]:
     from dflash.errors import UserInputError
     from harness.benches import BenchError
+    from harness.crosstab import CrosstabError
     from harness.replay import ReplayError
     from harness.scheduler import InvalidPlan
     from harness.spec import InvalidSpec
     from harness.store import StoreError
 
-    return (UsageError, MatrixError, InvalidSpec, InvalidPlan, StoreError, ReplayError, UserInputError, BenchError)
+    return (UsageError, MatrixError, InvalidSpec, InvalidPlan, StoreError, ReplayError, UserInputError, BenchError,
+            CrosstabError)
 
 
 def _one_line(e: BaseException) -> str:
@@ -212,6 +220,10 @@ def _dispatch(opts: argparse.Namespace) -> int:
         return cmd_retire(opts)
     if opts.command == "merge":
         return cmd_merge(opts)
+    if opts.command == "crosstab":
+        from harness.crosstab import cmd_crosstab
+
+        return cmd_crosstab(opts)
     raise UsageError(f"unknown command {opts.command!r}")
 
 
