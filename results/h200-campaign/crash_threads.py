@@ -26,12 +26,13 @@ PROGRESS = re.compile(r"(\d+)/(\d+) \[")
 
 def main(argv: list[str]) -> int:
     stores = [Path(a) for a in argv] or sorted(Path("results").glob("gpu-*/"))
+    missing = [s for s in stores if not (s / "trials.jsonl").is_file()]
+    if missing:
+        print(f"error: no result store at {missing[0]}", file=sys.stderr)
+        return 2
     print("| trial | stash | progress | threads in dump | a prefetch frame |")
     print("|---|---|---|---|---|")
     for store in stores:
-        if not (store / "trials.jsonl").is_file():
-            print(f"error: no result store at {store}", file=sys.stderr)
-            return 2
         for r in Store(store).load():
             if family(r.signature_summary) not in ("segv", "segv-gc") or not r.artefacts:
                 continue
