@@ -12,7 +12,10 @@ Mechanism: the binding (torch/csrc/Module.cpp) wraps the borrowed `py::handle` i
   finished: join() returns before it) or when the key is stashed again.
 Trigger: --threads threads each stash one shared object and exit; compare its refcount before
   the first and after the last thread is gone. Deterministic; not a race, but the threads'
-  exits are what the trainer's pipeline does when the prefetcher runs out of batches.
+  exits are what the trainer's pipeline does when the prefetcher runs out of batches. With
+  --churn N, what it costs: short-lived threads stash their own dicts beside N allocating
+  threads (a race between the freed dict's reuse and the thread's C++ destructor); on a torch
+  whose stash takes its reference, --emulate-steal makes it behave as the reading predicts.
 Affected versions: read in the source up to the 2.9 era; torch 2.13 (CPU) keeps a reference of
   its own (NOT REPRODUCED here); 2.11 (the H200's): to be measured by this script.
 Fix: stash-incref (dflash.fixes: wraps the stash and adds the missing reference when the
@@ -119,15 +122,87 @@ def settle(count, base, want, timeout_s=5.0):
     return count() - base
 
 
+def emulate_steal(torch):
+    """This torch's stash as the binding reads in the 2.9-era source: holding a reference it
+    never took (the one this torch's stash took, if it took one, is dropped at once)."""
+    real = torch._C._stash_obj_in_tls
+
+    def stealing_stash(key, obj):
+        import ctypes
+
+        before = sys.getrefcount(obj)
+        real(key, obj)
+        if sys.getrefcount(obj) > before:
+            ctypes.pythonapi.Py_DecRef(ctypes.py_object(obj))
+
+    torch._C._stash_obj_in_tls = stealing_stash
+
+
+def churn_run(torch, fs, args):
+    """What the refcount costs: --threads short-lived threads, one after another, each stash its
+    own thread-local dicts as cudagraph_trees and cstash-tls-init do, and exit, while --churn
+    threads allocate and collect. A stash that keeps a reference it did not take frees those
+    dicts twice; the memory is soon another object's, and the process dies in the GC."""
+    import gc
+
+    local, stop, corrupt = threading.local(), threading.Event(), []
+
+    def churn():
+        fs.thread_start("churn")
+        try:
+            while not stop.is_set():
+                junk = [{i: [i]} for i in range(200)]  # noqa: F841
+                gc.collect(0)
+                beat()
+        except Exception as exc:  # a corrupted object surfacing as a Python error
+            corrupt.append(exc)
+
+    def short_lived():
+        fs.thread_start("worker")
+        local.containers, local.locks = {}, {0: threading.Lock()}
+        torch._C._stash_obj_in_tls("tree_manager_containers", local.containers)
+        torch._C._stash_obj_in_tls("tree_manager_locks", local.locks)
+
+    churners = [threading.Thread(target=churn, name=f"repro-churn-{i}") for i in range(args.churn)]
+    for t in churners:
+        t.start()
+    errors = {}
+    for i in range(args.threads):
+        errors.update(run_threads({f"repro-stash-{i}": short_lived}, deadline_s=30))
+    time.sleep(0.5)  # the last threads' C++ destructors run after join()
+    stop.set()
+    for t in churners:
+        t.join(timeout=30)
+    if corrupt or errors:
+        first = corrupt[0] if corrupt else next(iter(errors.values()))
+        print(f"WRONG_RESULT: stash-tls-refcount: heap corrupted after {args.threads} thread exits "
+              f"({type(first).__name__}: {first}), torch {torch.__version__}")
+        return 1
+    print(f"NOT REPRODUCED (survived {args.threads} stashing thread exits beside {args.churn} allocating "
+          f"threads, torch {torch.__version__})")
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--threads", type=int, default=4, help="threads that stash the object and exit")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads that stash and exit (default 4; 200 with --churn)")
+    p.add_argument("--churn", type=int, default=0,
+                   help="allocating threads beside the stashing ones: what the lost reference costs")
+    p.add_argument("--emulate-steal", action="store_true",
+                   help="make this torch's stash keep a reference it did not take (for a torch that "
+                        "takes one: shows the consequence the reading predicts)")
     args, fs = setup(p)
-    if args.threads < 1:
-        p.error("--threads must be >= 1")
+    args.threads = args.threads if args.threads is not None else (200 if args.churn else 4)
+    if args.threads < 1 or args.churn < 0:
+        p.error("--threads must be >= 1 and --churn >= 0")
     import torch
 
+    if args.emulate_steal:
+        emulate_steal(torch)
     fs.thread_start("main")
+    if args.churn:
+        return churn_run(torch, fs, args)
 
     class Stashed:
         """Kept alive by `owners` (one reference per thread and more), so that the references

@@ -57,3 +57,16 @@ def test_a_stealing_stash_loses_one_reference_per_thread_and_stash_incref_gives_
     assert family(last) == "stash-refcount"
     rc, last = _main(monkeypatch, capsys, "--threads", "3", "--fix", "stash-incref")
     assert rc == 0 and last.startswith("NOT REPRODUCED (the stash took [1] reference per call")
+
+
+def test_churn_mode_survives_with_stash_incref_over_an_emulated_stealing_stash():
+    # The crash side (--emulate-steal alone) is a race: 5/6 crashed on the CPU box
+    # (results/stash-emulated-cpu), too flaky for CI. The fixed side must hold every time.
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--churn", "2", "--threads", "100", "--emulate-steal",
+                           "--fix", "stash-incref"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].startswith("NOT REPRODUCED (survived 100 stashing thread exits")
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--churn", "-1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--churn >= 0" in bad.stderr
