@@ -248,7 +248,6 @@ class CublasHandleInit(Fix):
 
 
 CUDAGRAPH_LOCK = threading.RLock()
-_cudagraph_lock_installed = threading.Lock()
 
 
 class CudagraphLock(Fix):
@@ -272,13 +271,24 @@ class CudagraphLock(Fix):
     upstream = ("#184357", "#184432")
 
     def thread_start(self, role: str) -> bool:
-        cgt = _cudagraph_trees()
-        with _cudagraph_lock_installed:
-            run = cgt.CUDAGraphTreeManager.run
-            if getattr(run, "_dflash_cudagraph_lock", False):
-                return False
-            cgt.CUDAGraphTreeManager.run = _locked(run)
-            return True
+        return _patch_once(_cudagraph_trees().CUDAGraphTreeManager, "run", _locked, self.name)
+
+
+_patches_lock = threading.Lock()
+
+
+def _patch_once(owner: Any, attr: str, wrap: Callable[[Callable], Callable], fix: str) -> bool:
+    """owner.attr = wrap(owner.attr), once per process: every thread's thread_start calls it, the
+    first one patches (True), the others find the mark of `fix` and leave it (False)."""
+    with _patches_lock:
+        current = getattr(owner, attr)
+        if getattr(current, "_dflash_patched_by", None) == fix:
+            return False
+        patched = wrap(current)
+        patched._dflash_patched_by = fix  # type: ignore[attr-defined]
+        patched.__wrapped__ = current  # type: ignore[attr-defined]
+        setattr(owner, attr, patched)
+        return True
 
 
 def _locked(run: Callable) -> Callable:
@@ -286,13 +296,8 @@ def _locked(run: Callable) -> Callable:
         with CUDAGRAPH_LOCK:
             return run(self, *args, **kwargs)
 
-    locked_run._dflash_cudagraph_lock = True  # type: ignore[attr-defined]
-    locked_run.__wrapped__ = run  # type: ignore[attr-defined]
     locked_run.__doc__, locked_run.__name__, locked_run.__qualname__ = run.__doc__, run.__name__, run.__qualname__
     return locked_run
-
-
-_stash_patch_lock = threading.Lock()
 
 
 class StashIncref(Fix):
@@ -321,12 +326,7 @@ class StashIncref(Fix):
     def thread_start(self, role: str) -> bool:
         import torch
 
-        with _stash_patch_lock:
-            stash = torch._C._stash_obj_in_tls
-            if getattr(stash, "_dflash_stash_incref", False):
-                return False
-            torch._C._stash_obj_in_tls = _balanced_stash(stash)
-            return True
+        return _patch_once(torch._C, "_stash_obj_in_tls", _balanced_stash, self.name)
 
 
 def _balanced_stash(stash: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
@@ -339,8 +339,6 @@ def _balanced_stash(stash: Callable[[str, Any], None]) -> Callable[[str, Any], N
         if sys.getrefcount(obj) == before:      # the binding kept a reference it did not take
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
-    balanced_stash._dflash_stash_incref = True  # type: ignore[attr-defined]
-    balanced_stash.__wrapped__ = stash  # type: ignore[attr-defined]
     return balanced_stash
 
 
