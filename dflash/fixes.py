@@ -304,7 +304,7 @@ class StashIncref(Fix):
     """Give every `torch._C._stash_obj_in_tls(key, obj)` a reference of its own to obj.
 
     The binding wraps the borrowed argument in a c10::SafePyObject, whose constructor "steals a
-    reference", without an incref (torch/csrc/Module.cpp, read up to the 2.9-era source); the
+    reference", without an incref (torch/csrc/Module.cpp at pytorch commit 00029b2949c9; its release not established); the
     SafePyObject decrefs once when the thread's C++ TLS map dies (thread exit) or the key is
     stashed again. So when a thread that stashed exits, the object loses a reference it never
     got: cudagraph_trees' per-thread dicts, owned only by that thread's `local`, are freed twice

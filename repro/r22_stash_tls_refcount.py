@@ -16,8 +16,9 @@ Trigger: --threads threads each stash one shared object and exit; compare its re
   --churn N, what it costs: short-lived threads stash their own dicts beside N allocating
   threads (a race between the freed dict's reuse and the thread's C++ destructor); on a torch
   whose stash takes its reference, --emulate-steal makes it behave as the reading predicts.
-Affected versions: read in the source up to the 2.9 era; torch 2.13 (CPU) keeps a reference of
-  its own (NOT REPRODUCED here); 2.11 (the H200's): to be measured by this script.
+Affected versions: the source read (torch/csrc/Module.cpp at pytorch commit 00029b2949c9, its
+  release not established); torch 2.13 (CPU) keeps a reference of its own (NOT REPRODUCED
+  here); 2.11 (the H200's): to be measured by this script.
 Fix: stash-incref (dflash.fixes: wraps the stash and adds the missing reference when the
   refcount did not rise; a no-op where the binding increfs).
 Upstream: PR #89169 (the stash API), #126934 ("TLS is gc'd between unit test cudagraph runs"),
@@ -123,7 +124,7 @@ def settle(count, base, want, timeout_s=5.0):
 
 
 def emulate_steal(torch):
-    """This torch's stash as the binding reads in the 2.9-era source: holding a reference it
+    """This torch's stash as the binding reads in that source: holding a reference it
     never took (the one this torch's stash took, if it took one, is dropped at once)."""
     real = torch._C._stash_obj_in_tls
 
