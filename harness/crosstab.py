@@ -25,8 +25,6 @@ from pathlib import Path
 from harness import families, stats
 from harness.outcome import TrialResult
 
-UNCOUNTED = ("resource", "timeout", "harness_error")
-
 
 class CrosstabError(ValueError):
     """Bad input: one line, exit 2."""
@@ -62,16 +60,17 @@ def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: 
     """One row per store with any counted trial, then `total` when there are several."""
     from scipy.stats import fisher_exact
 
+    from harness.report import split_cell   # here, not at import: the CLI builds every parser
+
     counts = []
     for name, records in loaded:
         c = [0, 0, 0, 0]   # k_with, n_with, k_without, n_without
         for r in records:
-            if r.replay_of is not None or r.outcome.value in UNCOUNTED:
+            if r.replay_of is not None or not r.outcome.counts_as_trial:
                 continue
             if cells and not any(fnmatch.fnmatchcase(r.cell, g) for g in cells):
                 continue
-            strategy = r.cell.split(":", 1)[-1].split("@", 1)[0]
-            side = 0 if holds(strategy, fix) else 2
+            side = 0 if holds(split_cell(r.cell)[1], fix) else 2
             c[side + 1] += 1
             if r.outcome.is_failure and (wanted is None or families.family(r.signature_summary) in wanted):
                 c[side] += 1
@@ -105,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_crosstab(opts: argparse.Namespace) -> int:
-    from harness.report import default_stores
+    from harness.report import default_stores, split_cell
     from harness.store import Store
 
     names = [f.strip() for arg in opts.family for f in arg.split(",") if f.strip()]
@@ -118,7 +117,7 @@ def cmd_crosstab(opts: argparse.Namespace) -> int:
         if not (d / "trials.jsonl").is_file():
             raise CrosstabError(f"no result store at {d} (no trials.jsonl)")
     loaded = [(d.name, Store(d).load()) for d in dirs]
-    seen = {r.cell.split(":", 1)[-1].split("@", 1)[0] for _, rs in loaded for r in rs}
+    seen = {split_cell(r.cell)[1] for _, rs in loaded for r in rs}
     if not any(holds(s, opts.fix) for s in seen):
         raise CrosstabError(f"no stored trial's strategy holds {opts.fix!r}")
     cells = [g.strip() for arg in opts.cells for g in arg.split(",") if g.strip()]

@@ -3,7 +3,6 @@ does not (torch 2.13's), and that stash-incref balances the stealing one."""
 
 from __future__ import annotations
 
-import ctypes
 import runpy
 import sys
 from pathlib import Path
@@ -21,21 +20,12 @@ def _main(monkeypatch, capsys, *argv):
 
 
 @pytest.fixture
-def stealing_stash(monkeypatch):
-    """The binding as read in torch/csrc/Module.cpp: a holder that steals a reference nobody
-    gave it. Emulated over this torch's stash by dropping the reference it took, if it took one."""
+def restore_stash(monkeypatch):
+    """--emulate-steal and --fix stash-incref replace torch._C._stash_obj_in_tls in this process:
+    recorded here, so that teardown puts the real one back."""
     import torch
 
-    real = torch._C._stash_obj_in_tls
-
-    def stash(key, obj):
-        before = sys.getrefcount(obj)
-        real(key, obj)
-        if sys.getrefcount(obj) > before:
-            ctypes.pythonapi.Py_DecRef(ctypes.py_object(obj))
-
-    monkeypatch.setattr(torch._C, "_stash_obj_in_tls", stash)   # restored, stash-incref's wrap too
-    return stash
+    monkeypatch.setattr(torch._C, "_stash_obj_in_tls", torch._C._stash_obj_in_tls)
 
 
 def test_this_torch_keeps_its_own_reference(monkeypatch, capsys):
@@ -48,14 +38,16 @@ def test_this_torch_keeps_its_own_reference(monkeypatch, capsys):
 
 
 def test_a_stealing_stash_loses_one_reference_per_thread_and_stash_incref_gives_them_back(
-        monkeypatch, capsys, stealing_stash):
-    rc, last = _main(monkeypatch, capsys, "--threads", "3")
+        monkeypatch, capsys, restore_stash):
+    # --emulate-steal: the binding as read in torch/csrc/Module.cpp, a holder that steals a
+    # reference nobody gave it, emulated over this torch's stash.
+    rc, last = _main(monkeypatch, capsys, "--threads", "3", "--emulate-steal")
     assert rc == 1 and last.startswith("WRONG_RESULT: stash-tls-refcount: 3 reference(s) lost over 3 "
                                        "thread exits (the stash took [0] per call)")
     from harness.families import family
 
     assert family(last) == "stash-refcount"
-    rc, last = _main(monkeypatch, capsys, "--threads", "3", "--fix", "stash-incref")
+    rc, last = _main(monkeypatch, capsys, "--threads", "3", "--emulate-steal", "--fix", "stash-incref")
     assert rc == 0 and last.startswith("NOT REPRODUCED (the stash took [1] reference per call")
 
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from harness.crosstab import holds  # noqa: E402
 from harness.families import family  # noqa: E402
+from harness.report import split_cell  # noqa: E402
 from harness.store import Store  # noqa: E402
 
 DUMP = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$", re.M)
@@ -40,7 +42,7 @@ def main(argv: list[str]) -> int:
             starts = [m.start() for m in DUMP.finditer(out)]
             blocks = [out[a:b] for a, b in zip(starts, [*starts[1:], len(out)])]
             prog = PROGRESS.findall(out)
-            stash = "yes" if "cstash-tls-init" in r.cell else "no"
+            stash = "yes" if holds(split_cell(r.cell)[1], "cstash-tls-init") else "no"
             print(f"| `{r.trial_id}` | {stash} | {'/'.join(prog[-1]) if prog else '-'} | {len(blocks)} | "
                   f"{'yes' if any('dflash/prefetch.py' in b for b in blocks) else 'no'} |")
     return 0
