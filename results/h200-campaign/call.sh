@@ -107,10 +107,10 @@ run_phase() {
            echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
     bench:*) # bench:PRESET:FIXES[:MODE[:GPUS]]: one campaign cell alone on the GPU (its GPU busy fraction);
            # GPUS (>= 4) runs it in the seed topology on that many GPUs, as gpu-topology-4's trials (issue 6)
-           IFS=: read -r _ bp bf bm bg <<< "$phase"; s=$(date +%s); bn=bench-$bp-${bf:-raw}-${bm:-reduce-overhead}${bg:+-${bg}gpu}
-           topo=(); [ -n "$bg" ] && mapfile -t topo < <(python3 -c 'import sys
+           IFS=: read -r _ bp bf bm bgpu <<< "$phase"; s=$(date +%s); bn=bench-$bp-${bf:-raw}-${bm:-reduce-overhead}${bgpu:+-${bgpu}gpu}
+           topo=(); [ -n "$bgpu" ] && mapfile -t topo < <(python3 -c 'import sys
 from harness.presets import topology_sets
-for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bg")
+for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-$bp --steps 60 --rounds 1 --set fixes=$bf \
              --set compile.mode=${bm:-reduce-overhead} "${topo[@]}" > "$X/$bn.out" 2> "$X/$bn.err"
            echo "bench $bp $bf rc=$? $(( $(date +%s) - s ))s"; cat "$X/$bn.out"; grep -v "^train:" "$X/$bn.err" | tail -n 8 ;;
