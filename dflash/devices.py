@@ -96,7 +96,18 @@ def bind_thread(device: torch.device) -> None:
         torch.cuda.set_device(device)
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for queued work on `device` (no-op on CPU)."""
-    if device.type == "cuda":
+def synchronize(device: torch.device, stream_only: bool = False) -> None:
+    """Wait for queued work on `device` (no-op on CPU); with `stream_only`, for this thread's
+    current stream on it only.
+
+    A device-wide synchronize while another thread captures a CUDA graph on the device fails with
+    `operation not permitted when stream is capturing`, whatever the capture's mode (NVIDIA/
+    TensorRT#2888; cudagraph trees capture with "thread_local", PR #107407). The current stream is
+    never the capture stream (a pool stream, non-blocking), so waiting on it only is legal
+    (the `stream-sync` fix, repro r23)."""
+    if device.type != "cuda":
+        return
+    if stream_only:
+        torch.cuda.current_stream(device).synchronize()
+    else:
         torch.cuda.synchronize(device)

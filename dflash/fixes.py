@@ -138,6 +138,24 @@ class TargetHookTaps(Policy):
     upstream = ("transformers#44614",)
 
 
+class StreamSync(Policy):
+    """Policy: a target thread waits for its forward on its own current stream, not the device.
+
+    The target loop synchronizes before handing the hidden states over; device-wide, that fails
+    with `operation not permitted when stream is capturing` whenever a drafter thread is recording
+    a cudagraph on the same device, whatever the capture's mode (F1d's message; NVIDIA/
+    TensorRT#2888). A global lock does not cover it: the lock is around compiled calls and the
+    synchronize comes after the target's forward leaves it (H200, launch-bound,
+    global-lock+cstash-tls-init+cublas-handle-init+stash-incref: 1/29 stressed trials, REPORT.md
+    ninth session). Repro r23. cudagraph trees capture on a pool stream ("thread_local" mode,
+    PR #107407), never the thread's current one, so the stream wait is legal beside a capture.
+    """
+
+    name = "stream-sync"
+    targets = ("F1d",)
+    upstream = ("#107407", "NVIDIA/TensorRT#2888")
+
+
 def _cudagraph_trees() -> Any:
     # Imports on CPU builds too (cpu-experiments exp 4); the import runs the TLS init for the
     # importing thread only, which is the root of F1.
@@ -416,6 +434,7 @@ FIXES: dict[str, Fix] = {
         TargetHookTaps(),
         CudagraphLock(),
         StashIncref(),
+        StreamSync(),
     )
 }
 

@@ -61,7 +61,12 @@ class TargetForwardLoop:
             self.fs.note("target-hook-taps")
         fault_point("target.after_forward")
         # synchronize (not an event): the drafter thread reads `context` on another stream.
-        synchronize(device)
+        # Device-wide unless stream-sync: a drafter capturing on this device makes the device-wide
+        # one fail (launch-bound, global-lock cell, 1/29 on the H200: REPORT.md ninth session).
+        stream_only = self.fs.active("stream-sync")
+        synchronize(device, stream_only=stream_only)
+        if stream_only:
+            self.fs.note("stream-sync")
         return HiddenBatch(tokens=tb, context=context)
 
     def run(self, n: int) -> None:

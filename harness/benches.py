@@ -60,7 +60,8 @@ def strategy_of(phase: str) -> tuple[str, str]:
     if (len(parts) < 3 or len(parts) > 5 or parts[0] != "bench" or not parts[1]
             or (len(parts) == 5 and not parts[4].isdigit())):
         raise BenchError(f"not a bench phase: {phase!r} (want bench:PRESET:FIXES[:MODE[:GPUS]])")
-    preset, fixes = parts[1], parts[2]
+    # `--set fixes=` takes commas, the campaign's cells join with `+`: one name for one cell.
+    preset, fixes = parts[1], parts[2].replace(",", "+")
     mode = parts[3] if len(parts) > 3 and parts[3] else DEFAULT_MODE
     if mode == "none":
         return preset, "eager"

@@ -42,7 +42,11 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("capture", r"operation not permitted when stream is capturing|previous error during capture"
                 r"|dependency created on uncaptured work|cuda-rng-offset-outside-capture",
      "one thread's CUDA call while another thread captures (F1c, F1d)"),
-    ("F9", r"cudagraph-input-deallocated", "activation checkpointing under cudagraphs"),
+    # The trainer has no checkpointing, yet one gpu-bound trial of a shared-tree cell (no
+    # graph-isolation; H200 call 20) raised the same message: another thread freed a tensor the
+    # tree was recording with. One message, two causes: the family names both.
+    ("F9", r"cudagraph-input-deallocated",
+     "an input freed during a cudagraph recording: activation checkpointing (F9), or another thread's frees in a shared tree"),
     # repro r22's measurement, not a crash: each thread exit after a C stash took a reference the
     # stash never got (a later double free; the hypothesis behind cstash-tls-init's segfaults).
     ("stash-refcount", r"stash-tls-refcount", "torch._C._stash_obj_in_tls keeps a reference it did not take (r22)"),

@@ -17,12 +17,12 @@
 - `gpu-campaign`: the H200 matrix (issue 5): dflash presets gpu-launch-bound and gpu-gpu-bound
   compiled with reduce-overhead, 2 target + 3 drafter threads on one GPU, 21 strategies (raw, each
   fix, combinations, no cudagraphs = compile.mode default alone and with two fixes, eager =
-  compile.mode none), each without and with the dflash-stages scheduler plan: 84 cells x 10
+  compile.mode none), each without and with the dflash-stages scheduler plan: 92 cells x 10
   trials (eager's fixed at 10), 12 slots per GPU (a gpu-bound trial takes 6), short runs
   (CAMPAIGN_STEPS). Trials go round-robin over the cells and the store resumes, so `--max-time`
   cuts and later calls continue with every cell at a similar n. A cell stops after
   CAMPAIGN_MAX_FAILURES failures: it cannot be recommended, and its trials go to cells that can.
-- `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, r20, r21 (and r22, the C stash's refcount on 2.11), raw and under the fixes their
+- `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, r20, r21, r23 (and r22, the C stash's refcount on 2.11), raw and under the fixes their
   docstrings name, each without and with the compile-chaos plan, 10 trials, 6 at a time per GPU.
 - `gpu-topology` / `gpu-topology-4` (issue 6): the gpu-campaign matrix with the seed trainer's
   thread and device plan, 5 target threads + 3 drafter threads with one GPU per drafter
@@ -150,6 +150,14 @@ GPU_FIX_STRATEGIES = (
     # segfaulting and the global-lock one may be the first clean CUDA-graph configuration.
     "global-lock+cstash-tls-init+cublas-handle-init+stash-incref",
     "cstash-tls-init+cudagraph-lock+cublas-handle-init+stash-incref",
+    # With stash-incref no native crash in 44 one-GPU trials, but the global-lock cell failed 1/29:
+    # a target thread's device-wide synchronize beside a drafter's capture (REPORT.md, ninth
+    # session; repro r23). stream-sync waits on the target's own stream. The second cell is the
+    # lock-free candidate: per-thread graphs (the shared tree freed an input mid-recording), the
+    # backward on the drafter's thread (G2 hung the cudagraph-lock cells) and the narrow lock.
+    "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync",
+    "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd+stash-incref"
+    "+stream-sync",
 )
 
 CAMPAIGN_NO_CUDAGRAPHS_FIXES = ("single-thread-autograd", "global-lock")
@@ -303,6 +311,9 @@ GPU_REPRO_FIXES = {
     # Not a GPU script: the C stash's refcount across thread exits (r22), here to measure the
     # H200's torch 2.11, which the CPU box lacks (2.13 is balanced); stash-incref must hold.
     "r22_stash_tls_refcount": ("stash-incref",),
+    # The trainer's 1/29 in the global-lock cell (H200 call 21): a device-wide synchronize beside
+    # another thread's recording. global-lock is the expected negative (the wait is outside it).
+    "r23_device_sync_during_capture": ("stream-sync", "global-lock"),
 }
 
 

@@ -49,6 +49,9 @@ def test_a_calls_log_gives_one_record_per_bench_phase_with_the_call():
     ("bench:gpu-bound:cstash-tls-init", ("gpu-bound", "cstash-tls-init")),   # call.sh's reduce-overhead
     ("bench:gpu-bound:", ("gpu-bound", "raw")),
     ("bench:launch-bound:global-lock:default:4", ("launch-bound", "no-cudagraphs+global-lock")),
+    # call 21: --set fixes= takes commas; the cell is named with +
+    ("bench:launch-bound:global-lock,cstash-tls-init,stash-incref",
+     ("launch-bound", "global-lock+cstash-tls-init+stash-incref")),
 ])
 def test_phases_name_strategies_as_the_campaign_cells_do(phase, expected):
     assert benches.strategy_of(phase) == expected
