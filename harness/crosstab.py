@@ -7,7 +7,8 @@ matrices that a new failure face raises: is it the fix itself? On the H200 the n
 (families segv, segv-gc, pybind-dealloc) fell almost only on trials whose strategy held
 cstash-tls-init (REPORT.md, eighth session), the pointer to repro r22. Per store and in total:
 k/n of trials whose failure is in the families (all failures without --family), with the fix and
-without, 95% Wilson intervals and the one-sided Fisher p that the fix's trials fail more often.
+without, 95% Wilson intervals and the one-sided Fisher p both ways: that the fix's trials fail more
+often (is the fix the cause?) and less often (does the fix answer it? stash-incref, ninth session).
 Trials that ran out of memory, timed out or hit a harness error, and replays, are left out, as in
 the matrix tables. A count says which trials failed, not why: cells without the fix may have died
 of something else first (say so where it matters).
@@ -39,6 +40,8 @@ class Row:
     n_without: int
     p_more: float | None
     """One-sided Fisher p that trials with the fix fail (in the families) more often."""
+    p_less: float | None = None
+    """One-sided Fisher p that they fail less often."""
 
     def line(self) -> str:
         def part(k: int, n: int) -> str:
@@ -47,8 +50,11 @@ class Row:
             ci = stats.wilson(k, n)
             return f"{k}/{n} [{100 * ci.low:.0f}%, {100 * ci.high:.0f}%]"
 
-        p = "-" if self.p_more is None else f"{self.p_more:.2g}"
-        return f"| {self.store} | {part(self.k_with, self.n_with)} | {part(self.k_without, self.n_without)} | {p} |"
+        def p(value: float | None) -> str:
+            return "-" if value is None else f"{value:.2g}"
+
+        return (f"| {self.store} | {part(self.k_with, self.n_with)} | {part(self.k_without, self.n_without)} "
+                f"| {p(self.p_more)} | {p(self.p_less)} |")
 
 
 def holds(strategy: str, fix: str) -> bool:
@@ -80,18 +86,20 @@ def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: 
         counts.append(("total", [sum(c[i] for _, c in counts) for i in range(4)]))
     out = []
     for name, (kw, nw, ko, no) in counts:
-        p = None
+        more = less = None
         if nw and no:
-            p = float(fisher_exact([[kw, nw - kw], [ko, no - ko]], alternative="greater").pvalue)
-        out.append(Row(store=name, k_with=kw, n_with=nw, k_without=ko, n_without=no, p_more=p))
+            more = float(fisher_exact([[kw, nw - kw], [ko, no - ko]], alternative="greater").pvalue)
+            less = float(fisher_exact([[kw, nw - kw], [ko, no - ko]], alternative="less").pvalue)
+        out.append(Row(store=name, k_with=kw, n_with=nw, k_without=ko, n_without=no, p_more=more, p_less=less))
     return out
 
 
 def table(fix: str, wanted: frozenset[str] | None, found: Sequence[Row]) -> str:
     what = ", ".join(sorted(wanted)) if wanted else "any failure"
     return "\n".join([f"Trials failing with {what}, by whether the strategy holds `{fix}` "
-                      "(k/n, 95% Wilson; p: one-sided Fisher, more often with the fix):", "",
-                      f"| store | with {fix} | without | p |", "|---|---|---|---|", *(r.line() for r in found)])
+                      "(k/n, 95% Wilson; p: one-sided Fisher that trials with the fix fail more often, less often):",
+                      "", f"| store | with {fix} | without | p more | p less |", "|---|---|---|---|---|",
+                      *(r.line() for r in found)])
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

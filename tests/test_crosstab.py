@@ -44,6 +44,8 @@ def test_counts_split_by_whether_the_strategy_holds_the_fix(tmp_path, capsys):
     assert (rows["b"]["k_with"], rows["b"]["n_with"], rows["b"]["k_without"], rows["b"]["n_without"]) == (0, 1, 0, 1)
     assert (rows["total"]["k_with"], rows["total"]["n_with"]) == (2, 4)
     assert 0 < rows["total"]["p_more"] < 1
+    # 2/4 with against 1/3 without: more often with the fix, so "less often" is the weaker claim.
+    assert rows["total"]["p_less"] > rows["total"]["p_more"]
     # Without --family every failure counts (raw's F1 too); --cells narrows the trials.
     assert main(["crosstab", "cstash-tls-init", "--store", a, "--cells", "lb:*", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["rows"]
@@ -51,6 +53,18 @@ def test_counts_split_by_whether_the_strategy_holds_the_fix(tmp_path, capsys):
     assert main(["crosstab", "cstash-tls-init", "--store", a]) == 0
     out = capsys.readouterr().out
     assert "| a | 2/3 [" in out and "by whether the strategy holds `cstash-tls-init`" in out
+    assert "| store | with cstash-tls-init | without | p more | p less |" in out
+
+
+def test_p_less_answers_whether_a_fix_stops_a_failure(tmp_path, capsys):
+    # The shape of the H200's stash-incref question: 0/12 with the fix against 9/25 without.
+    rows = [("lb:cstash-tls-init+stash-incref@-", Outcome.OK, None)] * 12
+    rows += [("lb:cstash-tls-init@-", Outcome.ABORT, SEGV)] * 9 + [("lb:cstash-tls-init@-", Outcome.OK, None)] * 16
+    d = _store(tmp_path, "s", rows)
+    assert main(["crosstab", "stash-incref", "--family", "segv-gc", "--store", str(d), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert (row["k_with"], row["n_with"], row["k_without"], row["n_without"]) == (0, 12, 9, 25)
+    assert row["p_more"] == 1.0 and row["p_less"] < 0.05
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
