@@ -329,9 +329,10 @@ class StashIncref(Fix):
     (repro r22), and the heap corruption surfaces later as a native crash anywhere (families
     segv and segv-gc). The hypothesis behind the heap corruption of cstash-tls-init's cells: they
     stash in every pipeline thread, and the prefetch and target threads exit before the drafters
-    finish (REPORT.md, eighth session). The wrapper measures each call: when obj's refcount did not
-    rise, it adds the missing reference (Py_IncRef); where the binding increfs (2.13, measured)
-    it does nothing. Patched once per process, by the first thread that starts; FixSet runs it
+    finish (REPORT.md, eighth session; r22 confirmed the lost reference on the H200's 2.11, 20/20,
+    ninth session). The patch measures the binding once, on a private probe object: if it keeps a
+    reference it did not take, every stash gets one first (Py_IncRef); where the binding increfs
+    (2.13, measured) the binding stays as it is. Patched once per process, by the first thread that starts; FixSet runs it
     before the other fixes so that their imports of cudagraph_trees (whose module body stashes)
     go through it. PR #89169 (the stash), #126934 (stashed TLS "gc'd"), PR #180295.
     """
@@ -347,15 +348,49 @@ class StashIncref(Fix):
         return _patch_once(torch._C, "_stash_obj_in_tls", _balanced_stash, self.name)
 
 
-def _balanced_stash(stash: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+_STASH_PROBES: list[Any] = []
+"""Objects stashed once to measure a binding (kept alive: a stealing binding drops a reference to
+each when the probing thread exits, and the probe gives it one to drop)."""
+
+
+def _stash_steals(stash: Callable[[str, Any], None]) -> bool:
+    """Whether `stash` keeps a reference it did not take, measured on a fresh object no other thread
+    can reach. Measuring each call on the object being stashed would race: another thread's stash
+    or exit moves a shared object's count between the two readings (r22's compile-chaos runs on
+    the H200 read "[-1, 0]" for that reason, ninth session)."""
     import ctypes
     import sys
 
+    probe = type("StashProbe", (), {})()
+    _STASH_PROBES.append(probe)
+    before = sys.getrefcount(probe)
+    stash(f"dflash_stash_probe_{len(_STASH_PROBES)}", probe)
+    steals = sys.getrefcount(probe) == before
+    if steals:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(probe))
+    return steals
+
+
+def _balanced_stash(stash: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+    import ctypes
+
+    if not _stash_steals(stash):
+        # The binding takes its own reference (2.13): nothing to add. Still a wrapper, which carries
+        # the patch's mark so that the probe runs once per process.
+        def stash_as_is(key: str, obj: Any) -> None:
+            stash(key, obj)
+
+        return stash_as_is
+
     def balanced_stash(key: str, obj: Any) -> None:
-        before = sys.getrefcount(obj)
-        stash(key, obj)
-        if sys.getrefcount(obj) == before:      # the binding kept a reference it did not take
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+        # The reference the binding keeps: taken before the call, so that nothing between the call
+        # and an incref after it can see the count short.
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+        try:
+            stash(key, obj)
+        except BaseException:
+            ctypes.pythonapi.Py_DecRef(ctypes.py_object(obj))
+            raise
 
     return balanced_stash
 
