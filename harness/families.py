@@ -45,6 +45,10 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     # The trainer has no checkpointing, yet one gpu-bound trial of a shared-tree cell (no
     # graph-isolation; H200 call 20) raised the same message: another thread freed a tensor the
     # tree was recording with. One message, two causes: the family names both.
+    # r12's face on the H200 (legacy cudagraphify's static-input assert, 2.11 compile_fx.py line
+    # 1966): `other` in gpu-repros until the ninth session, 29 of 29 r12 failures.
+    ("F11", r"AssertionError in .* at torch\._inductor\.compile_fx:run < torch\._inductor\.utils:run",
+     "legacy (non-tree) cudagraphs: a second instance's parameters break a graph's static inputs"),
     ("F9", r"cudagraph-input-deallocated",
      "an input freed during a cudagraph recording: activation checkpointing (F9), or another thread's frees in a shared tree"),
     # repro r22's measurement, not a crash: each thread exit after a C stash took a reference the
