@@ -53,6 +53,9 @@ def test_hang_families_and_the_unknown():
     assert family("hang: MainThread@dflash.pipeline:run, autograd-device@torch._inductor.compile_fx:"
                   "compile_fx_backward, dflash-train@torch.autograd.graph:_engine_run_backward") == "G2"
     assert family("hang: a@x:lock_a, b@x:lock_b") == "hang"
+    assert family("AttributeError in repro-train at torch._inductor.cudagraph_trees:check_refcount < torch._inductor."
+                  "cudagraph_trees:expired < torch._inductor.cudagraph_trees:__call__: 'NoneType' object has no "
+                  "attribute '_use_count'") == "F1c"
     assert family("ValueError in worker at crash:load_batch") == "other"
     assert family(None) == "?"
     assert all(DESCRIPTIONS.values())
