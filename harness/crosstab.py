@@ -1,6 +1,7 @@
 """Does a fix go with a failure family? Every stored trial split by whether its strategy holds the fix.
 
-    python -m harness crosstab FIX [--family NAME ...] [--cells GLOB ...] [--store DIR ...] [--json]
+    python -m harness crosstab FIX [--family NAME ...] [--cells GLOB ...] [--without FIX ...] [--store DIR ...]
+                                   [--json]
 
 A matrix table answers "how often did this cell fail"; this answers the question across cells and
 matrices that a new failure face raises: is it the fix itself? On the H200 the native crashes
@@ -62,8 +63,9 @@ def holds(strategy: str, fix: str) -> bool:
 
 
 def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: frozenset[str] | None,
-         cells: Sequence[str] = ()) -> list[Row]:
-    """One row per store with any counted trial, then `total` when there are several."""
+         cells: Sequence[str] = (), without: Sequence[str] = ()) -> list[Row]:
+    """One row per store with any counted trial, then `total` when there are several; trials whose
+    strategy holds a fix of `without` are left out."""
     from scipy.stats import fisher_exact
 
     from harness.report import split_cell   # here, not at import: the CLI builds every parser
@@ -76,7 +78,10 @@ def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: 
                 continue
             if cells and not any(fnmatch.fnmatchcase(r.cell, g) for g in cells):
                 continue
-            side = 0 if holds(split_cell(r.cell)[1], fix) else 2
+            strategy = split_cell(r.cell)[1]
+            if any(holds(strategy, w) for w in without):
+                continue
+            side = 0 if holds(strategy, fix) else 2
             c[side + 1] += 1
             if r.outcome.is_failure and (wanted is None or families.family(r.signature_summary) in wanted):
                 c[side] += 1
@@ -107,6 +112,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", action="append", default=[],
                    help="count only failures of these families (harness.families; repeat or comma-separate)")
     p.add_argument("--cells", action="append", default=[], metavar="GLOB", help="only trials of matching cells")
+    p.add_argument("--without", action="append", default=[], metavar="FIX",
+                   help="leave out trials whose strategy holds FIX (repeat or comma-separate): e.g. a "
+                        "count as it stood before a fix's cells ran")
     p.add_argument("--store", action="append", help="store folder(s) (default: results/*)")
     p.add_argument("--json", action="store_true")
 
@@ -129,7 +137,10 @@ def cmd_crosstab(opts: argparse.Namespace) -> int:
     if not any(holds(s, opts.fix) for s in seen):
         raise CrosstabError(f"no stored trial's strategy holds {opts.fix!r}")
     cells = [g.strip() for arg in opts.cells for g in arg.split(",") if g.strip()]
-    found = rows(loaded, opts.fix, wanted, cells)
+    without = [f.strip() for arg in opts.without for f in arg.split(",") if f.strip()]
+    if opts.fix in without:
+        raise CrosstabError(f"--without {opts.fix} leaves no trial with the fix")
+    found = rows(loaded, opts.fix, wanted, cells, without)
     if opts.json:
         print(json.dumps({"fix": opts.fix, "families": sorted(wanted) if wanted else None,
                           "rows": [asdict(r) for r in found]}, indent=2))

@@ -65,13 +65,20 @@ def test_p_less_answers_whether_a_fix_stops_a_failure(tmp_path, capsys):
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert (row["k_with"], row["n_with"], row["k_without"], row["n_without"]) == (0, 12, 9, 25)
     assert row["p_more"] == 1.0 and row["p_less"] < 0.05
+    # --without: the count as it stood before the fix's cells ran (only trials without it left).
+    assert main(["crosstab", "cstash-tls-init", "--family", "segv-gc", "--store", str(d), "--without",
+                 "stash-incref", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert (row["k_with"], row["n_with"], row["n_without"]) == (9, 25, 0)
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     a, _ = _stores(tmp_path)
     for argv, msg in ((["crosstab", "no-such-fix", "--store", a], "no stored trial's strategy holds"),
                       (["crosstab", "cstash-tls-init", "--family", "segv,nope", "--store", a], "unknown family 'nope'"),
-                      (["crosstab", "cstash-tls-init", "--store", str(tmp_path / "missing")], "no result store")):
+                      (["crosstab", "cstash-tls-init", "--store", str(tmp_path / "missing")], "no result store"),
+                      (["crosstab", "cstash-tls-init", "--without", "cstash-tls-init", "--store", a],
+                       "leaves no trial with the fix")):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and msg in err[0]
