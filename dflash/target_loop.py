@@ -65,7 +65,7 @@ class TargetForwardLoop:
         # one fail (launch-bound, global-lock cell, 1/29 on the H200: REPORT.md ninth session).
         stream_only = self.fs.active("stream-sync")
         synchronize(device, stream_only=stream_only)
-        if stream_only:
+        if stream_only and device.type == "cuda":     # on CPU there is no wait to change
             self.fs.note("stream-sync")
         return HiddenBatch(tokens=tb, context=context)
 

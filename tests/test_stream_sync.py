@@ -44,6 +44,15 @@ def test_the_loop_asks_for_the_wait_the_fix_says(monkeypatch, fixes, stream_only
     assert fs.counts.get("stream-sync", 0) == (1 if stream_only else 0)
 
 
+def test_on_cpu_the_fix_does_not_count_as_acting(monkeypatch):
+    monkeypatch.setattr(target_loop, "synchronize", lambda device, stream_only=False: None)
+    fs = FixSet.from_names(["stream-sync"])
+    loop = _loop(fs)
+    loop.devices = (torch.device("cpu"),)
+    loop.forward(0, lambda ids, mask, layers: ids.float(), _batch())
+    assert fs.counts["stream-sync"] == 0
+
+
 def test_synchronize_waits_on_the_current_stream_only_when_asked(monkeypatch):
     seen = []
     stream = types.SimpleNamespace(synchronize=lambda: seen.append("stream"))
