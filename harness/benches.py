@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.recommend import serialised
 from harness.store import write_atomic
 
 BLOCK = "benches"
@@ -146,7 +147,7 @@ def body(benches: Sequence[Bench], sources: Sequence[str]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for b in sorted(benches, key=lambda b: (b.call or 0, b.preset, b.gpus, b.strategy)):
         peers = [p for p in benches if p.call == b.call and p.preset == b.preset and p.gpus == b.gpus]
-        locks = [p for p in peers if "global-lock" in p.strategy.split("+") and p.tokens_steady]
+        locks = [p for p in peers if serialised(p.strategy) and p.tokens_steady]
         lock = max(locks, key=lambda p: p.tokens_steady) if locks else None
         eager = next((p for p in peers if p.strategy == "eager"), None)
         tok = "-" if b.tokens_steady is None else f"{b.tokens_steady:.0f}"

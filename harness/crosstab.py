@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness import families, stats
 from harness.outcome import TrialResult
+from harness.recommend import holds
 
 
 class CrosstabError(ValueError):
@@ -56,10 +57,6 @@ class Row:
 
         return (f"| {self.store} | {part(self.k_with, self.n_with)} | {part(self.k_without, self.n_without)} "
                 f"| {p(self.p_more)} | {p(self.p_less)} |")
-
-
-def holds(strategy: str, fix: str) -> bool:
-    return fix in strategy.split("+")
 
 
 def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: frozenset[str] | None,

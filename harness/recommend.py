@@ -44,9 +44,15 @@ range: trials that share a GPU move with their neighbours (gpu-campaign, 2026-11
 cell ran 9,882-42,922 tokens/s), and a ratio of two such medians is a hint, not a cost."""
 
 
+def holds(strategy: str, fix: str) -> bool:
+    """Whether a `+`-joined strategy name holds `fix` (a whole name: `cstash-tls-init-like` does not
+    hold `cstash-tls-init`). The one reading of strategy names for recommend, benches and crosstab."""
+    return fix in strategy.split("+")
+
+
 def serialised(strategy: str) -> bool:
     """Whether the strategy holds the process-wide lock around every compiled call."""
-    return LOCK in strategy.split("+")
+    return holds(strategy, LOCK)
 
 
 @dataclass(kw_only=True, slots=True)
