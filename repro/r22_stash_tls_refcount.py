@@ -139,6 +139,10 @@ def emulate_steal(torch):
     torch._C._stash_obj_in_tls = stealing_stash
 
 
+CHURN_JOIN_S = 30.0
+"""Deadline for the churn threads once the stashing threads are done."""
+
+
 def churn_run(torch, fs, args):
     """What the refcount costs: --threads short-lived threads, one after another, each stash its
     own thread-local dicts as cudagraph_trees and cstash-tls-init do, and exit, while --churn
@@ -172,8 +176,15 @@ def churn_run(torch, fs, args):
         errors.update(run_threads({f"repro-stash-{i}": short_lived}, deadline_s=30))
     time.sleep(0.5)  # the last threads' C++ destructors run after join()
     stop.set()
+    end = time.monotonic() + CHURN_JOIN_S
     for t in churners:
-        t.join(timeout=30)
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in churners):
+        # A churn thread stuck past its deadline (a corrupted heap can deadlock as well as crash):
+        # say so with every stack, as run_threads does, instead of hanging at interpreter exit.
+        print(f"HANG: churn threads still alive after {CHURN_JOIN_S} s", file=sys.stderr)
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
     if corrupt or errors:
         first = corrupt[0] if corrupt else next(iter(errors.values()))
         print(f"WRONG_RESULT: stash-tls-refcount: heap corrupted after {args.threads} thread exits "

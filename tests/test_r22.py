@@ -62,3 +62,24 @@ def test_churn_mode_survives_with_stash_incref_over_an_emulated_stealing_stash()
     assert proc.stdout.strip().splitlines()[-1].startswith("NOT REPRODUCED (survived 100 stashing thread exits")
     bad = subprocess.run([sys.executable, str(SCRIPT), "--churn", "-1"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--churn >= 0" in bad.stderr
+
+
+def test_a_churn_thread_stuck_past_its_deadline_is_a_hang_with_every_stack():
+    # A corrupted heap can deadlock a churn thread as well as crash it; the script must then say
+    # HANG and dump the stacks (run_threads' contract) rather than hang at interpreter exit.
+    import subprocess
+
+    code = (
+        "import gc, runpy, sys, threading, time\n"
+        "collect = gc.collect\n"
+        "gc.collect = lambda *a: time.sleep(3600) if threading.current_thread().name.startswith('repro-churn') "
+        "else collect(*a)\n"
+        f"sys.argv = [{str(SCRIPT)!r}, '--churn', '1', '--threads', '2']\n"
+        f"g = runpy.run_path({str(SCRIPT)!r}, run_name='r22')\n"
+        "g['churn_run'].__globals__['CHURN_JOIN_S'] = 1.0   # run_path returns a copy of the globals\n"
+        "sys.exit(g['main']())\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "HANG: churn threads still alive after 1.0 s" in res.stderr
+    assert 'Thread 0x' in res.stderr and "in churn" in res.stderr
