@@ -176,11 +176,17 @@ def main():
             torch.cuda.synchronize()
         finally:
             done.set()
+            started.abort()   # failed before the barrier: the sync thread stops waiting now
 
     def sync():
         fs.thread_start("sync")
         a = torch.randn(256, 512, device="cuda")
-        started.wait(timeout=120)
+        try:
+            started.wait(timeout=120)
+        except threading.BrokenBarrierError:
+            if done.is_set():
+                return        # the capture thread ended first: its error is the one to report
+            raise
         while not done.is_set():
             with fs.around_call():       # the eager work under the fixes, the wait outside (as in the trainer)
                 (a * 2).sum()
