@@ -136,9 +136,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", type=int, default=40, help="input sizes: one cudagraph recording each")
     p.add_argument("--calls", type=int, default=3, help="calls per size (warm-up, record, replay)")
+    p.add_argument("--depth", type=int, default=6,
+                   help="sin/softmax rounds in the graph: more kernels, a longer capture to land in")
     args, fs = setup(p)
-    if args.shapes < 1 or args.calls < 1:
-        print("error: --shapes and --calls must be >= 1", file=sys.stderr)
+    if args.shapes < 1 or args.calls < 1 or args.depth < 1:
+        print("error: --shapes, --calls and --depth must be >= 1", file=sys.stderr)
         return 2
     import torch
 
@@ -149,7 +151,7 @@ def main():
     done, started, hits, counts = threading.Event(), threading.Barrier(2), {}, {"syncs": 0, "recorded": 0}
 
     def body(x):
-        for _ in range(6):
+        for _ in range(args.depth):
             x = torch.sin(x) * x + x.softmax(-1)
         return x.sum(-1)
 

@@ -29,11 +29,11 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_help_lists_knobs():
     res = run("--help")
     assert res.returncode == 0, res.stderr
-    for knob in ("--shapes", "--calls", "--fix", "--switch-interval"):
+    for knob in ("--shapes", "--calls", "--depth", "--fix", "--switch-interval"):
         assert knob in res.stdout
 
 
-@pytest.mark.parametrize("args", [("--shapes", "0"), ("--calls", "0"), ("--fix", "no-such-fix")])
+@pytest.mark.parametrize("args", [("--shapes", "0"), ("--calls", "0"), ("--depth", "0"), ("--fix", "no-such-fix")])
 def test_bad_arguments_exit_2(args):
     res = run(*args)
     assert res.returncode == 2
