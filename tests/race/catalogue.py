@@ -110,3 +110,23 @@ _GPU = (
 
 CPU: dict[str, Race] = {r.id: r for r in _CPU}
 GPU: dict[str, Race] = {r.id: r for r in _GPU}
+
+ON_TORCH: dict[tuple[str, str], Race] = {
+    # A row recorded on another torch than its table's, checked in its place where that torch
+    # (major.minor) is installed: r22 measured on the H200's 2.11 through the harness runner
+    # (results/gpu-repros, calls 20 of 2026-12-01, REPORT.md ninth session), where the stash loses
+    # a reference per thread exit and stash-incref gives it back. Elsewhere the 2.13 row stands
+    # (a known negative there) and says when an upgrade brings the race back.
+    ("r22", "2.11"): Race(
+        id="r22", script="r22_stash_tls_refcount", device="CPU", family=r"stash-tls-refcount",
+        plan=None, recorded=(10, 10), fix="stash-incref", fix_recorded=(0, 10), fix_trials=10,
+        torch=GPU_TORCH, source="results/gpu-repros/trials.jsonl cells r22:raw@-, r22:stash-incref@-"),
+}
+
+
+def installed(race: Race) -> Race:
+    """The row to check on the installed torch: its ON_TORCH record if there is one, else `race`."""
+    from tests.race.racecheck import torch_version
+
+    major_minor = ".".join(torch_version().split(".")[:2])
+    return ON_TORCH.get((race.id, major_minor), race)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.store import Store
-from tests.race.catalogue import CPU, CPU_TORCH
+from tests.race.catalogue import CPU, CPU_TORCH, ON_TORCH
 
 pytestmark = pytest.mark.race
 STORE = Path(__file__).resolve().parents[2] / "results" / "catalogue-cpu"
@@ -33,3 +33,25 @@ def test_race_catalogue_counts_are_the_stores(race_id, records):
         assert counts(records, f"{race.id}:{race.fix}@{race.plan}") == race.fix_recorded
     torches = {r.torch_version for r in records if r.cell.startswith(f"{race.id}:")}
     assert torches == {CPU_TORCH}
+
+
+@pytest.mark.parametrize("key", sorted(ON_TORCH))
+def test_rows_recorded_on_another_torch_are_their_stores(key):
+    race = ON_TORCH[key]
+    store = Path(__file__).resolve().parents[2] / race.source.split()[0]
+    records = Store(store.parent).load()
+    plan = race.plan or "-"
+    assert counts(records, f"{race.id}:raw@{plan}") == race.recorded
+    assert counts(records, f"{race.id}:{race.fix}@{plan}") == race.fix_recorded
+    torches = {r.torch_version.split("+")[0] for r in records if r.cell.startswith(f"{race.id}:")}
+    assert torches == {race.torch.split("+")[0]} and race.torch.startswith(key[1] + ".")
+
+
+@pytest.mark.parametrize("version, recorded_on", [("2.11.0+cu130", "2.11.0+cu130"), ("2.11.1", "2.11.0+cu130"),
+                                                  ("2.13.0+cpu", CPU_TORCH), ("2.14.0", CPU_TORCH)])
+def test_the_installed_torch_picks_its_own_record(monkeypatch, version, recorded_on):
+    from tests.race import catalogue, racecheck
+
+    monkeypatch.setattr(racecheck, "torch_version", lambda: version)
+    assert catalogue.installed(CPU["r22"]).torch == recorded_on
+    assert catalogue.installed(CPU["r06"]) is CPU["r06"]
