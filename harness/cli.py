@@ -14,7 +14,8 @@
     python -m harness resign [--store DIR ...]
     python -m harness retire --store DIR --cells GLOB[,GLOB] --reason TEXT
     python -m harness merge SRC [SRC ...] --into DIR
-    python -m harness crosstab FIX [--family NAME ...] [--cells GLOB ...] [--store DIR ...] [--json]
+    python -m harness crosstab FIX [--family NAME ...] [--cells GLOB ...] [--without FIX ...] [--store DIR ...]
+                               [--json]
     python -m harness run SPEC.json [--artefacts DIR]
     python -m harness lift ...            (harness.lift)
 
@@ -61,6 +62,12 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
     return value
+
+
+def comma_list(values: list[str]) -> list[str]:
+    """An option given as "repeat or separate with commas" (--cells, crosstab's --family and
+    --without): every non-empty item, stripped, in order."""
+    return [item.strip() for arg in values for item in arg.split(",") if item.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,7 +240,7 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
                                   ("max_failures", opts.max_failures), ("max_time_s", opts.max_time))
                if v is not None}
     if opts.cells:
-        changes["only"] = tuple(p.strip() for arg in opts.cells for p in arg.split(",") if p.strip())
+        changes["only"] = tuple(comma_list(opts.cells))
     if opts.trials is not None:
         # The matrix default only: a group with its own count keeps it (gpu-campaign's eager
         # control stays at 10 while --trials 30 goes to the candidates; an H200 call spent 8 eager

@@ -117,10 +117,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_crosstab(opts: argparse.Namespace) -> int:
+    from harness.cli import comma_list
     from harness.report import default_stores, split_cell
     from harness.store import Store
 
-    names = [f.strip() for arg in opts.family for f in arg.split(",") if f.strip()]
+    names = comma_list(opts.family)
     unknown = [n for n in names if n not in families.DESCRIPTIONS]
     if unknown:
         raise CrosstabError(f"unknown family {unknown[0]!r}; known: {', '.join(families.DESCRIPTIONS)}")
@@ -133,8 +134,8 @@ def cmd_crosstab(opts: argparse.Namespace) -> int:
     seen = {split_cell(r.cell)[1] for _, rs in loaded for r in rs}
     if not any(holds(s, opts.fix) for s in seen):
         raise CrosstabError(f"no stored trial's strategy holds {opts.fix!r}")
-    cells = [g.strip() for arg in opts.cells for g in arg.split(",") if g.strip()]
-    without = [f.strip() for arg in opts.without for f in arg.split(",") if f.strip()]
+    cells = comma_list(opts.cells)
+    without = comma_list(opts.without)
     if opts.fix in without:
         raise CrosstabError(f"--without {opts.fix} leaves no trial with the fix")
     found = rows(loaded, opts.fix, wanted, cells, without)

@@ -30,9 +30,9 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("mix-order", r"(?:cudagraph_trees:run|output_code:__call__): shape .* is invalid for input of size",
      "Inductor's mix-order reduction slices its workspace short with dynamic shapes on 2.11 "
      "(pytorch#174379): a compiler bug, not a race"),
-    # The last two are the tree manager's state changed under a thread by another's (gpu-bound
-    # cstash-tls-init, calls 12 of 2026-11-30, where every thread shares the main thread's
-    # tree): a graph recorded on a parent that another thread's warm-up made a CUDAWarmupNode,
+    # The CUDAWarmupNode and dealloc_current_path_weakrefs alternatives are the tree manager's
+    # state changed under a thread by another's (gpu-bound cstash-tls-init, calls 12 of
+    # 2026-11-30, where every thread shares the main thread's tree): a graph recorded on a parent that another thread's warm-up made a CUDAWarmupNode,
     # and a node whose weakrefs and stack traces another thread's run left unequal in length
     # (also r04's face on the H200: two threads sharing one graph, fixture gpu_f1c_weakrefs_assert).
     ("F1c", r"cudagraph-mempool-already-recording|cudagraph pool not tracked"
@@ -45,17 +45,17 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("capture", r"operation not permitted when stream is capturing|previous error during capture"
                 r"|dependency created on uncaptured work|cuda-rng-offset-outside-capture",
      "one thread's CUDA call while another thread captures (F1c, F1d)"),
-    # The trainer has no checkpointing, yet one gpu-bound trial of a shared-tree cell (no
-    # graph-isolation; H200 call 20) raised the same message: another thread freed a tensor the
-    # tree was recording with. One message, two causes: the family names both.
     # r12's face on the H200 (legacy cudagraphify's static-input assert, 2.11 compile_fx.py line
     # 1966): `other` in gpu-repros until the ninth session, 29 of 29 r12 failures.
     ("F11", r"AssertionError in .* at torch\._inductor\.compile_fx:run < torch\._inductor\.utils:run",
      "legacy (non-tree) cudagraphs: a second instance's parameters break a graph's static inputs"),
+    # The trainer has no checkpointing, yet one gpu-bound trial of a shared-tree cell (no
+    # graph-isolation; H200 call 20) raised the same message: most likely another thread freed a
+    # tensor the tree was recording with. One message, two causes: the family names both.
     ("F9", r"cudagraph-input-deallocated",
      "an input freed during a cudagraph recording: activation checkpointing (F9), or another thread's frees in a shared tree"),
     # repro r22's measurement, not a crash: each thread exit after a C stash took a reference the
-    # stash never got (a later double free; the hypothesis behind cstash-tls-init's segfaults).
+    # stash never got (a later double free, behind cstash-tls-init's segfaults; 20/20 on 2.11).
     ("stash-refcount", r"stash-tls-refcount", "torch._C._stash_obj_in_tls keeps a reference it did not take (r22)"),
     ("F2", r"fx-trace-of-dynamo-fn", "FX's is-tracing flag is process-global (R1, R2)"),
     ("F3", r"fx-current-patcher", "FX's CURRENT_PATCHER is process-global (R3)"),

@@ -150,7 +150,7 @@ GPU_FIX_STRATEGIES = (
     # segfaulting and the global-lock one may be the first clean CUDA-graph configuration.
     "global-lock+cstash-tls-init+cublas-handle-init+stash-incref",
     "cstash-tls-init+cudagraph-lock+cublas-handle-init+stash-incref",
-    # With stash-incref no native crash in 44 one-GPU trials, but the global-lock cell failed 1/29:
+    # With stash-incref no native crash in 42 one-GPU trials, but the global-lock cell failed 1/29:
     # a target thread's device-wide synchronize beside a drafter's capture (REPORT.md, ninth
     # session; repro r23). stream-sync waits on the target's own stream. The second cell is the
     # lock-free candidate: per-thread graphs (the shared tree freed an input mid-recording), the
