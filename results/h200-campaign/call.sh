@@ -8,7 +8,7 @@
 #   warm      corpus + compile caches for gpu-default and both campaign presets (also the CUDA
 #             smoke test of the trainer); with `warm+repros` the gpu-repros matrix runs beside it
 #   repros:S  the gpu-repros matrix for at most S seconds (store results/gpu-repros, resumed)
-#   pytest[:S[:N]]  the GPU race suite through the runner, and r22's 2.11 record (tests/race/catalogue.py),
+#   pytest[:S[:N]]  the GPU race suite through the runner, r22's 2.11 record (tests/race/catalogue.py) and r23's test,
 #             for at most S seconds (240) on N pytest-xdist workers (1)
 #   default   issue 2: `python -m dflash train --preset gpu-default` alone on the GPU
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
@@ -104,8 +104,8 @@ run_phase() {
     # pytest[:S[:N]]: at most S seconds (240), N xdist workers (1). Call 26 ran 2 of its 12 tests in
     # 240 s beside a repros matrix: each test runs its trials one after another.
     pytest|pytest:*) IFS=: read -r _ ps pn <<< "$phase"; s=$(date +%s); xd=(); [ "${pn:-1}" -gt 1 ] && xd=(-n "$pn")
-            timeout -k 15 "${ps:-240}" python3 -m pytest -q -p no:cacheprovider "${xd[@]}" -m race \
-              tests/race/test_gpu_catalogue.py tests/race/test_r22_stash_tls_refcount.py \
+            timeout -k 15 "${ps:-240}" python3 -m pytest -q -p no:cacheprovider "${xd[@]}" -m "race or cuda" \
+              tests/race/test_gpu_catalogue.py tests/race/test_r22_stash_tls_refcount.py tests/test_r23.py \
               > "$X/pytest-race-cuda.txt" 2>&1; echo "pytest race+cuda rc=$? $(( $(date +%s) - s ))s"
             tail -n 15 "$X/pytest-race-cuda.txt" ;;
     default) train gpu-default --preset gpu-default --steps 120 --out /tmp/gd ;;
