@@ -102,6 +102,8 @@ def test_cells_option_selects_by_glob_and_an_unmatched_glob_is_one_line_exit_2(t
                      "launch-bound:cstash-tls-init+cudagraph-lock+cublas-handle-init+stash-incref@-",
                      "launch-bound:cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init"
                      "+single-thread-autograd+stash-incref+stream-sync@-",
+                     "launch-bound:cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init"
+                     "+single-thread-autograd+stash-incref+stream-sync+nested-fx-fallback@-",
                      "launch-bound:no-cudagraphs+single-thread-autograd@dflash-stages",
                      "launch-bound:no-cudagraphs+global-lock@dflash-stages",
                      "gpu-bound:no-cudagraphs+single-thread-autograd@dflash-stages",
