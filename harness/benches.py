@@ -24,11 +24,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import families
 from harness.recommend import serialised
+from harness.signature import crash_signature
 from harness.store import write_atomic
 
 BLOCK = "benches"
 PHASE_LINE = re.compile(r"^== phase (\S+) at \d+s$")
+RC_LINE = re.compile(r"^bench \S+ .*\brc=(\d+) \d+s$")
+"""call.sh's line after each bench: `bench PRESET FIXES rc=N SECONDSs`."""
+TIMEOUT_RCS = (124, 137)
+"""`timeout`'s exit codes: the bench ran past call.sh's limit (a hang, or a slow compile)."""
 DEFAULT_MODE = "reduce-overhead"
 """call.sh's bench phase compiles with this mode when the phase names none."""
 
@@ -53,6 +59,22 @@ class Bench:
     gpus: int = 1
     """Devices in the bench's device plan: a verdict is priced only by benches on as many GPUs as
     its workload's trials took (a 4-GPU topology cell is not costed by a one-GPU bench)."""
+    exit_code: int = 0
+    """Non-zero for a bench that died (it has no figures): a configuration that failed alone on the
+    GPU is not clean, whatever its matrix cells say (harness.recommend; REPORT.md, tenth session:
+    a cell clean at 29 stressed trials died of F2 in a bench)."""
+    signature: str | None = None
+    """The died bench's failure (harness.signature's summary of the stderr tail call.sh prints)."""
+
+    @property
+    def failed(self) -> bool:
+        """Died of an error. A bench past call.sh's limit is not counted as one: call 6's ran out of
+        time in its second round, still running (the matrix leaves TIMEOUT out of k/n alike)."""
+        return self.exit_code != 0 and not self.timed_out
+
+    @property
+    def timed_out(self) -> bool:
+        return self.exit_code in TIMEOUT_RCS
 
 
 def strategy_of(phase: str) -> tuple[str, str]:
@@ -73,22 +95,64 @@ def strategy_of(phase: str) -> tuple[str, str]:
 
 
 def parse_log(text: str, call: int) -> list[dict]:
-    """The bench records of one call's log, each with its phase and the call number."""
-    out, phase = [], None
+    """The bench records of one call's log, each with its phase and the call number. A bench that
+    died (call.sh's `rc=N`, N != 0, and no record) gives a record with its exit code and the
+    signature of what call.sh printed after it, up to the next `== ` line: the evidence that the
+    configuration failed alone on the GPU."""
+    out: list[dict] = []
+    phase: str | None = None
+    died: dict | None = None
+    tail: list[str] = []
+
+    def close() -> None:
+        nonlocal died
+        if died is not None:
+            died["signature"] = died_signature(tail, died["exit_code"])
+            out.append(died)
+            died = None
+
     for line in text.splitlines():
-        m = PHASE_LINE.match(line.strip())
-        if m:
-            # Any phase line ends the one before: a record printed under another phase is not a bench's.
-            phase = m.group(1) if m.group(1).startswith("bench:") else None
+        stripped = line.strip()
+        if stripped.startswith("== "):
+            # Any `== ` line (a phase, the end of the phases) ends what came before it: a record
+            # printed under another phase is not a bench's.
+            close()
+            m = PHASE_LINE.match(stripped)
+            phase = m.group(1) if m and m.group(1).startswith("bench:") else None
             continue
-        if line.startswith('{"event": "bench"') and phase is not None:
+        if died is not None:
+            tail.append(line)
+            continue
+        if phase is None:
+            continue
+        rc = RC_LINE.match(stripped)
+        if rc and int(rc.group(1)) != 0:
+            died, tail, phase = {"phase": phase, "call": call, "event": "bench", "exit_code": int(rc.group(1))}, [], None
+            continue
+        if line.startswith('{"event": "bench"'):
             try:
                 data = json.loads(line)
             except ValueError:
                 continue
             out.append({"phase": phase, "call": call, **data})
             phase = None      # one record per phase
+    close()
     return out
+
+
+def died_signature(lines: Sequence[str], exit_code: int) -> str:
+    """What a died bench failed of, from the output call.sh printed after its `rc=` line: the end of
+    its stderr, where a traceback's header may have been cut off (call.sh prints a tail), so the
+    frames from the first `File "..."` line on are read as one."""
+    if exit_code in TIMEOUT_RCS:
+        return f"timed out (exit {exit_code})"
+    text = "\n".join(lines)
+    if "Traceback (most recent call last):" not in text:
+        first = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith('File "')), None)
+        if first is not None:
+            text = "Traceback (most recent call last):\n" + "\n".join(lines[first:])
+    sig = crash_signature(text, rc=exit_code)
+    return sig.summary if sig is not None else f"exit {exit_code}"
 
 
 def load(paths: Sequence[Path]) -> list[Bench]:
@@ -105,7 +169,8 @@ def load(paths: Sequence[Path]) -> list[Bench]:
             benches.append(Bench(call=d.get("call"), preset=preset, strategy=strategy, steps=d.get("steps"),
                                  tokens_steady=d.get("tokens_per_s_steady"), gpu_busy=d.get("gpu_busy"),
                                  gpu_busy_steady=d.get("gpu_busy_steady"), busy=d.get("busy") or {},
-                                 torch=d.get("torch", "?"), gpus=plan_gpus(d.get("device_plan"))))
+                                 torch=d.get("torch", "?"), gpus=plan_gpus(d.get("device_plan")),
+                                 exit_code=int(d.get("exit_code") or 0), signature=d.get("signature")))
     return benches
 
 
@@ -145,8 +210,9 @@ def body(benches: Sequence[Bench], sources: Sequence[str]) -> str:
              "| call | preset | GPUs | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
              "| busy drafter / target | torch |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for b in sorted(benches, key=lambda b: (b.call or 0, b.preset, b.gpus, b.strategy)):
-        peers = [p for p in benches if p.call == b.call and p.preset == b.preset and p.gpus == b.gpus]
+    ran = [b for b in benches if not b.exit_code]
+    for b in sorted(ran, key=lambda b: (b.call or 0, b.preset, b.gpus, b.strategy)):
+        peers = [p for p in ran if p.call == b.call and p.preset == b.preset and p.gpus == b.gpus]
         locks = [p for p in peers if serialised(p.strategy) and p.tokens_steady]
         lock = max(locks, key=lambda p: p.tokens_steady) if locks else None
         eager = next((p for p in peers if p.strategy == "eager"), None)
@@ -155,6 +221,15 @@ def body(benches: Sequence[Bench], sources: Sequence[str]) -> str:
         lines.append(f"| {b.call if b.call is not None else '?'} | {b.preset} | {b.gpus} | {b.strategy} | {b.steps or '-'} "
                      f"| {tok} | {_ratio(b, lock)} | {_ratio(b, eager)} | {_pct(b.gpu_busy)} "
                      f"| {_pct(b.gpu_busy_steady)} | {stage} | {b.torch} |")
+    died = sorted((b for b in benches if b.exit_code), key=lambda b: (b.call or 0, b.preset, b.gpus, b.strategy))
+    if died:
+        lines += ["", "Benches that did not finish (no figures). One that died of an error failed alone on "
+                  "the GPU, and harness.recommend does not recommend its configuration; one that timed "
+                  "out is not counted either way:", ""]
+        lines += [f"- call {b.call if b.call is not None else '?'}, {b.preset}, {b.gpus} GPU(s), `{b.strategy}`: "
+                  + (f"exit {b.exit_code}, family {families.family(b.signature)}: `{b.signature}`" if b.failed
+                     else f"{b.signature}")
+                  for b in died]
     return "\n".join(lines) + "\n"
 
 

@@ -65,6 +65,18 @@ class StrategyTotals:
     """Median tokens/s of the plain cell (else of any cell that has one)."""
     tokens_range: tuple[float, float] | None = None
     """Slowest and fastest trial of that same cell."""
+    died_alone: list[str] = field(default_factory=list)
+    """`call N: signature` per `dflash bench` of the strategy that died of an error alone on the
+    GPU: a failure outside the matrix, which rules the strategy out as k > 0 does."""
+
+    @property
+    def clean(self) -> bool:
+        return self.k == 0 and not self.died_alone
+
+    def failures(self) -> str:
+        """`k/n`, and the benches it died in."""
+        benched = f" and died in a bench alone on the GPU ({'; '.join(self.died_alone)})" if self.died_alone else ""
+        return f"{self.k}/{self.n}{benched}"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -85,7 +97,7 @@ class Verdict:
 
     def eager_qualifies(self, min_stressed: int = MIN_STRESSED) -> bool:
         e = self.eager
-        return e is not None and e.k == 0 and e.n_stressed >= min_stressed
+        return e is not None and e.clean and e.n_stressed >= min_stressed
 
 
 def totals(cells: Sequence) -> dict[str, dict[str, StrategyTotals]]:
@@ -110,9 +122,15 @@ def totals(cells: Sequence) -> dict[str, dict[str, StrategyTotals]]:
     return out
 
 
-def recommend(cells: Sequence, *, min_stressed: int = MIN_STRESSED) -> list[Verdict]:
+def recommend(cells: Sequence, *, min_stressed: int = MIN_STRESSED, bench_runs: Sequence = ()) -> list[Verdict]:
+    """`bench_runs` (harness.benches.Bench): a strategy whose bench of the workload died of an error
+    is failing, whatever its cells say (REPORT.md, tenth session: a cell clean at 29 stressed trials
+    died of F2 alone on the GPU). Pass only benches on as many GPUs as the workload's trials."""
     verdicts = []
     for workload, by_strategy in sorted(totals(cells).items()):
+        for b in bench_runs:
+            if b.preset == workload and getattr(b, "failed", False) and b.strategy in by_strategy:
+                by_strategy[b.strategy].died_alone.append(f"call {b.call}: {b.signature}")
         # A catalogue entry whose only fix is the lock (r14-r18 in catalogue-cpu) tests the lock
         # itself: judged like any fix there, and not priced against itself.
         lock_is_fix = LOCK in by_strategy and all(s in BASELINES for s in by_strategy)
@@ -123,7 +141,7 @@ def recommend(cells: Sequence, *, min_stressed: int = MIN_STRESSED) -> list[Verd
         for s, t in sorted(by_strategy.items()):
             if (s in BASELINES and not (lock_is_fix and s == LOCK)) or t.n == 0:
                 continue
-            if t.k:
+            if not t.clean:
                 v.failing.append(t)
             elif t.n_stressed < min_stressed:
                 v.short.append(t)
@@ -144,9 +162,9 @@ def _fastest(ts: Sequence[StrategyTotals]) -> StrategyTotals | None:
 
 def _ratio(t: StrategyTotals, base: StrategyTotals | None, name: str) -> str:
     if base is None or not base.tokens_per_s or t.tokens_per_s is None:
-        failed = f" ({name} failed {base.k}/{base.n})" if base is not None and base.k else ""
+        failed = f" ({name} failed {base.failures()})" if base is not None and not base.clean else ""
         return f"no {name} figure{failed}"
-    clean = "" if base.k == 0 else f", and {name} itself failed {base.k}/{base.n}"
+    clean = "" if base.clean else f", and {name} itself failed {base.failures()}"
     return f"{t.tokens_per_s / base.tokens_per_s:.2f}x {name} ({base.tokens_per_s:.0f} tokens/s{clean})"
 
 
@@ -162,13 +180,13 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, benc
             out.append(f"{v.workload}: recommend `{t.strategy}`: 0/{t.n} failures ({t.n_stressed} under "
                        f"a fault plan), {t.tokens_per_s:.0f} tokens/s = {_ratio(t, v.lock, LOCK)}, "
                        f"{_ratio(t, v.eager, EAGER)}. {_concurrency(v, min_stressed)}{_noisy(v)}"
-                       f"{_alone(v, bench_runs)}")
+                       f"{_alone(v, bench_runs)}{_ruled_out_alone(v)}")
         elif v.chosen:
             names = ", ".join(f"`{t.strategy}` (0/{t.n}, {t.n_stressed} stressed)" for t in v.chosen)
             out.append(f"{v.workload}: clean with >= {min_stressed} stressed trials: {names}.")
         else:
             short = ", ".join(f"`{t.strategy}` 0/{t.n} ({t.n_stressed} stressed)" for t in v.short) or "none"
-            failing = ", ".join(f"`{t.strategy}` {t.k}/{t.n}" for t in v.failing) or "none"
+            failing = ", ".join(f"`{t.strategy}` {t.failures()}" for t in v.failing) or "none"
             out.append(f"{v.workload}: no configuration qualifies (needs 0 failures and >= {min_stressed} "
                        f"stressed trials); clean so far: {short}; failing: {failing}.")
     return out
@@ -215,7 +233,7 @@ def _eager_line(v: Verdict, min_stressed: int, bench_runs: Sequence) -> str:
     if v.chosen:
         tail = f"; clean compiled configurations are slower: {', '.join(rest)}"
     else:
-        failing = ", ".join(f"`{t.strategy}` {t.k}/{t.n}" for t in v.failing) or "none"
+        failing = ", ".join(f"`{t.strategy}` {t.failures()}" for t in v.failing) or "none"
         tail = (f"; no compiled configuration qualifies (needs 0 failures and >= {min_stressed} stressed "
                 f"trials): clean so far {', '.join(rest) or 'none'}; failing: {failing}")
     return head + tail + "."
@@ -239,6 +257,12 @@ def _alone(v: Verdict, bench_runs: Sequence) -> str:
             figures.append(f"`{v.concurrent.strategy}` {here[v.concurrent.strategy].tokens_steady / base:.2f}x it")
         parts.append(f"call {call}: {', '.join(figures)}")
     return f" Alone on the GPU (`dflash bench`, steady half): {'; '.join(parts)}." if parts else ""
+
+
+def _ruled_out_alone(v: Verdict) -> str:
+    """Strategies whose cells are clean but which died in a bench: a reader of the table sees 0/n."""
+    out = [f"`{t.strategy}` (0/{t.n}; {'; '.join(t.died_alone)})" for t in v.failing if t.k == 0 and t.died_alone]
+    return f" Clean in the matrix but died alone on the GPU, so not recommended: {', '.join(out)}." if out else ""
 
 
 def _noisy(v: Verdict) -> str:

@@ -394,7 +394,8 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
     sigs = signature_lines(cells)
     if sigs:
         lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in sigs]
-    verdicts = recommend.lines(recommend.recommend(cells), bench_runs=benches_for(name, bench_runs))
+    priced = benches_for(name, bench_runs)
+    verdicts = recommend.lines(recommend.recommend(cells, bench_runs=priced), bench_runs=priced)
     if verdicts:
         lines += ["", f"Verdict ({recommend.__name__}: 0 failures and >= {recommend.MIN_STRESSED} trials under "
                   "a fault plan; priced against global-lock and eager):", ""] + [f"- {v}" for v in verdicts]

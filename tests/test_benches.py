@@ -28,8 +28,17 @@ LOG = "\n".join([
     _line(30318.81, 0.094),
     "== phase bench:launch-bound::none at 200s",
     _line(25000.0),
-    "== phase bench:gpu-bound:cstash-tls-init at 260s",      # died: no record
+    "== phase bench:gpu-bound:cstash-tls-init at 260s",      # died: a record without figures
     "bench gpu-bound cstash-tls-init rc=1 40s",
+    # call 26's tail: call.sh prints the stderr's last lines, the traceback's header cut off
+    "    out = step_fn(*inputs.as_args())",
+    '  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/_dynamo/eval_frame.py", line 989, in compile_wrapper',
+    "    raise RuntimeError(",
+    "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. "
+    "This is not supported at the moment.",
+    "== phase bench:gpu-bound::default at 280s",             # past call.sh's limit
+    "bench gpu-bound  rc=124 200s",
+    "round 1: fault points idle: 6971.5 tokens/s",
     "== phase campaign:gpu-bound:* at 300s",
     '{"event": "bench", "stray": true}',                     # not under a bench phase
 ])
@@ -37,9 +46,27 @@ LOG = "\n".join([
 
 def test_a_calls_log_gives_one_record_per_bench_phase_with_the_call():
     found = benches.parse_log(LOG, 11)
-    assert [(d["phase"], d["call"]) for d in found] == [
-        ("bench:launch-bound:global-lock:default", 11), ("bench:launch-bound:single-thread-autograd:default", 11),
-        ("bench:launch-bound::none", 11)]
+    assert [(d["phase"], d["call"], d.get("exit_code")) for d in found] == [
+        ("bench:launch-bound:global-lock:default", 11, None),
+        ("bench:launch-bound:single-thread-autograd:default", 11, None),
+        ("bench:launch-bound::none", 11, None), ("bench:gpu-bound:cstash-tls-init", 11, 1),
+        ("bench:gpu-bound::default", 11, 124)]
+    died, slow = found[3:]
+    assert died["signature"].startswith("fx-trace-of-dynamo-fn (RuntimeError in ? at torch._dynamo.eval_frame")
+    assert slow["signature"] == "timed out (exit 124)"
+
+
+def test_a_bench_that_died_is_listed_under_the_table_and_one_that_timed_out_is_not_a_failure(tmp_path):
+    path = tmp_path / "benches.jsonl"
+    benches.add(_write(tmp_path, LOG), 11, path)
+    loaded = benches.load([path])
+    assert [(b.strategy, b.failed, b.timed_out) for b in loaded if b.exit_code] == [
+        ("cstash-tls-init", True, False), ("no-cudagraphs", False, True)]
+    text = benches.body(loaded, ["benches.jsonl"])
+    assert not any(line.startswith("| 11 | gpu-bound") for line in text.splitlines())    # no figures
+    assert ("- call 11, gpu-bound, 1 GPU(s), `cstash-tls-init`: exit 1, family F2: `fx-trace-of-dynamo-fn "
+            in text)
+    assert "- call 11, gpu-bound, 1 GPU(s), `no-cudagraphs`: timed out (exit 124)" in text
 
 
 @pytest.mark.parametrize("phase, expected", [
@@ -59,9 +86,9 @@ def test_phases_name_strategies_as_the_campaign_cells_do(phase, expected):
 
 def test_the_table_prices_each_bench_within_its_call(tmp_path):
     path = tmp_path / "benches.jsonl"
-    assert benches.add(_write(tmp_path, LOG), 11, path) == 3
+    assert benches.add(_write(tmp_path, LOG), 11, path) == 5
     other = LOG.replace("33127.85", "40000.0")
-    assert benches.add(_write(tmp_path, other, "b.txt"), 9, path) == 3
+    assert benches.add(_write(tmp_path, other, "b.txt"), 9, path) == 5
     text = benches.body(benches.load([path]), ["benches.jsonl"])
     rows = {tuple(line.split("|")[i].strip() for i in (1, 2, 4)): line for line in text.splitlines()
             if line.startswith("| 9 ") or line.startswith("| 11 ")}

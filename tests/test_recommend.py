@@ -173,3 +173,24 @@ def test_eager_beats_a_qualifying_compiled_strategy_only_when_it_is_faster_alone
     assert line.startswith("w: recommend `a`")
     (line,) = recommend.lines(_verdicts(rs), bench_runs=runs[:2])
     assert line.startswith("w: recommend `eager`") and "`a` (0/32) 0.33x eager (alone on the GPU, call 3)" in line
+
+
+def test_a_strategy_that_died_in_a_bench_is_ruled_out_though_its_cells_are_clean():
+    # H200 calls 24-26 (REPORT.md, tenth session): the lock-free CUDA-graph cell 0/29 stressed, then
+    # F2 in a bench alone on the GPU; the lock cell beside it clean in both.
+    from dataclasses import replace
+
+    rs = (_cell("w:global-lock+x@-", 2, tok=300.0) + _cell("w:global-lock+x@plan", 29, tok=250.0)
+          + _cell("w:y@-", 2, tok=330.0) + _cell("w:y@plan", 29, tok=260.0) + _cell("w:eager@-", 3, tok=200.0))
+    died = replace(_bench(26, "y", None), exit_code=1, signature="fx-trace-of-dynamo-fn (RuntimeError ...)")
+    slow = replace(_bench(26, "global-lock+x", None), exit_code=124, signature="timed out (exit 124)")
+    elsewhere = replace(died, preset="other")
+    (v,) = recommend.recommend(report.summarize(rs), bench_runs=[died, slow, elsewhere])
+    assert [t.strategy for t in v.chosen] == ["global-lock+x"] and [t.strategy for t in v.failing] == ["y"]
+    (line,) = recommend.lines([v], bench_runs=[died, slow])
+    assert "recommend `global-lock+x`" in line and "No concurrent configuration qualifies" in line
+    assert line.endswith("Clean in the matrix but died alone on the GPU, so not recommended: `y` (0/31; "
+                         "call 26: fx-trace-of-dynamo-fn (RuntimeError ...)).")
+    # Without the benches the faster lock-free cell wins, as it did before the bench died.
+    (v,) = recommend.recommend(report.summarize(rs))
+    assert [t.strategy for t in v.chosen] == ["y"]

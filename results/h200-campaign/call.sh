@@ -121,7 +121,10 @@ from harness.presets import topology_sets
 for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-$bp --steps 60 --rounds 1 --set fixes=$bf \
              --set compile.mode=${bm:-reduce-overhead} "${topo[@]}" > "$X/$bn.out" 2> "$X/$bn.err"
-           echo "bench $bp $bf rc=$? $(( $(date +%s) - s ))s"; cat "$X/$bn.out"; grep -v "^train:" "$X/$bn.err" | tail -n 8 ;;
+           # A bench that dies is evidence (harness.benches reads its failure from what follows the
+           # rc line): 40 lines keep a thread's traceback whole, where 8 cut its header off.
+           rc=$?; echo "bench $bp $bf rc=$rc $(( $(date +%s) - s ))s"; cat "$X/$bn.out"
+           grep -v "^train:" "$X/$bn.err" | tail -n $([ $rc = 0 ] && echo 8 || echo 40) ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
     campaign:*) # campaign:GLOB[,GLOB]: only those cells (harness matrix --cells), same store
            CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 130 )) ;;
