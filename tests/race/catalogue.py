@@ -10,6 +10,7 @@ the cell `<id>:raw@<plan>`, `recorded_plain` the cell `<id>:raw@-`, `fix_recorde
 GPU rows: counts from direct script runs (`python3 repro/<id>.py [--fix ...]`, NOT harness runner
 trials, no plan) on one H200, torch 2.11.0+cu130, 2026-11-29; logs under
 results/h200-2026-11-29/call07, call09, call10, call12 (one `=== /tmp/L/<run>.log` block per run).
+r23's row is the harness runner's (its source names the store, whose counts are checked).
 
 `fix_trials` is what the suite runs per fix on every `pytest -k race`: 29 (a 10% failure rate is
 caught with 95% probability) for the two fixes cpu-quick also checks (r06 nested-fx-fallback, r16
@@ -106,6 +107,12 @@ _GPU = (
     Race(id="r12", script="r12_legacy_cudagraphs_ptr", device="GPU",
          family=r"AssertionError.*(compile_fx|cudagraphify)", plan=None, recorded=(2, 2),
          torch=GPU_TORCH, source="call09 r12, call10 r12_b"),
+    # Through the harness runner, not a direct run: results/gpu-repros (H200 calls 24-27,
+    # 2026-12-01, REPORT.md tenth session); test_catalogue_store.py checks these counts there.
+    Race(id="r23", script="r23_device_sync_during_capture", device="GPU",
+         family=r"stream is capturing|previous error during capture", plan=None, recorded=(7, 10),
+         fix="stream-sync", fix_recorded=(0, 10), fix_trials=10, torch=GPU_TORCH,
+         source="results/gpu-repros/trials.jsonl cells r23:raw@-, r23:stream-sync@-"),
 )
 
 CPU: dict[str, Race] = {r.id: r for r in _CPU}

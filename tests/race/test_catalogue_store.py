@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.store import Store
-from tests.race.catalogue import CPU, CPU_TORCH, ON_TORCH
+from tests.race.catalogue import CPU, CPU_TORCH, GPU, ON_TORCH
 
 pytestmark = pytest.mark.race
 STORE = Path(__file__).resolve().parents[2] / "results" / "catalogue-cpu"
@@ -35,9 +35,13 @@ def test_race_catalogue_counts_are_the_stores(race_id, records):
     assert torches == {CPU_TORCH}
 
 
-@pytest.mark.parametrize("key", sorted(ON_TORCH))
-def test_rows_recorded_on_another_torch_are_their_stores(key):
-    race = ON_TORCH[key]
+STORED = [(key, ON_TORCH[key]) for key in sorted(ON_TORCH)] + [
+    ((race.id, race.torch.split(".")[0] + "." + race.torch.split(".")[1]), race)
+    for race in GPU.values() if race.source.startswith("results/")]
+
+
+@pytest.mark.parametrize("key, race", STORED, ids=[f"{k[0]}-{k[1]}" for k, _ in STORED])
+def test_rows_recorded_through_the_runner_on_another_torch_are_their_stores(key, race):
     store = Path(__file__).resolve().parents[2] / race.source.split()[0]
     records = Store(store.parent).load()
     plan = race.plan or "-"
