@@ -199,7 +199,47 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def body(benches: Sequence[Bench], sources: Sequence[str]) -> str:
+def plot_paths(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
+    """One plot per preset and GPU count with benches from more than one call: the drift between
+    calls (~20%) and the ratios within one are easier seen than read off the table."""
+    return [plots_dir / f"benches-{preset}-{gpus}gpu.png" for (preset, gpus), group in _groups(benches).items()
+            if len({b.call for b in group}) > 1]
+
+
+def _groups(benches: Sequence[Bench]) -> dict[tuple[str, int], list[Bench]]:
+    out: dict[tuple[str, int], list[Bench]] = {}
+    for b in sorted(benches, key=lambda b: (b.call or 0, b.strategy)):
+        out.setdefault((b.preset, b.gpus), []).append(b)
+    return dict(sorted(out.items()))
+
+
+def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
+    """The plot_paths: steady tokens/s per bench, one bar per call and configuration; a bench that
+    died is a red bar of length 0 with its family, one that timed out a grey one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness.report import CLEAN_COLOR, FAILED_COLOR, _bar_plot
+
+    wanted = set(plot_paths(benches, plots_dir))
+    paths = []
+    for (preset, gpus), group in _groups(benches).items():
+        path = plots_dir / f"benches-{preset}-{gpus}gpu.png"
+        if path not in wanted:
+            continue
+        text = [f"{b.tokens_steady:.0f}" if not b.exit_code and b.tokens_steady is not None
+                else f"died: {families.family(b.signature)}" if b.failed else "timed out" for b in group]
+        colors = [FAILED_COLOR if b.failed else "#999999" if b.timed_out else CLEAN_COLOR for b in group]
+        paths.append(_bar_plot(plt, path, [f"call {b.call}: {b.strategy}" for b in group],
+                               [b.tokens_steady or 0.0 for b in group], None,
+                               "tokens/s, steady half, alone on the GPU (ratios hold within a call only)",
+                               f"dflash bench, {preset}, {gpus} GPU(s)", text, colors=colors))
+    return paths
+
+
+def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] = ()) -> str:
     """REPORT.md's `benches` block: one row per bench, ratios within its call and preset."""
     lines = ["#### Benches alone on the GPU (`dflash bench`)", "",
              f"Regenerate with `python -m harness report` from {', '.join(f'`{s}`' for s in sources) or 'no files'}. "
@@ -230,6 +270,8 @@ def body(benches: Sequence[Bench], sources: Sequence[str]) -> str:
                   + (f"exit {b.exit_code}, family {families.family(b.signature)}: `{b.signature}`" if b.failed
                      else f"{b.signature}")
                   for b in died]
+    if plots:
+        lines += [""] + [f"![{Path(p).stem}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
 
 

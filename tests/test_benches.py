@@ -155,3 +155,23 @@ def test_a_bench_counts_the_gpus_of_its_device_plan_and_is_priced_among_benches_
     assert [b.gpus for b in benches_for("gpu-topology-4", loaded)] == [4, 4]
     assert [b.gpus for b in benches_for("gpu-campaign", loaded)] == [1, 1]
     assert [b.gpus for b in benches_for("a-spec-file-matrix", loaded)] == [1, 1]
+
+
+def test_a_preset_benched_in_several_calls_gets_a_plot_with_its_died_benches(tmp_path):
+    path = tmp_path / "benches.jsonl"
+    benches.add(_write(tmp_path, LOG), 11, path)
+    loaded = benches.load([path])
+    plots = tmp_path / "plots"
+    # One call per preset: the table says it all, no plot.
+    assert benches.plot_paths(loaded, plots) == [] and benches.write_plots(loaded, plots) == []
+    benches.add(_write(tmp_path, LOG.replace("33127.85", "40000.0"), "b.txt"), 12, path)
+    loaded = benches.load([path])
+    want = [plots / "benches-gpu-bound-1gpu.png", plots / "benches-launch-bound-1gpu.png"]
+    assert benches.plot_paths(loaded, plots) == want
+    assert benches.write_plots(loaded, plots) == want
+    first = [p.read_bytes() for p in want]
+    assert all(b.startswith(b"\x89PNG") for b in first)
+    benches.write_plots(loaded, plots)
+    assert [p.read_bytes() for p in want] == first          # no timestamps: same input, same bytes
+    text = benches.body(loaded, ["benches.jsonl"], ["plots/benches-launch-bound-1gpu.png"])
+    assert text.rstrip().endswith("![benches-launch-bound-1gpu](plots/benches-launch-bound-1gpu.png)")
