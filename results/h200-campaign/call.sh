@@ -104,9 +104,10 @@ run_phase() {
     # pytest[:S[:N]]: at most S seconds (240), N xdist workers (1). Call 26 ran 2 of its 12 tests in
     # 240 s beside a repros matrix: each test runs its trials one after another; call 27 ran 12 of
     # 13 in 500 s on 4 workers, and its `-q` dots did not say which one failed: -v names each test
-    # as it ends, -rfE prints the failures' reasons if the session gets to its end.
+    # as it ends, -rfE prints the failures' reasons if the session gets to its end, and the trials'
+    # artefacts (output.txt, result.json: ~30 KB each) come back in call.tgz under pytest-tmp/.
     pytest|pytest:*) IFS=: read -r _ ps pn <<< "$phase"; s=$(date +%s); xd=(); [ "${pn:-1}" -gt 1 ] && xd=(-n "$pn")
-            timeout -k 15 "${ps:-240}" python3 -m pytest -v -rfE -p no:cacheprovider "${xd[@]}" -m "race or cuda" \
+            timeout -k 15 "${ps:-240}" python3 -m pytest -v -rfE -p no:cacheprovider --basetemp "$X/pytest-tmp" "${xd[@]}" -m "race or cuda" \
               tests/race/test_gpu_catalogue.py tests/race/test_r22_stash_tls_refcount.py tests/test_r23.py \
               > "$X/pytest-race-cuda.txt" 2>&1; echo "pytest race+cuda rc=$? $(( $(date +%s) - s ))s"
             tail -n 15 "$X/pytest-race-cuda.txt" ;;

@@ -4,8 +4,8 @@ Marked `cuda`: without a CUDA device tests/conftest.py skips them with the reaso
 `python -m pytest -k race -m cuda` (no `-n`: one trial at a time, trials share the GPU).
 The counts they start from are direct script runs on one H200 (torch 2.11.0+cu130, 2026-11-29),
 not harness runner trials (r23's are: results/gpu-repros); see tests/race/catalogue.py and
-repro/README.md. On the H200 the 13 tests took over 500 s on 4 xdist workers (call 27, REPORT.md
-tenth session): give them 15 minutes.
+repro/README.md. On the H200 the 13 tests (fix checks not yet in chunks) took over 500 s on 4
+xdist workers (call 27, REPORT.md tenth session).
 """
 
 from __future__ import annotations
@@ -34,7 +34,13 @@ def test_race_gpu_still_absent(race_id, tmp_path):
     racecheck.check_absent(GPU[race_id], tmp_path)
 
 
+# One test item per chunk of a fix check's trials (as the CPU rows): 10 GPU trials one after another
+# ran past call 27's 500 s; chunks let `-n 4` spread them.
+FIX_ITEMS = [(race_id, chunk) for race_id in FIXED for chunk in racecheck.fix_chunks(GPU[race_id])]
+
+
 @pytest.mark.timeout(TIMEOUT_S)
-@pytest.mark.parametrize("race_id", FIXED)
-def test_race_gpu_fix_holds(race_id, tmp_path):
-    racecheck.check_fix_holds(GPU[race_id], tmp_path)
+@pytest.mark.parametrize("race_id, chunk", FIX_ITEMS,
+                         ids=[f"{race_id}-{racecheck.chunk_id(chunk)}" for race_id, chunk in FIX_ITEMS])
+def test_race_gpu_fix_holds(race_id, chunk, tmp_path):
+    racecheck.check_fix_holds(GPU[race_id], tmp_path, chunk)
