@@ -12,6 +12,8 @@ results/h200-campaign/call.sh names it; GPUS runs the seed topology of issue 6 o
     python -m harness.benches LOG CALL --into results/h200-campaign/benches.jsonl
 
 (run by unpack.sh), and tabled by `python -m harness report` in REPORT.md's `benches` block.
+A bench that died is a record too, with its exit code and failure signature and no figures: the
+configuration failed alone on the GPU, which harness.recommend counts against it.
 """
 
 from __future__ import annotations

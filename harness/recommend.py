@@ -129,7 +129,7 @@ def recommend(cells: Sequence, *, min_stressed: int = MIN_STRESSED, bench_runs: 
     verdicts = []
     for workload, by_strategy in sorted(totals(cells).items()):
         for b in bench_runs:
-            if b.preset == workload and getattr(b, "failed", False) and b.strategy in by_strategy:
+            if b.preset == workload and b.failed and b.strategy in by_strategy:
                 by_strategy[b.strategy].died_alone.append(f"call {b.call}: {b.signature}")
         # A catalogue entry whose only fix is the lock (r14-r18 in catalogue-cpu) tests the lock
         # itself: judged like any fix there, and not priced against itself.
