@@ -299,7 +299,11 @@ def gpu_topology_2() -> MatrixSpec:
 GPU_REPRO_FIXES = {
     # Script -> the fixes its docstring names (r10's fix is an argument, not a registry fix; r12's
     # global-lock is a known negative: the graph is still shared).
-    "r01_cgt_tls_fresh_thread": ("local-tls-init", "cstash-tls-init", "cstash-tls-init+cudagraph-lock"),
+    # The race suite's r01 fix (cstash-tls-init+global-lock, 0/2 in direct runs) has no runner
+    # count yet; with stash-incref because r01's workers exit after stashing (r22's double free:
+    # a cstash-tls-init+cudagraph-lock trial segfaulted, REPORT.md tenth session).
+    "r01_cgt_tls_fresh_thread": ("local-tls-init", "cstash-tls-init", "cstash-tls-init+cudagraph-lock",
+                                 "cstash-tls-init+global-lock", "cstash-tls-init+global-lock+stash-incref"),
     "r02_cgt_tls_backward": ("cstash-tls-init", "single-thread-autograd"),
     "r03_cgt_reset_worker": ("cstash-tls-init",),
     "r04_shared_graph_two_threads": ("graph-isolation", "global-lock", "cudagraph-lock",
