@@ -204,15 +204,24 @@ def _pct(x: float | None) -> str:
 def plot_paths(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     """One plot per preset and GPU count with benches from more than one call: the drift between
     calls (~20%) and the ratios within one are easier seen than read off the table."""
-    return [plots_dir / f"benches-{preset}-{gpus}gpu.png" for (preset, gpus), group in _groups(benches).items()
-            if len({b.call for b in group}) > 1]
+    return [path for path, *_ in _plotted(benches, plots_dir)]
 
 
-def _groups(benches: Sequence[Bench]) -> dict[tuple[str, int], list[Bench]]:
-    out: dict[tuple[str, int], list[Bench]] = {}
+def _plotted(benches: Sequence[Bench], plots_dir: Path) -> list[tuple[Path, str, int, list[Bench]]]:
+    """(plot path, preset, GPU count, its benches by call) for each group plot_paths names."""
+    groups: dict[tuple[str, int], list[Bench]] = {}
     for b in sorted(benches, key=lambda b: (b.call or 0, b.strategy)):
-        out.setdefault((b.preset, b.gpus), []).append(b)
-    return dict(sorted(out.items()))
+        groups.setdefault((b.preset, b.gpus), []).append(b)
+    return [(plots_dir / f"benches-{preset}-{gpus}gpu.png", preset, gpus, group)
+            for (preset, gpus), group in sorted(groups.items()) if len({b.call for b in group}) > 1]
+
+
+def _bar_text(b: Bench) -> str:
+    if b.failed:
+        return f"died: {families.family(b.signature)}"
+    if b.timed_out:
+        return "timed out"
+    return "-" if b.tokens_steady is None else f"{b.tokens_steady:.0f}"
 
 
 def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
@@ -225,19 +234,14 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
 
     from harness.report import CLEAN_COLOR, FAILED_COLOR, _bar_plot
 
-    wanted = set(plot_paths(benches, plots_dir))
     paths = []
-    for (preset, gpus), group in _groups(benches).items():
-        path = plots_dir / f"benches-{preset}-{gpus}gpu.png"
-        if path not in wanted:
-            continue
-        text = [f"{b.tokens_steady:.0f}" if not b.exit_code and b.tokens_steady is not None
-                else f"died: {families.family(b.signature)}" if b.failed else "timed out" for b in group]
+    for path, preset, gpus, group in _plotted(benches, plots_dir):
         colors = [FAILED_COLOR if b.failed else "#999999" if b.timed_out else CLEAN_COLOR for b in group]
         paths.append(_bar_plot(plt, path, [f"call {b.call}: {b.strategy}" for b in group],
                                [b.tokens_steady or 0.0 for b in group], None,
                                "tokens/s, steady half, alone on the GPU (ratios hold within a call only)",
-                               f"dflash bench, {preset}, {gpus} GPU(s)", text, colors=colors))
+                               f"dflash bench, {preset}, {gpus} GPU(s)", [_bar_text(b) for b in group],
+                               colors=colors))
     return paths
 
 

@@ -36,7 +36,7 @@ def test_race_catalogue_counts_are_the_stores(race_id, records):
 
 
 STORED = [(key, ON_TORCH[key]) for key in sorted(ON_TORCH)] + [
-    ((race.id, race.torch.split(".")[0] + "." + race.torch.split(".")[1]), race)
+    ((race.id, ".".join(race.torch.split(".")[:2])), race)
     for race in GPU.values() if race.source.startswith("results/")]
 
 

@@ -1,7 +1,8 @@
 """Race regression suite, GPU rows: r01-r05, r10, r12, r23 through the same harness runner.
 
 Marked `cuda`: without a CUDA device tests/conftest.py skips them with the reason. On an H200:
-`python -m pytest -k race -m cuda` (no `-n`: one trial at a time, trials share the GPU).
+`python -m pytest -k race -m cuda -n 4` (each test runs its trials one after another; a few
+tests at once share the GPU, as the repros matrix's trials do).
 The counts they start from are direct script runs on one H200 (torch 2.11.0+cu130, 2026-11-29),
 not harness runner trials (r23's are: results/gpu-repros); see tests/race/catalogue.py and
 repro/README.md. On the H200 the 13 tests (fix checks not yet in chunks) took over 500 s on 4
