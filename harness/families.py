@@ -40,7 +40,10 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
             r"|'CUDAWarmupNode' object has no attribute|cudagraph_trees:dealloc_current_path_weakrefs"
             # r04 under global-lock on the H200 (ninth session): the shared graph's storage weakref
             # emptied by the other thread's run, serialised or not.
-            r"|cudagraph_trees:check_refcount",
+            r"|cudagraph_trees:check_refcount"
+            # r04 raw on the H200 (gpu-repros, 1 of 20): the recording's check that the pool holds
+            # only the graph's live storages found another thread's allocation in it.
+            r"|cudagraph_trees:check_memory_pool",
      "one cudagraph tree or pool used by two threads"),
     ("capture", r"operation not permitted when stream is capturing|previous error during capture"
                 r"|dependency created on uncaptured work|cuda-rng-offset-outside-capture",
@@ -87,6 +90,8 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
 
 _COMPILED = tuple((name, re.compile(pattern)) for name, pattern, _ in FAMILIES)
 DESCRIPTIONS = {name: what for name, _, what in FAMILIES}
+PATTERNS = {name: pattern for name, pattern, _ in FAMILIES}
+"""A family's regex, for checks that name a failure by its family (tests/race/catalogue.py)."""
 ORDER = (*DESCRIPTIONS, "other", "?")
 """Every family `family()` can return, in table order."""
 

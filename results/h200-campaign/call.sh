@@ -8,7 +8,7 @@
 #   warm      corpus + compile caches for gpu-default and both campaign presets (also the CUDA
 #             smoke test of the trainer); with `warm+repros` the gpu-repros matrix runs beside it
 #   repros:S  the gpu-repros matrix for at most S seconds (store results/gpu-repros, resumed)
-#   pytest[:S[:N]]  the GPU race suite through the runner, r22's 2.11 record (tests/race/catalogue.py) and r23's test,
+#   pytest[:S[:N]]  (env PYTEST_K: a -k expression) the GPU race suite through the runner, r22's 2.11 record (tests/race/catalogue.py) and r23's test,
 #             for at most S seconds (240) on N pytest-xdist workers (1)
 #   default   issue 2: `python -m dflash train --preset gpu-default` alone on the GPU
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
@@ -107,7 +107,9 @@ run_phase() {
     # as it ends, -rfE prints the failures' reasons if the session gets to its end, and the trials'
     # artefacts (output.txt, result.json: ~30 KB each) come back in call.tgz under pytest-tmp/.
     pytest|pytest:*) IFS=: read -r _ ps pn <<< "$phase"; s=$(date +%s); xd=(); [ "${pn:-1}" -gt 1 ] && xd=(-n "$pn")
-            timeout -k 15 "${ps:-240}" python3 -m pytest -v -rfE -p no:cacheprovider --basetemp "$X/pytest-tmp" "${xd[@]}" -m "race or cuda" \
+            # Env PYTEST_K: a -k expression (one test, e.g. a changed row, without the whole suite).
+            kx=(); [ -n "${PYTEST_K:-}" ] && kx=(-k "$PYTEST_K")
+            timeout -k 15 "${ps:-240}" python3 -m pytest -v -rfE -p no:cacheprovider --basetemp "$X/pytest-tmp" "${xd[@]}" "${kx[@]}" -m "race or cuda" \
               tests/race/test_gpu_catalogue.py tests/race/test_r22_stash_tls_refcount.py tests/test_r23.py \
               > "$X/pytest-race-cuda.txt" 2>&1; echo "pytest race+cuda rc=$? $(( $(date +%s) - s ))s"
             tail -n 15 "$X/pytest-race-cuda.txt" ;;

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from harness.store import Store
+from tests.race import racecheck
 from tests.race.catalogue import CPU, CPU_TORCH, GPU, ON_TORCH
 
 pytestmark = pytest.mark.race
 STORE = Path(__file__).resolve().parents[2] / "results" / "catalogue-cpu"
+CPU_STORE = STORE
 
 
 def counts(records, cell: str) -> tuple[int, int]:
@@ -46,9 +48,32 @@ def test_rows_recorded_through_the_runner_on_another_torch_are_their_stores(key,
     records = Store(store.parent).load()
     plan = race.plan or "-"
     assert counts(records, f"{race.id}:raw@{plan}") == race.recorded
-    assert counts(records, f"{race.id}:{race.fix}@{plan}") == race.fix_recorded
+    if race.fix is not None:
+        assert counts(records, f"{race.id}:{race.fix}@{plan}") == race.fix_recorded
     torches = {r.torch_version.split("+")[0] for r in records if r.cell.startswith(f"{race.id}:")}
-    assert torches == {race.torch.split("+")[0]} and race.torch.startswith(key[1] + ".")
+    assert torches == {race.torch.split("+")[0]}
+
+
+def test_every_gpu_row_counts_from_the_runners_store():
+    # r10's fix alone is a script argument with no runner cell (catalogue.py says so).
+    assert {race.id for _, race in STORED if race.device == "GPU"} == set(GPU)
+
+
+FAMILY_ROWS = [*((r, CPU_STORE) for r in CPU.values()), *((race, None) for _, race in STORED)]
+
+
+@pytest.mark.parametrize("race, store", FAMILY_ROWS, ids=[f"{r.id}-{r.torch}" for r, _ in FAMILY_ROWS])
+def test_recorded_failures_are_the_races_family(race, store):
+    """Every failure a row counts has the row's signature family, as the reproduction check
+    matches it: a family regex that no stored failure matches is a check that cannot pass (r04's
+    message-text regex against its known-message signature, H200 call 31)."""
+    path = store or (Path(__file__).resolve().parents[2] / race.source.split()[0]).parent
+    records = Store(path).load()
+    runs = [r for r in records if r.cell == race.cell and r.outcome.counts_as_trial]
+    matching = [r for r in runs if racecheck.matches_family(race, r)]
+    assert (len(matching), len(runs)) == race.recorded, (
+        f"{race.id}: {len(matching)} of {race.recorded[0]} failures match /{race.family}/; the others: "
+        f"{sorted({r.signature_summary for r in runs if r.outcome.is_failure and r not in matching})}")
 
 
 @pytest.mark.parametrize("version, recorded_on", [("2.11.0+cu130", "2.11.0+cu130"), ("2.11.1", "2.11.0+cu130"),

@@ -3,10 +3,10 @@
 Marked `cuda`: without a CUDA device tests/conftest.py skips them with the reason. On an H200:
 `python -m pytest -k race -m cuda -n 4` (each test runs its trials one after another; a few
 tests at once share the GPU, as the repros matrix's trials do).
-The counts they start from are direct script runs on one H200 (torch 2.11.0+cu130, 2026-11-29),
-not harness runner trials (r23's are: results/gpu-repros); see tests/race/catalogue.py and
-repro/README.md. On the H200 the 13 tests (fix checks not yet in chunks) took over 500 s on 4
-xdist workers (call 27, REPORT.md tenth session).
+The counts they start from are the harness runner's (results/gpu-repros, torch 2.11.0+cu130; r10's
+fix alone is direct script runs): see tests/race/catalogue.py. On the H200 the 22 tests took 537 s
+on 4 xdist workers (call 31, REPORT.md eleventh session; log
+results/h200-campaign/logs/call31-pytest-race-cuda.txt).
 """
 
 from __future__ import annotations
