@@ -98,7 +98,7 @@ _GPU = (
     # the message text, which its known-message signature (`cudagraph-mempool-already-recording`)
     # no longer carries: the reproduction check failed 0/11 on the H200 while r04 crashed 11/11.
     Race(id="r01", script="r01_cgt_tls_fresh_thread", device="GPU", family=GET_OBJ, plan=None,
-         recorded=(10, 10), fix="cstash-tls-init+global-lock", fix_recorded=(0, 9), fix_trials=10,
+         recorded=(10, 10), fix="cstash-tls-init+global-lock", fix_recorded=(0, 29), fix_trials=10,
          torch=GPU_TORCH, source=f"{GPU_STORE} cells r01:raw@-, r01:cstash-tls-init+global-lock@-"),
     Race(id="r02", script="r02_cgt_tls_backward", device="GPU", family=GET_OBJ, plan=None,
          recorded=(10, 10), fix="cstash-tls-init", fix_recorded=(0, 10), fix_trials=10,
