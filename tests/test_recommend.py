@@ -194,3 +194,27 @@ def test_a_strategy_that_died_in_a_bench_is_ruled_out_though_its_cells_are_clean
     # Without the benches the faster lock-free cell wins, as it did before the bench died.
     (v,) = recommend.recommend(report.summarize(rs))
     assert [t.strategy for t in v.chosen] == ["y"]
+
+
+def test_a_strategy_benched_twice_in_a_call_is_priced_by_the_median_and_judged_alone():
+    # Call 30's shape (REPORT.md, eleventh session): the lock cell and the lock-free one each benched
+    # twice in opposite orders, the no-cudagraphs lock once; in the campaign the lock-free one ran
+    # 0.95x the lock, alone 1.07x: the bench decides the target, and neither reaches 1.2x.
+    rs = (_cell("w:global-lock@-", 2, k=2) + _cell("w:eager@-", 8, tok=16661.0)
+          + _cell("w:global-lock+x@-", 10, tok=28887.0) + _cell("w:global-lock+x@plan", 29, tok=29225.0)
+          + _cell("w:no-cudagraphs+global-lock@-", 2, tok=24897.0)
+          + _cell("w:no-cudagraphs+global-lock@plan", 29, tok=19078.0)
+          + _cell("w:y@-", 10, tok=27455.0) + _cell("w:y@plan", 29, tok=22315.0))
+    runs = [_bench(30, "y", 34467.0), _bench(30, "global-lock+x", 35841.0),
+            _bench(30, "no-cudagraphs+global-lock", 27608.0), _bench(30, "eager", 25617.0),
+            _bench(30, "global-lock+x", 30406.0), _bench(30, "y", 36116.0)]
+    (v,) = _verdicts(rs)
+    assert [t.strategy for t in v.qualified] == ["global-lock+x", "no-cudagraphs+global-lock", "y"]
+    (line,) = recommend.lines([v], bench_runs=runs)
+    assert ("Fastest clean concurrent configuration: `y` (0/39), 27455 tokens/s = 0.95x `global-lock+x` "
+            "(campaign medians), 1.07x alone on the GPU, call 30: misses the 1.2x target.") in line
+    assert line.endswith("call 30: 33124 tokens/s (median of 2 benches), 1.29x eager, "
+                         "1.20x `no-cudagraphs+global-lock`, `y` 1.07x it.")
+    # The latest call that benched both decides: one where y runs 1.21x the lock meets the target.
+    (fast,) = recommend.lines(_verdicts(rs), bench_runs=[*runs, _bench(31, "y", 40000.0), _bench(31, "global-lock+x", 33000.0)])
+    assert "1.21x alone on the GPU, call 31: meets the 1.2x target." in fast
