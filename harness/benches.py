@@ -89,7 +89,8 @@ def strategy_of(phase: str) -> tuple[str, str]:
     preset, fixes = parts[1], parts[2].replace(",", "+")
     mode = parts[3] if len(parts) > 3 and parts[3] else DEFAULT_MODE
     if mode == "none":
-        return preset, "eager"
+        # Fixes under eager (a lock's own cost, `harness price`) name a configuration of their own.
+        return preset, f"eager+{fixes}" if fixes else "eager"
     name = fixes or "raw"
     if mode == "default":
         name = "no-cudagraphs" if not fixes else f"no-cudagraphs+{fixes}"
@@ -300,15 +301,40 @@ def add(log: Path, call: int, into: Path) -> int:
     return len(new)
 
 
+def add_records(records: Path, call: int, into: Path) -> int:
+    """Append `harness price` records (its --into file, written on the device without a call
+    number) to `into`, stamped with `call`; a record already there (same call, phase and round)
+    is skipped, so that unpacking a call twice adds nothing."""
+    try:
+        load([records])
+        found = [json.loads(line) for line in records.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except OSError as e:
+        raise BenchError(f"cannot read {records}: {e.strerror or e}") from None
+    held = []
+    if into.exists():
+        load([into])
+        held = [json.loads(line) for line in into.read_text(encoding="utf-8").splitlines() if line.strip()]
+    seen = {(d.get("call"), d.get("phase"), d.get("round")) for d in held}
+    new = [{**d, "call": call} for d in found if (call, d.get("phase"), d.get("round")) not in seen]
+    if new:
+        write_atomic(into, "".join(json.dumps(d) + "\n" for d in [*held, *new]).encode("utf-8"))
+    return len(new)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.benches",
                                  description="keep a device call's `dflash bench` records (from its log)")
     ap.add_argument("log", type=Path)
     ap.add_argument("call", type=int)
     ap.add_argument("--into", type=Path, required=True, help="the JSONL file of bench records")
+    ap.add_argument("--records", type=Path, help="also the call's `harness price` records (call.sh's price.jsonl)")
     opts = ap.parse_args(argv)
     try:
+        if opts.records is not None:
+            load([opts.records])    # a bad file is an error before the log's records are added
         n = add(opts.log, opts.call, opts.into)
+        if opts.records is not None:
+            n += add_records(opts.records, opts.call, opts.into)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -138,6 +138,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     crosstab_arguments(ct)
 
+    pr = sub.add_parser("price", help="what fixes cost alone on the machine: interleaved benches, paired ratios")
+    pr.add_argument("configs", nargs="+", metavar="FIXES[:MODE]",
+                    help="configurations, the first is the base: comma-separated fixes, then the compile "
+                         "mode (default the preset's): `global-lock,stash-incref`, `global-lock:default`, `:none` (eager)")
+    pr.add_argument("--preset", default="tiny-cpu", help="dflash preset (default tiny-cpu)")
+    pr.add_argument("--rounds", type=_positive_int, default=3, help="benches per configuration, alternating order (default 3)")
+    pr.add_argument("--steps", type=_positive_int, default=60, help="optimizer steps per bench (default 60)")
+    pr.add_argument("--set", dest="sets", action="append", default=[], metavar="K=V",
+                    help="dflash override for every bench (e.g. a device plan)")
+    pr.add_argument("--timeout-s", type=_positive_float, default=600.0, help="per bench (default 600)")
+    pr.add_argument("--into", type=Path, help="append the bench records to this JSONL (harness.benches format)")
+    pr.add_argument("--call", type=int, help="device call number recorded with them (REPORT groups benches by call)")
+    pr.add_argument("--target", type=_positive_float, help="say whether each ratio's interval clears this (e.g. 1.2)")
+
     run = sub.add_parser("run", help="run one trial from a TrialSpec JSON file")
     run.add_argument("spec")
     run.add_argument("--artefacts", help="artefacts folder (default: runs/trials/<trial id>)")
@@ -227,6 +241,10 @@ def _dispatch(opts: argparse.Namespace) -> int:
         return cmd_retire(opts)
     if opts.command == "merge":
         return cmd_merge(opts)
+    if opts.command == "price":
+        from harness.pricing import main as cmd_price
+
+        return cmd_price(opts)
     if opts.command == "crosstab":
         from harness.crosstab import cmd_crosstab
 

@@ -101,3 +101,31 @@ def median_time_to_first_failure(durations_s: Sequence[float], failed: Sequence[
 
 def median_or_none(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class MedianInterval:
+    median: float
+    low: float
+    high: float
+    coverage: float
+    """Probability that [low, high] holds the true median (exact, for any continuous distribution)."""
+
+
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> MedianInterval | None:
+    """Distribution-free interval for a median from n independent draws (the sign test's order
+    statistics): [x_(k), x_(n+1-k)] holds the median with probability 1 - 2 P(Binomial(n, 1/2) <= k-1).
+    The widest-k interval reaching `confidence`; with too few draws for it (n <= 5 at 95%) the full
+    range, whose own coverage is returned (n = 3: 75%), so a caller can say how weak it is."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return None
+
+    def cover(k: int) -> float:
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and cover(k + 1) >= confidence:
+        k += 1
+    return MedianInterval(median=statistics.median(xs), low=xs[k - 1], high=xs[n - k], coverage=max(0.0, cover(k)))

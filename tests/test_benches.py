@@ -73,6 +73,7 @@ def test_a_bench_that_died_is_listed_under_the_table_and_one_that_timed_out_is_n
     ("bench:launch-bound:global-lock:default", ("launch-bound", "no-cudagraphs+global-lock")),
     ("bench:launch-bound::default", ("launch-bound", "no-cudagraphs")),
     ("bench:gpu-bound::none", ("gpu-bound", "eager")),
+    ("bench:tiny-cpu:global-lock:none", ("tiny-cpu", "eager+global-lock")),   # harness price: the lock's own cost
     ("bench:gpu-bound:cstash-tls-init", ("gpu-bound", "cstash-tls-init")),   # call.sh's reduce-overhead
     ("bench:gpu-bound:", ("gpu-bound", "raw")),
     ("bench:launch-bound:global-lock:default:4", ("launch-bound", "no-cudagraphs+global-lock")),
@@ -175,3 +176,18 @@ def test_a_preset_benched_in_several_calls_gets_a_plot_with_its_died_benches(tmp
     assert [p.read_bytes() for p in want] == first          # no timestamps: same input, same bytes
     text = benches.body(loaded, ["benches.jsonl"], ["plots/benches-launch-bound-1gpu.png"])
     assert text.rstrip().endswith("![benches-launch-bound-1gpu](plots/benches-launch-bound-1gpu.png)")
+
+
+def test_price_records_are_stamped_with_the_call_once(tmp_path):
+    records = tmp_path / "price.jsonl"
+    records.write_text("".join(json.dumps({"phase": "bench:launch-bound:global-lock:default", "call": None,
+                                           "round": r, "tokens_per_s_steady": 100.0 + r}) + "\n" for r in range(2)))
+    into = tmp_path / "benches.jsonl"
+    assert benches.add_records(records, 33, into) == 2
+    assert benches.add_records(records, 33, into) == 0          # unpacked twice: nothing new
+    assert [(b.call, b.strategy, b.tokens_steady) for b in benches.load([into])] == [
+        (33, "no-cudagraphs+global-lock", 100.0), (33, "no-cudagraphs+global-lock", 101.0)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{}\n")
+    with pytest.raises(benches.BenchError, match="not a bench record"):
+        benches.add_records(bad, 33, into)

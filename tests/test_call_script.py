@@ -77,6 +77,21 @@ def test_a_spec_file_phase_keeps_its_own_settings_and_bg_runs_beside_the_next_ph
     assert log.index("== phase campaign:launch-bound:*") < log.index("== phases done")
 
 
+def test_a_price_phase_hands_its_configurations_over_unexpanded_and_its_records_to_out(tmp_path):
+    # Configurations hold commas and colons; a glob-like one must not meet a file of that name.
+    out, env = _fake_python(tmp_path, '[ "$2" = harness ] && printf "%s\\n" "$@" > {out}/args.txt\nexit 0\n')
+    (tmp_path / "xa").write_text("")
+    env["PRICE_ARGS"] = "--preset gpu-launch-bound --rounds 3 global-lock,stash-incref :none x?"
+    proc = subprocess.run(["bash", str(SCRIPT), "400", "price"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    args = (out / "args.txt").read_text().splitlines()
+    assert args[:3] == ["-m", "harness", "price"]
+    assert args[3:10] == ["--preset", "gpu-launch-bound", "--rounds", "3", "global-lock,stash-incref", ":none", "x?"]
+    assert args[-2:] == ["--into", str(out / "price.jsonl")]
+    assert "price rc=0" in (out / "log.txt").read_text()
+
+
 UNPACK = ROOT / "results" / "h200-campaign" / "unpack.sh"
 
 
@@ -113,6 +128,10 @@ def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_p
     # Call 13's files unpacked first: the order must not matter.
     for n, store in ((13, second), (12, first)):
         files = _call_files(tmp_path / f"files{n}", store, f"call {n}\n")
+        if n == 12:   # a price phase's records, written on the device without a call number
+            (files / "price.jsonl").write_text("".join(
+                f'{{"phase": "bench:x::none", "call": null, "round": {r}, "tokens_per_s_steady": {t}}}\n'
+                for r, t in ((0, 10.0), (1, 12.0))))
         proc = subprocess.run(["bash", str(UNPACK), str(files), str(n)], cwd=repo, env=env,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
@@ -121,6 +140,10 @@ def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_p
     assert len({r.trial_id for r in Store(base).load()}) == 3
     assert (repo / "results" / "h200-campaign" / "call12-log.txt").read_text() == "call 12\n"
     assert (repo / "REPORT.md").is_file()
+    from harness import benches
+
+    priced = benches.load([repo / "results" / "h200-campaign" / "benches.jsonl"])
+    assert [(b.call, b.strategy, b.tokens_steady) for b in priced] == [(12, "eager", 10.0), (12, "eager", 12.0)]
     # The same call again: refused, nothing written.
     proc = subprocess.run(["bash", str(UNPACK), str(tmp_path / "files12"), "12"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=60)

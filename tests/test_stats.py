@@ -70,3 +70,16 @@ def test_median_time_to_first_failure_adds_passing_runs_before_the_failing_one()
     assert got == pytest.approx(4.0)
     assert stats.median_time_to_first_failure([3.0, 5.0], [True, True]) == pytest.approx(4.0)
     assert stats.median_time_to_first_failure([1.0, 1.0], [False, False]) is None
+
+
+@pytest.mark.parametrize("n, k, coverage", [(3, 1, 0.75), (5, 1, 0.9375), (6, 1, 0.96875), (10, 2, 0.978515625)])
+def test_the_median_interval_is_the_sign_tests_order_statistics(n, k, coverage):
+    iv = stats.median_interval([float(x) for x in reversed(range(1, n + 1))])
+    assert (iv.low, iv.high) == (float(k), float(n + 1 - k)) and iv.coverage == pytest.approx(coverage)
+    assert iv.median == (n + 1) / 2
+
+
+def test_the_median_interval_of_one_draw_covers_nothing_and_of_none_is_none():
+    assert stats.median_interval([]) is None
+    one = stats.median_interval([1.07])
+    assert (one.low, one.median, one.high, one.coverage) == (1.07, 1.07, 1.07, 0.0)

@@ -13,6 +13,8 @@
 #   default   issue 2: `python -m dflash train --preset gpu-default` alone on the GPU
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
 #   bench:PRESET:FIXES[:MODE[:GPUS]]  one campaign cell alone (GPUS: in the seed topology, issue 6)
+#   price     `python -m harness price $PRICE_ARGS` (configurations benched in alternating rounds,
+#             paired ratios with intervals) until 25 s before SECONDS; records in $OUT/price.jsonl
 #   campaign  the gpu-campaign matrix until 25 s before SECONDS are spent (store resumed)
 #   campaign:GLOB[,GLOB]  the same for the matching cells only (`harness matrix --cells`)
 #   topology, topology-4, topology-2  the same for gpu-topology (8 GPUs) / gpu-topology-4 (4 GPUs) /
@@ -128,6 +130,13 @@ for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            # rc line): 40 lines keep a thread's traceback whole, where 8 cut its header off.
            rc=$?; echo "bench $bp $bf rc=$rc $(( $(date +%s) - s ))s"; cat "$X/$bn.out"
            grep -v "^train:" "$X/$bn.err" | tail -n $([ $rc = 0 ] && echo 8 || echo 40) ;;
+    price) # Env PRICE_ARGS: `harness price` arguments (preset, rounds, configurations): interleaved
+           # benches alone on the GPU, priced by paired per-round ratios; records in $OUT/price.jsonl
+           # (unpack.sh stamps them with the call number), the table in the log.
+           read -ra pa <<< "${PRICE_ARGS:-}"; s=$(date +%s)
+           timeout -k 15 -s TERM $(( $(left) - 25 )) python3 -m harness price "${pa[@]}" --into "$OUT/price.jsonl" \
+             > "$X/price.out" 2> "$X/price.err"
+           echo "price rc=$? $(( $(date +%s) - s ))s"; cat "$X/price.out"; grep -v "^train:" "$X/price.err" | tail -n 60 ;;
     campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
     campaign:*) # campaign:GLOB[,GLOB]: only those cells (harness matrix --cells), same store
            CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 130 )) ;;

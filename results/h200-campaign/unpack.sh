@@ -6,7 +6,8 @@
 # checkout's store (`python -m harness merge`), never unpacked over it: a call started before the
 # previous call was unpacked holds trial ids that call also handed out, and unpacking one over the
 # other loses records (calls 12 and 13, REPORT.md, 2026-11-30 sixth session). The log's `dflash
-# bench` records go to results/h200-campaign/benches.jsonl (harness.benches), the log becomes
+# bench` records (and a price phase's price.jsonl) go to results/h200-campaign/benches.jsonl
+# (harness.benches), the log becomes
 # results/h200-campaign/call<N>-log.txt, and REPORT.md is regenerated. Bad input: one line, exit 2,
 # nothing written. Merges repeat safely, so a run stopped half-way is completed by running it again.
 set -euo pipefail
@@ -23,7 +24,9 @@ for store in "$tmp"/results/*/; do
   [ -f "$store/trials.jsonl" ] || continue
   "$py" -m harness merge "$store" --into "results/$(basename "$store")"
 done
-"$py" -m harness.benches "$src/log.txt" "$n" --into results/h200-campaign/benches.jsonl
+# A `price` phase's records (harness price) come back as price.jsonl, without a call number.
+rec=(); [ -f "$src/price.jsonl" ] && rec=(--records "$src/price.jsonl")
+"$py" -m harness.benches "$src/log.txt" "$n" --into results/h200-campaign/benches.jsonl "${rec[@]}"
 mkdir -p "$(dirname "$log")"
 cp "$src/log.txt" "$log"
 "$py" -m harness report

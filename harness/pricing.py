@@ -1,0 +1,253 @@
+"""What a fix costs, measured alone on the machine: `python -m harness price`.
+
+A campaign trial shares the GPU with other trials, so its tokens/s move with its neighbours; a
+`dflash bench` runs one configuration alone. One bench per configuration is still not enough to
+price a fix: on the H200 the same configuration benched 35,841 and 30,406 tokens/s within one call
+and 44,455 / 38,242 in two others (REPORT.md, tenth and eleventh sessions), as far apart as the
+two configurations it was compared with. So the price is measured the way a drift is cancelled:
+
+- R rounds; each round benches every configuration once, each in a fresh process
+  (`python -m dflash bench --rounds 1`), one after another, nothing else on the machine.
+- The order alternates, A B C then C B A (the ABBA design of crossover trials): a drift over the
+  session (clocks, caches, a neighbour's load) weighs on every configuration alike.
+- A configuration's cost is the per-round ratio of its steady tokens/s to the base
+  configuration's (the first one named): the two ran minutes apart, so the ratio is paired. Its
+  summary is the median over rounds and a distribution-free interval for that median
+  (`harness.stats.median_interval`, the sign test's order statistics) with its coverage: 75% with
+  3 rounds, 94% with 5, 97% with 6.
+- A bench that dies is a result, not a gap: its record carries the exit code and the failure's
+  signature (harness.benches), and the command exits 1.
+
+Records go to `--into` in harness.benches' format (phase `bench:WORKLOAD:FIXES:MODE`, the call
+number, the round), so that `python -m harness report` tables them with the call's other benches
+and harness.recommend prices by them. WORKLOAD is the preset without its `gpu-` prefix, as the
+campaign names its workloads (harness.presets).
+
+    python -m harness price --preset gpu-launch-bound --rounds 3 \\
+        global-lock,cstash-tls-init,cublas-handle-init,stash-incref,stream-sync \\
+        cstash-tls-init,graph-isolation,cudagraph-lock,cublas-handle-init,single-thread-autograd,stash-incref,stream-sync,nested-fx-fallback \\
+        global-lock:default :none
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import stats
+from harness.benches import BenchError, died_signature, load, strategy_of
+from harness.store import write_atomic
+
+TIMEOUT_RC = 124
+"""A run past --timeout-s gets `timeout`'s exit code, which harness.benches reads as timed out."""
+STDERR_TAIL = 40
+"""Lines of a died run's stderr kept for its signature (call.sh's bench phase keeps as many)."""
+
+
+class PriceError(ValueError):
+    """Bad input: one line, exit 2, nothing run or written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    fixes: str
+    """Comma-separated fix names as `--set fixes=` takes them ('' for none)."""
+    mode: str
+    """compile.mode ('none' = eager)."""
+
+    def phase(self, workload: str) -> str:
+        return f"bench:{workload}:{self.fixes}:{self.mode}"
+
+    def strategy(self, workload: str) -> str:
+        return strategy_of(self.phase(workload))[1]
+
+
+@dataclass(kw_only=True, slots=True)
+class Plan:
+    preset: str
+    configs: list[Config]
+    rounds: int
+    steps: int
+    sets: list[str] = field(default_factory=list)
+    timeout_s: float = 600.0
+    call: int | None = None
+
+    @property
+    def workload(self) -> str:
+        return self.preset.removeprefix("gpu-")
+
+    def order(self) -> list[tuple[int, Config]]:
+        """(round, config) in run order: forward in even rounds, reversed in odd ones."""
+        out = []
+        for r in range(self.rounds):
+            configs = self.configs if r % 2 == 0 else self.configs[::-1]
+            out += [(r, c) for c in configs]
+        return out
+
+
+def parse_config(text: str, default_mode: str) -> Config:
+    """`FIXES[:MODE]`: `global-lock,stash-incref`, `global-lock:default`, `:none` (eager)."""
+    fixes, _, mode = text.partition(":")
+    return Config(fixes=fixes.replace("+", ","), mode=mode or default_mode)
+
+
+def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, sets: Sequence[str] = (),
+              timeout_s: float = 600.0, call: int | None = None) -> Plan:
+    """Validated in-process, as `dflash bench` would read it, so that a typo is one line and exit 2
+    before the first bench starts rather than a died bench minutes later."""
+    from dflash import presets
+    from dflash.config import ConfigError, apply_overrides
+    from dflash.fixes import FixSet
+
+    if rounds < 1 or steps < 1:
+        raise PriceError(f"--rounds and --steps must be >= 1, got {rounds} and {steps}")
+    if not configs:
+        raise PriceError("name at least one configuration (FIXES[:MODE])")
+    try:
+        base = presets.get(preset)
+        parsed = [parse_config(c, base.compile.mode) for c in configs]
+        for c in parsed:
+            cfg = apply_overrides(base, [*sets, f"fixes={c.fixes}", f"compile.mode={c.mode}"])
+            FixSet.from_names(cfg.fixes)
+    except ConfigError as e:
+        raise PriceError(str(e)) from None
+    if len(set(parsed)) != len(parsed):
+        raise PriceError(f"a configuration is named twice: {' '.join(configs)}")
+    return Plan(preset=preset, configs=parsed, rounds=rounds, steps=steps, sets=list(sets),
+                timeout_s=timeout_s, call=call)
+
+
+def bench_once(plan: Plan, config: Config) -> dict:
+    """One `dflash bench` in a fresh process: its JSON record, or {exit_code, signature} if it died."""
+    argv = [sys.executable, "-m", "dflash", "bench", "--preset", plan.preset, "--steps", str(plan.steps),
+            "--rounds", "1", "--set", f"fixes={config.fixes}", "--set", f"compile.mode={config.mode}"]
+    for kv in plan.sets:
+        argv += ["--set", kv]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=plan.timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return {"event": "bench", "exit_code": TIMEOUT_RC, "signature": died_signature([], TIMEOUT_RC)}
+    record = next((json.loads(line) for line in reversed(done.stdout.splitlines())
+                   if line.startswith('{"event": "bench"')), None)
+    if done.returncode == 0 and record is not None:
+        return record
+    rc = done.returncode or 1
+    tail = done.stderr.splitlines()[-STDERR_TAIL:]
+    return {"event": "bench", "exit_code": rc, "signature": died_signature(tail, rc)}
+
+
+def run(plan: Plan, *, bench: Callable[[Plan, Config], dict] = bench_once,
+        log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> list[dict]:
+    records = []
+    steps = plan.order()
+    for i, (r, c) in enumerate(steps, 1):
+        t0 = time.monotonic()
+        got = bench(plan, c)
+        record = {"phase": c.phase(plan.workload), "call": plan.call, "round": r, **got}
+        records.append(record)
+        what = (f"{record['tokens_per_s_steady']:.0f} tokens/s (steady half)" if record.get("tokens_per_s_steady")
+                else f"died: exit {record.get('exit_code')}: {record.get('signature')}")
+        log(f"[{i}/{len(steps)}] round {r} `{c.strategy(plan.workload)}`: {what} ({time.monotonic() - t0:.0f}s)")
+    return records
+
+
+@dataclass(kw_only=True, slots=True)
+class Price:
+    strategy: str
+    tokens: list[float]
+    died: list[str]
+    ratio: stats.MedianInterval | None
+    """Per-round tokens/s over the base configuration's, summarised; None for the base itself or
+    without a round where both ran."""
+
+
+def prices(plan: Plan, records: Sequence[dict]) -> list[Price]:
+    base = plan.configs[0].phase(plan.workload)
+    by_round: dict[int, dict[str, float]] = {}
+    for d in records:
+        if d.get("tokens_per_s_steady"):
+            by_round.setdefault(d["round"], {})[d["phase"]] = d["tokens_per_s_steady"]
+    out = []
+    for c in plan.configs:
+        phase = c.phase(plan.workload)
+        mine = [d for d in records if d["phase"] == phase]
+        ratios = [here[phase] / here[base] for here in by_round.values() if phase in here and base in here]
+        out.append(Price(strategy=c.strategy(plan.workload),
+                         tokens=[d["tokens_per_s_steady"] for d in mine if d.get("tokens_per_s_steady")],
+                         died=[f"round {d['round']}: {d.get('signature')}" for d in mine if d.get("exit_code")],
+                         ratio=None if phase == base else stats.median_interval(ratios)))
+    return out
+
+
+def table(plan: Plan, ps: Sequence[Price], target: float | None = None) -> str:
+    base = ps[0].strategy
+    lines = [f"{plan.preset}: {plan.rounds} round(s) of {len(ps)} configuration(s), {plan.steps} steps each, "
+             f"alternating order; ratio = per-round tokens/s over `{base}`, median and its interval",
+             "", "| configuration | ran | median tok/s | range | vs base (median) | interval | coverage |",
+             "|---|---|---|---|---|---|---|"]
+    for p in ps:
+        med = f"{statistics.median(p.tokens):.0f}" if p.tokens else "-"
+        rng = f"{min(p.tokens):.0f}-{max(p.tokens):.0f}" if p.tokens else "-"
+        ran = f"{len(p.tokens)}/{len(p.tokens) + len(p.died)}"
+        if p.ratio is None:
+            vs, iv, cov = ("1.00x (base)", "-", "-") if p.strategy == base else ("-", "-", "-")
+        else:
+            vs, iv, cov = f"{p.ratio.median:.2f}x", f"{p.ratio.low:.2f}x-{p.ratio.high:.2f}x", f"{p.ratio.coverage:.0%}"
+        lines.append(f"| `{p.strategy}` | {ran} | {med} | {rng} | {vs} | {iv} | {cov} |")
+    for p in ps:
+        lines += [f"- `{p.strategy}` died alone: {d}" for d in p.died]
+    if target is not None:
+        lines.append("")
+        for p in ps[1:]:
+            if p.ratio is not None:
+                lines.append(f"- `{p.strategy}` against {target}x `{base}`: {verdict(p.ratio, target)}")
+    return "\n".join(lines)
+
+
+def verdict(ratio: stats.MedianInterval, target: float) -> str:
+    """Whether the interval clears the target: `meets` only when its low end does."""
+    how = f"interval {ratio.low:.2f}x-{ratio.high:.2f}x ({ratio.coverage:.0%})"
+    if ratio.low >= target:
+        return f"meets ({how})"
+    if ratio.high < target:
+        return f"misses ({how})"
+    return f"undecided ({how}): more rounds"
+
+
+def save(records: Sequence[dict], into: Path) -> None:
+    """Append to a bench file, whole-file atomic: a file that is not harness.benches' fails first."""
+    held = ""
+    if into.exists():
+        try:
+            load([into])
+        except BenchError as e:
+            raise PriceError(str(e)) from None
+        held = into.read_text(encoding="utf-8")
+        if held and not held.endswith("\n"):
+            held += "\n"
+    write_atomic(into, (held + "".join(json.dumps(d) + "\n" for d in records)).encode("utf-8"))
+
+
+def main(opts) -> int:
+    try:
+        plan = make_plan(opts.preset, opts.configs, rounds=opts.rounds, steps=opts.steps, sets=opts.sets,
+                         timeout_s=opts.timeout_s, call=opts.call)
+        if opts.into is not None and opts.into.exists():
+            load([opts.into])      # before an hour of benches, not after
+    except (PriceError, BenchError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    records = run(plan)
+    if opts.into is not None:
+        save(records, opts.into)
+        print(f"{opts.into}: {len(records)} bench record(s) added", file=sys.stderr)
+    print(table(plan, prices(plan, records), opts.target))
+    return 1 if any(d.get("exit_code") for d in records) else 0

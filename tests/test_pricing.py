@@ -1,0 +1,124 @@
+"""`python -m harness price`: interleaved benches alone on the machine, priced by paired ratios."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness import benches, pricing
+from harness.pricing import Config, PriceError
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def _plan(configs=(":none", "global-lock:none", "global-lock:default"), rounds=3, **kw):
+    return pricing.make_plan("tiny-cpu", list(configs), rounds=rounds, steps=5, **kw)
+
+
+def test_rounds_alternate_the_order_so_a_drift_weighs_on_every_configuration_alike():
+    plan = _plan(rounds=3)
+    names = [(r, c.strategy(plan.workload)) for r, c in plan.order()]
+    a, b, c = "eager", "eager+global-lock", "no-cudagraphs+global-lock"
+    assert names == [(0, a), (0, b), (0, c), (1, c), (1, b), (1, a), (2, a), (2, b), (2, c)]
+
+
+def test_gpu_presets_record_the_campaigns_workload_names():
+    plan = pricing.make_plan("gpu-launch-bound", ["global-lock,stash-incref:reduce-overhead", "global-lock"],
+                             rounds=1, steps=5)
+    assert plan.workload == "launch-bound"
+    assert plan.configs[0].phase(plan.workload) == "bench:launch-bound:global-lock,stash-incref:reduce-overhead"
+    assert benches.strategy_of(plan.configs[0].phase(plan.workload)) == ("launch-bound", "global-lock+stash-incref")
+    # Without a mode, the preset's own (default: no CUDA graphs), named as the campaign names it.
+    assert plan.configs[1] == Config(fixes="global-lock", mode="default")
+    assert plan.configs[1].strategy(plan.workload) == "no-cudagraphs+global-lock"
+
+
+@pytest.mark.parametrize("preset, configs, rounds, message", [
+    ("nope", [":none"], 1, "unknown preset 'nope'"),
+    ("tiny-cpu", ["global-lock,bogus"], 1, "unknown fix 'bogus'"),
+    ("tiny-cpu", [":bogus"], 1, "compile.mode must be one of"),
+    ("tiny-cpu", [":none", ":none"], 1, "named twice"),
+    ("tiny-cpu", [":none"], 0, "--rounds and --steps must be >= 1"),
+    ("tiny-cpu", [], 1, "at least one configuration"),
+])
+def test_bad_input_is_one_error_before_any_bench(preset, configs, rounds, message):
+    with pytest.raises(PriceError, match=message):
+        pricing.make_plan(preset, configs, rounds=rounds, steps=5)
+
+
+def _fake(figures):
+    """A bench function that returns figures[(round-independent call index)] in run order."""
+    calls = iter(figures)
+
+    def bench(plan, config):
+        tok = next(calls)
+        if tok is None:
+            return {"event": "bench", "exit_code": 1, "signature": "fx-trace-of-dynamo-fn (RuntimeError ...)"}
+        return {"event": "bench", "tokens_per_s_steady": tok, "steps": plan.steps}
+    return bench
+
+
+def test_a_price_is_the_median_of_per_round_ratios_with_its_interval():
+    # Call 30's shape: the same base benched 35,841 and 30,406 (a drift), the other one beside it.
+    plan = _plan(configs=("global-lock:none", ":none"), rounds=3)
+    # run order: r0 A B, r1 B A, r2 A B
+    records = pricing.run(plan, bench=_fake([100.0, 110.0, 88.0, 80.0, 120.0, 126.0]), log=lambda s: None)
+    assert [d["round"] for d in records] == [0, 0, 1, 1, 2, 2]
+    base, other = pricing.prices(plan, records)
+    assert base.ratio is None and base.tokens == [100.0, 80.0, 120.0]
+    assert other.ratio.median == pytest.approx(1.10) and other.ratio.coverage == 0.75
+    assert (other.ratio.low, other.ratio.high) == (pytest.approx(1.05), pytest.approx(1.10))
+    text = pricing.table(plan, [base, other], target=1.2)
+    assert "| `eager` | 3/3 | 110 | 88-126 | 1.10x | 1.05x-1.10x | 75% |" in text
+    assert "- `eager` against 1.2x `eager+global-lock`: misses (interval 1.05x-1.10x (75%))" in text
+
+
+def test_a_bench_that_dies_is_listed_and_drops_out_of_its_rounds_ratio():
+    plan = _plan(configs=("global-lock:none", ":none"), rounds=2)
+    records = pricing.run(plan, bench=_fake([100.0, None, 130.0, 100.0]), log=lambda s: None)
+    _, other = pricing.prices(plan, records)
+    assert other.died == ["round 0: fx-trace-of-dynamo-fn (RuntimeError ...)"]
+    assert other.tokens == [130.0] and other.ratio.median == pytest.approx(1.3) and other.ratio.coverage == 0.0
+    assert "| `eager` | 1/2 |" in pricing.table(plan, pricing.prices(plan, records))
+
+
+@pytest.mark.parametrize("low, high, word", [(1.21, 1.4, "meets"), (1.0, 1.19, "misses"), (1.1, 1.3, "undecided")])
+def test_the_target_is_met_only_when_the_whole_interval_clears_it(low, high, word):
+    from harness.stats import MedianInterval
+
+    assert pricing.verdict(MedianInterval(median=(low + high) / 2, low=low, high=high, coverage=0.9), 1.2).startswith(word)
+
+
+def test_records_append_to_a_bench_file_that_report_reads(tmp_path):
+    plan = _plan(configs=(":none", "global-lock:none"), rounds=1, call=33)
+    into = tmp_path / "benches.jsonl"
+    into.write_text(json.dumps({"phase": "bench:launch-bound::none", "call": 30, "tokens_per_s_steady": 1.0}) + "\n")
+    pricing.save(pricing.run(plan, bench=_fake([10.0, 12.0]), log=lambda s: None), into)
+    loaded = benches.load([into])
+    assert [(b.call, b.strategy, b.tokens_steady) for b in loaded] == [
+        (30, "eager", 1.0), (33, "eager", 10.0), (33, "eager+global-lock", 12.0)]
+    bad = tmp_path / "other.jsonl"
+    bad.write_text("not json\n")
+    with pytest.raises(PriceError, match="not a bench record"):
+        pricing.save([], bad)
+    assert bad.read_text() == "not json\n"
+
+
+def test_the_cli_benches_for_real_and_refuses_a_foreign_file_before_running(tmp_path):
+    """Two eager configurations of tiny-cpu, one round each (about 10 s of CPU each)."""
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text("hello\n")
+    cmd = [sys.executable, "-m", "harness", "price", "--steps", "6", "--rounds", "1"]
+    refused = subprocess.run([*cmd, ":none", "--into", str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "not a bench record" in refused.stderr
+    into = tmp_path / "benches.jsonl"
+    done = subprocess.run([*cmd, ":none", "global-lock:none", "--into", str(into), "--call", "5"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| `eager+global-lock` | 1/1 |" in done.stdout
+    loaded = benches.load([into])
+    assert [(b.call, b.strategy) for b in loaded] == [(5, "eager"), (5, "eager+global-lock")]
+    assert all(b.tokens_steady and b.tokens_steady > 0 and b.torch for b in loaded)
