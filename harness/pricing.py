@@ -144,15 +144,20 @@ def bench_once(plan: Plan, config: Config) -> dict:
     return {"event": "bench", "exit_code": rc, "signature": died_signature(tail, rc)}
 
 
-def run(plan: Plan, *, bench: Callable[[Plan, Config], dict] = bench_once,
-        log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> list[dict]:
-    records = []
+def run(plan: Plan, *, bench: Callable[[Plan, Config], dict] | None = None,
+        log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+        done: Callable[[dict], None] = lambda record: None, records: list[dict] | None = None) -> list[dict]:
+    """Every bench of the plan in order; `done` gets each record as it is made (saved at once: a
+    call whose time runs out keeps the rounds it finished), `records` collects them."""
+    records = [] if records is None else records
+    bench = bench or bench_once
     steps = plan.order()
     for i, (r, c) in enumerate(steps, 1):
         t0 = time.monotonic()
         got = bench(plan, c)
         record = {"phase": c.phase(plan.workload), "call": plan.call, "round": r, **got}
         records.append(record)
+        done(record)
         what = (f"{record['tokens_per_s_steady']:.0f} tokens/s (steady half)" if record.get("tokens_per_s_steady")
                 else f"died: exit {record.get('exit_code')}: {record.get('signature')}")
         log(f"[{i}/{len(steps)}] round {r} `{c.strategy(plan.workload)}`: {what} ({time.monotonic() - t0:.0f}s)")
@@ -245,9 +250,12 @@ def main(opts) -> int:
     except (PriceError, BenchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    records = run(plan)
-    if opts.into is not None:
-        save(records, opts.into)
-        print(f"{opts.into}: {len(records)} bench record(s) added", file=sys.stderr)
-    print(table(plan, prices(plan, records), opts.target))
+    records: list[dict] = []
+    try:
+        run(plan, records=records, done=(lambda d: save([d], opts.into)) if opts.into is not None else (lambda d: None))
+    finally:
+        # Stopped (SIGTERM from a call's time limit, Ctrl-C) or not: the rounds that ran are priced.
+        if opts.into is not None:
+            print(f"{opts.into}: {len(records)} bench record(s) added", file=sys.stderr)
+        print(table(plan, prices(plan, records), opts.target), flush=True)
     return 1 if any(d.get("exit_code") for d in records) else 0

@@ -122,3 +122,24 @@ def test_the_cli_benches_for_real_and_refuses_a_foreign_file_before_running(tmp_
     loaded = benches.load([into])
     assert [(b.call, b.strategy) for b in loaded] == [(5, "eager"), (5, "eager+global-lock")]
     assert all(b.tokens_steady and b.tokens_steady > 0 and b.torch for b in loaded)
+
+
+def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys, monkeypatch):
+    # A call's time limit sends SIGTERM mid-round (harness.cli turns it into KeyboardInterrupt).
+    figures = iter([100.0, 110.0, 120.0])
+
+    def bench(plan, config):
+        tok = next(figures, None)
+        if tok is None:
+            raise KeyboardInterrupt
+        return {"event": "bench", "tokens_per_s_steady": tok}
+
+    monkeypatch.setattr(pricing, "bench_once", bench)
+    into = tmp_path / "b.jsonl"
+    opts = __import__("argparse").Namespace(preset="tiny-cpu", configs=[":none", "global-lock:none"], rounds=2, steps=5,
+                                            sets=[], timeout_s=60.0, call=4, into=into, target=None)
+    with pytest.raises(KeyboardInterrupt):
+        pricing.main(opts)
+    assert [(b.strategy, b.tokens_steady) for b in benches.load([into])] == [
+        ("eager", 100.0), ("eager+global-lock", 110.0), ("eager+global-lock", 120.0)]
+    assert "| `eager+global-lock` | 2/2 | 115 | 110-120 | 1.10x | 1.10x-1.10x | 0% |" in capsys.readouterr().out
