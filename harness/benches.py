@@ -67,6 +67,8 @@ class Bench:
     a cell clean at 29 stressed trials died of F2 in a bench)."""
     signature: str | None = None
     """The died bench's failure (harness.signature's summary of the stderr tail call.sh prints)."""
+    round: int | None = None
+    """The round of a `harness price` run (its benches are priced per round: harness.pricing)."""
 
     @property
     def failed(self) -> bool:
@@ -173,7 +175,8 @@ def load(paths: Sequence[Path]) -> list[Bench]:
                                  tokens_steady=d.get("tokens_per_s_steady"), gpu_busy=d.get("gpu_busy"),
                                  gpu_busy_steady=d.get("gpu_busy_steady"), busy=d.get("busy") or {},
                                  torch=d.get("torch", "?"), gpus=plan_gpus(d.get("device_plan")),
-                                 exit_code=int(d.get("exit_code") or 0), signature=d.get("signature")))
+                                 exit_code=int(d.get("exit_code") or 0), signature=d.get("signature"),
+                                 round=d.get("round")))
     return benches
 
 
@@ -277,9 +280,32 @@ def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] 
                   + (f"exit {b.exit_code}, family {families.family(b.signature)}: `{b.signature}`" if b.failed
                      else f"{b.signature}")
                   for b in died]
+    lines += priced(benches)
     if plots:
         lines += [""] + [f"![{Path(p).stem}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def priced(benches: Sequence[Bench]) -> list[str]:
+    """Per call, preset and GPU count run by `harness price` (benches with rounds): the paired
+    prices against the configuration its first round benched first."""
+    from harness.pricing import Run, price_runs, rows
+
+    groups: dict[tuple, list[Bench]] = {}
+    for b in benches:          # file order is run order: the first bench of a group is its base
+        if b.round is not None:
+            groups.setdefault((b.call or 0, b.preset, b.gpus), []).append(b)
+    out = []
+    for (call, preset, gpus), group in sorted(groups.items()):
+        order = list(dict.fromkeys(b.strategy for b in sorted(group, key=lambda b: b.round)))
+        runs = [Run(strategy=b.strategy, round=b.round, tokens=None if b.exit_code else b.tokens_steady,
+                    died=b.signature if b.failed else None) for b in group]
+        rounds = len({b.round for b in group})
+        out += ["", f"Priced in rounds (`harness price`), call {call}, {preset}, {gpus} GPU(s): {rounds} round(s), "
+                f"alternating order; the ratio is each round's tokens/s over `{order[0]}`'s, its median and the "
+                "median's interval (sign test), with the interval's coverage:", "",
+                *rows(price_runs(runs, order))]
+    return out
 
 
 def add(log: Path, call: int, into: Path) -> int:

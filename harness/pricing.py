@@ -174,29 +174,49 @@ class Price:
     without a round where both ran."""
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One bench of a round, as prices() reads it (from this command's records or harness.benches')."""
+    strategy: str
+    round: int
+    tokens: float | None
+    died: str | None = None
+
+
 def prices(plan: Plan, records: Sequence[dict]) -> list[Price]:
-    base = plan.configs[0].phase(plan.workload)
+    runs = [Run(strategy=strategy_of(d["phase"])[1], round=d["round"], tokens=d.get("tokens_per_s_steady"),
+                died=d.get("signature") if d.get("exit_code") else None) for d in records]
+    return price_runs(runs, [c.strategy(plan.workload) for c in plan.configs])
+
+
+def price_runs(runs: Sequence[Run], order: Sequence[str]) -> list[Price]:
+    """Per configuration of `order` (the first is the base): its figures, its died benches, and the
+    median of its per-round ratios to the base with the median's interval."""
     by_round: dict[int, dict[str, float]] = {}
-    for d in records:
-        if d.get("tokens_per_s_steady"):
-            by_round.setdefault(d["round"], {})[d["phase"]] = d["tokens_per_s_steady"]
+    for x in runs:
+        if x.tokens:
+            by_round.setdefault(x.round, {})[x.strategy] = x.tokens
+    base = order[0]
     out = []
-    for c in plan.configs:
-        phase = c.phase(plan.workload)
-        mine = [d for d in records if d["phase"] == phase]
-        ratios = [here[phase] / here[base] for here in by_round.values() if phase in here and base in here]
-        out.append(Price(strategy=c.strategy(plan.workload),
-                         tokens=[d["tokens_per_s_steady"] for d in mine if d.get("tokens_per_s_steady")],
-                         died=[f"round {d['round']}: {d.get('signature')}" for d in mine if d.get("exit_code")],
-                         ratio=None if phase == base else stats.median_interval(ratios)))
+    for name in order:
+        mine = [x for x in runs if x.strategy == name]
+        ratios = [here[name] / here[base] for here in by_round.values() if name in here and base in here]
+        out.append(Price(strategy=name, tokens=[x.tokens for x in mine if x.tokens],
+                         died=[f"round {x.round}: {x.died}" for x in mine if x.died is not None],
+                         ratio=None if name == base else stats.median_interval(ratios)))
     return out
 
 
 def table(plan: Plan, ps: Sequence[Price], target: float | None = None) -> str:
+    head = (f"{plan.preset}: {plan.rounds} round(s) of {len(ps)} configuration(s), {plan.steps} steps each, "
+            f"alternating order; ratio = per-round tokens/s over `{ps[0].strategy}`, median and its interval")
+    return "\n".join([head, "", *rows(ps, target)])
+
+
+def rows(ps: Sequence[Price], target: float | None = None) -> list[str]:
+    """The markdown table of prices (and the died benches, and the target's verdicts)."""
     base = ps[0].strategy
-    lines = [f"{plan.preset}: {plan.rounds} round(s) of {len(ps)} configuration(s), {plan.steps} steps each, "
-             f"alternating order; ratio = per-round tokens/s over `{base}`, median and its interval",
-             "", "| configuration | ran | median tok/s | range | vs base (median) | interval | coverage |",
+    lines = ["| configuration | ran | median tok/s | range | vs base (median) | interval | coverage |",
              "|---|---|---|---|---|---|---|"]
     for p in ps:
         med = f"{statistics.median(p.tokens):.0f}" if p.tokens else "-"
@@ -214,7 +234,7 @@ def table(plan: Plan, ps: Sequence[Price], target: float | None = None) -> str:
         for p in ps[1:]:
             if p.ratio is not None:
                 lines.append(f"- `{p.strategy}` against {target}x `{base}`: {verdict(p.ratio, target)}")
-    return "\n".join(lines)
+    return lines
 
 
 def verdict(ratio: stats.MedianInterval, target: float) -> str:

@@ -191,3 +191,18 @@ def test_price_records_are_stamped_with_the_call_once(tmp_path):
     bad.write_text("{}\n")
     with pytest.raises(benches.BenchError, match="not a bench record"):
         benches.add_records(bad, 33, into)
+
+
+def test_a_priced_call_gets_its_paired_prices_under_the_table(tmp_path):
+    # harness price's run order A B, B A, A B: the base is what round 0 benched first.
+    path = tmp_path / "benches.jsonl"
+    order = [(0, "global-lock:default", 100.0), (0, "cudagraph-lock", 110.0), (1, "cudagraph-lock", 90.0),
+             (1, "global-lock:default", 80.0), (2, "global-lock:default", 120.0), (2, "cudagraph-lock", 126.0)]
+    path.write_text("".join(json.dumps({"phase": f"bench:launch-bound:{c}", "call": 34, "round": r,
+                                        "tokens_per_s_steady": t}) + "\n" for r, c, t in order))
+    text = benches.body(benches.load([path]), ["b"])
+    assert "Priced in rounds (`harness price`), call 34, launch-bound, 1 GPU(s): 3 round(s)" in text
+    assert "over `no-cudagraphs+global-lock`'s" in text
+    assert "| `cudagraph-lock` | 3/3 | 110 | 90-126 | 1.10x | 1.05x-1.12x | 75% |" in text
+    # Benches of the other calls (no rounds) get no such block.
+    assert "Priced in rounds" not in benches.body(benches.load([path])[:0], ["b"])
