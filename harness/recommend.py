@@ -24,7 +24,9 @@ like any other, but it serialises the compiled calls: the question users pay for
 concurrent configuration is clean and worth it. So the verdict also names the fastest qualifying
 concurrent strategy and prices it against the fastest qualifying serialised one (the plain
 `global-lock` when nothing else is), against TARGET_OVER_LOCK (issue 5: at least 1.2x the global
-lock), or says that none qualifies.
+lock), or says that none qualifies. That price is read alone on the GPU where one call benched
+both (the median of a call's benches of one strategy: `harness price` benches each in rounds),
+else from the campaign's medians, which say so.
 """
 
 from __future__ import annotations
