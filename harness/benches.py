@@ -23,7 +23,7 @@ import json
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import families
@@ -69,6 +69,14 @@ class Bench:
     """The died bench's failure (harness.signature's summary of the stderr tail call.sh prints)."""
     round: int | None = None
     """The round of a `harness price` run (its benches are priced per round: harness.pricing)."""
+    run: str | None = None
+    """Which `harness price` run (its start time): rounds pair only within one."""
+    source: Path | None = field(default=None, compare=False)
+    """The file it was loaded from: its plots go beside it (results/<folder>/plots)."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.gpus} GPU(s)" if self.gpus else "CPU"
 
     @property
     def failed(self) -> bool:
@@ -176,16 +184,17 @@ def load(paths: Sequence[Path]) -> list[Bench]:
                                  gpu_busy_steady=d.get("gpu_busy_steady"), busy=d.get("busy") or {},
                                  torch=d.get("torch", "?"), gpus=plan_gpus(d.get("device_plan")),
                                  exit_code=int(d.get("exit_code") or 0), signature=d.get("signature"),
-                                 round=d.get("round")))
+                                 round=d.get("round"), run=d.get("run"), source=path))
     return benches
 
 
 def plan_gpus(plan: dict | None) -> int:
-    """Distinct devices of a bench's device plan ({"target": ["cuda:0", ...], "drafter": [...]});
-    1 for records without one."""
+    """Distinct CUDA devices of a bench's device plan ({"target": ["cuda:0", ...], "drafter": [...]});
+    0 for a plan on the CPU; 1 for records without a plan (the device calls' first benches)."""
     if not isinstance(plan, dict):
         return 1
-    return max(1, len({d for devices in plan.values() if isinstance(devices, list) for d in devices}))
+    return len({d for devices in plan.values() if isinstance(devices, list) for d in devices
+                if str(d).startswith("cuda")})
 
 
 def files(results_root: Path) -> list[Path]:
@@ -216,7 +225,8 @@ def _plotted(benches: Sequence[Bench], plots_dir: Path) -> list[tuple[Path, str,
     groups: dict[tuple[str, int], list[Bench]] = {}
     for b in sorted(benches, key=lambda b: (b.call or 0, b.strategy)):
         groups.setdefault((b.preset, b.gpus), []).append(b)
-    return [(plots_dir / f"benches-{preset}-{gpus}gpu.png", preset, gpus, group)
+    return [((group[0].source.parent / "plots" if group[0].source else plots_dir) / f"benches-{preset}-{gpus}gpu.png",
+             preset, gpus, group)
             for (preset, gpus), group in sorted(groups.items()) if len({b.call for b in group}) > 1]
 
 
@@ -244,14 +254,14 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
         paths.append(_bar_plot(plt, path, [f"call {b.call}: {b.strategy}" for b in group],
                                [b.tokens_steady or 0.0 for b in group], None,
                                "tokens/s, steady half, alone on the GPU (ratios hold within a call only)",
-                               f"dflash bench, {preset}, {gpus} GPU(s)", [_bar_text(b) for b in group],
+                               f"dflash bench, {preset}, {group[0].where}", [_bar_text(b) for b in group],
                                colors=colors))
     return paths
 
 
 def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] = ()) -> str:
     """REPORT.md's `benches` block: one row per bench, ratios within its call and preset."""
-    lines = ["#### Benches alone on the GPU (`dflash bench`)", "",
+    lines = ["#### Benches alone on the machine (`dflash bench`: the GPU, or the CPU where GPUs says CPU)", "",
              f"Regenerate with `python -m harness report` from {', '.join(f'`{s}`' for s in sources) or 'no files'}. "
              "tok/s is the steady second half of the run; vs lock is against the fastest serialised "
              "(`global-lock`) bench of the same call, preset and GPU count, vs eager against its eager bench; GPU busy is "
@@ -260,7 +270,8 @@ def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] 
              "| call | preset | GPUs | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
              "| busy drafter / target | torch |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    ran = [b for b in benches if not b.exit_code]
+    # A `harness price` run's benches are summarised per run below (paired by round), not row by row.
+    ran = [b for b in benches if not b.exit_code and b.round is None]
     for b in sorted(ran, key=lambda b: (b.call or 0, b.preset, b.gpus, b.strategy)):
         peers = [p for p in ran if p.call == b.call and p.preset == b.preset and p.gpus == b.gpus]
         locks = [p for p in peers if serialised(p.strategy) and p.tokens_steady]
@@ -268,15 +279,15 @@ def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] 
         eager = next((p for p in peers if p.strategy == "eager"), None)
         tok = "-" if b.tokens_steady is None else f"{b.tokens_steady:.0f}"
         stage = f"{b.busy.get('drafter', 0):.2f} / {b.busy.get('target', 0):.2f}" if b.busy else "-"
-        lines.append(f"| {b.call if b.call is not None else '?'} | {b.preset} | {b.gpus} | {b.strategy} | {b.steps or '-'} "
+        lines.append(f"| {b.call if b.call is not None else '?'} | {b.preset} | {b.gpus or 'CPU'} | {b.strategy} | {b.steps or '-'} "
                      f"| {tok} | {_ratio(b, lock)} | {_ratio(b, eager)} | {_pct(b.gpu_busy)} "
                      f"| {_pct(b.gpu_busy_steady)} | {stage} | {b.torch} |")
-    died = sorted((b for b in benches if b.exit_code), key=lambda b: (b.call or 0, b.preset, b.gpus, b.strategy))
+    died = sorted((b for b in benches if b.exit_code and b.round is None), key=lambda b: (b.call or 0, b.preset, b.gpus, b.strategy))
     if died:
         lines += ["", "Benches that did not finish (no figures). One that died of an error failed alone on "
                   "the GPU, and harness.recommend does not recommend its configuration; one that timed "
                   "out is not counted either way:", ""]
-        lines += [f"- call {b.call if b.call is not None else '?'}, {b.preset}, {b.gpus} GPU(s), `{b.strategy}`: "
+        lines += [f"- call {b.call if b.call is not None else '?'}, {b.preset}, {b.where}, `{b.strategy}`: "
                   + (f"exit {b.exit_code}, family {families.family(b.signature)}: `{b.signature}`" if b.failed
                      else f"{b.signature}")
                   for b in died]
@@ -294,14 +305,17 @@ def priced(benches: Sequence[Bench]) -> list[str]:
     groups: dict[tuple, list[Bench]] = {}
     for b in benches:          # file order is run order: the first bench of a group is its base
         if b.round is not None:
-            groups.setdefault((b.call or 0, b.preset, b.gpus), []).append(b)
+            groups.setdefault((-1 if b.call is None else b.call, b.run or "", b.preset, b.gpus), []).append(b)
     out = []
-    for (call, preset, gpus), group in sorted(groups.items()):
+    for (call, run, preset, gpus), group in sorted(groups.items()):
+        # A run outside the device calls (`harness price` without --call) is named by its start.
+        call = f"? (run of {run})" if call == -1 else call
         order = list(dict.fromkeys(b.strategy for b in sorted(group, key=lambda b: b.round)))
         runs = [Run(strategy=b.strategy, round=b.round, tokens=None if b.exit_code else b.tokens_steady,
                     died=b.signature if b.failed else None) for b in group]
         rounds = len({b.round for b in group})
-        out += ["", f"Priced in rounds (`harness price`), call {call}, {preset}, {gpus} GPU(s): {rounds} round(s), "
+        where = group[0].where
+        out += ["", f"Priced in rounds (`harness price`), call {call}, {preset}, {where}: {rounds} round(s), "
                 f"alternating order; the ratio is each round's tokens/s over `{order[0]}`'s, its median and the "
                 "median's interval (sign test), with the interval's coverage:", "",
                 *rows(price_runs(runs, order))]
@@ -340,8 +354,8 @@ def add_records(records: Path, call: int, into: Path) -> int:
     if into.exists():
         load([into])
         held = [json.loads(line) for line in into.read_text(encoding="utf-8").splitlines() if line.strip()]
-    seen = {(d.get("call"), d.get("phase"), d.get("round")) for d in held}
-    new = [{**d, "call": call} for d in found if (call, d.get("phase"), d.get("round")) not in seen]
+    seen = {(d.get("call"), d.get("run"), d.get("phase"), d.get("round")) for d in held}
+    new = [{**d, "call": call} for d in found if (call, d.get("run"), d.get("phase"), d.get("round")) not in seen]
     if new:
         write_atomic(into, "".join(json.dumps(d) + "\n" for d in [*held, *new]).encode("utf-8"))
     return len(new)

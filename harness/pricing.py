@@ -31,6 +31,7 @@ campaign names its workloads (harness.presets).
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import statistics
@@ -78,6 +79,9 @@ class Plan:
     sets: list[str] = field(default_factory=list)
     timeout_s: float = 600.0
     call: int | None = None
+    run_id: str = ""
+    """When the run started (UTC): its rounds pair only with each other, in a file that holds
+    several runs (harness.benches groups by it)."""
 
     @property
     def workload(self) -> str:
@@ -121,7 +125,8 @@ def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, s
     if len(set(parsed)) != len(parsed):
         raise PriceError(f"a configuration is named twice: {' '.join(configs)}")
     return Plan(preset=preset, configs=parsed, rounds=rounds, steps=steps, sets=list(sets),
-                timeout_s=timeout_s, call=call)
+                timeout_s=timeout_s, call=call,
+                run_id=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
 
 def bench_once(plan: Plan, config: Config) -> dict:
@@ -155,7 +160,7 @@ def run(plan: Plan, *, bench: Callable[[Plan, Config], dict] | None = None,
     for i, (r, c) in enumerate(steps, 1):
         t0 = time.monotonic()
         got = bench(plan, c)
-        record = {"phase": c.phase(plan.workload), "call": plan.call, "round": r, **got}
+        record = {"phase": c.phase(plan.workload), "call": plan.call, "run": plan.run_id, "round": r, **got}
         records.append(record)
         done(record)
         what = (f"{record['tokens_per_s_steady']:.0f} tokens/s (steady half)" if record.get("tokens_per_s_steady")

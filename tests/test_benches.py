@@ -132,7 +132,9 @@ def test_a_malformed_bench_phase_is_bad_input(phase):
 def test_a_bench_counts_the_gpus_of_its_device_plan_and_is_priced_among_benches_on_as_many(tmp_path):
     one = {"target": ["cuda:0", "cuda:0"], "drafter": ["cuda:0"] * 3}
     four = {"target": ["cuda:0"] * 5, "drafter": ["cuda:1", "cuda:2", "cuda:3"]}
-    assert [benches.plan_gpus(p) for p in (one, four, None, {})] == [1, 4, 1, 1]
+    cpu = {"target": ["cpu"], "drafter": ["cpu", "cpu"]}
+    # No plan (the first device calls' records): one GPU; a plan on the CPU: none (`harness price` there).
+    assert [benches.plan_gpus(p) for p in (one, four, None, cpu)] == [1, 4, 1, 0]
 
     def rec(phase, tok, plan):
         return {"phase": phase, "call": 20, **json.loads(_line(tok)), "device_plan": plan}
@@ -206,3 +208,13 @@ def test_a_priced_call_gets_its_paired_prices_under_the_table(tmp_path):
     assert "| `cudagraph-lock` | 3/3 | 110 | 90-126 | 1.10x | 1.05x-1.12x | 75% |" in text
     # Benches of the other calls (no rounds) get no such block.
     assert "Priced in rounds" not in benches.body(benches.load([path])[:0], ["b"])
+
+
+def test_two_price_runs_in_one_file_pair_their_rounds_apart(tmp_path):
+    path = tmp_path / "benches.jsonl"
+    rows = [("r1", 0, "", 100.0), ("r1", 0, "global-lock", 50.0), ("r2", 0, "", 100.0), ("r2", 0, "global-lock", 90.0)]
+    path.write_text("".join(json.dumps({"phase": f"bench:cpu-compile:{c}:default", "call": None, "run": run,
+                                        "round": r, "tokens_per_s_steady": t}) + "\n" for run, r, c, t in rows))
+    text = benches.body(benches.load([path]), ["b"])
+    assert "call ? (run of r1), cpu-compile" in text and "call ? (run of r2), cpu-compile" in text
+    assert "| 0.50x | 0.50x-0.50x |" in text and "| 0.90x | 0.90x-0.90x |" in text
