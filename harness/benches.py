@@ -223,7 +223,8 @@ def plot_paths(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
 def _plotted(benches: Sequence[Bench], plots_dir: Path) -> list[tuple[Path, str, int, list[Bench]]]:
     """(plot path, preset, GPU count, its benches by call) for each group plot_paths names."""
     groups: dict[tuple[str, int], list[Bench]] = {}
-    for b in sorted(benches, key=lambda b: (b.call or 0, b.strategy)):
+    # A `harness price` run is its table (priced()), not a dozen bars of one call.
+    for b in sorted((b for b in benches if b.round is None), key=lambda b: (b.call or 0, b.strategy)):
         groups.setdefault((b.preset, b.gpus), []).append(b)
     return [((group[0].source.parent / "plots" if group[0].source else plots_dir) / f"benches-{preset}-{gpus}gpu.png",
              preset, gpus, group)
@@ -260,7 +261,8 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
 
 
 def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] = ()) -> str:
-    """REPORT.md's `benches` block: one row per bench, ratios within its call and preset."""
+    """REPORT.md's `benches` block: one row per bench, ratios within its call and preset; a
+    `harness price` run's benches as one table per run (priced())."""
     lines = ["#### Benches alone on the machine (`dflash bench`: the GPU, or the CPU where GPUs says CPU)", "",
              f"Regenerate with `python -m harness report` from {', '.join(f'`{s}`' for s in sources) or 'no files'}. "
              "tok/s is the steady second half of the run; vs lock is against the fastest serialised "
@@ -298,8 +300,8 @@ def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] 
 
 
 def priced(benches: Sequence[Bench]) -> list[str]:
-    """Per call, preset and GPU count run by `harness price` (benches with rounds): the paired
-    prices against the configuration its first round benched first."""
+    """Per `harness price` run (call, run id, preset and GPU count of benches with rounds): the
+    paired prices against the configuration its first round benched first."""
     from harness.pricing import Run, price_runs, rows
 
     groups: dict[tuple, list[Bench]] = {}
@@ -343,8 +345,8 @@ def add(log: Path, call: int, into: Path) -> int:
 
 def add_records(records: Path, call: int, into: Path) -> int:
     """Append `harness price` records (its --into file, written on the device without a call
-    number) to `into`, stamped with `call`; a record already there (same call, phase and round)
-    is skipped, so that unpacking a call twice adds nothing."""
+    number) to `into`, stamped with `call`; a record already there (same call, run, phase and
+    round) is skipped, so that unpacking a call twice adds nothing."""
     try:
         load([records])
         found = [json.loads(line) for line in records.read_text(encoding="utf-8").splitlines() if line.strip()]

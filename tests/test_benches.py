@@ -218,3 +218,10 @@ def test_two_price_runs_in_one_file_pair_their_rounds_apart(tmp_path):
     text = benches.body(benches.load([path]), ["b"])
     assert "call ? (run of r1), cpu-compile" in text and "call ? (run of r2), cpu-compile" in text
     assert "| 0.50x | 0.50x-0.50x |" in text and "| 0.90x | 0.90x-0.90x |" in text
+
+
+def test_price_runs_are_tables_not_plot_bars(tmp_path):
+    path = tmp_path / "benches.jsonl"
+    path.write_text("".join(json.dumps({"phase": "bench:launch-bound::none", "call": c, "run": "r", "round": 0,
+                                        "tokens_per_s_steady": 1.0}) + "\n" for c in (40, 41)))
+    assert benches.plot_paths(benches.load([path]), tmp_path) == []
