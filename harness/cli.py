@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--steps", type=_positive_int, default=60, help="optimizer steps per bench (default 60)")
     pr.add_argument("--set", dest="sets", action="append", default=[], metavar="K=V",
                     help="dflash override for every bench (e.g. a device plan)")
+    pr.add_argument("--topology", type=int, metavar="GPUS",
+                    help="the seed trainer's device plan on this many GPUs (>= 4; 2-3: one target and one drafter per GPU)")
     pr.add_argument("--timeout-s", type=_positive_float, default=600.0, help="per bench (default 600)")
     pr.add_argument("--into", type=Path, help="append the bench records to this JSONL (harness.benches format)")
     pr.add_argument("--call", type=int, help="device call number recorded with them (REPORT groups benches by call)")

@@ -103,13 +103,22 @@ def parse_config(text: str, default_mode: str) -> Config:
 
 
 def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, sets: Sequence[str] = (),
-              timeout_s: float = 600.0, call: int | None = None) -> Plan:
+              timeout_s: float = 600.0, call: int | None = None, topology: int | None = None) -> Plan:
     """Validated in-process, as `dflash bench` would read it, so that a typo is one line and exit 2
-    before the first bench starts rather than a died bench minutes later."""
+    before the first bench starts rather than a died bench minutes later. `topology` N runs every
+    bench in the seed trainer's device plan on N GPUs (harness.presets.topology_sets, N >= 4; the
+    paired plan below 4), as the gpu-topology matrices' trials run (issue 6)."""
     from dflash import presets
     from dflash.config import ConfigError, apply_overrides
     from dflash.fixes import FixSet
+    from harness.matrix import MatrixError
+    from harness.presets import paired_topology_sets, topology_sets
 
+    if topology is not None:
+        try:
+            sets = [*(topology_sets(topology) if topology >= 4 else paired_topology_sets(topology)), *sets]
+        except MatrixError as e:
+            raise PriceError(str(e)) from None
     if rounds < 1 or steps < 1:
         raise PriceError(f"--rounds and --steps must be >= 1, got {rounds} and {steps}")
     if not configs:
@@ -269,7 +278,7 @@ def save(records: Sequence[dict], into: Path) -> None:
 def main(opts) -> int:
     try:
         plan = make_plan(opts.preset, opts.configs, rounds=opts.rounds, steps=opts.steps, sets=opts.sets,
-                         timeout_s=opts.timeout_s, call=opts.call)
+                         timeout_s=opts.timeout_s, call=opts.call, topology=opts.topology)
         if opts.into is not None and opts.into.exists():
             load([opts.into])      # before an hour of benches, not after
     except (PriceError, BenchError) as e:

@@ -137,9 +137,22 @@ def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys
     monkeypatch.setattr(pricing, "bench_once", bench)
     into = tmp_path / "b.jsonl"
     opts = __import__("argparse").Namespace(preset="tiny-cpu", configs=[":none", "global-lock:none"], rounds=2, steps=5,
-                                            sets=[], timeout_s=60.0, call=4, into=into, target=None)
+                                            sets=[], timeout_s=60.0, call=4, into=into, target=None,
+                                            topology=None)
     with pytest.raises(KeyboardInterrupt):
         pricing.main(opts)
     assert [(b.strategy, b.tokens_steady) for b in benches.load([into])] == [
         ("eager", 100.0), ("eager+global-lock", 110.0), ("eager+global-lock", 120.0)]
     assert "| `eager+global-lock` | 2/2 | 115 | 110-120 | 1.10x | 1.10x-1.10x | 0% |" in capsys.readouterr().out
+
+
+def test_a_topology_prices_the_seed_device_plan_and_a_bad_one_is_refused():
+    plan = pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=4,
+                             sets=["train.steps=7"])
+    assert plan.sets == ["pipeline.num_target_threads=5", "pipeline.num_drafter_threads=3",
+                         "devices.target_devices=cuda:0", "devices.drafter_devices=cuda:1,cuda:2,cuda:3",
+                         "devices.remap=true", "train.steps=7"]
+    assert pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=2).sets[0] == \
+        "pipeline.num_target_threads=2"
+    with pytest.raises(PriceError, match="needs >= 2 GPUs"):
+        pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=1)
