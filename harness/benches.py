@@ -71,6 +71,8 @@ class Bench:
     """The round of a `harness price` run (its benches are priced per round: harness.pricing)."""
     run: str | None = None
     """Which `harness price` run (its start time): rounds pair only within one."""
+    sets: tuple[str, ...] = ()
+    """The run's `--set` overrides (a device plan, a thread count): part of what was priced."""
     source: Path | None = field(default=None, compare=False)
     """The file it was loaded from: its plots go beside it (results/<folder>/plots)."""
 
@@ -184,7 +186,8 @@ def load(paths: Sequence[Path]) -> list[Bench]:
                                  gpu_busy_steady=d.get("gpu_busy_steady"), busy=d.get("busy") or {},
                                  torch=d.get("torch", "?"), gpus=plan_gpus(d.get("device_plan")),
                                  exit_code=int(d.get("exit_code") or 0), signature=d.get("signature"),
-                                 round=d.get("round"), run=d.get("run"), source=path))
+                                 round=d.get("round"), run=d.get("run"), sets=tuple(d.get("sets") or ()),
+                                 source=path))
     return benches
 
 
@@ -316,7 +319,7 @@ def priced(benches: Sequence[Bench]) -> list[str]:
         runs = [Run(strategy=b.strategy, round=b.round, tokens=None if b.exit_code else b.tokens_steady,
                     died=b.signature if b.failed else None) for b in group]
         rounds = len({b.round for b in group})
-        where = group[0].where
+        where = group[0].where + (f", `--set {' '.join(group[0].sets)}`" if group[0].sets else "")
         out += ["", f"Priced in rounds (`harness price`), call {call}, {preset}, {where}: {rounds} round(s), "
                 f"alternating order; the ratio is each round's tokens/s over `{order[0]}`'s, its median and the "
                 "median's interval (sign test), with the interval's coverage:", "",

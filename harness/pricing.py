@@ -169,7 +169,8 @@ def run(plan: Plan, *, bench: Callable[[Plan, Config], dict] | None = None,
     for i, (r, c) in enumerate(steps, 1):
         t0 = time.monotonic()
         got = bench(plan, c)
-        record = {"phase": c.phase(plan.workload), "call": plan.call, "run": plan.run_id, "round": r, **got}
+        record = {"phase": c.phase(plan.workload), "call": plan.call, "run": plan.run_id, "round": r,
+                  **({"sets": plan.sets} if plan.sets else {}), **got}
         records.append(record)
         done(record)
         what = (f"{record['tokens_per_s_steady']:.0f} tokens/s (steady half)" if record.get("tokens_per_s_steady")

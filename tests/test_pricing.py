@@ -122,6 +122,17 @@ def test_the_cli_benches_for_real_and_refuses_a_foreign_file_before_running(tmp_
     loaded = benches.load([into])
     assert [(b.call, b.strategy) for b in loaded] == [(5, "eager"), (5, "eager+global-lock")]
     assert all(b.tokens_steady and b.tokens_steady > 0 and b.torch for b in loaded)
+    assert all(b.sets == () for b in loaded)
+
+
+def test_a_runs_overrides_are_recorded_and_named_in_the_report(tmp_path):
+    plan = _plan(configs=(":none", "global-lock:none"), rounds=1, sets=["pipeline.num_drafter_threads=3"])
+    into = tmp_path / "benches.jsonl"
+    pricing.save(pricing.run(plan, bench=_fake([10.0, 9.0]), log=lambda s: None), into)
+    loaded = benches.load([into])
+    assert {b.sets for b in loaded} == {("pipeline.num_drafter_threads=3",)}
+    # The fake benches carry no device plan: read as one GPU, as the first device calls' records.
+    assert "1 GPU(s), `--set pipeline.num_drafter_threads=3`: 1 round(s)" in benches.body(loaded, ["b"])
 
 
 def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys, monkeypatch):
