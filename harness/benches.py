@@ -327,6 +327,22 @@ def priced(benches: Sequence[Bench]) -> list[str]:
     return out
 
 
+def read_records(path: Path) -> list[dict]:
+    """A bench file's records, checked by load() first: a file that is not ours is a BenchError
+    before anything is written."""
+    try:
+        load([path])
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except OSError as e:
+        raise BenchError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def append(into: Path, new: Sequence[dict]) -> None:
+    """`into`'s records and then `new`, written whole and atomically (never half a file)."""
+    held = read_records(into) if into.exists() else []
+    write_atomic(into, "".join(json.dumps(d) + "\n" for d in [*held, *new]).encode("utf-8"))
+
+
 def add(log: Path, call: int, into: Path) -> int:
     """Append the log's bench records to `into`, skipping those of a call and phase already there;
     returns how many were added."""
@@ -334,35 +350,23 @@ def add(log: Path, call: int, into: Path) -> int:
         found = parse_log(log.read_text(encoding="utf-8", errors="replace"), call)
     except OSError as e:
         raise BenchError(f"cannot read {log}: {e.strerror or e}") from None
-    held = []
-    if into.exists():
-        load([into])     # a file that is not ours fails here, before anything is written
-        held = [json.loads(line) for line in into.read_text(encoding="utf-8").splitlines() if line.strip()]
-    seen = {(d.get("call"), d.get("phase")) for d in held}
+    seen = {(d.get("call"), d.get("phase")) for d in (read_records(into) if into.exists() else [])}
     new = [d for d in found if (d["call"], d["phase"]) not in seen]
     if new:
-        text = "".join(json.dumps(d) + "\n" for d in [*held, *new])
-        write_atomic(into, text.encode("utf-8"))
+        append(into, new)
     return len(new)
 
 
-def add_records(records: Path, call: int, into: Path) -> int:
+def add_records(records: Path | Sequence[dict], call: int, into: Path) -> int:
     """Append `harness price` records (its --into file, written on the device without a call
-    number) to `into`, stamped with `call`; a record already there (same call, run, phase and
-    round) is skipped, so that unpacking a call twice adds nothing."""
-    try:
-        load([records])
-        found = [json.loads(line) for line in records.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except OSError as e:
-        raise BenchError(f"cannot read {records}: {e.strerror or e}") from None
-    held = []
-    if into.exists():
-        load([into])
-        held = [json.loads(line) for line in into.read_text(encoding="utf-8").splitlines() if line.strip()]
-    seen = {(d.get("call"), d.get("run"), d.get("phase"), d.get("round")) for d in held}
+    number, or those records read already) to `into`, stamped with `call`; a record already there
+    (same call, run, phase and round) is skipped, so that unpacking a call twice adds nothing."""
+    found = read_records(records) if isinstance(records, Path) else records
+    seen = {(d.get("call"), d.get("run"), d.get("phase"), d.get("round"))
+            for d in (read_records(into) if into.exists() else [])}
     new = [{**d, "call": call} for d in found if (call, d.get("run"), d.get("phase"), d.get("round")) not in seen]
     if new:
-        write_atomic(into, "".join(json.dumps(d) + "\n" for d in [*held, *new]).encode("utf-8"))
+        append(into, new)
     return len(new)
 
 
@@ -375,11 +379,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--records", type=Path, help="also the call's `harness price` records (call.sh's price.jsonl)")
     opts = ap.parse_args(argv)
     try:
-        if opts.records is not None:
-            load([opts.records])    # a bad file is an error before the log's records are added
+        # Read first: a bad records file is an error before the log's records are added.
+        priced = read_records(opts.records) if opts.records is not None else []
         n = add(opts.log, opts.call, opts.into)
-        if opts.records is not None:
-            n += add_records(opts.records, opts.call, opts.into)
+        if priced:
+            n += add_records(priced, opts.call, opts.into)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

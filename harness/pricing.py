@@ -43,8 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import stats
-from harness.benches import BenchError, died_signature, load, strategy_of
-from harness.store import write_atomic
+from harness.benches import BenchError, append, died_signature, load, strategy_of
 
 TIMEOUT_RC = 124
 """A run past --timeout-s gets `timeout`'s exit code, which harness.benches reads as timed out."""
@@ -264,16 +263,10 @@ def verdict(ratio: stats.MedianInterval, target: float) -> str:
 
 def save(records: Sequence[dict], into: Path) -> None:
     """Append to a bench file, whole-file atomic: a file that is not harness.benches' fails first."""
-    held = ""
-    if into.exists():
-        try:
-            load([into])
-        except BenchError as e:
-            raise PriceError(str(e)) from None
-        held = into.read_text(encoding="utf-8")
-        if held and not held.endswith("\n"):
-            held += "\n"
-    write_atomic(into, (held + "".join(json.dumps(d) + "\n" for d in records)).encode("utf-8"))
+    try:
+        append(into, records)
+    except BenchError as e:
+        raise PriceError(str(e)) from None
 
 
 def main(opts) -> int:

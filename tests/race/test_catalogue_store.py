@@ -3,6 +3,7 @@ repro/README.md, which quotes them) is typed in by hand. Cheap: reads the JSONL 
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,8 @@ from tests.race import racecheck
 from tests.race.catalogue import CPU, CPU_TORCH, GPU, ON_TORCH
 
 pytestmark = pytest.mark.race
-STORE = Path(__file__).resolve().parents[2] / "results" / "catalogue-cpu"
-CPU_STORE = STORE
+ROOT = Path(__file__).resolve().parents[2]
+STORE = ROOT / "results" / "catalogue-cpu"
 
 
 def counts(records, cell: str) -> tuple[int, int]:
@@ -21,9 +22,20 @@ def counts(records, cell: str) -> tuple[int, int]:
     return sum(r.outcome.is_failure for r in runs), len(runs)
 
 
+@functools.cache
+def _load(store: Path) -> tuple:
+    """A store's records, read once per module run (every row of a store reads the same file)."""
+    return tuple(Store(store).load())
+
+
+def _store_of(race) -> Path:
+    """The store folder a row's `source` names (its first word is the store's trials.jsonl)."""
+    return (ROOT / race.source.split()[0]).parent
+
+
 @pytest.fixture(scope="module")
 def records():
-    return Store(STORE).load()
+    return _load(STORE)
 
 
 @pytest.mark.parametrize("race_id", sorted(CPU))
@@ -44,8 +56,7 @@ STORED = [(key, ON_TORCH[key]) for key in sorted(ON_TORCH)] + [
 
 @pytest.mark.parametrize("key, race", STORED, ids=[f"{k[0]}-{k[1]}" for k, _ in STORED])
 def test_rows_recorded_through_the_runner_on_another_torch_are_their_stores(key, race):
-    store = Path(__file__).resolve().parents[2] / race.source.split()[0]
-    records = Store(store.parent).load()
+    records = _load(_store_of(race))
     plan = race.plan or "-"
     assert counts(records, f"{race.id}:raw@{plan}") == race.recorded
     if race.fix is not None:
@@ -59,7 +70,7 @@ def test_every_gpu_row_counts_from_the_runners_store():
     assert {race.id for _, race in STORED if race.device == "GPU"} == set(GPU)
 
 
-FAMILY_ROWS = [*((r, CPU_STORE) for r in CPU.values()), *((race, None) for _, race in STORED)]
+FAMILY_ROWS = [*((r, STORE) for r in CPU.values()), *((race, _store_of(race)) for _, race in STORED)]
 
 
 @pytest.mark.parametrize("race, store", FAMILY_ROWS, ids=[f"{r.id}-{r.torch}" for r, _ in FAMILY_ROWS])
@@ -67,9 +78,7 @@ def test_recorded_failures_are_the_races_family(race, store):
     """Every failure a row counts has the row's signature family, as the reproduction check
     matches it: a family regex that no stored failure matches is a check that cannot pass (r04's
     message-text regex against its known-message signature, H200 call 31)."""
-    path = store or (Path(__file__).resolve().parents[2] / race.source.split()[0]).parent
-    records = Store(path).load()
-    runs = [r for r in records if r.cell == race.cell and r.outcome.counts_as_trial]
+    runs = [r for r in _load(store) if r.cell == race.cell and r.outcome.counts_as_trial]
     matching = [r for r in runs if racecheck.matches_family(race, r)]
     assert (len(matching), len(runs)) == race.recorded, (
         f"{race.id}: {len(matching)} of {race.recorded[0]} failures match /{race.family}/; the others: "
