@@ -25,8 +25,8 @@ concurrent configuration is clean and worth it. So the verdict also names the fa
 concurrent strategy and prices it against the fastest qualifying serialised one (the plain
 `global-lock` when nothing else is), against TARGET_OVER_LOCK (issue 5: at least 1.2x the global
 lock), or says that none qualifies. That price is read alone on the GPU where one call benched
-both (the median of a call's benches of one strategy: `harness price` benches each in rounds),
-else from the campaign's medians, which say so.
+both (the median of a call's benches of one strategy; where one `harness price` run benched both
+in rounds, the median of the per-round ratios), else from the campaign's medians, which say so.
 """
 
 from __future__ import annotations
@@ -198,15 +198,39 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, benc
     return out
 
 
-def _benched(bench_runs: Sequence, workload: str) -> dict[int, dict[str, tuple[float, int]]]:
-    """call -> strategy -> (median steady tokens/s, benches) of the workload's benches with figures.
-    A call may bench one strategy several times (call 30 ran each of two in both orders, to
-    separate their order from their speed): its figure is their median, not the last one."""
-    runs: dict[int, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+def _benched(bench_runs: Sequence, workload: str) -> dict[int, dict[str, list]]:
+    """call -> strategy -> the workload's benches with figures (harness.benches.Bench), in file order."""
+    runs: dict[int, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for x in bench_runs:
         if x.preset == workload and x.tokens_steady:
-            runs[x.call or 0][x.strategy].append(x.tokens_steady)
-    return {call: {s: (statistics.median(v), len(v)) for s, v in by.items()} for call, by in runs.items()}
+            runs[x.call or 0][x.strategy].append(x)
+    return runs
+
+
+def _figure(benches: Sequence) -> float:
+    """A call's figure for one strategy: the median of its benches. A call may bench one strategy
+    several times (call 30 ran each of two in both orders, to separate their order from their
+    speed; `harness price` benches each once per round): not the last one."""
+    return statistics.median(x.tokens_steady for x in benches)
+
+
+def _over(a: Sequence, b: Sequence) -> tuple[float, int]:
+    """Strategy a's tokens/s over b's within one call, and how many paired rounds that rests on (0:
+    a ratio of the two medians). Where one `harness price` run benched both in rounds, the figure
+    is the median of the per-round ratios, as `harness price` prints it: a bench drifting within
+    the call moves both of a round alike, and one fast bench does not move the median (call 35:
+    the lock cell's rounds ran 39,890, 49,826 and 40,818 tokens/s; over the no-cudagraphs lock the
+    medians say 1.07x, the rounds 1.00x, 1.31x and 1.19x: 1.19x)."""
+    rounds_b = {(x.run, x.round): x.tokens_steady for x in b if x.round is not None}
+    ratios = [x.tokens_steady / rounds_b[(x.run, x.round)] for x in a
+              if x.round is not None and (x.run, x.round) in rounds_b]
+    if ratios:
+        return statistics.median(ratios), len(ratios)
+    return _figure(a) / _figure(b), 0
+
+
+def _paired(rounds: int) -> str:
+    return f", {rounds} paired rounds" if rounds else ""
 
 
 def _speed(a: StrategyTotals, b: StrategyTotals, workload: str, bench_runs: Sequence) -> tuple[float, str] | None:
@@ -226,7 +250,8 @@ def _alone_ratio(a: str, b: str, workload: str, bench_runs: Sequence) -> tuple[f
     if not both:
         return None
     here = calls[max(both)]
-    return here[a][0] / here[b][0], f"alone on the GPU, call {max(both)}"
+    ratio, rounds = _over(here[a], here[b])
+    return ratio, f"alone on the GPU, call {max(both)}{_paired(rounds)}"
 
 
 def _eager_faster(v: Verdict, bench_runs: Sequence) -> bool:
@@ -241,11 +266,15 @@ def _eager_line(v: Verdict, min_stressed: int, bench_runs: Sequence) -> str:
             f"fault plan), the fastest clean cell")
     if e.tokens_per_s is not None:
         head += f", {e.tokens_per_s:.0f} tokens/s in the matrix = {_ratio(e, v.lock, LOCK)}"
-    alone = [x for x in bench_runs if x.preset == v.workload and x.strategy == EAGER and x.tokens_steady]
-    if alone:
-        x = max(alone, key=lambda x: x.call or 0)
-        busy = f", GPU busy {x.gpu_busy_steady:.0%}" if x.gpu_busy_steady is not None else ""
-        head += f"; alone on the GPU (call {x.call}, steady half) {x.tokens_steady:.0f} tokens/s{busy}"
+    calls = {c: here[EAGER] for c, here in _benched(bench_runs, v.workload).items() if EAGER in here}
+    if calls:
+        call = max(calls)
+        xs = calls[call]
+        busy = [x.gpu_busy_steady for x in xs if x.gpu_busy_steady is not None]
+        busy_text = f", GPU busy {statistics.median(busy):.0%}" if busy else ""
+        times = f" (median of {len(xs)} benches)" if len(xs) > 1 else ""
+        head += (f"; alone on the GPU (call {call}, steady half) {_figure(xs):.0f} tokens/s{times}"
+                 f"{busy_text}")
     rest = []
     for t in (*v.chosen, *v.short):
         r = _speed(t, e, v.workload, bench_runs)
@@ -276,14 +305,22 @@ def _alone(v: Verdict, bench_runs: Sequence) -> str:
     for call, here in sorted(_benched(bench_runs, v.workload).items()):
         if t.strategy not in here:
             continue
-        base, times = here[t.strategy]
-        figures = [f"{base:.0f} tokens/s" + (f" (median of {times} benches)" if times > 1 else "")]
-        if EAGER in here:
-            figures.append(f"{base / here[EAGER][0]:.2f}x eager")
-        figures += [f"{base / here[s][0]:.2f}x `{s}`" for s in sorted(locks) if s in here]
+        mine = here[t.strategy]
+        figures = [f"{_figure(mine):.0f} tokens/s" + (f" (median of {len(mine)} benches)" if len(mine) > 1 else "")]
+        others = ([EAGER] if EAGER in here else []) + [s for s in sorted(locks) if s in here]
+        paired = 0
+        for s in others:
+            ratio, rounds = _over(mine, here[s])
+            paired = max(paired, rounds)
+            figures.append(f"{ratio:.2f}x " + ("eager" if s == EAGER else f"`{s}`"))
         if v.concurrent is not None and v.concurrent.strategy != t.strategy and v.concurrent.strategy in here:
-            figures.append(f"`{v.concurrent.strategy}` {here[v.concurrent.strategy][0] / base:.2f}x it")
-        parts.append(f"call {call}: {', '.join(figures)}")
+            ratio, rounds = _over(here[v.concurrent.strategy], mine)
+            paired = max(paired, rounds)
+            figures.append(f"`{v.concurrent.strategy}` {ratio:.2f}x it")
+        # Ratios over rounds of one `harness price` run are medians of paired ratios, not ratios
+        # of the medians beside them: said once per call.
+        how = f" (ratios: medians over {paired} paired rounds)" if paired else ""
+        parts.append(f"call {call}{how}: {', '.join(figures)}")
     return f" Alone on the GPU (`dflash bench`, steady half): {'; '.join(parts)}." if parts else ""
 
 
@@ -302,7 +339,7 @@ def _noisy(v: Verdict) -> str:
         return ""
     ranges = ", ".join(f"`{t.strategy}` {t.tokens_range[0]:.0f}-{t.tokens_range[1]:.0f}" for t in noisy)
     return (f" Throughput spread over {NOISY_SPREAD}x between trials ({ranges} tokens/s): these ratios "
-            f"are hints; price them alone on the machine (`dflash bench`).")
+            f"are hints; price them alone on the machine (`python -m harness price`).")
 
 
 def _concurrency(v: Verdict, min_stressed: int, bench_runs: Sequence = ()) -> str:

@@ -218,3 +218,36 @@ def test_a_strategy_benched_twice_in_a_call_is_priced_by_the_median_and_judged_a
     # The latest call that benched both decides: one where y runs 1.21x the lock meets the target.
     (fast,) = recommend.lines(_verdicts(rs), bench_runs=[*runs, _bench(31, "y", 40000.0), _bench(31, "global-lock+x", 33000.0)])
     assert "1.21x alone on the GPU, call 31: meets the 1.2x target." in fast
+
+
+def test_a_price_run_is_read_by_its_paired_rounds_not_by_the_ratio_of_medians():
+    # Call 35's shape (REPORT.md, twelfth session): `harness price` benched the lock cell, the
+    # lock-free one and the no-cudagraphs lock in 3 rounds; the lock cell's second round ran fast.
+    # The medians say 40818 / 38150 = 1.07x; the rounds say 1.00x, 1.31x, 1.19x: 1.19x.
+    from dataclasses import replace
+
+    rs = (_cell("w:global-lock@-", 2, k=2) + _cell("w:eager@-", 8, tok=16661.0)
+          + _cell("w:global-lock+x@-", 10, tok=28887.0) + _cell("w:global-lock+x@plan", 29, tok=29225.0)
+          + _cell("w:no-cudagraphs+global-lock@-", 2, tok=24897.0)
+          + _cell("w:no-cudagraphs+global-lock@plan", 29, tok=19078.0)
+          + _cell("w:y@-", 10, tok=27455.0) + _cell("w:y@plan", 29, tok=22315.0))
+    figures = {"global-lock+x": (39890.0, 49826.0, 40818.0), "y": (45116.0, 43156.0, 38953.0),
+               "no-cudagraphs+global-lock": (39781.0, 38150.0, 34324.0)}
+    runs = [replace(_bench(35, s, tok[r]), round=r, run="t0") for r in range(3) for s, tok in figures.items()]
+    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
+    assert "`y` (0/39), 27455 tokens/s = 0.95x `global-lock+x` (campaign medians), 0.95x alone on the GPU, " \
+           "call 35, 3 paired rounds: misses the 1.2x target." in line
+    assert line.endswith("call 35 (ratios: medians over 3 paired rounds): 40818 tokens/s (median of 3 benches), "
+                         "1.19x `no-cudagraphs+global-lock`, `y` 0.95x it.")
+    # Benches of two runs in one call do not pair across runs: the ratio of the medians again.
+    other = [replace(b, run="t1") if b.strategy == "y" else b for b in runs]
+    (line,) = recommend.lines(_verdicts(rs), bench_runs=other)
+    assert "1.06x alone on the GPU, call 35: misses" in line
+
+
+def test_eager_alone_is_the_median_of_the_calls_benches():
+    rs = _cell("w:eager@plan", 29, tok=200.0) + _cell("w:a@plan", 3, tok=150.0)
+    runs = [_bench(34, "eager", 47809.0, 0.98), _bench(34, "a", 40950.0), _bench(34, "eager", 47932.0, 0.99),
+            _bench(34, "eager", 47870.0, 0.99)]
+    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
+    assert "alone on the GPU (call 34, steady half) 47870 tokens/s (median of 3 benches), GPU busy 99%" in line
