@@ -31,6 +31,7 @@ campaign names its workloads (harness.presets).
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import os
@@ -186,6 +187,8 @@ class Price:
     ratio: stats.MedianInterval | None
     """Per-round tokens/s over the base configuration's, summarised; None for the base itself or
     without a round where both ran."""
+    by_round: dict[int, float] = field(default_factory=dict)
+    """Round -> tokens/s of the benches that ran to a figure: what `pairwise` pairs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,8 +220,33 @@ def price_runs(runs: Sequence[Run], order: Sequence[str]) -> list[Price]:
         ratios = [here[name] / here[base] for here in by_round.values() if name in here and base in here]
         out.append(Price(strategy=name, tokens=[x.tokens for x in mine if x.tokens],
                          died=[f"round {x.round}: {x.died}" for x in mine if x.died is not None],
-                         ratio=None if name == base else stats.median_interval(ratios)))
+                         ratio=None if name == base else stats.median_interval(ratios),
+                         by_round={x.round: x.tokens for x in mine if x.tokens}))
     return out
+
+
+def pairwise(ps: Sequence[Price]) -> list[str]:
+    """With three configurations or more, every one over every other, paired by round as the base
+    column is: a run prices the lock-free configuration against the lock and the lock against the
+    no-cudagraphs lock at once (REPORT.md, twelfth session: call 35's lock-free configuration ran
+    1.13x the no-cudagraphs lock in each of its three rounds, a figure the base column does not
+    show). Row over column; the median of the per-round ratios and its interval."""
+    if len(ps) < 3:
+        return []
+    letters = [chr(ord("A") + i) for i in range(len(ps))]
+    grid = [[stats.median_interval([t / col.by_round[r] for r, t in row.by_round.items() if r in col.by_round])
+             if row is not col else None for col in ps] for row in ps]
+    coverages = collections.Counter(m.coverage for ms in grid for m in ms if m is not None)
+    usual = coverages.most_common(1)[0][0] if coverages else None
+    lines = ["", "Every configuration over every other (row over column, per round: the median and its "
+             f"interval{f', coverage {usual:.0%}' if usual is not None else ''}):",
+             "", "| | " + " | ".join(letters) + " |", "|---|" + "---|" * len(ps)]
+    for letter, row, ms in zip(letters, ps, grid):
+        # A pair with fewer rounds (a died bench) has a weaker interval: its coverage is said.
+        cells = ["-" if m is None else f"{m.median:.2f}x ({m.low:.2f}-{m.high:.2f}"
+                 + (f", {m.coverage:.0%}" if m.coverage != usual else "") + ")" for m in ms]
+        lines.append(f"| {letter} `{row.strategy}` | " + " | ".join(cells) + " |")
+    return lines
 
 
 def table(plan: Plan, ps: Sequence[Price], target: float | None = None) -> str:
@@ -243,6 +271,7 @@ def rows(ps: Sequence[Price], target: float | None = None) -> list[str]:
         lines.append(f"| `{p.strategy}` | {ran} | {med} | {rng} | {vs} | {iv} | {cov} |")
     for p in ps:
         lines += [f"- `{p.strategy}` died alone: {d}" for d in p.died]
+    lines += pairwise(ps)
     if target is not None:
         lines.append("")
         for p in ps[1:]:

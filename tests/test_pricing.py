@@ -85,6 +85,24 @@ def test_a_bench_that_dies_is_listed_and_drops_out_of_its_rounds_ratio():
     assert "| `eager` | 1/2 |" in pricing.table(plan, pricing.prices(plan, records))
 
 
+def test_three_configurations_are_also_priced_each_over_each_other_by_round():
+    # Call 35's figures (REPORT.md, twelfth session): the base column shows B 0.95x A and C 0.84x A;
+    # B over C, 1.13x in every round, shows only in the grid. A died bench weakens its pairs.
+    runs = [pricing.Run(strategy=s, round=r, tokens=t) for r, row in enumerate(
+        [(39890.0, 45116.0, 39781.0), (49826.0, 43156.0, 38150.0), (40818.0, 38953.0, 34324.0)])
+        for s, t in zip("ABC", row)]
+    text = "\n".join(pricing.rows(pricing.price_runs(runs, ["A", "B", "C"])))
+    assert "(row over column, per round: the median and its interval, coverage 75%)" in text
+    assert "| B `B` | 0.95x (0.87-1.13) | - | 1.13x (1.13-1.13) |" in text
+    assert "| A `A` | - | 1.05x (0.88-1.15) | 1.19x (1.00-1.31) |" in text
+    died = [x for x in runs if not (x.strategy == "C" and x.round == 1)]
+    grid = "\n".join(pricing.rows(pricing.price_runs(died, ["A", "B", "C"])))
+    # C's pairs have 2 rounds now (50%, the header's), A's and B's 3: theirs is said.
+    assert "its interval, coverage 50%)" in grid and "| B `B` | 0.95x (0.87-1.13, 75%) | - | 1.13x (1.13-1.13) |" in grid
+    # Two configurations: the base column says it all.
+    assert "Every configuration" not in "\n".join(pricing.rows(pricing.price_runs(runs[:2], ["A", "B"])))
+
+
 @pytest.mark.parametrize("low, high, word", [(1.21, 1.4, "meets"), (1.0, 1.19, "misses"), (1.1, 1.3, "undecided")])
 def test_the_target_is_met_only_when_the_whole_interval_clears_it(low, high, word):
     from harness.stats import MedianInterval
