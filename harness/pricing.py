@@ -103,13 +103,18 @@ def parse_config(text: str, default_mode: str) -> Config:
 
 
 def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, sets: Sequence[str] = (),
-              timeout_s: float = 600.0, call: int | None = None, topology: int | None = None) -> Plan:
+              timeout_s: float = 600.0, call: int | None = None, topology: int | None = None,
+              cuda_count: int | None = None) -> Plan:
     """Validated in-process, as `dflash bench` would read it, so that a typo is one line and exit 2
-    before the first bench starts rather than a died bench minutes later. `topology` N runs every
-    bench in the seed trainer's device plan on N GPUs (harness.presets.topology_sets, N >= 4; the
-    paired plan below 4), as the gpu-topology matrices' trials run (issue 6)."""
+    before the first bench starts rather than a died bench minutes later. That includes the device
+    plan on this machine (`cuda_count` stands in for its GPU count in tests): a GPU preset or
+    `--topology` on a machine without CUDA used to die in every bench, each recorded as a failure.
+    `topology` N runs every bench in the seed trainer's device plan on N GPUs
+    (harness.presets.topology_sets, N >= 4; the paired plan below 4), as the gpu-topology
+    matrices' trials run (issue 6)."""
     from dflash import presets
     from dflash.config import ConfigError, apply_overrides
+    from dflash.devices import DevicePlanError, resolve
     from dflash.fixes import FixSet
     from harness.matrix import MatrixError
     from harness.presets import paired_topology_sets, topology_sets
@@ -129,7 +134,9 @@ def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, s
         for c in parsed:
             cfg = apply_overrides(base, [*sets, f"fixes={c.fixes}", f"compile.mode={c.mode}"])
             FixSet.from_names(cfg.fixes)
-    except ConfigError as e:
+            resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
+                    num_drafter_threads=cfg.pipeline.num_drafter_threads, cuda_count=cuda_count)
+    except (ConfigError, DevicePlanError) as e:
         raise PriceError(str(e)) from None
     if len(set(parsed)) != len(parsed):
         raise PriceError(f"a configuration is named twice: {' '.join(configs)}")

@@ -27,7 +27,7 @@ def test_rounds_alternate_the_order_so_a_drift_weighs_on_every_configuration_ali
 
 def test_gpu_presets_record_the_campaigns_workload_names():
     plan = pricing.make_plan("gpu-launch-bound", ["global-lock,stash-incref:reduce-overhead", "global-lock"],
-                             rounds=1, steps=5)
+                             rounds=1, steps=5, cuda_count=1)
     assert plan.workload == "launch-bound"
     assert plan.configs[0].phase(plan.workload) == "bench:launch-bound:global-lock,stash-incref:reduce-overhead"
     assert benches.strategy_of(plan.configs[0].phase(plan.workload)) == ("launch-bound", "global-lock+stash-incref")
@@ -47,6 +47,21 @@ def test_gpu_presets_record_the_campaigns_workload_names():
 def test_bad_input_is_one_error_before_any_bench(preset, configs, rounds, message):
     with pytest.raises(PriceError, match=message):
         pricing.make_plan(preset, configs, rounds=rounds, steps=5)
+
+
+def test_a_device_plan_this_machine_cannot_run_is_refused_before_any_bench(tmp_path):
+    # A GPU preset, or --topology, on a machine without CUDA died in every bench, each recorded.
+    with pytest.raises(PriceError, match="'cuda:0' requested but CUDA is not available"):
+        pricing.make_plan("gpu-launch-bound", [":none"], rounds=1, steps=5, cuda_count=0)
+    with pytest.raises(PriceError, match="CUDA is not available"):
+        pricing.make_plan("tiny-cpu", [":none"], rounds=1, steps=5, topology=4, cuda_count=0)
+    assert pricing.make_plan("tiny-cpu", [":none"], rounds=1, steps=5, topology=4, cuda_count=1).rounds == 1
+    if not __import__("torch").cuda.is_available():
+        into = tmp_path / "b.jsonl"
+        p = subprocess.run([sys.executable, "-m", "harness", "price", "--topology", "4", "--into", str(into), ":none"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert p.returncode == 2 and not into.exists() and p.stdout == ""
+        assert p.stderr.strip().splitlines() == ["error: device 'cuda:0' requested but CUDA is not available"]
 
 
 def _fake(figures):
@@ -177,11 +192,12 @@ def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys
 
 def test_a_topology_prices_the_seed_device_plan_and_a_bad_one_is_refused():
     plan = pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=4,
-                             sets=["train.steps=7"])
+                             sets=["train.steps=7"], cuda_count=1)
     assert plan.sets == ["pipeline.num_target_threads=5", "pipeline.num_drafter_threads=3",
                          "devices.target_devices=cuda:0", "devices.drafter_devices=cuda:1,cuda:2,cuda:3",
                          "devices.remap=true", "train.steps=7"]
-    assert pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=2).sets[0] == \
+    assert pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=2,
+                             cuda_count=1).sets[0] == \
         "pipeline.num_target_threads=2"
     with pytest.raises(PriceError, match="needs >= 2 GPUs"):
         pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=1)
