@@ -196,15 +196,21 @@ def test_a_strategy_that_died_in_a_bench_is_ruled_out_though_its_cells_are_clean
     assert [t.strategy for t in v.chosen] == ["y"]
 
 
+def _launch_bound_cells():
+    """The H200 launch-bound campaign's shape: the plain lock fails, the lock cell (global-lock+x),
+    the no-cudagraphs lock and the lock-free cell (y) are clean, with their campaign medians."""
+    return (_cell("w:global-lock@-", 2, k=2) + _cell("w:eager@-", 8, tok=16661.0)
+            + _cell("w:global-lock+x@-", 10, tok=28887.0) + _cell("w:global-lock+x@plan", 29, tok=29225.0)
+            + _cell("w:no-cudagraphs+global-lock@-", 2, tok=24897.0)
+            + _cell("w:no-cudagraphs+global-lock@plan", 29, tok=19078.0)
+            + _cell("w:y@-", 10, tok=27455.0) + _cell("w:y@plan", 29, tok=22315.0))
+
+
 def test_a_strategy_benched_twice_in_a_call_is_priced_by_the_median_and_judged_alone():
     # Call 30's shape (REPORT.md, eleventh session): the lock cell and the lock-free one each benched
     # twice in opposite orders, the no-cudagraphs lock once; in the campaign the lock-free one ran
     # 0.95x the lock, alone 1.07x: the bench decides the target, and neither reaches 1.2x.
-    rs = (_cell("w:global-lock@-", 2, k=2) + _cell("w:eager@-", 8, tok=16661.0)
-          + _cell("w:global-lock+x@-", 10, tok=28887.0) + _cell("w:global-lock+x@plan", 29, tok=29225.0)
-          + _cell("w:no-cudagraphs+global-lock@-", 2, tok=24897.0)
-          + _cell("w:no-cudagraphs+global-lock@plan", 29, tok=19078.0)
-          + _cell("w:y@-", 10, tok=27455.0) + _cell("w:y@plan", 29, tok=22315.0))
+    rs = _launch_bound_cells()
     runs = [_bench(30, "y", 34467.0), _bench(30, "global-lock+x", 35841.0),
             _bench(30, "no-cudagraphs+global-lock", 27608.0), _bench(30, "eager", 25617.0),
             _bench(30, "global-lock+x", 30406.0), _bench(30, "y", 36116.0)]
@@ -226,11 +232,7 @@ def test_a_price_run_is_read_by_its_paired_rounds_not_by_the_ratio_of_medians():
     # The medians say 40818 / 38150 = 1.07x; the rounds say 1.00x, 1.31x, 1.19x: 1.19x.
     from dataclasses import replace
 
-    rs = (_cell("w:global-lock@-", 2, k=2) + _cell("w:eager@-", 8, tok=16661.0)
-          + _cell("w:global-lock+x@-", 10, tok=28887.0) + _cell("w:global-lock+x@plan", 29, tok=29225.0)
-          + _cell("w:no-cudagraphs+global-lock@-", 2, tok=24897.0)
-          + _cell("w:no-cudagraphs+global-lock@plan", 29, tok=19078.0)
-          + _cell("w:y@-", 10, tok=27455.0) + _cell("w:y@plan", 29, tok=22315.0))
+    rs = _launch_bound_cells()
     figures = {"global-lock+x": (39890.0, 49826.0, 40818.0), "y": (45116.0, 43156.0, 38953.0),
                "no-cudagraphs+global-lock": (39781.0, 38150.0, 34324.0)}
     runs = [replace(_bench(35, s, tok[r]), round=r, run="t0") for r in range(3) for s, tok in figures.items()]
