@@ -308,18 +308,19 @@ def _alone(v: Verdict, bench_runs: Sequence) -> str:
         mine = here[t.strategy]
         figures = [f"{_figure(mine):.0f} tokens/s" + (f" (median of {len(mine)} benches)" if len(mine) > 1 else "")]
         others = ([EAGER] if EAGER in here else []) + [s for s in sorted(locks) if s in here]
-        paired = 0
-        for s in others:
-            ratio, rounds = _over(mine, here[s])
-            paired = max(paired, rounds)
-            figures.append(f"{ratio:.2f}x " + ("eager" if s == EAGER else f"`{s}`"))
+        # (text, ratio, paired rounds): "1.19x `lock`" over each other, "`c` 0.95x it" for the concurrent one.
+        ratios = [(lambda r, s=s: f"{r:.2f}x " + ("eager" if s == EAGER else f"`{s}`"), *_over(mine, here[s]))
+                  for s in others]
         if v.concurrent is not None and v.concurrent.strategy != t.strategy and v.concurrent.strategy in here:
-            ratio, rounds = _over(here[v.concurrent.strategy], mine)
-            paired = max(paired, rounds)
-            figures.append(f"`{v.concurrent.strategy}` {ratio:.2f}x it")
+            c = v.concurrent.strategy
+            ratios.append((lambda r: f"`{c}` {r:.2f}x it", *_over(here[c], mine)))
         # Ratios over rounds of one `harness price` run are medians of paired ratios, not ratios
-        # of the medians beside them: said once per call.
-        how = f" (ratios: medians over {paired} paired rounds)" if paired else ""
+        # of the medians beside them: said once per call, or per ratio where a call has both kinds.
+        counts = {rounds for _, _, rounds in ratios}
+        once = len(counts) == 1 and 0 not in counts
+        figures += [text(ratio) + (f" ({rounds} paired rounds)" if rounds and not once else "")
+                    for text, ratio, rounds in ratios]
+        how = f" (ratios: medians over {counts.pop()} paired rounds)" if once else ""
         parts.append(f"call {call}{how}: {', '.join(figures)}")
     return f" Alone on the GPU (`dflash bench`, steady half): {'; '.join(parts)}." if parts else ""
 

@@ -253,3 +253,16 @@ def test_eager_alone_is_the_median_of_the_calls_benches():
             _bench(34, "eager", 47870.0, 0.99)]
     (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
     assert "alone on the GPU (call 34, steady half) 47870 tokens/s (median of 3 benches), GPU busy 99%" in line
+
+
+def test_a_call_with_paired_and_unpaired_benches_says_which_ratio_is_which():
+    # The lock cell and the no-cudagraphs lock in a price run's rounds, eager benched on its own.
+    from dataclasses import replace
+
+    runs = [replace(_bench(36, "global-lock+x", tok), round=r, run="t0") for r, tok in enumerate((40.0, 50.0, 44.0))]
+    runs += [replace(_bench(36, "no-cudagraphs+global-lock", tok), round=r, run="t0")
+             for r, tok in enumerate((40.0, 40.0, 40.0))]
+    runs.append(_bench(36, "eager", 22.0))
+    (line,) = recommend.lines(_verdicts(_launch_bound_cells()), bench_runs=runs)
+    assert line.endswith("call 36: 44 tokens/s (median of 3 benches), 2.00x eager, "
+                         "1.10x `no-cudagraphs+global-lock` (3 paired rounds).")
