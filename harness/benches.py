@@ -317,7 +317,7 @@ def priced(benches: Sequence[Bench]) -> list[str]:
         call = f"? (run of {run})" if call == -1 else call
         order = list(dict.fromkeys(b.strategy for b in sorted(group, key=lambda b: b.round)))
         runs = [Run(strategy=b.strategy, round=b.round, tokens=None if b.exit_code else b.tokens_steady,
-                    died=b.signature if b.failed else None) for b in group]
+                    died=b.signature if b.failed else None, gpu_busy=b.gpu_busy_steady) for b in group]
         rounds = len({b.round for b in group})
         where = group[0].where + (f", `--set {' '.join(group[0].sets)}`" if group[0].sets else "")
         out += ["", f"Priced in rounds (`harness price`), call {call}, {preset}, {where}: {rounds} round(s), "

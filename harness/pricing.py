@@ -196,6 +196,8 @@ class Price:
     without a round where both ran."""
     by_round: dict[int, float] = field(default_factory=dict)
     """Round -> tokens/s of the benches that ran to a figure: what `pairwise` pairs."""
+    gpu_busy: list[float] = field(default_factory=list)
+    """Steady-half GPU busy fractions of its benches that have one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,11 +207,15 @@ class Run:
     round: int
     tokens: float | None
     died: str | None = None
+    gpu_busy: float | None = None
+    """The GPU's busy fraction over the bench's steady half (None on CPU): issue 5 prices a
+    configuration by its tokens/s and by how busy it keeps the GPU."""
 
 
 def prices(plan: Plan, records: Sequence[dict]) -> list[Price]:
     runs = [Run(strategy=strategy_of(d["phase"])[1], round=d["round"], tokens=d.get("tokens_per_s_steady"),
-                died=d.get("signature") if d.get("exit_code") else None) for d in records]
+                died=d.get("signature") if d.get("exit_code") else None, gpu_busy=d.get("gpu_busy_steady"))
+            for d in records]
     return price_runs(runs, [c.strategy(plan.workload) for c in plan.configs])
 
 
@@ -228,7 +234,8 @@ def price_runs(runs: Sequence[Run], order: Sequence[str]) -> list[Price]:
         out.append(Price(strategy=name, tokens=[x.tokens for x in mine if x.tokens],
                          died=[f"round {x.round}: {x.died}" for x in mine if x.died is not None],
                          ratio=None if name == base else stats.median_interval(ratios),
-                         by_round={x.round: x.tokens for x in mine if x.tokens}))
+                         by_round={x.round: x.tokens for x in mine if x.tokens},
+                         gpu_busy=[x.gpu_busy for x in mine if x.tokens and x.gpu_busy is not None]))
     return out
 
 
@@ -265,8 +272,9 @@ def table(plan: Plan, ps: Sequence[Price], target: float | None = None) -> str:
 def rows(ps: Sequence[Price], target: float | None = None) -> list[str]:
     """The markdown table of prices (and the died benches, and the target's verdicts)."""
     base = ps[0].strategy
-    lines = ["| configuration | ran | median tok/s | range | vs base (median) | interval | coverage |",
-             "|---|---|---|---|---|---|---|"]
+    busy = any(p.gpu_busy for p in ps)     # a GPU run: its busy fraction is part of the price
+    lines = ["| configuration | ran | median tok/s | range | vs base (median) | interval | coverage |"
+             + (" GPU busy |" if busy else ""), "|---|---|---|---|---|---|---|" + ("---|" if busy else "")]
     for p in ps:
         med = f"{statistics.median(p.tokens):.0f}" if p.tokens else "-"
         rng = f"{min(p.tokens):.0f}-{max(p.tokens):.0f}" if p.tokens else "-"
@@ -275,7 +283,8 @@ def rows(ps: Sequence[Price], target: float | None = None) -> list[str]:
             vs, iv, cov = ("1.00x (base)", "-", "-") if p.strategy == base else ("-", "-", "-")
         else:
             vs, iv, cov = f"{p.ratio.median:.2f}x", f"{p.ratio.low:.2f}x-{p.ratio.high:.2f}x", f"{p.ratio.coverage:.0%}"
-        lines.append(f"| `{p.strategy}` | {ran} | {med} | {rng} | {vs} | {iv} | {cov} |")
+        gpu = (f" {statistics.median(p.gpu_busy):.0%} |" if p.gpu_busy else " - |") if busy else ""
+        lines.append(f"| `{p.strategy}` | {ran} | {med} | {rng} | {vs} | {iv} | {cov} |{gpu}")
     for p in ps:
         lines += [f"- `{p.strategy}` died alone: {d}" for d in p.died]
     lines += pairwise(ps)

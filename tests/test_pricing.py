@@ -49,6 +49,19 @@ def test_bad_input_is_one_error_before_any_bench(preset, configs, rounds, messag
         pricing.make_plan(preset, configs, rounds=rounds, steps=5)
 
 
+def test_a_gpu_run_prices_each_configuration_with_its_gpu_busy_fraction_and_a_cpu_run_without():
+    runs = [pricing.Run(strategy="A", round=0, tokens=100.0, gpu_busy=0.98),
+            pricing.Run(strategy="A", round=1, tokens=110.0, gpu_busy=0.99),
+            pricing.Run(strategy="B", round=0, tokens=90.0, gpu_busy=0.5),
+            pricing.Run(strategy="B", round=1, tokens=None, died="segv")]
+    text = "\n".join(pricing.rows(pricing.price_runs(runs, ["A", "B"])))
+    assert "| coverage | GPU busy |" in text
+    assert "| `A` | 2/2 | 105 | 100-110 | 1.00x (base) | - | - | 98% |" in text   # median of .98, .99
+    assert "| `B` | 1/2 | 90 | 90-90 | 0.90x | 0.90x-0.90x | 0% | 50% |" in text  # the died bench has no figure
+    cpu = [pricing.Run(strategy=x.strategy, round=x.round, tokens=x.tokens, died=x.died) for x in runs]
+    assert "GPU busy" not in "\n".join(pricing.rows(pricing.price_runs(cpu, ["A", "B"])))
+
+
 def test_a_device_plan_this_machine_cannot_run_is_refused_before_any_bench(tmp_path):
     # A GPU preset, or --topology, on a machine without CUDA died in every bench, each recorded.
     with pytest.raises(PriceError, match="'cuda:0' requested but CUDA is not available"):
