@@ -263,9 +263,10 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     return paths
 
 
-def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] = ()) -> str:
+def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] = (),
+         price_links: dict[str, str] | None = None) -> str:
     """REPORT.md's `benches` block: one row per bench, ratios within its call and preset; a
-    `harness price` run's benches as one table per run (priced())."""
+    `harness price` run's benches as one table per run, each with its plot (priced())."""
     lines = ["#### Benches alone on the machine (`dflash bench`: the GPU, or the CPU where GPUs says CPU)", "",
              f"Regenerate with `python -m harness report` from {', '.join(f'`{s}`' for s in sources) or 'no files'}. "
              "tok/s is the steady second half of the run; vs lock is against the fastest serialised "
@@ -296,35 +297,130 @@ def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] 
                   + (f"exit {b.exit_code}, family {families.family(b.signature)}: `{b.signature}`" if b.failed
                      else f"{b.signature}")
                   for b in died]
-    lines += priced(benches)
+    lines += priced(benches, price_links)
     if plots:
         lines += [""] + [f"![{Path(p).stem}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
 
 
-def priced(benches: Sequence[Bench]) -> list[str]:
-    """Per `harness price` run (call, run id, preset and GPU count of benches with rounds): the
-    paired prices against the configuration its first round benched first."""
-    from harness.pricing import Run, price_runs, rows
+@dataclass(frozen=True, slots=True)
+class PriceRun:
+    """The benches of one `harness price` run (call, run id, preset, GPU count), in run order."""
+    call: int | None
+    run: str
+    preset: str
+    group: tuple[Bench, ...]
 
+    @property
+    def name(self) -> str:
+        """`call N`, or for a run outside the device calls (no --call) its start."""
+        return f"call {self.call}" if self.call is not None else f"call ? (run of {self.run})"
+
+    @property
+    def order(self) -> list[str]:
+        """Its configurations, the base (the first its first round benched) first."""
+        return list(dict.fromkeys(b.strategy for b in sorted(self.group, key=lambda b: b.round)))
+
+    def prices(self) -> list:
+        from harness.pricing import Run, price_runs
+
+        runs = [Run(strategy=b.strategy, round=b.round, tokens=None if b.exit_code else b.tokens_steady,
+                    died=b.signature if b.failed else None, gpu_busy=b.gpu_busy_steady) for b in self.group]
+        return price_runs(runs, self.order)
+
+    def plot_path(self, plots_dir: Path) -> Path:
+        b = self.group[0]
+        stamp = str(self.call) if self.call is not None else re.sub(r"\D", "", self.run)[:14]
+        where = f"{b.gpus}gpu" if b.gpus else "cpu"
+        return (b.source.parent / "plots" if b.source else plots_dir) / f"price-{self.preset}-{where}-{stamp}.png"
+
+
+def price_runs(benches: Sequence[Bench]) -> list[PriceRun]:
+    """The `harness price` runs among the benches (those with rounds), by call and start."""
     groups: dict[tuple, list[Bench]] = {}
     for b in benches:          # file order is run order: the first bench of a group is its base
         if b.round is not None:
             groups.setdefault((-1 if b.call is None else b.call, b.run or "", b.preset, b.gpus), []).append(b)
+    return [PriceRun(call=None if call == -1 else call, run=run, preset=preset, group=tuple(group))
+            for (call, run, preset, _), group in sorted(groups.items())]
+
+
+def priced(benches: Sequence[Bench], links: dict[str, str] | None = None) -> list[str]:
+    """Per `harness price` run: the paired prices against the configuration its first round benched
+    first, and its plot where one was drawn (`links`: a price plot's file name -> REPORT.md's link;
+    the names are unique per run)."""
+    from harness.pricing import rows
+
     out = []
-    for (call, run, preset, gpus), group in sorted(groups.items()):
-        # A run outside the device calls (`harness price` without --call) is named by its start.
-        call = f"? (run of {run})" if call == -1 else call
-        order = list(dict.fromkeys(b.strategy for b in sorted(group, key=lambda b: b.round)))
-        runs = [Run(strategy=b.strategy, round=b.round, tokens=None if b.exit_code else b.tokens_steady,
-                    died=b.signature if b.failed else None, gpu_busy=b.gpu_busy_steady) for b in group]
-        rounds = len({b.round for b in group})
-        where = group[0].where + (f", `--set {' '.join(group[0].sets)}`" if group[0].sets else "")
-        out += ["", f"Priced in rounds (`harness price`), call {call}, {preset}, {where}: {rounds} round(s), "
-                f"alternating order; the ratio is each round's tokens/s over `{order[0]}`'s, its median and the "
-                "median's interval (sign test), with the interval's coverage:", "",
-                *rows(price_runs(runs, order))]
+    for pr in price_runs(benches):
+        b = pr.group[0]
+        rounds = len({x.round for x in pr.group})
+        where = b.where + (f", `--set {' '.join(b.sets)}`" if b.sets else "")
+        out += ["", f"Priced in rounds (`harness price`), {pr.name}, {pr.preset}, {where}: {rounds} round(s), "
+                f"alternating order; the ratio is each round's tokens/s over `{pr.order[0]}`'s, its median and the "
+                "median's interval (sign test), with the interval's coverage:", "", *rows(pr.prices())]
+        link = (links or {}).get(pr.plot_path(Path()).name)
+        if link:
+            out += ["", f"![{Path(link).stem}]({link})"]
     return out
+
+
+def price_plot_paths(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
+    """One plot per `harness price` run of two rounds or more: each round's ratio to the base as a
+    dot, the median and its interval, beside 1.0 (a reader sees at once whether the rounds agree)."""
+    return [pr.plot_path(plots_dir) for pr in price_runs(benches) if len({b.round for b in pr.group}) > 1]
+
+
+def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness.report import CLEAN_COLOR, FAILED_COLOR
+
+    paths = []
+    for pr in price_runs(benches):
+        if len({b.round for b in pr.group}) < 2:
+            continue
+        ps = pr.prices()
+        base, others = ps[0], ps[1:]
+        longest = max((len(p.strategy) for p in others), default=10)
+        fig, ax = plt.subplots(figsize=(5.5 + 0.058 * longest, max(2.2, 0.45 * len(others) + 1.4)))
+        try:
+            for y, p in enumerate(others):
+                ratios = [t / base.by_round[r] for r, t in sorted(p.by_round.items()) if r in base.by_round]
+                ax.scatter(ratios, [y] * len(ratios), color=CLEAN_COLOR, s=18, zorder=3)
+                if p.ratio is not None:
+                    ax.plot([p.ratio.low, p.ratio.high], [y, y], color="black", linewidth=1.2, zorder=2)
+                    ax.plot([p.ratio.median], [y], marker="|", markersize=16, color="black", zorder=4)
+                    ax.annotate(f"{p.ratio.median:.2f}x ({p.ratio.coverage:.0%})", (p.ratio.high, y),
+                                xytext=(6, 4), textcoords="offset points", fontsize=7)
+                if p.died:
+                    ax.annotate(f"died {len(p.died)}x", (1.0, y), xytext=(6, -10), textcoords="offset points",
+                                fontsize=7, color=FAILED_COLOR)
+            ax.axvline(1.0, color="#999999", linestyle="--", linewidth=1)
+            xs = [1.0] + [t / base.by_round[r] for p in others for r, t in p.by_round.items() if r in base.by_round]
+            span = max(max(xs) - min(xs), 0.05)
+            ax.set_xlim(min(xs) - 0.05 * span, max(xs) + 0.3 * span)   # room for the median's label
+            ax.set_yticks(range(len(others)))
+            ax.set_yticklabels([p.strategy for p in others], fontsize=7)
+            ax.set_ylim(len(others) - 0.5, -0.5)
+            ax.set_xlabel("ratio per round (dots); median (|) and its interval (line)", fontsize=8)
+            ax.set_title(f"harness price, {pr.name}, {pr.preset}, {pr.group[0].where}\n"
+                         f"tokens/s over `{base.strategy}`", fontsize=8)
+            fig.tight_layout()
+            buf = io.BytesIO()
+            # No timestamps in the metadata: regenerating from the same records gives the same bytes.
+            fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+        finally:
+            plt.close(fig)
+        path = pr.plot_path(plots_dir)
+        write_atomic(path, buf.getvalue())
+        paths.append(path)
+    return paths
 
 
 def read_records(path: Path) -> list[dict]:

@@ -225,3 +225,25 @@ def test_price_runs_are_tables_not_plot_bars(tmp_path):
     path.write_text("".join(json.dumps({"phase": "bench:launch-bound::none", "call": c, "run": "r", "round": 0,
                                         "tokens_per_s_steady": 1.0}) + "\n" for c in (40, 41)))
     assert benches.plot_paths(benches.load([path]), tmp_path) == []
+
+
+def test_a_price_run_of_two_rounds_or_more_gets_its_own_plot_linked_under_its_table(tmp_path):
+    path = tmp_path / "benches.jsonl"
+    order = [(0, "global-lock:default", 100.0), (0, "cudagraph-lock", 110.0), (1, "cudagraph-lock", 90.0),
+             (1, "global-lock:default", 80.0)]
+    path.write_text("".join(json.dumps({"phase": f"bench:launch-bound:{c}", "call": 35, "round": r,
+                                        "tokens_per_s_steady": t}) + "\n" for r, c, t in order)
+                    + json.dumps({"phase": "bench:launch-bound::none", "call": 36, "round": 0,
+                                  "tokens_per_s_steady": 1.0}) + "\n")
+    loaded = benches.load([path])
+    want = [tmp_path / "plots" / "price-launch-bound-1gpu-35.png"]    # call 36's one round: no plot
+    assert benches.price_plot_paths(loaded, tmp_path / "elsewhere") == want   # beside the bench file
+    assert benches.write_price_plots(loaded, tmp_path / "elsewhere") == want
+    first = want[0].read_bytes()
+    assert first.startswith(b"\x89PNG")
+    benches.write_price_plots(loaded, tmp_path / "elsewhere")
+    assert want[0].read_bytes() == first                      # no timestamps: same input, same bytes
+    text = benches.body(loaded, ["b"], [], {want[0].name: "plots/price-launch-bound-1gpu-35.png"})
+    table_end = text.index("| `cudagraph-lock` | 2/2 |")
+    assert text.index("![price-launch-bound-1gpu-35](plots/price-launch-bound-1gpu-35.png)") > table_end
+    assert "call 36" in text and text.count("![price-") == 1
