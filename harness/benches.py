@@ -264,7 +264,7 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
 
 
 def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] = (),
-         price_links: dict[str, str] | None = None) -> str:
+         price_links: dict[tuple, str] | None = None) -> str:
     """REPORT.md's `benches` block: one row per bench, ratios within its call and preset; a
     `harness price` run's benches as one table per run, each with its plot (priced())."""
     lines = ["#### Benches alone on the machine (`dflash bench`: the GPU, or the CPU where GPUs says CPU)", "",
@@ -328,14 +328,25 @@ class PriceRun:
                     died=b.signature if b.failed else None, gpu_busy=b.gpu_busy_steady) for b in self.group]
         return price_runs(runs, self.order)
 
+    @property
+    def key(self) -> tuple:
+        return (self.call, self.run, self.preset, self.group[0].gpus)
+
+    @property
+    def plottable(self) -> bool:
+        """Two rounds or more of two configurations or more: something to compare per round."""
+        return len({b.round for b in self.group}) > 1 and len(self.order) > 1
+
     def plot_path(self, plots_dir: Path) -> Path:
+        """Beside its bench file; named by call and run start, so two runs of one call (another
+        `--set`) do not share a file."""
         b = self.group[0]
-        stamp = str(self.call) if self.call is not None else re.sub(r"\D", "", self.run)[:14]
+        stamp = "-".join(x for x in (str(self.call) if self.call is not None else "", re.sub(r"\D", "", self.run)[:14]) if x)
         where = f"{b.gpus}gpu" if b.gpus else "cpu"
         return (b.source.parent / "plots" if b.source else plots_dir) / f"price-{self.preset}-{where}-{stamp}.png"
 
 
-def price_runs(benches: Sequence[Bench]) -> list[PriceRun]:
+def price_groups(benches: Sequence[Bench]) -> list[PriceRun]:
     """The `harness price` runs among the benches (those with rounds), by call and start."""
     groups: dict[tuple, list[Bench]] = {}
     for b in benches:          # file order is run order: the first bench of a group is its base
@@ -345,30 +356,30 @@ def price_runs(benches: Sequence[Bench]) -> list[PriceRun]:
             for (call, run, preset, _), group in sorted(groups.items())]
 
 
-def priced(benches: Sequence[Bench], links: dict[str, str] | None = None) -> list[str]:
+def priced(benches: Sequence[Bench], links: dict[tuple, str] | None = None) -> list[str]:
     """Per `harness price` run: the paired prices against the configuration its first round benched
-    first, and its plot where one was drawn (`links`: a price plot's file name -> REPORT.md's link;
-    the names are unique per run)."""
+    first, and its plot where one was drawn (`links`: PriceRun.key -> REPORT.md's link)."""
     from harness.pricing import rows
 
     out = []
-    for pr in price_runs(benches):
+    for pr in price_groups(benches):
         b = pr.group[0]
         rounds = len({x.round for x in pr.group})
         where = b.where + (f", `--set {' '.join(b.sets)}`" if b.sets else "")
         out += ["", f"Priced in rounds (`harness price`), {pr.name}, {pr.preset}, {where}: {rounds} round(s), "
                 f"alternating order; the ratio is each round's tokens/s over `{pr.order[0]}`'s, its median and the "
                 "median's interval (sign test), with the interval's coverage:", "", *rows(pr.prices())]
-        link = (links or {}).get(pr.plot_path(Path()).name)
+        link = (links or {}).get(pr.key)
         if link:
             out += ["", f"![{Path(link).stem}]({link})"]
     return out
 
 
-def price_plot_paths(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
-    """One plot per `harness price` run of two rounds or more: each round's ratio to the base as a
-    dot, the median and its interval, beside 1.0 (a reader sees at once whether the rounds agree)."""
-    return [pr.plot_path(plots_dir) for pr in price_runs(benches) if len({b.round for b in pr.group}) > 1]
+def price_plots(benches: Sequence[Bench], plots_dir: Path) -> dict[tuple, Path]:
+    """PriceRun.key -> its plot, one per `harness price` run of two rounds or more of two
+    configurations or more: each round's ratio to the base as a dot, the median and its interval,
+    beside 1.0 (a reader sees at once whether the rounds agree)."""
+    return {pr.key: pr.plot_path(plots_dir) for pr in price_groups(benches) if pr.plottable}
 
 
 def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
@@ -382,8 +393,8 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     from harness.report import CLEAN_COLOR, FAILED_COLOR
 
     paths = []
-    for pr in price_runs(benches):
-        if len({b.round for b in pr.group}) < 2:
+    for pr in price_groups(benches):
+        if not pr.plottable:
             continue
         ps = pr.prices()
         base, others = ps[0], ps[1:]
@@ -409,7 +420,8 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
             ax.set_yticklabels([p.strategy for p in others], fontsize=7)
             ax.set_ylim(len(others) - 0.5, -0.5)
             ax.set_xlabel("ratio per round (dots); median (|) and its interval (line)", fontsize=8)
-            ax.set_title(f"harness price, {pr.name}, {pr.preset}, {pr.group[0].where}\n"
+            sets = f", --set {' '.join(pr.group[0].sets)}" if pr.group[0].sets else ""
+            ax.set_title(f"harness price, {pr.name}, {pr.preset}, {pr.group[0].where}{sets}\n"
                          f"tokens/s over `{base.strategy}`", fontsize=8)
             fig.tight_layout()
             buf = io.BytesIO()

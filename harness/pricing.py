@@ -257,8 +257,8 @@ def pairwise(ps: Sequence[Price]) -> list[str]:
              "", "| | " + " | ".join(letters) + " |", "|---|" + "---|" * len(ps)]
     for letter, row, ms in zip(letters, ps, grid):
         # A pair with fewer rounds (a died bench) has a weaker interval: its coverage is said.
-        cells = ["-" if m is None else f"{m.median:.2f}x ({m.low:.2f}-{m.high:.2f}"
-                 + (f", {m.coverage:.0%}" if m.coverage != usual else "") + ")" for m in ms]
+        cells = [("-" if row is col else "no shared round") if m is None else f"{m.median:.2f}x ({m.low:.2f}-{m.high:.2f}"
+                 + (f", {m.coverage:.0%}" if m.coverage != usual else "") + ")" for m, col in zip(ms, ps)]
         lines.append(f"| {letter} `{row.strategy}` | " + " | ".join(cells) + " |")
     return lines
 

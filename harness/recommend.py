@@ -40,6 +40,8 @@ MIN_STRESSED = 29
 BASELINES = ("raw", "eager", "global-lock")
 LOCK, EAGER = "global-lock", "eager"
 NO_PLAN = "-"
+NO_CALL = -1
+"""_benched's key for benches without a call number (a `harness price` run outside the device calls)."""
 TARGET_OVER_LOCK = 1.2
 NOISY_SPREAD = 1.5
 """A priced cell whose fastest trial ran more than this many times its slowest is named with its
@@ -199,12 +201,18 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, benc
 
 
 def _benched(bench_runs: Sequence, workload: str) -> dict[int, dict[str, list]]:
-    """call -> strategy -> the workload's benches with figures (harness.benches.Bench), in file order."""
+    """call (NO_CALL for none) -> strategy -> the workload's benches with figures (harness.benches.Bench),
+    in file order."""
     runs: dict[int, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for x in bench_runs:
         if x.preset == workload and x.tokens_steady:
-            runs[x.call or 0][x.strategy].append(x)
+            runs[NO_CALL if x.call is None else x.call][x.strategy].append(x)
     return runs
+
+
+def _call(call: int) -> str:
+    """`call N`; a bench outside the device calls (no call number) is `call ?`."""
+    return f"call {'?' if call == NO_CALL else call}"
 
 
 def _figure(benches: Sequence) -> float:
@@ -216,15 +224,19 @@ def _figure(benches: Sequence) -> float:
 
 def _over(a: Sequence, b: Sequence) -> tuple[float, int]:
     """Strategy a's tokens/s over b's within one call, and how many paired rounds that rests on (0:
-    a ratio of the two medians). Where one `harness price` run benched both in rounds, the figure
-    is the median of the per-round ratios, as `harness price` prints it: a bench drifting within
+    a ratio of the two medians). Where a `harness price` run benched both in rounds (the latest, if
+    several did), the figure is the median of its per-round ratios, as `harness price` prints it: a bench drifting within
     the call moves both of a round alike, and one fast bench does not move the median (call 35:
     the lock cell's rounds ran 39,890, 49,826 and 40,818 tokens/s; over the no-cudagraphs lock the
     medians say 1.07x, the rounds 1.00x, 1.31x and 1.19x: 1.19x)."""
     rounds_b = {(x.run, x.round): x.tokens_steady for x in b if x.round is not None}
-    ratios = [x.tokens_steady / rounds_b[(x.run, x.round)] for x in a
-              if x.round is not None and (x.run, x.round) in rounds_b]
-    if ratios:
+    by_run: dict[str, list[float]] = collections.defaultdict(list)
+    for x in a:
+        if x.round is not None and (x.run, x.round) in rounds_b:
+            by_run[x.run or ""].append(x.tokens_steady / rounds_b[(x.run, x.round)])
+    if by_run:
+        # Runs are not pooled (another run may have priced another `--set`): the latest one decides.
+        ratios = by_run[max(by_run)]
         return statistics.median(ratios), len(ratios)
     return _figure(a) / _figure(b), 0
 
@@ -251,7 +263,7 @@ def _alone_ratio(a: str, b: str, workload: str, bench_runs: Sequence) -> tuple[f
         return None
     here = calls[max(both)]
     ratio, rounds = _over(here[a], here[b])
-    return ratio, f"alone on the GPU, call {max(both)}{_paired(rounds)}"
+    return ratio, f"alone on the GPU, {_call(max(both))}{_paired(rounds)}"
 
 
 def _eager_faster(v: Verdict, bench_runs: Sequence) -> bool:
@@ -273,7 +285,7 @@ def _eager_line(v: Verdict, min_stressed: int, bench_runs: Sequence) -> str:
         busy = [x.gpu_busy_steady for x in xs if x.gpu_busy_steady is not None]
         busy_text = f", GPU busy {statistics.median(busy):.0%}" if busy else ""
         times = f" (median of {len(xs)} benches)" if len(xs) > 1 else ""
-        head += (f"; alone on the GPU (call {call}, steady half) {_figure(xs):.0f} tokens/s{times}"
+        head += (f"; alone on the GPU ({_call(call)}, steady half) {_figure(xs):.0f} tokens/s{times}"
                  f"{busy_text}")
     rest = []
     for t in (*v.chosen, *v.short):
@@ -321,7 +333,7 @@ def _alone(v: Verdict, bench_runs: Sequence) -> str:
         figures += [text(ratio) + (f" ({rounds} paired rounds)" if rounds and not once else "")
                     for text, ratio, rounds in ratios]
         how = f" (ratios: medians over {counts.pop()} paired rounds)" if once else ""
-        parts.append(f"call {call}{how}: {', '.join(figures)}")
+        parts.append(f"{_call(call)}{how}: {', '.join(figures)}")
     return f" Alone on the GPU (`dflash bench`, steady half): {'; '.join(parts)}." if parts else ""
 
 

@@ -580,11 +580,11 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
         text = replace_block(text, OVERVIEW_BLOCK, overview_body(observed))
         names.append(OVERVIEW_BLOCK)
     bench_plots = benches.plot_paths(bench_runs, bench_files[0].parent / "plots") if bench_files else []
-    price_plots = benches.price_plot_paths(bench_runs, bench_files[0].parent / "plots") if bench_files else []
+    price_plots = benches.price_plots(bench_runs, bench_files[0].parent / "plots") if bench_files else {}
     if bench_files:
         text = replace_block(text, benches.BLOCK, benches.body(bench_runs, [_rel(f, out.parent) for f in bench_files],
                                                                [_rel(p, out.parent) for p in bench_plots],
-                                                               {p.name: _rel(p, out.parent) for p in price_plots}))
+                                                               {k: _rel(p, out.parent) for k, p in price_plots.items()}))
         names.append(benches.BLOCK)
     for store_dir, records in loaded:
         for name in matrix_names(records):
@@ -601,6 +601,6 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     if bench_plots:
         benches.write_plots(bench_runs, bench_plots[0].parent)
     if price_plots:
-        benches.write_price_plots(bench_runs, price_plots[0].parent)
+        benches.write_price_plots(bench_runs, bench_files[0].parent / "plots")
     write_atomic(out, text.encode("utf-8"))
     return names

@@ -231,19 +231,26 @@ def test_a_price_run_of_two_rounds_or_more_gets_its_own_plot_linked_under_its_ta
     path = tmp_path / "benches.jsonl"
     order = [(0, "global-lock:default", 100.0), (0, "cudagraph-lock", 110.0), (1, "cudagraph-lock", 90.0),
              (1, "global-lock:default", 80.0)]
-    path.write_text("".join(json.dumps({"phase": f"bench:launch-bound:{c}", "call": 35, "round": r,
-                                        "tokens_per_s_steady": t}) + "\n" for r, c, t in order)
-                    + json.dumps({"phase": "bench:launch-bound::none", "call": 36, "round": 0,
-                                  "tokens_per_s_steady": 1.0}) + "\n")
+    lines = [{"phase": f"bench:launch-bound:{c}", "call": 35, "run": "2026-12-01T13:09:56+00:00", "round": r,
+              "tokens_per_s_steady": t} for r, c, t in order]
+    # Call 35 ran a second price run (another --set): its own plot. Call 36's one round and call
+    # 37's one configuration have nothing to compare per round: no plot.
+    lines += [dict(x, run="2026-12-01T13:20:00+00:00", sets=["pipeline.num_drafter_threads=4"]) for x in lines]
+    lines += [{"phase": "bench:launch-bound::none", "call": 36, "round": 0, "tokens_per_s_steady": 1.0}]
+    lines += [{"phase": "bench:launch-bound::none", "call": 37, "round": r, "tokens_per_s_steady": 1.0} for r in (0, 1)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     loaded = benches.load([path])
-    want = [tmp_path / "plots" / "price-launch-bound-1gpu-35.png"]    # call 36's one round: no plot
-    assert benches.price_plot_paths(loaded, tmp_path / "elsewhere") == want   # beside the bench file
+    plots = benches.price_plots(loaded, tmp_path / "elsewhere")
+    want = [tmp_path / "plots" / "price-launch-bound-1gpu-35-20261201130956.png",     # beside the bench file
+            tmp_path / "plots" / "price-launch-bound-1gpu-35-20261201132000.png"]
+    assert sorted(plots.values()) == want
     assert benches.write_price_plots(loaded, tmp_path / "elsewhere") == want
-    first = want[0].read_bytes()
-    assert first.startswith(b"\x89PNG")
+    first = [p.read_bytes() for p in want]
+    assert all(b.startswith(b"\x89PNG") for b in first) and first[0] != first[1]
     benches.write_price_plots(loaded, tmp_path / "elsewhere")
-    assert want[0].read_bytes() == first                      # no timestamps: same input, same bytes
-    text = benches.body(loaded, ["b"], [], {want[0].name: "plots/price-launch-bound-1gpu-35.png"})
-    table_end = text.index("| `cudagraph-lock` | 2/2 |")
-    assert text.index("![price-launch-bound-1gpu-35](plots/price-launch-bound-1gpu-35.png)") > table_end
-    assert "call 36" in text and text.count("![price-") == 1
+    assert [p.read_bytes() for p in want] == first            # no timestamps: same input, same bytes
+    text = benches.body(loaded, ["b"], [], {k: f"plots/{p.name}" for k, p in plots.items()})
+    for p in want:     # each run's plot under its own table
+        link = text.index(f"![{p.stem}](plots/{p.name})")
+        assert text.rindex("| `cudagraph-lock` | 2/2 |", 0, link) > text.rfind("![", 0, link)
+    assert "call 36" in text and "call 37" in text and text.count("![price-") == 2

@@ -62,19 +62,22 @@ def test_a_gpu_run_prices_each_configuration_with_its_gpu_busy_fraction_and_a_cp
     assert "GPU busy" not in "\n".join(pricing.rows(pricing.price_runs(cpu, ["A", "B"])))
 
 
-def test_a_device_plan_this_machine_cannot_run_is_refused_before_any_bench(tmp_path):
+def test_a_device_plan_this_machine_cannot_run_is_refused_before_any_bench():
     # A GPU preset, or --topology, on a machine without CUDA died in every bench, each recorded.
     with pytest.raises(PriceError, match="'cuda:0' requested but CUDA is not available"):
         pricing.make_plan("gpu-launch-bound", [":none"], rounds=1, steps=5, cuda_count=0)
     with pytest.raises(PriceError, match="CUDA is not available"):
         pricing.make_plan("tiny-cpu", [":none"], rounds=1, steps=5, topology=4, cuda_count=0)
     assert pricing.make_plan("tiny-cpu", [":none"], rounds=1, steps=5, topology=4, cuda_count=1).rounds == 1
-    if not __import__("torch").cuda.is_available():
-        into = tmp_path / "b.jsonl"
-        p = subprocess.run([sys.executable, "-m", "harness", "price", "--topology", "4", "--into", str(into), ":none"],
-                           capture_output=True, text=True, cwd=ROOT, timeout=120)
-        assert p.returncode == 2 and not into.exists() and p.stdout == ""
-        assert p.stderr.strip().splitlines() == ["error: device 'cuda:0' requested but CUDA is not available"]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_the_cli_refuses_a_topology_without_cuda_in_one_line_and_writes_nothing(tmp_path):
+    into = tmp_path / "b.jsonl"
+    p = subprocess.run([sys.executable, "-m", "harness", "price", "--topology", "4", "--into", str(into), ":none"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and not into.exists() and p.stdout == ""
+    assert p.stderr.strip().splitlines() == ["error: device 'cuda:0' requested but CUDA is not available"]
 
 
 def _fake(figures):
@@ -127,6 +130,10 @@ def test_three_configurations_are_also_priced_each_over_each_other_by_round():
     grid = "\n".join(pricing.rows(pricing.price_runs(died, ["A", "B", "C"])))
     # C's pairs have 2 rounds now (50%, the header's), A's and B's 3: theirs is said.
     assert "its interval, coverage 50%)" in grid and "| B `B` | 0.95x (0.87-1.13, 75%) | - | 1.13x (1.13-1.13) |" in grid
+    # Two configurations that never ran in one round: said, not shown as the diagonal's "-".
+    apart = [*runs[:3], pricing.Run(strategy="D", round=9, tokens=1.0)]
+    assert "| D `D` | no shared round | no shared round | no shared round | - |" in \
+        "\n".join(pricing.rows(pricing.price_runs(apart, ["A", "B", "C", "D"])))
     # Two configurations: the base column says it all.
     assert "Every configuration" not in "\n".join(pricing.rows(pricing.price_runs(runs[:2], ["A", "B"])))
 

@@ -245,6 +245,10 @@ def test_a_price_run_is_read_by_its_paired_rounds_not_by_the_ratio_of_medians():
     other = [replace(b, run="t1") if b.strategy == "y" else b for b in runs]
     (line,) = recommend.lines(_verdicts(rs), bench_runs=other)
     assert "1.06x alone on the GPU, call 35: misses" in line
+    # Two runs that both paired them are not pooled: the latest run decides (y 2x the lock there).
+    later = [replace(b, run="t9", tokens_steady=b.tokens_steady * (2 if b.strategy == "y" else 1)) for b in runs]
+    (line,) = recommend.lines(_verdicts(rs), bench_runs=[*runs, *later])
+    assert "1.91x alone on the GPU, call 35, 3 paired rounds: meets the 1.2x target." in line
 
 
 def test_eager_alone_is_the_median_of_the_calls_benches():
@@ -253,6 +257,9 @@ def test_eager_alone_is_the_median_of_the_calls_benches():
             _bench(34, "eager", 47870.0, 0.99)]
     (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
     assert "alone on the GPU (call 34, steady half) 47870 tokens/s (median of 3 benches), GPU busy 99%" in line
+    # Benches outside the device calls (a CPU price run) have no call number: `call ?`.
+    (line,) = recommend.lines(_verdicts(rs), bench_runs=[_bench(None, "eager", 5.0), _bench(None, "a", 4.0)])
+    assert "alone on the GPU (call ?, steady half) 5 tokens/s" in line and "0.80x eager (alone on the GPU, call ?)" in line
 
 
 def test_a_call_with_paired_and_unpaired_benches_says_which_ratio_is_which():
