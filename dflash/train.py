@@ -268,6 +268,8 @@ class Trainer:
 
     def _conclude(self, result: PipelineResult, group: ReplicaGroup) -> RunOutcome:
         state = group.state()
+        if result.failures or result.alive:
+            self._failed()
         if result.failures:
             wrong = next((f for f in result.failures if isinstance(f.exc, WrongResult)), None)
             if wrong is not None and result.failures[0] is wrong:
@@ -286,6 +288,18 @@ class Trainer:
         code = self.signals.exit_code if self.signals.requested else 0
         return RunOutcome(exit_code=code, final=final, pipeline=result, checkpoint=path, state=state,
                           steady_window=self.metrics.steady_window())
+
+    def _failed(self) -> None:
+        """A failed run's last event: the GPU memory it held by then. Packing trials onto a GPU is
+        planned from stored peaks (harness.matrix.memory_peaks), and the campaign's failing
+        gpu-bound cells never finish, so without this they leave no figure (REPORT.md, twelfth
+        session)."""
+        try:
+            peak = self.plan.peak_reserved_gib()
+        except Exception:  # noqa: BLE001  after a sticky CUDA error every CUDA call raises: no figure
+            peak = None
+        self.metrics.emit({"event": "failed", "gpu_mem_peak_gib": peak, "torch": torch.__version__,
+                           "device_plan": self.plan.describe()})
 
     def _finish(self, group: ReplicaGroup) -> dict:
         cfg, m = self.cfg, self.models

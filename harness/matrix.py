@@ -327,18 +327,19 @@ class CellPlan:
 
 @dataclass(frozen=True, slots=True)
 class MemoryPeak:
-    """The most GPU memory one finished trial of a GPU workload held (the trainer's final event,
-    `gpu_mem_peak_gib`), against what the spec's packing puts on one GPU at once."""
+    """The most GPU memory one trial of a GPU workload held (the trainer's final event, or its
+    failed event for a run that failed, `gpu_mem_peak_gib`), against what the spec's packing puts
+    on one GPU at once."""
 
     workload: str
     peak_gib: float
     trials: int
-    """Finished trials that reported a peak."""
+    """Trials that reported a peak."""
     at_once: int
     """Trials of this workload one GPU holds at once: per_gpu // gpu_slots."""
 
     def line(self) -> str:
-        return (f"{self.workload}: peak {self.peak_gib:.1f} GiB over {self.trials} finished trials; "
+        return (f"{self.workload}: peak {self.peak_gib:.1f} GiB over {self.trials} trial(s) that reported one; "
                 f"{self.at_once} at once on a GPU need ~{self.peak_gib * self.at_once:.0f} GiB")
 
 

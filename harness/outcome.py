@@ -111,7 +111,8 @@ class TrialResult:
     """Failures only: run time until the failure (for HANG, until the last progress seen)."""
     tokens_per_s: float | None = None
     final: dict[str, Any] | None = None
-    """The workload's `{"event": "final", ...}` JSON line, when it printed one."""
+    """The workload's `{"event": "final", ...}` JSON line, when it printed one; else its
+    `{"event": "failed", ...}` line (a dflash run that failed: the GPU memory it held by then)."""
     plan_seed: int | None = None
     artefacts: str = ""
     torch_version: str | None = None

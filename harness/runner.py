@@ -261,7 +261,8 @@ def live_members(pgid: int) -> list[int]:
 
 def _classify(result: TrialResult, ending: _Ending, text: str) -> None:
     """DESIGN.md "Outcome rules", in order of precedence."""
-    result.final = _final_json(text)
+    # A workload that failed may still say what it held (dflash's `failed` event: its GPU memory).
+    result.final = _final_json(text) or _final_json(text, event="failed")
     if result.final is not None:
         # Steady state when the workload reports it (dflash: second half of the steps), so a short
         # trial's throughput is not mostly its compile time; else the whole-run rate.
@@ -338,15 +339,15 @@ def _set(result: TrialResult, outcome: Outcome, sig: signature.Signature | None,
         result.exc_type = sig.exc_type or None
 
 
-def _final_json(text: str) -> dict | None:
-    """The last `{"event": "final", ...}` line, if the workload printed one."""
+def _final_json(text: str, event: str = "final") -> dict | None:
+    """The last `{"event": EVENT, ...}` line, if the workload printed one."""
     for line in reversed(text.splitlines()):
-        if line.startswith("{") and '"final"' in line:
+        if line.startswith("{") and f'"{event}"' in line:
             try:
                 data = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(data, dict) and data.get("event") == "final":
+            if isinstance(data, dict) and data.get("event") == event:
                 return data
     return None
 

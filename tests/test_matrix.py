@@ -436,8 +436,13 @@ def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_
     (peak,) = matrix.memory_peaks(spec, store.load())
     assert (peak.workload, peak.peak_gib, peak.trials, peak.at_once) == ("big", 48.25, 2, 2)
     _print_pending(spec)
-    assert "GPU memory, big: peak 48.2 GiB over 2 finished trials; 2 at once on a GPU need ~96 GiB" in \
+    assert "GPU memory, big: peak 48.2 GiB over 2 trial(s) that reported one; 2 at once on a GPU need ~96 GiB" in \
         capsys.readouterr().out
+    # A run that failed reports what it held in its `failed` event (dflash), which counts too.
+    store.append(TrialResult(trial_id="t/big:raw@-/4", cell="big:raw@-", trial_index=4, outcome=Outcome.CRASH,
+                             duration_s=40.0, final={"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 50.0}}))
+    (peak,) = matrix.memory_peaks(spec, store.load())
+    assert (peak.peak_gib, peak.trials) == (50.0, 3)
 
 
 def test_a_matrix_warns_before_packing_more_peak_memory_than_a_gpu_holds(tmp_path):
@@ -448,7 +453,7 @@ def test_a_matrix_warns_before_packing_more_peak_memory_than_a_gpu_holds(tmp_pat
                         final={"gpu_mem_peak_gib": {"cuda:0": 60.5}})]
     # 12 // 4 = 3 at once x 60.5 GiB > 139.8 GiB: warned; 2 at once would fit; no peaks: silent.
     (line,) = matrix.memory_warnings(spec, held, {"big"}, totals_gib=[139.8])
-    assert line.startswith("warning: GPU memory: big: peak 60.5 GiB over 1 finished trials; 3 at once")
+    assert line.startswith("warning: GPU memory: big: peak 60.5 GiB over 1 trial(s) that reported one; 3 at once")
     assert "more than the 139.8 GiB" in line
     assert matrix.memory_warnings(spec, held, {"big"}, totals_gib=[200.0]) == []
     assert matrix.memory_warnings(spec, held, set(), totals_gib=[139.8]) == []       # nothing of it pending

@@ -10,6 +10,7 @@ thread joined (threading.enumerate() back to its baseline).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -161,3 +162,7 @@ def test_subprocess_fault_exits_1_with_the_thread_report(tmp_path):
     assert after == "Traceback (most recent call last):"
     assert sum(ln.startswith("=== thread ") for ln in lines) == 1
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
+    # Its last event says what GPU memory it held (none on CPU): what the harness packs trials by.
+    events = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert events[-1]["event"] == "failed" and events[-1]["gpu_mem_peak_gib"] is None
+    assert not any(e.get("event") == "final" for e in events)

@@ -65,6 +65,22 @@ def test_ok_run_reports_final_json(tmp_path):
     _assert_group_gone(result)
 
 
+def test_a_failed_runs_last_event_stands_in_for_final_and_gives_no_throughput():
+    from harness.runner import _classify, _Ending
+
+    text = ('{"event": "step", "tokens_per_s": 5.0}\n'
+            '{"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 31.5}}\nTraceback (most recent call last):\n'
+            '  File "x.py", line 1, in <module>\nValueError: boom\n')
+    result = TrialResult(trial_id="t/c/0", cell="c", trial_index=0, outcome=Outcome.OK, rc=1)
+    _classify(result, _Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0), text)
+    assert result.outcome is Outcome.CRASH and result.final["gpu_mem_peak_gib"] == {"cuda:0": 31.5}
+    assert result.tokens_per_s is None
+    # A final event wins over a failed one (a run that recovered is not this case, but be sure).
+    both = text.replace('{"event": "step"', '{"event": "final", "tokens_per_s": 7.0}\n{"event": "step"')
+    _classify(result := TrialResult(trial_id="t/c/1", cell="c", trial_index=1, outcome=Outcome.OK, rc=0), _Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0), both)
+    assert result.final["event"] == "final" and result.tokens_per_s == 7.0
+
+
 @pytest.mark.parametrize("script, outcome, sig_name, exc_type", [
     ("crash", Outcome.CRASH, None, "ValueError"),
     ("abort", Outcome.ABORT, "SIGABRT", "Aborted"),
