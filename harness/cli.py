@@ -2,7 +2,7 @@
 
     python -m harness matrix [--preset NAME | --file SPEC.json | --list] [--store DIR] [--cells GLOB]
                              [--trials N [--every-group]]
-                             [--workers N] [--per-gpu N] [--gpus N] [--max-failures N]
+                             [--workers N] [--per-gpu N] [--gpus N] [--pack-by-memory GIB] [--max-failures N]
                              [--max-time S] [--json] [--no-live]
     python -m harness stress [-p N] [--timeout S] [--hang S] [--max-runs N] [--max-fails N]
                              [--max-time S] [--failure RE] [--ignore RE] [--plan PROFILE] [-o DIR]
@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--workers", type=_positive_int, help="trials at once (default: the spec's)")
     m.add_argument("--per-gpu", type=_positive_int, help="trials sharing one GPU at once")
     m.add_argument("--gpus", type=int, help="GPUs to use (default: detected)")
+    m.add_argument("--pack-by-memory", type=_positive_float, metavar="GIB",
+                   help="GPUs of GIB GiB: a cell whose stored memory peaks need fewer of --per-gpu's slots "
+                        "than its workload's gpu_slots takes fewer (more of it at once)")
     m.add_argument("--max-failures", type=_positive_int, help="stop a cell after this many failures")
     m.add_argument("--max-time", type=_positive_float, help="start no trial after this many seconds")
     m.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -257,7 +260,8 @@ def _dispatch(opts: argparse.Namespace) -> int:
 def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
     spec = load_spec(opts.file) if opts.file else presets.get(opts.preset or presets.DEFAULT_PRESET)
     changes = {k: v for k, v in (("store", opts.store), ("workers", opts.workers), ("per_gpu", opts.per_gpu),
-                                  ("max_failures", opts.max_failures), ("max_time_s", opts.max_time))
+                                  ("max_failures", opts.max_failures), ("max_time_s", opts.max_time),
+                                  ("gpu_mem_gib", opts.pack_by_memory))
                if v is not None}
     if opts.cells:
         changes["only"] = tuple(comma_list(opts.cells))
@@ -325,7 +329,8 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
     wall = sum(p.pending * (p.median_s or fallback or 0.0) * p.share for p in plans)
     stopped = sum(p.stopped for p in plans)
     estimate = (f"~{seconds / 60:.0f} trial-minutes at the stored medians, at least ~{wall / 60:.0f} minutes "
-                f"of wall time packed as the spec packs them (workers {spec.workers}, per_gpu {spec.per_gpu} "
+                f"of wall time packed as the spec packs them (workers {spec.workers}, per_gpu {spec.per_gpu}"
+                f"{f', by memory peaks on {spec.gpu_mem_gib:g} GiB GPUs' if spec.gpu_mem_gib else ''} "
                 f"on {gpus} GPU{'s' if gpus > 1 else ''})") if fallback else "no stored durations yet"
     print(f"{spec.name}: {len(plans)} cells, {sum(p.planned for p in plans)} planned trials, "
           f"{sum(p.stored + p.other for p in plans)} records stored, {pending} pending, {stopped} cells stopped; "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import fnmatch
+import math
 import os
 import shutil
 import sys
@@ -146,11 +147,17 @@ class MatrixSpec:
     show only the cells matching one; () = every cell. Ids and seeds do not change, so a subset
     run resumes and extends the full matrix's store (one device session cannot run all 76 cells
     of gpu-campaign; REPORT.md)."""
+    gpu_mem_gib: float | None = None
+    """Pack GPU trials by their stored memory peaks on GPUs of this many GiB (`--pack-by-memory`):
+    a cell measured smaller than its workload's gpu_slots takes fewer slots (cell_slots); None =
+    each workload's fixed gpu_slots."""
 
     def __post_init__(self) -> None:
         check_name(self.name, "matrix")
         if self.trials < 1 or self.workers < 1 or self.per_gpu < 1:
             raise MatrixError("trials, workers and per_gpu must be >= 1")
+        if self.gpu_mem_gib is not None and self.gpu_mem_gib <= 0:
+            raise MatrixError("gpu_mem_gib must be > 0")
         if self.max_failures is not None and self.max_failures < 1:
             raise MatrixError("max_failures must be >= 1")
         if self.max_time_s is not None and self.max_time_s <= 0:
@@ -351,9 +358,9 @@ def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[Memor
 
     peaks: dict[str, list[float]] = collections.defaultdict(list)
     for r in records:
-        figure = (r.final or {}).get("gpu_mem_peak_gib")
-        if isinstance(figure, dict) and figure:
-            peaks[split_cell(r.cell)[0]].append(max(float(v) for v in figure.values()))
+        peak = _peak_of(r)
+        if peak is not None:
+            peaks[split_cell(r.cell)[0]].append(peak)
     out = []
     for name, values in sorted(peaks.items()):
         w = spec.workloads.get(name)
@@ -362,6 +369,45 @@ def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[Memor
         out.append(MemoryPeak(workload=name, peak_gib=max(values), trials=len(values),
                               at_once=max(1, spec.per_gpu // w.gpu_slots)))
     return out
+
+
+MEMORY_HEADROOM = 1.1
+"""--pack-by-memory plans each trial at its cell's highest stored peak times this: the same cell's
+trials moved by up to 35% between trials (gpu-bound eager: 46-62 GiB over 31 trials), and the max
+of a few trials can sit below the next one."""
+CONTEXT_GIB = 1.0
+"""Per trial on top of its peak: the CUDA context and cuBLAS workspaces, outside the caching
+allocator's `max_memory_reserved` that the peaks measure. An allowance, not a measurement."""
+
+
+def _peak_of(r: TrialResult) -> float | None:
+    figure = (r.final or {}).get("gpu_mem_peak_gib")
+    return max(float(v) for v in figure.values()) if isinstance(figure, dict) and figure else None
+
+
+def cell_slots(spec: MatrixSpec, records: Sequence[TrialResult]) -> dict[str, int]:
+    """GPU slots per cell (of spec.per_gpu per GPU). Each workload's gpu_slots, unless
+    spec.gpu_mem_gib is set and the cell has stored peaks of its own (finished trials' final event,
+    failed ones' failed event): then its highest peak times MEMORY_HEADROOM plus CONTEXT_GIB, over the
+    GiB one slot holds, rounded up, where that is fewer. Packing only tightens: gpu_slots is what
+    ran without running out of memory, the allowances are guesses. Failing cells never finish, so a
+    fixed gpu_slots sized by the biggest finished cell packed every gpu-bound cell of the H200
+    campaign 2 at once whatever it held (REPORT.md, twelfth session)."""
+    cells = spec.cells()
+    slots = {c.name: c.workload.gpu_slots for c in cells}
+    if spec.gpu_mem_gib is None:
+        return slots
+    own: dict[str, float] = {}
+    for r in records:
+        peak = _peak_of(r)
+        if peak is not None and r.cell in slots:
+            own[r.cell] = max(peak, own.get(r.cell, 0.0))
+    per_slot = spec.gpu_mem_gib / spec.per_gpu
+    for c in cells:
+        if c.workload.gpus and c.name in own:
+            need = max(1, math.ceil((own[c.name] * MEMORY_HEADROOM + CONTEXT_GIB) / per_slot))
+            slots[c.name] = min(slots[c.name], need)
+    return slots
 
 
 def memory_warnings(spec: MatrixSpec, records: Sequence[TrialResult], workloads: set[str],
@@ -394,6 +440,7 @@ def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
 
     trials = expand(spec)
     records = Store(spec.store_dir).load()
+    slots = cell_slots(spec, records)
     plans = []
     for cell in spec.cells():
         state = CellState(name=cell.name)
@@ -404,7 +451,7 @@ def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
         mine = {t.trial_id for t in trials if t.cell == cell.name}
         share = 1 / spec.workers
         if cell.workload.gpus:
-            share = max(share, min(1.0, cell.workload.gpus * cell.workload.gpu_slots / (spec.per_gpu * max(gpus, 1))))
+            share = max(share, min(1.0, cell.workload.gpus * slots[cell.name] / (spec.per_gpu * max(gpus, 1))))
         plans.append(CellPlan(
             cell=cell.name, planned=len(mine), stored=state.runs, failures=state.failures,
             other=state.timeouts + state.resources + state.errors,
@@ -463,9 +510,10 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
     for line in memory_warnings(spec, existing, {cells[t.cell].workload.name for t in pending}):
         stream.write(line + "\n")
+    slots = cell_slots(spec, existing)
     live_lines = LiveLines(list(states.values()), stream, stream.isatty() if live is None else live)
     pool = WorkerPool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
-                 need_gpus={n: (c.workload.gpus, c.workload.gpu_slots) for n, c in cells.items()}, run_fn=run_fn or run_trial,
+                 need_gpus={n: (c.workload.gpus, slots[n]) for n, c in cells.items()}, run_fn=run_fn or run_trial,
                  attempts=collections.Counter(r.trial_id for r in existing))
     start = time.monotonic()
     try:

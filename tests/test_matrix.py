@@ -6,6 +6,7 @@ seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -472,3 +473,34 @@ def test_gpu_memory_totals_come_from_nvidia_smi(tmp_path, monkeypatch):
     assert gpu.total_memory_gib() is None
     monkeypatch.setattr(gpu, "nvidia_smi", lambda: None)
     assert gpu.total_memory_gib() is None
+
+
+def test_packing_by_memory_gives_a_cell_measured_smaller_fewer_slots_and_never_more(tmp_path):
+    d = _spec(tmp_path, trials=4, workers=16, per_gpu=12)
+    d["workloads"] = {"big": {**_cmd("pass"), "gpus": 1, "gpu_slots": 6}, "cpu": _cmd("pass")}
+    d["strategies"] = {"a": {}, "b": {}, "c": {}}
+    d["groups"] = [{"workloads": ["big", "cpu"], "strategies": ["raw", "a", "b", "c"]}]
+    spec = spec_from_dict(d)
+
+    def rec(cell, i, final, outcome=Outcome.OK):
+        return TrialResult(trial_id=f"t/{cell}/{i}", cell=cell, trial_index=i, outcome=outcome, final=final)
+
+    records = [rec("big:a@-", 0, {"gpu_mem_peak_gib": {"cuda:0": 20.0}}),
+               rec("big:a@-", 1, {"gpu_mem_peak_gib": {"cuda:0": 24.4}}),         # the cell's highest
+               rec("big:b@-", 0, {"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 9.0}}, Outcome.CRASH),
+               rec("big:c@-", 0, {"gpu_mem_peak_gib": {"cuda:0": 67.3}}),
+               rec("cpu:a@-", 0, {"gpu_mem_peak_gib": None})]
+    assert set(matrix.cell_slots(spec, records).values()) == {6, 1}          # without the flag: gpu_slots
+    packed = matrix.cell_slots(dataclasses.replace(spec, gpu_mem_gib=139.8), records)
+    # 139.8 / 12 = 11.65 GiB a slot: a 24.4 * 1.1 + 1 = 27.8 GiB -> 3 slots; the failed trial's 9 GiB
+    # (b) -> 1; c needs 7 but never more than gpu_slots' 6; raw has no peak of its own: 6; CPU: 1.
+    assert packed == {"big:raw@-": 6, "big:a@-": 3, "big:b@-": 1, "big:c@-": 6,
+                      "cpu:raw@-": 1, "cpu:a@-": 1, "cpu:b@-": 1, "cpu:c@-": 1}
+    with pytest.raises(matrix.MatrixError, match="gpu_mem_gib must be > 0"):
+        dataclasses.replace(spec, gpu_mem_gib=0.0)
+    # The --pending estimate packs the same way: a's trials 4 at once (3 of 12 slots), not 2.
+    store = Store(tmp_path / "store")
+    for r in records:
+        store.append(r)
+    plans = {p.cell: p for p in matrix.pending_plan(dataclasses.replace(spec, gpu_mem_gib=139.8))}
+    assert plans["big:a@-"].share == 3 / 12 and plans["big:raw@-"].share == 6 / 12
