@@ -10,6 +10,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -504,3 +505,34 @@ def test_packing_by_memory_gives_a_cell_measured_smaller_fewer_slots_and_never_m
         store.append(r)
     plans = {p.cell: p for p in matrix.pending_plan(dataclasses.replace(spec, gpu_mem_gib=139.8))}
     assert plans["big:a@-"].share == 3 / 12 and plans["big:raw@-"].share == 6 / 12
+
+
+def test_a_run_packed_by_memory_puts_two_trials_of_a_small_cell_on_one_gpu_at_once(tmp_path):
+    # One GPU of 2 slots; the workload takes both (gpu_slots 2), the cell's stored peak needs one.
+    d = _spec(tmp_path, trials=3, workers=2, per_gpu=2)
+    d["workloads"] = {"big": {**_cmd("pass"), "gpus": 1, "gpu_slots": 2}}
+    d["groups"] = [{"workloads": ["big"], "strategies": ["raw"]}]
+    spec = spec_from_dict(d)
+    Store(tmp_path / "store").append(TrialResult(trial_id="t/big:raw@-/0", cell="big:raw@-", trial_index=0,
+                                                 outcome=Outcome.OK, final={"gpu_mem_peak_gib": {"cuda:0": 10.0}}))
+
+    def together(spec_run):
+        barrier = threading.Barrier(2, timeout=3)       # passes only if trials 1 and 2 run at once
+
+        def run(trial, artefacts):
+            try:
+                barrier.wait()
+                outcome = Outcome.OK
+            except threading.BrokenBarrierError:
+                outcome = Outcome.CRASH
+            return TrialResult(trial_id=trial.trial_id, cell=trial.cell, trial_index=trial.trial_index,
+                               outcome=outcome)
+        done = matrix.run_matrix(spec_run, stream=io.StringIO(), live=False, num_gpus=1, run_fn=run)
+        return sorted(r.outcome.name for r in done.records if r.trial_index > 0)
+
+    # 80 GiB / 2 slots = 40 GiB a slot >= 10 x 1.1 + 1: one slot each, both at once; without the
+    # flag each trial takes the GPU's two slots, and waits at the barrier alone.
+    shutil.copytree(tmp_path / "store", tmp_path / "packed")
+    assert together(dataclasses.replace(spec, gpu_mem_gib=80.0, store=str(tmp_path / "packed"))) == ["OK", "OK"]
+    shutil.copytree(tmp_path / "store", tmp_path / "fixed")
+    assert together(dataclasses.replace(spec, store=str(tmp_path / "fixed"))) == ["CRASH", "CRASH"]
