@@ -390,6 +390,7 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from harness.pricing import paired_ratios
     from harness.report import CLEAN_COLOR, FAILED_COLOR
 
     paths = []
@@ -398,12 +399,12 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
             continue
         ps = pr.prices()
         base, others = ps[0], ps[1:]
+        ratios = {p.strategy: paired_ratios(p, base) for p in others}
         longest = max((len(p.strategy) for p in others), default=10)
         fig, ax = plt.subplots(figsize=(5.5 + 0.058 * longest, max(2.2, 0.45 * len(others) + 1.4)))
         try:
             for y, p in enumerate(others):
-                ratios = [t / base.by_round[r] for r, t in sorted(p.by_round.items()) if r in base.by_round]
-                ax.scatter(ratios, [y] * len(ratios), color=CLEAN_COLOR, s=18, zorder=3)
+                ax.scatter(ratios[p.strategy], [y] * len(ratios[p.strategy]), color=CLEAN_COLOR, s=18, zorder=3)
                 if p.ratio is not None:
                     ax.plot([p.ratio.low, p.ratio.high], [y, y], color="black", linewidth=1.2, zorder=2)
                     ax.plot([p.ratio.median], [y], marker="|", markersize=16, color="black", zorder=4)
@@ -413,7 +414,7 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
                     ax.annotate(f"died {len(p.died)}x", (1.0, y), xytext=(6, -10), textcoords="offset points",
                                 fontsize=7, color=FAILED_COLOR)
             ax.axvline(1.0, color="#999999", linestyle="--", linewidth=1)
-            xs = [1.0] + [t / base.by_round[r] for p in others for r, t in p.by_round.items() if r in base.by_round]
+            xs = [1.0, *(x for rs in ratios.values() for x in rs)]
             span = max(max(xs) - min(xs), 0.05)
             ax.set_xlim(min(xs) - 0.05 * span, max(xs) + 0.3 * span)   # room for the median's label
             ax.set_yticks(range(len(others)))

@@ -219,23 +219,24 @@ def prices(plan: Plan, records: Sequence[dict]) -> list[Price]:
     return price_runs(runs, [c.strategy(plan.workload) for c in plan.configs])
 
 
+def paired_ratios(row: Price, col: Price) -> list[float]:
+    """Row's tokens/s over column's in each round where both ran to a figure, in round order: the
+    one pairing of the base column, the grid and the plots."""
+    return [t / col.by_round[r] for r, t in sorted(row.by_round.items()) if r in col.by_round]
+
+
 def price_runs(runs: Sequence[Run], order: Sequence[str]) -> list[Price]:
     """Per configuration of `order` (the first is the base): its figures, its died benches, and the
     median of its per-round ratios to the base with the median's interval."""
-    by_round: dict[int, dict[str, float]] = {}
-    for x in runs:
-        if x.tokens:
-            by_round.setdefault(x.round, {})[x.strategy] = x.tokens
-    base = order[0]
     out = []
     for name in order:
         mine = [x for x in runs if x.strategy == name]
-        ratios = [here[name] / here[base] for here in by_round.values() if name in here and base in here]
         out.append(Price(strategy=name, tokens=[x.tokens for x in mine if x.tokens],
                          died=[f"round {x.round}: {x.died}" for x in mine if x.died is not None],
-                         ratio=None if name == base else stats.median_interval(ratios),
-                         by_round={x.round: x.tokens for x in mine if x.tokens},
+                         ratio=None, by_round={x.round: x.tokens for x in mine if x.tokens},
                          gpu_busy=[x.gpu_busy for x in mine if x.tokens and x.gpu_busy is not None]))
+    for p in out[1:]:
+        p.ratio = stats.median_interval(paired_ratios(p, out[0]))
     return out
 
 
@@ -248,8 +249,7 @@ def pairwise(ps: Sequence[Price]) -> list[str]:
     if len(ps) < 3:
         return []
     letters = [chr(ord("A") + i) for i in range(len(ps))]
-    grid = [[stats.median_interval([t / col.by_round[r] for r, t in row.by_round.items() if r in col.by_round])
-             if row is not col else None for col in ps] for row in ps]
+    grid = [[stats.median_interval(paired_ratios(row, col)) if row is not col else None for col in ps] for row in ps]
     coverages = collections.Counter(m.coverage for ms in grid for m in ms if m is not None)
     usual = coverages.most_common(1)[0][0] if coverages else None
     lines = ["", "Every configuration over every other (row over column, per round: the median and its "
