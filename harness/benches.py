@@ -383,15 +383,13 @@ def price_plots(benches: Sequence[Bench], plots_dir: Path) -> dict[tuple, Path]:
 
 
 def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from harness.pricing import paired_ratios
-    from harness.report import CLEAN_COLOR, FAILED_COLOR
+    from harness.report import CLEAN_COLOR, FAILED_COLOR, png_figure
 
     paths = []
     for pr in price_groups(benches):
@@ -401,8 +399,8 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
         base, others = ps[0], ps[1:]
         ratios = {p.strategy: paired_ratios(p, base) for p in others}
         longest = max((len(p.strategy) for p in others), default=10)
-        fig, ax = plt.subplots(figsize=(5.5 + 0.058 * longest, max(2.2, 0.45 * len(others) + 1.4)))
-        try:
+        path = pr.plot_path(plots_dir)
+        with png_figure(plt, path, (5.5 + 0.058 * longest, max(2.2, 0.45 * len(others) + 1.4))) as ax:
             for y, p in enumerate(others):
                 ax.scatter(ratios[p.strategy], [y] * len(ratios[p.strategy]), color=CLEAN_COLOR, s=18, zorder=3)
                 if p.ratio is not None:
@@ -424,14 +422,6 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
             sets = f", --set {' '.join(pr.group[0].sets)}" if pr.group[0].sets else ""
             ax.set_title(f"harness price, {pr.name}, {pr.preset}, {pr.group[0].where}{sets}\n"
                          f"tokens/s over `{base.strategy}`", fontsize=8)
-            fig.tight_layout()
-            buf = io.BytesIO()
-            # No timestamps in the metadata: regenerating from the same records gives the same bytes.
-            fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-        finally:
-            plt.close(fig)
-        path = pr.plot_path(plots_dir)
-        write_atomic(path, buf.getvalue())
         paths.append(path)
     return paths
 

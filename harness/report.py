@@ -13,6 +13,8 @@ workload, because workloads differ in size.
 from __future__ import annotations
 
 import collections
+import contextlib
+import io
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -321,15 +323,28 @@ def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> lis
 CLEAN_COLOR, FAILED_COLOR = "#4c72b0", "#c44e52"
 
 
+@contextlib.contextmanager
+def png_figure(plt, path: Path, figsize: tuple[float, float]):
+    """One figure's axes to draw on; on leaving, the figure laid out and written atomically to
+    `path` as a PNG without timestamps in its metadata (regenerating from the same records gives
+    the same bytes: REPORT.md's plots are committed), and closed whatever happened."""
+    fig, ax = plt.subplots(figsize=figsize)
+    try:
+        yield ax
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    finally:
+        plt.close(fig)
+    write_atomic(path, buf.getvalue())
+
+
 def _bar_plot(plt, path: Path, labels, values, err, xlabel: str, title: str, bar_text: list[str], *,
               colors: Sequence[str] | None = None) -> Path:
     """One horizontal bar per cell, the cell name in full on the left: the campaign's names run to
     140 characters, which vertical bars cut to their last few (an unreadable first campaign plot)."""
-    import io
-
     longest = max((len(s) for s in labels), default=10)
-    fig, ax = plt.subplots(figsize=(5.5 + 0.058 * longest, max(2.5, 0.24 * len(labels) + 1.2)))
-    try:
+    with png_figure(plt, path, (5.5 + 0.058 * longest, max(2.5, 0.24 * len(labels) + 1.2))) as ax:
         rows = range(len(labels))
         bars = ax.barh(rows, values, xerr=err, capsize=2, color=list(colors) if colors else CLEAN_COLOR)
         ax.bar_label(bars, labels=bar_text, fontsize=7, padding=3)
@@ -340,13 +355,6 @@ def _bar_plot(plt, path: Path, labels, values, err, xlabel: str, title: str, bar
         ax.set_xlim(0, max(tops + [1.0]) * 1.18)      # room for the k/n text past the error bar
         ax.set_xlabel(xlabel)
         ax.set_title(title)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        # No timestamps in the metadata: regenerating from the same store gives the same bytes.
-        fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    finally:
-        plt.close(fig)
-    write_atomic(path, buf.getvalue())
     return path
 
 
