@@ -436,9 +436,11 @@ def read_records(path: Path) -> list[dict]:
         raise BenchError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def append(into: Path, new: Sequence[dict]) -> None:
-    """`into`'s records and then `new`, written whole and atomically (never half a file)."""
-    held = read_records(into) if into.exists() else []
+def append(into: Path, new: Sequence[dict], held: Sequence[dict] | None = None) -> None:
+    """`into`'s records (`held`, when the caller read them already) and then `new`, written whole and
+    atomically (never half a file)."""
+    if held is None:
+        held = read_records(into) if into.exists() else []
     write_atomic(into, "".join(json.dumps(d) + "\n" for d in [*held, *new]).encode("utf-8"))
 
 
@@ -449,10 +451,11 @@ def add(log: Path, call: int, into: Path) -> int:
         found = parse_log(log.read_text(encoding="utf-8", errors="replace"), call)
     except OSError as e:
         raise BenchError(f"cannot read {log}: {e.strerror or e}") from None
-    seen = {(d.get("call"), d.get("phase")) for d in (read_records(into) if into.exists() else [])}
+    held = read_records(into) if into.exists() else []
+    seen = {(d.get("call"), d.get("phase")) for d in held}
     new = [d for d in found if (d["call"], d["phase"]) not in seen]
     if new:
-        append(into, new)
+        append(into, new, held)
     return len(new)
 
 
@@ -461,11 +464,11 @@ def add_records(records: Path | Sequence[dict], call: int, into: Path) -> int:
     number, or those records read already) to `into`, stamped with `call`; a record already there
     (same call, run, phase and round) is skipped, so that unpacking a call twice adds nothing."""
     found = read_records(records) if isinstance(records, Path) else records
-    seen = {(d.get("call"), d.get("run"), d.get("phase"), d.get("round"))
-            for d in (read_records(into) if into.exists() else [])}
+    held = read_records(into) if into.exists() else []
+    seen = {(d.get("call"), d.get("run"), d.get("phase"), d.get("round")) for d in held}
     new = [{**d, "call": call} for d in found if (call, d.get("run"), d.get("phase"), d.get("round")) not in seen]
     if new:
-        append(into, new)
+        append(into, new, held)
     return len(new)
 
 
