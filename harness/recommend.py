@@ -225,10 +225,10 @@ def _figure(benches: Sequence) -> float:
 def _over(a: Sequence, b: Sequence) -> tuple[float, int]:
     """Strategy a's tokens/s over b's within one call, and how many paired rounds that rests on (0:
     a ratio of the two medians). Where a `harness price` run benched both in rounds (the latest, if
-    several did), the figure is the median of its per-round ratios, as `harness price` prints it: a bench drifting within
-    the call moves both of a round alike, and one fast bench does not move the median (call 35:
-    the lock cell's rounds ran 39,890, 49,826 and 40,818 tokens/s; over the no-cudagraphs lock the
-    medians say 1.07x, the rounds 1.00x, 1.31x and 1.19x: 1.19x)."""
+    several did), the figure is the median of its per-round ratios, as `harness price` prints it:
+    a bench drifting within the call moves both of a round alike, and one fast bench does not move
+    the median (call 35: the lock cell's rounds ran 39,890, 49,826 and 40,818 tokens/s; over the
+    no-cudagraphs lock the medians say 1.07x, the rounds 1.00x, 1.31x and 1.19x: 1.19x)."""
     rounds_b = {(x.run, x.round): x.tokens_steady for x in b if x.round is not None}
     by_run: dict[str, list[float]] = collections.defaultdict(list)
     for x in a:
