@@ -46,10 +46,17 @@ class Merged:
     renumbered: int = 0
     present: int = 0
     retired: int = 0
+    repeated_seeds: int = 0
+    """Added records whose scheduler seed their cell already held under another trial id."""
 
     def line(self) -> str:
+        # Said only when it happens: two copies that each ran a cell's next trials ran the same
+        # schedules (seed + index, harness.matrix), so the cell has sampled fewer schedules than
+        # its n says (calls 36 and 37 of the H200 campaign, REPORT.md, thirteenth session).
+        repeated = (f"; {self.repeated_seeds} of them repeat a scheduler seed their cell already held "
+                    f"(the same fault plan run again)") if self.repeated_seeds else ""
         return (f"{self.source} -> {self.dest}: {self.added} records added ({self.renumbered} under a new "
-                f"trial index), {self.present} already there, {self.retired} retired records added")
+                f"trial index), {self.present} already there, {self.retired} retired records added{repeated}")
 
 
 def _run_key(r: TrialResult) -> tuple:
@@ -104,6 +111,12 @@ def _fold(src: Store, into: Store, records: list[TrialResult], held: list[TrialR
     # A new index avoids the source's own ids as well, so that a source record that clashes with
     # nothing keeps its id.
     taken = {r.trial_id for r in held} | {r.trial_id for r in records}
+    # (cell, seed) -> trial ids that ran it; an out-of-memory record's retry reruns its seed under
+    # the same id on purpose, and the record itself does not count, so neither is a repeat.
+    seeds: dict[tuple[str, int], set[str]] = {}
+    for r in held:
+        if r.plan_seed is not None and r.outcome is not Outcome.RESOURCE:
+            seeds.setdefault((r.cell, r.plan_seed), set()).add(r.trial_id)
     for record in records:
         if _run_key(record) in seen:
             done.present += 1
@@ -114,6 +127,10 @@ def _fold(src: Store, into: Store, records: list[TrialResult], held: list[TrialR
             done.renumbered += 1
         new = _copy_artefacts(src, into, record, new)
         into.append(new)
+        if new.plan_seed is not None and new.outcome is not Outcome.RESOURCE:
+            ran = seeds.setdefault((new.cell, new.plan_seed), set())
+            done.repeated_seeds += bool(ran - {new.trial_id})
+            ran.add(new.trial_id)
         seen.add(_run_key(new))
         if new.outcome is not Outcome.RESOURCE:
             held_ids.add(new.trial_id)

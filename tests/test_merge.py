@@ -46,6 +46,9 @@ def test_the_second_calls_trials_join_the_first_and_a_clashing_id_gets_the_next_
     first, second = _forked(tmp_path)
     done = merge(second, first)
     assert (done.added, done.renumbered, done.present) == (2, 1, 1)
+    # Both calls ran a@-/1, so under seed 1: the renumbered copy repeats that schedule; the retry
+    # a@-/2 ran a seed the first call never did.
+    assert done.repeated_seeds == 1
     records = Store(first).load()
     assert [(r.trial_id, r.started_at[11:16]) for r in records] == [
         ("m/a@-/0", "10:00"), ("m/a@-/1", "11:00"), ("m/b@-/0", "11:00"), ("m/a@-/3", "12:00"), ("m/a@-/2", "12:01")]
@@ -73,8 +76,10 @@ def test_a_retry_of_an_out_of_memory_trial_joins_it_and_a_second_copy_of_a_retry
     _add(second, "a@-", 0, "2026-11-30T12:00:00+00:00", "retry 13\n", attempt="-attempt1")
     into = tmp_path / "into"
     merge(base, into)
-    assert merge(first, into).renumbered == 0          # the retry the matrix would have run here
-    assert merge(second, into).renumbered == 1         # the same retry once more: a run of its own
+    retry = merge(first, into)                         # the retry the matrix would have run here
+    assert (retry.renumbered, retry.repeated_seeds) == (0, 0)
+    again = merge(second, into)                        # the same retry once more: a run of its own,
+    assert (again.renumbered, again.repeated_seeds) == (1, 1)   # under the schedule /0 ran
     records = Store(into).load()
     assert [(r.trial_id, Path(r.artefacts).name) for r in records] == [
         ("m/a@-/0", safe_name("m/a@-/0")), ("m/a@-/0", safe_name("m/a@-/0") + "-attempt1"),
@@ -141,4 +146,6 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys,
 def test_cli_prints_one_line_per_source(tmp_path, capsys):
     first, second = _forked(tmp_path)
     assert main(["merge", str(second), "--into", str(first)]) == 0
-    assert "2 records added (1 under a new trial index), 1 already there" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 records added (1 under a new trial index), 1 already there" in out
+    assert "1 of them repeat a scheduler seed their cell already held" in out
