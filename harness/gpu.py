@@ -1,9 +1,11 @@
-"""Which processes hold GPU memory, from `nvidia-smi` (no torch, no NVML binding needed).
+"""Which processes hold GPU memory, and how much, from `nvidia-smi` (no torch, no NVML binding).
 
 The runner uses this after a trial's process group is gone: every pid of the trial must stop
 holding GPU memory, or the next trial on the device starts with less memory than the last one did
-(a leaked context, a member stuck in the driver). `None` everywhere means "cannot tell": no
-nvidia-smi on PATH (a CPU host), or it failed or timed out.
+(a leaked context, a member stuck in the driver). While a trial runs it samples what the trial's
+processes hold (`PeakMemory`): the one figure of GPU memory that every ending has, a native crash
+or a hang included, which the workload's own report (dflash's `final`/`failed` events) cannot give.
+`None` everywhere means "cannot tell": no nvidia-smi on PATH (a CPU host), or it failed or timed out.
 
 Limits: nvidia-smi reports pids in the driver's (host) pid namespace; inside a container without
 the host pid namespace it lists nothing or other numbers, and the check then sees no trial pid
@@ -18,6 +20,7 @@ import subprocess
 import time
 
 QUERY = ("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
+MEMORY_QUERY = ("--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits")
 SMI_TIMEOUT_S = 5.0
 """One nvidia-smi call; it normally answers in well under a second."""
 POLL_S = 0.25
@@ -33,20 +36,24 @@ def available() -> bool:
     return nvidia_smi() is not None
 
 
-def compute_pids() -> set[int] | None:
-    """Pids of the compute processes that hold GPU memory now; None if nvidia-smi is missing,
-    fails, times out or prints something unreadable."""
+def _query(args: tuple[str, ...]) -> str | None:
+    """nvidia-smi's output for `args`; None if it is missing, fails or times out."""
     exe = nvidia_smi()
     if exe is None:
         return None
     try:
-        proc = subprocess.run([exe, *QUERY], stdin=subprocess.DEVNULL, capture_output=True,
+        proc = subprocess.run([exe, *args], stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, timeout=SMI_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
-    if proc.returncode != 0:
-        return None
-    return _parse(proc.stdout)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def compute_pids() -> set[int] | None:
+    """Pids of the compute processes that hold GPU memory now; None if nvidia-smi is missing,
+    fails, times out or prints something unreadable."""
+    text = _query(QUERY)
+    return None if text is None else _parse(text)
 
 
 def _parse(text: str) -> set[int] | None:
@@ -101,3 +108,50 @@ def held_by(pids: set[int]) -> set[int] | None:
     """Which of `pids` hold GPU memory now (None: cannot tell)."""
     held = compute_pids()
     return None if held is None else set(pids) & held
+
+
+def memory_of(pids: set[int]) -> dict[str, float] | None:
+    """MiB that `pids` hold together on each GPU now, by GPU uuid ({} when none of them holds
+    any); None if nvidia-smi cannot tell. A process whose memory reads `[N/A]` adds nothing."""
+    text = _query(MEMORY_QUERY)
+    if text is None:
+        return None
+    held: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.strip().startswith("No running"):
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 3 or not fields[0].isdigit():
+            return None
+        pid, uuid, mib = fields
+        if int(pid) in pids:
+            try:
+                held[uuid] = held.get(uuid, 0.0) + float(mib)
+            except ValueError:
+                continue
+    return held
+
+
+class PeakMemory:
+    """The most GPU memory a trial's processes held together on any one GPU, over the samples
+    taken (`sample`). A lower bound on the true peak: a spike between two samples is missed, but
+    the caching allocator keeps what it reserved, so a trial's footprint mostly only grows. It
+    includes what `torch.cuda.max_memory_reserved` leaves out (the CUDA context, cuBLAS
+    workspaces, a second process of the trial): what packing trials onto a GPU has to fit."""
+
+    def __init__(self) -> None:
+        self.peak_mib: dict[str, float] = {}
+        self.samples = 0
+
+    def sample(self, pids: set[int]) -> None:
+        now = memory_of(pids)
+        if now is None:
+            return
+        self.samples += 1
+        for uuid, mib in now.items():
+            self.peak_mib[uuid] = max(mib, self.peak_mib.get(uuid, 0.0))
+
+    def gib(self) -> float | None:
+        """The highest per-GPU figure in GiB; None when no sample saw the trial hold memory."""
+        top = max(self.peak_mib.values(), default=0.0)
+        return round(top / 1024, 2) if top > 0 else None

@@ -335,23 +335,23 @@ class CellPlan:
 @dataclass(frozen=True, slots=True)
 class MemoryPeak:
     """The most GPU memory one trial of a GPU workload held (the trainer's final event, or its
-    failed event for a run that failed, `gpu_mem_peak_gib`), against what the spec's packing puts
-    on one GPU at once."""
+    failed event for a run that failed, `gpu_mem_peak_gib`; or the runner's nvidia-smi samples,
+    `gpu_mem_gib`, for any ending), against what the spec's packing puts on one GPU at once."""
 
     workload: str
     peak_gib: float
     trials: int
-    """Trials that reported a peak."""
+    """Trials with a figure (reported or sampled)."""
     at_once: int
     """Trials of this workload one GPU holds at once: per_gpu // gpu_slots."""
 
     def line(self) -> str:
-        return (f"{self.workload}: peak {self.peak_gib:.1f} GiB over {self.trials} trial(s) that reported one; "
+        return (f"{self.workload}: peak {self.peak_gib:.1f} GiB over {self.trials} trial(s) that have one; "
                 f"{self.at_once} at once on a GPU need ~{self.peak_gib * self.at_once:.0f} GiB")
 
 
 def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[MemoryPeak]:
-    """Per GPU workload with reported peaks: what to compare with the GPU's memory before a call
+    """Per GPU workload with stored peaks (`_peak_of`): what to compare with the GPU's memory before a call
     (the out-of-memory messages name only the processes alive when one failed; REPORT.md,
     2026-11-30 sixth session, where 4 gpu-bound trials at once lost 8 of 56 to memory)."""
     from harness.report import split_cell
@@ -376,21 +376,40 @@ MEMORY_HEADROOM = 1.1
 trials moved by up to 35% between trials (gpu-bound eager: 46-62 GiB over 31 trials), and the max
 of a few trials can sit below the next one."""
 CONTEXT_GIB = 1.0
-"""Per trial on top of its peak: the CUDA context and cuBLAS workspaces, outside the caching
-allocator's `max_memory_reserved` that the peaks measure. An allowance, not a measurement."""
+"""Per trial on top of a reported peak: the CUDA context and cuBLAS workspaces, outside the caching
+allocator's `max_memory_reserved` that the workload reports. An allowance, not a measurement (the
+runner's nvidia-smi samples count them, and get none)."""
+
+
+def _reported_peak(r: TrialResult) -> float | None:
+    """The workload's own figure: the allocator's peak on its busiest device (dflash's final or
+    failed event)."""
+    figure = (r.final or {}).get("gpu_mem_peak_gib")
+    return max(float(v) for v in figure.values()) if isinstance(figure, dict) and figure else None
 
 
 def _peak_of(r: TrialResult) -> float | None:
-    figure = (r.final or {}).get("gpu_mem_peak_gib")
-    return max(float(v) for v in figure.values()) if isinstance(figure, dict) and figure else None
+    """GiB the trial held on one GPU: the higher of its reported peak and the runner's samples
+    (`gpu_mem_gib`, which also exist for native crashes and hangs)."""
+    figures = [f for f in (_reported_peak(r), r.gpu_mem_gib) if f is not None]
+    return max(figures) if figures else None
+
+
+def _need_of(r: TrialResult) -> float | None:
+    """GiB to plan one trial of r's cell at: a reported peak times MEMORY_HEADROOM plus
+    CONTEXT_GIB, a sampled one (the context counted in it) times MEMORY_HEADROOM; the higher."""
+    reported, sampled = _reported_peak(r), r.gpu_mem_gib
+    needs = ([reported * MEMORY_HEADROOM + CONTEXT_GIB] if reported is not None else []) + \
+            ([sampled * MEMORY_HEADROOM] if sampled is not None else [])
+    return max(needs) if needs else None
 
 
 def cell_slots(spec: MatrixSpec, records: Sequence[TrialResult]) -> dict[str, int]:
     """GPU slots per cell (of spec.per_gpu per GPU). Each workload's gpu_slots, unless
     spec.gpu_mem_gib is set and the cell has stored peaks of its own (finished trials' final event,
-    failed ones' failed event): then its highest peak times MEMORY_HEADROOM plus CONTEXT_GIB, over the
-    GiB one slot holds, rounded up, where that is fewer. Packing only tightens: gpu_slots is what
-    ran without running out of memory, the allowances are guesses. Failing cells never finish, so a
+    failed ones' failed event, and for any ending the runner's nvidia-smi samples): then its highest
+    need (`_need_of`) over the GiB one slot holds, rounded up, where that is fewer. Packing only
+    tightens: gpu_slots is what ran without running out of memory, the allowances are guesses. Failing cells never finish, so a
     fixed gpu_slots sized by the biggest finished cell packed every gpu-bound cell of the H200
     campaign 2 at once whatever it held (REPORT.md, twelfth session)."""
     cells = spec.cells()
@@ -399,14 +418,13 @@ def cell_slots(spec: MatrixSpec, records: Sequence[TrialResult]) -> dict[str, in
         return slots
     own: dict[str, float] = {}
     for r in records:
-        peak = _peak_of(r)
-        if peak is not None and r.cell in slots:
-            own[r.cell] = max(peak, own.get(r.cell, 0.0))
+        need = _need_of(r)
+        if need is not None and r.cell in slots:
+            own[r.cell] = max(need, own.get(r.cell, 0.0))
     per_slot = spec.gpu_mem_gib / spec.per_gpu
     for c in cells:
         if c.workload.gpus and c.name in own:
-            need = max(1, math.ceil((own[c.name] * MEMORY_HEADROOM + CONTEXT_GIB) / per_slot))
-            slots[c.name] = min(slots[c.name], need)
+            slots[c.name] = min(slots[c.name], max(1, math.ceil(own[c.name] / per_slot)))
     return slots
 
 

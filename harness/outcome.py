@@ -126,6 +126,11 @@ class TrialResult:
     gpu_released: bool | None = None
     """After the trial, no pid of it held GPU memory any more (nvidia-smi): True; some still did
     (a leak; noted in `detail`, outcome kept): False; None: not a GPU host, or could not tell."""
+    gpu_mem_gib: float | None = None
+    """The most GPU memory the trial's processes held together on one GPU, in nvidia-smi's samples
+    while it ran (every runner.GPU_MEM_POLL_S, and before a hung trial is killed): every ending
+    has it, a native crash or a hang too, and it counts the CUDA context. None: not a GPU host,
+    no sample saw memory held, or nvidia-smi could not tell."""
 
     @property
     def matrix(self) -> str:

@@ -37,6 +37,7 @@ def render(record: TrialResult, store_dir: Path) -> str:
     out.append(f"  ran {record.duration_s:.1f} s" + (f", failed after {record.time_to_failure_s:.1f} s"
                                                      if record.time_to_failure_s is not None else "")
                + (f", {record.tokens_per_s:,.0f} tokens/s" if record.tokens_per_s else "")
+               + (f", held {record.gpu_mem_gib:.1f} GiB on a GPU" if record.gpu_mem_gib is not None else "")
                + f"; torch {record.torch_version or '?'}, Python {record.python or '?'}, host "
                  f"{record.host or '?'}, started {record.started_at or '?'}")
     if store_dir.name == RETIRED_NAME:

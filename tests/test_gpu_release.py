@@ -117,6 +117,28 @@ def test_nvidia_smi_is_looked_up_once(fake_smi, monkeypatch):
     assert gpu.available() and gpu.compute_pids() == {UNRELATED_PID}
 
 
+def test_memory_of_sums_the_given_pids_per_gpu(fake_smi):
+    fake_smi.listing.write_text("4242, GPU-a, 1000\n4242, GPU-b, 300\n4343, GPU-a, 24\n"
+                                "4444, GPU-a, [N/A]\n999999999, GPU-a, 99999\n")
+    assert gpu.memory_of({4242, 4343, 4444}) == {"GPU-a": 1024.0, "GPU-b": 300.0}
+    assert gpu.memory_of({5555}) == {}
+    assert fake_smi.calls()[-1] == "--query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits"
+    fake_smi.listing.write_text("not a pid, GPU-a, 12\n")
+    assert gpu.memory_of({4242}) is None
+
+
+def test_peak_memory_keeps_each_gpus_highest_sample(fake_smi, monkeypatch):
+    peak = gpu.PeakMemory()
+    assert peak.gib() is None
+    for listing in ("7, GPU-a, 1024\n7, GPU-b, 512\n", "7, GPU-a, 512\n7, GPU-b, 1536\n", ""):
+        fake_smi.listing.write_text(listing)
+        peak.sample({7})
+    assert peak.peak_mib == {"GPU-a": 1024.0, "GPU-b": 1536.0} and peak.gib() == 1.5
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_RC", "9")        # cannot tell: the sample is not taken
+    peak.sample({7})
+    assert (peak.samples, peak.gib()) == (3, 1.5)
+
+
 # ------------------------------------------------------------------------------------ run_trial
 
 def _command(trial_id: str, *argv: str, hang_s: float = 10.0) -> TrialSpec:
@@ -180,13 +202,38 @@ def test_grandchild_the_runner_saw_is_checked_too(tmp_path, fake_smi, monkeypatc
         os.kill(gc_pid, 0)
 
 
+def test_the_runner_samples_what_a_trials_processes_hold(tmp_path, fake_smi, monkeypatch):
+    """Every GPU_MEM_POLL_S while the trial runs: its own pids' memory, summed per GPU; another
+    process's memory on the same GPU is not the trial's."""
+    monkeypatch.setattr(runner, "GPU_MEM_POLL_S", 0.1)
+    fake_smi.listing.write_text(f"{UNRELATED_PID}, GPU-fake-0, 99999\n")
+    code = ("import os, time;"
+            f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}, GPU-fake-0, 2048\\n"
+            f"{{os.getpid()}}, GPU-fake-1, 512\\n');"
+            "time.sleep(1.5)")
+    result = run_trial(_command("held", "-c", code), tmp_path / "held")
+    assert result.outcome is Outcome.OK and result.gpu_mem_gib == 2.0
+    assert json.loads((tmp_path / "held" / "result.json").read_text())["gpu_mem_gib"] == 2.0
+
+
+def test_a_hung_trial_is_sampled_before_it_is_killed(tmp_path, fake_smi, monkeypatch):
+    """No periodic sample falls within the trial (the poll is longer than the run): the figure is
+    the one taken after the hang was seen and before the kill freed the memory."""
+    monkeypatch.setattr(runner, "GPU_MEM_POLL_S", 600.0)
+    code = ("import os, threading;"
+            f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}, GPU-fake-0, 3072\\n');"
+            "threading.Event().wait()")
+    result = run_trial(_command("hung", "-c", code, hang_s=1.0), tmp_path / "hung")
+    assert result.outcome is Outcome.HANG and result.gpu_mem_gib == 3.0
+
+
 def test_cpu_host_pays_nothing(tmp_path, no_smi, monkeypatch):
     scans: list[int] = []
     real = runner.live_members
     monkeypatch.setattr(runner, "live_members", lambda pgid: scans.append(pgid) or real(pgid))
     result = run_trial(_command("cpu", str(SCRIPTS / "ok.py")), tmp_path / "cpu")
     assert result.outcome is Outcome.OK and result.detail == "exit 0"
-    assert result.gpu_released is None and scans == []
+    assert result.gpu_released is None and result.gpu_mem_gib is None and scans == []
     assert json.loads((tmp_path / "cpu" / "result.json").read_text())["gpu_released"] is None
 
 
@@ -194,8 +241,9 @@ def test_cpu_host_pays_nothing(tmp_path, no_smi, monkeypatch):
 
 def test_gpu_released_round_trips_and_old_records_load():
     result = TrialResult(trial_id="t", cell="c", trial_index=0, outcome=Outcome.OK,
-                         gpu_released=False)
+                         gpu_released=False, gpu_mem_gib=12.5)
     assert TrialResult.from_json(json.loads(json.dumps(result.to_json()))) == result
     old = result.to_json()
-    del old["gpu_released"]
+    del old["gpu_released"], old["gpu_mem_gib"]
     assert TrialResult.from_json(old).gpu_released is None
+    assert TrialResult.from_json(old).gpu_mem_gib is None

@@ -438,13 +438,18 @@ def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_
     (peak,) = matrix.memory_peaks(spec, store.load())
     assert (peak.workload, peak.peak_gib, peak.trials, peak.at_once) == ("big", 48.25, 2, 2)
     _print_pending(spec)
-    assert "GPU memory, big: peak 48.2 GiB over 2 trial(s) that reported one; 2 at once on a GPU need ~96 GiB" in \
+    assert "GPU memory, big: peak 48.2 GiB over 2 trial(s) that have one; 2 at once on a GPU need ~96 GiB" in \
         capsys.readouterr().out
     # A run that failed reports what it held in its `failed` event (dflash), which counts too.
     store.append(TrialResult(trial_id="t/big:raw@-/4", cell="big:raw@-", trial_index=4, outcome=Outcome.CRASH,
                              duration_s=40.0, final={"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 50.0}}))
     (peak,) = matrix.memory_peaks(spec, store.load())
     assert (peak.peak_gib, peak.trials) == (50.0, 3)
+    # A hang reports nothing itself; the runner's nvidia-smi samples (gpu_mem_gib) count for it.
+    store.append(TrialResult(trial_id="t/big:raw@-/5", cell="big:raw@-", trial_index=5, outcome=Outcome.HANG,
+                             duration_s=200.0, gpu_mem_gib=55.0))
+    (peak,) = matrix.memory_peaks(spec, store.load())
+    assert (peak.peak_gib, peak.trials) == (55.0, 4)
 
 
 def test_a_matrix_warns_before_packing_more_peak_memory_than_a_gpu_holds(tmp_path):
@@ -455,7 +460,7 @@ def test_a_matrix_warns_before_packing_more_peak_memory_than_a_gpu_holds(tmp_pat
                         final={"gpu_mem_peak_gib": {"cuda:0": 60.5}})]
     # 12 // 4 = 3 at once x 60.5 GiB > 139.8 GiB: warned; 2 at once would fit; no peaks: silent.
     (line,) = matrix.memory_warnings(spec, held, {"big"}, totals_gib=[139.8])
-    assert line.startswith("warning: GPU memory: big: peak 60.5 GiB over 1 trial(s) that reported one; 3 at once")
+    assert line.startswith("warning: GPU memory: big: peak 60.5 GiB over 1 trial(s) that have one; 3 at once")
     assert "more than the 139.8 GiB" in line
     assert matrix.memory_warnings(spec, held, {"big"}, totals_gib=[200.0]) == []
     assert matrix.memory_warnings(spec, held, set(), totals_gib=[139.8]) == []       # nothing of it pending
@@ -497,6 +502,13 @@ def test_packing_by_memory_gives_a_cell_measured_smaller_fewer_slots_and_never_m
     # (b) -> 1; c needs 7 but never more than gpu_slots' 6; raw has no peak of its own: 6; CPU: 1.
     assert packed == {"big:raw@-": 6, "big:a@-": 3, "big:b@-": 1, "big:c@-": 6,
                       "cpu:raw@-": 1, "cpu:a@-": 1, "cpu:b@-": 1, "cpu:c@-": 1}
+    # The runner's samples (context included, so no allowance added) pack a cell whose trials
+    # report nothing, a hang or a native crash: raw's 15 GiB * 1.1 = 16.5 -> 2 slots. A sample above
+    # a reported peak wins: b's 12 GiB * 1.1 = 13.2 -> 2 slots, not the 1 its 9 GiB gave.
+    sampled = records + [dataclasses.replace(rec("big:raw@-", 0, None, Outcome.HANG), gpu_mem_gib=15.0),
+                         dataclasses.replace(rec("big:b@-", 1, None, Outcome.ABORT), gpu_mem_gib=12.0)]
+    packed = matrix.cell_slots(dataclasses.replace(spec, gpu_mem_gib=139.8), sampled)
+    assert (packed["big:raw@-"], packed["big:b@-"], packed["big:a@-"]) == (2, 2, 3)
     with pytest.raises(matrix.MatrixError, match="gpu_mem_gib must be > 0"):
         dataclasses.replace(spec, gpu_mem_gib=0.0)
     # The --pending estimate packs the same way: a's trials 4 at once (3 of 12 slots), not 2.

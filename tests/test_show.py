@@ -54,7 +54,7 @@ def test_show_a_native_crash_and_a_hang_from_kept_artefacts(tmp_path, capsys):
         store.append(TrialResult(trial_id=f"m/w:raw@-/{i}", cell="w:raw@-", trial_index=i, outcome=outcome,
                                  signature="k", signature_summary="hang: x" if i else "Floating point exception at "
                                  "torch._dynamo.eval_frame:compile_wrapper", signature_version=5,
-                                 artefacts=str(art)))
+                                 artefacts=str(art), gpu_mem_gib=21.37 if i else None))
     assert main(["show", "m/w:raw@-/0", "--store", str(store.root)]) == 0
     out = capsys.readouterr().out
     assert "family R5: torch._dynamo.reset() while another thread runs compiled code" in out
@@ -63,6 +63,7 @@ def test_show_a_native_crash_and_a_hang_from_kept_artefacts(tmp_path, capsys):
     assert main(["show", "m/w:raw@-/1", "--store", str(store.root)]) == 0
     out = capsys.readouterr().out
     assert "hang dump (py-spy;" in out and "compile_fx_backward" in out
+    assert "held 21.4 GiB on a GPU" in out          # the runner's samples: a hang reports nothing itself
 
 
 def test_show_an_unknown_trial_is_one_error_line_and_exit_2(tmp_path, capsys):

@@ -1,9 +1,11 @@
-"""Stands in for `nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits`.
+"""Stands in for `nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits`
+and for the same query with `pid,gpu_uuid,used_memory`.
 
-Prints one `pid, used_memory` line per pid read from $FAKE_NVIDIA_SMI_FILE (one pid a line, or
-`pid, MiB`) and from $FAKE_NVIDIA_SMI_PIDS (comma-separated); exits $FAKE_NVIDIA_SMI_RC (0) after
-printing `FAKE_NVIDIA_SMI_RC` to stderr when it is not 0. Each call is appended to
-$FAKE_NVIDIA_SMI_LOG when set.
+Prints one line per pid read from $FAKE_NVIDIA_SMI_FILE (one pid a line, `pid, MiB` or
+`pid, GPU-uuid, MiB`) and from $FAKE_NVIDIA_SMI_PIDS (comma-separated): `pid, used_memory`, or
+`pid, gpu_uuid, used_memory` when the query asks for the uuid (GPU-fake-0 and 512 MiB where the
+line names none); exits $FAKE_NVIDIA_SMI_RC (0) after printing `FAKE_NVIDIA_SMI_RC` to stderr when
+it is not 0. Each call is appended to $FAKE_NVIDIA_SMI_LOG when set.
 """
 
 import os
@@ -25,8 +27,12 @@ def main() -> int:
         with open(path) as fh:
             lines += [ln.strip() for ln in fh if ln.strip()]
     lines += [p.strip() for p in os.environ.get("FAKE_NVIDIA_SMI_PIDS", "").split(",") if p.strip()]
+    with_uuid = any("gpu_uuid" in arg for arg in sys.argv[1:])
     for line in lines:
-        print(line if "," in line else f"{line}, 512")
+        fields = [f.strip() for f in line.split(",")]
+        pid, mib = fields[0], fields[-1] if len(fields) > 1 else "512"
+        uuid = fields[1] if len(fields) == 3 else "GPU-fake-0"
+        print(f"{pid}, {uuid}, {mib}" if with_uuid else f"{pid}, {mib}")
     return 0
 
 
