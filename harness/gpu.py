@@ -3,8 +3,8 @@
 The runner uses this after a trial's process group is gone: every pid of the trial must stop
 holding GPU memory, or the next trial on the device starts with less memory than the last one did
 (a leaked context, a member stuck in the driver). While a trial runs it samples what the trial's
-processes hold (`PeakMemory`): the one figure of GPU memory that every ending has, a native crash
-or a hang included, which the workload's own report (dflash's `final`/`failed` events) cannot give.
+processes hold (`MemorySampler`): a figure of GPU memory for native crashes and hangs too, which
+the workload's own report (dflash's `final`/`failed` events) cannot give.
 `None` everywhere means "cannot tell": no nvidia-smi on PATH (a CPU host), or it failed or timed out.
 
 Limits: nvidia-smi reports pids in the driver's (host) pid namespace; inside a container without
@@ -15,9 +15,12 @@ the host pid namespace it lists nothing or other numbers, and the check then see
 from __future__ import annotations
 
 import functools
+import math
 import shutil
 import subprocess
+import threading
 import time
+from typing import Callable
 
 QUERY = ("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
 MEMORY_QUERY = ("--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits")
@@ -89,19 +92,14 @@ def wait_released(pids: set[int], timeout_s: float = 10.0) -> bool | None:
 
 def total_memory_gib() -> list[float] | None:
     """Each GPU's memory in GiB, in nvidia-smi's order; None if it cannot tell."""
-    exe = nvidia_smi()
-    if exe is None:
+    text = _query(("--query-gpu=memory.total", "--format=csv,noheader,nounits"))
+    if text is None:
         return None
     try:
-        proc = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    try:
-        sizes = [float(line) / 1024 for line in proc.stdout.split() if line.strip()]
+        sizes = [float(line) / 1024 for line in text.split() if line.strip()]
     except ValueError:
         return None
-    return sizes if proc.returncode == 0 and sizes else None
+    return sizes or None
 
 
 def held_by(pids: set[int]) -> set[int] | None:
@@ -132,26 +130,62 @@ def memory_of(pids: set[int]) -> dict[str, float] | None:
     return held
 
 
-class PeakMemory:
-    """The most GPU memory a trial's processes held together on any one GPU, over the samples
-    taken (`sample`). A lower bound on the true peak: a spike between two samples is missed, but
-    the caching allocator keeps what it reserved, so a trial's footprint mostly only grows. It
-    includes what `torch.cuda.max_memory_reserved` leaves out (the CUDA context, cuBLAS
-    workspaces, a second process of the trial): what packing trials onto a GPU has to fit."""
+class MemorySampler:
+    """The most GPU memory a trial's live processes held together on any one GPU, sampled by a
+    named daemon thread every `period_s` (`start`, `stop`) and on demand (`sample_now`).
 
-    def __init__(self) -> None:
+    A thread of its own because nvidia-smi can block (a wedged GPU is when trials hang, and
+    `subprocess.run` waits without limit for a timed-out child it killed): the runner's hang and
+    deadline checks must never wait on it. `pids` is called at each sample and should return the
+    group's live members only: a pid seen earlier in the trial may by now belong to another
+    trial's GPU process. After the first query nvidia-smi cannot answer it stops asking.
+    The figure is a lower bound on the true peak (a spike between samples is missed; the caching
+    allocator keeps what it reserved, so a trial's footprint mostly only grows) and includes what
+    `torch.cuda.max_memory_reserved` leaves out: the CUDA context, cuBLAS workspaces, a second
+    process of the trial."""
+
+    def __init__(self, pids: Callable[[], set[int]], period_s: float, *, name: str = "harness-gpu-memory") -> None:
         self.peak_mib: dict[str, float] = {}
-        self.samples = 0
+        self._pids = pids
+        self._period_s = period_s
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._sampled = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def sample(self, pids: set[int]) -> None:
-        now = memory_of(pids)
-        if now is None:
+    def start(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._period_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            now = memory_of(self._pids())
+            self._sampled.set()
+            if now is None:
+                return
+            for uuid, mib in now.items():
+                self.peak_mib[uuid] = max(mib, self.peak_mib.get(uuid, 0.0))
+
+    def sample_now(self, timeout_s: float = SMI_TIMEOUT_S) -> None:
+        """Ask for a sample at once and wait up to `timeout_s` for it (a hung trial, before the
+        kill frees what it holds)."""
+        if not self._thread.is_alive():
             return
-        self.samples += 1
-        for uuid, mib in now.items():
-            self.peak_mib[uuid] = max(mib, self.peak_mib.get(uuid, 0.0))
+        self._sampled.clear()
+        self._wake.set()
+        self._sampled.wait(timeout_s)
 
-    def gib(self) -> float | None:
-        """The highest per-GPU figure in GiB; None when no sample saw the trial hold memory."""
+    def stop(self, timeout_s: float = SMI_TIMEOUT_S) -> float | None:
+        """Stop sampling (join with a deadline: a stuck nvidia-smi keeps only its daemon thread);
+        the highest per-GPU figure in GiB, rounded up to 0.01, or None when no sample saw the
+        processes hold memory."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
         top = max(self.peak_mib.values(), default=0.0)
-        return round(top / 1024, 2) if top > 0 else None
+        return math.ceil(top / 1024 * 100) / 100 if top > 0 else None

@@ -399,8 +399,9 @@ def _need_of(r: TrialResult) -> float | None:
     """GiB to plan one trial of r's cell at: a reported peak times MEMORY_HEADROOM plus
     CONTEXT_GIB, a sampled one (the context counted in it) times MEMORY_HEADROOM; the higher."""
     reported, sampled = _reported_peak(r), r.gpu_mem_gib
-    needs = ([reported * MEMORY_HEADROOM + CONTEXT_GIB] if reported is not None else []) + \
-            ([sampled * MEMORY_HEADROOM] if sampled is not None else [])
+    needs = [reported * MEMORY_HEADROOM + CONTEXT_GIB] if reported is not None else []
+    if sampled is not None:
+        needs.append(sampled * MEMORY_HEADROOM)
     return max(needs) if needs else None
 
 
@@ -409,7 +410,9 @@ def cell_slots(spec: MatrixSpec, records: Sequence[TrialResult]) -> dict[str, in
     spec.gpu_mem_gib is set and the cell has stored peaks of its own (finished trials' final event,
     failed ones' failed event, and for any ending the runner's nvidia-smi samples): then its highest
     need (`_need_of`) over the GiB one slot holds, rounded up, where that is fewer. Packing only
-    tightens: gpu_slots is what ran without running out of memory, the allowances are guesses. Failing cells never finish, so a
+    tightens: gpu_slots is what ran without running out of memory, the allowances are guesses.
+    A cell with an out-of-memory record keeps gpu_slots: its figures were too low for it once
+    (a failing trial's is what it held when it died, a sampled one a lower bound). Failing cells never finish, so a
     fixed gpu_slots sized by the biggest finished cell packed every gpu-bound cell of the H200
     campaign 2 at once whatever it held (REPORT.md, twelfth session)."""
     cells = spec.cells()
@@ -417,9 +420,10 @@ def cell_slots(spec: MatrixSpec, records: Sequence[TrialResult]) -> dict[str, in
     if spec.gpu_mem_gib is None:
         return slots
     own: dict[str, float] = {}
+    short = {r.cell for r in records if r.outcome is Outcome.RESOURCE}
     for r in records:
         need = _need_of(r)
-        if need is not None and r.cell in slots:
+        if need is not None and r.cell in slots and r.cell not in short:
             own[r.cell] = max(need, own.get(r.cell, 0.0))
     per_slot = spec.gpu_mem_gib / spec.per_gpu
     for c in cells:
@@ -433,7 +437,7 @@ def memory_warnings(spec: MatrixSpec, records: Sequence[TrialResult], workloads:
     """One line per pending GPU workload whose stored peak, times the trials its packing puts on
     one GPU, is more than the smallest GPU here holds: the run will lose trials to memory
     (RESOURCE, retried by a later run) unless gpu_slots or --per-gpu change. Nothing when
-    nvidia-smi cannot tell or no finished trial reported a peak."""
+    nvidia-smi cannot tell or no trial has a figure (`_peak_of`)."""
     from harness import gpu
 
     peaks = [p for p in memory_peaks(spec, records) if p.workload in workloads]

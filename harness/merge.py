@@ -47,7 +47,8 @@ class Merged:
     present: int = 0
     retired: int = 0
     repeated_seeds: int = 0
-    """Added records whose scheduler seed their cell already held under another trial id."""
+    """Added counted records whose scheduler seed their cell already held in a counted record
+    under another trial id."""
 
     def line(self) -> str:
         # Said only when it happens: two copies that each ran a cell's next trials ran the same
@@ -111,12 +112,12 @@ def _fold(src: Store, into: Store, records: list[TrialResult], held: list[TrialR
     # A new index avoids the source's own ids as well, so that a source record that clashes with
     # nothing keeps its id.
     taken = {r.trial_id for r in held} | {r.trial_id for r in records}
-    # (cell, seed) -> trial ids that ran it; an out-of-memory record's retry reruns its seed under
-    # the same id on purpose, and the record itself does not count, so neither is a repeat.
-    seeds: dict[tuple[str, int], set[str]] = {}
+    # (matrix, cell, seed) -> ids of counted trials that ran it. A record that does not count (out
+    # of memory, timeout, harness error) is rerun under its own id and seed on purpose: no repeat.
+    seeds: dict[tuple[str, str, int], set[str]] = {}
     for r in held:
-        if r.plan_seed is not None and r.outcome is not Outcome.RESOURCE:
-            seeds.setdefault((r.cell, r.plan_seed), set()).add(r.trial_id)
+        if r.plan_seed is not None and r.outcome.counts_as_trial:
+            seeds.setdefault((r.matrix, r.cell, r.plan_seed), set()).add(r.trial_id)
     for record in records:
         if _run_key(record) in seen:
             done.present += 1
@@ -127,8 +128,8 @@ def _fold(src: Store, into: Store, records: list[TrialResult], held: list[TrialR
             done.renumbered += 1
         new = _copy_artefacts(src, into, record, new)
         into.append(new)
-        if new.plan_seed is not None and new.outcome is not Outcome.RESOURCE:
-            ran = seeds.setdefault((new.cell, new.plan_seed), set())
+        if new.plan_seed is not None and new.outcome.counts_as_trial:
+            ran = seeds.setdefault((new.matrix, new.cell, new.plan_seed), set())
             done.repeated_seeds += bool(ran - {new.trial_id})
             ran.add(new.trial_id)
         seen.add(_run_key(new))

@@ -127,10 +127,11 @@ class TrialResult:
     """After the trial, no pid of it held GPU memory any more (nvidia-smi): True; some still did
     (a leak; noted in `detail`, outcome kept): False; None: not a GPU host, or could not tell."""
     gpu_mem_gib: float | None = None
-    """The most GPU memory the trial's processes held together on one GPU, in nvidia-smi's samples
-    while it ran (every runner.GPU_MEM_POLL_S, and before a hung trial is killed): every ending
-    has it, a native crash or a hang too, and it counts the CUDA context. None: not a GPU host,
-    no sample saw memory held, or nvidia-smi could not tell."""
+    """The most GPU memory the trial's live processes held together on one GPU, in nvidia-smi's
+    samples while it ran (every runner.GPU_MEM_POLL_S, and before a hung or timed-out trial is
+    killed): a native crash or a hang has it too, and it counts the CUDA context. A lower bound
+    (a crash's last sample may be up to one period old). None: not a GPU host, a trial shorter
+    than one period, no sample saw memory held, or nvidia-smi could not tell."""
 
     @property
     def matrix(self) -> str:

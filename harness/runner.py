@@ -15,9 +15,9 @@ On a GPU host (nvidia-smi on PATH; looked up once per process, so a CPU host pay
 runner also notes every group member it sees (the child's pid, a /proc scan every
 MEMBERS_POLL_S and one just before the kill), and once the group is gone waits up to
 GPU_RELEASE_TIMEOUT_S for none of those pids to hold GPU memory: `TrialResult.gpu_released`.
-A leak is reported (False, plus a note in `detail`); it does not change the outcome. Every
-GPU_MEM_POLL_S, and once before a hung or timed-out group is killed, it asks nvidia-smi what those
-pids hold: `TrialResult.gpu_mem_gib`, the highest sum on one GPU.
+A leak is reported (False, plus a note in `detail`); it does not change the outcome. A sampler
+thread asks nvidia-smi every GPU_MEM_POLL_S, and once before a hung or timed-out group is killed,
+what the group's live pids hold: `TrialResult.gpu_mem_gib`, the highest sum on one GPU.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ OUTPUT_READ_CAP = 32 * 1024 * 1024
 MEMBERS_POLL_S = 0.5
 """GPU hosts only: how often the group's members are noted while the trial runs."""
 GPU_MEM_POLL_S = 2.0
-"""GPU hosts only: how often the group's GPU memory is sampled (one nvidia-smi call, ~25 ms on
-the H200; twelve trials at once make six calls a second)."""
+"""GPU hosts only: how often the group's GPU memory is sampled (one nvidia-smi call, 23 ms on
+the H200; twelve trials at once make six calls a second). A trial that ends sooner has no figure."""
 GPU_RELEASE_TIMEOUT_S = 10.0
 """GPU hosts only: how long the trial's pids may keep GPU memory after the group is gone
 (the driver frees a dead process's memory asynchronously)."""
@@ -155,45 +155,45 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
 def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
     """Watch until exit, hang or deadline; always leaves the group dead and the child reaped."""
     members = {proc.pid} if gpu.available() else None
-    memory = gpu.PeakMemory() if members is not None else None
+    # Live members only at each sample: a pid seen earlier may belong to another trial by now.
+    sampler = (gpu.MemorySampler(lambda: set(live_members(proc.pid)), GPU_MEM_POLL_S).start()
+               if members is not None else None)
+    gpu_mem_gib = None
     try:
-        ending = _watch(proc, spec, out, members, memory)
+        ending = _watch(proc, spec, out, members)
         if ending.how != "exited":
-            if memory is not None:      # what a hung trial holds, before the kill frees it
-                memory.sample(members | set(live_members(proc.pid)))
+            if sampler is not None:     # what a hung trial holds, before the kill frees it
+                sampler.sample_now()
             ending.dump = hangs.dump(proc.pid, out, output_path=str(out / OUTPUT_NAME))
             if _has_exited(proc):       # it ended on its own while we were deciding: an exit
                 ending.how = "exited"
-        if memory is not None:
-            ending.gpu_mem_gib = memory.gib()
     finally:
         # Also on KeyboardInterrupt or a harness bug: never leave the child running.
+        if sampler is not None:
+            gpu_mem_gib = sampler.stop()
         if members is not None:
             members.update(live_members(proc.pid))
         _kill_group(proc.pid)
         _reap(proc)
         survivors = _wait_group_gone(proc.pid)
     ending.survivors = tuple(survivors)
+    ending.gpu_mem_gib = gpu_mem_gib
     if members is not None:
         ending.members = frozenset(members | set(survivors))
     return ending
 
 
 def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path,
-           members: set[int] | None = None, memory: gpu.PeakMemory | None = None) -> _Ending:
-    """`members`, when given, collects the group's live pids every MEMBERS_POLL_S; `memory`
-    samples what they hold on the GPUs every GPU_MEM_POLL_S."""
+           members: set[int] | None = None) -> _Ending:
+    """`members`, when given, collects the group's live pids every MEMBERS_POLL_S."""
     start = time.monotonic()
     last_progress, last_seen = start, None
-    next_members, next_memory = start, start + GPU_MEM_POLL_S
+    next_members = start
     while True:
         now = time.monotonic()
         if members is not None and now >= next_members:
             members.update(live_members(proc.pid))
             next_members = now + MEMBERS_POLL_S
-        if memory is not None and members is not None and now >= next_memory:
-            memory.sample(members)
-            next_memory = time.monotonic() + GPU_MEM_POLL_S
         if _has_exited(proc):
             return _Ending(how="exited", elapsed_s=now - start,
                            last_progress_s=last_progress - start)

@@ -127,16 +127,28 @@ def test_memory_of_sums_the_given_pids_per_gpu(fake_smi):
     assert gpu.memory_of({4242}) is None
 
 
-def test_peak_memory_keeps_each_gpus_highest_sample(fake_smi, monkeypatch):
-    peak = gpu.PeakMemory()
-    assert peak.gib() is None
+def test_the_memory_sampler_keeps_each_gpus_highest_sample_of_the_live_pids(fake_smi):
+    pids = {7}
+    sampler = gpu.MemorySampler(lambda: set(pids), period_s=600.0)
+    assert sampler.stop() is None                       # never started, never sampled: no figure
+    sampler = gpu.MemorySampler(lambda: set(pids), period_s=600.0).start()
     for listing in ("7, GPU-a, 1024\n7, GPU-b, 512\n", "7, GPU-a, 512\n7, GPU-b, 1536\n", ""):
-        fake_smi.listing.write_text(listing)
-        peak.sample({7})
-    assert peak.peak_mib == {"GPU-a": 1024.0, "GPU-b": 1536.0} and peak.gib() == 1.5
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_RC", "9")        # cannot tell: the sample is not taken
-    peak.sample({7})
-    assert (peak.samples, peak.gib()) == (3, 1.5)
+        fake_smi.listing.write_text(listing + "8, GPU-b, 99999\n")    # 8: another trial's pid
+        sampler.sample_now()
+    assert sampler.stop() == 1.5 and sampler.peak_mib == {"GPU-a": 1024.0, "GPU-b": 1536.0}
+    assert [t for t in threading.enumerate() if t.name == "harness-gpu-memory"] == []
+
+
+def test_the_memory_sampler_rounds_a_small_figure_up_and_stops_asking_a_failing_nvidia_smi(fake_smi, monkeypatch):
+    sampler = gpu.MemorySampler(lambda: {7}, period_s=600.0).start()
+    fake_smi.listing.write_text("7, GPU-a, 3\n")
+    sampler.sample_now()
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_RC", "9")
+    sampler.sample_now()                                 # cannot tell: the thread ends
+    calls = len(fake_smi.calls())
+    sampler.sample_now(timeout_s=0.2)
+    assert len(fake_smi.calls()) == calls
+    assert sampler.stop() == 0.01                        # 3 MiB is held memory, not 0 GiB
 
 
 # ------------------------------------------------------------------------------------ run_trial
@@ -206,13 +218,14 @@ def test_the_runner_samples_what_a_trials_processes_hold(tmp_path, fake_smi, mon
     """Every GPU_MEM_POLL_S while the trial runs: its own pids' memory, summed per GPU; another
     process's memory on the same GPU is not the trial's."""
     monkeypatch.setattr(runner, "GPU_MEM_POLL_S", 0.1)
+    monkeypatch.setattr(runner, "GPU_RELEASE_TIMEOUT_S", 0.5)    # the fake lists the pid for ever
     fake_smi.listing.write_text(f"{UNRELATED_PID}, GPU-fake-0, 99999\n")
     code = ("import os, time;"
             f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}, GPU-fake-0, 2048\\n"
             f"{{os.getpid()}}, GPU-fake-1, 512\\n');"
             "time.sleep(1.5)")
     result = run_trial(_command("held", "-c", code), tmp_path / "held")
-    assert result.outcome is Outcome.OK and result.gpu_mem_gib == 2.0
+    assert result.outcome is Outcome.OK and result.gpu_mem_gib == 2.0 and result.gpu_released is False
     assert json.loads((tmp_path / "held" / "result.json").read_text())["gpu_mem_gib"] == 2.0
 
 
@@ -220,11 +233,12 @@ def test_a_hung_trial_is_sampled_before_it_is_killed(tmp_path, fake_smi, monkeyp
     """No periodic sample falls within the trial (the poll is longer than the run): the figure is
     the one taken after the hang was seen and before the kill freed the memory."""
     monkeypatch.setattr(runner, "GPU_MEM_POLL_S", 600.0)
+    monkeypatch.setattr(runner, "GPU_RELEASE_TIMEOUT_S", 0.5)
     code = ("import os, threading;"
             f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}, GPU-fake-0, 3072\\n');"
             "threading.Event().wait()")
     result = run_trial(_command("hung", "-c", code, hang_s=1.0), tmp_path / "hung")
-    assert result.outcome is Outcome.HANG and result.gpu_mem_gib == 3.0
+    assert result.outcome is Outcome.HANG and result.gpu_mem_gib == 3.0 and result.gpu_released is False
 
 
 def test_cpu_host_pays_nothing(tmp_path, no_smi, monkeypatch):

@@ -503,12 +503,17 @@ def test_packing_by_memory_gives_a_cell_measured_smaller_fewer_slots_and_never_m
     assert packed == {"big:raw@-": 6, "big:a@-": 3, "big:b@-": 1, "big:c@-": 6,
                       "cpu:raw@-": 1, "cpu:a@-": 1, "cpu:b@-": 1, "cpu:c@-": 1}
     # The runner's samples (context included, so no allowance added) pack a cell whose trials
-    # report nothing, a hang or a native crash: raw's 15 GiB * 1.1 = 16.5 -> 2 slots. A sample above
-    # a reported peak wins: b's 12 GiB * 1.1 = 13.2 -> 2 slots, not the 1 its 9 GiB gave.
-    sampled = records + [dataclasses.replace(rec("big:raw@-", 0, None, Outcome.HANG), gpu_mem_gib=15.0),
+    # report nothing, a hang or a native crash: raw's 21 GiB * 1.1 = 23.1 -> 2 slots (with the
+    # allowance, 24.1 would take 3). A sample above a reported peak wins: b's 12 GiB * 1.1 = 13.2
+    # -> 2 slots, not the 1 its 9 GiB gave.
+    sampled = records + [dataclasses.replace(rec("big:raw@-", 0, None, Outcome.HANG), gpu_mem_gib=21.0),
                          dataclasses.replace(rec("big:b@-", 1, None, Outcome.ABORT), gpu_mem_gib=12.0)]
     packed = matrix.cell_slots(dataclasses.replace(spec, gpu_mem_gib=139.8), sampled)
     assert (packed["big:raw@-"], packed["big:b@-"], packed["big:a@-"]) == (2, 2, 3)
+    # A cell that ran out of memory keeps gpu_slots: its figures were too low for it once.
+    oom = sampled + [rec("big:a@-", 2, None, Outcome.RESOURCE)]
+    packed = matrix.cell_slots(dataclasses.replace(spec, gpu_mem_gib=139.8), oom)
+    assert (packed["big:raw@-"], packed["big:b@-"], packed["big:a@-"]) == (2, 2, 6)
     with pytest.raises(matrix.MatrixError, match="gpu_mem_gib must be > 0"):
         dataclasses.replace(spec, gpu_mem_gib=0.0)
     # The --pending estimate packs the same way: a's trials 4 at once (3 of 12 slots), not 2.
