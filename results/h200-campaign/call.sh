@@ -33,7 +33,10 @@
 # into the next call (`carry: [".whl", ".cache/corpora.tgz"]`). The inductor cache (160 MB packed)
 # is over the 16 MB a returned file may have: each call compiles cold. Logs and stores come back in
 # $OUT/call.tgz and $OUT/stores.tgz; bring them in with `bash results/h200-campaign/unpack.sh
-# FILES_AT N`, which merges each store rather than unpacking it over the checkout's.
+# FILES_AT N`, which merges each store rather than unpacking it over the checkout's. Unpack a call
+# before starting the next (about 15 s; a warm machine waits 30 s): a call started from a store
+# without the previous call's trials hands out the same trial indices and so reruns the same
+# scheduler seeds (calls 36 and 37, REPORT.md thirteenth session; `harness merge` counts them).
 set -u
 budget=$1; shift; t0=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - t0) )); }
