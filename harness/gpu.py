@@ -146,6 +146,7 @@ class MemorySampler:
 
     def __init__(self, pids: Callable[[], set[int]], period_s: float, *, name: str = "harness-gpu-memory") -> None:
         self.peak_mib: dict[str, float] = {}
+        self._lock = threading.Lock()       # stop() may read while a late sample still writes
         self._pids = pids
         self._period_s = period_s
         self._stop = threading.Event()
@@ -164,11 +165,13 @@ class MemorySampler:
             if self._stop.is_set():
                 return
             now = memory_of(self._pids())
-            self._sampled.set()
+            if now is not None:
+                with self._lock:
+                    for uuid, mib in now.items():
+                        self.peak_mib[uuid] = max(mib, self.peak_mib.get(uuid, 0.0))
+            self._sampled.set()             # after the update: sample_now's caller reads it next
             if now is None:
                 return
-            for uuid, mib in now.items():
-                self.peak_mib[uuid] = max(mib, self.peak_mib.get(uuid, 0.0))
 
     def sample_now(self, timeout_s: float = SMI_TIMEOUT_S) -> None:
         """Ask for a sample at once and wait up to `timeout_s` for it (a hung trial, before the
@@ -187,5 +190,6 @@ class MemorySampler:
         self._wake.set()
         if self._thread.ident is not None:
             self._thread.join(timeout_s)
-        top = max(self.peak_mib.values(), default=0.0)
+        with self._lock:
+            top = max(self.peak_mib.values(), default=0.0)
         return math.ceil(top / 1024 * 100) / 100 if top > 0 else None

@@ -156,7 +156,8 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
     """Watch until exit, hang or deadline; always leaves the group dead and the child reaped."""
     members = {proc.pid} if gpu.available() else None
     # Live members only at each sample: a pid seen earlier may belong to another trial by now.
-    sampler = (gpu.MemorySampler(lambda: set(live_members(proc.pid)), GPU_MEM_POLL_S).start()
+    sampler = (gpu.MemorySampler(lambda: set(live_members(proc.pid)), GPU_MEM_POLL_S,
+                                 name=f"harness-gpu-memory-{proc.pid}").start()
                if members is not None else None)
     gpu_mem_gib = None
     try:

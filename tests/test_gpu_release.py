@@ -226,6 +226,7 @@ def test_the_runner_samples_what_a_trials_processes_hold(tmp_path, fake_smi, mon
             "time.sleep(1.5)")
     result = run_trial(_command("held", "-c", code), tmp_path / "held")
     assert result.outcome is Outcome.OK and result.gpu_mem_gib == 2.0 and result.gpu_released is False
+    assert not [t for t in threading.enumerate() if t.name.startswith("harness-gpu-memory")]   # joined
     assert json.loads((tmp_path / "held" / "result.json").read_text())["gpu_mem_gib"] == 2.0
 
 
