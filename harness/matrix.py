@@ -351,14 +351,14 @@ class MemoryPeak:
 
 
 def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[MemoryPeak]:
-    """Per GPU workload with stored peaks (`_peak_of`): what to compare with the GPU's memory before a call
+    """Per GPU workload with stored peaks (`TrialResult.gpu_peak_gib`): what to compare with the GPU's memory before a call
     (the out-of-memory messages name only the processes alive when one failed; REPORT.md,
     2026-11-30 sixth session, where 4 gpu-bound trials at once lost 8 of 56 to memory)."""
     from harness.report import split_cell
 
     peaks: dict[str, list[float]] = collections.defaultdict(list)
     for r in records:
-        peak = _peak_of(r)
+        peak = r.gpu_peak_gib
         if peak is not None:
             peaks[split_cell(r.cell)[0]].append(peak)
     out = []
@@ -381,24 +381,10 @@ allocator's `max_memory_reserved` that the workload reports. An allowance, not a
 runner's nvidia-smi samples count them, and get none)."""
 
 
-def _reported_peak(r: TrialResult) -> float | None:
-    """The workload's own figure: the allocator's peak on its busiest device (dflash's final or
-    failed event)."""
-    figure = (r.final or {}).get("gpu_mem_peak_gib")
-    return max(float(v) for v in figure.values()) if isinstance(figure, dict) and figure else None
-
-
-def _peak_of(r: TrialResult) -> float | None:
-    """GiB the trial held on one GPU: the higher of its reported peak and the runner's samples
-    (`gpu_mem_gib`, which also exist for native crashes and hangs)."""
-    figures = [f for f in (_reported_peak(r), r.gpu_mem_gib) if f is not None]
-    return max(figures) if figures else None
-
-
 def _need_of(r: TrialResult) -> float | None:
     """GiB to plan one trial of r's cell at: a reported peak times MEMORY_HEADROOM plus
     CONTEXT_GIB, a sampled one (the context counted in it) times MEMORY_HEADROOM; the higher."""
-    reported, sampled = _reported_peak(r), r.gpu_mem_gib
+    reported, sampled = r.reported_gpu_peak_gib, r.gpu_mem_gib
     needs = [reported * MEMORY_HEADROOM + CONTEXT_GIB] if reported is not None else []
     if sampled is not None:
         needs.append(sampled * MEMORY_HEADROOM)
@@ -437,7 +423,7 @@ def memory_warnings(spec: MatrixSpec, records: Sequence[TrialResult], workloads:
     """One line per pending GPU workload whose stored peak, times the trials its packing puts on
     one GPU, is more than the smallest GPU here holds: the run will lose trials to memory
     (RESOURCE, retried by a later run) unless gpu_slots or --per-gpu change. Nothing when
-    nvidia-smi cannot tell or no trial has a figure (`_peak_of`)."""
+    nvidia-smi cannot tell or no trial has a figure (`TrialResult.gpu_peak_gib`)."""
     from harness import gpu
 
     peaks = [p for p in memory_peaks(spec, records) if p.workload in workloads]

@@ -134,6 +134,20 @@ class TrialResult:
     than one period, no sample saw memory held, or nvidia-smi could not tell."""
 
     @property
+    def reported_gpu_peak_gib(self) -> float | None:
+        """The workload's own figure: the allocator's peak on its busiest device (dflash's final or
+        failed event, `gpu_mem_peak_gib`)."""
+        figure = (self.final or {}).get("gpu_mem_peak_gib")
+        return max(float(v) for v in figure.values()) if isinstance(figure, dict) and figure else None
+
+    @property
+    def gpu_peak_gib(self) -> float | None:
+        """GiB the trial held on one GPU: the higher of its reported peak and the runner's samples
+        (`gpu_mem_gib`, which native crashes and hangs have too)."""
+        figures = [f for f in (self.reported_gpu_peak_gib, self.gpu_mem_gib) if f is not None]
+        return max(figures) if figures else None
+
+    @property
     def matrix(self) -> str:
         """The matrix that ran it: a trial id is `MATRIX/CELL/INDEX` (matrix.expand)."""
         return self.trial_id.split("/", 1)[0]

@@ -62,6 +62,9 @@ class CellSummary:
     neighbours (gpu-campaign's gpu-bound no-cudagraphs+global-lock ran 9,882-42,922 tokens/s)."""
     tokens_ratio: float | None = None
     """tokens_per_s / the fastest clean cell's of the same workload."""
+    gpu_mem_gib: float | None = None
+    """The most one trial of the cell held on one GPU (`TrialResult.gpu_peak_gib`): what a fix
+    costs in memory (graph isolation keeps a cudagraph pool per thread)."""
     fisher_p: float | None = None
     """One-sided Fisher exact p that this strategy fails less often than `raw` under the same
     workload and plan (concurrency-anchors.md 4.3, before/after a fix); None for raw itself."""
@@ -122,6 +125,7 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
         median_duration_s=stats.median_or_none([r.duration_s for r in counted]),
         tokens_per_s=stats.median_or_none(tokens),
         tokens_range=(min(tokens), max(tokens)) if tokens else None,
+        gpu_mem_gib=max(peaks) if (peaks := [r.gpu_peak_gib for r in rs if r.gpu_peak_gib is not None]) else None,
     )
 
 
@@ -151,6 +155,16 @@ def _fill_fisher(cells: list[CellSummary]) -> None:
 
 HEADERS = ("cell", "k/n", "rate", "95% CI (Wilson)", "p vs raw", "outcomes", "top signature", "TTFF", "tok/s",
            "vs best")
+MEMORY_HEADER = "GPU GiB"
+"""A last column, only where some cell has a figure (a GPU matrix): CPU tables stay as they were."""
+
+
+def headers(cells: Sequence[CellSummary]) -> tuple[str, ...]:
+    return HEADERS + ((MEMORY_HEADER,) if _with_memory(cells) else ())
+
+
+def _with_memory(cells: Sequence[CellSummary]) -> bool:
+    return any(c.gpu_mem_gib is not None for c in cells)
 
 
 def _pct(x: float) -> str:
@@ -163,7 +177,7 @@ def _seconds(x: float | None) -> str:
     return f"{x:.1f}s" if x < 600 else f"{x / 60:.1f}m"
 
 
-def cell_row(c: CellSummary) -> tuple[str, ...]:
+def cell_row(c: CellSummary, *, memory: bool = False) -> tuple[str, ...]:
     ci = f"[{_pct(c.low)}, {_pct(c.high)}]"
     if c.rule_of_three is not None:
         ci += f" p<{_pct(c.rule_of_three)}"
@@ -178,7 +192,8 @@ def cell_row(c: CellSummary) -> tuple[str, ...]:
     ratio = "-" if c.tokens_ratio is None else f"{c.tokens_ratio:.2f}x"
     rate = _pct(c.k / c.n) if c.n else "-"
     fisher = "-" if c.fisher_p is None else f"{c.fisher_p:.3g}"
-    return (c.cell, kn, rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
+    row = (c.cell, kn, rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
+    return row + (("-" if c.gpu_mem_gib is None else f"{c.gpu_mem_gib:.1f}",) if memory else ())
 
 
 def clip(s: str, width: int) -> str:
@@ -187,8 +202,9 @@ def clip(s: str, width: int) -> str:
 
 
 def text_table(cells: Sequence[CellSummary]) -> str:
-    rows = [HEADERS] + [cell_row(c) for c in cells]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+    memory = _with_memory(cells)
+    rows = [headers(cells)] + [cell_row(c, memory=memory) for c in cells]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -234,8 +250,9 @@ def markdown_table(cells: Sequence[CellSummary]) -> str:
     def esc(v: str) -> str:
         return v.replace("|", "\\|")
 
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(esc(v) for v in cell_row(c)) + " |" for c in cells]
+    memory, top = _with_memory(cells), headers(cells)
+    lines = ["| " + " | ".join(top) + " |", "|" + "---|" * len(top)]
+    lines += ["| " + " | ".join(esc(v) for v in cell_row(c, memory=memory)) + " |" for c in cells]
     return "\n".join(lines)
 
 
@@ -385,7 +402,9 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
         "device out-of-memory (oom) and harness errors are shown as +N and left out); p<x is the rule-of-three bound at k=0; p vs raw is "
         "the one-sided Fisher exact p that the strategy fails less often than raw; TTFF is "
         "the median serial time to the first failure; vs best is tokens/s over the fastest clean cell "
-        "of the same workload.",
+        "of the same workload" + ("; GPU GiB is the most one trial held on one GPU (the workload's "
+                                  "reported peak or the runner's nvidia-smi samples, whichever is higher)"
+                                  if _with_memory(cells) else "") + ".",
         "",
         f"Trials started {started[0] if started else '?'} .. {started[-1] if started else '?'}; "
         f"torch {', '.join(versions) or '?'}; hosts {', '.join(hosts) or '?'}.",

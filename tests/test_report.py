@@ -64,6 +64,22 @@ def test_cells_are_ordered_raw_first_and_the_table_shows_k_over_n():
     assert "4/10" in table and "0/10 +1 timeout +1 oom +1 error" in table and "p<30.0%" in table
 
 
+def test_a_gpu_matrix_gets_a_memory_column_from_reported_and_sampled_figures_a_cpu_one_none():
+    import dataclasses
+
+    assert "GPU GiB" not in report.text_table(report.summarize(_records()))
+    assert "GPU GiB" not in report.markdown_table(report.summarize(_records()))
+    rs = _records()
+    rs[0] = dataclasses.replace(rs[0], final={"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 20.0, "cuda:1": 3.0}})
+    rs[1] = dataclasses.replace(rs[1], gpu_mem_gib=21.5)                  # sampled above the other's report
+    rs[10] = dataclasses.replace(rs[10], final={"gpu_mem_peak_gib": {"cuda:0": 9.0}}, gpu_mem_gib=8.0)
+    cells = {c.cell: c for c in report.summarize(rs)}
+    assert (cells["w:raw@p"].gpu_mem_gib, cells["w:fix@p"].gpu_mem_gib, cells["w:lock@p"].gpu_mem_gib) == (21.5, 9.0, None)
+    table = report.markdown_table(report.summarize(rs)).splitlines()
+    assert table[0].endswith("| vs best | GPU GiB |")
+    assert table[2].endswith("| 21.5 |") and table[4].endswith("| - |")
+
+
 def test_replace_block_keeps_text_outside_the_markers_verbatim():
     text = "# Report\n\nhand-written intro\n\n<!-- harness:begin m -->\nold\n<!-- harness:end m -->\n\ntail |x|\n"
     out = report.replace_block(text, "m", "new table")
