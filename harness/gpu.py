@@ -174,8 +174,9 @@ class MemorySampler:
                 return
 
     def sample_now(self, timeout_s: float = SMI_TIMEOUT_S) -> None:
-        """Ask for a sample at once and wait up to `timeout_s` for it (a hung trial, before the
-        kill frees what it holds)."""
+        """Wake the thread for a sample and wait up to `timeout_s` for one to finish (a hung trial,
+        before the kill frees what it holds). A sample already under way may be the one waited
+        for; the wake stays set, so another follows, and `stop` joins it."""
         if not self._thread.is_alive():
             return
         self._sampled.clear()

@@ -351,9 +351,10 @@ class MemoryPeak:
 
 
 def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[MemoryPeak]:
-    """Per GPU workload with stored peaks (`TrialResult.gpu_peak_gib`): what to compare with the GPU's memory before a call
-    (the out-of-memory messages name only the processes alive when one failed; REPORT.md,
-    2026-11-30 sixth session, where 4 gpu-bound trials at once lost 8 of 56 to memory)."""
+    """Per GPU workload with stored peaks (`TrialResult.gpu_peak_gib`): what to compare with the
+    GPU's memory before a call (the out-of-memory messages name only the processes alive when one
+    failed; REPORT.md, 2026-11-30 sixth session, where 4 gpu-bound trials at once lost 8 of 56 to
+    memory)."""
     from harness.report import split_cell
 
     peaks: dict[str, list[float]] = collections.defaultdict(list)

@@ -138,7 +138,12 @@ class TrialResult:
         """The workload's own figure: the allocator's peak on its busiest device (dflash's final or
         failed event, `gpu_mem_peak_gib`)."""
         figure = (self.final or {}).get("gpu_mem_peak_gib")
-        return max(float(v) for v in figure.values()) if isinstance(figure, dict) and figure else None
+        if not isinstance(figure, dict):
+            return None
+        # A figure that is not a number (a device that could not say) is left out, not fatal:
+        # every report and table reads this.
+        values = [float(v) for v in figure.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        return max(values) if values else None
 
     @property
     def gpu_peak_gib(self) -> float | None:

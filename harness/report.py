@@ -62,9 +62,9 @@ class CellSummary:
     neighbours (gpu-campaign's gpu-bound no-cudagraphs+global-lock ran 9,882-42,922 tokens/s)."""
     tokens_ratio: float | None = None
     """tokens_per_s / the fastest clean cell's of the same workload."""
-    gpu_mem_gib: float | None = None
+    gpu_peak_gib: float | None = None
     """The most one trial of the cell held on one GPU (`TrialResult.gpu_peak_gib`): what a fix
-    costs in memory (graph isolation keeps a cudagraph pool per thread)."""
+    costs in memory."""
     fisher_p: float | None = None
     """One-sided Fisher exact p that this strategy fails less often than `raw` under the same
     workload and plan (concurrency-anchors.md 4.3, before/after a fix); None for raw itself."""
@@ -109,6 +109,7 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
     times = [(r.time_to_failure_s if r.outcome.is_failure and r.time_to_failure_s is not None else r.duration_s)
              for r in counted]
     tokens = [r.tokens_per_s for r in counted if r.tokens_per_s is not None and not r.outcome.is_failure]
+    peaks = [p for p in (r.gpu_peak_gib for r in rs) if p is not None]
     w, s, p = split_cell(cell)
     return CellSummary(
         cell=cell, workload=w, strategy=s, plan=p, n=n, k=k,
@@ -125,7 +126,7 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
         median_duration_s=stats.median_or_none([r.duration_s for r in counted]),
         tokens_per_s=stats.median_or_none(tokens),
         tokens_range=(min(tokens), max(tokens)) if tokens else None,
-        gpu_mem_gib=max(peaks) if (peaks := [r.gpu_peak_gib for r in rs if r.gpu_peak_gib is not None]) else None,
+        gpu_peak_gib=max(peaks) if peaks else None,
     )
 
 
@@ -159,12 +160,12 @@ MEMORY_HEADER = "GPU GiB"
 """A last column, only where some cell has a figure (a GPU matrix): CPU tables stay as they were."""
 
 
-def headers(cells: Sequence[CellSummary]) -> tuple[str, ...]:
-    return HEADERS + ((MEMORY_HEADER,) if _with_memory(cells) else ())
-
-
 def _with_memory(cells: Sequence[CellSummary]) -> bool:
-    return any(c.gpu_mem_gib is not None for c in cells)
+    return any(c.gpu_peak_gib is not None for c in cells)
+
+
+def _headers(memory: bool) -> tuple[str, ...]:
+    return HEADERS + ((MEMORY_HEADER,) if memory else ())
 
 
 def _pct(x: float) -> str:
@@ -193,7 +194,7 @@ def cell_row(c: CellSummary, *, memory: bool = False) -> tuple[str, ...]:
     rate = _pct(c.k / c.n) if c.n else "-"
     fisher = "-" if c.fisher_p is None else f"{c.fisher_p:.3g}"
     row = (c.cell, kn, rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
-    return row + (("-" if c.gpu_mem_gib is None else f"{c.gpu_mem_gib:.1f}",) if memory else ())
+    return row + (("-" if c.gpu_peak_gib is None else f"{c.gpu_peak_gib:.1f}",) if memory else ())
 
 
 def clip(s: str, width: int) -> str:
@@ -203,7 +204,7 @@ def clip(s: str, width: int) -> str:
 
 def text_table(cells: Sequence[CellSummary]) -> str:
     memory = _with_memory(cells)
-    rows = [headers(cells)] + [cell_row(c, memory=memory) for c in cells]
+    rows = [_headers(memory)] + [cell_row(c, memory=memory) for c in cells]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -250,7 +251,8 @@ def markdown_table(cells: Sequence[CellSummary]) -> str:
     def esc(v: str) -> str:
         return v.replace("|", "\\|")
 
-    memory, top = _with_memory(cells), headers(cells)
+    memory = _with_memory(cells)
+    top = _headers(memory)
     lines = ["| " + " | ".join(top) + " |", "|" + "---|" * len(top)]
     lines += ["| " + " | ".join(esc(v) for v in cell_row(c, memory=memory)) + " |" for c in cells]
     return "\n".join(lines)
@@ -402,8 +404,9 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
         "device out-of-memory (oom) and harness errors are shown as +N and left out); p<x is the rule-of-three bound at k=0; p vs raw is "
         "the one-sided Fisher exact p that the strategy fails less often than raw; TTFF is "
         "the median serial time to the first failure; vs best is tokens/s over the fastest clean cell "
-        "of the same workload" + ("; GPU GiB is the most one trial held on one GPU (the workload's "
-                                  "reported peak or the runner's nvidia-smi samples, whichever is higher)"
+        "of the same workload" + ("; GPU GiB is the most one trial held on one GPU: the workload's "
+                                  "reported allocator peak (the CUDA context, about 1 GiB, not counted) "
+                                  "or, where higher, the runner's nvidia-smi samples (context counted)"
                                   if _with_memory(cells) else "") + ".",
         "",
         f"Trials started {started[0] if started else '?'} .. {started[-1] if started else '?'}; "

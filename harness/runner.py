@@ -170,7 +170,7 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
                 ending.how = "exited"
     finally:
         # Also on KeyboardInterrupt or a harness bug: never leave the child running.
-        if sampler is not None:
+        if sampler is not None:     # before the reap: until then the group id cannot be reused
             gpu_mem_gib = sampler.stop()
         if members is not None:
             members.update(live_members(proc.pid))

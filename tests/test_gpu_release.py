@@ -135,6 +135,8 @@ def test_the_memory_sampler_keeps_each_gpus_highest_sample_of_the_live_pids(fake
     for listing in ("7, GPU-a, 1024\n7, GPU-b, 512\n", "7, GPU-a, 512\n7, GPU-b, 1536\n", ""):
         fake_smi.listing.write_text(listing + "8, GPU-b, 99999\n")    # 8: another trial's pid
         sampler.sample_now()
+        if listing:             # the sample is in the figures by the time sample_now returns
+            assert sampler.peak_mib["GPU-a"] >= 1024.0
     assert sampler.stop() == 1.5 and sampler.peak_mib == {"GPU-a": 1024.0, "GPU-b": 1536.0}
     assert [t for t in threading.enumerate() if t.name == "harness-gpu-memory"] == []
 
@@ -226,8 +228,24 @@ def test_the_runner_samples_what_a_trials_processes_hold(tmp_path, fake_smi, mon
             "time.sleep(1.5)")
     result = run_trial(_command("held", "-c", code), tmp_path / "held")
     assert result.outcome is Outcome.OK and result.gpu_mem_gib == 2.0 and result.gpu_released is False
-    assert not [t for t in threading.enumerate() if t.name.startswith("harness-gpu-memory")]   # joined
+    assert not [t for t in threading.enumerate() if t.name.startswith("harness-gpu-memory")]   # stopped
     assert json.loads((tmp_path / "held" / "result.json").read_text())["gpu_mem_gib"] == 2.0
+
+
+def test_each_trial_samples_in_a_thread_named_after_its_process_group(tmp_path, fake_smi, monkeypatch):
+    monkeypatch.setattr(runner, "GPU_RELEASE_TIMEOUT_S", 0.5)
+    names = []
+    real = gpu.MemorySampler
+
+    def spy(*args, **kwargs):
+        names.append(kwargs.get("name"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gpu, "MemorySampler", spy)
+    code = "import os; print(f'pid={os.getpid()}')"
+    run_trial(_command("named", "-c", code), tmp_path / "named")
+    pid = re.search(r"^pid=(\d+)$", (tmp_path / "named" / "output.txt").read_text(), re.M).group(1)
+    assert names == [f"harness-gpu-memory-{pid}"]
 
 
 def test_a_hung_trial_is_sampled_before_it_is_killed(tmp_path, fake_smi, monkeypatch):

@@ -74,10 +74,18 @@ def test_a_gpu_matrix_gets_a_memory_column_from_reported_and_sampled_figures_a_c
     rs[1] = dataclasses.replace(rs[1], gpu_mem_gib=21.5)                  # sampled above the other's report
     rs[10] = dataclasses.replace(rs[10], final={"gpu_mem_peak_gib": {"cuda:0": 9.0}}, gpu_mem_gib=8.0)
     cells = {c.cell: c for c in report.summarize(rs)}
-    assert (cells["w:raw@p"].gpu_mem_gib, cells["w:fix@p"].gpu_mem_gib, cells["w:lock@p"].gpu_mem_gib) == (21.5, 9.0, None)
+    assert (cells["w:raw@p"].gpu_peak_gib, cells["w:fix@p"].gpu_peak_gib, cells["w:lock@p"].gpu_peak_gib) == \
+        (21.5, 9.0, None)
     table = report.markdown_table(report.summarize(rs)).splitlines()
     assert table[0].endswith("| vs best | GPU GiB |")
     assert table[2].endswith("| 21.5 |") and table[4].endswith("| - |")
+    text = report.text_table(report.summarize(rs)).splitlines()
+    assert text[0].endswith("vs best  GPU GiB") and text[2].endswith("21.5") and text[4].rstrip().endswith("-")
+    # A device that could not say (null) or a stray string is left out, not fatal to the report.
+    rs[2] = dataclasses.replace(rs[2], final={"gpu_mem_peak_gib": {"cuda:0": None, "cuda:1": "n/a", "cuda:2": 30.0}})
+    rs[3] = dataclasses.replace(rs[3], final={"gpu_mem_peak_gib": {"cuda:0": None}})
+    assert {c.cell: c.gpu_peak_gib for c in report.summarize(rs)}["w:raw@p"] == 30.0
+    assert rs[3].gpu_peak_gib is None
 
 
 def test_replace_block_keeps_text_outside_the_markers_verbatim():
