@@ -59,19 +59,27 @@ def compute_pids() -> set[int] | None:
     return None if text is None else _parse(text)
 
 
-def _parse(text: str) -> set[int] | None:
-    pids: set[int] = set()
+def _rows(text: str) -> list[list[str]] | None:
+    """A compute-apps query's lines as their comma-separated fields, the pid first; None when a
+    line does not start with one (nvidia-smi printed something else)."""
+    rows = []
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("No running"):
             continue
-        pid, _, memory = (part.strip() for part in line.partition(","))
-        if not pid.isdigit():
+        fields = [part.strip() for part in line.split(",")]
+        if not fields[0].isdigit():
             return None
-        if memory == "0":               # listed but holding nothing ("[N/A]" counts as held)
-            continue
-        pids.add(int(pid))
-    return pids
+        rows.append(fields)
+    return rows
+
+
+def _parse(text: str) -> set[int] | None:
+    rows = _rows(text)
+    if rows is None:
+        return None
+    # Listed with 0 MiB holds nothing ("[N/A]" counts as held).
+    return {int(fields[0]) for fields in rows if fields[1:] != ["0"]}
 
 
 def wait_released(pids: set[int], timeout_s: float = 10.0) -> bool | None:
@@ -112,16 +120,11 @@ def memory_of(pids: set[int]) -> dict[str, float] | None:
     """MiB that `pids` hold together on each GPU now, by GPU uuid ({} when none of them holds
     any); None if nvidia-smi cannot tell. A process whose memory reads `[N/A]` adds nothing."""
     text = _query(MEMORY_QUERY)
-    if text is None:
+    rows = None if text is None else _rows(text)
+    if rows is None or any(len(fields) != 3 for fields in rows):
         return None
     held: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.strip() or line.strip().startswith("No running"):
-            continue
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 3 or not fields[0].isdigit():
-            return None
-        pid, uuid, mib = fields
+    for pid, uuid, mib in rows:
         if int(pid) in pids:
             try:
                 held[uuid] = held.get(uuid, 0.0) + float(mib)

@@ -399,9 +399,9 @@ def cell_slots(spec: MatrixSpec, records: Sequence[TrialResult]) -> dict[str, in
     need (`_need_of`) over the GiB one slot holds, rounded up, where that is fewer. Packing only
     tightens: gpu_slots is what ran without running out of memory, the allowances are guesses.
     A cell with an out-of-memory record keeps gpu_slots: its figures were too low for it once
-    (a failing trial's is what it held when it died, a sampled one a lower bound). Failing cells never finish, so a
-    fixed gpu_slots sized by the biggest finished cell packed every gpu-bound cell of the H200
-    campaign 2 at once whatever it held (REPORT.md, twelfth session)."""
+    (a failing trial's is what it held when it died, a sampled one a lower bound). Failing cells
+    never finish, so a fixed gpu_slots sized by the biggest finished cell packed every gpu-bound
+    cell of the H200 campaign 2 at once whatever it held (REPORT.md, twelfth session)."""
     cells = spec.cells()
     slots = {c.name: c.workload.gpu_slots for c in cells}
     if spec.gpu_mem_gib is None:
