@@ -299,6 +299,7 @@ def cmd_matrix(opts: argparse.Namespace) -> int:
     if opts.json:
         print(json.dumps(report.summary_json(cells, matrix=spec.name, store=str(spec.store_dir), ran=done.ran,
                                              resumed=done.resumed, left=done.left,
+                                             left_by_time=done.left_by_time,
                                              elapsed_s=round(done.elapsed_s, 3)), indent=2))
     else:
         _print_matrix_table(done, cells)
@@ -339,12 +340,20 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
         print(f"GPU memory, {peak.line()}")
 
 
+def _left_words(done: MatrixRun) -> str:
+    """'N left by stop rules', split by what ended them: a cell's failures or the clock."""
+    by_rule = done.left - done.left_by_time
+    parts = [f"{by_rule} by the failure rule"] if by_rule else []
+    parts += [f"{done.left_by_time} not started before --max-time"] if done.left_by_time else []
+    return f"{done.left} left" + (f" ({', '.join(parts)})" if parts else "")
+
+
 def _print_matrix_table(done: MatrixRun, cells) -> None:
     from harness import report
     from harness.progress import format_elapsed
 
     print(f"matrix {done.spec.name}: ran {done.ran} trials in {format_elapsed(done.elapsed_s)}, "
-          f"{done.resumed} already in {done.spec.store_dir}, {done.left} left by stop rules")
+          f"{done.resumed} already in {done.spec.store_dir}, {_left_words(done)}")
     print(report.text_table(cells))
     sigs = report.signature_lines(cells)
     if sigs:

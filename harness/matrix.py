@@ -485,6 +485,9 @@ class MatrixRun:
     left: int
     """Planned trials not run because a stop rule (max failures, max time) ended them."""
     elapsed_s: float
+    left_by_time: int = 0
+    """Of `left`, those the clock ended (--max-time): an H200 call's summary said "106 left by
+    stop rules" of trials no rule had stopped, only the call's time (REPORT.md, fourteenth session)."""
 
 
 def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | None = None,
@@ -530,4 +533,5 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     finally:
         live_lines.close()
     return MatrixRun(spec=spec, records=existing + new, ran=len(new), resumed=len(trials) - len(pending),
-                     left=pool.left, elapsed_s=time.monotonic() - start)
+                     left=pool.left, elapsed_s=time.monotonic() - start,
+                     left_by_time=pool.left_by_time)

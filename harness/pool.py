@@ -136,6 +136,9 @@ class WorkerPool:
         self.errors: list[BaseException] = []
         self.results: list[TrialResult] = []
         self.left = 0
+        """Trials not run: ended by a cell's stop rule (max failures) or by the clock (left_by_time)."""
+        self.left_by_time = 0
+        """Of `left`, those not started because --max-time passed (or the pool was stopped)."""
         self.running = 0
         self.interrupted = False
         self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
@@ -197,6 +200,12 @@ class WorkerPool:
                     self.left += 1
                     continue
                 return trial
+            # What the clock cut: the trials of cells their stop rule had not already ended.
+            for trial in self.pending:
+                if self.states[trial.cell].stopped(self.spec.max_failures):
+                    self.states[trial.cell].skipped_by_rule += 1
+                else:
+                    self.left_by_time += 1
             self.left += len(self.pending)
             self.pending.clear()
             return None
@@ -214,6 +223,7 @@ class WorkerPool:
                     late = self.deadline is not None and time.monotonic() >= self.deadline
                     if late:
                         self.left += 1
+                        self.left_by_time += 1
                     else:
                         self.running += 1
                 if late:

@@ -254,3 +254,22 @@ def test_every_harness_command_in_the_readme_parses():
     assert len(checked) >= 10
     for cmd in checked:
         build_parser().parse_args(shlex.split(cmd))
+
+
+def test_matrix_summary_says_which_trials_the_clock_left_and_which_the_failure_rule_left(tmp_path, capsys):
+    # An H200 call printed "106 left by stop rules" for trials only its --max-time had left.
+    slow = {"kind": "command", "argv": [PY, "-c", "import time; time.sleep(0.4)"], "timeout_s": 30}
+    spec = _write_spec(tmp_path, trials=6, workers=1, max_failures=1,
+                       workloads={"bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"],
+                                          "timeout_s": 30}, "slow": slow},
+                       groups=[{"workloads": ["bad"], "strategies": ["raw"]},
+                               {"workloads": ["slow"], "strategies": ["raw"]}])
+    assert main(["matrix", "--file", str(spec), "--no-live", "--max-time", "1.5"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("matrix c: ran"))
+    ran = int(line.split("ran ")[1].split()[0])
+    by_time = 12 - ran - 5   # bad's 5 after its first failure go to the rule
+    assert by_time > 0, line
+    assert line.endswith(f"{12 - ran} left (5 by the failure rule, {by_time} not started before --max-time)"), line
+    assert main(["matrix", "--file", str(spec), "--no-live", "--json", "--max-time", "0.5"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["left"] >= out["left_by_time"] > 0

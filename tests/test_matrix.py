@@ -117,7 +117,7 @@ def test_max_failures_stops_scheduling_a_failing_cell(tmp_path):
     cells = [r.cell for r in done.records]
     assert cells.count("bad:raw@-") == 2
     assert cells.count("ok:raw@-") == 3
-    assert done.left == 8
+    assert done.left == 8 and done.left_by_time == 0
 
 
 def test_max_time_starts_no_trial_after_the_deadline(tmp_path):
@@ -127,6 +127,7 @@ def test_max_time_starts_no_trial_after_the_deadline(tmp_path):
     done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
     assert 1 <= done.ran < 30
     assert done.ran + done.left == 30
+    assert done.left_by_time == done.left   # the clock ended them, not a failure rule
     assert time.monotonic() - start < 20
 
 
@@ -296,7 +297,7 @@ def test_a_trial_waiting_for_a_gpu_slot_does_not_start_after_the_deadline(tmp_pa
     spec = spec_from_dict(_spec(tmp_path, trials=3, workers=3, per_gpu=1, max_time_s=0.5,
                                 workloads={"g": w}))
     done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=1)
-    assert done.ran == 1 and done.left == 2
+    assert done.ran == 1 and done.left == 2 and done.left_by_time == 2
 
 
 def test_resume_reruns_out_of_memory_trials_and_pending_counts_them(tmp_path, capsys):
