@@ -330,6 +330,12 @@ class CellPlan:
     `workers`, and for a GPU workload its `gpus x gpu_slots` of `per_gpu` slots per GPU (on one
     GPU unless `pending_plan` is told more), whichever is scarcer. Sums of duration x share are the
     wall time the pending trials need when packing is perfect: a lower bound for planning calls."""
+    gpus: int = 0
+    """GPUs one trial takes (its workload's)."""
+    slots: int = 1
+    """Slots of per_gpu one trial takes on each (`cell_slots`)."""
+    pending_indices: tuple[int, ...] = ()
+    """Trial indices the next run would start, in order (the pool's order is index, then cell)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,12 +467,15 @@ def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
         share = 1 / spec.workers
         if cell.workload.gpus:
             share = max(share, min(1.0, cell.workload.gpus * slots[cell.name] / (spec.per_gpu * max(gpus, 1))))
+        done = done_ids(held)
+        todo = () if stopped else tuple(sorted(t.trial_index for t in trials
+                                               if t.cell == cell.name and t.trial_id not in done))
         plans.append(CellPlan(
             cell=cell.name, planned=len(mine), stored=state.runs, failures=state.failures,
             other=state.timeouts + state.resources + state.errors,
-            pending=0 if stopped else len(mine - done_ids(held)), stopped=stopped,
+            pending=len(todo), stopped=stopped,
             median_s=stats.median_or_none([r.duration_s for r in held if r.duration_s is not None]),
-            share=share,
+            share=share, gpus=cell.workload.gpus, slots=slots[cell.name], pending_indices=todo,
         ))
     return plans
 

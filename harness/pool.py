@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from harness import packing
 from harness.outcome import TrialResult
 from harness.spec import TrialSpec, WorkloadSpec
 
@@ -45,39 +46,51 @@ class GpuSlots:
     """At most `per_gpu` slots in use on each GPU; a trial needing g GPUs takes g distinct ones,
     and `weight` slots on each (Workload.gpu_slots; a weight above per_gpu means the GPU alone).
 
-    Waiters are served first come, first served: a trial that needs 3 slots would otherwise wait
-    for as long as 1-slot trials keep taking each slot the moment it frees (the H200 campaign mixes
-    gpu-bound trials of 3 slots with launch-bound ones of 1), and could miss --max-time entirely."""
+    Waiters are served first come, first served, with bounded backfill (`packing.admit`). Strict
+    order leaves slots idle whenever the head needs more than is free: `--pack-by-memory` gives the
+    H200 campaign's gpu-bound cells 1 to 6 of 12 slots each (REPORT.md, fourteenth session), and a
+    6-slot head with 7 slots in use holds back every 1-slot trial behind it. Unbounded backfill starves
+    instead: a trial that needs 3 slots waits for as long as 1-slot trials keep taking each slot the
+    moment it frees, and can miss --max-time entirely. So a later waiter may start ahead of the
+    head only while the head does not fit, and only `max_bypass` times per head (default: one
+    GPU's slots); then everyone waits for the head. A backfilled trial can still delay the head by
+    up to its own run time: the cost of not knowing how long trials take."""
 
-    def __init__(self, num_gpus: int, per_gpu: int) -> None:
+    def __init__(self, num_gpus: int, per_gpu: int, max_bypass: int | None = None) -> None:
         self._load = [0] * num_gpus
         self._per_gpu = per_gpu
+        self._max_bypass = per_gpu if max_bypass is None else max_bypass
+        self._bypassed = 0
+        """Waiters started ahead of the current head; reset when the head leaves the queue."""
         self._cond = threading.Condition()
-        self._queue: collections.deque[object] = collections.deque()
+        self._queue: collections.deque[tuple[int, int, object]] = collections.deque()
 
     def acquire(self, need: int, stop: threading.Event, weight: int = 1) -> list[int] | None:
-        """Least-loaded GPUs with room for `weight` more slots, once every earlier waiter has had
-        its turn; None if `stop` is set while waiting."""
+        """Least-loaded GPUs with room for `weight` more slots, in turn (`packing.admit`); None
+        if `stop` is set while waiting."""
         if need == 0 or not self._load:
             return []
         need = min(need, len(self._load))
         weight = min(weight, self._per_gpu)
-        ticket = object()
+        ticket = (need, weight, object())   # the object tells two equal waiters apart
         with self._cond:
             self._queue.append(ticket)
             try:
                 while not stop.is_set():
-                    if self._queue[0] is ticket:
-                        free = sorted((load, i) for i, load in enumerate(self._load)
-                                      if load + weight <= self._per_gpu)
-                        if len(free) >= need:
-                            ids = sorted(i for _, i in free[:need])
-                            for i in ids:
-                                self._load[i] += weight
-                            return ids
+                    k = self._queue.index(ticket)
+                    ids = packing.admit([(n, w) for n, w, _ in self._queue], k, self._load, self._per_gpu,
+                                        bypassed=self._bypassed, max_bypass=self._max_bypass)
+                    if ids is not None:
+                        if k:   # passed the head; the head's own start resets the count (finally)
+                            self._bypassed += 1
+                        for i in ids:
+                            self._load[i] += weight
+                        return ids
                     self._cond.wait(timeout=0.5)
                 return None
             finally:
+                if self._queue[0] is ticket:
+                    self._bypassed = 0
                 self._queue.remove(ticket)
                 self._cond.notify_all()   # the next waiter may now be at the head
 

@@ -352,40 +352,89 @@ def test_a_cells_glob_that_matches_nothing_is_bad_input(tmp_path):
     assert not (tmp_path / "store").exists()
 
 
-def test_gpu_slots_serve_waiters_in_order_so_a_big_trial_is_not_starved_by_small_ones():
-    slots = GpuSlots(1, per_gpu=4)
-    stop = threading.Event()
-    assert slots.acquire(1, stop, weight=2) == [0]
-    assert slots.acquire(1, stop, weight=1) == [0]      # 3 of 4 in use
-    order = []
-
-    def wait(name, weight, event=stop):
-        t = threading.Thread(target=lambda: order.append((name, slots.acquire(1, event, weight=weight))),
-                             name=f"test-{name}")
-        t.start()
-        time.sleep(0.3)
-        return t
-
-    big = wait("big", 3)
-    # One slot is free, but a 1-slot trial that comes after the waiting 3-slot one waits its turn.
-    small = wait("small", 1)
-    assert order == []
-    slots.release([0], weight=2)                         # 1 in use: the big trial fits (4/4)
-    big.join(timeout=5)
+def _waiter(slots, order, name, weight, event):
+    """A daemon thread waiting for `weight` slots; it records (name, ids) once served."""
+    t = threading.Thread(target=lambda: order.append((name, slots.acquire(1, event, weight=weight))),
+                         name=f"test-{name}", daemon=True)
+    t.start()
     time.sleep(0.3)
-    assert order == [("big", [0])]
-    slots.release([0], weight=1)                         # 3/4: now the small one
-    small.join(timeout=5)
-    assert order == [("big", [0]), ("small", [0])]
-    # A waiter that gives up leaves the queue: the one behind it gets the next free slot.
-    gives_up = threading.Event()
-    first = wait("first", 1, gives_up)
-    second = wait("second", 1)
-    gives_up.set()
-    first.join(timeout=5)
-    slots.release([0], weight=1)
-    second.join(timeout=5)
-    assert order[2:] == [("first", None), ("second", [0])]
+    return t
+
+
+def test_gpu_slots_serve_waiters_in_order_so_a_big_trial_is_not_starved_by_small_ones():
+    slots = GpuSlots(1, per_gpu=4, max_bypass=0)   # strict order: no backfill
+    stop = threading.Event()
+    try:
+        assert slots.acquire(1, stop, weight=2) == [0]
+        assert slots.acquire(1, stop, weight=1) == [0]      # 3 of 4 in use
+        order = []
+        big = _waiter(slots, order, "big", 3, stop)
+        # One slot is free, but a 1-slot trial that comes after the waiting 3-slot one waits its turn.
+        small = _waiter(slots, order, "small", 1, stop)
+        assert order == []
+        slots.release([0], weight=2)                         # 1 in use: the big trial fits (4/4)
+        big.join(timeout=5)
+        time.sleep(0.3)
+        assert order == [("big", [0])]
+        slots.release([0], weight=1)                         # 3/4: now the small one
+        small.join(timeout=5)
+        assert order == [("big", [0]), ("small", [0])]
+        # A waiter that gives up leaves the queue: the one behind it gets the next free slot.
+        gives_up = threading.Event()
+        first = _waiter(slots, order, "first", 1, gives_up)
+        second = _waiter(slots, order, "second", 1, stop)
+        gives_up.set()
+        first.join(timeout=5)
+        slots.release([0], weight=1)
+        second.join(timeout=5)
+        assert order[2:] == [("first", None), ("second", [0])]
+    finally:
+        stop.set()   # no waiter outlives a failed assertion
+
+
+def test_gpu_slots_backfill_a_slot_the_head_cannot_use_but_only_max_bypass_times():
+    # 6 + 1 of 12 slots in use and a 6-slot trial at the head: 5 slots idle under strict order
+    # (the H200 calls 39-40). Up to max_bypass later 1-slot trials start in them; then they wait.
+    slots = GpuSlots(1, per_gpu=12, max_bypass=2)
+    stop = threading.Event()
+    try:
+        assert slots.acquire(1, stop, weight=6) == [0]
+        assert slots.acquire(1, stop, weight=1) == [0]
+        order = []
+        big = _waiter(slots, order, "big", 6, stop)
+        smalls = [_waiter(slots, order, f"small{k}", 1, stop) for k in range(3)]
+        assert order == [("small0", [0]), ("small1", [0])]   # the third waits for the head
+        slots.release([0], weight=6)                         # 3 in use: the head fits (9/12)
+        big.join(timeout=5)
+        smalls[2].join(timeout=5)
+        assert order[2] == ("big", [0])                      # the head before the third small one
+        assert order[3] == ("small2", [0])                   # a new head: it fits at once (10/12)
+        # Each head has its own count: behind a new 6-slot head, a 1-slot trial passes again.
+        _waiter(slots, order, "big2", 6, stop)               # 10 + 6 > 12: waits
+        _waiter(slots, order, "small3", 1, stop)
+        assert order[4:] == [("small3", [0])]
+        # A waiter passes a head that does not fit...
+        slots2 = GpuSlots(1, per_gpu=4, max_bypass=10)
+        assert slots2.acquire(1, stop, weight=3) == [0]
+        order2 = []
+        head = _waiter(slots2, order2, "head", 2, stop)      # 3 + 2 > 4: waits
+        late = _waiter(slots2, order2, "late", 1, stop)      # 3 + 1 fits, and the head cannot: passes
+        assert order2 == [("late", [0])]
+        slots2.release([0], weight=3)                        # 1 in use: the head fits
+        head.join(timeout=5)
+        assert order2[1] == ("head", [0])
+        # ...never one that fits (its thread has been woken and takes the slots next): a head
+        # queued by hand, never served, keeps a later waiter out of slots both would fit in.
+        slots3 = GpuSlots(1, per_gpu=4, max_bypass=10)
+        slots3._queue.append((1, 2, object()))
+        gives_up = threading.Event()
+        order3 = []
+        behind = _waiter(slots3, order3, "behind", 1, gives_up)
+        gives_up.set()
+        behind.join(timeout=5)
+        assert order3 == [("behind", None)]
+    finally:
+        stop.set()
 
 
 def test_pending_estimates_cells_never_run_from_the_whole_stores_median(tmp_path, capsys):
@@ -422,6 +471,9 @@ def test_pending_packs_the_estimate_as_the_pool_would(tmp_path, capsys):
     out = capsys.readouterr().out
     # 3 pending each: 12 trial-minutes; packed: 3 x 2 min x 0.5 + 3 x 2 min / 16 = 3.4 minutes.
     assert "~12 trial-minutes" in out and "at least ~3 minutes of wall time" in out and "on 1 GPU" in out
+    # As the pool runs them: two big trials at once, the third after them (the CPU ones beside).
+    assert plans["big:raw@-"].pending_indices == (1, 2, 3) and plans["big:raw@-"].slots == 6
+    assert "(harness.packing.simulate, the stored medians): ~4 minutes of wall time; in strict order ~4" in out
 
 
 def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_path, capsys):
