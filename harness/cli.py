@@ -350,7 +350,7 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
 
 
 def _left_words(done: MatrixRun) -> str:
-    """'N left by stop rules', split by what ended them: a cell's failures or the clock."""
+    """'N left (k by the failure rule, m not started before --max-time)': what ended them."""
     by_rule = done.left - done.left_by_time
     parts = [f"{by_rule} by the failure rule"] if by_rule else []
     parts += [f"{done.left_by_time} not started before --max-time"] if done.left_by_time else []

@@ -495,8 +495,8 @@ class MatrixRun:
     """Planned trials not run because a stop rule (max failures, max time) ended them."""
     elapsed_s: float
     left_by_time: int = 0
-    """Of `left`, those the clock ended (--max-time): an H200 call's summary said "106 left by
-    stop rules" of trials no rule had stopped, only the call's time (REPORT.md, fourteenth session)."""
+    """Of `left`, those --max-time left unstarted: an H200 call's summary said "106 left by stop
+    rules" of trials no rule had stopped, only the call's time (REPORT.md, fourteenth session)."""
 
 
 def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | None = None,

@@ -24,15 +24,18 @@ def admit(queue: Sequence[tuple[int, int]], k: int, load: Sequence[int], per_gpu
           bypassed: int, max_bypass: int) -> list[int] | None:
     """GPU ids for waiter k of `queue` ((need, weight) pairs, first come first), or None.
 
-    The head starts when it fits. A later waiter starts ahead of it when it fits, the head does
-    not, and fewer than `max_bypass` waiters have passed this head already (bounded backfill:
+    The head starts when it fits. A later waiter starts ahead of it when it fits, no waiter before
+    it does (so the ones behind the head are served in their order too, whichever thread wakes
+    first), and fewer than `max_bypass` waiters have passed this head already (bounded backfill:
     unbounded, a big trial waits as long as small ones keep taking each slot the moment it frees)."""
     need, weight = queue[k]
     ids = free_gpus(load, per_gpu, need, weight)
     if ids is None or k == 0:
         return ids
-    head_fits = free_gpus(load, per_gpu, *queue[0]) is not None
-    return ids if bypassed < max_bypass and not head_fits else None
+    if bypassed >= max_bypass:
+        return None
+    earlier_fits = any(free_gpus(load, per_gpu, *queue[j]) is not None for j in range(k))
+    return None if earlier_fits else ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +95,9 @@ def simulate(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int,
             while todo and len(queue) + len(running) < workers:
                 queue.append(todo.pop())
             k = 0   # a start changes who may start next: look again from the head
-        if not running:
-            break   # nothing runs and nothing fits: no workers
+        if not running:   # nothing runs and nothing starts: the rule or the arguments are wrong
+            raise ValueError(f"simulate: {len(todo) + len(queue)} job(s) can never start "
+                             f"(workers {workers}, {num_gpus} GPU(s) of {per_gpu} slots)")
         now, _, ids, weight = heapq.heappop(running)
         for i in ids:
             load[i] -= weight
@@ -130,8 +134,23 @@ def replay_last(spec, records: Sequence, last: int, *, num_gpus: int = 1) -> dic
     return out
 
 
+def build_parser():
+    """`python -m harness.packing`'s arguments; a bad one raises harness.cli.UsageError."""
+    from harness.cli import _Parser
+
+    ap = _Parser(prog="python -m harness.packing",
+                 description="replay a store's last run as the pool packs it: strict order against "
+                             "bounded backfill, at the recorded durations")
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--last", type=int, required=True, help="records at the end of the store that one run added")
+    ap.add_argument("--workers", type=int)
+    ap.add_argument("--per-gpu", type=int)
+    ap.add_argument("--pack-by-memory", type=float, metavar="GIB")
+    ap.add_argument("--gpus", type=int, default=1)
+    return ap
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
     import dataclasses
     import sys
 
@@ -139,17 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from harness.matrix import MatrixError
     from harness.store import Store, StoreError
 
-    ap = argparse.ArgumentParser(prog="python -m harness.packing",
-                                 description="replay a store's last run as the pool packs it: strict order against "
-                                             "bounded backfill, at the recorded durations")
-    ap.add_argument("--preset", required=True)
-    ap.add_argument("--last", type=int, required=True, help="records at the end of the store that one run added")
-    ap.add_argument("--workers", type=int)
-    ap.add_argument("--per-gpu", type=int)
-    ap.add_argument("--pack-by-memory", type=float, metavar="GIB")
-    ap.add_argument("--gpus", type=int, default=1)
-    opts = ap.parse_args(argv)
+    ap = build_parser()
     try:
+        opts = ap.parse_args(argv)   # _Parser: a bad argument is a UsageError (a ValueError)
+        if opts.gpus < 1:
+            raise ValueError(f"--gpus must be at least 1, not {opts.gpus}")
         spec = presets.get(opts.preset)
         changes = {k: v for k, v in (("workers", opts.workers), ("per_gpu", opts.per_gpu),
                                       ("gpu_mem_gib", opts.pack_by_memory)) if v is not None}
@@ -159,8 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     recorded = f"; the run itself spanned {got['recorded'] / 60:.1f}" if "recorded" in got else ""
+    ratio = f" ({got['backfill'] / got['strict']:.2f}x)" if got["strict"] > 0 else ""
     print(f"{spec.name}, last {opts.last} records: strict order {got['strict'] / 60:.1f} minutes, bounded backfill "
-          f"{got['backfill'] / 60:.1f} ({got['backfill'] / got['strict']:.2f}x){recorded}")
+          f"{got['backfill'] / 60:.1f}{ratio}{recorded}")
     return 0
 
 

@@ -151,7 +151,8 @@ class WorkerPool:
         self.left = 0
         """Trials not run: ended by a cell's stop rule (max failures) or by the clock (left_by_time)."""
         self.left_by_time = 0
-        """Of `left`, those not started because --max-time passed (or the pool was stopped)."""
+        """Of `left`, those not started because --max-time passed (or the pool was stopped: then
+        run() raises, and nobody reads it)."""
         self.running = 0
         self.interrupted = False
         self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
@@ -232,11 +233,17 @@ class WorkerPool:
                     return
                 with self.lock:
                     # A trial popped before the deadline may wait minutes for a GPU slot; it must
-                    # not start after --max-time (an H200 call overran its budget that way).
-                    late = self.deadline is not None and time.monotonic() >= self.deadline
+                    # not start after --max-time (an H200 call overran its budget that way), nor
+                    # after its cell's stop rule ended the cell while it waited.
+                    state = self.states[trial.cell]
+                    stopped = state.stopped(self.spec.max_failures)
+                    late = stopped or (self.deadline is not None and time.monotonic() >= self.deadline)
                     if late:
                         self.left += 1
-                        self.left_by_time += 1
+                        if stopped:
+                            state.skipped_by_rule += 1
+                        else:
+                            self.left_by_time += 1
                     else:
                         self.running += 1
                 if late:

@@ -254,6 +254,12 @@ def test_every_harness_command_in_the_readme_parses():
     assert len(checked) >= 10
     for cmd in checked:
         build_parser().parse_args(shlex.split(cmd))
+    from harness import packing
+
+    replays = re.findall(r"^python3? -m harness\.packing (.+?)(?:  #.*)?$", text, flags=re.MULTILINE)
+    assert replays
+    for cmd in replays:
+        packing.build_parser().parse_args(shlex.split(cmd))
 
 
 def test_matrix_summary_says_which_trials_the_clock_left_and_which_the_failure_rule_left(tmp_path, capsys):
@@ -270,6 +276,12 @@ def test_matrix_summary_says_which_trials_the_clock_left_and_which_the_failure_r
     by_time = 12 - ran - 5   # bad's 5 after its first failure go to the rule
     assert by_time > 0, line
     assert line.endswith(f"{12 - ran} left (5 by the failure rule, {by_time} not started before --max-time)"), line
+    # A fresh store: 6 slow trials after bad's first cannot all start within 0.5 s.
+    spec = _write_spec(tmp_path, trials=6, workers=1, max_failures=1, store=str(tmp_path / "store2"),
+                       workloads={"bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"],
+                                          "timeout_s": 30}, "slow": slow},
+                       groups=[{"workloads": ["bad"], "strategies": ["raw"]},
+                               {"workloads": ["slow"], "strategies": ["raw"]}])
     assert main(["matrix", "--file", str(spec), "--no-live", "--json", "--max-time", "0.5"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["left"] >= out["left_by_time"] > 0
+    assert out["left"] == 5 + out["left_by_time"] and out["left_by_time"] > 0

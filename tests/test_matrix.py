@@ -413,6 +413,18 @@ def test_gpu_slots_backfill_a_slot_the_head_cannot_use_but_only_max_bypass_times
         _waiter(slots, order, "big2", 6, stop)               # 10 + 6 > 12: waits
         _waiter(slots, order, "small3", 1, stop)
         assert order[4:] == [("small3", [0])]
+        # A head that gives up leaves with its count: behind the next one, passes start again.
+        slots4 = GpuSlots(1, per_gpu=4, max_bypass=1)
+        assert slots4.acquire(1, stop, weight=2) == [0]
+        order4 = []
+        quits = threading.Event()
+        _waiter(slots4, order4, "head", 3, quits)            # 2 + 3 > 4: waits
+        _waiter(slots4, order4, "passer", 1, stop)           # the one pass it allows
+        _waiter(slots4, order4, "next-head", 3, stop)        # cannot pass: count used up
+        quits.set()
+        time.sleep(0.6)
+        _waiter(slots4, order4, "behind", 1, stop)           # 3 of 4 in use, next-head does not fit
+        assert order4 == [("passer", [0]), ("head", None), ("behind", [0])]
         # A waiter passes a head that does not fit...
         slots2 = GpuSlots(1, per_gpu=4, max_bypass=10)
         assert slots2.acquire(1, stop, weight=3) == [0]
@@ -474,6 +486,29 @@ def test_pending_packs_the_estimate_as_the_pool_would(tmp_path, capsys):
     # As the pool runs them: two big trials at once, the third after them (the CPU ones beside).
     assert plans["big:raw@-"].pending_indices == (1, 2, 3) and plans["big:raw@-"].slots == 6
     assert "(harness.packing.simulate, the stored medians): ~4 minutes of wall time; in strict order ~4" in out
+
+
+def test_pending_replays_backfill_where_strict_order_would_leave_slots_idle(tmp_path, capsys):
+    from harness.cli import _print_pending
+    from harness.packing import Job, simulate
+
+    # small (1 of 4 slots, 10 min) before big (3 slots, 1 min) in cell order; 4 pending each, run
+    # as index 1 small, index 1 big, index 2 small, ...: strict order leaves slots idle behind a
+    # big trial that does not fit, backfill fills them.
+    d = _spec(tmp_path, trials=5, workers=16, per_gpu=4)
+    d["workloads"] = {"small": {**_cmd("pass"), "gpus": 1, "gpu_slots": 1},
+                      "big": {**_cmd("pass"), "gpus": 1, "gpu_slots": 3}}
+    spec = spec_from_dict(d)
+    store = Store(tmp_path / "store")
+    for cell, seconds in (("small:raw@-", 600.0), ("big:raw@-", 60.0)):
+        store.append(TrialResult(trial_id=f"t/{cell}/0", cell=cell, trial_index=0, outcome=Outcome.OK,
+                                 duration_s=seconds))
+    jobs = [Job(600.0, 1, 1), Job(60.0, 1, 3)] * 4
+    want = {b: simulate(jobs, workers=16, num_gpus=1, per_gpu=4, max_bypass=b).wall_s / 60 for b in (None, 0)}
+    assert round(want[None]) < round(want[0])
+    _print_pending(spec)
+    out = capsys.readouterr().out
+    assert f"~{want[None]:.0f} minutes of wall time; in strict order ~{want[0]:.0f}" in out
 
 
 def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_path, capsys):

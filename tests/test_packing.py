@@ -14,6 +14,9 @@ def test_admit_serves_the_head_and_lets_a_later_waiter_pass_only_a_head_that_doe
     assert admit(queue, 1, [2], 4, bypassed=0, max_bypass=0) is None     # strict order
     assert admit(queue, 1, [4], 4, bypassed=0, max_bypass=4) is None     # it does not fit either
     assert admit([(2, 1)], 0, [3, 0, 1], 4, bypassed=0, max_bypass=4) == [1, 2]   # least loaded GPUs
+    # Behind the head, order holds too: waiter 2 does not take the slots waiter 1 fits in.
+    assert admit([(1, 6), (1, 2), (1, 1)], 2, [9], 12, bypassed=0, max_bypass=1) is None
+    assert admit([(1, 6), (1, 4), (1, 1)], 2, [9], 12, bypassed=0, max_bypass=1) == [0]
 
 
 def test_backfill_finishes_a_mixed_queue_sooner_than_strict_order():
@@ -49,6 +52,20 @@ def test_the_bound_on_passes_keeps_a_big_trial_from_waiting_behind_every_small_o
     assert bounded.starts[1] < unbounded.starts[1]
 
 
+def test_each_head_has_its_own_count_of_passes():
+    # As above, then a second 2-slot trial (F) after three small ones: once the first big one has
+    # started, the count starts again, and g passes F at 25 although two passed the first head.
+    a, big, small = Job(5, 1, 1), Job(10, 1, 2), Job(10, 1, 1)
+    got = simulate([a, big, small, small, small, big, small, small], workers=10, num_gpus=1, per_gpu=2,
+                   max_bypass=2)
+    assert got.starts[:7] == (0, 15, 0, 5, 25, 45, 25)
+
+
+def test_a_job_that_can_never_start_is_an_error_not_a_wall_time():
+    with pytest.raises(ValueError, match="can never start"):
+        simulate([Job(10)], workers=0, num_gpus=0, per_gpu=4)
+
+
 def test_replay_last_packs_a_runs_records_at_the_slots_the_store_before_it_gave(tmp_path):
     from harness.outcome import Outcome, TrialResult
     from harness.packing import replay_last
@@ -72,9 +89,16 @@ def test_replay_last_packs_a_runs_records_at_the_slots_the_store_before_it_gave(
             replay_last(spec, run, bad)
 
 
-def test_packing_main_rejects_bad_input_with_one_line_and_exit_2(capsys):
+@pytest.mark.parametrize("argv,needle", [
+    (["--preset", "no-such-preset", "--last", "3"], "unknown preset"),
+    (["--preset", "gpu-campaign", "--last", "3", "--gpus", "0"], "--gpus must be at least 1"),
+    (["--preset", "gpu-campaign", "--last", "three"], "invalid int value"),
+])
+def test_packing_main_rejects_bad_input_with_one_line_and_exit_2(capsys, argv, needle):
     from harness.packing import main
 
-    assert main(["--preset", "no-such-preset", "--last", "3"]) == 2
+    with pytest.raises(SystemExit) as info:
+        raise SystemExit(main(argv))
+    assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: unknown preset")
+    assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0], err
