@@ -300,6 +300,16 @@ def test_a_trial_waiting_for_a_gpu_slot_does_not_start_after_the_deadline(tmp_pa
     assert done.ran == 1 and done.left == 2 and done.left_by_time == 2
 
 
+def test_a_trial_whose_cell_stopped_while_it_waited_for_a_slot_is_left_to_the_rule(tmp_path):
+    # 3 workers pop bad's 3 trials at once; one GPU slot runs them one at a time. The first fails
+    # and max_failures 1 stops the cell: the two waiting must not run once they get the slot.
+    w = {**_cmd("import sys, time; time.sleep(0.3); sys.exit(1)"), "gpus": 1}
+    spec = spec_from_dict(_spec(tmp_path, trials=3, workers=3, per_gpu=1, max_failures=1,
+                                workloads={"bad": w}))
+    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=1)
+    assert (done.ran, done.left, done.left_by_time) == (1, 2, 0)
+
+
 def test_resume_reruns_out_of_memory_trials_and_pending_counts_them(tmp_path, capsys):
     # A RESOURCE record measured the packing, not the cell: the next run tries that trial again.
     spec = spec_from_dict(_spec(tmp_path, trials=2, max_failures=1, workloads={"ok": _cmd("pass"),
