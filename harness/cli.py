@@ -311,7 +311,7 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
     cell's median stored duration, else the median over the whole store) to plan device time:
     summed, and packed as the pool would pack them on `gpus` GPUs (CellPlan.share)."""
     from harness import packing, stats
-    from harness.matrix import memory_peaks, pending_plan
+    from harness.matrix import memory_peaks, pending_plan, pool_order
     from harness.store import Store
 
     plans = pending_plan(spec, gpus=gpus)
@@ -338,13 +338,12 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
           f"{estimate}")
     if fallback and pending:
         # The bound above assumes perfect packing; the pool packs in order, with bounded backfill.
-        order = {p.cell: k for k, p in enumerate(plans)}
-        jobs = [packing.Job(seconds=p.median_s or fallback, need=p.gpus, weight=p.slots)
-                for _, _, p in sorted((i, order[p.cell], p) for p in plans for i in p.pending_indices)]
-        run = {b: packing.simulate(jobs, workers=spec.workers, num_gpus=gpus,
-                                   per_gpu=spec.per_gpu, max_bypass=b).wall_s for b in (None, 0)}
-        print(f"as the pool would run them (harness.packing.simulate, the stored medians): ~{run[None] / 60:.0f} "
-              f"minutes of wall time; in strict order ~{run[0] / 60:.0f}")
+        key = pool_order([p.cell for p in plans])
+        queued = sorted(((p, i) for p in plans for i in p.pending_indices), key=lambda pi: key(pi[0].cell, pi[1]))
+        jobs = [packing.Job(seconds=p.median_s or fallback, need=p.gpus, weight=p.slots) for p, _ in queued]
+        run = packing.strict_and_backfill(jobs, workers=spec.workers, num_gpus=gpus, per_gpu=spec.per_gpu)
+        print(f"as the pool would run them (harness.packing.simulate, the stored medians): ~{run['backfill'] / 60:.0f} "
+              f"minutes of wall time; in strict order ~{run['strict'] / 60:.0f}")
     for peak in memory_peaks(spec, records):
         print(f"GPU memory, {peak.line()}")
 

@@ -302,6 +302,14 @@ def plan_json(choice: PlanChoice, seed: int) -> dict[str, Any] | None:
         raise MatrixError(f"malformed plan {choice.name!r}: {e}") from None
 
 
+def pool_order(cell_names: Sequence[str]) -> Callable[[str, int], tuple[int, int]]:
+    """The order the pool starts trials in, as a sort key of (cell, trial index): trial 0 of every
+    cell, then trial 1, ..., so that a time limit leaves cells evenly covered. `run_matrix` starts
+    them so; `--pending` and `python -m harness.packing` replay that order."""
+    place = {name: k for k, name in enumerate(cell_names)}
+    return lambda cell, index: (index, place[cell])
+
+
 def done_ids(records: Sequence[TrialResult]) -> set[str]:
     """Trial ids a resumed run skips: every stored one except a trial that ran out of device
     memory (RESOURCE): that measured the packing, not the cell, so the next run (with its own
@@ -463,13 +471,12 @@ def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
         for r in held:
             state.add(r)
         stopped = state.stopped(spec.max_failures)
-        mine = {t.trial_id for t in trials if t.cell == cell.name}
+        mine = [t for t in trials if t.cell == cell.name]
         share = 1 / spec.workers
         if cell.workload.gpus:
             share = max(share, min(1.0, cell.workload.gpus * slots[cell.name] / (spec.per_gpu * max(gpus, 1))))
         done = done_ids(held)
-        todo = () if stopped else tuple(sorted(t.trial_index for t in trials
-                                               if t.cell == cell.name and t.trial_id not in done))
+        todo = () if stopped else tuple(sorted(t.trial_index for t in mine if t.trial_id not in done))
         plans.append(CellPlan(
             cell=cell.name, planned=len(mine), stored=state.runs, failures=state.failures,
             other=state.timeouts + state.resources + state.errors,
@@ -525,9 +532,8 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     states = {name: CellState(name=name) for name in cells}
     for r in existing:
         states[r.cell].add(r)
-    # Trial 0 of every cell, then trial 1, ...: a time limit leaves cells evenly covered.
-    order = {name: k for k, name in enumerate(cells)}
-    pending = sorted((t for t in trials if t.trial_id not in done), key=lambda t: (t.trial_index, order[t.cell]))
+    key = pool_order(list(cells))
+    pending = sorted((t for t in trials if t.trial_id not in done), key=lambda t: key(t.cell, t.trial_index))
     gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
     for line in memory_warnings(spec, existing, {cells[t.cell].workload.name for t in pending}):
         stream.write(line + "\n")

@@ -104,6 +104,12 @@ def simulate(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int,
     return Replay(wall_s=now, starts=tuple(starts))
 
 
+def strict_and_backfill(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int) -> dict[str, float]:
+    """Wall seconds of `jobs` in strict order (max_bypass 0) and with GpuSlots' bounded backfill."""
+    return {name: simulate(jobs, workers=workers, num_gpus=num_gpus, per_gpu=per_gpu, max_bypass=b).wall_s
+            for name, b in (("strict", 0), ("backfill", None))}
+
+
 def replay_last(spec, records: Sequence, last: int, *, num_gpus: int = 1) -> dict[str, float]:
     """The last `last` records of a store (one run's, as `harness merge` appends them) replayed as
     the pool packs them, in strict order and with backfill, at their recorded durations and at
@@ -111,7 +117,7 @@ def replay_last(spec, records: Sequence, last: int, *, num_gpus: int = 1) -> dic
     from its records' start times, to check the replay against."""
     from datetime import datetime
 
-    from harness.matrix import cell_slots
+    from harness.matrix import cell_slots, pool_order
 
     if not 0 < last <= len(records):
         raise ValueError(f"--last must be between 1 and the store's {len(records)} records, not {last}")
@@ -121,11 +127,10 @@ def replay_last(spec, records: Sequence, last: int, *, num_gpus: int = 1) -> dic
     if unknown:
         raise ValueError(f"records of cells matrix {spec.name!r} does not have: {', '.join(unknown[:3])}")
     slots = cell_slots(spec, before)
-    order = {name: k for k, name in enumerate(cells)}
-    run = sorted(run, key=lambda r: (r.trial_index, order[r.cell]))
+    key = pool_order(list(cells))
+    run = sorted(run, key=lambda r: key(r.cell, r.trial_index))
     jobs = [Job(seconds=r.duration_s, need=cells[r.cell].workload.gpus, weight=slots[r.cell]) for r in run]
-    out = {name: simulate(jobs, workers=spec.workers, num_gpus=num_gpus, per_gpu=spec.per_gpu,
-                          max_bypass=b).wall_s for name, b in (("strict", 0), ("backfill", None))}
+    out = strict_and_backfill(jobs, workers=spec.workers, num_gpus=num_gpus, per_gpu=spec.per_gpu)
     try:
         starts = [datetime.fromisoformat(r.started_at).timestamp() for r in run]
         out["recorded"] = max(s + r.duration_s for s, r in zip(starts, run)) - min(starts)

@@ -202,25 +202,30 @@ class WorkerPool:
         if stuck:
             raise RuntimeError(f"matrix workers still running after their deadline: {stuck}")
 
+    def _stopped(self, trial: TrialSpec) -> bool:
+        return self.states[trial.cell].stopped(self.spec.max_failures)
+
+    def _leave(self, trial: TrialSpec) -> None:
+        """Count a trial not run (under self.lock): to its cell's stop rule if that has ended the
+        cell, else to the clock."""
+        self.left += 1
+        if self._stopped(trial):
+            self.states[trial.cell].skipped_by_rule += 1
+        else:
+            self.left_by_time += 1
+
     def _next(self) -> TrialSpec | None:
         with self.lock:
             while self.pending and not self.stop.is_set():
                 if self.deadline is not None and time.monotonic() >= self.deadline:
                     break
                 trial = self.pending.popleft()
-                state = self.states[trial.cell]
-                if state.stopped(self.spec.max_failures):
-                    state.skipped_by_rule += 1
-                    self.left += 1
+                if self._stopped(trial):
+                    self._leave(trial)
                     continue
                 return trial
-            # What the clock cut: the trials of cells their stop rule had not already ended.
-            for trial in self.pending:
-                if self.states[trial.cell].stopped(self.spec.max_failures):
-                    self.states[trial.cell].skipped_by_rule += 1
-                else:
-                    self.left_by_time += 1
-            self.left += len(self.pending)
+            for trial in self.pending:   # what the clock cut, or the rule had already ended
+                self._leave(trial)
             self.pending.clear()
             return None
 
@@ -235,15 +240,9 @@ class WorkerPool:
                     # A trial popped before the deadline may wait minutes for a GPU slot; it must
                     # not start after --max-time (an H200 call overran its budget that way), nor
                     # after its cell's stop rule ended the cell while it waited.
-                    state = self.states[trial.cell]
-                    stopped = state.stopped(self.spec.max_failures)
-                    late = stopped or (self.deadline is not None and time.monotonic() >= self.deadline)
+                    late = self._stopped(trial) or (self.deadline is not None and time.monotonic() >= self.deadline)
                     if late:
-                        self.left += 1
-                        if stopped:
-                            state.skipped_by_rule += 1
-                        else:
-                            self.left_by_time += 1
+                        self._leave(trial)
                     else:
                         self.running += 1
                 if late:
