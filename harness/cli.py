@@ -14,6 +14,7 @@
     python -m harness resign [--store DIR ...]
     python -m harness retire --store DIR --cells GLOB[,GLOB] --reason TEXT
     python -m harness merge SRC [SRC ...] --into DIR
+    python -m harness pack [--store DIR ...]
     python -m harness crosstab FIX [--family NAME ...] [--cells GLOB ...] [--without FIX ...] [--store DIR ...]
                                [--json]
     python -m harness run SPEC.json [--artefacts DIR]
@@ -136,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("sources", nargs="+", help="store folder(s) to read")
     mg.add_argument("--into", required=True, help="the store folder that receives their records")
 
+    pk = sub.add_parser("pack", help="pack a store's finished trial folders into one zip each (read as before)")
+    pk.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
+
     ct = sub.add_parser("crosstab", help="does a fix go with a failure family: trials with it vs without")
     from harness.crosstab import add_arguments as crosstab_arguments
 
@@ -246,6 +250,8 @@ def _dispatch(opts: argparse.Namespace) -> int:
         return cmd_retire(opts)
     if opts.command == "merge":
         return cmd_merge(opts)
+    if opts.command == "pack":
+        return cmd_pack(opts)
     if opts.command == "price":
         from harness.pricing import main as cmd_price
 
@@ -420,6 +426,21 @@ def cmd_retire(opts: argparse.Namespace) -> int:
     except RetireError as e:
         raise UsageError(str(e)) from None
     print(done.line())
+    return 0
+
+
+def cmd_pack(opts: argparse.Namespace) -> int:
+    from harness.pack import PackError, check, pack_store
+
+    stores = _stores(opts)
+    try:
+        for store in stores:        # every store checked before any is packed: bad input writes nothing
+            check(store)
+    except PackError as e:
+        raise UsageError(str(e)) from None
+    for store in stores:
+        for done in pack_store(store):
+            print(done.line())
     return 0
 
 

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,9 +136,11 @@ def _try_pyspy(exe: str, pid: int, out: Path, errors: list[str]) -> HangDump | N
     return None
 
 
-def read_pyspy_json(path: str | os.PathLike[str]) -> tuple[ThreadStack, ...]:
-    """The threads of a stored `pyspy.json` (a trial's artefact): report excerpts, resign."""
-    return parse_pyspy_json(json.loads(Path(path).read_text(encoding="utf-8")))
+def read_pyspy_json(path: str | os.PathLike[str] | zipfile.Path) -> tuple[ThreadStack, ...]:
+    """The threads of a stored `pyspy.json` (a trial's artefact, in its folder or packed:
+    harness.pack): report excerpts, resign."""
+    path = path if isinstance(path, zipfile.Path) else Path(path)
+    return parse_pyspy_json(json.loads(path.read_text(encoding="utf-8")))
 
 
 def parse_pyspy_json(data: object) -> tuple[ThreadStack, ...]:

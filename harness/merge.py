@@ -25,13 +25,15 @@ import dataclasses
 import json
 import os
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.matrix import done_ids
 from harness.outcome import Outcome, TrialResult
+from harness.pack import unpack_into
 from harness.retire import REASONS_NAME, RETIRED_NAME
-from harness.store import ARTEFACTS_NAME, TRIALS_NAME, Store, StoreError, safe_name
+from harness.store import ARTEFACTS_NAME, PACKED_SUFFIX, TRIALS_NAME, Store, StoreError, safe_name
 
 
 class MergeError(ValueError):
@@ -157,12 +159,16 @@ def _copy_artefacts(src: Store, into: Store, old: TrialResult, new: TrialResult)
         return new
     # A renumbered record is its new id's first: no `-attempt<n>` suffix, so that a later retry
     # of it (Store.artefacts_dir, attempt 1) cannot land in its folder.
-    name = folder.name if new.trial_id == old.trial_id else safe_name(new.trial_id)
+    name = Path(old.artefacts).name if new.trial_id == old.trial_id else safe_name(new.trial_id)
     target = into.root / ARTEFACTS_NAME / name
     try:
         if target.exists():
             shutil.rmtree(target)
-        shutil.copytree(folder, target)
+        target.with_name(name + PACKED_SUFFIX).unlink(missing_ok=True)   # never read beside a folder
+        if isinstance(folder, zipfile.Path):      # a packed source (harness.pack): copied as a folder
+            unpack_into(folder, target)
+        else:
+            shutil.copytree(folder, target)
         if new.trial_id != old.trial_id:
             _rename_inside(target, new)
     except OSError as exc:

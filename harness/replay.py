@@ -22,7 +22,7 @@ from harness.pool import with_run_dir
 from harness.outcome import TrialResult
 from harness.spec import InvalidSpec, TrialSpec
 from harness.report import trial_stores
-from harness.store import ARTEFACTS_NAME, Store, safe_name
+from harness.store import ARTEFACTS_NAME, ArtefactPath, Store, StoreError, safe_name
 
 REPLAYS_NAME = "replays"
 
@@ -42,10 +42,17 @@ def find_trial(trial_id: str, store_dirs: list[Path]) -> tuple[TrialResult, Path
 
 
 def load_trial_spec(record: TrialResult, store_dir: Path) -> TrialSpec:
-    # The store's own layout first: the recorded path may be relative to another working folder.
-    path = store_dir / ARTEFACTS_NAME / safe_name(record.trial_id) / "spec.json"
-    if not path.exists():
-        path = Path(record.artefacts) / "spec.json"
+    # The store's own layout first (the folder or its zip, harness.pack): the recorded path may
+    # be relative to another working folder.
+    try:
+        art = Store(store_dir).artefacts_of(record)
+    except StoreError as e:
+        raise ReplayError(str(e)) from None
+    candidates: list[ArtefactPath] = [art / "spec.json"] if art is not None else []
+    candidates.append(store_dir / ARTEFACTS_NAME / safe_name(record.trial_id) / "spec.json")
+    if record.artefacts:
+        candidates.append(Path(record.artefacts) / "spec.json")
+    path = next((c for c in candidates if c.exists()), candidates[-1])
     if not path.exists():
         rebuilt = spec_from_matrix(record, store_dir)
         if rebuilt is not None:

@@ -22,12 +22,13 @@ import fnmatch
 import json
 import os
 import shutil
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.outcome import TrialResult
-from harness.store import ARTEFACTS_NAME, TRIALS_NAME, Store, StoreError
+from harness.store import ARTEFACTS_NAME, PACKED_SUFFIX, TRIALS_NAME, Store, StoreError
 
 RETIRED_NAME = "retired"
 REASONS_NAME = "reasons.jsonl"
@@ -100,17 +101,21 @@ def retire(store_dir: str | os.PathLike[str], globs: Sequence[str], reason: str,
 def _move_artefacts(store: Store, dest: Store, record: TrialResult) -> TrialResult:
     """The record with its artefacts folder moved under `dest` (a fresh name if a record of the
     same trial id was retired before: a cell retired twice keeps both)."""
-    src = store.artefacts_of(record)
-    if src is None or not src.is_dir():
+    art = store.artefacts_of(record)
+    if art is None or not art.is_dir():
         return record
+    # A packed trial (harness.pack) moves as its zip, under the name its folder would have had.
+    packed = isinstance(art, zipfile.Path)
+    src = Path(art.root.filename) if packed else art
+    name = Path(record.artefacts).name
     target_dir = dest.root / ARTEFACTS_NAME
     target_dir.mkdir(parents=True, exist_ok=True)
-    target, n = target_dir / src.name, 1
-    while target.exists():
+    target, n = target_dir / name, 1
+    while target.exists() or target.with_name(target.name + PACKED_SUFFIX).exists():
         n += 1
-        target = target_dir / f"{src.name}-retired{n}"
+        target = target_dir / f"{name}-retired{n}"
     try:
-        shutil.move(str(src), str(target))
+        shutil.move(str(src), str(target.with_name(target.name + PACKED_SUFFIX) if packed else target))
     except OSError as exc:
         raise StoreError(f"cannot move {src} to {target}: {exc.strerror or exc}") from None
     prefix = Path(record.artefacts).parent.parent      # the store as the record named it

@@ -21,7 +21,7 @@ from harness.report import trial_stores
 from harness.retire import RETIRED_NAME, reasons, with_retired
 from harness.runner import NATIVE_STACK_NAME, OUTPUT_NAME
 from harness.spec import TrialSpec
-from harness.store import Store
+from harness.store import ArtefactPath, Store
 
 TRACEBACK_FRAMES = 8
 NATIVE_FRAMES = 10
@@ -87,10 +87,10 @@ def render(record: TrialResult, store_dir: Path) -> str:
     return "\n".join(out)
 
 
-def _read(path: Path) -> str | None:
+def _read(path: ArtefactPath) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    except (OSError, KeyError):      # KeyError: a packed trial without that file (zipfile.Path)
         return None
 
 

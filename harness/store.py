@@ -1,5 +1,9 @@
 """Append-only result store: `<root>/trials.jsonl` plus `<root>/artefacts/<safe trial id>/`.
 
+A finished trial's folder may be packed into `<safe trial id>.zip` beside it (`python -m harness
+pack`, harness.pack): `artefacts_of` then hands back a `zipfile.Path`, which readers use as they
+use a folder (`/`, `is_file`, `read_text`).
+
 Crash safety: each record is one line written by a single `os.write` on an `O_APPEND` fd and
 then fsync'd, so concurrent appends from the matrix's threads never interleave inside a line,
 and a harness killed mid-write leaves at most one torn line, always the last one and always
@@ -18,12 +22,17 @@ import os
 import re
 import tempfile
 import threading
+import zipfile
 from pathlib import Path
 
 from harness.outcome import TrialResult
 
 TRIALS_NAME = "trials.jsonl"
 ARTEFACTS_NAME = "artefacts"
+PACKED_SUFFIX = ".zip"
+
+ArtefactPath = Path | zipfile.Path
+"""A trial's artefacts: its folder, or the zip it was packed into (harness.pack)."""
 
 
 class StoreError(Exception):
@@ -50,11 +59,24 @@ class Store:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def artefacts_of(self, record: TrialResult) -> Path | None:
+    def artefacts_of(self, record: TrialResult) -> ArtefactPath | None:
         """Where this store keeps `record`'s artefacts: its folder under the store's own
-        `artefacts/` (the recorded path may be relative to another working folder); None if the
-        record has none."""
-        return self.root / ARTEFACTS_NAME / Path(record.artefacts).name if record.artefacts else None
+        `artefacts/` (the recorded path may be relative to another working folder), or that
+        folder packed as `<name>.zip`; None if the record has none. The zip wins where both are
+        there: it is written whole before its folder goes (harness.pack), and a folder beside it
+        is one a pack stopped before removing, or an empty shell (the device's copy of a checkout
+        whose packing was not yet committed had every packed trial's folder, empty: call 44,
+        2026-12-01, REPORT.md)."""
+        if not record.artefacts:
+            return None
+        folder = self.root / ARTEFACTS_NAME / Path(record.artefacts).name
+        packed = folder.with_name(folder.name + PACKED_SUFFIX)
+        if packed.is_file():
+            try:
+                return zipfile.Path(packed)
+            except (zipfile.BadZipFile, OSError) as e:
+                raise StoreError(f"packed artefacts {packed} cannot be read: {e}") from None
+        return folder
 
     def append(self, result: TrialResult) -> None:
         data = _line(result)

@@ -183,3 +183,46 @@ def test_a_bench_phase_with_a_gpu_count_runs_the_seed_topology(tmp_path):
     assert plain[-4:] == ["--set", "fixes=", "--set", "compile.mode=none"]
     assert topo[-10:] == [a for kv in topology_sets(4) for a in ("--set", kv)]
     assert "devices.drafter_devices=cuda:1,cuda:2,cuda:3" in topo and "--preset" in topo
+
+
+def test_unpacking_packs_the_calls_new_trials_and_an_empty_shell_does_not_shadow_a_zip(tmp_path):
+    """The checkout's trials are zips (harness pack); the device's copy of an uncommitted pack
+    held their folders empty (call 44, 2026-12-01): stores.tgz leaves zips out, the merge keeps the
+    checkout's zip, and the call's new trial comes in packed."""
+    import sys
+
+    from harness.outcome import Outcome, TrialResult
+    from harness.pack import pack_store
+    from harness.store import Store, safe_name
+
+    def add(root, i, started, text):
+        tid = f"gpu-x/a@-/{i}"
+        art = Store(root).artefacts_dir(tid)
+        (art / "output.txt").write_text(text)
+        Store(root).append(TrialResult(trial_id=tid, cell="a@-", trial_index=i, outcome=Outcome.OK, duration_s=1.0,
+                                       started_at=started, artefacts=f"results/gpu-x/artefacts/{art.name}"))
+
+    repo = tmp_path / "repo"
+    base = repo / "results" / "gpu-x"
+    add(base, 0, "2026-12-01T10:00:00+00:00", "checkout's\n")
+    pack_store(base)
+    device = tmp_path / "device" / "gpu-x"
+    (device / "artefacts").mkdir(parents=True)
+    (device / "trials.jsonl").write_bytes((base / "trials.jsonl").read_bytes())
+    (device / "artefacts" / safe_name("gpu-x/a@-/0")).mkdir()             # the empty shell
+    add(device, 1, "2026-12-01T11:00:00+00:00", "the call's\n")
+    files = _call_files(tmp_path / "files44", device, "call 44\n")
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(["bash", str(UNPACK), str(files), "44"], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (base / "artefacts").iterdir()) == [
+        safe_name(f"gpu-x/a@-/{i}") + ".zip" for i in (0, 1)]
+    store = Store(base)
+    assert [(store.artefacts_of(r) / "output.txt").read_text() for r in store.load()] == ["checkout's\n", "the call's\n"]
+
+
+def test_the_call_leaves_packed_trials_out_of_stores_tgz():
+    text = SCRIPT.read_text()
+    line = next(line for line in text.splitlines() if line.startswith('tar czf "$OUT/stores.tgz"'))
+    assert "--exclude='*/artefacts/*.zip'" in line

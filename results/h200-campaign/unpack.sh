@@ -20,10 +20,15 @@ log=results/h200-campaign/call$n-log.txt
 py=${PYTHON:-python3}; [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && py=.venv/bin/python
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 tar xzf "$src/stores.tgz" -C "$tmp" || { echo "error: $src/stores.tgz does not unpack" >&2; exit 2; }
+packs=()
 for store in "$tmp"/results/*/; do
   [ -f "$store/trials.jsonl" ] || continue
   "$py" -m harness merge "$store" --into "results/$(basename "$store")"
+  packs+=(--store "results/$(basename "$store")")
 done
+# The new trials' folders, one zip each (harness pack): the checkout travels to the device whole,
+# under 64 MiB, and thousands of small files had filled it (2026-12-01, REPORT.md).
+[ ${#packs[@]} = 0 ] || "$py" -m harness pack "${packs[@]}"
 # A `price` phase's records (harness price) come back as price.jsonl, without a call number.
 rec=(); [ -f "$src/price.jsonl" ] && rec=(--records "$src/price.jsonl")
 "$py" -m harness.benches "$src/log.txt" "$n" --into results/h200-campaign/benches.jsonl "${rec[@]}"
