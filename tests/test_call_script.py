@@ -6,6 +6,7 @@ unknown phase must end at once and still leave log.txt and call.tgz.
 """
 
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -213,9 +214,12 @@ def test_unpacking_packs_the_calls_new_trials_and_an_empty_shell_does_not_shadow
     add(device, 1, "2026-12-01T11:00:00+00:00", "the call's\n")
     files = _call_files(tmp_path / "files44", device, "call 44\n")
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     proc = subprocess.run(["bash", str(UNPACK), str(files), "44"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+    assert "packed 1 trial folder(s)" in proc.stdout
+    assert re.search(r"the checkout a device call ships: about \d+ MiB on disk of the 64 MiB limit", proc.stdout)
     assert sorted(p.name for p in (base / "artefacts").iterdir()) == [
         safe_name(f"gpu-x/a@-/{i}") + ".zip" for i in (0, 1)]
     store = Store(base)
