@@ -11,7 +11,9 @@ every call.
 
 Only folders a record of the store (or of its `retired/` store) names are packed: a folder
 without a record is a trial in flight or one an interruption left to rerun, and the runner writes
-into it. Zips are byte-for-byte reproducible (members sorted, fixed timestamps), so packing the
+into it. A dflash trial's `run/` (the trainer's checkpoints and export, `pool.with_run_dir`; git
+ignores it and call.sh leaves it out of stores.tgz) is neither packed nor removed: it stays in the
+folder, which then holds nothing else. Zips are byte-for-byte reproducible (members sorted, fixed timestamps), so packing the
 same folder twice gives the same file. Order of writes per folder: the zip is written to a
 temporary name, flushed and renamed into place, then the folder is removed; an interruption
 leaves a stray temporary (removed by the next pack) or the folder beside a whole zip (the zip is
@@ -30,6 +32,8 @@ from pathlib import Path
 
 from harness.retire import RETIRED_NAME
 from harness.store import ARTEFACTS_NAME, PACKED_SUFFIX, TRIALS_NAME, Store, StoreError
+
+RUN_DIR = "run"
 
 # 1980-01-01, zip's epoch: a member's time would otherwise change the archive's bytes per pack.
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
@@ -94,13 +98,33 @@ def _pack_one(store: Store) -> Packed:
     return done
 
 
+def _trial_files(folder: Path) -> list[Path]:
+    """The files a pack keeps: all but the trainer's `run/`."""
+    return sorted(p for p in folder.rglob("*") if (p.is_file() or p.is_symlink())
+                  and p.relative_to(folder).parts[0] != RUN_DIR)
+
+
+def _remove_packed(folder: Path) -> None:
+    """The folder's packed files gone; `run/` stays, and the folder with it."""
+    for child in folder.iterdir():
+        if child.name == RUN_DIR and child.is_dir() and not child.is_symlink():
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    if not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def _pack_folder(folder: Path) -> tuple[int, int]:
-    """Zip `folder` to `<folder>.zip` and remove it: (files packed, their bytes)."""
-    members = sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+    """Zip `folder` to `<folder>.zip` and remove what was packed: (files packed, their bytes)."""
+    members = _trial_files(folder)
     target = folder.with_name(folder.name + PACKED_SUFFIX)
     fd, tmp = tempfile.mkstemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp")
     size = 0
     try:
+        os.fchmod(fd, 0o644)                    # mkstemp's 0600 would differ from the files packed
         with os.fdopen(fd, "wb") as fh:
             with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
                 for path in members:
@@ -115,40 +139,49 @@ def _pack_folder(folder: Path) -> tuple[int, int]:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+        # The rename reaches the disk before the folder goes: else a crash could lose both.
+        dfd = os.open(folder.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise StoreError(f"cannot pack {folder}: {e.strerror or e}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    shutil.rmtree(folder)
+    _remove_packed(folder)
     return len(members), size
 
 
 def _drop_packed_folder(folder: Path) -> None:
-    """Remove a folder whose zip is already there (an interrupted pack, or an empty shell), once
-    every file in it is in the zip with the same bytes; else StoreError and both stay."""
+    """Remove what a folder beside its zip holds (an interrupted pack, an empty shell; `run/`
+    stays), once every such file is in the zip with the same bytes; else StoreError and both stay."""
     packed = folder.with_name(folder.name + PACKED_SUFFIX)
     try:
         with zipfile.ZipFile(packed) as zf:
             held = set(zf.namelist())
-            for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            for path in _trial_files(folder):
                 name = path.relative_to(folder).as_posix()
                 if name not in held or zf.read(name) != path.read_bytes():
                     raise StoreError(f"{folder} differs from {packed.name} beside it ({name}): "
                                      "remove the one that is wrong, then pack again")
     except zipfile.BadZipFile as e:
         raise StoreError(f"{packed} beside {folder.name} cannot be read: {e}") from None
-    shutil.rmtree(folder)
+    _remove_packed(folder)
 
 
 def unpack_into(packed: zipfile.Path, target: Path) -> None:
     """A packed trial's files written out as a folder (harness merge copies a packed record's
     artefacts into a store as a folder; `pack` packs it again there)."""
     target.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(packed.root.filename) as zf:
-        for info in zf.infolist():
-            name = Path(info.filename)
-            if name.is_absolute() or ".." in name.parts:
-                raise StoreError(f"{packed.root.filename}: member {info.filename!r} leaves its folder")
-            zf.extract(info, target)
+    try:
+        with zipfile.ZipFile(packed.root.filename) as zf:
+            for info in zf.infolist():
+                name = Path(info.filename)
+                if name.is_absolute() or ".." in name.parts:
+                    raise StoreError(f"{packed.root.filename}: member {info.filename!r} leaves its folder")
+                zf.extract(info, target)
+    except zipfile.BadZipFile as e:
+        raise StoreError(f"packed artefacts {packed.root.filename} cannot be read: {e}") from None

@@ -104,19 +104,23 @@ def _move_artefacts(store: Store, dest: Store, record: TrialResult) -> TrialResu
     art = store.artefacts_of(record)
     if art is None or not art.is_dir():
         return record
-    # A packed trial (harness.pack) moves as its zip, under the name its folder would have had.
-    packed = isinstance(art, zipfile.Path)
-    src = Path(art.root.filename) if packed else art
+    # A packed trial (harness.pack) moves as its zip, under the name its folder would have had,
+    # and with it the folder the zip may have beside it (the trainer's run/, a stopped pack).
     name = Path(record.artefacts).name
+    folder = store.root / ARTEFACTS_NAME / name
+    moves = [(folder, "")] if folder.is_dir() else []
+    if isinstance(art, zipfile.Path):
+        moves.append((Path(art.root.filename), PACKED_SUFFIX))
     target_dir = dest.root / ARTEFACTS_NAME
     target_dir.mkdir(parents=True, exist_ok=True)
     target, n = target_dir / name, 1
     while target.exists() or target.with_name(target.name + PACKED_SUFFIX).exists():
         n += 1
         target = target_dir / f"{name}-retired{n}"
-    try:
-        shutil.move(str(src), str(target.with_name(target.name + PACKED_SUFFIX) if packed else target))
-    except OSError as exc:
-        raise StoreError(f"cannot move {src} to {target}: {exc.strerror or exc}") from None
+    for src, suffix in moves:
+        try:
+            shutil.move(str(src), str(target.with_name(target.name + suffix)))
+        except OSError as exc:
+            raise StoreError(f"cannot move {src} to {target}{suffix}: {exc.strerror or exc}") from None
     prefix = Path(record.artefacts).parent.parent      # the store as the record named it
     return dataclasses.replace(record, artefacts=str(prefix / RETIRED_NAME / ARTEFACTS_NAME / target.name))

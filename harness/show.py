@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import shlex
+import zipfile
 from pathlib import Path
 
 from harness import families, hangs, native, signature
@@ -77,7 +78,8 @@ def render(record: TrialResult, store_dir: Path) -> str:
         out += ["", "hang dump (py-spy; the threads the hang key is built from):"]
         excerpt = hangs.excerpt(hangs.read_pyspy_json(dump), keep=signature.in_hang_key)
         out += [f"  {line}" for line in excerpt.rstrip().splitlines()]
-    out += ["", f"artefacts: {art if art and art.is_dir() else 'not kept in this store'}"]
+    where = (art.root.filename if isinstance(art, zipfile.Path) else art) if art and art.is_dir() else None
+    out += ["", f"artefacts: {where or 'not kept in this store'}"]
     if spec is not None:
         quoted = shlex.quote(record.trial_id)
         store_arg = f" --store {shlex.quote(str(store_dir))}"
@@ -90,7 +92,7 @@ def render(record: TrialResult, store_dir: Path) -> str:
 def _read(path: ArtefactPath) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
-    except (OSError, KeyError):      # KeyError: a packed trial without that file (zipfile.Path)
+    except OSError:                  # a packed trial without the file raises FileNotFoundError too
         return None
 
 

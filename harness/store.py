@@ -1,8 +1,8 @@
 """Append-only result store: `<root>/trials.jsonl` plus `<root>/artefacts/<safe trial id>/`.
 
 A finished trial's folder may be packed into `<safe trial id>.zip` beside it (`python -m harness
-pack`, harness.pack): `artefacts_of` then hands back a `zipfile.Path`, which readers use as they
-use a folder (`/`, `is_file`, `read_text`).
+pack`, harness.pack): `artefacts_of` then hands back a `PackedArtefacts` (a `zipfile.Path`), which
+readers use as they use a folder (`/`, `is_file`, `read_text`).
 
 Crash safety: each record is one line written by a single `os.write` on an `O_APPEND` fd and
 then fsync'd, so concurrent appends from the matrix's threads never interleave inside a line,
@@ -23,6 +23,7 @@ import re
 import tempfile
 import threading
 import zipfile
+import zlib
 from pathlib import Path
 
 from harness.outcome import TrialResult
@@ -31,12 +32,30 @@ TRIALS_NAME = "trials.jsonl"
 ARTEFACTS_NAME = "artefacts"
 PACKED_SUFFIX = ".zip"
 
-ArtefactPath = Path | zipfile.Path
-"""A trial's artefacts: its folder, or the zip it was packed into (harness.pack)."""
-
 
 class StoreError(Exception):
     """The store cannot be read or written; the message is one line naming the file."""
+
+
+class PackedArtefacts(zipfile.Path):
+    """A packed trial's files (harness.pack), read like its folder; a damaged member is a
+    StoreError naming the zip (one line), not zipfile's BadZipFile from deep inside a reader."""
+
+    def read_text(self, *args, **kwargs) -> str:
+        try:
+            return super().read_text(*args, **kwargs)
+        except (zipfile.BadZipFile, zlib.error) as e:     # a bad CRC; damaged deflate data
+            raise StoreError(f"packed artefacts {self.root.filename}: {self.at}: {e}") from None
+
+    def read_bytes(self) -> bytes:
+        try:
+            return super().read_bytes()
+        except (zipfile.BadZipFile, zlib.error) as e:     # a bad CRC; damaged deflate data
+            raise StoreError(f"packed artefacts {self.root.filename}: {self.at}: {e}") from None
+
+
+ArtefactPath = Path | PackedArtefacts
+"""A trial's artefacts: its folder, or the zip it was packed into (harness.pack)."""
 
 
 class Store:
@@ -73,7 +92,7 @@ class Store:
         packed = folder.with_name(folder.name + PACKED_SUFFIX)
         if packed.is_file():
             try:
-                return zipfile.Path(packed)
+                return PackedArtefacts(packed)
             except (zipfile.BadZipFile, OSError) as e:
                 raise StoreError(f"packed artefacts {packed} cannot be read: {e}") from None
         return folder

@@ -226,7 +226,21 @@ def test_unpacking_packs_the_calls_new_trials_and_an_empty_shell_does_not_shadow
     assert [(store.artefacts_of(r) / "output.txt").read_text() for r in store.load()] == ["checkout's\n", "the call's\n"]
 
 
-def test_the_call_leaves_packed_trials_out_of_stores_tgz():
+def test_the_call_leaves_packed_trials_out_of_stores_tgz_and_nothing_else(tmp_path):
+    """call.sh's own tar line, run on a store: the packed trials (and the retired store's) stay
+    behind, a new trial's folder comes back whole, a zip inside it too, its `run/` not."""
     text = SCRIPT.read_text()
-    line = next(line for line in text.splitlines() if line.startswith('tar czf "$OUT/stores.tgz"'))
-    assert "--exclude='*/artefacts/*.zip'" in line
+    start = text.index('tar czf "$OUT/stores.tgz"')
+    line = text[start:text.index("\n", text.index("$(ls -d results/gpu-*/", start))]
+    store = tmp_path / "results" / "gpu-x"
+    for path in ("artefacts/old.zip", "retired/artefacts/older.zip", "artefacts/new/output.txt",
+                 "artefacts/new/inner.zip", "artefacts/new/run/ckpt.pt", "trials.jsonl"):
+        (store / path).parent.mkdir(parents=True, exist_ok=True)
+        (store / path).write_text("x")
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run(["bash", "-c", line], cwd=tmp_path, env={**os.environ, "OUT": str(out)}, check=True)
+    with tarfile.open(out / "stores.tgz") as tgz:
+        files = sorted(m.name for m in tgz.getmembers() if m.isfile())
+    assert files == ["results/gpu-x/artefacts/new/inner.zip", "results/gpu-x/artefacts/new/output.txt",
+                     "results/gpu-x/trials.jsonl"]

@@ -26,7 +26,7 @@ TRACEBACKS = Path(__file__).parent / "fixtures" / "tracebacks"
 NATIVE = "# h: 2 frames\nlibtorch_python.so(+0x1) std::x::operator[]\nlibtorch_python.so(+0x2) create_cache_entry\n"
 
 
-def _store(root: Path) -> Store:
+def _store(root: Path, hour: int = 10) -> Store:
     """A crash, a native crash and a hang, each with the files the runner keeps for it, their
     signatures one version old (so `resign` recomputes them from the artefacts)."""
     store = Store(root)
@@ -49,7 +49,7 @@ def _store(root: Path) -> Store:
         store.append(TrialResult(trial_id=tid, cell="w:raw@-", trial_index=i, outcome=outcome, rc=-8 if i == 1 else 1,
                                  signature="old", signature_summary="old", signature_version=1,
                                  artefacts=f"results/m/artefacts/{art.name}", duration_s=5.0 + i,
-                                 started_at=f"2026-12-01T10:0{i}:00+00:00"))
+                                 started_at=f"2026-12-01T{hour}:0{i}:00+00:00"))
     return store
 
 
@@ -202,3 +202,67 @@ def test_a_copied_store_can_still_be_packed_after_its_folders_moved(tmp_path):
     shutil.copytree(store.root, copy)
     (done,) = pack_store(copy)
     assert done.folders == 3 and (store.root / "artefacts" / safe_name("m/w:raw@-/0")).is_dir()
+
+
+def test_the_trainers_run_folder_is_neither_packed_nor_removed(tmp_path):
+    store = _store(tmp_path / "m")
+    folder = store.root / "artefacts" / safe_name("m/w:raw@-/0")
+    (folder / "run").mkdir()
+    (folder / "run" / "ckpt.pt").write_bytes(b"weights")
+    before = _readings(store)
+    (done,) = pack_store(store.root)
+    assert done.files == 8                                  # the run/ file is not among them
+    with zipfile.ZipFile(folder.with_name(folder.name + ".zip")) as zf:
+        assert not [n for n in zf.namelist() if n.startswith("run/")]
+    assert [p.name for p in folder.iterdir()] == ["run"] and (folder / "run" / "ckpt.pt").read_bytes() == b"weights"
+    assert _readings(store) == before
+    (again,) = pack_store(store.root)                       # a folder holding only run/ is packed already
+    assert again.folders == 0 and (folder / "run" / "ckpt.pt").is_file()
+    retire(store.root, ["w:raw@-"], "the workload changed")
+    moved = retired_store(store.root).root / "artefacts" / folder.name
+    assert (moved / "run" / "ckpt.pt").is_file() and moved.with_name(folder.name + ".zip").is_file()
+    assert not folder.exists()
+
+
+def test_a_cell_retired_twice_keeps_both_packed_runs(tmp_path):
+    store = _store(tmp_path / "m")
+    pack_store(store.root)
+    retire(store.root, ["w:raw@-"], "first change")
+    _store(tmp_path / "m", hour=11)                         # the cell runs again under the same ids
+    pack_store(store.root)
+    retire(store.root, ["w:raw@-"], "second change")
+    old = retired_store(store.root)
+    name = safe_name("m/w:raw@-/0")
+    assert sorted(p.name for p in (old.root / "artefacts").iterdir() if p.name.startswith(name)) == sorted([
+        name + ".zip", name + "-retired2.zip"])
+    assert len({(old.artefacts_of(r) / "spec.json").read_text() for r in old.load()}) == 3
+    assert sorted(Path(r.artefacts).name for r in old.load() if r.trial_id == "m/w:raw@-/0") == [name, name + "-retired2"]
+
+
+def test_merge_into_a_store_with_a_stray_zip_of_the_same_name_reads_the_merged_trial(tmp_path):
+    src, dest = _store(tmp_path / "src"), Store(tmp_path / "dest")
+    stray = dest.root / "artefacts" / (safe_name("m/w:raw@-/0") + ".zip")
+    stray.parent.mkdir(parents=True)
+    with zipfile.ZipFile(stray, "w") as zf:                 # no record names it: a leftover
+        zf.writestr("output.txt", "stale\n")
+    merge(src.root, dest.root)
+    assert not stray.exists()
+    assert (dest.artefacts_of(dest.load()[0]) / "output.txt").read_text() == \
+        (TRACEBACKS / "gpu_f1_backward" / "1.txt").read_text()
+
+
+def test_a_damaged_member_is_one_error_line_naming_the_zip(tmp_path, capsys):
+    store = _store(tmp_path / "m")
+    pack_store(store.root)
+    packed = store.root / "artefacts" / (safe_name("m/w:raw@-/0") + ".zip")
+    with zipfile.ZipFile(packed) as zf:
+        info = zf.getinfo("output.txt")
+    data = bytearray(packed.read_bytes())
+    at = info.header_offset + 30 + len(info.filename) + 10  # inside the member's compressed data
+    data[at] ^= 0xFF
+    packed.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="packed artefacts .*output.txt"):
+        (store.artefacts_of(store.load()[0]) / "output.txt").read_text()
+    assert main(["show", "m/w:raw@-/0", "--store", str(store.root)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: packed artefacts {packed}") and err.count("\n") == 1

@@ -15,10 +15,11 @@ import pytest
 
 from harness.families import family
 from harness.signature import crash_signature
+from harness.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "repro" / "r21_inductor_mix_order_workspace.py"
-ARTEFACTS = ROOT / "results" / "gpu-shape2" / "artefacts"
+STORE = ROOT / "results" / "gpu-shape2"
 # (batch, context length) -> the stored trainer trial that failed with it (gpu-gpu-bound drafter:
 # 64 anchors of 16 rows, 8 KV heads of head_dim 64). Sizes read off the generated line: nsplit =
 # s72*s72 + ceil(s70*s72/16) with s72 = 64, s70 = 256; 64*s18 + ceil(s18*s7/16) with s18 = 21
@@ -27,6 +28,13 @@ STORED = {
     (64, 256): "gpu-shape2_gb-default-1d-dynamic_raw_-_0-b2183898",  # gb-default-1d-dynamic:raw@-/0
     (21, 768): "gpu-shape2_gb-default-1t1d_raw_-_0-c995e5ea",        # gb-default-1t1d:raw@-/0
 }
+
+
+def stored_output(folder: str) -> str:
+    """The stored trial's output.txt, from its folder or its zip (harness pack)."""
+    store = Store(STORE)
+    record = next(r for r in store.load() if Path(r.artefacts).name == folder)
+    return (store.artefacts_of(record) / "output.txt").read_text()
 
 
 def load_script():
@@ -59,7 +67,7 @@ def test_default_shapes_are_the_stored_failures_and_give_their_messages():
     defaults = mod.parse_shapes("64x256,21x768")
     assert sorted(defaults) == sorted(STORED)
     for shape, folder in STORED.items():
-        output = (ARTEFACTS / folder / "output.txt").read_text()
+        output = stored_output(folder)
         expected = message_on_2_11(*shape)
         assert f"RuntimeError: {expected}" in output, (shape, folder)
         assert mod.SIGNATURE in expected
@@ -92,7 +100,7 @@ def test_without_cuda_it_skips_with_exit_0():
 
 def test_stored_trainer_failures_are_family_mix_order():
     for folder in STORED.values():
-        sig = crash_signature((ARTEFACTS / folder / "output.txt").read_text(), rc=1)
+        sig = crash_signature(stored_output(folder), rc=1)
         assert family(sig.summary) == "mix-order", sig.summary
 
 

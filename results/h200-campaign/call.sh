@@ -161,6 +161,7 @@ echo "== phases done at $(( $(date +%s) - t0 ))s"
 tar czf "$OUT/call.tgz" -C /tmp x
 # Packed trials (harness pack, `<trial>.zip`) are the checkout's own, older than this call: only
 # the folders of trials run here come back, which keeps stores.tgz under the 16 MB a file may have.
-tar czf "$OUT/stores.tgz" --exclude='*/run/*' --exclude='*/artefacts/*.zip' $(ls -d results/gpu-*/ 2>/dev/null)
+tar czf "$OUT/stores.tgz" --exclude='*/run/*' --no-wildcards-match-slash --exclude='artefacts/*.zip' \
+  $(ls -d results/gpu-*/ 2>/dev/null)
 tar czf "$OUT/corpora.tgz" .cache/dflash 2>/dev/null
 ls -la "$OUT"; echo "== done after $(( $(date +%s) - t0 ))s"

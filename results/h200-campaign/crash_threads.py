@@ -35,10 +35,12 @@ def main(argv: list[str]) -> int:
     print("| trial | stash | progress | threads in dump | a prefetch frame |")
     print("|---|---|---|---|---|")
     for store in stores:
-        for r in Store(store).load():
+        held = Store(store)
+        for r in held.load():
             if family(r.signature_summary) not in ("segv", "segv-gc") or not r.artefacts:
                 continue
-            out = (Path(r.artefacts) / "output.txt").read_text(errors="replace")
+            # the store's own copy, folder or packed (harness pack); the recorded path is the device's
+            out = (held.artefacts_of(r) / "output.txt").read_text(errors="replace")
             starts = [m.start() for m in DUMP.finditer(out)]
             blocks = [out[a:b] for a, b in zip(starts, [*starts[1:], len(out)])]
             prog = PROGRESS.findall(out)

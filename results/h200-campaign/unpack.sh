@@ -24,7 +24,8 @@ packs=()
 for store in "$tmp"/results/*/; do
   [ -f "$store/trials.jsonl" ] || continue
   "$py" -m harness merge "$store" --into "results/$(basename "$store")"
-  packs+=(--store "results/$(basename "$store")")
+  # a store whose copy held no whole record is not created by the merge: nothing to pack there
+  [ -f "results/$(basename "$store")/trials.jsonl" ] && packs+=(--store "results/$(basename "$store")")
 done
 # The new trials' folders, one zip each (harness pack): the checkout travels to the device whole,
 # under 64 MiB, and thousands of small files had filled it (2026-12-01, REPORT.md).
