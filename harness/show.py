@@ -38,7 +38,7 @@ def render(record: TrialResult, store_dir: Path) -> str:
     out.append(f"  ran {record.duration_s:.1f} s" + (f", failed after {record.time_to_failure_s:.1f} s"
                                                      if record.time_to_failure_s is not None else "")
                + (f", {record.tokens_per_s:,.0f} tokens/s" if record.tokens_per_s else "")
-               + (f", held {record.gpu_mem_gib:.1f} GiB on a GPU" if record.gpu_mem_gib is not None else "")
+               + _held(record)
                + f"; torch {record.torch_version or '?'}, Python {record.python or '?'}, host "
                  f"{record.host or '?'}, started {record.started_at or '?'}")
     if store_dir.name == RETIRED_NAME:
@@ -87,6 +87,19 @@ def render(record: TrialResult, store_dir: Path) -> str:
         if spec.plan is not None and record.outcome.is_failure:
             out.append(f"what its plan needs: python -m harness shrink {quoted}{store_arg} -n 5")
     return "\n".join(out)
+
+
+def _held(record: TrialResult) -> str:
+    """Both memory figures: the runner's nvidia-smi samples (a lower bound: a 2-s sample can miss a
+    short peak) and the allocator's own peak (without the CUDA context), which can differ by GiB
+    either way (fourteenth REPORT entry)."""
+    sampled, reported = record.gpu_mem_gib, record.reported_gpu_peak_gib
+    if sampled is None and reported is None:
+        return ""
+    if sampled is None:
+        return f", held {reported:.1f} GiB on a GPU (its allocator's peak)"
+    return (f", held {sampled:.1f} GiB on a GPU (nvidia-smi's samples"
+            + (f"; its allocator's peak {reported:.1f} GiB)" if reported is not None else ")"))
 
 
 def _read(path: ArtefactPath) -> str | None:

@@ -63,7 +63,19 @@ def test_show_a_native_crash_and_a_hang_from_kept_artefacts(tmp_path, capsys):
     assert main(["show", "m/w:raw@-/1", "--store", str(store.root)]) == 0
     out = capsys.readouterr().out
     assert "hang dump (py-spy;" in out and "compile_fx_backward" in out
-    assert "held 21.4 GiB on a GPU" in out          # the runner's samples: a hang reports nothing itself
+    assert "held 21.4 GiB on a GPU (nvidia-smi's samples)" in out   # a hang reports nothing itself
+
+
+def test_show_gives_both_memory_figures_where_a_trial_has_both(tmp_path, capsys):
+    store = Store(tmp_path / "m")
+    for i, (sampled, final) in enumerate([(20.6, {"gpu_mem_peak_gib": {"cuda:0": 19.7, "cuda:1": 3.0}}),
+                                          (None, {"gpu_mem_peak_gib": {"cuda:0": 19.7}})]):
+        store.append(TrialResult(trial_id=f"m/w:raw@-/{i}", cell="w:raw@-", trial_index=i, outcome=Outcome.OK,
+                                 gpu_mem_gib=sampled, final=final))
+    assert main(["show", "m/w:raw@-/0", "--store", str(store.root)]) == 0
+    assert "held 20.6 GiB on a GPU (nvidia-smi's samples; its allocator's peak 19.7 GiB)" in capsys.readouterr().out
+    assert main(["show", "m/w:raw@-/1", "--store", str(store.root)]) == 0
+    assert "held 19.7 GiB on a GPU (its allocator's peak)" in capsys.readouterr().out
 
 
 def test_show_an_unknown_trial_is_one_error_line_and_exit_2(tmp_path, capsys):
