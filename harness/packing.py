@@ -38,6 +38,13 @@ def admit(queue: Sequence[tuple[int, int]], k: int, load: Sequence[int], per_gpu
     return None if earlier_fits else ids
 
 
+def capped(need: int, weight: int, num_gpus: int, per_gpu: int) -> tuple[int, int]:
+    """(GPUs, slots on each) a trial takes: at most every GPU there is and one GPU's slots (a
+    cell asking for more would never start). GpuSlots and `simulate` both cap with this, so the
+    replay packs as the pool does."""
+    return min(need, num_gpus), min(weight, per_gpu)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One pending trial as the pool sees it: seconds it will take, GPUs and slots on each."""
@@ -77,7 +84,7 @@ def simulate(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int,
             if job.need == 0 or not num_gpus:
                 ids: list[int] | None = []
             else:
-                pairs = [(min(j.need, num_gpus), min(j.weight, per_gpu)) for _, j in queue if j.need]
+                pairs = [capped(j.need, j.weight, num_gpus, per_gpu) for _, j in queue if j.need]
                 # GpuSlots' queue holds only the jobs that need GPUs; find this one's place in it.
                 g = sum(1 for _, j in queue[:k] if j.need)
                 ids = admit(pairs, g, load, per_gpu, bypassed=bypassed, max_bypass=max_bypass)
@@ -86,7 +93,7 @@ def simulate(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int,
             if ids is None:
                 k += 1
                 continue
-            weight = min(job.weight, per_gpu)
+            weight = capped(job.need, job.weight, num_gpus, per_gpu)[1]
             for i in ids:
                 load[i] += weight
             heapq.heappush(running, (now + job.seconds, n, ids, weight))

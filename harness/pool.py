@@ -70,8 +70,7 @@ class GpuSlots:
         if `stop` is set while waiting."""
         if need == 0 or not self._load:
             return []
-        need = min(need, len(self._load))
-        weight = min(weight, self._per_gpu)
+        need, weight = packing.capped(need, weight, len(self._load), self._per_gpu)
         ticket = (need, weight, object())   # the object tells two equal waiters apart
         with self._cond:
             self._queue.append(ticket)
@@ -95,7 +94,7 @@ class GpuSlots:
                 self._cond.notify_all()   # the next waiter may now be at the head
 
     def release(self, ids: list[int], weight: int = 1) -> None:
-        weight = min(weight, self._per_gpu)
+        weight = packing.capped(len(ids), weight, len(self._load), self._per_gpu)[1]
         with self._cond:
             for i in ids:
                 self._load[i] -= weight
