@@ -149,6 +149,9 @@ class MemorySampler:
 
     def __init__(self, pids: Callable[[], set[int]], period_s: float, *, name: str = "harness-gpu-memory") -> None:
         self.peak_mib: dict[str, float] = {}
+        self.error: str | None = None
+        """Why sampling stopped early on an exception (a harness bug): the runner notes it in the
+        trial's `detail`, so a figure from fewer samples is never taken for a whole one."""
         self._lock = threading.Lock()       # stop() may read while a late sample still writes
         self._pids = pids
         self._period_s = period_s
@@ -167,7 +170,12 @@ class MemorySampler:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            now = memory_of(self._pids())
+            try:
+                now = memory_of(self._pids())
+            except Exception as e:          # not only threading's excepthook on stderr: the record
+                self.error = f"{type(e).__name__}: {e}"
+                self._sampled.set()
+                return
             if now is not None:
                 with self._lock:
                     for uuid, mib in now.items():

@@ -17,7 +17,8 @@ MEMBERS_POLL_S and one just before the kill), and once the group is gone waits u
 GPU_RELEASE_TIMEOUT_S for none of those pids to hold GPU memory: `TrialResult.gpu_released`.
 A leak is reported (False, plus a note in `detail`); it does not change the outcome. A sampler
 thread asks nvidia-smi every GPU_MEM_POLL_S, and once before a hung or timed-out group is killed,
-what the group's live pids hold: `TrialResult.gpu_mem_gib`, the highest sum on one GPU.
+what the group's live pids hold: `TrialResult.gpu_mem_gib`, the highest sum on one GPU; a sampler
+that stopped on an exception says so in `detail` (its figure is then from fewer samples).
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ class _Ending:
     """GPU hosts only: every pid of the group the runner saw (the child's included)."""
     gpu_mem_gib: float | None = None
     """GPU hosts only: the most the group's pids held on one GPU in the samples."""
+    gpu_mem_error: str | None = None
+    """The sampler's exception, if it stopped on one (`MemorySampler.error`)."""
 
 
 def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
@@ -126,6 +129,8 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     _keep_native_stack(out, text)
     if ending.members is not None:
         result.gpu_mem_gib = ending.gpu_mem_gib
+        if ending.gpu_mem_error:
+            result.detail = f"{result.detail}; GPU memory sampler stopped early: {ending.gpu_mem_error}"
         _check_gpu_released(result, ending.members)
     if result.outcome.is_failure:
         end = ending.last_progress_s if result.outcome is Outcome.HANG else ending.elapsed_s
@@ -159,7 +164,7 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
     sampler = (gpu.MemorySampler(lambda: set(live_members(proc.pid)), GPU_MEM_POLL_S,
                                  name=f"harness-gpu-memory-{proc.pid}").start()
                if members is not None else None)
-    gpu_mem_gib = None
+    gpu_mem_gib = gpu_mem_error = None
     try:
         ending = _watch(proc, spec, out, members)
         if ending.how != "exited":
@@ -172,13 +177,14 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
         # Also on KeyboardInterrupt or a harness bug: never leave the child running.
         if sampler is not None:     # before the reap: until then the group id cannot be reused
             gpu_mem_gib = sampler.stop()
+            gpu_mem_error = sampler.error
         if members is not None:
             members.update(live_members(proc.pid))
         _kill_group(proc.pid)
         _reap(proc)
         survivors = _wait_group_gone(proc.pid)
     ending.survivors = tuple(survivors)
-    ending.gpu_mem_gib = gpu_mem_gib
+    ending.gpu_mem_gib, ending.gpu_mem_error = gpu_mem_gib, gpu_mem_error
     if members is not None:
         ending.members = frozenset(members | set(survivors))
     return ending

@@ -280,3 +280,28 @@ def test_gpu_released_round_trips_and_old_records_load():
     del old["gpu_released"], old["gpu_mem_gib"]
     assert TrialResult.from_json(old).gpu_released is None
     assert TrialResult.from_json(old).gpu_mem_gib is None
+
+
+def test_a_sampler_that_raises_stops_and_says_why(fake_smi):
+    calls = iter([{7}])
+
+    def pids():
+        return next(calls)                              # the second sample raises StopIteration
+
+    fake_smi.listing.write_text("7, GPU-a, 2048\n")
+    sampler = gpu.MemorySampler(pids, period_s=600.0).start()
+    sampler.sample_now()
+    sampler.sample_now()
+    assert sampler.stop() == 2.0 and sampler.error == "StopIteration: "
+
+
+def test_run_trial_notes_a_sampler_that_stopped_early_in_detail(tmp_path, fake_smi, monkeypatch):
+    def broken(root_pid):
+        raise RuntimeError("no /proc here")
+
+    monkeypatch.setattr(runner, "GPU_MEM_POLL_S", 0.05)
+    monkeypatch.setattr(runner, "live_members", lambda pid: broken(pid) if threading.current_thread().name.startswith(
+        "harness-gpu-memory") else {pid})
+    result = run_trial(_command("ok", "-c", "import time; time.sleep(0.5)"), tmp_path / "ok")
+    assert result.outcome is Outcome.OK
+    assert result.detail == "exit 0; GPU memory sampler stopped early: RuntimeError: no /proc here"
