@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,7 +168,7 @@ def _drop_packed_folder(folder: Path) -> None:
                 if name not in held or zf.read(name) != path.read_bytes():
                     raise StoreError(f"{folder} differs from {packed.name} beside it ({name}): "
                                      "remove the one that is wrong, then pack again")
-    except zipfile.BadZipFile as e:
+    except (zipfile.BadZipFile, zlib.error) as e:
         raise StoreError(f"{packed} beside {folder.name} cannot be read: {e}") from None
     _remove_packed(folder)
 
@@ -183,5 +184,5 @@ def unpack_into(packed: zipfile.Path, target: Path) -> None:
                 if name.is_absolute() or ".." in name.parts:
                     raise StoreError(f"{packed.root.filename}: member {info.filename!r} leaves its folder")
                 zf.extract(info, target)
-    except zipfile.BadZipFile as e:
+    except (zipfile.BadZipFile, zlib.error) as e:
         raise StoreError(f"packed artefacts {packed.root.filename} cannot be read: {e}") from None
