@@ -3,7 +3,7 @@
     python -m harness matrix [--preset NAME | --file SPEC.json | --list] [--store DIR] [--cells GLOB]
                              [--trials N [--every-group]]
                              [--workers N] [--per-gpu N] [--gpus N] [--pack-by-memory GIB] [--max-failures N]
-                             [--max-time S] [--json] [--no-live]
+                             [--max-time S] [--finish-by S] [--json] [--no-live]
     python -m harness stress [-p N] [--timeout S] [--hang S] [--max-runs N] [--max-fails N]
                              [--max-time S] [--failure RE] [--ignore RE] [--plan PROFILE] [-o DIR]
                              -- CMD ...
@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "than its workload's gpu_slots takes fewer (more of it at once)")
     m.add_argument("--max-failures", type=_positive_int, help="stop a cell after this many failures")
     m.add_argument("--max-time", type=_positive_float, help="start no trial after this many seconds")
+    m.add_argument("--finish-by", type=_positive_float, metavar="S",
+                   help="start a trial only if its cell's stored median duration ends it within S seconds "
+                        "(for a caller that kills the matrix then)")
     m.add_argument("--json", action="store_true", help="print the summary as JSON")
     m.add_argument("--no-live", action="store_true", help="plain progress lines even on a terminal")
 
@@ -267,6 +270,7 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
     spec = load_spec(opts.file) if opts.file else presets.get(opts.preset or presets.DEFAULT_PRESET)
     changes = {k: v for k, v in (("store", opts.store), ("workers", opts.workers), ("per_gpu", opts.per_gpu),
                                   ("max_failures", opts.max_failures), ("max_time_s", opts.max_time),
+                                  ("finish_by_s", opts.finish_by),
                                   ("gpu_mem_gib", opts.pack_by_memory))
                if v is not None}
     if opts.cells:
@@ -358,7 +362,8 @@ def _left_words(done: MatrixRun) -> str:
     """'N left (k by the failure rule, m not started before --max-time)': what ended them."""
     by_rule = done.left - done.left_by_time
     parts = [f"{by_rule} by the failure rule"] if by_rule else []
-    parts += [f"{done.left_by_time} not started before --max-time"] if done.left_by_time else []
+    clock = "before --max-time" + (" or to end by --finish-by" if done.spec.finish_by_s is not None else "")
+    parts += [f"{done.left_by_time} not started {clock}"] if done.left_by_time else []
     return f"{done.left} left" + (f" ({', '.join(parts)})" if parts else "")
 
 

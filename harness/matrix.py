@@ -138,6 +138,12 @@ class MatrixSpec:
     """Stop scheduling a cell once it has this many failures (None = never)."""
     max_time_s: float | None = None
     """Start no new trial after this many seconds of the whole matrix (None = no limit)."""
+    finish_by_s: float | None = None
+    """Start a trial only if its cell's stored median duration ends it within this many seconds of
+    the matrix's start (None = no limit; a cell with no stored duration always may). For a caller
+    that kills the matrix at a hard deadline, as a device call's budget does: a trial still running
+    then is device time spent for no record (H200 call 42, 2026-12-01, killed a `no-cudagraphs`
+    trial its 213-s hangs could not have finished). Shorter cells' trials still start meanwhile."""
     seed: int = 0
     """Trial i of every cell gets plan seed `seed + i`."""
     store: str | None = None
@@ -162,6 +168,8 @@ class MatrixSpec:
             raise MatrixError("max_failures must be >= 1")
         if self.max_time_s is not None and self.max_time_s <= 0:
             raise MatrixError("max_time_s must be > 0")
+        if self.finish_by_s is not None and self.finish_by_s <= 0:
+            raise MatrixError("finish_by_s must be > 0")
         if not self.groups:
             raise MatrixError(f"matrix {self.name!r} has no cells")
         for group in self.groups:
@@ -539,9 +547,13 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
         stream.write(line + "\n")
     slots = cell_slots(spec, existing)
     live_lines = LiveLines(list(states.values()), stream, stream.isatty() if live is None else live)
+    from harness import stats
+
+    expected = {n: stats.median_or_none([r.duration_s for r in existing if r.cell == n and r.duration_s is not None])
+                for n in cells} if spec.finish_by_s is not None else {}
     pool = WorkerPool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
                  need_gpus={n: (c.workload.gpus, slots[n]) for n, c in cells.items()}, run_fn=run_fn or run_trial,
-                 attempts=collections.Counter(r.trial_id for r in existing))
+                 attempts=collections.Counter(r.trial_id for r in existing), expected_s=expected)
     start = time.monotonic()
     try:
         new = pool.run()

@@ -132,7 +132,8 @@ def kill_child_groups() -> int:
 class WorkerPool:
     """Named worker threads pulling trials from one queue; first worker exception stops the rest."""
 
-    def __init__(self, *, spec, pending, states, store, gpus, lines, need_gpus, run_fn, attempts=None) -> None:
+    def __init__(self, *, spec, pending, states, store, gpus, lines, need_gpus, run_fn, attempts=None,
+                 expected_s=None) -> None:
         self.spec = spec
         self.pending = collections.deque(pending)
         self.states = states
@@ -155,6 +156,9 @@ class WorkerPool:
         self.running = 0
         self.interrupted = False
         self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
+        self.finish_by = None if spec.finish_by_s is None else time.monotonic() + spec.finish_by_s
+        self.expected_s: dict[str, float | None] = dict(expected_s or {})
+        """Per cell, its stored median duration (MatrixSpec.finish_by_s)."""
 
     def run(self) -> list[TrialResult]:
         n = max(1, min(self.spec.workers, len(self.pending)))
@@ -204,6 +208,14 @@ class WorkerPool:
     def _stopped(self, trial: TrialSpec) -> bool:
         return self.states[trial.cell].stopped(self.spec.max_failures)
 
+    def _late(self, trial: TrialSpec) -> bool:
+        """Past --max-time, or its cell's median would not end it by --finish-by."""
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            return True
+        expected = self.expected_s.get(trial.cell)
+        return self.finish_by is not None and expected is not None and now + expected > self.finish_by
+
     def _leave(self, trial: TrialSpec) -> None:
         """Count a trial not run (under self.lock): to its cell's stop rule if that has ended the
         cell, else to the clock."""
@@ -219,7 +231,7 @@ class WorkerPool:
                 if self.deadline is not None and time.monotonic() >= self.deadline:
                     break
                 trial = self.pending.popleft()
-                if self._stopped(trial):
+                if self._stopped(trial) or self._late(trial):   # a shorter cell's trial may still fit
                     self._leave(trial)
                     continue
                 return trial
@@ -239,7 +251,7 @@ class WorkerPool:
                     # A trial popped before the deadline may wait minutes for a GPU slot; it must
                     # not start after --max-time (an H200 call overran its budget that way), nor
                     # after its cell's stop rule ended the cell while it waited.
-                    late = self._stopped(trial) or (self.deadline is not None and time.monotonic() >= self.deadline)
+                    late = self._stopped(trial) or self._late(trial)
                     if late:
                         self._leave(trial)
                     else:

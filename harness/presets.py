@@ -363,7 +363,7 @@ def get(name: str) -> MatrixSpec:
 # --- JSON form -----------------------------------------------------------------------------------
 
 _SPEC_KEYS = {"name", "workloads", "strategies", "groups", "trials", "workers", "per_gpu",
-              "max_failures", "max_time_s", "seed", "store"}
+              "max_failures", "max_time_s", "finish_by_s", "seed", "store"}
 _WORKLOAD_KEYS = {"kind", "argv", "timeout_s", "hang_s", "env", "gpus", "gpu_slots"}
 _STRATEGY_KEYS = {"fixes", "sets"}
 _GROUP_KEYS = {"workloads", "strategies", "plans", "trials"}
@@ -414,7 +414,8 @@ def _spec_from_dict(d: Any) -> MatrixSpec:
         for s in group.strategies:
             strategies.setdefault(s, strategy_from_name(s))
         groups.append(group)
-    scalars = {k: d[k] for k in ("trials", "workers", "per_gpu", "max_failures", "max_time_s", "seed", "store")
+    scalars = {k: d[k] for k in ("trials", "workers", "per_gpu", "max_failures", "max_time_s", "finish_by_s", "seed",
+                                 "store")
                if k in d and d[k] is not None}
     for k, v in scalars.items():
         if k == "store":

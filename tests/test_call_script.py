@@ -73,6 +73,9 @@ def test_a_spec_file_phase_keeps_its_own_settings_and_bg_runs_beside_the_next_ph
     campaign = next(a for a in runs if "--preset" in a)
     assert spec[spec.index("--file") + 1] == "shape.json" and "--trials" not in spec
     assert spec[spec.index("--max-time") + 1] == "100"
+    # started trials must end before the matrix's SIGTERM: later than the start window, within the call
+    for args in (spec, campaign):
+        assert int(args[args.index("--max-time") + 1]) < int(args[args.index("--finish-by") + 1]) < 400
     assert campaign[-3:] == ["--trials", "29", "--cells=launch-bound:*"]
     log = (out / "log.txt").read_text()
     assert log.index("== phase campaign:launch-bound:*") < log.index("== phases done")

@@ -285,3 +285,16 @@ def test_matrix_summary_says_which_trials_the_clock_left_and_which_the_failure_r
     assert main(["matrix", "--file", str(spec), "--no-live", "--json", "--max-time", "0.5"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["left"] == 5 + out["left_by_time"] and out["left_by_time"] > 0
+
+
+def test_matrix_finish_by_leaves_a_cell_whose_median_would_overrun_and_says_so(tmp_path, capsys):
+    spec = _write_spec(tmp_path, trials=2, workers=1,
+                       workloads={"w": {"kind": "command", "argv": [PY, "-c", "0"], "timeout_s": 30}},
+                       groups=[{"workloads": ["w"], "strategies": ["raw"]}])
+    Store(tmp_path / "store").append(TrialResult(trial_id="c/w:raw@-/0", cell="w:raw@-", trial_index=0,
+                                                 outcome=Outcome.OK, duration_s=600.0))
+    assert main(["matrix", "--file", str(spec), "--no-live", "--finish-by", "60"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("matrix c: ran"))
+    assert line.endswith("1 left (1 not started before --max-time or to end by --finish-by)"), line
+    assert main(["matrix", "--file", str(spec), "--no-live", "--finish-by", "0"]) == 2
+    assert capsys.readouterr().err.startswith("error: argument --finish-by")

@@ -651,3 +651,28 @@ def test_a_run_packed_by_memory_puts_two_trials_of_a_small_cell_on_one_gpu_at_on
     assert together(dataclasses.replace(spec, gpu_mem_gib=80.0, store=str(tmp_path / "packed"))) == ["OK", "OK"]
     shutil.copytree(tmp_path / "store", tmp_path / "fixed")
     assert together(dataclasses.replace(spec, store=str(tmp_path / "fixed"))) == ["CRASH", "CRASH"]
+
+
+def test_finish_by_starts_only_trials_whose_cell_median_ends_in_time(tmp_path):
+    # Stored: slow's trials took 30 s, quick's 0.1 s. With 5 s left to finish, the slow cell's
+    # pending trials are left to the clock, the quick cell's still run.
+    spec = spec_from_dict(_spec(tmp_path, trials=3, workers=1, finish_by_s=5.0,
+                                workloads={"slow": _cmd("0"), "quick": _cmd("0")},
+                                groups=[{"workloads": ["slow", "quick"], "strategies": ["raw"]}]))
+    store = Store(tmp_path / "store")
+    for cell, seconds in (("slow:raw@-", 30.0), ("quick:raw@-", 0.1)):
+        store.append(TrialResult(trial_id=f"t/{cell}/0", cell=cell, trial_index=0, outcome=Outcome.OK,
+                                 duration_s=seconds))
+    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
+    ran = sorted(r.trial_id for r in done.records[2:])
+    assert ran == ["t/quick:raw@-/1", "t/quick:raw@-/2"]
+    assert (done.left, done.left_by_time) == (2, 2)
+    # Without the limit the slow cell runs too.
+    again = matrix.run_matrix(dataclasses.replace(spec, finish_by_s=None), stream=io.StringIO(), live=False,
+                              num_gpus=0)
+    assert again.ran == 2 and again.left == 0
+
+
+def test_finish_by_must_be_positive(tmp_path):
+    with pytest.raises(MatrixError, match="finish_by_s must be > 0"):
+        spec_from_dict(_spec(tmp_path, finish_by_s=0))

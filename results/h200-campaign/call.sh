@@ -73,7 +73,10 @@ matrix() {  # preset (or a spec file), seconds to start trials in[, cap]: SIGTER
   # read -a, not a bare ${MATRIX_ARGS}: a --cells glob must reach the harness unexpanded.
   # A spec file carries its own trials and stop rules: MATRIX_ARGS are for the presets.
   local extra=(); [ -f "$1" ] || read -ra extra <<< "${MATRIX_ARGS:-}"; [ -n "${CELLS:-}" ] && extra+=("--cells=$CELLS")
-  timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --no-live "${extra[@]}" \
+  # --finish-by: a trial its cell's median would not end before the SIGTERM is not started (call
+  # 42 lost a no-cudagraphs trial that way); 15 s for Python's start and the summary.
+  timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --finish-by $(( stop - 15 )) \
+    --no-live "${extra[@]}" \
     > "$X/matrix-$preset.out" 2> "$X/matrix-$preset.err"
   echo "matrix $preset rc=$?"; grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n 70 "$X/matrix-$preset.out"
 }
