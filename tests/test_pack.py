@@ -266,3 +266,24 @@ def test_a_damaged_member_is_one_error_line_naming_the_zip(tmp_path, capsys):
     assert main(["show", "m/w:raw@-/0", "--store", str(store.root)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: packed artefacts {packed}") and err.count("\n") == 1
+
+
+def test_the_committed_stores_are_packed():
+    """Every finished trial under results/ is a zip: a device call ships the checkout whole, under
+    64 MiB, and unpacked folders had outgrown it (2026-12-01). After filling a store here, run
+    `python -m harness pack`."""
+    from harness.report import default_stores
+    from harness.retire import with_retired
+
+    root = Path(__file__).resolve().parents[1]
+    stores = with_retired(default_stores(root / "results"))
+    assert stores
+    unpacked = []
+    for d in stores:
+        store = Store(d)
+        for r in store.load():
+            folder = d / "artefacts" / Path(r.artefacts).name if r.artefacts else None
+            if folder is not None and folder.is_dir() and any(
+                    p.is_file() and p.relative_to(folder).parts[0] != "run" for p in folder.rglob("*")):
+                unpacked.append(str(folder.relative_to(root)))
+    assert not unpacked, f"{len(unpacked)} unpacked trial folder(s), e.g. {unpacked[0]}: python -m harness pack"
