@@ -38,7 +38,7 @@ cp "$src/log.txt" "$log"
 "$py" -m harness report
 # What the next call ships, said here where it can still be packed or ignored rather than by a
 # refused call: the device takes at most 64 MiB of checkout (tracked and untracked, unignored files;
-# counted on disk, it seems: 51 MB of files in 4-KiB blocks, 78 MiB, were refused on 2026-12-01).
+# counted on disk, it seems: 51 MB of files in 4-KiB blocks, 77 MiB, were refused on 2026-12-01).
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   kib=$(git ls-files -z --cached --others --exclude-standard | du -c -k --files0-from=- 2>/dev/null | tail -1 | cut -f1 || true)
   echo "the checkout a device call ships: about $(( ${kib:-0} / 1024 )) MiB on disk of the 64 MiB limit (carried paths such as .whl come on top)"
