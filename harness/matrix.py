@@ -318,6 +318,13 @@ def pool_order(cell_names: Sequence[str]) -> Callable[[str, int], tuple[int, int
     return lambda cell, index: (index, place[cell])
 
 
+def median_duration_s(records: Sequence[TrialResult]) -> float | None:
+    """A cell's stored median duration: what `--pending` plans with and `--finish-by` expects."""
+    from harness import stats
+
+    return stats.median_or_none([r.duration_s for r in records if r.duration_s is not None])
+
+
 def done_ids(records: Sequence[TrialResult]) -> set[str]:
     """Trial ids a resumed run skips: every stored one except a trial that ran out of device
     memory (RESOURCE): that measured the packing, not the cell, so the next run (with its own
@@ -465,7 +472,6 @@ def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
     """Per cell: planned, stored, failures and the trials a run would start now. Reads the store;
     runs nothing. Counts and the stop rule are the running pool's (progress.CellState over every
     stored record of the cell), so a stopped cell here is one the pool would skip."""
-    from harness import stats
     from harness.progress import CellState
     from harness.store import Store
 
@@ -489,7 +495,7 @@ def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
             cell=cell.name, planned=len(mine), stored=state.runs, failures=state.failures,
             other=state.timeouts + state.resources + state.errors,
             pending=len(todo), stopped=stopped,
-            median_s=stats.median_or_none([r.duration_s for r in held if r.duration_s is not None]),
+            median_s=median_duration_s(held),
             share=share, gpus=cell.workload.gpus, slots=slots[cell.name], pending_indices=todo,
         ))
     return plans
@@ -547,10 +553,10 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
         stream.write(line + "\n")
     slots = cell_slots(spec, existing)
     live_lines = LiveLines(list(states.values()), stream, stream.isatty() if live is None else live)
-    from harness import stats
-
-    expected = {n: stats.median_or_none([r.duration_s for r in existing if r.cell == n and r.duration_s is not None])
-                for n in cells} if spec.finish_by_s is not None else {}
+    by_cell: dict[str, list[TrialResult]] = collections.defaultdict(list)
+    for r in existing:
+        by_cell[r.cell].append(r)
+    expected = {n: median_duration_s(rs) for n, rs in by_cell.items()} if spec.finish_by_s is not None else {}
     pool = WorkerPool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
                  need_gpus={n: (c.workload.gpus, slots[n]) for n, c in cells.items()}, run_fn=run_fn or run_trial,
                  attempts=collections.Counter(r.trial_id for r in existing), expected_s=expected)

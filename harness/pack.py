@@ -2,23 +2,23 @@
 
 A trial leaves five to nine small files (output, spec, result, heartbeat, plan, plan log, dumps).
 Over a campaign that is thousands of files, most smaller than a disk block: the committed stores
-had grown to 9,650 artefact files, 43 MB of text taking 68 MiB of disk (77 MiB with the rest of
-the checkout), and a device call ships the whole checkout under a 64 MiB limit (`run` refused the
-H200 campaign's third call of 2026-12-01, see REPORT.md). One zip per trial keeps every file (`harness show`, `replay`, `resign` and the
-report read it through `Store.artefacts_of`), compresses the text, and, one file per finished
-trial that never changes again, keeps git's history from re-storing a store-wide archive on
-every call.
+had grown to 9,650 artefact files, 43 MB of text taking 68 MiB of disk (77 MiB with the rest of the
+checkout), and a device call ships the whole checkout under a 64 MiB limit (`run` refused the H200
+campaign's third call of 2026-12-01, see REPORT.md). One zip per trial keeps every file (`harness
+show`, `replay`, `resign` and the report read it through `Store.artefacts_of`), compresses the
+text, and, one file per finished trial that never changes again, keeps git's history from
+storing a store-wide archive again on every call.
 
-Only folders a record of the store (or of its `retired/` store) names are packed: a folder
-without a record is a trial in flight or one an interruption left to rerun, and the runner writes
-into it. A dflash trial's `run/` (the trainer's checkpoints and export, `pool.with_run_dir`; git
-ignores it and call.sh leaves it out of stores.tgz) is neither packed nor removed: it stays in the
-folder, which then holds nothing else. Zips are byte-for-byte reproducible (members sorted, fixed
-timestamps), so packing the same folder twice gives the same file. Order of writes per folder: the zip is written to a
-temporary name, flushed and renamed into place, then the folder is removed; an interruption
-leaves a stray temporary (removed by the next pack) or the folder beside a whole zip (the zip is
-read, see `Store.artefacts_of`), and a rerun removes that folder once every file in it is in the
-zip unchanged. A folder beside a zip that differs from it is an error, with both kept.
+Only folders a record of the store (or of its `retired/` store) names are packed: a folder without
+a record is a trial in flight or one an interruption left to rerun, and the runner writes into it.
+A dflash trial's `run/` (the trainer's checkpoints and export, `pool.with_run_dir`; git ignores it
+and call.sh leaves it out of stores.tgz) is neither packed nor removed: it stays in the folder,
+which then holds nothing else. Zips are byte-for-byte reproducible (members sorted, fixed
+timestamps), so packing the same folder twice gives the same file. Order of writes per folder: the
+zip is written to a temporary name, flushed and renamed into place, then the folder is removed; an
+interruption leaves a stray temporary (removed by the next pack) or the folder beside a whole zip
+(the zip is read, see `Store.artefacts_of`), and a rerun removes that folder once every file in it
+is in the zip unchanged. A folder beside a zip that differs from it is an error, with both kept.
 """
 
 from __future__ import annotations
@@ -27,12 +27,11 @@ import os
 import shutil
 import tempfile
 import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.retire import RETIRED_NAME
-from harness.store import ARTEFACTS_NAME, PACKED_SUFFIX, TRIALS_NAME, Store, StoreError
+from harness.store import ARTEFACTS_NAME, PACKED_SUFFIX, TRIALS_NAME, ZIP_ERRORS, Store, StoreError
 
 RUN_DIR = "run"
 
@@ -168,7 +167,7 @@ def _drop_packed_folder(folder: Path) -> None:
                 if name not in held or zf.read(name) != path.read_bytes():
                     raise StoreError(f"{folder} differs from {packed.name} beside it ({name}): "
                                      "remove the one that is wrong, then pack again")
-    except (zipfile.BadZipFile, zlib.error) as e:
+    except ZIP_ERRORS as e:
         raise StoreError(f"{packed} beside {folder.name} cannot be read: {e}") from None
     _remove_packed(folder)
 
@@ -184,5 +183,5 @@ def unpack_into(packed: zipfile.Path, target: Path) -> None:
                 if name.is_absolute() or ".." in name.parts:
                     raise StoreError(f"{packed.root.filename}: member {info.filename!r} leaves its folder")
                 zf.extract(info, target)
-    except (zipfile.BadZipFile, zlib.error) as e:
+    except ZIP_ERRORS as e:
         raise StoreError(f"packed artefacts {packed.root.filename} cannot be read: {e}") from None

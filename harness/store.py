@@ -16,6 +16,7 @@ One writer process per store (the matrix); threads within it are fine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ import tempfile
 import threading
 import zipfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.outcome import TrialResult
@@ -37,20 +39,27 @@ class StoreError(Exception):
     """The store cannot be read or written; the message is one line naming the file."""
 
 
+ZIP_ERRORS = (zipfile.BadZipFile, zlib.error)
+"""What reading a damaged zip raises: a bad CRC or header; damaged deflate data."""
+
+
 class PackedArtefacts(zipfile.Path):
     """A packed trial's files (harness.pack), read like its folder; a damaged member is a
     StoreError naming the zip (one line), not zipfile's BadZipFile from deep inside a reader."""
 
     def read_text(self, *args, **kwargs) -> str:
-        try:
+        with self._damaged():
             return super().read_text(*args, **kwargs)
-        except (zipfile.BadZipFile, zlib.error) as e:     # a bad CRC; damaged deflate data
-            raise StoreError(f"packed artefacts {self.root.filename}: {self.at}: {e}") from None
 
     def read_bytes(self) -> bytes:
-        try:
+        with self._damaged():
             return super().read_bytes()
-        except (zipfile.BadZipFile, zlib.error) as e:     # a bad CRC; damaged deflate data
+
+    @contextlib.contextmanager
+    def _damaged(self) -> Iterator[None]:
+        try:
+            yield
+        except ZIP_ERRORS as e:
             raise StoreError(f"packed artefacts {self.root.filename}: {self.at}: {e}") from None
 
 
