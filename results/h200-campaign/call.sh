@@ -143,10 +143,14 @@ for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            timeout -k 15 -s TERM $(( $(left) - 25 )) python3 -m harness price "${pa[@]}" --into "$OUT/price.jsonl" \
              > "$X/price.out" 2> "$X/price.err"
            echo "price rc=$? $(( $(date +%s) - s ))s"; cat "$X/price.out"; grep -v "^train:" "$X/price.err" | tail -n 60 ;;
-    campaign) matrix gpu-campaign $(( $(left) - 130 )) ;;
+    # Start window: until 70 s before the end (SIGTERM at 25, --finish-by at 40), not 130: with
+    # --finish-by keeping out any trial its cell's median would not end in time, the wider margin
+    # only idled the GPU (calls 45-47 stopped starting trials 105 s before the SIGTERM and ran down
+    # to one trial in their last minute). A cell with no stored median can still be cut by the stop.
+    campaign) matrix gpu-campaign $(( $(left) - 70 )) ;;
     campaign:*) # campaign:GLOB[,GLOB]: only those cells (harness matrix --cells), same store
-           CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 130 )) ;;
-    topology|topology-4|topology-2) matrix gpu-$phase $(( $(left) - 130 )) ;;   # issue 6, on nvidia-h200-x8 / -x4 / -x2
+           CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 70 )) ;;
+    topology|topology-4|topology-2) matrix gpu-$phase $(( $(left) - 70 )) ;;   # issue 6, on nvidia-h200-x8 / -x4 / -x2
     diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
     verify:*) matrix results/h200-campaign/verify.json ${phase#verify:} ;;
     spec:*) IFS=: read -r _ sf ss <<< "$phase"; matrix "$sf" "${ss:-$(( $(left) - 130 ))}" ;;
