@@ -301,21 +301,98 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 
 def plot_paths(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> list[Path]:
-    """The files write_plots writes: the failure-rate plot, and tokens/s when any cell has it."""
-    paths = [plots_dir / f"{name}-failure-rate.png"]
+    """The files write_plots writes: the strategy grid when there is one, the failure-rate plot,
+    and tokens/s when any cell has it."""
+    paths = [plots_dir / f"{name}-grid.png"] if grid_layout(cells) else []
+    paths.append(plots_dir / f"{name}-failure-rate.png")
     if any(c.tokens_per_s is not None for c in cells):
         paths.append(plots_dir / f"{name}-tokens-per-s.png")
     return paths
 
 
-def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> list[Path]:
-    """Failure rate with Wilson error bars, and median tokens/s, one bar per cell (Agg backend)."""
+@dataclass(frozen=True)
+class Grid:
+    """Strategies down, (workload, plan) across: the matrix as issue 5 asks it (does a strategy
+    hold on both presets, with and without the scheduler?), which one bar per cell spreads over
+    a page (gpu-campaign: 120 bars)."""
+    strategies: list[str]
+    columns: list[tuple[str, str]]
+    cells: dict[tuple[str, tuple[str, str]], CellSummary]
+
+
+def grid_layout(cells: Sequence[CellSummary]) -> Grid | None:
+    """The grid of `cells`, or None where it would say nothing a bar plot does not: fewer than two
+    strategies or fewer than two (workload, plan) columns."""
+    strategies = sorted({c.strategy for c in cells}, key=lambda s: (s != "raw", s))
+    columns = sorted({(c.workload, c.plan) for c in cells}, key=lambda wp: (wp[0], wp[1] != "-", wp[1]))
+    if len(strategies) < 2 or len(columns) < 2:
+        return None
+    return Grid(strategies, columns, {(c.strategy, (c.workload, c.plan)): c for c in cells})
+
+
+def grid_text(cell: CellSummary | None) -> str:
+    """What a grid square says: k/n, then +N oom where trials ran out of memory; empty if not run."""
+    if cell is None:
+        return ""
+    return f"{cell.k}/{cell.n}" + (f"\n+{cell.resources} oom" if cell.resources else "")
+
+
+def write_grid(cells: Sequence[CellSummary], path: Path) -> Path:
+    """The strategy grid as a heat map of the failure rate, each square labelled k/n (a 0/2 square
+    is as green as a 0/29 one: the label says which). The longer side runs down the page: the
+    repro stores have one workload per repro and a few strategies (gpu-repros: 24 columns, 13
+    strategies), the campaign the other way round."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = []
+    grid = grid_layout(cells)
+    assert grid is not None, "write_grid without a grid (plot_paths decides)"
+    columns = [f"{w}@{p}" for w, p in grid.columns]
+    down = len(grid.columns) > len(grid.strategies)
+    rows, across = (columns, grid.strategies) if down else (grid.strategies, columns)
+
+    def cell_at(i: int, j: int) -> CellSummary | None:
+        s, col = (grid.strategies[j], grid.columns[i]) if down else (grid.strategies[i], grid.columns[j])
+        return grid.cells.get((s, col))
+
+    nan = float("nan")
+    rates = [[(c.k / c.n if c is not None and c.n else nan) for c in (cell_at(i, j) for j in range(len(across)))]
+             for i in range(len(rows))]
+    longest_row, longest_col = max(len(r) for r in rows), max(len(c) for c in across)
+    # Turned columns' names stand upright above them: their length is the figure's height, not width.
+    with png_figure(plt, path, (2.0 + 0.058 * longest_row + (0.8 if down else 1.15) * len(across),
+                                max(2.5, 0.26 * len(rows) + 1.6 + (0.07 * longest_col if down else 0.0)))) as ax:
+        cmap = matplotlib.colormaps["RdYlGn_r"].with_extremes(bad="#eeeeee")
+        image = ax.imshow(rates, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        for i in range(len(rows)):
+            for j in range(len(across)):
+                r = rates[i][j]
+                dark = r == r and (r <= 0.15 or r >= 0.8)       # r == r: not NaN; the map's dark ends
+                ax.text(j, i, grid_text(cell_at(i, j)), ha="center", va="center", fontsize=6.5,
+                        color="white" if dark else "black")
+        ax.set_xticks(range(len(across)))
+        ax.set_xticklabels([c.replace("@", "\n@", 1) for c in across] if not down else across, fontsize=7,
+                           rotation=90 if down else 0)
+        ax.xaxis.tick_top()
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels(rows, fontsize=7)
+        ax.figure.colorbar(image, ax=ax, fraction=0.03, pad=0.02).set_label("failure rate (k/n)", fontsize=7)
+        ax.set_title(f"{path.stem.removesuffix('-grid')}: failures per strategy, workload and fault plan "
+                     "(grey: not run, or no trial that counts)", fontsize=8)
+    return path
+
+
+def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> list[Path]:
+    """The strategy grid (where there is one), failure rate with Wilson error bars, and median
+    tokens/s, one bar per cell (Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = [write_grid(cells, plots_dir / f"{name}-grid.png")] if grid_layout(cells) else []
     labels = [c.cell for c in cells]
     rates = [c.k / c.n if c.n else 0.0 for c in cells]
     err = [[max(0.0, r - c.low) for r, c in zip(rates, cells)], [max(0.0, c.high - r) for r, c in zip(rates, cells)]]

@@ -251,3 +251,24 @@ def test_the_throughput_plot_tells_failing_cells_apart(tmp_path, monkeypatch):
     assert seen["m-tokens-per-s.png:err"]["w:fix@p"] == pytest.approx((4.5, 4.5))
     assert seen["m-tokens-per-s.png:err"]["w:lock@p"] == (0.0, 0.0)
     assert {c.cell: c.tokens_range for c in report.summarize(_records())}["w:fix@p"] == (80.0, 89.0)
+
+
+def test_the_grid_puts_strategies_down_and_workload_and_plan_across(tmp_path):
+    # One (workload, plan) column: a grid would say nothing the bars do not.
+    assert report.grid_layout(report.summarize(_records())) is None
+    rs = _records() + [_r("w:raw@-", 0, Outcome.CRASH, sig="s1"), _r("v:fix@-", 0, Outcome.RESOURCE, sig="oom"),
+                       _r("v:fix@-", 1, Outcome.OK)]
+    cells = report.summarize(rs)
+    grid = report.grid_layout(cells)
+    assert grid.strategies == ["raw", "fix", "lock"]
+    assert grid.columns == [("v", "-"), ("w", "-"), ("w", "p")]
+    assert report.grid_text(grid.cells[("raw", ("w", "p"))]) == "4/10"
+    assert report.grid_text(grid.cells[("fix", ("v", "-"))]) == "0/1\n+1 oom"
+    assert report.grid_text(grid.cells.get(("lock", ("v", "-")))) == ""
+    paths = report.plot_paths(cells, "m", tmp_path)
+    assert [p.name for p in paths] == ["m-grid.png", "m-failure-rate.png", "m-tokens-per-s.png"]
+    assert report.write_plots(cells, "m", tmp_path) == paths
+    first = paths[0].read_bytes()
+    assert first.startswith(b"\x89PNG")
+    report.write_grid(cells, paths[0])
+    assert paths[0].read_bytes() == first, "the grid is committed: the same records must give the same bytes"
