@@ -46,10 +46,11 @@ class GpuSlots:
     """At most `per_gpu` slots in use on each GPU; a trial needing g GPUs takes g distinct ones,
     and `weight` slots on each (Workload.gpu_slots; a weight above per_gpu means the GPU alone).
 
-    Waiters are served first come, first served, with bounded backfill (`packing.admit`). Strict
-    order leaves slots idle whenever the head needs more than is free: `--pack-by-memory` gives the
-    H200 campaign's gpu-bound cells 1 to 6 of 12 slots each (REPORT.md, fourteenth session), and a
-    6-slot head with 7 slots in use holds back every 1-slot trial behind it. Unbounded backfill starves
+    Waiters are served in the matrix's order (`acquire`'s `order`), with bounded backfill
+    (`packing.admit`). Strict order leaves slots idle whenever the head needs more than is free:
+    `--pack-by-memory` gives the H200 campaign's gpu-bound cells 1 to 6 of 12 slots each
+    (REPORT.md, fourteenth session), and a 6-slot head with 7 slots in use holds back every 1-slot
+    trial behind it. Unbounded backfill starves
     instead: a trial that needs 3 slots waits for as long as 1-slot trials keep taking each slot the
     moment it frees, and can miss --max-time entirely. So a later waiter may start ahead of the
     head only while the head does not fit, and only `max_bypass` times per head (default: one
@@ -63,21 +64,30 @@ class GpuSlots:
         self._bypassed = 0
         """Waiters started ahead of the current head; reset when the head leaves the queue."""
         self._cond = threading.Condition()
-        self._queue: collections.deque[tuple[int, int, object]] = collections.deque()
+        self._queue: list[tuple[float, int, int, object]] = []   # (order, need, weight, identity)
 
-    def acquire(self, need: int, stop: threading.Event, weight: int = 1) -> list[int] | None:
+    def acquire(self, need: int, stop: threading.Event, weight: int = 1,
+                order: float | None = None) -> list[int] | None:
         """Least-loaded GPUs with room for `weight` more slots, in turn (`packing.admit`); None
-        if `stop` is set while waiting."""
+        if `stop` is set while waiting.
+
+        `order` is the trial's place in the matrix (WorkerPool passes the number it popped it
+        under): waiters queue by it, not by who reached this lock first. Two workers that pop
+        trials 7 and 8 can arrive here as 8 then 7, and `packing.simulate`, which replays a store's
+        run from its records, queues in pop order; without `order` the two disagreed whenever a
+        thread switch fell between the pop and the lock. None queues at the back."""
         if need == 0 or not self._load:
             return []
         need, weight = packing.capped(need, weight, len(self._load), self._per_gpu)
-        ticket = (need, weight, object())   # the object tells two equal waiters apart
+        ticket = (float("inf") if order is None else order, need, weight, object())   # object: identity
         with self._cond:
-            self._queue.append(ticket)
+            # After every waiter of a lower or equal order: arrivals with no order keep FIFO.
+            at = next((i for i, t in enumerate(self._queue) if t[0] > ticket[0]), len(self._queue))
+            self._queue.insert(at, ticket)
             try:
                 while not stop.is_set():
                     k = self._queue.index(ticket)
-                    ids = packing.admit([(n, w) for n, w, _ in self._queue], k, self._load, self._per_gpu,
+                    ids = packing.admit([(n, w) for _, n, w, _ in self._queue], k, self._load, self._per_gpu,
                                         bypassed=self._bypassed, max_bypass=self._max_bypass)
                     if ids is not None:
                         if k:   # passed the head; the head's own start resets the count (finally)
@@ -154,6 +164,8 @@ class WorkerPool:
         """Of `left`, those not started because --max-time passed (or the pool was stopped: then
         run() raises, and nobody reads it)."""
         self.running = 0
+        self.popped = 0
+        """Trials taken off `pending` so far: the order GpuSlots serves them in."""
         self.interrupted = False
         self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
         self.finish_by = None if spec.finish_by_s is None else time.monotonic() + spec.finish_by_s
@@ -225,16 +237,18 @@ class WorkerPool:
         else:
             self.left_by_time += 1
 
-    def _next(self) -> TrialSpec | None:
+    def _next(self) -> tuple[int, TrialSpec] | None:
+        """The next trial to run and its number in pop order (GpuSlots queues by it)."""
         with self.lock:
             while self.pending and not self.stop.is_set():
                 if self.deadline is not None and time.monotonic() >= self.deadline:
                     break
                 trial = self.pending.popleft()
+                self.popped += 1
                 if self._stopped(trial) or self._late(trial):   # a shorter cell's trial may still fit
                     self._leave(trial)
                     continue
-                return trial
+                return self.popped, trial
             for trial in self.pending:   # what the clock cut, or the rule had already ended
                 self._leave(trial)
             self.pending.clear()
@@ -242,9 +256,10 @@ class WorkerPool:
 
     def _worker(self) -> None:
         try:
-            while (trial := self._next()) is not None:
+            while (popped := self._next()) is not None:
+                order, trial = popped
                 need, weight = self.need_gpus[trial.cell]
-                ids = self.gpus.acquire(need, self.stop, weight)
+                ids = self.gpus.acquire(need, self.stop, weight, order=order)
                 if ids is None:
                     return
                 with self.lock:
