@@ -78,7 +78,10 @@ matrix() {  # preset (or a spec file), seconds to start trials in[, cap]: SIGTER
   timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --finish-by $(( stop - 15 )) \
     --no-live "${extra[@]}" \
     > "$X/matrix-$preset.out" 2> "$X/matrix-$preset.err"
-  echo "matrix $preset rc=$?"; grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n 70 "$X/matrix-$preset.out"
+  # The first line is the run's summary (ran N, M left and why): the tail alone cut it off a
+  # campaign's table (calls 45-47), and only call.tgz, which is not committed, kept it.
+  echo "matrix $preset rc=$?"; head -n 1 "$X/matrix-$preset.out"
+  grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n 70 "$X/matrix-$preset.out"
 }
 
 warm() {  # waits on its own pids: a bare `wait` would also wait for the tee behind `exec >`

@@ -1,0 +1,110 @@
+"""What each H200 call added to a store: the figures REPORT.md's entries quote per call.
+
+    python results/h200-campaign/call_trials.py N [N ...] [--store results/gpu-campaign] [--logs DIR] [--all]
+
+A call's trials are the store's records that started inside its window: from the timestamp on
+the first line of results/h200-campaign/call<N>-log.txt until its `== done after S s` line (or
+the budget the first line names, if the call was cut before it; a warm machine starts the next
+call inside the last one's budget, so the budget alone would take trials of the next). Per call:
+trials, trial-seconds (the sum of durations: with the wall time, how many ran at once), outcomes,
+failure families, the median time to an F1 failure (what a warm Inductor cache shortens), the hang
+trials' durations, and each passing trial's tokens/s, GPU memory and duration (`--all`: every trial's). Also the size of the
+Inductor cache the call found (call.sh's `du -sh .cache` line): 3 MB is a cold machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import re
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from harness.families import family  # noqa: E402
+from harness.outcome import Outcome, TrialResult  # noqa: E402
+from harness.store import Store  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+HEAD = re.compile(r"^== (\S+Z) budget (\d+) ")
+CACHE = re.compile(r"^(\S+)\s+\.cache$", re.M)
+DONE = re.compile(r"^== done after (\d+)s$", re.M)
+
+
+class CallError(Exception):
+    """Bad input: one line, exit 2."""
+
+
+def window(n: int, logs: Path = HERE) -> tuple[dt.datetime, dt.datetime, str]:
+    """(start, end, cache size) of call n, from its log."""
+    log = logs / f"call{n}-log.txt"
+    try:
+        text = log.read_text(errors="replace")
+    except OSError as e:
+        raise CallError(f"no log for call {n}: {log} ({e.strerror})") from e
+    m = HEAD.match(text)
+    if m is None:
+        raise CallError(f"{log}: the first line is not call.sh's '== TIME budget S phases ...'")
+    start = dt.datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+    cache, done = CACHE.search(text), DONE.search(text)
+    seconds = int(done.group(1) if done else m.group(2))
+    return start, start + dt.timedelta(seconds=seconds), cache.group(1) if cache else "?"
+
+
+def in_window(records: list[TrialResult], start: dt.datetime, end: dt.datetime) -> list[TrialResult]:
+    return [r for r in records if r.started_at and start <= dt.datetime.fromisoformat(r.started_at) < end]
+
+
+def trial_line(r: TrialResult) -> str:
+    mem = f"{r.gpu_mem_gib:.1f} GiB" if r.gpu_mem_gib is not None else "- GiB"
+    tok = f"{r.tokens_per_s:,.0f} tokens/s" if r.tokens_per_s is not None else "- tokens/s"
+    what = r.outcome.value + (f" ({family(r.signature_summary)})" if r.outcome.is_failure else "")
+    return f"  {what} {r.trial_id}: {tok}, {mem}, {r.duration_s:.1f} s"
+
+
+def describe(n: int, rs: list[TrialResult], cache: str, every: bool = False) -> list[str]:
+    """The call's figures; its passing trials one by one, or with `every` all of its trials."""
+    failed = [r for r in rs if r.outcome.is_failure]
+    lines = [f"call {n}: {len(rs)} trials, {sum(r.duration_s for r in rs):,.0f} trial-seconds; Inductor cache at "
+             f"the start {cache}"]
+    outcomes = collections.Counter(r.outcome.value for r in rs)
+    lines.append("  outcomes: " + ", ".join(f"{k} {v}" for k, v in outcomes.most_common()))
+    fams = collections.Counter(family(r.signature_summary) for r in failed)
+    lines.append("  families: " + (", ".join(f"{k} {v}" for k, v in fams.most_common()) or "-"))
+    f1 = [r.time_to_failure_s or r.duration_s for r in failed if family(r.signature_summary) == "F1"]
+    if f1:
+        lines.append(f"  F1 time to failure: median {statistics.median(f1):.1f} s over {len(f1)}, "
+                     f"{min(f1):.1f}-{max(f1):.1f} s")
+    hangs = sorted(r.duration_s for r in rs if r.outcome is Outcome.HANG)
+    if hangs:
+        lines.append(f"  hangs ran {hangs[0]:.1f}-{hangs[-1]:.1f} s ({len(hangs)})")
+    lines += [trial_line(r) for r in sorted(rs, key=lambda r: (r.cell, r.trial_index))
+              if every or r.outcome is Outcome.OK]
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="call_trials.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("calls", nargs="+", type=int, metavar="N")
+    ap.add_argument("--store", default="results/gpu-campaign", type=Path)
+    ap.add_argument("--logs", default=HERE, type=Path, help="where the call<N>-log.txt files are")
+    ap.add_argument("--all", action="store_true", help="a line for every trial, not only the passing ones")
+    args = ap.parse_args(argv)
+    try:
+        if not (args.store / "trials.jsonl").is_file():
+            raise CallError(f"no result store at {args.store}")
+        windows = [(n, *window(n, args.logs)) for n in args.calls]
+    except CallError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    records = Store(args.store).load()
+    for n, start, end, cache in windows:
+        print("\n".join(describe(n, in_window(records, start, end), cache, args.all)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,56 @@
+"""results/h200-campaign/call_trials.py: the per-call figures REPORT.md's entries quote."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "results" / "h200-campaign" / "call_trials.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_the_sixteenth_sessions_calls_as_the_report_quotes_them():
+    out = _run("45", "46", "47").stdout
+    # REPORT.md, sixteenth entry: 16, 37 and 38 trials; 1,551, 1,694 and 1,824 trial-seconds; a cold
+    # cache in call 45 and F1 reached sooner on the warm machine of calls 46-47.
+    assert "call 45: 16 trials, 1,551 trial-seconds; Inductor cache at the start 3.0M" in out
+    assert "call 46: 37 trials, 1,694 trial-seconds; Inductor cache at the start 396M" in out
+    assert "call 47: 38 trials, 1,824 trial-seconds; Inductor cache at the start 414M" in out
+    assert "F1 time to failure: median 41.7 s over 9" in out
+    assert "F1 time to failure: median 35.6 s over 28" in out
+
+
+def test_a_call_ends_at_its_done_line_not_at_its_budget(tmp_path):
+    # Call 45's budget (585 s from 21:17:03) runs past call 46's start (21:26:28, a warm machine):
+    # by the budget, call 45 would take two of call 46's trials.
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "call45-log.txt").write_text(
+        (ROOT / "results/h200-campaign/call45-log.txt").read_text().replace("== done after 540s", ""))
+    out = _run("45", "--logs", str(logs)).stdout
+    assert out.startswith("call 45: 18 trials")
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path):
+    for args, want in ((["99"], "error: no log for call 99"),
+                       (["45", "--store", str(tmp_path)], "error: no result store")):
+        proc = _run(*args)
+        assert proc.returncode == 2 and proc.stderr.startswith(want) and not proc.stdout, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    (tmp_path / "call7-log.txt").write_text("not a call log\n")
+    proc = _run("7", "--logs", str(tmp_path))
+    assert proc.returncode == 2 and "the first line is not call.sh's" in proc.stderr
+
+
+def test_all_lists_every_trial_with_its_family_and_memory():
+    out = _run("42", "43", "--all").stdout
+    assert "crash (capture) gpu-campaign/gpu-bound:cstash-tls-init+graph-isolation+sequential-startup@-/3: " \
+           "- tokens/s, 54.2 GiB, 50.0 s" in out
+    assert "ok gpu-campaign/gpu-bound:cstash-tls-init+graph-isolation+sequential-startup@-/4: 24,657 tokens/s, " \
+           "68.0 GiB" in out
+    assert "\n  crash" not in _run("42", "43").stdout      # without --all: the passing trials only
