@@ -42,17 +42,24 @@ def host_gpu_count() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
+@dataclasses.dataclass(eq=False)   # identity: two waiters with equal needs are two places in the queue
+class Ticket:
+    """A trial's place in GpuSlots' queue: the slots it waits for (capped to the machine)."""
+    need: int
+    weight: int
+
+
 class GpuSlots:
     """At most `per_gpu` slots in use on each GPU; a trial needing g GPUs takes g distinct ones,
     and `weight` slots on each (Workload.gpu_slots; a weight above per_gpu means the GPU alone).
 
-    Waiters are served in the matrix's order (`acquire`'s `order`), with bounded backfill
+    Waiters are served in the matrix's order (`enqueue`), with bounded backfill
     (`packing.admit`). Strict order leaves slots idle whenever the head needs more than is free:
     `--pack-by-memory` gives the H200 campaign's gpu-bound cells 1 to 6 of 12 slots each
     (REPORT.md, fourteenth session), and a 6-slot head with 7 slots in use holds back every 1-slot
-    trial behind it. Unbounded backfill starves
-    instead: a trial that needs 3 slots waits for as long as 1-slot trials keep taking each slot the
-    moment it frees, and can miss --max-time entirely. So a later waiter may start ahead of the
+    trial behind it. Unbounded backfill starves instead: a trial that needs 3 slots waits for as
+    long as 1-slot trials keep taking each slot the moment it frees, and can miss --max-time
+    entirely. So a later waiter may start ahead of the
     head only while the head does not fit, and only `max_bypass` times per head (default: one
     GPU's slots); then everyone waits for the head. A backfilled trial can still delay the head by
     up to its own run time: the cost of not knowing how long trials take."""
@@ -64,36 +71,44 @@ class GpuSlots:
         self._bypassed = 0
         """Waiters started ahead of the current head; reset when the head leaves the queue."""
         self._cond = threading.Condition()
-        self._queue: list[tuple[float, int, int, object]] = []   # (order, need, weight, identity)
+        self._queue: list[Ticket] = []
+
+    def enqueue(self, need: int, weight: int = 1) -> Ticket | None:
+        """Take a place in the queue now; `acquire(..., ticket=)` waits on it later. None when the
+        trial needs no GPU (or there is none).
+
+        WorkerPool calls this while it still holds the lock it pops trials under, so the queue is
+        in the matrix's order, as `packing.simulate` (which replays a store's run from its records)
+        assumes. Joining only inside `acquire` let two workers that popped trials 7 and 8 queue as
+        8 then 7, and a later trial that fit at once start before the earlier one had queued."""
+        if need == 0 or not self._load:
+            return None
+        need, weight = packing.capped(need, weight, len(self._load), self._per_gpu)
+        ticket = Ticket(need, weight)
+        with self._cond:
+            self._queue.append(ticket)
+        return ticket
 
     def acquire(self, need: int, stop: threading.Event, weight: int = 1,
-                order: float | None = None) -> list[int] | None:
+                ticket: Ticket | None = None) -> list[int] | None:
         """Least-loaded GPUs with room for `weight` more slots, in turn (`packing.admit`); None
-        if `stop` is set while waiting.
-
-        `order` is the trial's place in the matrix (WorkerPool passes the number it popped it
-        under): waiters queue by it, not by who reached this lock first. Two workers that pop
-        trials 7 and 8 can arrive here as 8 then 7, and `packing.simulate`, which replays a store's
-        run from its records, queues in pop order; without `order` the two disagreed whenever a
-        thread switch fell between the pop and the lock. None queues at the back."""
+        if `stop` is set while waiting. With `ticket` (from `enqueue`), at the place it holds;
+        without, at the back of the queue."""
         if need == 0 or not self._load:
             return []
-        need, weight = packing.capped(need, weight, len(self._load), self._per_gpu)
-        ticket = (float("inf") if order is None else order, need, weight, object())   # object: identity
+        if ticket is None:
+            ticket = self.enqueue(need, weight)
         with self._cond:
-            # After every waiter of a lower or equal order: arrivals with no order keep FIFO.
-            at = next((i for i, t in enumerate(self._queue) if t[0] > ticket[0]), len(self._queue))
-            self._queue.insert(at, ticket)
             try:
                 while not stop.is_set():
                     k = self._queue.index(ticket)
-                    ids = packing.admit([(n, w) for _, n, w, _ in self._queue], k, self._load, self._per_gpu,
+                    ids = packing.admit([(t.need, t.weight) for t in self._queue], k, self._load, self._per_gpu,
                                         bypassed=self._bypassed, max_bypass=self._max_bypass)
                     if ids is not None:
                         if k:   # passed the head; the head's own start resets the count (finally)
                             self._bypassed += 1
                         for i in ids:
-                            self._load[i] += weight
+                            self._load[i] += ticket.weight
                         return ids
                     self._cond.wait(timeout=0.5)
                 return None
@@ -164,8 +179,6 @@ class WorkerPool:
         """Of `left`, those not started because --max-time passed (or the pool was stopped: then
         run() raises, and nobody reads it)."""
         self.running = 0
-        self.popped = 0
-        """Trials taken off `pending` so far: the order GpuSlots serves them in."""
         self.interrupted = False
         self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
         self.finish_by = None if spec.finish_by_s is None else time.monotonic() + spec.finish_by_s
@@ -237,18 +250,17 @@ class WorkerPool:
         else:
             self.left_by_time += 1
 
-    def _next(self) -> tuple[int, TrialSpec] | None:
-        """The next trial to run and its number in pop order (GpuSlots queues by it)."""
+    def _next(self) -> tuple[TrialSpec, Ticket | None] | None:
+        """The next trial to run, already in GpuSlots' queue (in pop order: `GpuSlots.enqueue`)."""
         with self.lock:
             while self.pending and not self.stop.is_set():
                 if self.deadline is not None and time.monotonic() >= self.deadline:
                     break
                 trial = self.pending.popleft()
-                self.popped += 1
                 if self._stopped(trial) or self._late(trial):   # a shorter cell's trial may still fit
                     self._leave(trial)
                     continue
-                return self.popped, trial
+                return trial, self.gpus.enqueue(*self.need_gpus[trial.cell])
             for trial in self.pending:   # what the clock cut, or the rule had already ended
                 self._leave(trial)
             self.pending.clear()
@@ -257,9 +269,9 @@ class WorkerPool:
     def _worker(self) -> None:
         try:
             while (popped := self._next()) is not None:
-                order, trial = popped
+                trial, ticket = popped
                 need, weight = self.need_gpus[trial.cell]
-                ids = self.gpus.acquire(need, self.stop, weight, order=order)
+                ids = self.gpus.acquire(need, self.stop, weight, ticket=ticket)
                 if ids is None:
                     return
                 with self.lock:

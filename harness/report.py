@@ -327,7 +327,11 @@ def grid_layout(cells: Sequence[CellSummary]) -> Grid | None:
     columns = sorted({(c.workload, c.plan) for c in cells}, key=lambda wp: (wp[0], wp[1] != "-", wp[1]))
     if len(strategies) < 2 or len(columns) < 2:
         return None
-    return Grid(strategies, columns, {(c.strategy, (c.workload, c.plan)): c for c in cells})
+    squares = {(c.strategy, (c.workload, c.plan)): c for c in cells}
+    # `w:s` and `w:s@-` would share a square (split_cell reads both as plan "-"): the matrix never
+    # names a cell without its plan, so two cells on one square is a bug, not something to draw.
+    assert len(squares) == len(cells), "two cells on one grid square"
+    return Grid(strategies, columns, squares)
 
 
 def grid_text(cell: CellSummary | None) -> str:

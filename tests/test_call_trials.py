@@ -54,3 +54,31 @@ def test_all_lists_every_trial_with_its_family_and_memory():
     assert "ok gpu-campaign/gpu-bound:cstash-tls-init+graph-isolation+sequential-startup@-/4: 24,657 tokens/s, " \
            "68.0 GiB" in out
     assert "\n  crash" not in _run("42", "43").stdout      # without --all: the passing trials only
+
+
+def test_malformed_times_and_stores_are_bad_input_too(tmp_path):
+    log = (ROOT / "results/h200-campaign/call45-log.txt").read_text()
+    store = tmp_path / "store"
+    store.mkdir()
+    line = next(x for x in (ROOT / "results/gpu-campaign/trials.jsonl").read_text().splitlines()
+                if '"started_at": "2026-12-01T21:42:27+00:00"' in x)          # a call-47 record
+    cases = [("== garbageZ budget 585 phases x\n", line, "the first line is not call.sh's"),
+             ("== 2026-12-01T25:17:03Z budget 585 phases x\n", line, "the first line is not call.sh's"),
+             (log, line.replace('"started_at": "2026-12-01T21:42:27+00:00"', '"started_at": "yesterday"'),
+              "started_at 'yesterday' is not an ISO time"),
+             (log, line.replace('"started_at": "2026-12-01T21:42:27+00:00"', '"started_at": "2026-12-01T21:42:27"'),
+              "is not an ISO time with its offset"),
+             (log, "not json", "error: ")]
+    for text, record, want in cases:
+        (tmp_path / "call7-log.txt").write_text(text)
+        (store / "trials.jsonl").write_text(record + "\n")
+        proc = _run("7", "--logs", str(tmp_path), "--store", str(store))
+        assert proc.returncode == 2 and want in proc.stderr and not proc.stdout, (want, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_call_with_no_trials_says_so(tmp_path):
+    (tmp_path / "call7-log.txt").write_text("== 2020-01-01T00:00:00Z budget 10 phases x\n== done after 5s\n")
+    out = _run("7", "--logs", str(tmp_path)).stdout
+    assert out.splitlines()[:3] == ["call 7: 0 trials, 0 trial-seconds; Inductor cache at the start ?",
+                                    "  outcomes: -", "  families: -"]

@@ -448,7 +448,7 @@ def test_gpu_slots_backfill_a_slot_the_head_cannot_use_but_only_max_bypass_times
         # ...never one that fits (its thread has been woken and takes the slots next): a head
         # queued by hand, never served, keeps a later waiter out of slots both would fit in.
         slots3 = GpuSlots(1, per_gpu=4, max_bypass=10)
-        slots3._queue.append((0.0, 1, 2, object()))            # (order, need, weight, identity)
+        slots3.enqueue(1, 2)                                 # queued, never waited on
         gives_up = threading.Event()
         order3 = []
         behind = _waiter(slots3, order3, "behind", 1, gives_up)
@@ -678,28 +678,25 @@ def test_finish_by_must_be_positive(tmp_path):
         spec_from_dict(_spec(tmp_path, finish_by_s=0))
 
 
-def test_gpu_slots_queue_by_the_trials_order_not_by_who_reached_the_lock_first():
-    # Workers pop trials 1 and 2 in order but can reach GpuSlots as 2 then 1; packing.simulate
-    # replays a run in pop order, so the pool must serve it that way too.
+def test_gpu_slots_serve_trials_in_the_order_they_were_queued_not_the_order_their_threads_came():
+    # WorkerPool enqueues each trial as it pops it; the worker threads may then reach acquire in
+    # either order. packing.simulate replays a run in pop order, so the pool must serve it so.
     slots = GpuSlots(1, per_gpu=2, max_bypass=0)
     stop = threading.Event()
     try:
-        assert slots.acquire(1, stop, weight=2, order=0) == [0]     # the GPU full
-        order = []
-        second = threading.Thread(target=lambda: order.append(("second", slots.acquire(1, stop, weight=2, order=2))),
-                                  name="test-second", daemon=True)
-        second.start()
-        time.sleep(0.3)
-        first = threading.Thread(target=lambda: order.append(("first", slots.acquire(1, stop, weight=2, order=1))),
-                                 name="test-first", daemon=True)
-        first.start()
-        time.sleep(0.3)
-        slots.release([0], weight=2)
-        first.join(timeout=5)
-        time.sleep(0.3)
-        assert order == [("first", [0])], "the later-popped trial took the GPU because it reached the lock first"
-        slots.release([0], weight=2)
-        second.join(timeout=5)
-        assert order == [("first", [0]), ("second", [0])]
+        assert slots.acquire(1, stop, weight=1) == [0]                 # 1 of 2 in use
+        first, second = slots.enqueue(1, 1), slots.enqueue(1, 1)
+        got = []
+        late = threading.Thread(target=lambda: got.append(("second", slots.acquire(1, stop, 1, ticket=second))),
+                                name="test-second", daemon=True)
+        late.start()
+        late.join(timeout=1.0)
+        # One slot is free and "second" asked first, but "first" holds the head: under strict
+        # order, second waits (FIFO by arrival would have given it the slot at once).
+        assert got == [] and late.is_alive()
+        assert slots.acquire(1, stop, 1, ticket=first) == [0]
+        slots.release([0], weight=1)
+        late.join(timeout=5)
+        assert got == [("second", [0])]
     finally:
         stop.set()

@@ -223,12 +223,17 @@ def test_the_committed_report_is_what_the_committed_stores_regenerate(tmp_path):
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
-    shutil.copytree(repo / "results", tmp_path / "results")
+    shutil.copytree(repo / "results", tmp_path / "results", ignore=shutil.ignore_patterns("*.png"))
     out = tmp_path / "REPORT.md"
     shutil.copy(repo / "REPORT.md", out)
     report.rebuild(report.default_stores(tmp_path / "results"), out, overview=True)
     assert out.read_text() == (repo / "REPORT.md").read_text(), \
         "REPORT.md is not what `python -m harness report` makes of results/: rerun it and commit"
+    # Every plot the report writes is committed, and no stale one is left (names, not bytes: a
+    # newer matplotlib may draw the same figure in other bytes, and CI installs the newest).
+    def plots(root: Path) -> set[str]:
+        return {str(p.relative_to(root)) for p in root.glob("results/**/plots/*.png")}
+    assert plots(tmp_path) == plots(repo), "plots differ from what `python -m harness report` writes: commit them"
 
 
 def test_the_throughput_plot_tells_failing_cells_apart(tmp_path, monkeypatch):

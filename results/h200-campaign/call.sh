@@ -81,7 +81,7 @@ matrix() {  # preset (or a spec file), seconds to start trials in[, cap]: SIGTER
   # The first line is the run's summary (ran N, M left and why): the tail alone cut it off a
   # campaign's table (calls 45-47), and only call.tgz, which is not committed, kept it.
   echo "matrix $preset rc=$?"; head -n 1 "$X/matrix-$preset.out"
-  grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n 70 "$X/matrix-$preset.out"
+  grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n +2 "$X/matrix-$preset.out" | tail -n 70
 }
 
 warm() {  # waits on its own pids: a bare `wait` would also wait for the tee behind `exec >`
@@ -156,6 +156,8 @@ for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
     topology|topology-4|topology-2) matrix gpu-$phase $(( $(left) - 70 )) ;;   # issue 6, on nvidia-h200-x8 / -x4 / -x2
     diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
     verify:*) matrix results/h200-campaign/verify.json ${phase#verify:} ;;
+    # A spec file's cells are mostly new (diag, verify): no stored median for --finish-by to go
+    # by, so the wider margin stays.
     spec:*) IFS=: read -r _ sf ss <<< "$phase"; matrix "$sf" "${ss:-$(( $(left) - 130 ))}" ;;
     *) echo "unknown phase $phase" ;;
   esac

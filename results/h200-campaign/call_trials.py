@@ -1,6 +1,6 @@
 """What each H200 call added to a store: the figures REPORT.md's entries quote per call.
 
-    python results/h200-campaign/call_trials.py N [N ...] [--store results/gpu-campaign] [--logs DIR] [--all]
+    python results/h200-campaign/call_trials.py N [N ...] [--store STORE] [--logs DIR] [--all]
 
 A call's trials are the store's records that started inside its window: from the timestamp on
 the first line of results/h200-campaign/call<N>-log.txt until its `== done after S s` line (or
@@ -8,8 +8,9 @@ the budget the first line names, if the call was cut before it; a warm machine s
 call inside the last one's budget, so the budget alone would take trials of the next). Per call:
 trials, trial-seconds (the sum of durations: with the wall time, how many ran at once), outcomes,
 failure families, the median time to an F1 failure (what a warm Inductor cache shortens), the hang
-trials' durations, and each passing trial's tokens/s, GPU memory and duration (`--all`: every trial's). Also the size of the
-Inductor cache the call found (call.sh's `du -sh .cache` line): 3 MB is a cold machine.
+trials' durations, and each passing trial's tokens/s, GPU memory and duration (`--all`: every
+trial's). Also the size of the Inductor cache the call found (call.sh's `du -sh .cache` line):
+3 MB is a cold machine.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.families import family  # noqa: E402
 from harness.outcome import Outcome, TrialResult  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.store import Store, StoreError  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+STORE = HERE.parents[1] / "results" / "gpu-campaign"
 HEAD = re.compile(r"^== (\S+Z) budget (\d+) ")
 CACHE = re.compile(r"^(\S+)\s+\.cache$", re.M)
 DONE = re.compile(r"^== done after (\d+)s$", re.M)
@@ -46,16 +48,34 @@ def window(n: int, logs: Path = HERE) -> tuple[dt.datetime, dt.datetime, str]:
     except OSError as e:
         raise CallError(f"no log for call {n}: {log} ({e.strerror})") from e
     m = HEAD.match(text)
-    if m is None:
+    start = _when(m.group(1).replace("Z", "+00:00")) if m else None
+    if start is None:
         raise CallError(f"{log}: the first line is not call.sh's '== TIME budget S phases ...'")
-    start = dt.datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
     cache, done = CACHE.search(text), DONE.search(text)
     seconds = int(done.group(1) if done else m.group(2))
     return start, start + dt.timedelta(seconds=seconds), cache.group(1) if cache else "?"
 
 
+def _when(stamp: str) -> dt.datetime | None:
+    """An ISO time with its UTC offset (what call.sh and the runner write), else None."""
+    try:
+        t = dt.datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
+
+
 def in_window(records: list[TrialResult], start: dt.datetime, end: dt.datetime) -> list[TrialResult]:
-    return [r for r in records if r.started_at and start <= dt.datetime.fromisoformat(r.started_at) < end]
+    mine = []
+    for r in records:
+        if not r.started_at:
+            continue
+        t = _when(r.started_at)
+        if t is None:
+            raise CallError(f"{r.trial_id}: started_at {r.started_at!r} is not an ISO time with its offset")
+        if start <= t < end:
+            mine.append(r)
+    return mine
 
 
 def trial_line(r: TrialResult) -> str:
@@ -71,7 +91,7 @@ def describe(n: int, rs: list[TrialResult], cache: str, every: bool = False) -> 
     lines = [f"call {n}: {len(rs)} trials, {sum(r.duration_s for r in rs):,.0f} trial-seconds; Inductor cache at "
              f"the start {cache}"]
     outcomes = collections.Counter(r.outcome.value for r in rs)
-    lines.append("  outcomes: " + ", ".join(f"{k} {v}" for k, v in outcomes.most_common()))
+    lines.append("  outcomes: " + (", ".join(f"{k} {v}" for k, v in outcomes.most_common()) or "-"))
     fams = collections.Counter(family(r.signature_summary) for r in failed)
     lines.append("  families: " + (", ".join(f"{k} {v}" for k, v in fams.most_common()) or "-"))
     f1 = [r.time_to_failure_s or r.duration_s for r in failed if family(r.signature_summary) == "F1"]
@@ -89,7 +109,7 @@ def describe(n: int, rs: list[TrialResult], cache: str, every: bool = False) -> 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="call_trials.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("calls", nargs="+", type=int, metavar="N")
-    ap.add_argument("--store", default="results/gpu-campaign", type=Path)
+    ap.add_argument("--store", default=STORE, type=Path)
     ap.add_argument("--logs", default=HERE, type=Path, help="where the call<N>-log.txt files are")
     ap.add_argument("--all", action="store_true", help="a line for every trial, not only the passing ones")
     args = ap.parse_args(argv)
@@ -97,12 +117,13 @@ def main(argv: list[str]) -> int:
         if not (args.store / "trials.jsonl").is_file():
             raise CallError(f"no result store at {args.store}")
         windows = [(n, *window(n, args.logs)) for n in args.calls]
-    except CallError as e:
+        records = Store(args.store).load()
+        calls = [(n, in_window(records, start, end), cache) for n, start, end, cache in windows]
+    except (CallError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    records = Store(args.store).load()
-    for n, start, end, cache in windows:
-        print("\n".join(describe(n, in_window(records, start, end), cache, args.all)))
+    for n, rs, cache in calls:
+        print("\n".join(describe(n, rs, cache, args.all)))
     return 0
 
 
