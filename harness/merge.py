@@ -25,7 +25,6 @@ import dataclasses
 import json
 import os
 import shutil
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from harness.matrix import done_ids
 from harness.outcome import Outcome, TrialResult
 from harness.pack import unpack_into
 from harness.retire import REASONS_NAME, RETIRED_NAME
-from harness.store import ARTEFACTS_NAME, PACKED_SUFFIX, TRIALS_NAME, Store, StoreError, safe_name
+from harness.store import ARTEFACTS_NAME, TRIALS_NAME, PackedArtefacts, Store, StoreError, packed_path, safe_name
 
 
 class MergeError(ValueError):
@@ -164,8 +163,8 @@ def _copy_artefacts(src: Store, into: Store, old: TrialResult, new: TrialResult)
     try:
         if target.exists():
             shutil.rmtree(target)
-        target.with_name(name + PACKED_SUFFIX).unlink(missing_ok=True)   # never read beside a folder
-        if isinstance(folder, zipfile.Path):      # a packed source (harness.pack): copied as a folder
+        packed_path(target).unlink(missing_ok=True)   # never read beside a folder
+        if isinstance(folder, PackedArtefacts):      # a packed source (harness.pack): copied as a folder
             unpack_into(folder, target)
         else:
             shutil.copytree(folder, target)

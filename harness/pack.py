@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.retire import RETIRED_NAME
-from harness.store import ARTEFACTS_NAME, PACKED_SUFFIX, TRIALS_NAME, ZIP_ERRORS, Store, StoreError
+from harness.store import ARTEFACTS_NAME, TRIALS_NAME, ZIP_ERRORS, PackedArtefacts, Store, StoreError, packed_path
 
 RUN_DIR = "run"
 
@@ -87,14 +87,14 @@ def _pack_one(store: Store) -> Packed:
         if folder.name not in named:
             done.left += 1
             continue
-        if folder.with_name(folder.name + PACKED_SUFFIX).is_file():
+        if packed_path(folder).is_file():
             _drop_packed_folder(folder)
             continue
         files, before = _pack_folder(folder)
         done.folders += 1
         done.files += files
         done.bytes_before += before
-        done.bytes_after += (folder.with_name(folder.name + PACKED_SUFFIX)).stat().st_size
+        done.bytes_after += packed_path(folder).stat().st_size
     return done
 
 
@@ -120,7 +120,7 @@ def _remove_packed(folder: Path) -> None:
 def _pack_folder(folder: Path) -> tuple[int, int]:
     """Zip `folder` to `<folder>.zip` and remove what was packed: (files packed, their bytes)."""
     members = _trial_files(folder)
-    target = folder.with_name(folder.name + PACKED_SUFFIX)
+    target = packed_path(folder)
     fd, tmp = tempfile.mkstemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp")
     size = 0
     try:
@@ -158,7 +158,7 @@ def _pack_folder(folder: Path) -> tuple[int, int]:
 def _drop_packed_folder(folder: Path) -> None:
     """Remove what a folder beside its zip holds (an interrupted pack, an empty shell; `run/`
     stays), once every such file is in the zip with the same bytes; else StoreError and both stay."""
-    packed = folder.with_name(folder.name + PACKED_SUFFIX)
+    packed = packed_path(folder)
     try:
         with zipfile.ZipFile(packed) as zf:
             held = set(zf.namelist())
@@ -172,16 +172,16 @@ def _drop_packed_folder(folder: Path) -> None:
     _remove_packed(folder)
 
 
-def unpack_into(packed: zipfile.Path, target: Path) -> None:
+def unpack_into(packed: PackedArtefacts, target: Path) -> None:
     """A packed trial's files written out as a folder (harness merge copies a packed record's
     artefacts into a store as a folder; `pack` packs it again there)."""
     target.mkdir(parents=True, exist_ok=True)
     try:
-        with zipfile.ZipFile(packed.root.filename) as zf:
+        with zipfile.ZipFile(packed.file) as zf:
             for info in zf.infolist():
                 name = Path(info.filename)
                 if name.is_absolute() or ".." in name.parts:
-                    raise StoreError(f"{packed.root.filename}: member {info.filename!r} leaves its folder")
+                    raise StoreError(f"{packed.file}: member {info.filename!r} leaves its folder")
                 zf.extract(info, target)
     except ZIP_ERRORS as e:
-        raise StoreError(f"packed artefacts {packed.root.filename} cannot be read: {e}") from None
+        raise StoreError(f"packed artefacts {packed.file} cannot be read: {e}") from None

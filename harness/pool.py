@@ -59,10 +59,10 @@ class GpuSlots:
     (REPORT.md, fourteenth session), and a 6-slot head with 7 slots in use holds back every 1-slot
     trial behind it. Unbounded backfill starves instead: a trial that needs 3 slots waits for as
     long as 1-slot trials keep taking each slot the moment it frees, and can miss --max-time
-    entirely. So a later waiter may start ahead of the
-    head only while the head does not fit, and only `max_bypass` times per head (default: one
-    GPU's slots); then everyone waits for the head. A backfilled trial can still delay the head by
-    up to its own run time: the cost of not knowing how long trials take."""
+    entirely. So a later waiter may start ahead of the head only while the head does not fit, and
+    only `max_bypass` times per head (default: one GPU's slots); then everyone waits for the head.
+    A backfilled trial can still delay the head by up to its own run time: the cost of not knowing
+    how long trials take."""
 
     def __init__(self, num_gpus: int, per_gpu: int, max_bypass: int | None = None) -> None:
         self._load = [0] * num_gpus

@@ -341,7 +341,7 @@ def grid_text(cell: CellSummary | None) -> str:
     return f"{cell.k}/{cell.n}" + (f"\n+{cell.resources} oom" if cell.resources else "")
 
 
-def write_grid(cells: Sequence[CellSummary], path: Path) -> Path:
+def write_grid(grid: Grid, path: Path) -> Path:
     """The strategy grid as a heat map of the failure rate, each square labelled k/n (a 0/2 square
     is as green as a 0/29 one: the label says which). The longer side runs down the page: the
     repro stores have one workload per repro and a few strategies (gpu-repros: 24 columns, 13
@@ -351,8 +351,6 @@ def write_grid(cells: Sequence[CellSummary], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    grid = grid_layout(cells)
-    assert grid is not None, "write_grid without a grid (plot_paths decides)"
     columns = [f"{w}@{p}" for w, p in grid.columns]
     down = len(grid.columns) > len(grid.strategies)
     rows, across = (columns, grid.strategies) if down else (grid.strategies, columns)
@@ -396,7 +394,8 @@ def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> lis
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = [write_grid(cells, plots_dir / f"{name}-grid.png")] if grid_layout(cells) else []
+    grid = grid_layout(cells)
+    paths = [write_grid(grid, plots_dir / f"{name}-grid.png")] if grid else []
     labels = [c.cell for c in cells]
     rates = [c.k / c.n if c.n else 0.0 for c in cells]
     err = [[max(0.0, r - c.low) for r, c in zip(rates, cells)], [max(0.0, c.high - r) for r, c in zip(rates, cells)]]

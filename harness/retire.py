@@ -22,13 +22,12 @@ import fnmatch
 import json
 import os
 import shutil
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.outcome import TrialResult
-from harness.store import ARTEFACTS_NAME, PACKED_SUFFIX, TRIALS_NAME, Store, StoreError
+from harness.store import ARTEFACTS_NAME, TRIALS_NAME, PackedArtefacts, Store, StoreError, packed_path
 
 RETIRED_NAME = "retired"
 REASONS_NAME = "reasons.jsonl"
@@ -108,19 +107,19 @@ def _move_artefacts(store: Store, dest: Store, record: TrialResult) -> TrialResu
     # and with it the folder the zip may have beside it (the trainer's run/, a stopped pack).
     name = Path(record.artefacts).name
     folder = store.root / ARTEFACTS_NAME / name
-    moves = [(folder, "")] if folder.is_dir() else []
-    if isinstance(art, zipfile.Path):
-        moves.append((Path(art.root.filename), PACKED_SUFFIX))
     target_dir = dest.root / ARTEFACTS_NAME
     target_dir.mkdir(parents=True, exist_ok=True)
     target, n = target_dir / name, 1
-    while target.exists() or target.with_name(target.name + PACKED_SUFFIX).exists():
+    while target.exists() or packed_path(target).exists():
         n += 1
         target = target_dir / f"{name}-retired{n}"
-    for src, suffix in moves:
+    moves = [(folder, target)] if folder.is_dir() else []
+    if isinstance(art, PackedArtefacts):
+        moves.append((art.file, packed_path(target)))
+    for src, to in moves:
         try:
-            shutil.move(str(src), str(target.with_name(target.name + suffix)))
+            shutil.move(str(src), str(to))
         except OSError as exc:
-            raise StoreError(f"cannot move {src} to {target}{suffix}: {exc.strerror or exc}") from None
+            raise StoreError(f"cannot move {src} to {to}: {exc.strerror or exc}") from None
     prefix = Path(record.artefacts).parent.parent      # the store as the record named it
     return dataclasses.replace(record, artefacts=str(prefix / RETIRED_NAME / ARTEFACTS_NAME / target.name))

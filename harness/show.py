@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import shlex
-import zipfile
 from pathlib import Path
 
 from harness import families, hangs, native, signature
@@ -22,7 +21,7 @@ from harness.report import trial_stores
 from harness.retire import RETIRED_NAME, reasons, with_retired
 from harness.runner import NATIVE_STACK_NAME, OUTPUT_NAME
 from harness.spec import TrialSpec
-from harness.store import ArtefactPath, Store
+from harness.store import ArtefactPath, PackedArtefacts, Store
 
 TRACEBACK_FRAMES = 8
 NATIVE_FRAMES = 10
@@ -78,7 +77,7 @@ def render(record: TrialResult, store_dir: Path) -> str:
         out += ["", "hang dump (py-spy; the threads the hang key is built from):"]
         excerpt = hangs.excerpt(hangs.read_pyspy_json(dump), keep=signature.in_hang_key)
         out += [f"  {line}" for line in excerpt.rstrip().splitlines()]
-    where = (art.root.filename if isinstance(art, zipfile.Path) else art) if art and art.is_dir() else None
+    where = (art.file if isinstance(art, PackedArtefacts) else art) if art and art.is_dir() else None
     out += ["", f"artefacts: {where or 'not kept in this store'}"]
     if spec is not None:
         quoted = shlex.quote(record.trial_id)

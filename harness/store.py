@@ -43,9 +43,19 @@ ZIP_ERRORS = (zipfile.BadZipFile, zlib.error)
 """What reading a damaged zip raises: a bad CRC or header; damaged deflate data."""
 
 
+def packed_path(folder: Path) -> Path:
+    """Where a trial folder's zip lies: beside it, `<name>.zip` (harness.pack)."""
+    return folder.with_name(folder.name + PACKED_SUFFIX)
+
+
 class PackedArtefacts(zipfile.Path):
     """A packed trial's files (harness.pack), read like its folder; a damaged member is a
     StoreError naming the zip (one line), not zipfile's BadZipFile from deep inside a reader."""
+
+    @property
+    def file(self) -> Path:
+        """The zip itself."""
+        return Path(self.root.filename)
 
     def read_text(self, *args, **kwargs) -> str:
         with self._damaged():
@@ -60,7 +70,7 @@ class PackedArtefacts(zipfile.Path):
         try:
             yield
         except ZIP_ERRORS as e:
-            raise StoreError(f"packed artefacts {self.root.filename}: {self.at}: {e}") from None
+            raise StoreError(f"packed artefacts {self.file}: {self.at}: {e}") from None
 
 
 ArtefactPath = Path | PackedArtefacts
@@ -98,7 +108,7 @@ class Store:
         if not record.artefacts:
             return None
         folder = self.root / ARTEFACTS_NAME / Path(record.artefacts).name
-        packed = folder.with_name(folder.name + PACKED_SUFFIX)
+        packed = packed_path(folder)
         if packed.is_file():
             try:
                 return PackedArtefacts(packed)

@@ -275,5 +275,5 @@ def test_the_grid_puts_strategies_down_and_workload_and_plan_across(tmp_path):
     assert report.write_plots(cells, "m", tmp_path) == paths
     first = paths[0].read_bytes()
     assert first.startswith(b"\x89PNG")
-    report.write_grid(cells, paths[0])
+    report.write_grid(grid, paths[0])
     assert paths[0].read_bytes() == first, "the grid is committed: the same records must give the same bytes"
