@@ -11,6 +11,7 @@
     python -m harness shrink TRIAL_ID [--store DIR] [-n N] [-p N] [--json]
     python -m harness show TRIAL_ID [--store DIR]
     python -m harness report [--store DIR ...] [--out REPORT.md]
+    python -m harness families [--store DIR ...]
     python -m harness resign [--store DIR ...]
     python -m harness retire --store DIR --cells GLOB[,GLOB] --reason TEXT
     python -m harness merge SRC [SRC ...] --into DIR
@@ -127,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="rebuild REPORT.md's generated tables and plots from stores")
     rep.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
     rep.add_argument("--out", default="REPORT.md")
+
+    fm = sub.add_parser("families", help="failing trials per failure family and torch version over some stores")
+    fm.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
 
     rs = sub.add_parser("resign", help="regroup stored failures of an older signature version from their artefacts")
     rs.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
@@ -245,6 +249,8 @@ def _dispatch(opts: argparse.Namespace) -> int:
         return cmd_shrink(opts)
     if opts.command == "report":
         return cmd_report(opts)
+    if opts.command == "families":
+        return cmd_families(opts)
     if opts.command == "run":
         return cmd_run(opts)
     if opts.command == "resign":
@@ -405,6 +411,23 @@ def cmd_report(opts: argparse.Namespace) -> int:
     # The failure-modes overview sums every store: rebuilt only when no --store narrows the set.
     names = report.rebuild(_stores(opts), Path(opts.out), overview=not opts.store)
     print(f"wrote {opts.out}: {len(names)} block(s): {', '.join(names) or '-'}")
+    return 0
+
+
+def cmd_families(opts: argparse.Namespace) -> int:
+    """REPORT's failure-modes table for the stores named (e.g. the trainer's stores without the
+    repros'): retired records count, as there (their failures were observed)."""
+    from harness import report
+    from harness.retire import with_retired
+    from harness.store import Store
+
+    stores = _stores(opts)
+    for store in stores:
+        if not (store / "trials.jsonl").is_file():
+            raise UsageError(f"no result store at {store} (no trials.jsonl)")
+    rows, totals = report.family_table([(s, Store(s).load()) for s in with_retired(stores)])
+    print("\n".join(rows))
+    print(f"trials that count: {totals or 'none'}")
     return 0
 
 

@@ -631,9 +631,9 @@ def trial_stores() -> list[Path]:
 OVERVIEW_BLOCK = "failure-modes"
 
 
-def overview_body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
-    """Failing trials per failure family and torch version over every store: which modes were
-    seen on which version, and from which matrices (out-of-memory and harness errors left out)."""
+def family_table(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> tuple[list[str], str]:
+    """Failing trials per failure family and torch version over the given stores, as markdown
+    rows, and the trials that count per version (`overview_body`, `harness families`)."""
     counts: dict[tuple[str, str], int] = collections.Counter()
     where: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
     trials: dict[str, int] = collections.Counter()
@@ -657,6 +657,13 @@ def overview_body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
                    for v in versions]
         rows.append(f"| {fam} | {families.DESCRIPTIONS.get(fam, 'no known family')} | " + " | ".join(entries) + " |")
     totals = "; ".join(f"torch {v}: {trials[v]} trials" for v in versions)
+    return rows, totals
+
+
+def overview_body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
+    """Failing trials per failure family and torch version over every store: which modes were
+    seen on which version, and from which matrices (out-of-memory and harness errors left out)."""
+    rows, totals = family_table(loaded)
     return "\n".join([
         "#### Failure modes by torch version, over every store",
         "",

@@ -216,6 +216,32 @@ def test_overview_counts_failure_families_per_torch_version_over_every_store(tmp
     assert report.OVERVIEW_BLOCK not in out.read_text()
 
 
+def test_families_counts_only_the_stores_named_with_their_retired_records(tmp_path, capsys, monkeypatch):
+    # REPORT's table of the reference's modes counts the trainer's failures apart from the repros'
+    # (an F1 count there once took the repros' 40 in with the trainer's).
+    from harness.cli import main
+    from harness.retire import retired_store
+
+    f1 = "AssertionError in t at torch._inductor.cudagraph_trees:get_obj (empty message)"
+
+    def r(matrix, i):
+        return TrialResult(trial_id=f"{matrix}/c:raw@-/{i}", cell="c:raw@-", trial_index=i, outcome=Outcome.CRASH,
+                           signature="k", signature_summary=f1, torch_version="2.11.0")
+
+    trainer = _store(tmp_path, "trainer", [r("trainer", 0)])
+    retired_store(trainer.root).append(r("trainer", 1))
+    _store(tmp_path, "repros", [r("repros", 0), r("repros", 1), r("repros", 2)])
+    monkeypatch.chdir(tmp_path)
+    assert main(["families", "--store", "results/trainer"]) == 0
+    out = capsys.readouterr().out
+    assert "| F1 | " in out and "| 2 (trainer) |" in out
+    assert out.splitlines()[-1] == "trials that count: torch 2.11.0: 2 trials"
+    assert main(["families"]) == 0          # every store under results/
+    assert "| 5 (repros, trainer) |" in capsys.readouterr().out
+    assert main(["families", "--store", "results/nope"]) == 2
+    assert capsys.readouterr().err.strip() == "error: no result store at results/nope (no trials.jsonl)"
+
+
 def test_the_committed_report_is_what_the_committed_stores_regenerate(tmp_path):
     # Issue 5's "the regenerated report matches the committed one": `python -m harness report`
     # on a copy of results/ (plots are rewritten there, not in the checkout).
