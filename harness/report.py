@@ -631,32 +631,46 @@ def trial_stores() -> list[Path]:
 OVERVIEW_BLOCK = "failure-modes"
 
 
-def family_table(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> tuple[list[str], str]:
-    """Failing trials per failure family and torch version over the given stores, as markdown
-    rows, and the trials that count per version (`overview_body`, `harness families`)."""
-    counts: dict[tuple[str, str], int] = collections.Counter()
-    where: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
-    trials: dict[str, int] = collections.Counter()
+@dataclass(kw_only=True, slots=True)
+class FamilyCounts:
+    """Failing trials per (failure family, torch version), the matrices they came from, and the
+    trials that count per version (out-of-memory, timeouts and harness errors left out)."""
+
+    failures: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
+    where: collections.defaultdict[tuple[str, str], set[str]] = field(
+        default_factory=lambda: collections.defaultdict(set))
+    trials: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+def family_counts(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> FamilyCounts:
+    out = FamilyCounts()
     for _, records in loaded:
         for r in records:
             if r.replay_of is not None or not r.outcome.counts_as_trial:
                 continue
             version = r.torch_version or "?"
-            trials[version] += 1
+            out.trials[version] += 1
             if r.outcome.is_failure:
                 fam = families.family(r.signature_summary)
-                counts[(fam, version)] += 1
-                where[(fam, version)].add(r.matrix)
-    versions = sorted(trials, reverse=True)
+                out.failures[(fam, version)] += 1
+                out.where[(fam, version)].add(r.matrix)
+    return out
+
+
+def family_table(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> tuple[list[str], str]:
+    """`family_counts` as markdown rows, and the trials that count per version (`overview_body`,
+    `harness families`)."""
+    c = family_counts(loaded)
+    versions = sorted(c.trials, reverse=True)
     rows = [f"| family | what | " + " | ".join(f"torch {v}" for v in versions) + " |",
             "|---" * (len(versions) + 2) + "|"]
     for fam in families.ORDER:
-        if not any((fam, v) in counts for v in versions):
+        if not any((fam, v) in c.failures for v in versions):
             continue
-        entries = [f"{counts[(fam, v)]} ({', '.join(sorted(where[(fam, v)]))})" if (fam, v) in counts else "-"
-                   for v in versions]
+        entries = [f"{c.failures[(fam, v)]} ({', '.join(sorted(c.where[(fam, v)]))})" if (fam, v) in c.failures
+                   else "-" for v in versions]
         rows.append(f"| {fam} | {families.DESCRIPTIONS.get(fam, 'no known family')} | " + " | ".join(entries) + " |")
-    totals = "; ".join(f"torch {v}: {trials[v]} trials" for v in versions)
+    totals = "; ".join(f"torch {v}: {c.trials[v]} trials" for v in versions)
     return rows, totals
 
 

@@ -262,6 +262,27 @@ def test_the_committed_report_is_what_the_committed_stores_regenerate(tmp_path):
     assert plots(tmp_path) == plots(repo), "plots differ from what `python -m harness report` writes: commit them"
 
 
+def test_the_reference_table_gives_the_trainers_own_family_counts():
+    # REPORT's table of the reference's failure modes names the trainer's counts beside each repro;
+    # they once held the overview's sums (the GPU repros' failures in): checked against the
+    # trainer's stores, as `harness families` prints them, so that a new trial makes this fail
+    # until the table is brought up to date.
+    import re
+    from pathlib import Path
+
+    from harness.retire import with_retired
+
+    repo = Path(__file__).resolve().parent.parent
+    stores = [repo / "results" / n for n in ("gpu-campaign", "gpu-topology-2", "gpu-topology-4")]
+    counts = report.family_counts([(s, Store(s).load()) for s in with_retired(stores)]).failures
+    text = (repo / "REPORT.md").read_text()
+    claimed = {fam: int(n) for fam, n in re.findall(r"the trainer's (F1|F1c|G2): (\d+)", text)}
+    claimed.update((fam, int(n)) for fam, n in re.findall(r"the trainer's F1c \d+, (capture) (\d+)", text))
+    claimed.update((fam, int(n)) for fam, n in re.findall(r"the trainer's (F1c|G2) (\d+)", text))
+    assert set(claimed) == {"F1", "F1c", "capture", "G2"}
+    assert claimed == {fam: counts[(fam, "2.11.0")] for fam in claimed}
+
+
 def test_the_throughput_plot_tells_failing_cells_apart(tmp_path, monkeypatch):
     seen = {}
 
