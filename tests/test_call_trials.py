@@ -82,3 +82,25 @@ def test_a_call_with_no_trials_says_so(tmp_path):
     out = _run("7", "--logs", str(tmp_path)).stdout
     assert out.splitlines()[:3] == ["call 7: 0 trials, 0 trial-seconds; Inductor cache at the start ?",
                                     "  outcomes: -", "  families: -"]
+
+
+def test_memory_lines_give_the_fourteenth_entrys_sample_against_allocator_figures():
+    # REPORT.md, fourteenth entry: over calls 39-41, 49 trials with both figures, the sample higher
+    # by a median 0.88 GiB and lower by 4.39 in one trial; the G2 hangs held 2.9 to 24.5 GiB.
+    out = _run("39", "40", "41").stdout
+    assert out.splitlines()[-1] == ("calls 39, 40, 41 together, memory: sampled in 58 of 58 trials; sample minus "
+                                    "allocator peak over the 49 with both: median +0.88 GiB, -4.39 to +1.07")
+    assert "hangs ran 196.7-199.4 s (2), held 8.7, 14.4 GiB (sampled)" in out
+    assert "held 2.9, 2.9, 2.9 GiB (sampled)" in out
+    assert "together" not in _run("41").stdout          # one call: no total line
+
+
+def test_seeds_counts_the_distinct_schedules_of_each_stressed_cell():
+    # REPORT.md, thirteenth entry: call 37 started from a store without call 36's trials and
+    # handed out the same seeds, so 9 trials of a stressed cell ran under 5 or 6 schedules.
+    out = _run("36", "37", "38", "--seeds").stdout
+    seeds = out[out.index("scheduler seeds, calls 36, 37, 38:"):].splitlines()[1:]
+    assert "  launch-bound:raw@dflash-stages: 9 trials, 5 distinct scheduler seeds" in seeds
+    assert "  launch-bound:thread-local-warmup@dflash-stages: 9 trials, 6 distinct scheduler seeds" in seeds
+    assert all("@dflash-stages" in line for line in seeds)     # cells without a plan have no seed
+    assert "scheduler seeds" not in _run("36").stdout

@@ -1,6 +1,6 @@
 """What each H200 call added to a store: the figures REPORT.md's entries quote per call.
 
-    python results/h200-campaign/call_trials.py N [N ...] [--store STORE] [--logs DIR] [--all]
+    python results/h200-campaign/call_trials.py N [N ...] [--store STORE] [--logs DIR] [--all] [--seeds]
 
 A call's trials are the store's records that started inside its window: from the timestamp on
 the first line of results/h200-campaign/call<N>-log.txt until its `== done after S s` line (or
@@ -8,9 +8,12 @@ the budget the first line names, if the call was cut before it; a warm machine s
 call inside the last one's budget, so the budget alone would take trials of the next). Per call:
 trials, trial-seconds (the sum of durations: with the wall time, how many ran at once), outcomes,
 failure families, the median time to an F1 failure (what a warm Inductor cache shortens), the hang
-trials' durations, and each passing trial's tokens/s, GPU memory and duration (`--all`: every
-trial's). Also the size of the Inductor cache the call found (call.sh's `du -sh .cache` line):
-3 MB is a cold machine.
+trials' durations and GPU memory, the runner's nvidia-smi sample against the workload's own
+allocator peak (per call, and over all the calls named when there are several), and each passing
+trial's tokens/s, GPU memory and duration (`--all`: every trial's). Also the size of the Inductor cache the call found (call.sh's `du -sh .cache` line):
+3 MB is a cold machine. `--seeds`: over the calls named, each stressed cell's trials and how many
+distinct scheduler seeds they ran under (calls started from a store without the last call's
+trials hand out the same seeds again: REPORT.md, thirteenth entry).
 """
 
 from __future__ import annotations
@@ -85,6 +88,29 @@ def trial_line(r: TrialResult) -> str:
     return f"  {what} {r.trial_id}: {tok}, {mem}, {r.duration_s:.1f} s"
 
 
+def memory_line(rs: list[TrialResult], label: str = "memory") -> str:
+    """The runner's sampled GPU memory (every 2 s, what the trial's processes held) against the
+    workload's allocator peak: the sample adds the CUDA context and cuBLAS workspaces, and can miss
+    a short peak (REPORT.md, fourteenth entry)."""
+    sampled = sum(r.gpu_mem_gib is not None for r in rs)
+    diffs = sorted(r.gpu_mem_gib - r.reported_gpu_peak_gib for r in rs
+                   if r.gpu_mem_gib is not None and r.reported_gpu_peak_gib is not None)
+    line = f"  {label}: sampled in {sampled} of {len(rs)} trials"
+    if diffs:
+        line += (f"; sample minus allocator peak over the {len(diffs)} with both: median "
+                 f"{statistics.median(diffs):+.2f} GiB, {diffs[0]:+.2f} to {diffs[-1]:+.2f}")
+    return line
+
+
+def seed_lines(rs: list[TrialResult]) -> list[str]:
+    """Per cell that ran under a fault plan: its trials and their distinct plan seeds."""
+    seeds: dict[str, list[int]] = collections.defaultdict(list)
+    for r in rs:
+        if r.plan_seed is not None:
+            seeds[r.cell].append(r.plan_seed)
+    return [f"  {cell}: {len(s)} trials, {len(set(s))} distinct scheduler seeds" for cell, s in sorted(seeds.items())]
+
+
 def describe(n: int, rs: list[TrialResult], cache: str, every: bool = False) -> list[str]:
     """The call's figures; its passing trials one by one, or with `every` all of its trials."""
     failed = [r for r in rs if r.outcome.is_failure]
@@ -100,7 +126,10 @@ def describe(n: int, rs: list[TrialResult], cache: str, every: bool = False) -> 
                      f"{min(f1):.1f}-{max(f1):.1f} s")
     hangs = sorted(r.duration_s for r in rs if r.outcome is Outcome.HANG)
     if hangs:
-        lines.append(f"  hangs ran {hangs[0]:.1f}-{hangs[-1]:.1f} s ({len(hangs)})")
+        held = sorted(r.gpu_mem_gib for r in rs if r.outcome is Outcome.HANG and r.gpu_mem_gib is not None)
+        lines.append(f"  hangs ran {hangs[0]:.1f}-{hangs[-1]:.1f} s ({len(hangs)})"
+                     + (f", held {', '.join(f'{g:.1f}' for g in held)} GiB (sampled)" if held else ""))
+    lines.append(memory_line(rs))
     lines += [trial_line(r) for r in sorted(rs, key=lambda r: (r.cell, r.trial_index))
               if every or r.outcome is Outcome.OK]
     return lines
@@ -112,6 +141,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--store", default=STORE, type=Path)
     ap.add_argument("--logs", default=HERE, type=Path, help="where the call<N>-log.txt files are")
     ap.add_argument("--all", action="store_true", help="a line for every trial, not only the passing ones")
+    ap.add_argument("--seeds", action="store_true", help="per stressed cell, its trials' distinct scheduler seeds")
     args = ap.parse_args(argv)
     try:
         if not (args.store / "trials.jsonl").is_file():
@@ -124,6 +154,12 @@ def main(argv: list[str]) -> int:
         return 2
     for n, rs, cache in calls:
         print("\n".join(describe(n, rs, cache, args.all)))
+    if len(calls) > 1:
+        print(memory_line([r for _, rs, _ in calls for r in rs],
+                          "calls " + ", ".join(str(n) for n, _, _ in calls) + " together, memory").strip())
+    if args.seeds:
+        print("scheduler seeds, calls " + ", ".join(str(n) for n, _, _ in calls) + ":")
+        print("\n".join(seed_lines([r for _, rs, _ in calls for r in rs])) or "  -")
     return 0
 
 
