@@ -395,13 +395,18 @@ def _print_matrix_table(done: MatrixRun, cells) -> None:
         print(f"harness error: {r.trial_id}: {r.detail}", file=sys.stderr)
 
 
-def _stores(opts: argparse.Namespace) -> list[Path]:
-    """--store folders, else every store under results/ (report, resign)."""
+def _stores(opts: argparse.Namespace, *, existing: bool = False) -> list[Path]:
+    """--store folders, else every store under results/ (report, families, resign, pack); with
+    `existing`, a --store folder that holds no store is bad input (one line) before any is read."""
     from harness import report
+    from harness.store import TRIALS_NAME
 
     stores = [Path(s) for s in opts.store] if opts.store else report.default_stores(Path("results"))
     if not stores:
         raise UsageError("no stores given and none found under results/")
+    for store in stores if existing else ():
+        if not (store / TRIALS_NAME).is_file():
+            raise UsageError(f"no result store at {store} (no {TRIALS_NAME})")
     return stores
 
 
@@ -421,10 +426,7 @@ def cmd_families(opts: argparse.Namespace) -> int:
     from harness.retire import with_retired
     from harness.store import Store
 
-    stores = _stores(opts)
-    for store in stores:
-        if not (store / "trials.jsonl").is_file():
-            raise UsageError(f"no result store at {store} (no trials.jsonl)")
+    stores = _stores(opts, existing=True)
     rows, totals = report.family_table([(s, Store(s).load()) for s in with_retired(stores)])
     print("\n".join(rows))
     print(f"trials that count: {totals or 'none'}")
@@ -436,10 +438,7 @@ def cmd_resign(opts: argparse.Namespace) -> int:
 
     from harness.retire import with_retired
 
-    stores = _stores(opts)
-    for store in stores:
-        if not (store / "trials.jsonl").is_file():
-            raise UsageError(f"no result store at {store} (no trials.jsonl)")
+    stores = _stores(opts, existing=True)
     # Retired records too (harness retire): the report still counts their failures by family.
     for store in with_retired(stores):
         print(resign_store(store).line())

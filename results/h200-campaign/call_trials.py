@@ -88,14 +88,14 @@ def trial_line(r: TrialResult) -> str:
     return f"  {what} {r.trial_id}: {tok}, {mem}, {r.duration_s:.1f} s"
 
 
-def memory_line(rs: list[TrialResult], label: str = "memory") -> str:
+def memory_line(rs: list[TrialResult], label: str) -> str:
     """The runner's sampled GPU memory (every 2 s, what the trial's processes held) against the
     workload's allocator peak: the sample adds the CUDA context and cuBLAS workspaces, and can miss
     a short peak (REPORT.md, fourteenth entry)."""
     sampled = sum(r.gpu_mem_gib is not None for r in rs)
     diffs = sorted(r.gpu_mem_gib - r.reported_gpu_peak_gib for r in rs
                    if r.gpu_mem_gib is not None and r.reported_gpu_peak_gib is not None)
-    line = f"  {label}: sampled in {sampled} of {len(rs)} trials"
+    line = f"{label}: sampled in {sampled} of {len(rs)} trials"
     if diffs:
         line += (f"; sample minus allocator peak over the {len(diffs)} with both: median "
                  f"{statistics.median(diffs):+.2f} GiB, {diffs[0]:+.2f} to {diffs[-1]:+.2f}")
@@ -124,12 +124,13 @@ def describe(n: int, rs: list[TrialResult], cache: str, every: bool = False) -> 
     if f1:
         lines.append(f"  F1 time to failure: median {statistics.median(f1):.1f} s over {len(f1)}, "
                      f"{min(f1):.1f}-{max(f1):.1f} s")
-    hangs = sorted(r.duration_s for r in rs if r.outcome is Outcome.HANG)
+    hangs = [r for r in rs if r.outcome is Outcome.HANG]
     if hangs:
-        held = sorted(r.gpu_mem_gib for r in rs if r.outcome is Outcome.HANG and r.gpu_mem_gib is not None)
-        lines.append(f"  hangs ran {hangs[0]:.1f}-{hangs[-1]:.1f} s ({len(hangs)})"
+        ran = sorted(r.duration_s for r in hangs)
+        held = sorted(r.gpu_mem_gib for r in hangs if r.gpu_mem_gib is not None)
+        lines.append(f"  hangs ran {ran[0]:.1f}-{ran[-1]:.1f} s ({len(ran)})"
                      + (f", held {', '.join(f'{g:.1f}' for g in held)} GiB (sampled)" if held else ""))
-    lines.append(memory_line(rs))
+    lines.append("  " + memory_line(rs, "memory"))
     lines += [trial_line(r) for r in sorted(rs, key=lambda r: (r.cell, r.trial_index))
               if every or r.outcome is Outcome.OK]
     return lines
@@ -156,7 +157,7 @@ def main(argv: list[str]) -> int:
         print("\n".join(describe(n, rs, cache, args.all)))
     if len(calls) > 1:
         print(memory_line([r for _, rs, _ in calls for r in rs],
-                          "calls " + ", ".join(str(n) for n, _, _ in calls) + " together, memory").strip())
+                          "calls " + ", ".join(str(n) for n, _, _ in calls) + " together, memory"))
     if args.seeds:
         print("scheduler seeds, calls " + ", ".join(str(n) for n, _, _ in calls) + ":")
         print("\n".join(seed_lines([r for _, rs, _ in calls for r in rs])) or "  -")
