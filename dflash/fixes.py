@@ -19,6 +19,7 @@ Policy fixes have no hook: the pipeline reads `fs.active(name)` and records acti
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import threading
 import types
@@ -545,3 +546,52 @@ class FixSet:
 
     def names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.fixes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recommendation:
+    """The fix set to run with on one torch, device kind and compile mode, and why."""
+
+    names: tuple[str, ...]
+    evidence: str
+    """Where the set was measured clean (store, cells, k/n), or why it is a prediction."""
+    measured: bool
+    """True: measured clean on this torch (major.minor) and device kind; False: carried over from
+    the nearest measured version (a prediction until a run on this torch says otherwise)."""
+
+    def line(self) -> str:
+        state = "measured" if self.measured else "predicted"
+        return f"fixes=recommended -> {','.join(self.names) or 'none'} ({state}: {self.evidence})"
+
+
+# (device kind, compile records CUDA graphs) -> (torch major.minor measured, names, evidence).
+# Counts are the stores' (`python -m harness families`, `harness matrix --pending`); a test holds
+# each rule's fixes to the registry and its cells to the stores.
+_RECOMMENDED: dict[tuple[str, bool], tuple[str, tuple[str, ...], str]] = {
+    # The only trainer race on the CPU: transformers' hidden-state capture under another thread's
+    # compile (r19, transformers#44614); tiny-ro raw 10/10, target-hook-taps 0/10.
+    ("cpu", False): ("2.13", ("target-hook-taps",),
+                     "results/cpu-target-taps tiny-ro:target-hook-taps@- 0/10 vs raw 10/10"),
+    ("cpu", True): ("2.13", ("target-hook-taps",),
+                    "results/cpu-target-taps tiny-ro:target-hook-taps@- 0/10 vs raw 10/10"),
+    # Without CUDA graphs the lazy backward compile on the autograd device thread hangs (G2):
+    # no-cudagraphs 26/40 raw, no-cudagraphs+global-lock 0/53 over both presets.
+    ("cuda", False): ("2.11", ("global-lock", "target-hook-taps"),
+                      "results/gpu-campaign *:no-cudagraphs+global-lock 0/53 vs *:no-cudagraphs 26/40"),
+    # The launch-bound recommendation (REPORT.md's answer at a glance): 0/39, 29 stressed.
+    ("cuda", True): ("2.11", ("global-lock", "cstash-tls-init", "cublas-handle-init", "stash-incref",
+                              "stream-sync"),
+                     "results/gpu-campaign launch-bound:global-lock+cstash-tls-init+cublas-handle-init"
+                     "+stash-incref+stream-sync 0/39"),
+}
+
+
+def recommended(torch_version: str, device_type: str, *, cudagraphs: bool) -> Recommendation:
+    """The recommended fix set for a run: measured where the store's torch (major.minor) is the
+    installed one, else the nearest measured set, labelled a prediction."""
+    kind = "cuda" if device_type == "cuda" else "cpu"
+    measured_on, names, evidence = _RECOMMENDED[(kind, cudagraphs)]
+    here = ".".join(torch_version.split("+")[0].split(".")[:2])
+    if here == measured_on:
+        return Recommendation(names, f"torch {measured_on}, {evidence}", True)
+    return Recommendation(names, f"measured on torch {measured_on} only ({evidence})", False)
