@@ -1,0 +1,305 @@
+"""The catalogue of known races (`races.toml` beside this module), loaded and validated.
+
+One file holds what every part of the toolkit knows about a failure mode: how to recognise it
+(signature patterns, message templates, native frames), its repro, its upstream issues, where it
+was seen per torch version and which fixes held. The data stays data (TOML, no code); counts are
+never typed into it but read from the stores it names (`FixEvidence.count`), so a number quoted
+by `harness diagnose` is what the store says today. Loading validates everything once (a bad
+regex, an unknown fix name or a missing store is an error at load, not a wrong match later).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import re
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CATALOGUE_PATH = Path(__file__).with_name("races.toml")
+ROOT = Path(__file__).resolve().parents[2]
+"""The checkout: store paths in the catalogue are relative to it."""
+KINDS = ("race", "compiler-bug", "generic")
+
+
+class CatalogueError(ValueError):
+    """The catalogue file is malformed: one line, naming the entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """Failing trials of one race among the counted trials of some cells."""
+
+    k: int
+    """Trials that failed as this race."""
+    n: int
+    """Counted trials (no replays, timeouts, out-of-memory or harness errors)."""
+    failed: int
+    """Trials that failed in any way (a fix that holds for this race may fail another way)."""
+    torch: tuple[str, ...]
+    """torch versions the trials ran on."""
+
+    def text(self) -> str:
+        other = f", {self.failed - self.k} failed otherwise" if self.failed > self.k else ""
+        return f"{self.k}/{self.n}{other}"
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Store cells (counted on demand) or a note; a fix's or a version's backing."""
+
+    store: str | None = None
+    cells: tuple[str, ...] = ()
+    note: str = ""
+
+    def where(self) -> str:
+        cells = ", ".join(self.cells)
+        return f"{self.store} {cells}" if self.store else self.note
+
+
+@dataclass(frozen=True, slots=True)
+class FixEvidence(Evidence):
+    name: str = ""
+    """A registry fix or `+` combination (dflash.fixes.FIXES), or a script argument (`--x`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VersionEvidence(Evidence):
+    torch: str = ""
+    """major.minor."""
+
+
+@dataclass(frozen=True, slots=True)
+class Race:
+    id: str
+    title: str
+    kind: str
+    needs_cuda: bool
+    summary: tuple[str, ...]
+    messages: tuple[str, ...] = ()
+    native: tuple[str, ...] = ()
+    probe: str | None = None
+    repros: tuple[str, ...] = ()
+    upstream: tuple[str, ...] = ()
+    reference: str = ""
+    hint: str = ""
+    fixes: tuple[FixEvidence, ...] = ()
+    versions: tuple[VersionEvidence, ...] = ()
+    summary_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "summary_re", re.compile("|".join(f"(?:{p})" for p in self.summary)))
+
+    @property
+    def pattern(self) -> str:
+        """The summary patterns as one regex (what harness.families matches)."""
+        return "|".join(self.summary)
+
+    def probe_expects(self, facts: dict[str, object]) -> bool | None:
+        """Whether doctor's facts say the race's precondition holds here; None when no probe
+        decides it (no probe named, or the probe's answer is unknown)."""
+        if self.probe is None:
+            return None
+        name = self.probe.lstrip("!")
+        value = facts.get(name)
+        if not isinstance(value, bool):
+            return None
+        return value if not self.probe.startswith("!") else not value
+
+
+@dataclass(frozen=True, slots=True)
+class Repro:
+    """One race-suite row (tests/race/racecheck.Race's fields, the store's counts)."""
+
+    id: str
+    script: str
+    device: str
+    family: str
+    """Regex with `{RACE}` placeholders expanded to that race's summary patterns."""
+    recorded: tuple[int, int]
+    torch: str
+    store: str
+    plan: str | None = None
+    recorded_plain: tuple[int, int] | None = None
+    expect: str = "reproduces"
+    fix: str | None = None
+    fix_args: tuple[str, ...] = ()
+    fix_recorded: tuple[int, int] | None = None
+    fix_trials: int = 29
+    repro_cap: int | None = None
+    native: str | None = None
+    on_torch: str | None = None
+    """major.minor where this row replaces the same id's row (a record for another torch)."""
+    fix_source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Catalogue:
+    races: tuple[Race, ...]
+    repros: tuple[Repro, ...]
+
+    def race(self, race_id: str) -> Race:
+        for r in self.races:
+            if r.id == race_id:
+                return r
+        raise KeyError(race_id)
+
+    def family(self, summary: str | None) -> str:
+        """The first race whose summary patterns match; `other` for none, `?` without a summary."""
+        if not summary:
+            return "?"
+        return next((r.id for r in self.races if r.summary_re.search(summary)), "other")
+
+    def races_of_repro(self, repro_id: str) -> tuple[Race, ...]:
+        return tuple(r for r in self.races if repro_id in r.repros)
+
+
+def _strs(entry: dict, key: str, where: str) -> tuple[str, ...]:
+    value = entry.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CatalogueError(f"{where}: {key} must be a list of strings")
+    return tuple(value)
+
+
+def _pair(value: object, where: str) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value)):
+        raise CatalogueError(f"{where}: expected [k, n], got {value!r}")
+    return value[0], value[1]
+
+
+def _evidence(cls, raw: dict, where: str, **extra):
+    store = raw.get("store")
+    cells = _strs(raw, "cells", where)
+    if (store is None) != (not cells):
+        raise CatalogueError(f"{where}: a store needs cells and cells need a store")
+    if store is None and not raw.get("note"):
+        raise CatalogueError(f"{where}: neither store cells nor a note")
+    return cls(store=store, cells=cells, note=raw.get("note", ""), **extra)
+
+
+def _race(raw: dict) -> Race:
+    where = f"race {raw.get('id', '?')}"
+    unknown = set(raw) - {"id", "title", "kind", "needs_cuda", "summary", "messages", "native", "probe",
+                          "repros", "upstream", "reference", "hint", "fixes", "versions"}
+    if unknown:
+        raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
+    if raw.get("kind") not in KINDS:
+        raise CatalogueError(f"{where}: kind must be one of {KINDS}")
+    for key in ("summary", "messages", "native"):
+        for p in _strs(raw, key, where):
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise CatalogueError(f"{where}: bad {key} regex {p!r}: {e}") from None
+    if not raw.get("summary"):
+        raise CatalogueError(f"{where}: no summary pattern")
+    fixes = tuple(_evidence(FixEvidence, f, f"{where} fix {f.get('name', '?')}", name=f.get("name", ""))
+                  for f in raw.get("fixes", []))
+    versions = tuple(_evidence(VersionEvidence, v, f"{where} torch {v.get('torch', '?')}", torch=v.get("torch", ""))
+                     for v in raw.get("versions", []))
+    return Race(id=raw["id"], title=raw["title"], kind=raw["kind"], needs_cuda=bool(raw.get("needs_cuda")),
+                summary=_strs(raw, "summary", where), messages=_strs(raw, "messages", where),
+                native=_strs(raw, "native", where), probe=raw.get("probe"), repros=_strs(raw, "repros", where),
+                upstream=_strs(raw, "upstream", where), reference=raw.get("reference", ""),
+                hint=raw.get("hint", ""), fixes=fixes, versions=versions)
+
+
+def _repro(raw: dict, races: dict[str, Race]) -> Repro:
+    where = f"repro {raw.get('id', '?')}"
+    family = raw.get("family", "")
+
+    def expand(m: re.Match) -> str:
+        if m.group(1) not in races:
+            raise CatalogueError(f"{where}: family names unknown race {m.group(1)!r}")
+        return races[m.group(1)].pattern
+
+    family = re.sub(r"\{([\w-]+)\}", expand, family)
+    try:
+        re.compile(family)
+    except re.error as e:
+        raise CatalogueError(f"{where}: bad family regex: {e}") from None
+    keys = {"id", "script", "device", "family", "recorded", "torch", "store", "plan", "recorded_plain",
+            "expect", "fix", "fix_args", "fix_recorded", "fix_trials", "repro_cap", "native", "on_torch",
+            "fix_source"}
+    if set(raw) - keys:
+        raise CatalogueError(f"{where}: unknown keys {sorted(set(raw) - keys)}")
+    return Repro(id=raw["id"], script=raw["script"], device=raw["device"], family=family,
+                 recorded=_pair(raw["recorded"], where), torch=raw["torch"], store=raw["store"],
+                 plan=raw.get("plan"), recorded_plain=_pair(raw.get("recorded_plain"), where),
+                 expect=raw.get("expect", "reproduces"), fix=raw.get("fix"),
+                 fix_args=_strs(raw, "fix_args", where), fix_recorded=_pair(raw.get("fix_recorded"), where),
+                 fix_trials=raw.get("fix_trials", 29), repro_cap=raw.get("repro_cap"),
+                 native=raw.get("native"), on_torch=raw.get("on_torch"), fix_source=raw.get("fix_source", ""))
+
+
+def parse(text: str) -> Catalogue:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise CatalogueError(f"catalogue: {e}") from None
+    races = tuple(_race(r) for r in data.get("race", []))
+    ids = [r.id for r in races]
+    if len(set(ids)) != len(ids):
+        raise CatalogueError(f"catalogue: duplicate race ids {sorted({i for i in ids if ids.count(i) > 1})}")
+    by_id = {r.id: r for r in races}
+    repros = tuple(_repro(r, by_id) for r in data.get("repro", []))
+    return Catalogue(races=races, repros=repros)
+
+
+@functools.cache
+def load(path: Path = CATALOGUE_PATH) -> Catalogue:
+    return parse(path.read_text())
+
+
+def count(evidence: Evidence, race: Race, records_of: "RecordSource") -> Count | None:
+    """k/n of `race` over the evidence's cells (None for a note). Counted as the matrix tables
+    count: no replays, only trials that count (not timeouts, out-of-memory or harness errors)."""
+    if evidence.store is None:
+        return None
+    k = n = failed = 0
+    torches: set[str] = set()
+    for r in records_of(evidence.store):
+        if r.replay_of is not None or not r.outcome.counts_as_trial:
+            continue
+        if not any(fnmatch.fnmatchcase(r.cell, g) for g in evidence.cells):
+            continue
+        n += 1
+        torches.add(r.torch_version or "?")
+        if r.outcome.is_failure:
+            failed += 1
+            k += race.summary_re.search(r.signature_summary or "") is not None
+    return Count(k=k, n=n, failed=failed, torch=tuple(sorted(torches)))
+
+
+class RecordSource:
+    """Store records by catalogue path, each store read once."""
+
+    def __init__(self, root: Path = ROOT) -> None:
+        self.root = root
+        self._cache: dict[str, Sequence] = {}
+
+    def __call__(self, store: str) -> Sequence:
+        if store not in self._cache:
+            from harness.store import Store
+
+            path = self.root / store
+            self._cache[store] = tuple(Store(path).load()) if (path / "trials.jsonl").is_file() else ()
+        return self._cache[store]
+
+    def exists(self, store: str) -> bool:
+        return (self.root / store / "trials.jsonl").is_file()
+
+
+def major_minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def stores_named(catalogue: Catalogue) -> Iterable[str]:
+    for race in catalogue.races:
+        for e in (*race.fixes, *race.versions):
+            if e.store:
+                yield e.store
