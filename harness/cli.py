@@ -121,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("-p", "--workers", type=_positive_int, help="runs at once (default: min(n, cores))")
     sh.add_argument("--json", action="store_true")
 
+    dg = sub.add_parser("diagnose", help="which known race a failure is, the fixes that held against it, its repro")
+    from harness.diagnosis.diagnose import add_arguments as diagnose_arguments
+
+    diagnose_arguments(dg)
+
     sw = sub.add_parser("show", help="one stored trial, readable: failure, family, tracebacks, native and hang dumps")
     sw.add_argument("trial_id")
     sw.add_argument("--store", action="append", help="store folder(s) to search (default: results/*)")
@@ -215,13 +220,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from dflash.errors import UserInputError
     from harness.benches import BenchError
     from harness.crosstab import CrosstabError
+    from harness.diagnosis.catalogue import CatalogueError
+    from harness.diagnosis.diagnose import DiagnoseError
     from harness.replay import ReplayError
     from harness.scheduler import InvalidPlan
     from harness.spec import InvalidSpec
     from harness.store import StoreError
 
     return (UsageError, MatrixError, InvalidSpec, InvalidPlan, StoreError, ReplayError, UserInputError, BenchError,
-            CrosstabError)
+            CrosstabError, CatalogueError, DiagnoseError)
 
 
 def _one_line(e: BaseException) -> str:
@@ -239,6 +246,10 @@ def _dispatch(opts: argparse.Namespace) -> int:
         from harness.replay import cmd_replay
 
         return cmd_replay(opts)
+    if opts.command == "diagnose":
+        from harness.diagnosis.diagnose import cmd_diagnose
+
+        return cmd_diagnose(opts)
     if opts.command == "show":
         from harness.show import cmd_show
 

@@ -287,3 +287,36 @@ def _short(filename: str) -> str:
             return filename.split(marker, 1)[1]
     parts = filename.split("/")
     return "/".join(parts[-2:]) if len(parts) > 2 else filename
+
+
+_PYSPY_THREAD = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+) \(([^)]*)\)(?:: "(.*)")?\s*$')
+_PYSPY_FRAME = re.compile(r"^\s+(.+?) \((.+?)(?::(\d+))?\)\s*$")
+
+
+def parse_pyspy_text(text: str) -> tuple[ThreadStack, ...]:
+    """py-spy `dump` as printed (no --json): `Thread 123 (idle): "name"` then indented
+    `function (file:line)` frames, innermost first; native frames have no line. What a user
+    pastes, and what a trainer's stall dump holds when py-spy was on its PATH."""
+    threads: list[ThreadStack] = []
+    head: re.Match | None = None
+    frames: list[Frame] = []
+
+    def close() -> None:
+        if head is not None:
+            threads.append(ThreadStack(name=head.group(3) or f"Thread {head.group(1)}",
+                                       thread_id=head.group(1), status=head.group(2), frames=tuple(frames)))
+
+    for line in text.splitlines():
+        m = _PYSPY_THREAD.match(line)
+        if m:
+            close()
+            head, frames = m, []
+            continue
+        f = _PYSPY_FRAME.match(line) if head is not None else None
+        if f:
+            frames.append(Frame(name=f.group(1), filename=f.group(2), line=int(f.group(3) or 0)))
+        elif head is not None and line.strip() and not line.startswith((" ", "\t")):
+            close()
+            head = None
+    close()
+    return tuple(threads)

@@ -85,6 +85,9 @@ class Race:
     upstream: tuple[str, ...] = ()
     reference: str = ""
     hint: str = ""
+    faces: tuple[str, ...] = ()
+    """Generic families (segv, ...) this race may show as, when `context` matches the run."""
+    context: tuple[str, ...] = ()
     fixes: tuple[FixEvidence, ...] = ()
     versions: tuple[VersionEvidence, ...] = ()
     summary_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
@@ -184,12 +187,12 @@ def _evidence(cls, raw: dict, where: str, **extra):
 def _race(raw: dict) -> Race:
     where = f"race {raw.get('id', '?')}"
     unknown = set(raw) - {"id", "title", "kind", "needs_cuda", "summary", "messages", "native", "probe",
-                          "repros", "upstream", "reference", "hint", "fixes", "versions"}
+                          "repros", "upstream", "reference", "hint", "faces", "context", "fixes", "versions"}
     if unknown:
         raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
     if raw.get("kind") not in KINDS:
         raise CatalogueError(f"{where}: kind must be one of {KINDS}")
-    for key in ("summary", "messages", "native"):
+    for key in ("summary", "messages", "native", "context"):
         for p in _strs(raw, key, where):
             try:
                 re.compile(p)
@@ -205,7 +208,8 @@ def _race(raw: dict) -> Race:
                 summary=_strs(raw, "summary", where), messages=_strs(raw, "messages", where),
                 native=_strs(raw, "native", where), probe=raw.get("probe"), repros=_strs(raw, "repros", where),
                 upstream=_strs(raw, "upstream", where), reference=raw.get("reference", ""),
-                hint=raw.get("hint", ""), fixes=fixes, versions=versions)
+                hint=raw.get("hint", ""), faces=_strs(raw, "faces", where),
+                context=_strs(raw, "context", where), fixes=fixes, versions=versions)
 
 
 def _repro(raw: dict, races: dict[str, Race]) -> Repro:
@@ -246,6 +250,10 @@ def parse(text: str) -> Catalogue:
     if len(set(ids)) != len(ids):
         raise CatalogueError(f"catalogue: duplicate race ids {sorted({i for i in ids if ids.count(i) > 1})}")
     by_id = {r.id: r for r in races}
+    for r in races:
+        bad = [f for f in r.faces if f != "other" and by_id.get(f, r).kind != "generic"]
+        if bad:
+            raise CatalogueError(f"race {r.id}: faces must be generic races or `other`, not {bad}")
     repros = tuple(_repro(r, by_id) for r in data.get("repro", []))
     return Catalogue(races=races, repros=repros)
 

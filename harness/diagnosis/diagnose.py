@@ -1,0 +1,478 @@
+"""`python -m harness diagnose TARGET ...`: which known race a failure is, and the fix that held.
+
+A signature says "these runs failed the same way"; the diagnosis says which catalogued race that
+way is (harness/diagnosis/races.toml), with the evidence of the match, the fixes measured against
+that race on the failure's torch (k/n read from the stores now), and the repro to run; or that no
+catalogued race matches: possibly new. ClusterFuzz stops at a crash state; the point here is the
+step after it, for a program we never saw.
+
+TARGET is any of: a stored trial id (`gpu-repros/r01:raw@-/0`), a trial's artefacts folder (the
+runner's `result.json`, `output.txt`, `native_stack.txt`, `pyspy.json`), a `harness stress -o`
+folder (each failing run in it), a store folder (`--store`-style: every failing trial), or a plain
+file: a program's output, a traceback, a faulthandler or py-spy dump (text or `--json`).
+
+Scores: the summary patterns decide the race (the same first-match rule as harness.families, so a
+table's family and a diagnosis agree); message templates and native frames found in the output
+add evidence. A generic family (a native crash, an unnamed hang) is not a race: it is "unknown"
+unless a race lists it among its `faces` and its `context` matches the run (the fixes it ran with,
+the output) on a torch where that race's repro reproduced, which makes it "suspected".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import hangs, signature
+from harness.diagnosis.catalogue import Catalogue, Count, Race, RecordSource, count, load, major_minor
+from harness.outcome import TrialResult
+
+NATIVE_NAME = "native_stack.txt"
+OUTPUT_NAME = "output.txt"
+SUMMARY_SCORE = 1.0
+MESSAGE_SCORE = 0.5
+NATIVE_SCORE = 0.5
+SUSPECT_SCORE = 0.4
+
+
+class DiagnoseError(ValueError):
+    """Bad input: one line, exit 2."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Failure:
+    """One failing run as the diagnosis sees it."""
+
+    source: str
+    outcome: str
+    key: str | None
+    summary: str | None
+    text: str = ""
+    native: str = ""
+    torch: str | None = None
+    fixes: tuple[str, ...] = ()
+    """The fixes the run held (a stored trial's strategy), part of the context a face needs."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Match:
+    race: str
+    title: str
+    kind: str
+    score: float
+    evidence: list[str]
+    suspected: bool = False
+
+
+@dataclass(kw_only=True, slots=True)
+class FixLine:
+    name: str
+    where: str
+    torch: str
+    """major.minor the count's trials ran on ('' for a note)."""
+    count: Count | None
+    note: str = ""
+    same_torch: bool = False
+
+    def held(self) -> bool | None:
+        return None if self.count is None or not self.count.n else self.count.k == 0
+
+    def text(self) -> str:
+        if self.count is None:
+            return f"{self.name}: {self.note}"
+        verdict = "held" if self.held() else ("no trials" if not self.count.n else "did not hold")
+        on = f"torch {self.torch}" if self.torch else "torch ?"
+        note = f"; {self.note}" if self.note else ""
+        return f"{self.name}: {verdict}, {self.count.text()} ({on}; {self.where}){note}"
+
+
+@dataclass(kw_only=True, slots=True)
+class Finding:
+    """One distinct signature and what it is."""
+
+    key: str | None
+    summary: str | None
+    outcome: str
+    runs: int
+    sources: list[str]
+    torch: str | None
+    matches: list[Match] = field(default_factory=list)
+    fixes: list[FixLine] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)
+    repros: list[str] = field(default_factory=list)
+    hint: str = ""
+
+    @property
+    def race(self) -> str | None:
+        """The race the failure is (or is suspected to be); None: no catalogued race matches."""
+        return self.matches[0].race if self.matches and self.matches[0].kind != "generic" else None
+
+    def verdict(self) -> str:
+        if not self.matches:
+            return "unknown: no catalogued race matches (possibly new)"
+        top = self.matches[0]
+        if top.kind == "generic":
+            return f"unknown: a generic failure ({top.race}: {top.title}), no catalogued race matches it"
+        how = "suspected" if top.suspected else "known"
+        kind = "" if top.kind == "race" else f", a {top.kind}"
+        return f"{how}: {top.race} ({top.title}{kind})"
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["race"] = self.race
+        d["verdict"] = self.verdict()
+        for f, line in zip(d["fixes"], self.fixes):
+            f["held"] = line.held()
+            f["count"] = None if line.count is None else dataclasses.asdict(line.count)
+        return d
+
+
+# ------------------------------------------------------------------------------------- matching
+
+def match(failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> list[Match]:
+    """Catalogue races that fit the failure, best first: the race its summary names (the
+    families' first-match rule), else races suspected behind its generic family."""
+    family = catalogue.family(failure.summary)
+    matches: list[Match] = []
+    if family not in ("other", "?"):
+        race = catalogue.race(family)
+        ev = [f"signature summary matches /{_which(race.summary, failure.summary or '')}/"]
+        score = SUMMARY_SCORE + _extra(race, failure, ev)
+        matches.append(Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=ev))
+    if family in ("other", "?") or catalogue.race(family).kind == "generic":
+        matches[:0] = _suspects(family, failure, catalogue, records_of)
+        if family in ("other", "?"):
+            matches += _by_text(failure, catalogue)
+    return matches
+
+
+def _which(patterns: Sequence[str], text: str) -> str:
+    return next((p for p in patterns if re.search(p, text)), patterns[0])
+
+
+def _extra(race: Race, failure: Failure, ev: list[str]) -> float:
+    score = 0.0
+    for p in race.messages:
+        m = re.search(p, failure.text)
+        if m:
+            ev.append(f"message {m.group(0)!r}")
+            score += MESSAGE_SCORE
+            break
+    for p in race.native:
+        m = re.search(p, failure.native)
+        if m:
+            ev.append(f"native frame {m.group(0)!r}")
+            score += NATIVE_SCORE
+            break
+    return score
+
+
+def _suspects(family: str, failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> list[Match]:
+    """Races whose `faces` include this generic family, whose `context` is in the run, on a torch
+    where their repro reproduced."""
+    out = []
+    context = "\n".join([failure.text, "fixes: " + ",".join(failure.fixes)])
+    for race in catalogue.races:
+        if family not in race.faces:
+            continue
+        hit = next((m.group(0) for p in race.context for m in [re.search(p, context)] if m), None)
+        if hit is None:
+            continue
+        seen = _reproduced_on(race, failure.torch, records_of)
+        if seen is None:
+            continue
+        ev = [f"a {family} in a run with {hit!r}", seen]
+        out.append(Match(race=race.id, title=race.title, kind=race.kind, score=SUSPECT_SCORE,
+                         evidence=ev, suspected=True))
+    return out
+
+
+def _reproduced_on(race: Race, torch: str | None, records_of: RecordSource) -> str | None:
+    """Where the race's own repro failed on this torch (major.minor), or None."""
+    if not torch:
+        return None
+    here = major_minor(torch)
+    for v in race.versions:
+        if v.torch != here or v.store is None:
+            continue
+        c = count(v, race, records_of)
+        if c is not None and c.k:
+            return f"its repro reproduced {c.k}/{c.n} on torch {here} ({v.where()})"
+    return None
+
+
+def _by_text(failure: Failure, catalogue: Catalogue) -> list[Match]:
+    """No signature family: races whose message templates or native frames are in the output
+    (a log whose signature did not parse, a program that printed the error and exited 0)."""
+    out = []
+    for race in catalogue.races:
+        ev: list[str] = []
+        score = _extra(race, failure, ev)
+        if score:
+            out.append(Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=ev))
+    return sorted(out, key=lambda m: -m.score)
+
+
+def fix_lines(race: Race, torch: str | None, records_of: RecordSource) -> list[FixLine]:
+    """The race's measured fixes, those on the failure's torch first."""
+    here = major_minor(torch) if torch else None
+    lines = []
+    for fe in race.fixes:
+        c = count(fe, race, records_of)
+        measured = ",".join(sorted({major_minor(t) for t in c.torch})) if c else ""
+        lines.append(FixLine(name=fe.name, where=fe.where() if fe.store else "", torch=measured, count=c,
+                             note=fe.note, same_torch=bool(here) and here in measured.split(",")))
+    return sorted(lines, key=lambda f: (not f.same_torch, f.held() is not True))
+
+
+def repro_commands(race: Race, catalogue: Catalogue) -> list[str]:
+    rows = {r.id: r for r in catalogue.repros if r.on_torch is None}
+    out = []
+    for rid in race.repros:
+        row = rows.get(rid)
+        script = row.script if row else next((p.stem for p in sorted(_REPRO_DIR.glob(f"{rid}_*.py"))), rid)
+        plan = f" --plan {row.plan}" if row and row.plan else ""
+        out.append(f"python -m harness stress -p 2 --max-runs 10{plan} -- python repro/{script}.py")
+    return out
+
+
+_REPRO_DIR = Path(__file__).resolve().parents[2] / "repro"
+
+
+def diagnose(failures: Iterable[Failure], *, catalogue: Catalogue | None = None,
+             records_of: RecordSource | None = None) -> list[Finding]:
+    """One finding per distinct signature and race, most runs first. Runs of one signature split
+    only where their context differs: a native crash in a run that seeded the C stash is
+    suspected to be stash-refcount, the same crash in a run that did not stays unknown."""
+    catalogue = catalogue or load()
+    records_of = records_of or RecordSource()
+    groups: dict[tuple[str, str | None], list[tuple[Failure, list[Match]]]] = {}
+    for f in failures:
+        matches = match(f, catalogue, records_of)
+        top = matches[0].race if matches else None
+        groups.setdefault((f.key or f.summary or f.outcome, top), []).append((f, matches))
+    findings = []
+    for runs in groups.values():
+        # The richest run of the group speaks for it (a trial whose artefacts were kept).
+        first, matches = max(runs, key=lambda fm: (len(fm[1][0].evidence) if fm[1] else 0, bool(fm[0].text)))
+        finding = Finding(key=first.key, summary=first.summary, outcome=first.outcome, runs=len(runs),
+                          sources=[f.source for f, _ in runs], torch=first.torch, matches=matches)
+        if finding.race is not None:
+            race = catalogue.race(finding.race)
+            finding.fixes = fix_lines(race, first.torch, records_of)
+            finding.versions = version_lines(race, records_of)
+            finding.repros = repro_commands(race, catalogue)
+            finding.hint = race.hint
+        elif matches:
+            finding.hint = catalogue.race(matches[0].race).hint
+        findings.append(finding)
+    return sorted(findings, key=lambda f: -f.runs)
+
+
+def version_lines(race: Race, records_of: RecordSource) -> list[str]:
+    """Per torch: where the race was seen (k/n now) or what the source says."""
+    out = []
+    for v in race.versions:
+        c = count(v, race, records_of)
+        seen = (f"{'reproduces' if c.k else 'not reproduced'} {c.k}/{c.n} ({v.where()})" if c is not None else "")
+        out.append(f"torch {v.torch}: " + "; ".join(x for x in (seen, v.note if c is not None else v.note) if x))
+    return out
+
+
+# --------------------------------------------------------------------------------------- inputs
+
+def installed_torch() -> str | None:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def from_record(record: TrialResult, art=None) -> Failure:
+    """A stored trial; its artefacts (a folder or a packed zip) add the output and native stack."""
+    from harness.report import split_cell
+
+    strategy = split_cell(record.cell)[1] if ":" in record.cell else ""
+    return Failure(source=record.trial_id, outcome=record.outcome.name, key=record.signature,
+                   summary=record.signature_summary, text=_read(art, OUTPUT_NAME), native=_read(art, NATIVE_NAME),
+                   torch=record.torch_version, fixes=tuple(s for s in strategy.split("+") if s))
+
+
+def _read(art, name: str) -> str:
+    if art is None:
+        return ""
+    try:
+        return (art / name).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def from_text(text: str, *, source: str, rc: int | None = None, torch: str | None = None) -> Failure | None:
+    """A plain log: a crash, a wrong result, or an all-thread dump of a hung process. None when
+    nothing in it failed."""
+    torch = torch or installed_torch()
+    stripped = text.lstrip()
+    if stripped.startswith("[") and '"thread_name"' in text[:4000]:
+        try:
+            threads = hangs.parse_pyspy_json(json.loads(text))
+        except ValueError:
+            threads = ()
+        if threads:
+            return _hang(threads, text, source, torch)
+    sig = signature.crash_signature(text, rc=rc)
+    if sig is None and re.search(r"^WRONG_RESULT:", text, re.M):
+        sig = signature.wrong_result_signature(text, rc=rc)
+    if sig is not None:
+        outcome = "ABORT" if sig.kind in ("fatal", "signal") else (
+            "WRONG_RESULT" if sig.kind == "wrong_result" else "CRASH")
+        return Failure(source=source, outcome=outcome, key=sig.key, summary=sig.summary, text=text,
+                       native=_native_part(text), torch=torch)
+    threads = hangs.parse_pyspy_text(text) or hangs.parse_faulthandler(text)
+    if threads:
+        return _hang(threads, text, source, torch)
+    return None
+
+
+def _hang(threads, text: str, source: str, torch: str | None) -> Failure:
+    sig = signature.hang_signature(threads)
+    return Failure(source=source, outcome="HANG", key=sig.key, summary=sig.summary, text=text, torch=torch)
+
+
+def _native_part(text: str) -> str:
+    from harness import native
+
+    frames = native.native_stack(text)
+    return native.render(frames) if frames else ""
+
+
+def collect(targets: Sequence[str], *, stores: Sequence[Path] = ()) -> list[Failure]:
+    """Failing runs named by the targets (see the module docstring)."""
+    failures: list[Failure] = []
+    for target in targets:
+        path = Path(target)
+        if path.is_file() and path.suffix != ".zip":
+            failure = from_text(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+            failures += [failure] if failure else []
+        elif path.is_dir() and (path / "trials.jsonl").is_file():
+            failures += _from_store(path)
+        elif path.is_dir() and (path / "result.json").is_file():
+            failures += _from_folder(path)
+        elif path.is_dir():
+            runs = sorted((p for p in path.iterdir() if (p / "result.json").is_file()), key=_numeric)
+            if not runs:
+                raise DiagnoseError(f"{target}: no trial folders (result.json) and no trials.jsonl in it")
+            for run in runs:
+                failures += _from_folder(run)
+        else:
+            failures += [_from_trial_id(target, stores)]
+    return failures
+
+
+def _numeric(p: Path) -> tuple:
+    return (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name)
+
+
+def _from_folder(folder: Path) -> list[Failure]:
+    try:
+        record = TrialResult.from_json(json.loads((folder / "result.json").read_text()))
+    except (ValueError, KeyError, TypeError) as e:
+        raise DiagnoseError(f"{folder}/result.json: not a trial result: {e}") from None
+    if not record.outcome.is_failure:
+        return []
+    failure = from_record(record, folder)
+    failure.source = str(folder)
+    spec = folder / "spec.json"
+    if spec.is_file():
+        try:
+            failure.fixes = tuple(json.loads(spec.read_text()).get("fixes") or failure.fixes)
+        except ValueError:
+            pass
+    return [failure]
+
+
+def _from_store(store_dir: Path) -> list[Failure]:
+    from harness.store import Store, StoreError
+
+    store = Store(store_dir)
+    try:
+        records = store.load()
+    except StoreError as e:
+        raise DiagnoseError(str(e)) from None
+    out = []
+    for r in records:
+        if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial:
+            out.append(from_record(r, store.artefacts_of(r)))
+    return out
+
+
+def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> Failure:
+    from harness.replay import ReplayError, find_trial
+    from harness.report import trial_stores
+    from harness.retire import with_retired
+    from harness.store import Store
+
+    try:
+        record, store_dir = find_trial(trial_id, with_retired(list(stores) or trial_stores()))
+    except ReplayError as e:
+        raise DiagnoseError(f"{trial_id}: not a file, a folder or a stored trial ({e})") from None
+    if not record.outcome.is_failure:
+        raise DiagnoseError(f"{trial_id}: ended {record.outcome.name}, nothing to diagnose")
+    return from_record(record, Store(store_dir).artefacts_of(record))
+
+
+# -------------------------------------------------------------------------------------- output
+
+def render(findings: Sequence[Finding], *, width: int = 3) -> str:
+    if not findings:
+        return "diagnosis: no failing run"
+    out = []
+    for f in findings:
+        head = f"{f.runs} run{'s' if f.runs != 1 else ''} {f.outcome}: {f.summary or f.key or '?'}"
+        out += [head, f"  {f.verdict()}" + (f" on torch {f.torch}" if f.torch else "")]
+        for m in f.matches[:width]:
+            tag = "suspected" if m.suspected else m.kind
+            out.append(f"  - {m.race} [{tag}, score {m.score:.1f}]: " + "; ".join(m.evidence))
+        if f.fixes:
+            out.append("  fixes measured against it (k = runs failing as this race):")
+            out += [f"    {line.text()}" for line in f.fixes]
+        out += [f"  {line}" for line in f.versions]
+        out += [f"  reproduce: {c}" for c in f.repros]
+        if f.hint:
+            out.append(f"  hint: {f.hint}")
+        shown = ", ".join(f.sources[:3]) + (f" and {len(f.sources) - 3} more" if len(f.sources) > 3 else "")
+        out.append(f"  runs: {shown}")
+    return "\n".join(out)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("targets", nargs="+", metavar="TARGET",
+                   help="trial id, artefacts folder, stress -o folder, store folder, or a log/dump file")
+    p.add_argument("--store", action="append", default=[], help="stores to find trial ids in (default: every store)")
+    p.add_argument("--json", action="store_true", help="one JSON object: the findings")
+
+
+def cmd_diagnose(opts: argparse.Namespace) -> int:
+    failures = collect(opts.targets, stores=[Path(s) for s in opts.store])
+    findings = diagnose(failures)
+    if opts.json:
+        print(json.dumps({"findings": [f.to_json() for f in findings]}, indent=2, default=str))
+    else:
+        print(render(findings))
+    return 0
+
+
+def unmatched(findings: Sequence[Finding]) -> list[Finding]:
+    return [f for f in findings if f.race is None]
+
+
+def summary_line(findings: Sequence[Finding]) -> str:
+    runs = sum(f.runs for f in findings)
+    known = sum(f.runs for f in findings if f.race is not None)
+    return f"diagnosis: {known} of {runs} failing runs matched a catalogued race"
+
