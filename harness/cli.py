@@ -308,6 +308,7 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
 
 def cmd_matrix(opts: argparse.Namespace) -> int:
     from harness import report
+    from harness.diagnosis import diagnose
 
     if opts.list:
         for name, make in presets.PRESETS.items():
@@ -323,13 +324,17 @@ def cmd_matrix(opts: argparse.Namespace) -> int:
         return 0
     done = run_matrix(spec, live=False if opts.no_live else None, num_gpus=opts.gpus)
     cells = report.summarize(done.records)
+    findings = diagnose.diagnose(diagnose.from_records(done.records, spec.store_dir))
     if opts.json:
         print(json.dumps(report.summary_json(cells, matrix=spec.name, store=str(spec.store_dir), ran=done.ran,
                                              resumed=done.resumed, left=done.left,
                                              left_by_time=done.left_by_time,
-                                             elapsed_s=round(done.elapsed_s, 3)), indent=2))
+                                             elapsed_s=round(done.elapsed_s, 3),
+                                             diagnosis=[f.to_json() for f in findings]), indent=2))
     else:
         _print_matrix_table(done, cells)
+        if findings:
+            print("\n" + diagnose.render(findings, brief=True))
     return 1 if any(r.outcome is Outcome.HARNESS_ERROR for r in done.records) else 0
 
 

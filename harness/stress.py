@@ -238,10 +238,22 @@ class _StressLoop:
         for sig, count in s.signatures.most_common():
             print(f"  {count} x {sig}")
         if s.failures:
+            print(_diagnose_folder(self.opts.out_dir))
             print(f"failing runs' artefacts: {self.opts.out_dir}")
         elif self.opts.own_dir:
             shutil.rmtree(self.opts.out_dir, ignore_errors=True)
         return 1 if s.failures else 0
+
+
+def _diagnose_folder(out_dir: Path) -> str:
+    """The failing runs' diagnosis (harness diagnose OUT_DIR, brief), or why there is none."""
+    from harness.diagnosis import diagnose
+
+    try:
+        findings = diagnose.diagnose(diagnose.collect([str(out_dir)]))
+    except diagnose.DiagnoseError as e:
+        return f"diagnosis: none ({e})"
+    return diagnose.render(findings, brief=True)
 
 
 def _native_lines(folder: Path, frames: int = 6) -> str:

@@ -399,16 +399,11 @@ def _from_folder(folder: Path) -> list[Failure]:
 def _from_store(store_dir: Path) -> list[Failure]:
     from harness.store import Store, StoreError
 
-    store = Store(store_dir)
     try:
-        records = store.load()
+        records = Store(store_dir).load()
     except StoreError as e:
         raise DiagnoseError(str(e)) from None
-    out = []
-    for r in records:
-        if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial:
-            out.append(from_record(r, store.artefacts_of(r)))
-    return out
+    return from_records(records, store_dir)
 
 
 def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> Failure:
@@ -428,12 +423,21 @@ def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> Failure:
 
 # -------------------------------------------------------------------------------------- output
 
-def render(findings: Sequence[Finding], *, width: int = 3) -> str:
+def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) -> str:
+    """Every finding; `brief` (under a matrix or stress table): the verdict, the fixes that held
+    on the failure's torch and the repro, one line each."""
     if not findings:
         return "diagnosis: no failing run"
-    out = []
+    out = [summary_line(findings)] if brief else []
     for f in findings:
         head = f"{f.runs} run{'s' if f.runs != 1 else ''} {f.outcome}: {f.summary or f.key or '?'}"
+        if brief:
+            held = [x.name for x in f.fixes if x.same_torch and x.held()]
+            out += [f"  {_clip(head, 160)}", f"    {f.verdict()}"]
+            if f.race is not None:
+                out.append(f"    held on this torch: {', '.join(held) if held else 'no measured fix'}"
+                           + (f"; reproduce: {f.repros[0]}" if f.repros else ""))
+            continue
         out += [head, f"  {f.verdict()}" + (f" on torch {f.torch}" if f.torch else "")]
         for m in f.matches[:width]:
             tag = "suspected" if m.suspected else m.kind
@@ -447,7 +451,22 @@ def render(findings: Sequence[Finding], *, width: int = 3) -> str:
             out.append(f"  hint: {f.hint}")
         shown = ", ".join(f.sources[:3]) + (f" and {len(f.sources) - 3} more" if len(f.sources) > 3 else "")
         out.append(f"  runs: {shown}")
+    if brief:
+        out.append("  (python -m harness diagnose TRIAL_OR_FOLDER for the evidence and every fix)")
     return "\n".join(out)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def from_records(records: Iterable[TrialResult], store_dir: Path) -> list[Failure]:
+    """The failing trials of a matrix run, with their artefacts."""
+    from harness.store import Store
+
+    store = Store(store_dir)
+    return [from_record(r, store.artefacts_of(r)) for r in records
+            if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
