@@ -1,0 +1,215 @@
+"""harness diagnose: every committed failure and every real output fixture named by its catalogued
+race; each input form (trial id, trial folder, stress folder, store, log, py-spy dump); bad input."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.diagnosis import diagnose
+from harness.diagnosis.catalogue import RecordSource, load
+from harness.report import trial_stores
+from harness.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "tracebacks"
+MATCHED_AT_LEAST = 0.95
+
+# Each fixture folder holds real outputs of one failure (tests/fixtures/tracebacks/README.md).
+FIXTURE_RACES = {
+    "f2_fx_trace_of_compiled_fn": "F2",
+    "gpu_capture_not_permitted": "capture",
+    "gpu_cgt_outputs_differ": "F1c",
+    "gpu_cudagraph_overwritten": "F1c",
+    "gpu_f11_legacy_ptr": "F11",
+    "gpu_f1_backward": "F1",
+    "gpu_f1_forward": "F1",
+    "gpu_f1c_cublas_in_capture": "G1",
+    "gpu_f1c_mempool_recording": "F1c",
+    "gpu_f1c_warmup_parent": "F1c",
+    "gpu_f1c_weakrefs_assert": "F1c",
+    "gpu_f1c_weakrefs_assert_trainer": "F1c",
+    "gpu_f9_checkpoint": "F9",
+    "gpu_hang_flex_backward_compile": "G2",
+    "gpu_mix_order_shape": "mix-order",
+    "gpu_mix_order_then_segv_gc": "mix-order",
+    "r4_eager_module_nameerror": "R4",
+    "r5_reset_fpe": "R5",
+    "r5_reset_segfault": "R5",
+    "r5_reset_segfault_after_nameerror": "R5",
+    # Generic: a native crash or a hang with nothing that names a race (no stash in the output,
+    # a deadlock of the program's own locks) is "unknown", never a guess.
+    "gpu_segv_during_gc": None,
+    "hang_compile_lock_held": None,
+    "hang_two_lock_deadlock": None,
+}
+
+
+def _fixture_files():
+    for folder in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
+        for f in sorted(folder.iterdir()):
+            if f.suffix in (".txt", ".json"):
+                yield folder.name, f
+
+
+@pytest.mark.parametrize("folder, path", list(_fixture_files()), ids=lambda x: getattr(x, "name", x))
+def test_every_real_output_fixture_is_named_by_its_race(folder, path):
+    if folder not in FIXTURE_RACES:
+        pytest.skip(f"{folder}: not a failure (out of memory is RESOURCE, not a race)")
+    failure = diagnose.from_text(path.read_text(), source=str(path))
+    assert failure is not None
+    (finding,) = diagnose.diagnose([failure])
+    assert finding.race == FIXTURE_RACES[folder], finding.verdict()
+
+
+def test_every_fixture_folder_has_an_expected_race_or_a_reason():
+    folders = {p.name for p in FIXTURES.iterdir() if p.is_dir()}
+    assert folders - set(FIXTURE_RACES) == {"gpu_oom_cublas_then_segv_gc", "gpu_oom_then_segv_gc"}
+
+
+def _stored_failures():
+    out = []
+    for store_dir in trial_stores():
+        store = Store(store_dir)
+        for r in store.load():
+            if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial:
+                out.append((store_dir.name, r, diagnose.from_record(r)))
+    return out
+
+
+def test_committed_stores_failures_are_matched_to_their_race():
+    """At least 95% of the failing trials of every committed store are named by a catalogued race;
+    the rest are listed. A repro's raw failures are named by one of the repro's own races, or by a
+    race the repro's suite row accepts (r04's shared tree fails in F1c's and capture's faces)."""
+    rows = {r.id: r for r in load().repros if r.on_torch is None}
+    stored = _stored_failures()
+    findings = diagnose.diagnose([f for _, _, f in stored])
+    by_source = {s: f for f in findings for s in f.sources}
+    unmatched = [(name, r.trial_id, r.signature_summary) for name, r, _ in stored
+                 if by_source[r.trial_id].race is None]
+    share = 1 - len(unmatched) / len(stored)
+    print(f"{len(stored) - len(unmatched)} of {len(stored)} failing trials matched ({100 * share:.1f}%); unmatched:")
+    for line in collections.Counter((n, s) for n, _, s in unmatched).most_common():
+        print(f"  {line[1]} x {line[0][0]}: {line[0][1]}")
+    assert share >= MATCHED_AT_LEAST
+    wrong = []
+    catalogue = load()
+    for name, r, _ in stored:
+        rid, _, rest = r.cell.partition(":")
+        race = by_source[r.trial_id].race
+        if rid not in rows or not rest.startswith("raw@") or race is None:
+            continue
+        accepted = {x.id for x in catalogue.races_of_repro(rid)}
+        accepted |= {x.id for x in catalogue.races if x.pattern and x.pattern in rows[rid].family}
+        if race not in accepted:
+            wrong.append((r.trial_id, race, sorted(accepted)))
+    assert not wrong
+
+
+def test_a_matched_race_agrees_with_the_family_tables():
+    from harness import families
+
+    for _, r, failure in _stored_failures()[:400]:
+        (finding,) = diagnose.diagnose([failure])
+        fam = families.family(r.signature_summary)
+        if finding.race is not None and not finding.matches[0].suspected:
+            assert finding.race == fam
+
+
+def test_fix_counts_come_from_the_store_now(tmp_path):
+    """A fix's k/n is read from its store when asked: a store copy with one more failing fix trial
+    says so (the catalogue holds no number)."""
+    src = ROOT / "results" / "catalogue-cpu" / "trials.jsonl"
+    (tmp_path / "results" / "catalogue-cpu").mkdir(parents=True)
+    lines = src.read_text().splitlines()
+    fixed = next(json.loads(x) for x in lines if json.loads(x)["cell"] == "r16:global-lock@reset-pressure")
+    fixed.update(trial_id="catalogue-cpu/r16:global-lock@reset-pressure/99", outcome="abort",
+                 signature_summary="Segmentation fault at torch._dynamo.eval_frame:compile_wrapper")
+    (tmp_path / "results" / "catalogue-cpu" / "trials.jsonl").write_text("\n".join([*lines, json.dumps(fixed)]) + "\n")
+    r5 = load().race("R5")
+    before = diagnose.fix_lines(r5, "2.13.0+cpu", RecordSource())
+    after = diagnose.fix_lines(r5, "2.13.0+cpu", RecordSource(tmp_path))
+    assert (before[0].count.k, before[0].count.n) == (0, 29) and before[0].held()
+    assert (after[0].count.k, after[0].count.n) == (1, 30) and not after[0].held()
+
+
+def test_a_generic_crash_is_suspected_only_with_its_context_and_torch():
+    seg = dict(outcome="ABORT", key="Segmentation-fault-x", summary="Segmentation fault: during garbage collection")
+    with_stash = diagnose.Failure(source="a", torch="2.11.0", fixes=("cstash-tls-init",), **seg)
+    no_stash = diagnose.Failure(source="b", torch="2.11.0", fixes=("graph-isolation",), **seg)
+    on_213 = diagnose.Failure(source="c", torch="2.13.0+cpu", fixes=("cstash-tls-init",), **seg)
+    found = {f.sources[0]: f for x in (with_stash, no_stash, on_213) for f in diagnose.diagnose([x])}
+    assert found["a"].race == "stash-refcount" and found["a"].matches[0].suspected
+    assert found["a"].verdict().startswith("suspected: stash-refcount")
+    assert found["b"].race is None and found["b"].verdict().startswith("unknown")
+    assert found["c"].race is None           # 2.13's stash keeps its reference: r22 0/20 there
+
+
+def test_an_unknown_failure_says_possibly_new():
+    text = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n    f()\nValueError: nope\n"
+    failure = diagnose.from_text(text, source="x.log")
+    (finding,) = diagnose.diagnose([failure])
+    assert finding.race is None and finding.verdict() == "unknown: no catalogued race matches (possibly new)"
+
+
+def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_cli_on_a_trial_id_a_log_file_and_json():
+    p = _cli("diagnose", "gpu-repros/r01:raw@-/0", str(FIXTURES / "r5_reset_segfault" / "1.txt"))
+    assert p.returncode == 0, p.stderr
+    assert "known: F1 (CUDAGraph Trees TLS" in p.stdout and "cstash-tls-init+global-lock: held, 0/58" in p.stdout
+    assert "known: R5" in p.stdout and "global-lock: held, 0/29 (torch 2.13" in p.stdout
+    assert "python -m harness stress -p 2 --max-runs 10 --plan reset-pressure -- python repro/r16_reset_segfault.py" in p.stdout
+    j = _cli("diagnose", "--json", "gpu-repros/r22:raw@-/0")
+    (finding,) = json.loads(j.stdout)["findings"]
+    assert finding["race"] == "stash-refcount" and finding["fixes"][0]["held"] is True
+    assert any(v.startswith("torch 2.13: not reproduced 0/20") for v in finding["versions"])
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
+    for args in (["diagnose", str(tmp_path / "missing")], ["diagnose", str(tmp_path)]):
+        p = _cli(*args)
+        assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_a_stress_folder_and_a_trial_folder(tmp_path):
+    """A real run through the runner: a program that deadlocks on its own locks (no torch) is a
+    HANG, diagnosed as a generic hang: no catalogued race, said so."""
+    out = tmp_path / "stress"
+    p = _cli("stress", "-p", "1", "--max-runs", "1", "--timeout", "60", "--hang", "3", "-o", str(out), "--",
+             sys.executable, str(ROOT / "tests" / "scripts" / "deadlock.py"))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "diagnosis: 0 of 1 failing runs matched a catalogued race" in p.stdout
+    assert "unknown: a generic failure (hang" in p.stdout
+    d = _cli("diagnose", str(out / "0"))
+    assert d.returncode == 0 and "1 run HANG: hang:" in d.stdout, d.stdout + d.stderr
+
+
+@pytest.mark.skipif(shutil.which("py-spy") is None and not (Path(sys.executable).parent / "py-spy").exists(),
+                    reason="needs py-spy")
+def test_a_pyspy_text_dump_is_a_hang_with_its_threads(tmp_path):
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "scripts" / "deadlock.py")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        dump = subprocess.run([pyspy, "dump", "--pid", str(proc.pid)], capture_output=True, text=True, timeout=30)
+        if dump.returncode != 0:
+            pytest.skip(f"py-spy cannot attach here: {dump.stderr.strip()[:200]}")
+    finally:
+        proc.kill()
+        proc.wait()
+    failure = diagnose.from_text(dump.stdout, source="dump.txt")
+    assert failure is not None and failure.outcome == "HANG"
+    assert failure.summary.startswith("hang: ") and "MainThread@" in failure.summary
