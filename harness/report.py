@@ -699,8 +699,12 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     """
     from harness.retire import retired_store
 
+    from harness.diagnosis import tables
+    from harness.diagnosis.catalogue import RecordSource
+
     loaded = [(Path(d), Store(d).load()) for d in store_dirs]
     retired = {d: retired_store(d).load() for d, _ in loaded}
+    readme: str | None = None
     text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
     names, plots = [], []
     bench_files = sorted(f for root in {Path(d).parent for d in store_dirs} for f in benches.files(root))
@@ -710,6 +714,11 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
         observed = loaded + list(retired.items())
         text = replace_block(text, OVERVIEW_BLOCK, overview_body(observed))
         names.append(OVERVIEW_BLOCK)
+        text = replace_block(text, tables.RACES_BLOCK, tables.race_table(records_of=RecordSource(out.parent)))
+        names.append(tables.RACES_BLOCK)
+        repro_readme = out.parent / "repro" / "README.md"
+        if repro_readme.is_file():
+            readme = replace_block(repro_readme.read_text(encoding="utf-8"), tables.REPROS_BLOCK, tables.repro_table())
     bench_plots = benches.plot_paths(bench_runs, bench_files[0].parent / "plots") if bench_files else []
     price_plots = benches.price_plots(bench_runs, bench_files[0].parent / "plots") if bench_files else {}
     if bench_files:
@@ -734,4 +743,7 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     if price_plots:
         benches.write_price_plots(bench_runs, bench_files[0].parent / "plots")
     write_atomic(out, text.encode("utf-8"))
+    if readme is not None:
+        write_atomic(repro_readme, readme.encode("utf-8"))
+        names.append(tables.REPROS_BLOCK)
     return names
