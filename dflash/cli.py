@@ -2,8 +2,11 @@
 
 Exit codes (docs/DESIGN.md, process contract): 0 ok; 1 a thread failed (one
 `=== thread <name> failed: ... ===` report per failed thread on stderr); 2 bad input (one line
-`error: ...` on stderr, nothing written); 3 wrong result (`WRONG_RESULT: ...`); 130/143 after
-SIGINT/SIGTERM (checkpoint written).
+`error: ...` on stderr, nothing written); 3 wrong result (`WRONG_RESULT: ...`); 4 stalled (no
+optimizer step for train.stall_s: a `STALLED: ...` headline naming where each thread is, every
+thread's stack in <out_dir>/stall-dump.txt; dflash.watchdog); 130/143 after SIGINT/SIGTERM
+(checkpoint written; within about 10 s even if a thread is stuck in a compile, which is then
+named and left behind).
 """
 
 from __future__ import annotations
@@ -60,10 +63,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if getattr(args, "out", None):
         overrides.insert(0, f"train.out_dir={args.out}")
     cfg = apply_overrides(cfg, overrides)
-    # `--set fixes=a,b` arrives as a string tuple; validate names here so a typo is exit 2.
-    from dflash.fixes import FixSet
+    # `--set fixes=a,b` arrives as a string tuple; validate names here so a typo is exit 2
+    # (`recommended` is resolved by the trainer, once the device plan is known).
+    from dflash.fixes import parse_names
 
-    FixSet.from_names(cfg.fixes)
+    parse_names(cfg.fixes)
     return cfg
 
 
@@ -80,10 +84,19 @@ def report_outcome(outcome) -> int:
     if outcome.wrong_result is not None:
         print(f"WRONG_RESULT: {outcome.wrong_result}", flush=True)
         print(f"WRONG_RESULT: {outcome.wrong_result}", file=sys.stderr, flush=True)
+    elif outcome.exit_code in (130, 143) and not (res is not None and res.failures):
+        if res is not None and res.alive:
+            print(res.report(), file=sys.stderr, flush=True)
+        if outcome.checkpoint:
+            print(f"stopped by signal: checkpoint written to {outcome.checkpoint}", file=sys.stderr)
+        else:
+            print(f"stopped by signal: no checkpoint written ({outcome.detail or 'see above'})",
+                  file=sys.stderr)
     elif res is not None and not res.ok:
         print(res.report(), file=sys.stderr, flush=True)
-    elif outcome.checkpoint and outcome.exit_code in (130, 143):
-        print(f"stopped by signal: checkpoint written to {outcome.checkpoint}", file=sys.stderr)
+    if outcome.stall is not None:
+        # The headline went out when the stall was declared; repeat it as the last word.
+        print(outcome.stall.headline, file=sys.stderr, flush=True)
     return outcome.exit_code
 
 

@@ -200,10 +200,21 @@ class TrainConfig:
     of train.steps; 0 = run to train.steps. For time-sliced jobs and the bit-exact resume test."""
     export: bool = True
     """Export the trained drafter (z-lab HF layout) into out_dir/export at the end."""
+    stall_s: float = 300.0
+    """Watchdog (dflash.watchdog): no optimizer step for this long -> every thread's stack in
+    out_dir/stall-dump.txt, one headline line saying where each thread is, exit 4; 0 = off.
+    Longer than any hang limit of the harness's presets (hang_s <= 240 s), so that under the
+    harness its own hang detection still decides how a trial ended."""
+    first_step_stall_s: float = 900.0
+    """The allowance until this run's first step, which holds the first compiles, warm-up and
+    CUDA-graph recording (a cold Inductor cache took 80 s at step 1 on one H200 with three
+    drafter threads); as pipeline.startup_timeout_s. 0 = the first step is not watched."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ConfigError(f"train.steps must be >= 1, got {self.steps}")
+        if self.stall_s < 0 or self.first_step_stall_s < 0:
+            raise ConfigError("train.stall_s and train.first_step_stall_s must be >= 0 (0 = off)")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError("train.warmup_ratio must be in [0, 1)")
 
@@ -219,7 +230,9 @@ class RunConfig:
     devices: DeviceConfig = field(default_factory=DeviceConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     fixes: tuple[str, ...] = ()
-    """Names from dflash.fixes.FIXES; () = raw."""
+    """Names from dflash.fixes.FIXES; () or ('none',) = raw; 'recommended' = the measured set for
+    the installed torch, the plan's device kind and the compile mode (resolved by the trainer,
+    which then stores the resolved names here)."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

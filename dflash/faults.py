@@ -12,7 +12,9 @@ Key properties:
   (default 0) under a lock. Which thread draws first still depends on scheduling.
 
 Grammar: `DFLASH_FAULTS="rule;rule;..."`, `rule = name[@thread-glob]=[p%][cnt*]task[(arg)]`,
-tasks `off`, `raise[(message)]`, `delay(ms)`, `yield`. `@glob` limits a rule to threads whose
+tasks `off`, `raise[(message)]`, `delay(ms)` (sleeps: a thread blocked in a C call that releases
+the GIL), `spin(ms)` (a busy Python loop: a thread in a long compile, holding the GIL between
+switch intervals; neither looks at the pipeline's stop event), `yield`. `@glob` limits a rule to threads whose
 name matches (`fnmatch`). For one point the first rule that matches the thread and still has
 count left decides; its probability is then rolled.
 """
@@ -48,7 +50,7 @@ POINTS = (
     "drafter.after_step",
     "gate.before_open",
 )
-TASKS = ("off", "raise", "delay", "yield")
+TASKS = ("off", "raise", "delay", "spin", "yield")
 ENV_PLAN = "DFLASH_FAULTS"
 ENV_SEED = "DFLASH_FAULTS_SEED"
 
@@ -205,6 +207,10 @@ def _perform(rule: Rule, name: str) -> None:
         raise InjectedFault(f"injected fault at {where}" + (f": {rule.arg}" if rule.arg else ""))
     if rule.task == "delay":
         time.sleep(float(rule.arg) / 1000.0)
+    elif rule.task == "spin":
+        end = time.monotonic() + float(rule.arg) / 1000.0
+        while time.monotonic() < end:
+            pass
     elif rule.task == "yield":
         time.sleep(0)  # releases the GIL: lets another thread run right at this point
 
@@ -272,15 +278,15 @@ def _parse_count(cnt: str | None, bad: Callable[[str], ConfigError]) -> int | No
 
 
 def _parse_arg(task: str, arg: str | None, bad: Callable[[str], ConfigError]) -> str | None:
-    if task == "delay":
+    if task in ("delay", "spin"):
         if arg is None:
-            raise bad("task 'delay' needs a duration in ms, e.g. delay(5)")
+            raise bad(f"task {task!r} needs a duration in ms, e.g. {task}(5)")
         try:
             ms = float(arg)
         except ValueError:
-            raise bad(f"delay({arg}): duration must be a number of ms") from None
-        if ms < 0:
-            raise bad(f"delay({arg}): duration must be >= 0")
+            raise bad(f"{task}({arg}): duration must be a number of ms") from None
+        if not ms >= 0:
+            raise bad(f"{task}({arg}): duration must be >= 0")
         return arg
     if task in ("off", "yield") and arg is not None:
         raise bad(f"task {task!r} takes no argument")

@@ -488,10 +488,11 @@ class FixSet:
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> FixSet:
-        unique = list(dict.fromkeys(n.strip() for n in names if n.strip()))
-        unknown = [n for n in unique if n not in FIXES]
-        if unknown:
-            raise ConfigError(f"unknown fix {unknown[0]!r}; valid fixes: {', '.join(FIXES)}")
+        """Registry names, or `none` alone (raw); `recommended` must be resolved first
+        (`resolve_names`: it depends on the torch, the device plan and the compile mode)."""
+        unique, wants_recommended = parse_names(names)
+        if wants_recommended:
+            raise ConfigError("fixes=recommended is resolved by the trainer (dflash.fixes.resolve_names)")
         return cls(FIXES[n] for n in unique)
 
     def active(self, name: str) -> bool:
@@ -595,3 +596,36 @@ def recommended(torch_version: str, device_type: str, *, cudagraphs: bool) -> Re
     if here == measured_on:
         return Recommendation(names, f"torch {measured_on}, {evidence}", True)
     return Recommendation(names, f"measured on torch {measured_on} only ({evidence})", False)
+
+
+RECOMMENDED = "recommended"
+NONE = "none"
+
+
+def parse_names(names: Iterable[str]) -> tuple[list[str], bool]:
+    """(registry names in order, whether `recommended` was asked for); ConfigError for an unknown
+    name or `none` beside others. `recommended` may come with extra names (added to its set)."""
+    unique = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+    if NONE in unique:
+        if len(unique) > 1:
+            raise ConfigError(f"fixes=none means no fix at all; it cannot be combined with "
+                              f"{', '.join(n for n in unique if n != NONE)}")
+        return [], False
+    wants = RECOMMENDED in unique
+    unique = [n for n in unique if n != RECOMMENDED]
+    unknown = [n for n in unique if n not in FIXES]
+    if unknown:
+        raise ConfigError(f"unknown fix {unknown[0]!r}; valid fixes: {', '.join(FIXES)} "
+                          f"(or {RECOMMENDED}, or {NONE})")
+    return unique, wants
+
+
+def resolve_names(names: Iterable[str], torch_version: str, device_type: str, *,
+                  cudagraphs: bool) -> tuple[tuple[str, ...], Recommendation | None]:
+    """The registry names a run uses, and the Recommendation if `recommended` was among `names`
+    (its set first, then any extra names)."""
+    explicit, wants = parse_names(names)
+    if not wants:
+        return tuple(explicit), None
+    rec = recommended(torch_version, device_type, cudagraphs=cudagraphs)
+    return tuple(dict.fromkeys((*rec.names, *explicit))), rec

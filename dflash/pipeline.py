@@ -5,8 +5,10 @@ state, F14), then the stage loop; an exception is recorded as a `ThreadFailure` 
 traceback, thread name) and sets the shared stop event, after which every stage leaves its
 blocking call within one poll interval, and the replica barrier is aborted. A `StageStopped` or
 `ChannelClosed` seen after stop is the consequence of someone else's failure, not a failure.
-Shutdown joins each thread against one overall deadline and reports the ones still alive
-(CPython `threading_helper.join_thread`).
+Shutdown joins each thread against one overall deadline and reports the ones still alive, each
+with its innermost frame (CPython `threading_helper.join_thread`); the caller may cap that
+deadline (a signal or a stall must end the run within seconds even while a thread is stuck in a
+compile, which no stop event reaches).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dflash import stacks
 from dflash.channel import ChannelClosed
 from dflash.errors import StageStopped
 
@@ -44,6 +47,8 @@ class PipelineResult:
     failures: list[ThreadFailure] = field(default_factory=list)
     alive: list[str] = field(default_factory=list)
     """Threads still alive after the shutdown deadline."""
+    alive_where: dict[str, str] = field(default_factory=dict)
+    """Innermost meaningful frame (`module:function:line`) of each thread in `alive`."""
     elapsed_s: float = 0.0
 
     @property
@@ -54,6 +59,8 @@ class PipelineResult:
         parts = [f.report() for f in self.failures]
         if self.alive:
             parts.append(f"=== threads still alive after the shutdown deadline: {', '.join(self.alive)} ===")
+            parts += [f"  {name} in {self.alive_where[name]}" for name in self.alive
+                      if name in self.alive_where]
         return "\n".join(parts)
 
 
@@ -77,6 +84,10 @@ class Supervisor:
         self._threads.append(t)
         if finisher:
             self._finishers.append(t)
+
+    def wake(self) -> None:
+        """Re-check `should_abort` now instead of at the next poll (any thread may call it)."""
+        self._changed.set()
 
     def on_stop(self, fn: Callable[[], None]) -> None:
         """Run `fn` when the pipeline stops (e.g. abort the replica barrier)."""
@@ -106,8 +117,11 @@ class Supervisor:
             fn()
         self._changed.set()
 
-    def run(self, should_abort: Callable[[], bool] = lambda: False) -> PipelineResult:
-        """Start every thread, wait for the finishers (or a failure/abort), stop and join."""
+    def run(self, should_abort: Callable[[], bool] = lambda: False,
+            join_by: Callable[[], float | None] = lambda: None) -> PipelineResult:
+        """Start every thread, wait for the finishers (or a failure/abort), stop and join.
+
+        `join_by()`, asked once the loop ends, may cap the join deadline (a time.monotonic())."""
         t0 = time.monotonic()
         try:
             for t in self._threads:
@@ -121,27 +135,35 @@ class Supervisor:
                 self._changed.clear()
         finally:
             self._stop_all()  # releases producers still blocked on a full channel
-            alive = self._join()
+            alive = self._join(join_by())
         with self._lock:
             failures = list(self._failures)
-        return PipelineResult(failures=failures, alive=alive, elapsed_s=time.monotonic() - t0)
+        return PipelineResult(failures=failures, alive=[t.name for t in alive],
+                              alive_where=stacks.of_threads(alive), elapsed_s=time.monotonic() - t0)
 
-    def _join(self) -> list[str]:
+    def _join(self, cap: float | None = None) -> list[threading.Thread]:
         deadline = time.monotonic() + self.shutdown_deadline_s
+        if cap is not None:
+            deadline = min(deadline, cap)
         for t in self._threads:
             if t.ident is not None:
                 t.join(max(0.0, deadline - time.monotonic()))
-        return [t.name for t in self._threads if t.is_alive()]
+        return [t for t in self._threads if t.is_alive()]
 
 
 class SignalStop:
-    """SIGINT/SIGTERM -> finish at the next step boundary; a second signal stops at once."""
+    """SIGINT/SIGTERM -> finish at the next step boundary; a second signal stops at once.
+
+    The handler only records the signal (Python runs it on the main thread, between bytecodes);
+    the trainer's main loop decides how long to wait for the step boundary (`since()`)."""
 
     EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self.count = 0
+        self.at: float | None = None
+        """time.monotonic() of the first signal."""
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
@@ -156,8 +178,14 @@ class SignalStop:
         self._previous.clear()
 
     def _handle(self, signum: int, frame) -> None:
+        if self.signum is None:
+            self.at = time.monotonic()
         self.signum = signum
         self.count += 1
+
+    def since(self) -> float:
+        """Seconds since the first signal (0.0 before any)."""
+        return 0.0 if self.at is None else time.monotonic() - self.at
 
     @property
     def requested(self) -> bool:

@@ -101,6 +101,10 @@ class ReplicaGroup:
         self.done = start_step >= cfg.steps
         self._results: list[StepResult | None] = [None] * self.num_replicas
         self._barrier = threading.Barrier(self.num_replicas)
+        # Held by the leader while it changes parameters, optimizer state and `step` together: a
+        # checkpoint taken while a thread is still alive (signal past the join deadline) must not
+        # read them half-updated.
+        self._update_lock = threading.Lock()
         self._after_update = after_update
         self._should_finish = should_finish or (lambda: False)
 
@@ -122,8 +126,9 @@ class ReplicaGroup:
         loss = sum(float(r.loss) for r in results) / len(results)
         if self.cfg.nan_check and not math.isfinite(loss):
             raise WrongResult(f"non-finite loss {loss} at step {self.step + 1}")
-        apply_update(self.replicas, self.optimizer, self.scheduler, self.cfg)
-        self.step += 1
+        with self._update_lock:
+            apply_update(self.replicas, self.optimizer, self.scheduler, self.cfg)
+            self.step += 1
         self._results = [None] * self.num_replicas
         if self._after_update is not None:
             self._after_update(self.step, results)
@@ -145,6 +150,16 @@ class ReplicaGroup:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
         }
+
+    def state_when_idle(self, timeout_s: float) -> tuple[int, dict] | None:
+        """(step, state) once no update is in progress, or None if one is still running after
+        `timeout_s` (the leader is stuck inside it)."""
+        if not self._update_lock.acquire(timeout=max(0.0, timeout_s)):
+            return None
+        try:
+            return self.step, self.state()
+        finally:
+            self._update_lock.release()
 
     def load(self, drafter: dict, optimizer: dict, scheduler: dict) -> None:
         self.replicas[0].load_state_dict(drafter)

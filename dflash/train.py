@@ -4,7 +4,15 @@ Order matters for the process contract: everything that can be bad input (fixes,
 device plan, target, data, vocabulary, bucket fit, checkpoint to resume) is checked before the
 output folder is touched, so a bad run writes nothing and exits 2. Then the pipeline runs
 (pipeline.Supervisor); a thread failure ends the run with exit 1 and one report per failed
-thread, a non-finite loss with exit 3, SIGINT/SIGTERM with a checkpoint and exit 130/143.
+thread, a non-finite loss with exit 3, SIGINT/SIGTERM with a checkpoint and exit 130/143, no step
+for train.stall_s with a stack dump and exit 4 (dflash.watchdog).
+
+SIGINT/SIGTERM: the run stops at the next step boundary if one comes within SIGNAL_GRACE_S, else
+the pipeline is stopped where it is; either way everything is over within about 10 s. A thread
+stuck in a compile or a long C call cannot be interrupted: it is joined until SIGNAL_JOIN_S after
+the signal, the checkpoint is written if the replica group is not mid-update and the write ends
+by SIGNAL_SAVE_S, the threads that did not stop are named with their frames, and the CLI leaves
+with os._exit (dflash.cli.exit_process) instead of waiting for them.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import json
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -32,7 +41,7 @@ from dflash.devices import DevicePlan, resolve
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
 from dflash.drafter_loop import DrafterTrainLoop
 from dflash.errors import ConfigError, WrongResult
-from dflash.fixes import FixSet
+from dflash.fixes import FixSet, Recommendation, resolve_names
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
 from dflash.objective import DFlashObjective
@@ -43,6 +52,16 @@ from dflash.step import StepResult
 from dflash.synthetic import ensure_synthetic_corpus
 from dflash.target import TargetModel, build_target
 from dflash.target_loop import TargetForwardLoop
+from dflash.watchdog import EXIT_STALLED, Stall, Watchdog
+
+SIGNAL_GRACE_S = 2.0
+"""After SIGINT/SIGTERM, how long the pipeline may run on to reach a step boundary."""
+SIGNAL_JOIN_S = 6.0
+"""Threads are joined until this long after the signal (a stuck one is then left behind)."""
+SIGNAL_SAVE_S = 8.5
+"""A checkpoint written with a thread left behind must be done this long after the signal."""
+STALL_JOIN_S = 3.0
+"""After a stall, threads are joined this long (the stuck ones will not stop)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -66,6 +85,10 @@ class RunOutcome:
     """drafter/optimizer/scheduler state at the end (tests compare parameters)."""
     steady_window: tuple[float, float] | None = None
     """`time.monotonic()` span of the steps tokens_per_s_steady measures (bench's GPU busy)."""
+    stall: Stall | None = None
+    """What the watchdog saw when it declared the run stalled (exit 4)."""
+    detail: str | None = None
+    """Why no checkpoint was written after a signal, when a thread did not stop."""
 
 
 def build_models(cfg: RunConfig, plan: DevicePlan) -> Models:
@@ -156,15 +179,18 @@ class Trainer:
         self.err = err if err is not None else sys.stderr
         self.signals = SignalStop()
         self.handle_signals = handle_signals
+        self.watchdog: Watchdog | None = None
+        self.recommendation: Recommendation | None = None
 
     def prepare(self) -> None:
         """Everything that can be bad input; writes nothing under train.out_dir."""
         cfg = self.cfg
         faults.install_from_env()
-        self.fs = FixSet.from_names(cfg.fixes)
         p = cfg.pipeline
         self.plan = resolve(cfg.devices, num_target_threads=p.num_target_threads,
                             num_drafter_threads=p.num_drafter_threads)
+        self.fs = self._resolve_fixes()
+        cfg = self.cfg
         if cfg.drafter.attention == "flex" and any(d.type == "cpu" for d in self.plan.drafter):
             # FlexAttention has no backward on CPU (NotImplementedError at the first backward);
             # refuse up front rather than after the target has built the corpus.
@@ -175,6 +201,22 @@ class Trainer:
         first = self.models.targets[self.plan.target[0]]
         self.train_ds, self.heldout = load_data(cfg, first, self.err)
         self.planner = EpochPlanner(self.train_ds.lengths, cfg.data)
+        if self.recommendation is not None:
+            # After every input check: bad input still prints exactly one `error:` line.
+            print(self.recommendation.line(), file=self.err, flush=True)
+
+    def _resolve_fixes(self) -> FixSet:
+        """The run's FixSet; `recommended` becomes the set for the installed torch, the plan's
+        device kind and whether the drafter step records CUDA graphs (its line is printed once the
+        input is checked). The config then holds the resolved names, so checkpoints and records
+        store what ran."""
+        cfg = self.cfg
+        kind = "cuda" if any(d.type == "cuda" for d in (*self.plan.target, *self.plan.drafter)) else "cpu"
+        names, self.recommendation = resolve_names(cfg.fixes, torch.__version__, kind,
+                                                   cudagraphs=cfg.compile.cudagraphs)
+        fs = FixSet.from_names(names)
+        self.cfg = dataclasses.replace(cfg, fixes=fs.names())
+        return fs
 
     def run(self) -> RunOutcome:
         self.prepare()
@@ -263,11 +305,41 @@ class Trainer:
             sup.add(f"dflash-target-{n}", "target", _bind(target.run, n))
         for r in range(p.num_drafter_threads):
             sup.add(f"dflash-train-{r}", "drafter", _bind(drafter.run, r), finisher=True)
-        should_abort = lambda: self.signals.count >= 2 or (self.signals.requested and not gate.is_open)  # noqa: E731
-        return sup.run(should_abort), group
+        self.watchdog = Watchdog(progress=lambda: group.step, stall_s=cfg.train.stall_s,
+                                 first_step_stall_s=cfg.train.first_step_stall_s,
+                                 out_dir=cfg.train.out_dir, err=self.err, on_stall=sup.wake,
+                                 quiet=lambda: self.signals.requested or stop.is_set())
+        self.watchdog.start()
+        try:
+            return sup.run(lambda: self._should_abort(gate), self._join_by), group
+        finally:
+            # After a stall the watchdog is still printing the diagnosis: let it finish.
+            self.watchdog.stop(5.0 if self.watchdog.stall is None else self.watchdog.diagnose_timeout_s + 5)
+
+    def _should_abort(self, gate: StartupGate) -> bool:
+        """Stop the pipeline where it is: a stall, a second signal, a signal before the first
+        step could run, or a step boundary that did not come within SIGNAL_GRACE_S."""
+        if self.watchdog is not None and self.watchdog.stall is not None:
+            return True
+        sig = self.signals
+        return sig.count >= 2 or (sig.requested and (not gate.is_open or sig.since() > SIGNAL_GRACE_S))
+
+    def _join_by(self) -> float | None:
+        caps = []
+        if self.signals.at is not None:
+            caps.append(self.signals.at + SIGNAL_JOIN_S)
+        if self.watchdog is not None and self.watchdog.stall is not None:
+            caps.append(self.watchdog.stall.at + STALL_JOIN_S)
+        return min(caps) if caps else None
 
     def _conclude(self, result: PipelineResult, group: ReplicaGroup) -> RunOutcome:
-        state = group.state()
+        stall = self.watchdog.stall if self.watchdog is not None else None
+        if stall is not None and not any(f.at < stall.at for f in result.failures):
+            return self._stalled(result, stall)
+        if result.alive and self.signals.requested and not result.failures:
+            return self._stopped_with_threads_alive(result)
+        # A thread still alive may hold a device that no longer answers: do not read its state.
+        state = group.state() if not result.alive else {}
         if result.failures or result.alive:
             self._failed()
         if result.failures:
@@ -289,7 +361,49 @@ class Trainer:
         return RunOutcome(exit_code=code, final=final, pipeline=result, checkpoint=path, state=state,
                           steady_window=self.metrics.steady_window())
 
-    def _failed(self) -> None:
+    def _stalled(self, result: PipelineResult, stall: Stall) -> RunOutcome:
+        self._failed({"stalled": {
+            "step": stall.step, "waited_s": round(stall.waited_s, 1), "dump": stall.dump_path,
+            "dump_method": stall.dump_method,
+            "threads": {t.name: t.where for t in stall.threads if t.name.startswith("dflash-")},
+            "compiling": [t.name for t in stall.threads if t.compiling and not t.waiting]}})
+        return RunOutcome(exit_code=EXIT_STALLED, pipeline=result, stall=stall)
+
+    def _stopped_with_threads_alive(self, result: PipelineResult) -> RunOutcome:
+        """A signal, and a thread that did not stop by SIGNAL_JOIN_S: checkpoint if that can be
+        done by SIGNAL_SAVE_S without the stuck thread, exit with the signal's code anyway."""
+        assert self.signals.at is not None
+        path, why = self._save_by(self.signals.at + SIGNAL_SAVE_S)
+        return RunOutcome(exit_code=self.signals.exit_code, pipeline=result, checkpoint=path,
+                          detail=why)
+
+    def _save_by(self, deadline: float) -> tuple[str | None, str | None]:
+        """Checkpoint from a helper thread, waited for until `deadline` (time.monotonic()): a save
+        that cannot finish (a device that no longer answers) must not keep the process alive;
+        saves are atomic (tmp + rename), so one abandoned midway leaves the previous one intact."""
+        box: dict[str, object] = {}
+
+        def body() -> None:
+            try:
+                got = self.group.state_when_idle(deadline - time.monotonic())
+                if got is None:
+                    box["why"] = "the replica leader is stuck inside an optimizer update"
+                    return
+                step, st = got
+                box["path"] = ckpt_io.save(self.cfg.train.out_dir, ckpt_io.Checkpoint(
+                    step=step, data_seq=step * self.group.num_replicas, config=self.cfg.to_dict(),
+                    drafter=st["drafter"], optimizer=st["optimizer"], scheduler=st["scheduler"]))
+            except Exception as e:  # noqa: BLE001  reported; the run is ending either way
+                box["why"] = f"{type(e).__name__}: {e}"
+
+        t = threading.Thread(target=body, name="dflash-checkpoint", daemon=True)
+        t.start()
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            return None, "the write did not finish within the shutdown deadline"
+        return box.get("path"), box.get("why")  # type: ignore[return-value]
+
+    def _failed(self, extra: dict | None = None) -> None:
         """A failed run's last event: the GPU memory it held by then. Packing trials onto a GPU is
         planned from stored peaks (harness.matrix.memory_peaks), and the campaign's failing
         gpu-bound cells never finish, so without this they leave no figure (REPORT.md, twelfth
@@ -299,7 +413,8 @@ class Trainer:
         except Exception:  # noqa: BLE001  after a sticky CUDA error every CUDA call raises: no figure
             peak = None
         self.metrics.emit({"event": "failed", "gpu_mem_peak_gib": peak, "torch": torch.__version__,
-                           "device_plan": self.plan.describe()})
+                           "device_plan": self.plan.describe(), "fixes": list(self.fs.names()),
+                           **(extra or {})})
 
     def _finish(self, group: ReplicaGroup) -> dict:
         cfg, m = self.cfg, self.models
