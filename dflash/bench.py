@@ -98,6 +98,7 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
         "fault_point_off_ns": round(off_ns, 2),
         "device_plan": best[False]["device_plan"],
         "torch": best[False]["torch"],
+        "fixes": best[False]["fixes"],  # resolved: a GPU preset's default is `recommended`
     }
     idle_text = "not measured" if idle is None else f"{idle:.1f}"
     print(f"tokens/s {absent:.1f} (fault points idle: {idle_text}, ratio "

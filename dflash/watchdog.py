@@ -24,9 +24,11 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -129,22 +131,64 @@ def _pyspy(pid: int) -> tuple[str | None, str]:
     return None, "; ".join(notes)
 
 
+_PYSPY_THREAD = re.compile(r'^Thread (?:0x[0-9A-Fa-f]+|\d+) \([^)]*\)(?:: "(.*)")?\s*$')
+_FH_THREAD = re.compile(r"^(Current thread|Thread) 0x([0-9a-fA-F]+) \(most recent call first\):$")
+
+
+def _without_own_thread(pyspy_text: str) -> str:
+    """py-spy's dump minus this watchdog thread's block (it only shows the dump being taken)."""
+    out, skipping = [], False
+    for line in pyspy_text.splitlines():
+        m = _PYSPY_THREAD.match(line)
+        if m:
+            skipping = m.group(1) == THREAD_NAME
+        elif skipping and line.strip() and not line.startswith((" ", "\t")):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _faulthandler_named(text: str, names: dict[int, str]) -> str:
+    """faulthandler's all-threads dump minus the dumping (current) thread, each header given its
+    thread's name (`Thread 0x... [name] (most recent call first):`; faulthandler prints none)."""
+    out, skipping = [], False
+    for line in text.splitlines():
+        m = _FH_THREAD.match(line)
+        if m:
+            skipping = m.group(1) == "Current thread"
+            name = names.get(int(m.group(2), 16))
+            if name is not None and not skipping:
+                line = f"Thread 0x{m.group(2)} [{name}] (most recent call first):"
+        elif skipping and not line.strip():
+            skipping = False
+            continue
+        if not skipping:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def write_dump(path: str, threads: tuple[stacks.ThreadWhere, ...], title: str) -> str:
     """Write the stall dump to `path`; returns the method ('py-spy dump --native', ...)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    header = [title, "threads (faulthandler prints idents, py-spy names):"]
+    header = [title, "threads (name = Python thread ident: innermost meaningful frame):"]
     header += [f"  {t.name} = 0x{t.ident:016x}: {t.where}{' [compiling]' if t.compiling else ''}"
                f"{' [waiting]' if t.waiting else ''}" for t in threads]
     text, note = _pyspy(os.getpid())
+    method = note
+    if text is None:
+        method = "faulthandler"
+        with tempfile.TemporaryFile("w+") as tmp:  # faulthandler writes to a file descriptor
+            faulthandler.dump_traceback(file=tmp, all_threads=True)
+            tmp.flush()
+            tmp.seek(0)
+            text = (f"py-spy unavailable ({note}); faulthandler.dump_traceback(all_threads=True):\n"
+                    + _faulthandler_named(tmp.read(), {t.ident: t.name for t in threads}))
+    else:
+        text = _without_own_thread(text)
     with open(path, "w") as f:
-        f.write("\n".join(header) + "\n\n")
-        if text is not None:
-            f.write(text)
-            return note
-        f.write(f"py-spy unavailable ({note}); faulthandler.dump_traceback(all_threads=True):\n")
-        f.flush()
-        faulthandler.dump_traceback(file=f, all_threads=True)
-    return "faulthandler"
+        f.write("\n".join(header) + "\n\n" + text)
+    return method
 
 
 def diagnose(path: str, err: TextIO, *, timeout_s: float = DIAGNOSE_TIMEOUT_S) -> bool:
