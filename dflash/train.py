@@ -442,6 +442,7 @@ class Trainer:
             "device_plan": self.plan.describe(),
             "gpu_mem_peak_gib": self.plan.peak_reserved_gib(),
             "fixes": list(self.fs.names()),
+            "fixes_recommended": self.recommendation.line() if self.recommendation else None,
             "fix_counts": dict(self.fs.counts),
             "export": export_dir,
         }

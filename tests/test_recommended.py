@@ -96,6 +96,7 @@ def test_train_with_recommended_prints_the_line_and_stores_the_resolved_names(tm
     assert err.splitlines().count(rec.line()) == 1
     final = json.loads(out.strip().splitlines()[-1])
     assert final["event"] == "final" and final["fixes"] == list(rec.names)
+    assert final["fixes_recommended"] == rec.line()
     # target-hook-taps (the CPU set) acts on every target forward: the set really ran.
     assert all(final["fix_counts"][n] > 0 for n in rec.names), final["fix_counts"]
     assert checkpoint.load(str(run)).config["fixes"] == list(rec.names)
