@@ -190,6 +190,13 @@ class PyTraceback:
     def short_type(self) -> str:
         return self.exc_type.rsplit(".", 1)[-1]
 
+    @property
+    def origin_frames(self) -> tuple[Frame, ...]:
+        """The frames of the thread that raised it: re-raised in another thread (`future.result()`,
+        `raise errors[0]`), the traceback also shows that thread's frames, outside `reraise_of`."""
+        reraise = reraise_of(self.frames, self.sources)
+        return self.frames[:reraise.cut] if reraise is not None else self.frames
+
     def all_text(self) -> str:
         parts = [f"{t.exc_type}: {t.message}" for t in (*self.chain, self)]
         return "\n".join(parts)
@@ -575,34 +582,61 @@ def _mention(line: str) -> str | None:
     return found[-1].group(1) if found else None
 
 
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Reraise:
+    """Where another thread re-raised an exception: `frames[:cut]` (innermost first) ran in the
+    thread that raised it, of which only the pool's role is known (None: not in the output)."""
+
+    cut: int
+    thread: str | None
+
+
+def reraise_of(frames: tuple[Frame, ...], sources: tuple[str, ...]) -> Reraise | None:
+    """The innermost re-raise boundary in a traceback: a ThreadPoolExecutor job's `run` (pool) or
+    a `raise` of a kept exception in the user's code."""
+    return _pool_reraise(frames) or _user_reraise(frames, sources)
+
+
 def _thread_of(thread: str | None, frames: tuple[Frame, ...], sources: tuple[str, ...]) -> str | None:
-    """The thread a traceback was raised in: a `future.result()` re-raise is a pool worker's
-    whichever thread printed it; a header-less traceback from `<module>` is the main thread's,
-    unless it re-raises an exception kept from elsewhere (thread unknown)."""
-    if _pool_reraise(frames):
-        return POOL_WORKER
-    if thread is None and frames and frames[-1].name == "<module>" and not _user_reraise(frames, sources):
+    """The thread a traceback was raised in: a re-raised one's (see `reraise_of`) whichever thread
+    printed it; else the header's; else, from `<module>`, the main thread's."""
+    reraise = reraise_of(frames, sources)
+    if reraise is not None:
+        return reraise.thread
+    if thread is None and frames and frames[-1].name == "<module>":
         return "MainThread"
     return thread
 
 
-def _pool_reraise(frames: tuple[Frame, ...]) -> bool:
-    """Whether a user's `future.result()` (or `pool.map`) re-raised a ThreadPoolExecutor job's
-    exception: `concurrent.futures._base.__get_result` right outside the worker's `run`, reached
-    from outside torch (Inductor waits on its own compile pool the same way)."""
+def _pool_reraise(frames: tuple[Frame, ...]) -> Reraise | None:
+    """A ThreadPoolExecutor job's `run` reached from anything but the pool's own loop (`_worker`):
+    re-raised by `future.result()` (`__get_result`, `pool.map`) or asyncio's `run_in_executor`.
+    None where torch itself waited (Inductor's compile pool): then the thread that called torch
+    is the one that failed."""
     ids = [frame_id(f) for f in frames]
-    for k in range(1, len(ids)):
-        if ids[k] == "concurrent.futures._base:__get_result" and ids[k - 1] == "concurrent.futures.thread:run":
-            caller = next((f for f in frames[k + 1:] if not module_of(f.filename).startswith("concurrent.")), None)
-            return caller is not None and not _is_torch(caller)
-    return False
+    for k in range(len(ids) - 1):
+        if ids[k] != "concurrent.futures.thread:run" or ids[k + 1] == "concurrent.futures.thread:_worker":
+            continue
+        outer = [module_of(f.filename) for f in frames[k + 1:]]
+        caller = next((f for f, m in zip(frames[k + 1:], outer) if not m.startswith(("concurrent.", "asyncio."))), None)
+        if caller is not None and _is_torch(caller):
+            return None
+        # asyncio's default executor names its threads `asyncio_<n>`.
+        return Reraise(cut=k + 1, thread="asyncio" if any(m.startswith("asyncio.") for m in outer) else POOL_WORKER)
+    return None
 
 
-def _user_reraise(frames: tuple[Frame, ...], sources: tuple[str, ...]) -> bool:
-    """Whether a frame of the user's own code, not the innermost, is a `raise` statement: the
-    exception raised there already had frames, e.g. `raise errors[0]` of one a worker kept."""
-    return any(src.startswith("raise ") and not _is_library(f)
-               for f, src in zip(frames[1:], sources[1:]))
+def _user_reraise(frames: tuple[Frame, ...], sources: tuple[str, ...]) -> Reraise | None:
+    """A frame of the user's own code, not the innermost, whose line is `raise <exc>` of an
+    exception that already had frames (`raise errors[0]`, a thread class's `join` raising
+    `self.exc`). Re-raising in the same function (`except E as e: ...; raise e`) is not one:
+    Python then prints that function's frame twice, so the next frame inward is the same."""
+    for k in range(1, min(len(frames), len(sources))):
+        f, inner = frames[k], frames[k - 1]
+        if (sources[k].startswith("raise ") and not _is_library(f)
+                and (inner.filename, inner.name) != (f.filename, f.name)):
+            return Reraise(cut=k, thread=None)
+    return None
 
 
 def _is_torch(frame: Frame) -> bool:
@@ -659,16 +693,17 @@ def primary_traceback(tracebacks: list[PyTraceback]) -> PyTraceback | None:
 _BARE_EXC = re.compile(rf"(?:^|[\s:\]|(])({_EXC_NAME}): (\S.*)$")
 
 
-def bare_exception(text: str) -> PyTraceback | None:
+def bare_exception(text: str, *, known_only: bool = False) -> PyTraceback | None:
     """The first failure printed without a traceback: the first line with a known torch message,
-    else the first `SomeError: message` line that is not a secondary exception, with the lines
-    that continue its message. The thread is that of a header on the line or the line before."""
+    else (unless `known_only`) the first `SomeError: message` line that is not a secondary
+    exception, with the lines that continue its message. The thread is that of a header on the
+    line or the line before."""
     lines = [_ANSI.sub("", line) for line in text.splitlines()]
     known = (i for i, line in enumerate(lines) if any(re.search(p, line) for _, p in KNOWN_MESSAGES))
     bare = (i for i, line in enumerate(lines) if (m := _BARE_EXC.search(line))
             and m.group(1).rsplit(".", 1)[-1] not in SECONDARY_TYPES)
     i = next(known, None)
-    i = next(bare, None) if i is None else i
+    i = next(bare, None) if i is None and not known_only else i
     if i is None:
         return None
     m = _BARE_EXC.search(lines[i])
@@ -703,7 +738,8 @@ def crash_signature(text: str, *, rc: int | None = None) -> Signature | None:
     collection came after the trainer's threads had died of out-of-memory (2) or F1c (1)."""
     native = _native_signature(text)
     if native is not None:
-        earlier = first_failure(parse_tracebacks(text[:_native_start(text)]))
+        before = text[:_native_start(text)]
+        earlier = first_failure(parse_tracebacks(before)) or bare_exception(before, known_only=True)
         if earlier is not None:
             return dataclasses.replace(exception_signature(earlier), then=native.summary)
         return native
@@ -724,20 +760,30 @@ def crash_signature(text: str, *, rc: int | None = None) -> Signature | None:
 
 def exception_signature(tb: PyTraceback) -> Signature:
     role = thread_role(tb.thread) if tb.thread else ""
-    frames = top_frames(tb.frames)
+    frames = top_frames(tb.origin_frames)
     base = dict(exc_type=tb.exc_type, role=role, frames=frames)
     text = tb.all_text()
     for name, pattern in KNOWN_MESSAGES:
         if re.search(pattern, text):
+            shown = _raised_with(tb, pattern)
+            base.update(exc_type=shown.exc_type, frames=top_frames(shown.origin_frames))
             return Signature(kind="known", message=name, keyed=(name,), **base)
     cuda = _CUDA.search(text)
     if cuda:
         msg = normalise_message(cuda.group(1))
         return Signature(kind="cuda", message=msg, keyed=(msg,), **base)
     msg = normalise_message(tb.message)
-    entry = torch_entry(tb.frames)
+    entry = torch_entry(tb.origin_frames)
     keyed = (tb.exc_type, msg, role, *frames, f"entry={entry}")
     return Signature(kind="exception", message=msg, keyed=keyed, **base)
+
+
+def _raised_with(tb: PyTraceback, pattern: str) -> PyTraceback:
+    """The traceback to show for a known message: `tb`, or, when only a cause in its chain has the
+    message (a user's `raise StepFailed(...) from exc`), the last such cause: where torch raised it."""
+    if re.search(pattern, f"{tb.exc_type}: {tb.message}"):
+        return tb
+    return next((c for c in reversed(tb.chain) if re.search(pattern, f"{c.exc_type}: {c.message}")), tb)
 
 
 def _native_start(text: str) -> int:

@@ -1,0 +1,56 @@
+"""User program: a daemon serving thread dies of an uncaught exception; the main thread notices
+the thread is gone and exits 1 (R4).
+
+threading.excepthook prints `Exception in thread server-0:`. The serving thread's eager module
+calls run while a model-export thread runs torch.fx.symbolic_trace, which patches
+nn.Module.__call__ process-wide: `NameError: module is not installed as a submodule`
+(cpu-experiments R4; PR pytorch/pytorch#187589).
+"""
+
+import sys
+import threading
+import time
+
+import torch
+import torch.nn as nn
+
+sys.setswitchinterval(1e-6)
+torch.set_num_threads(1)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def main():
+    model, batch, served = Block(), torch.randn(4, 8), []
+
+    def export():
+        while True:
+            torch.fx.symbolic_trace(Block())
+
+    def serve():
+        for _ in range(20000):
+            model(batch)
+        served.append(True)
+
+    threading.Thread(target=export, name="exporter-0", daemon=True).start()
+    server = threading.Thread(target=serve, name="server-0", daemon=True)
+    server.start()
+    deadline = time.monotonic() + 60
+    while server.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not served:
+        print("server thread is gone", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
