@@ -142,16 +142,18 @@ def main():
                     if not torch.allclose(out, step(x)):
                         wrong.append(out)
                 except RuntimeError as exc:
-                    failures.append(exc)
+                    failures.append((threading.current_thread().name, exc))
                 beat()
         finally:
             stop.set()
 
     errors = run_threads({"repro-tracer": tracer, "repro-caller": caller}, deadline_s=120)
     if failures:
-        traceback.print_exception(failures[0])
+        name, first = failures[0]  # the thread it was raised in names the report
+        print(f"=== thread {name} failed: {type(first).__name__}: {first} ===", file=sys.stderr)
+        traceback.print_exception(first)
         print(f"failed compiled calls: {len(failures)}/{args.iters}")
-        print(f"REPRODUCED: RuntimeError: {failures[0]}")
+        print(f"REPRODUCED: RuntimeError: {first}")
         return 1
     if wrong:
         print(f"WRONG_RESULT: {len(wrong)}/{args.iters} compiled calls returned a wrong value")

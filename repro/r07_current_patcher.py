@@ -143,7 +143,7 @@ def main():
                 fn(*a)
         except Exception as exc:  # sort: our signature vs. other races of the same family
             if any(SIGNATURE in text for text in chain(exc)):
-                hits.append(exc)
+                hits.append((threading.current_thread().name, exc))
                 stop.set()  # one is enough
             else:
                 key = chain(exc)[-1][:100]
@@ -176,8 +176,10 @@ def main():
         bodies = {f"repro-tracer-{i}": (lambda: tracer(args.iters)) for i in range(2)}
     errors = run_threads(bodies, deadline_s=180)
     if hits:
-        traceback.print_exception(hits[0])
-        inner = [text for text in chain(hits[0]) if SIGNATURE in text][-1]
+        name, first = hits[0]  # the thread it was raised in names the report
+        print(f"=== thread {name} failed: {type(first).__name__}: {first} ===", file=sys.stderr)
+        traceback.print_exception(first)
+        inner = [text for text in chain(first) if SIGNATURE in text][-1]
         print(f"REPRODUCED: {inner.splitlines()[-1]}")
         return 1
     if errors:

@@ -144,7 +144,7 @@ def main():
                 except AssertionError as exc:
                     if not legacy_ptr_assert(exc):
                         raise
-                    hits.append(exc)
+                    hits.append((threading.current_thread().name, exc))
                     continue
                 if not torch.allclose(out, model(x), atol=1e-4):
                     bad[threading.current_thread().name] = i
@@ -153,7 +153,9 @@ def main():
 
     errors = run_threads({f"repro-infer-{i}": worker for i in range(args.threads)}, deadline_s=480)
     if hits:
-        traceback.print_exception(hits[0])
+        name, first = hits[0]  # the thread it was raised in names the report
+        print(f"=== thread {name} failed: {type(first).__name__}: {first} ===", file=sys.stderr)
+        traceback.print_exception(first)
         print(f"failed steps: {len(hits)}/{args.threads * args.steps}")
         print("REPRODUCED: AssertionError at legacy cudagraphify: assert dst.data_ptr() == src.data_ptr()")
         return 1

@@ -136,16 +136,18 @@ def main():
                     with fs.around_call():
                         m(x)
                 except NameError as exc:
-                    failures.append(exc)
+                    failures.append((threading.current_thread().name, exc))
                 beat()
         finally:
             stop.set()
 
     errors = run_threads({"repro-tracer": tracer, "repro-caller": caller}, deadline_s=120)
     if failures:
-        traceback.print_exception(failures[0])
+        name, first = failures[0]  # the thread it was raised in names the report
+        print(f"=== thread {name} failed: {type(first).__name__}: {first} ===", file=sys.stderr)
+        traceback.print_exception(first)
         print(f"failed eager calls: {len(failures)}/{args.iters}")
-        print(f"REPRODUCED: NameError: {failures[0]}")
+        print(f"REPRODUCED: NameError: {first}")
         return 1
     if errors:
         return 1

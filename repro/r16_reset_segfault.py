@@ -141,7 +141,7 @@ def main():
                     with fs.around_call():
                         out = cf(x, w)
                 except NameError as exc:  # R6: the transformed bytecode lost its __compiled_fn
-                    failures.append(exc)
+                    failures.append((threading.current_thread().name, exc))
                     break
                 # atol 1e-6, not allclose's 1e-8: outputs near 0 (sin = -1) differ by one float32
                 # ulp (1.2e-7) between Inductor and eager with no race at all (214 of 3000
@@ -156,8 +156,10 @@ def main():
 
     errors = run_threads({"repro-resetter": resetter, "repro-caller": caller}, deadline_s=args.secs + 120)
     if failures:
-        traceback.print_exception(failures[0])
-        print(f"REPRODUCED: NameError: {failures[0]}")
+        name, first = failures[0]  # the thread it was raised in names the report
+        print(f"=== thread {name} failed: {type(first).__name__}: {first} ===", file=sys.stderr)
+        traceback.print_exception(first)
+        print(f"REPRODUCED: NameError: {first}")
         return 1
     if errors:
         print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")

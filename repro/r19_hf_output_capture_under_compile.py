@@ -151,7 +151,7 @@ def main():
                 if not torch.equal(out, reference):
                     diffs.append((out - reference).abs().max().item())
             except IndexError as exc:
-                failures.append(exc)
+                failures.append((threading.current_thread().name, exc))
             counts["eager"] += 1
             beat()
 
@@ -175,10 +175,12 @@ def main():
     errors = run_threads({"repro-eager": eager, "repro-compiler": compiler}, deadline_s=max(300, 3 * args.secs))
     n = f"{counts['eager']} eager forwards, {counts['compiles']} compiles"
     if failures:
-        traceback.print_exception(failures[0])
+        name, first = failures[0]  # the thread it was raised in names the report
+        print(f"=== thread {name} failed: {type(first).__name__}: {first} ===", file=sys.stderr)
+        traceback.print_exception(first)
         print(f"bad eager forwards: {len(failures)} IndexError + {len(diffs)} wrong "
               f"(max abs diff {max(diffs, default=0.0):.3f}) / {n}")
-        print(f"REPRODUCED: IndexError: {failures[0]}")
+        print(f"REPRODUCED: IndexError: {first}")
         return 1
     if diffs:
         print(f"WRONG_RESULT: {len(diffs)}/{n}: eager output_hidden_states forwards returned wrong "

@@ -191,16 +191,18 @@ def main():
             except RuntimeError as exc:
                 if SIGNATURE not in str(exc):
                     raise
-                hits.append(exc)
+                hits.append((threading.current_thread().name, exc))
                 continue
             done.append(f"{b}x{s}")
             beat()
 
     errors = run_threads({"repro-train": worker}, deadline_s=480)
     if hits:
-        traceback.print_exception(hits[0])
+        name, first = hits[0]  # the thread it was raised in names the report
+        print(f"=== thread {name} failed: {type(first).__name__}: {first} ===", file=sys.stderr)
+        traceback.print_exception(first)
         print(f"failed shapes: {len(hits)}/{len(args.shapes)}")
-        print(f"REPRODUCED: RuntimeError: {str(hits[0]).splitlines()[0]}")
+        print(f"REPRODUCED: RuntimeError: {str(first).splitlines()[0]}")
         return 1
     if errors:
         print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
