@@ -86,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     except GuardError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.switch_interval:
-        sys.setswitchinterval(args.switch_interval)
 
     import torch
     import torch.nn as nn
@@ -161,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 stop.set()
         return run
 
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)  # only now: start-up and warm-up run at full speed
     t0 = time.monotonic()
     workers = [threading.Thread(target=catching(worker), args=(i, t0 + args.seconds), name=f"worker-{i}")
                for i in range(args.workers)]
