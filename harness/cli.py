@@ -19,6 +19,7 @@
     python -m harness crosstab FIX [--family NAME ...] [--cells GLOB ...] [--without FIX ...] [--store DIR ...]
                                [--json]
     python -m harness run SPEC.json [--artefacts DIR]
+    python -m harness doctor [--json] [--timeout S]
     python -m harness lift ...            (harness.lift)
 
 Exit codes: 0 done; 1 matrix with harness errors, stress/replay/run with failures, shrink of a
@@ -173,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--call", type=int, help="device call number recorded with them (REPORT groups benches by call)")
     pr.add_argument("--target", type=_positive_float, help="say whether each ratio's interval clears this (e.g. 1.2)")
 
+    dr = sub.add_parser("doctor", help="what this torch/Python/CUDA means for threads (each fact probed in a subprocess)")
+    from harness.diagnosis.doctor import add_arguments as doctor_arguments
+
+    doctor_arguments(dr)
+
     run = sub.add_parser("run", help="run one trial from a TrialSpec JSON file")
     run.add_argument("spec")
     run.add_argument("--artefacts", help="artefacts folder (default: runs/trials/<trial id>)")
@@ -276,6 +282,10 @@ def _dispatch(opts: argparse.Namespace) -> int:
         from harness.pricing import main as cmd_price
 
         return cmd_price(opts)
+    if opts.command == "doctor":
+        from harness.diagnosis.doctor import cmd_doctor
+
+        return cmd_doctor(opts)
     if opts.command == "crosstab":
         from harness.crosstab import cmd_crosstab
 

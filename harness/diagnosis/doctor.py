@@ -1,0 +1,181 @@
+"""`python -m harness doctor [--json] [--timeout S]`: what this machine's torch, Python and CUDA
+mean for threads.
+
+Every fact comes from a probe run in a subprocess (`harness.diagnosis.probes`); a probe that
+crashes, hangs or prints no result is reported as `unknown (probe failed: ...)`, never guessed.
+Then the fix sets `dflash.fixes.recommended` gives for this torch (cpu; cuda with and without
+CUDA graphs when a GPU is present), and which catalogued races (`harness.diagnosis.catalogue`)
+are expected here, from each race's `needs_cuda` and the probe it names.
+
+Text output is one line per fact: `<key>: <value>  (<what it means for threads>)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from harness.diagnosis import probes
+from harness.diagnosis.probes import ProbeResult
+
+
+@dataclass(frozen=True, slots=True)
+class RecommendedSet:
+    key: str
+    """recommended_cpu, recommended_cuda, recommended_cuda_cudagraphs."""
+    line: str
+    names: tuple[str, ...]
+    measured: bool
+    meaning: str
+
+
+@dataclass(frozen=True, slots=True)
+class RaceExpectation:
+    id: str
+    title: str
+    status: str
+    """expected, not expected, possible (no probe decides) or unknown."""
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Races:
+    available: bool
+    error: str | None
+    races: tuple[RaceExpectation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorReport:
+    facts: tuple[ProbeResult, ...]
+    recommended: tuple[RecommendedSet, ...]
+    recommended_error: str | None
+    races: Races
+
+
+def recommended_sets(results: Mapping[str, ProbeResult]) -> tuple[tuple[RecommendedSet, ...], str | None]:
+    """The registry's sets for the probed torch: cpu always, cuda (graphs off/on) with a GPU."""
+    version = results.get("torch_version")
+    if version is None or not version.ok:
+        return (), "torch_version is unknown" + (f" (probe failed: {version.error})" if version else "")
+    from dflash.fixes import recommended
+
+    kinds = [("recommended_cpu", "cpu", False, "the set measured clean for the trainer on CPU")]
+    cuda = results.get("cuda_available")
+    if cuda is not None and cuda.ok and cuda.value is True:
+        kinds += [("recommended_cuda", "cuda", False, "on a GPU, compile without CUDA graphs"),
+                  ("recommended_cuda_cudagraphs", "cuda", True, "on a GPU, with CUDA graphs (reduce-overhead)")]
+    sets = []
+    for key, device, graphs, meaning in kinds:
+        rec = recommended(str(version.value), device, cudagraphs=graphs)
+        sets.append(RecommendedSet(key, rec.line(), rec.names, rec.measured, meaning))
+    return tuple(sets), None
+
+
+def _load_catalogue() -> Any:
+    from harness.diagnosis.catalogue import load
+
+    return load()
+
+
+def race_expectations(results: Mapping[str, ProbeResult],
+                      load: Callable[[], Any] = _load_catalogue) -> Races:
+    """Per catalogued race: expected here or not, from needs_cuda and its probe (`!key` = negated)."""
+    try:
+        catalogue = load()
+    except Exception as e:  # a missing or malformed catalogue must not cost the facts
+        return Races(False, f"{type(e).__name__}: {' '.join(str(e).split())}", ())
+    cuda = results.get("cuda_available")
+    out = []
+    for race in catalogue.races:
+        out.append(RaceExpectation(race.id, race.title, *_expect(race, results, cuda)))
+    return Races(True, None, tuple(out))
+
+
+def _expect(race: Any, results: Mapping[str, ProbeResult], cuda: ProbeResult | None) -> tuple[str, str]:
+    if race.needs_cuda and cuda is not None and cuda.ok and cuda.value is False:
+        return "not expected", "needs CUDA; cuda_available is False"
+    if race.probe is None:
+        return "possible", "no probe decides it"
+    negated = race.probe.startswith("!")
+    key = race.probe.lstrip("!")
+    if key not in {f.key for f in probes.PROBES}:
+        return "unknown", f"the catalogue names probe {key!r}, which doctor does not have"
+    result = results.get(key)
+    if result is None or not result.ok:
+        why = result.error if result is not None else "not run"
+        return "unknown", f"probe {key} failed: {why}"
+    if not isinstance(result.value, bool):
+        return "unknown", f"probe {key} answered {result.value!r}, not True/False"
+    holds = result.value != negated
+    needs = f"needs {key} False" if negated else f"needs {key} True"
+    return ("expected" if holds else "not expected"), f"{needs}; here {key} is {result.value}"
+
+
+def build_report(results: Mapping[str, ProbeResult], load: Callable[[], Any] = _load_catalogue) -> DoctorReport:
+    recs, rec_error = recommended_sets(results)
+    return DoctorReport(tuple(results.values()), recs, rec_error, race_expectations(results, load))
+
+
+def format_text(report: DoctorReport) -> str:
+    lines = []
+    for r in report.facts:
+        meaning = probes.fact(r.key).meaning_of(r.value) if r.ok and r.key in _KEYS else ""
+        lines.append(f"{r.key}: {r.shown()}" + (f"  ({meaning})" if meaning else ""))
+    if report.recommended_error:
+        lines.append(f"recommended: unknown ({report.recommended_error})")
+    for rec in report.recommended:
+        lines.append(f"{rec.key}: {rec.line}  ({rec.meaning}; from dflash.fixes.recommended)")
+    if not report.races.available:
+        lines.append(f"expected races: unknown (catalogue not available: {report.races.error})")
+    else:
+        lines.append("expected races (harness.diagnosis.catalogue):")
+        for race in report.races.races:
+            lines.append(f"race {race.id}: {race.status}  ({race.title}; {race.reason})")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(report: DoctorReport) -> dict[str, Any]:
+    facts = []
+    for r in report.facts:
+        known = r.key in _KEYS
+        facts.append({"key": r.key, "value": r.value, "ok": r.ok, "error": r.error, "probe": r.script,
+                      "description": probes.fact(r.key).description if known else None,
+                      "meaning": probes.fact(r.key).meaning_of(r.value) if r.ok and known else None,
+                      "duration_s": r.duration_s})
+    return {
+        "facts": facts,
+        "recommended": [asdict(rec) for rec in report.recommended],
+        "recommended_error": report.recommended_error,
+        "expected_races": {"available": report.races.available, "error": report.races.error,
+                           "races": [asdict(r) for r in report.races.races]},
+    }
+
+
+_KEYS = frozenset(f.key for f in probes.PROBES)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--timeout", type=_positive_float, default=probes.DEFAULT_TIMEOUT_S,
+                   help=f"seconds per probe subprocess (default {probes.DEFAULT_TIMEOUT_S:g})")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def cmd_doctor(opts: argparse.Namespace) -> int:
+    report = build_report(probes.run_probes(timeout_s=opts.timeout))
+    if opts.json:
+        print(json.dumps(to_json(report), indent=2))
+    else:
+        sys.stdout.write(format_text(report))
+    return 0
