@@ -324,7 +324,8 @@ _REPORT_HEADER = re.compile(r"^=== thread (\S+) failed: ")
 # `logging.exception(...)` behind a log prefix). The last one on a line counts: two hooks that
 # print at once give `Exception in thread Exception in thread caller-0:`. A name is one word, or
 # Python's `Thread-3 (target)` for a nameless thread with a target (3.10+).
-_HOOK_HEADER = re.compile(r"Exception in thread ([^\s:]+(?: \([^)\s]*\))?)")
+_HOOK_HEADER = "Exception in thread "
+_THREAD_NAME = re.compile(r"[^\s:]+(?: \([^)\s]*\))?")
 # A log line right before a traceback that says which thread (`step failed in thread caller-0`);
 # only an error's log line: `INFO: ... in thread pool ...` before a crash names nothing.
 _ERROR_WORDS = re.compile(r"\b(?:ERROR|CRITICAL|FATAL|[Ee]xception|[Ee]rror|[Ff]ail(?:ed|ure|s)?)\b")
@@ -573,8 +574,9 @@ def _header(line: str) -> str | None:
     report = _REPORT_HEADER.match(line)
     if report:
         return report.group(1)
-    hooks = list(_HOOK_HEADER.finditer(line))
-    return hooks[-1].group(1) if hooks else None
+    at = line.rfind(_HOOK_HEADER)
+    name = _THREAD_NAME.match(line, at + len(_HOOK_HEADER)) if at >= 0 else None
+    return name.group(0) if name else None
 
 
 def _mention(line: str) -> str | None:

@@ -18,7 +18,8 @@ from dataclasses import replace
 from harness.hangs import parse_pyspy_json
 from harness.signature import (
     SIGNATURE_VERSION, crash_signature, exception_signature, hang_signature, module_of,
-    normalise_message, parse_tracebacks, primary_traceback, thread_role, wrong_result_signature)
+    first_failure, normalise_message, parse_tracebacks, primary_traceback, thread_role,
+    wrong_result_signature)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
 
@@ -449,3 +450,223 @@ def test_main_thread_traceback_gets_main_role():
     text = _traceback([("/w/s.py", 3, "<module>"), ("/w/s.py", 1, "f")], "KeyError: 1")
     sig = crash_signature(text, rc=1)
     assert sig.role == "MainThread" and re.match(r"^KeyError-[0-9a-f]{10}$", sig.key)
+
+
+# ------------------------------------------------- programs written outside this project (v7)
+
+FORMS = Path(__file__).parent / "fixtures" / "signature_forms"
+F2_KEY = crash_signature((FIXTURES / "f2_fx_trace_of_compiled_fn" / "1.txt").read_text()).key
+
+
+@pytest.mark.parametrize("folder", sorted(p.name for p in FORMS.iterdir() if p.is_dir()))
+def test_signature_forms_fixture_folder_has_one_key(folder):
+    keys = {f.name: crash_signature(f.read_text(), rc=1).key for f in sorted((FORMS / folder).glob("*.txt"))}
+    assert len(keys) >= 1 and len(set(keys.values())) == 1, keys
+
+
+def test_excepthooks_printing_at_once_are_read_apart():
+    # Three request threads failed together; their hooks' lines interleaved, down to pieces of
+    # lines (`Exception in thread Exception in thread caller-0:`). One key had read the role as
+    # `Exception in thread caller`.
+    for n in (4, 5):
+        text = _real("f2_fx_trace_of_compiled_fn", n)
+        assert "Exception in thread" in text and text.count("Traceback (most recent call last):") == 3
+        tbs = parse_tracebacks(text)
+        assert sorted(t.thread for t in tbs) == ["caller-0", "caller-1", "caller-2"]
+        assert all([f.name for f in t.frames] == ["compile_wrapper", "run", "_bootstrap_inner"] for t in tbs)
+        sig = crash_signature(text, rc=1)
+        assert sig.key == F2_KEY and sig.role == "caller"
+        assert sig.frames == ("torch._dynamo.eval_frame:compile_wrapper", "f2a:run")
+
+
+@pytest.mark.parametrize("header, thread", [
+    ("Exception in thread caller-0:", "caller-0"),
+    ("Exception in thread caller-0", "caller-0"),                    # a user's print, no colon
+    ("ERROR:root:Exception in thread caller-0", "caller-0"),         # logging.exception
+    ("2026-12-02 03:10:00,123 ERROR Exception in thread caller-0: step 3", "caller-0"),
+    ("Exception in thread Thread-3 (serve):", "Thread-3 (serve)"),   # 3.10+: a nameless thread's target
+    ("Exception in thread Exception in thread caller-1:", "caller-1"),
+    ("2026-12-02 03:10:00 ERROR scorer: compiled call failed in thread scorer-0", "scorer-0"),
+    ("INFO:root:warming up the pool in thread pool", None),          # not an error's log line
+])
+def test_headers_as_users_and_loggers_print_them(header, thread):
+    tb = parse_tracebacks(_traceback(FORWARD, "ValueError: x", header))[0]
+    assert tb.thread == thread
+
+
+def test_a_traceback_behind_a_log_prefix_then_a_json_line_is_the_exception():
+    # A program caught a thread's F1c error, logged `traceback.format_exc()` after its prefix and
+    # printed a JSON line: the signature had been `exit 1: Data Pointer: <int>, history:`. The
+    # traceback and its debug text are the real H200 r04 output's (gpu-repros r04:raw@-/1).
+    real = (FORMS / "gpu_f1c_pool_not_tracked" / "1.txt").read_text()
+    block = real[real.index("Traceback (most recent call last):"):]
+    block = block[:block.index("\n\n") + 1]
+    assert "Data Pointer: " in block and block.count("\n") > 60
+    json_line = '{"event": "step_failed", "step": 7}\n'
+    logged = "[2026-12-02 03:10:00,123] ERROR trainer - worker error: " + block + "\n" + json_line
+    bare = block[block.index("RuntimeError: Detected"):] + json_line    # print(f"{type(e).__name__}: {e}")
+    expected = crash_signature(real, rc=1).key
+    assert expected.startswith("cudagraph-pool-not-tracked-")
+    for text in (logged, bare, block + json_line):
+        sig = crash_signature(text, rc=1)
+        assert sig.kind == "known" and sig.key == expected, sig
+    # The same with a real CPU run: F2 logged behind a prefix, JSON last.
+    assert crash_signature(_real("f2_fx_trace_of_compiled_fn", 6), rc=1).key == F2_KEY
+
+
+def test_torchrun_rank_prefix_on_every_line():
+    text = "".join(f"[rank0]: {line}\n" for line in _real("r4_eager_module_nameerror").splitlines())
+    plain = crash_signature(_real("r4_eager_module_nameerror"), rc=1)
+    prefixed = crash_signature(text, rc=1)
+    assert prefixed.key == plain.key and prefixed.summary == plain.summary
+
+
+def test_c10_error_with_cpp_frames_is_one_exception():
+    plain, frames = ((FORMS / "c10_error_cpp_frames" / f"{n}.txt").read_text() for n in (1, 2))
+    assert "Exception raised from infer_size_impl" in frames and "C++ CapturedTraceback:" in frames
+    a, b = crash_signature(plain, rc=1), crash_signature(frames, rc=1)
+    assert a.key == b.key and a.role == "loader"
+    assert b.message == "shape '[<int>, <int>]' is invalid for input of size <int>"
+    assert parse_tracebacks(frames)[0].message == "shape '[3, 5]' is invalid for input of size 8"
+
+
+def test_a_repro_names_the_thread_of_a_failure_it_caught():
+    # r06's main thread prints the caller thread's caught error; the traceback alone starts at the
+    # thread's function, so without the report line the role was `?` (results/cpu-quick).
+    sig = crash_signature(_real("f2_fx_trace_of_compiled_fn", 9), rc=1)
+    assert sig.key == F2_KEY and sig.role == "repro-caller"
+    assert sig.frames == ("torch._dynamo.eval_frame:compile_wrapper", "repro.r06_fx_tracing_flag:caller")
+
+
+@pytest.mark.parametrize("folder, n, frames", [
+    ("f2_fx_trace_of_compiled_fn", 7, ("torch._dynamo.eval_frame:compile_wrapper",
+                                       "user_f2_executor_result:<genexpr>", "user_f2_executor_result:score_batches")),
+    ("r4_eager_module_nameerror", 4, ("torch.fx._symbolic_trace:path_of_module", "torch.fx._symbolic_trace:call_module",
+                                      "torch.fx._symbolic_trace:module_call_wrapper")),
+])
+def test_future_result_reraise_is_the_pool_workers(folder, n, frames):
+    # The main thread's `future.result()` / `pool.map` re-raised a worker's exception: the
+    # traceback starts at `<module>`, yet the worker raised it.
+    text = _real(folder, n)
+    tb = primary_traceback(parse_tracebacks(text))
+    assert tb.frames[-1].name == "<module>" and tb.thread == "ThreadPoolExecutor"
+    sig = crash_signature(text, rc=1)
+    assert sig.role == "ThreadPoolExecutor" and sig.frames == frames
+    assert sig.key == crash_signature(_real(folder, 1), rc=1).key
+
+
+def _kept_and_reraised() -> tuple[str, str]:
+    """Real tracebacks of a worker's exception re-raised by the main thread (`raise errors[0]`),
+    and of one re-raised in the function that caught it (`raise exc`)."""
+    import threading
+
+    errors = []
+
+    def step():
+        return {}["missing"]
+
+    def worker():
+        try:
+            step()
+        except KeyError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    try:
+        raise errors[0]
+    except KeyError:
+        kept = traceback.format_exc()
+    try:
+        try:
+            step()
+        except KeyError as exc:
+            raise exc
+    except KeyError:
+        same = traceback.format_exc()
+    return kept, same
+
+
+def test_a_kept_exception_raised_again_is_from_an_unknown_thread():
+    kept, same = _kept_and_reraised()
+    tb = parse_tracebacks(kept)[0]
+    assert tb.thread is None and [f.name for f in tb.origin_frames] == ["step", "worker"]
+    assert crash_signature(kept, rc=1).frames == ("test_signature:step", "test_signature:worker")
+    # `raise exc` where it was caught: Python prints that frame twice; no other thread involved.
+    tb = parse_tracebacks(same)[0]
+    assert tb.origin_frames == tb.frames
+
+
+def test_a_subprocess_exception_is_keyed_by_the_jobs_exception():
+    sig = crash_signature((FORMS / "subproc_exception" / "1.txt").read_text(), rc=1)
+    assert sig.message == "An exception occurred in a subprocess: | ZeroDivisionError: division by zero"
+    assert sig.role == "compiler" and [t.exc_type for t in parse_tracebacks(
+        (FORMS / "subproc_exception" / "1.txt").read_text())[0].chain] == ["ZeroDivisionError"]
+    other_job = (FORMS / "subproc_exception" / "1.txt").read_text().replace(
+        "ZeroDivisionError: division by zero", "KeyError: 'x'")
+    assert crash_signature(other_job, rc=1).key != sig.key
+
+
+def test_device_side_assert_in_a_thread_and_at_exit_is_one_signature():
+    # No run in the stores hit a device-side assert; the CUDA error of a real H200 output
+    # (r01 with a TLS fix) stands in, with torch's text for the assert.
+    real = _real("gpu_capture_not_permitted")
+    text = real.replace("operation not permitted when stream is capturing", "device-side assert triggered")
+    assert text != real
+    in_thread = crash_signature(text, rc=1)
+    at_exit = crash_signature(
+        "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:94: operator(): block: [0,0,0], thread: [0,0,0] "
+        "Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of bounds\"` failed.\n"
+        "terminate called after throwing an instance of 'c10::AcceleratorError'\n"
+        "  what():  CUDA error: device-side assert triggered\n"
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n\n"
+        "Exception raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:44 "
+        "(most recent call first):\nframe #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98\n"
+        "Fatal Python error: Aborted\n\nCurrent thread 0x00007f (most recent call first):\n  <no Python frame>\n",
+        rc=-6)
+    assert in_thread.kind == at_exit.kind == "cuda" and in_thread.key == at_exit.key
+    assert in_thread.message == "device-side assert triggered"
+
+
+def test_a_known_error_printed_before_a_native_crash_keys_it():
+    crash = _real("r5_reset_segfault")
+    printed = "request failed: RuntimeError('Detected that you are using FX to symbolically trace a " \
+              "dynamo-optimized function. This is not supported at the moment.')\n"
+    sig = crash_signature(printed + crash, rc=-11)
+    assert sig.key == F2_KEY and sig.then == crash_signature(crash, rc=-11).summary
+
+
+def test_a_traceback_logged_as_a_warning_is_not_the_failure():
+    # Inductor's warning with exc_info, each line behind torch's log prefix, then the trainer's
+    # real failure (results/gpu-topology-4, launch-bound:single-thread-autograd@-/0).
+    prefix = "W1130 22:12:42.758000 1184 torch/_inductor/triton_bundler.py:228] [0/0] "
+    warning = "".join(prefix + line + "\n" for line in (
+        "Failed to reload cubin file statically launchable autotuner triton_tem_fused_0",
+        "Traceback (most recent call last):",
+        '  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/_inductor/triton_bundler.py", line 226, in load_autotuners',
+        "    compile_result.reload_cubin_path()",
+        "RuntimeError: ('Cubin file saved by TritonBundler not found at %s', '/x/triton_tem_fused_0.cubin')"))
+    failure = _traceback(FORWARD, "AssertionError", "=== thread dflash-train-1 failed: AssertionError ===")
+    tbs = parse_tracebacks(warning + failure)
+    assert [t.handled for t in tbs] == [True, False]
+    assert crash_signature(warning + failure, rc=1).key == crash_signature(failure, rc=1).key
+
+
+def test_colour_codes_and_a_start_new_thread_death():
+    red = _traceback(FORWARD, "\x1b[1;35mValueError\x1b[0m: \x1b[35mx\x1b[0m", "Exception in thread w-0:")
+    assert crash_signature(red, rc=1).key == crash_signature(
+        _traceback(FORWARD, "ValueError: x", "Exception in thread w-0:"), rc=1).key
+    died = _traceback(BACKWARD, "KeyError: 'k'", "Exception ignored in thread started by: <function w at 0x7f>")
+    assert first_failure(parse_tracebacks(died)).exc_type == "KeyError"
+
+
+def test_a_user_wrapping_a_known_error_shows_where_torch_raised_it():
+    cause = _traceback(FORWARD[:2], "RuntimeError: Detected that you are using FX to symbolically trace "
+                       "a dynamo-optimized function. This is not supported at the moment.",
+                       "Exception in thread Thread-2 (serve):")
+    wrapped = (cause + "\nThe above exception was the direct cause of the following exception:\n\n"
+               + _traceback(FORWARD[:1], "__main__.StepFailed: step 3: scoring failed"))
+    sig = crash_signature(wrapped, rc=1)
+    assert sig.key == F2_KEY and sig.exc_type == "RuntimeError" and sig.role == "Thread (serve)"
+    assert sig.frames == ("torch._dynamo.eval_frame:compile_wrapper", "dflash.train_worker:step")

@@ -3,9 +3,10 @@
 An inference service keeps a model exporter thread (torch.fx.symbolic_trace in a loop) next to
 three request threads that call a compiled function. FX's tracing flag is process-global
 (pytorch/pytorch#126024), so a compiled call raises "Detected that you are using FX to
-symbolically trace a dynamo-optimized function" in every request thread at about the same moment;
-threading.excepthook prints their tracebacks interleaved line by line. Exits 1 if a request
-thread died.
+symbolically trace a dynamo-optimized function" in every request thread at about the same moment,
+and threading.excepthook may print their tracebacks interleaved line by line (two such runs are
+tests/fixtures/tracebacks/f2_fx_trace_of_compiled_fn/4.txt, 5.txt). Exits 1 if a request thread
+died.
 """
 
 import sys
