@@ -44,11 +44,14 @@ at once, line by line interleaved; such tracebacks are now read apart. Also read
 behind a log prefix (`ERROR:root:...`, torchrun's `[rank0]: ` on every line), a header anywhere on
 a line (`logging.exception`, a user's own `Exception in thread <name>`), a log line before the
 traceback naming the thread, an exception printed without traceback (was `exit 1` + the last
-line, e.g. a line of the error's debug text). Keyed differently: a `future.result()` re-raise by
-the pool worker's role, `raise errors[0]` of an exception kept from elsewhere by an unknown thread
-(both were MainThread); SubprocException by the job's own exception; c10's C++ frames are not
-message; a traceback logged as a warning is not a failure. The cudagraph-pool check
-(`... not tracked as outputs`) is a known message: 14 stored F1c failures had 6 keys.
+line, e.g. a line of the error's debug text). Keyed differently: an exception another thread
+re-raised by the raising thread's frames only, and its role: a pool worker's for `future.result()`
+and asyncio's `to_thread`, unknown for `raise errors[0]` of a kept exception (both were MainThread
+with the main thread's frames); SubprocException by the job's own exception; c10's C++ frames are
+not message; a traceback logged as a warning is not a failure; a known message printed before a
+native crash keys it as a first failure. The cudagraph-pool check (`... not tracked as outputs`) is
+a known message: 14 stored F1c failures of 3 paths and 2 programs had 6 keys. No other stored
+failure changed summary or grouping (`harness resign`, every store with artefacts).
 """
 
 from __future__ import annotations
