@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import importlib.metadata
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -168,10 +170,19 @@ def _faulthandler_named(text: str, names: dict[int, str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
 def write_dump(path: str, threads: tuple[stacks.ThreadWhere, ...], title: str) -> str:
     """Write the stall dump to `path`; returns the method ('py-spy dump --native', ...)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    header = [title, "threads (name = Python thread ident: innermost meaningful frame):"]
+    # The versions travel with the dump: a dump read on another machine is judged on its own torch.
+    header = [title, f"torch {_torch_version()}, Python {platform.python_version()}",
+              "threads (name = Python thread ident: innermost meaningful frame):"]
     header += [f"  {t.name} = 0x{t.ident:016x}: {t.where}{' [compiling]' if t.compiling else ''}"
                f"{' [waiting]' if t.waiting else ''}" for t in threads]
     text, note = _pyspy(os.getpid())

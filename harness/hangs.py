@@ -303,7 +303,11 @@ def parse_pyspy_text(text: str) -> tuple[ThreadStack, ...]:
 
     def close() -> None:
         if head is not None:
-            threads.append(ThreadStack(name=head.group(3) or f"Thread {head.group(1)}",
+            # A thread Python never named (the autograd engine's device thread) is nameless in
+            # faulthandler's form too, so that signature.hang_role can tell it by its frames.
+            tid = head.group(1)
+            nameless = f"Thread {tid if tid.startswith('0x') else hex(int(tid))}"
+            threads.append(ThreadStack(name=head.group(3) or nameless,
                                        thread_id=head.group(1), status=head.group(2), frames=tuple(frames)))
 
     for line in text.splitlines():

@@ -213,3 +213,23 @@ def test_a_pyspy_text_dump_is_a_hang_with_its_threads(tmp_path):
     failure = diagnose.from_text(dump.stdout, source="dump.txt")
     assert failure is not None and failure.outcome == "HANG"
     assert failure.summary.startswith("hang: ") and "MainThread@" in failure.summary
+
+
+def test_the_trainers_own_stall_dump_from_the_h200_is_g2():
+    """`dflash train --preset gpu-default --set fixes=none` on one H200 (torch 2.11, cold Inductor
+    cache, 2026-12-02) stalled before its first step; its watchdog's py-spy dump (text, --native)
+    holds the autograd device thread in compile_fx_backward, nameless, told by its native frames."""
+    dump = ROOT / "results" / "h200-2026-12-02" / "raw-stall-dump.txt"
+    failure = diagnose.from_text(dump.read_text(), source=str(dump), torch="2.11.0+cu130")
+    assert failure.outcome == "HANG" and "autograd-device@torch._inductor.compile_fx:compile_fx_backward" in failure.summary
+    (finding,) = diagnose.diagnose([failure])
+    assert finding.race == "G2"
+    held = {f.name for f in finding.fixes if f.same_torch and f.held()}
+    assert {"global-lock", "single-thread-autograd"} <= held
+
+
+def test_a_log_names_its_own_torch():
+    text = "STALLED: ...\ntorch 2.11.0+cu130, Python 3.12.3\nthreads (...):\n"
+    assert diagnose._torch_in(text) == "2.11.0+cu130"
+    assert diagnose._torch_in('{"event": "failed", "torch": "2.11.0+cu130"}') == "2.11.0+cu130"
+    assert diagnose._torch_in("no version here") is None

@@ -316,7 +316,7 @@ def _read(art, name: str) -> str:
 def from_text(text: str, *, source: str, rc: int | None = None, torch: str | None = None) -> Failure | None:
     """A plain log: a crash, a wrong result, or an all-thread dump of a hung process. None when
     nothing in it failed."""
-    torch = torch or installed_torch()
+    torch = torch or _torch_in(text) or installed_torch()
     stripped = text.lstrip()
     if stripped.startswith("[") and '"thread_name"' in text[:4000]:
         try:
@@ -339,6 +339,16 @@ def from_text(text: str, *, source: str, rc: int | None = None, torch: str | Non
     return None
 
 
+_TORCH_LINE = re.compile(r'^torch (\d+\.\d+\.\d+\S*?),? |"torch": "(\d+\.\d+\.\d+[^"]*)"', re.M)
+
+
+def _torch_in(text: str) -> str | None:
+    """The torch a log names (a trainer's stall dump header `torch X, Python Y`, its JSON events'
+    `"torch": "X"`): a log read on another machine is judged on the torch it ran on."""
+    m = _TORCH_LINE.search(text)
+    return (m.group(1) or m.group(2)) if m else None
+
+
 def _hang(threads, text: str, source: str, torch: str | None) -> Failure:
     sig = signature.hang_signature(threads)
     return Failure(source=source, outcome="HANG", key=sig.key, summary=sig.summary, text=text, torch=torch)
@@ -351,13 +361,13 @@ def _native_part(text: str) -> str:
     return native.render(frames) if frames else ""
 
 
-def collect(targets: Sequence[str], *, stores: Sequence[Path] = ()) -> list[Failure]:
+def collect(targets: Sequence[str], *, stores: Sequence[Path] = (), torch: str | None = None) -> list[Failure]:
     """Failing runs named by the targets (see the module docstring)."""
     failures: list[Failure] = []
     for target in targets:
         path = Path(target)
         if path.is_file() and path.suffix != ".zip":
-            failure = from_text(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+            failure = from_text(path.read_text(encoding="utf-8", errors="replace"), source=str(path), torch=torch)
             failures += [failure] if failure else []
         elif path.is_dir() and (path / "trials.jsonl").is_file():
             failures += _from_store(path)
@@ -474,10 +484,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="trial id, artefacts folder, stress -o folder, store folder, or a log/dump file")
     p.add_argument("--store", action="append", default=[], help="stores to find trial ids in (default: every store)")
     p.add_argument("--json", action="store_true", help="one JSON object: the findings")
+    p.add_argument("--torch", help="the torch version a log file ran on (default: the one it names, else the installed)")
 
 
 def cmd_diagnose(opts: argparse.Namespace) -> int:
-    failures = collect(opts.targets, stores=[Path(s) for s in opts.store])
+    failures = collect(opts.targets, stores=[Path(s) for s in opts.store], torch=opts.torch)
     findings = diagnose(failures)
     if opts.json:
         print(json.dumps({"findings": [f.to_json() for f in findings]}, indent=2, default=str))
