@@ -81,7 +81,7 @@ def _stored_failures():
         store = Store(store_dir)
         for r in store.load():
             if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial:
-                out.append((store_dir.name, r, diagnose.from_record(r)))
+                out.append((store_dir.name, r, diagnose.from_record(r, store.artefacts_of(r))))
     return out
 
 

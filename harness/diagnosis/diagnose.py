@@ -147,6 +147,9 @@ def match(failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> l
         matches.append(Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=ev))
     if family in ("other", "?") or catalogue.race(family).kind == "generic":
         matches[:0] = _suspects(family, failure, catalogue, records_of)
+        # A native crash whose frames are a race's own (R5's cache-entry insertion) is that race,
+        # wherever the Python frame of the crash happened to be.
+        matches[:0] = [m for m in _by_native(failure, catalogue)]
         if family in ("other", "?"):
             matches += _by_text(failure, catalogue)
     return matches
@@ -205,6 +208,16 @@ def _reproduced_on(race: Race, torch: str | None, records_of: RecordSource) -> s
         if c is not None and c.k:
             return f"its repro reproduced {c.k}/{c.n} on torch {here} ({v.where()})"
     return None
+
+
+def _by_native(failure: Failure, catalogue: Catalogue) -> list[Match]:
+    out = []
+    for race in catalogue.races:
+        hit = next((m.group(0) for p in race.native for m in [re.search(p, failure.native)] if m), None)
+        if hit is not None:
+            out.append(Match(race=race.id, title=race.title, kind=race.kind, score=NATIVE_SCORE + SUMMARY_SCORE / 2,
+                             evidence=[f"native frame {hit!r} in the crashing thread"]))
+    return out
 
 
 def _by_text(failure: Failure, catalogue: Catalogue) -> list[Match]:
