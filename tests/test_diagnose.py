@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,6 +101,11 @@ def test_committed_stores_failures_are_matched_to_their_race():
     for line in collections.Counter((n, s) for n, _, s in unmatched).most_common():
         print(f"  {line[1]} x {line[0][0]}: {line[0][1]}")
     assert share >= MATCHED_AT_LEAST
+    # REPORT.md quotes these counts in its diagnosis section: they move with the stores.
+    claim = re.search(r"names the catalogued race behind ([\d,]+) of the ([\d,]+) failing\s+trials",
+                      (ROOT / "REPORT.md").read_text())
+    assert claim and (int(claim[1].replace(",", "")), int(claim[2].replace(",", ""))) == (
+        len(stored) - len(unmatched), len(stored)), "REPORT.md's diagnosis counts are stale"
     wrong = []
     catalogue = load()
     for name, r, _ in stored:
