@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.diagnosis import diagnose
 from harness.families import family
 from harness.runner import OUTPUT_NAME, run_trial
 from harness.signature import crash_signature
@@ -106,6 +107,9 @@ def test_a_user_program_groups_with_its_race(program, tmp_path):
     assert result.signature == sig.key, "the runner stored the signature of this output"
     assert sig.key in _reference_keys(program.race), sig.summary
     assert family(result.signature_summary) == program.race, result.signature_summary
+    # And `harness diagnose` on that output names the race (R5's SIGSEGV and SIGFPE faces alike).
+    (finding,) = diagnose.diagnose([diagnose.from_text(output, source=program.script, rc=result.rc)])
+    assert finding.race == program.race, finding.verdict()
     if program.role is not None:
         assert (sig.role, sig.frames) == (program.role, program.frames()), sig.summary
 
