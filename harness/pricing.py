@@ -115,7 +115,7 @@ def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, s
     from dflash import presets
     from dflash.config import ConfigError, apply_overrides
     from dflash.devices import DevicePlanError, resolve
-    from dflash.fixes import FixSet
+    from dflash.fixes import FixSet, parse_names
     from harness.matrix import MatrixError
     from harness.presets import paired_topology_sets, topology_sets
 
@@ -133,7 +133,9 @@ def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, s
         parsed = [parse_config(c, base.compile.mode) for c in configs]
         for c in parsed:
             cfg = apply_overrides(base, [*sets, f"fixes={c.fixes}", f"compile.mode={c.mode}"])
-            FixSet.from_names(cfg.fixes)
+            # `recommended` resolves per machine in the bench itself; validate its extra names here.
+            names, _ = parse_names(cfg.fixes)
+            FixSet.from_names(names)
             resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
                     num_drafter_threads=cfg.pipeline.num_drafter_threads, cuda_count=cuda_count)
     except (ConfigError, DevicePlanError) as e:
