@@ -60,9 +60,11 @@ assert POLL_S < 1.0 <= GROUP_GONE_TIMEOUT_S
 
 OUTPUT_NAME = "output.txt"
 NATIVE_STACK_NAME = "native_stack.txt"
+STALL_DUMP_NAME = "stall-dump.txt"
+"""A workload's own all-thread dump of a stall (dflash's watchdog), kept with the trial."""
 """The crashing thread's native frames, names resolved here, where the trial's libraries are."""
 _TRIAL_FILES = (OUTPUT_NAME, "spec.json", "result.json", "heartbeat", "plan.json",
-                "plan_log.jsonl", "pyspy.json", "hang_dump.txt", NATIVE_STACK_NAME)
+                "plan_log.jsonl", "pyspy.json", "hang_dump.txt", NATIVE_STACK_NAME, STALL_DUMP_NAME)
 BOOTSTRAP_DIR = REPO_ROOT / "harness" / "bootstrap"
 
 _FATAL_SIGNALS = {
@@ -125,7 +127,7 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     result.rc = proc.returncode
     result.duration_s = round(ending.elapsed_s, 3)
     text = _read_output(output_path)
-    _classify(result, ending, text)
+    _classify(result, ending, text, out)
     _keep_native_stack(out, text)
     if ending.members is not None:
         result.gpu_mem_gib = ending.gpu_mem_gib
@@ -283,7 +285,7 @@ def live_members(pgid: int) -> list[int]:
 
 # ------------------------------------------------------------------------------ classification
 
-def _classify(result: TrialResult, ending: _Ending, text: str) -> None:
+def _classify(result: TrialResult, ending: _Ending, text: str, out: Path | None = None) -> None:
     """DESIGN.md "Outcome rules", in order of precedence."""
     # A workload that failed may still say what it held (dflash's `failed` event: its GPU memory).
     result.final = _final_json(text) or _final_json(text, event="failed")
@@ -301,12 +303,34 @@ def _classify(result: TrialResult, ending: _Ending, text: str) -> None:
              f"dump by {ending.dump.method if ending.dump else 'none'}")
     elif ending.how == "timeout":
         _set(result, Outcome.TIMEOUT, None, f"still progressing at {ending.elapsed_s:.1f} s")
+    elif _stalled(result, out):
+        pass                        # a HANG the workload reported itself
     else:
         _classify_exit(result, text)
         mark_resource(result)
     if ending.survivors:
         result.outcome = Outcome.HARNESS_ERROR
         result.detail = f"processes {list(ending.survivors)} survived SIGKILL; {result.detail}"
+
+
+
+def _stalled(result: TrialResult, out: Path | None) -> bool:
+    """A workload that ended itself for want of progress (dflash's watchdog: a `failed` event with
+    `stalled`, exit 4) hung as surely as one the harness had to kill: HANG, keyed by the threads
+    of the dump it wrote, which is kept with the trial."""
+    stalled = (result.final or {}).get("stalled") if isinstance(result.final, dict) else None
+    if not isinstance(stalled, dict):
+        return False
+    threads: tuple = ()
+    dump = stalled.get("dump")
+    if isinstance(dump, str) and Path(dump).is_file():
+        text = Path(dump).read_text(encoding="utf-8", errors="replace")
+        if out is not None:
+            (out / STALL_DUMP_NAME).write_text(text)
+        threads = hangs.parse_pyspy_text(text) or hangs.parse_faulthandler(text)
+    _set(result, Outcome.HANG, signature.hang_signature(threads),
+         f"the workload stalled: no step for {stalled.get('waited_s', '?')} s; dump by {stalled.get('dump_method', 'none')}")
+    return True
 
 
 def _check_gpu_released(result: TrialResult, members: frozenset[int]) -> None:

@@ -215,3 +215,26 @@ def test_innermost_meaningful_frame_skips_stdlib_and_helpers():
         release.set()
         t.join(10)
     assert where.startswith("test_watchdog:wait_in_stdlib:")
+
+
+@pytest.mark.slow
+def test_the_harness_records_a_stall_the_trainer_reports_as_a_hang_keyed_by_its_dump(tmp_path):
+    """Exit 4 is no crash: the runner reads the `failed` event's `stalled`, keeps the dump with the
+    trial and keys the HANG by its threads (the stuck drafter thread among them), as a hang it had
+    detected itself would be."""
+    from harness.outcome import Outcome
+    from harness.runner import STALL_DUMP_NAME, run_trial
+    from harness.spec import TrialSpec, WorkloadSpec
+
+    argv = (sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run")),
+            "--set", "train.steps=50", "--set", "train.stall_s=2")
+    spec = TrialSpec(trial_id="stall/0", cell="stall", timeout_s=240, hang_s=120,
+                     workload=WorkloadSpec(kind="command", argv=argv), env={"DFLASH_FAULTS": STUCK_AFTER_STEP_1},
+                     cwd=str(tmp_path))
+    result = run_trial(spec, tmp_path / "trial")
+    assert result.rc == watchdog.EXIT_STALLED and result.outcome is Outcome.HANG, result.detail
+    assert result.detail.startswith("the workload stalled: no step for")
+    assert (tmp_path / "trial" / STALL_DUMP_NAME).is_file()
+    # The fault point's own frames are plumbing (signature.IGNORED_MODULES): the stuck thread reads
+    # at the drafter loop that called it, its peers at the step barrier.
+    assert "dflash-train@dflash.drafter_loop:run" in result.signature_summary, result.signature_summary
