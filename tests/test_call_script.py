@@ -1,4 +1,4 @@
-"""results/h200-campaign/call.sh: whatever happens, a call packs its logs into $OUT in time.
+"""tools/h200_call.sh: whatever happens, a call packs its logs into $OUT in time.
 
 The H200 calls of 2026-11-29 lost a whole store once because the script overran its budget
 before packing (a bare `wait` also waited for the `tee` behind `exec >`). Here a call with an
@@ -12,7 +12,7 @@ import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "results" / "h200-campaign" / "call.sh"
+SCRIPT = ROOT / "tools" / "h200_call.sh"
 
 
 def _fake_python(tmp_path: Path, script: str) -> tuple[Path, dict]:
@@ -96,7 +96,7 @@ def test_a_price_phase_hands_its_configurations_over_unexpanded_and_its_records_
     assert "price rc=0" in (out / "log.txt").read_text()
 
 
-UNPACK = ROOT / "results" / "h200-campaign" / "unpack.sh"
+UNPACK = ROOT / "tools" / "unpack_call.sh"
 
 
 def _call_files(folder: Path, store: Path, log: str) -> Path:

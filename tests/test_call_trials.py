@@ -1,17 +1,18 @@
-"""results/h200-campaign/call_trials.py: the per-call figures REPORT.md's entries quote."""
+"""tools/call_trials.py: the per-call figures REPORT.md's entries quote."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "results" / "h200-campaign" / "call_trials.py"
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+def _run(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.call_trials", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
 
 
 def test_the_sixteenth_sessions_calls_as_the_report_quotes_them():
@@ -23,6 +24,13 @@ def test_the_sixteenth_sessions_calls_as_the_report_quotes_them():
     assert "call 47: 38 trials, 1,824 trial-seconds; Inductor cache at the start 414M" in out
     assert "F1 time to failure: median 41.7 s over 9" in out
     assert "F1 time to failure: median 35.6 s over 28" in out
+
+
+def test_the_default_logs_and_store_are_the_checkouts_wherever_it_runs(tmp_path):
+    # Found from the module's own place: run from elsewhere (the package on PYTHONPATH), call 45
+    # reads the same as from the repository root.
+    out = _run("45", cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    assert out.startswith("call 45: 16 trials, 1,551 trial-seconds")
 
 
 def test_a_call_ends_at_its_done_line_not_at_its_budget(tmp_path):

@@ -1,4 +1,4 @@
-"""results/h200-campaign/crash_threads.py: the figures REPORT.md quotes for the C-stash crashes."""
+"""tools/crash_threads.py: the figures REPORT.md quotes for the C-stash crashes."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "results" / "h200-campaign" / "crash_threads.py"
+COMMAND = [sys.executable, "-m", "tools.crash_threads"]
 
 
 def _rows(*stores: str) -> list[list[str]]:
-    proc = subprocess.run([sys.executable, str(SCRIPT), *stores], cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run([*COMMAND, *stores], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, check=True)
     return [[c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines()[2:]]
 
@@ -26,7 +26,7 @@ def test_the_four_gpu_stash_crashes_came_late_with_threads_gone():
 
 
 def test_a_missing_store_is_one_line_exit_2(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none")], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([*COMMAND, str(tmp_path / "none")], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith("error: no result store") and not proc.stdout
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -1,6 +1,6 @@
 """What each H200 call added to a store: the figures REPORT.md's entries quote per call.
 
-    python results/h200-campaign/call_trials.py N [N ...] [--store STORE] [--logs DIR] [--all] [--seeds]
+    python -m tools.call_trials N [N ...] [--store STORE] [--logs DIR] [--all] [--seeds]
 
 A call's trials are the store's records that started inside its window: from the timestamp on
 the first line of results/h200-campaign/call<N>-log.txt until its `== done after S s` line (or
@@ -10,10 +10,11 @@ trials, trial-seconds (the sum of durations: with the wall time, how many ran at
 failure families, the median time to an F1 failure (what a warm Inductor cache shortens), the hang
 trials' durations and GPU memory, the runner's nvidia-smi sample against the workload's own
 allocator peak (per call, and over all the calls named when there are several), and each passing
-trial's tokens/s, GPU memory and duration (`--all`: every trial's). Also the size of the Inductor cache the call found (call.sh's `du -sh .cache` line):
-3 MB is a cold machine. `--seeds`: over the calls named, each stressed cell's trials and how many
-distinct scheduler seeds they ran under (calls started from a store without the last call's
-trials hand out the same seeds again: REPORT.md, thirteenth entry).
+trial's tokens/s, GPU memory and duration (`--all`: every trial's). Also the size of the Inductor
+cache the call found (tools/h200_call.sh's `du -sh .cache` line): 3 MB is a cold machine.
+`--seeds`: over the calls named, each stressed cell's trials and how many distinct scheduler seeds
+they ran under (calls started from a store without the last call's trials hand out the same seeds
+again: REPORT.md, thirteenth entry).
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from harness.families import family
+from harness.outcome import Outcome, TrialResult
+from harness.store import Store, StoreError
 
-from harness.families import family  # noqa: E402
-from harness.outcome import Outcome, TrialResult  # noqa: E402
-from harness.store import Store, StoreError  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
-STORE = HERE.parents[1] / "results" / "gpu-campaign"
+# The defaults are the checkout's data, found from this file so that they do not depend on the
+# folder the command runs in.
+ROOT = Path(__file__).resolve().parents[1]
+LOGS = ROOT / "results" / "h200-campaign"
+STORE = ROOT / "results" / "gpu-campaign"
 HEAD = re.compile(r"^== (\S+Z) budget (\d+) ")
 CACHE = re.compile(r"^(\S+)\s+\.cache$", re.M)
 DONE = re.compile(r"^== done after (\d+)s$", re.M)
@@ -43,7 +45,7 @@ class CallError(Exception):
     """Bad input: one line, exit 2."""
 
 
-def window(n: int, logs: Path = HERE) -> tuple[dt.datetime, dt.datetime, str]:
+def window(n: int, logs: Path = LOGS) -> tuple[dt.datetime, dt.datetime, str]:
     """(start, end, cache size) of call n, from its log."""
     log = logs / f"call{n}-log.txt"
     try:
@@ -137,10 +139,10 @@ def describe(n: int, rs: list[TrialResult], cache: str, every: bool = False) -> 
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="call_trials.py", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.call_trials", description=__doc__.split("\n\n")[0])
     ap.add_argument("calls", nargs="+", type=int, metavar="N")
     ap.add_argument("--store", default=STORE, type=Path)
-    ap.add_argument("--logs", default=HERE, type=Path, help="where the call<N>-log.txt files are")
+    ap.add_argument("--logs", default=LOGS, type=Path, help="where the call<N>-log.txt files are")
     ap.add_argument("--all", action="store_true", help="a line for every trial, not only the passing ones")
     ap.add_argument("--seeds", action="store_true", help="per stressed cell, its trials' distinct scheduler seeds")
     args = ap.parse_args(argv)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # One H200 device call of the campaign (issue 5), from the repository root on the device:
-#   bash results/h200-campaign/call.sh SECONDS PHASE...
+#   bash tools/h200_call.sh SECONDS PHASE...
 # Phases run in order:
 #   corpora   the synthetic corpora of gpu-default and both campaign presets, by three short eager
 #             runs at once (so that a matrix's first trials do not all generate the same corpus);
@@ -32,9 +32,9 @@
 # Caches: the corpora (.cache/dflash) come back as $OUT/corpora.tgz; carry it as .cache/corpora.tgz
 # into the next call (`carry: [".whl", ".cache/corpora.tgz"]`). The inductor cache (160 MB packed)
 # is over the 16 MB a returned file may have: each call compiles cold. Logs and stores come back in
-# $OUT/call.tgz and $OUT/stores.tgz; bring them in with `bash results/h200-campaign/unpack.sh
-# FILES_AT N`, which merges each store rather than unpacking it over the checkout's. Unpack a call
-# before starting the next (about 15 s; a warm machine waits 30 s): a call started from a store
+# $OUT/call.tgz and $OUT/stores.tgz; bring them in with `bash tools/unpack_call.sh FILES_AT N`,
+# which merges each store rather than unpacking it over the checkout's. Unpack a call before
+# starting the next (about 15 s; a warm machine waits 30 s): a call started from a store
 # without the previous call's trials hands out the same trial indices and so reruns the same
 # scheduler seeds (calls 36 and 37, REPORT.md thirteenth session; `harness merge` counts them).
 set -u
@@ -141,7 +141,7 @@ for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            grep -v "^train:" "$X/$bn.err" | tail -n $([ $rc = 0 ] && echo 8 || echo 40) ;;
     price) # Env PRICE_ARGS: `harness price` arguments (preset, rounds, configurations): interleaved
            # benches alone on the GPU, priced by paired per-round ratios; records in $OUT/price.jsonl
-           # (unpack.sh stamps them with the call number), the table in the log.
+           # (unpack_call.sh stamps them with the call number), the table in the log.
            read -ra pa <<< "${PRICE_ARGS:-}"; s=$(date +%s)
            timeout -k 15 -s TERM $(( $(left) - 25 )) python3 -m harness price "${pa[@]}" --into "$OUT/price.jsonl" \
              > "$X/price.out" 2> "$X/price.err"

@@ -1,6 +1,6 @@
 """Where in the run each native crash of the H200 stores fell, and how many threads were left.
 
-    python results/h200-campaign/crash_threads.py [STORE ...]   (default: the gpu-* stores)
+    python -m tools.crash_threads [STORE ...]   (default: the gpu-* stores)
 
 For every trial whose failure family is segv or segv-gc: the trainer's last progress line (step
 N/M), the threads in faulthandler's dump at the crash and whether any stood in dflash/prefetch.py.
@@ -15,19 +15,20 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from harness.crosstab import holds  # noqa: E402
-from harness.families import family  # noqa: E402
-from harness.report import split_cell  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.crosstab import holds
+from harness.families import family
+from harness.report import split_cell
+from harness.store import Store
 
 DUMP = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$", re.M)
 PROGRESS = re.compile(r"(\d+)/(\d+) \[")
+# The checkout's stores, found from this file so that the default does not depend on the folder
+# the command runs in.
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def main(argv: list[str]) -> int:
-    stores = [Path(a) for a in argv] or sorted(Path("results").glob("gpu-*/"))
+    stores = [Path(a) for a in argv] or sorted(RESULTS.glob("gpu-*/"))
     missing = [s for s in stores if not (s / "trials.jsonl").is_file()]
     if missing:
         print(f"error: no result store at {missing[0]}", file=sys.stderr)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Bring one device call's results into the checkout (issue 5), from the repository root:
-#   bash results/h200-campaign/unpack.sh FILES_AT CALL_NUMBER
+#   bash tools/unpack_call.sh FILES_AT CALL_NUMBER
 # FILES_AT is the folder the `run` tool returned the call's files in (stores.tgz, log.txt).
 # Every call returns its whole copy of each results/gpu-* store. A copy is merged into the
 # checkout's store (`python -m harness merge`), never unpacked over it: a call started before the
@@ -11,7 +11,7 @@
 # results/h200-campaign/call<N>-log.txt, and REPORT.md is regenerated. Bad input: one line, exit 2,
 # nothing written. Merges repeat safely, so a run stopped half-way is completed by running it again.
 set -euo pipefail
-[ $# = 2 ] || { echo "error: usage: bash results/h200-campaign/unpack.sh FILES_AT CALL_NUMBER" >&2; exit 2; }
+[ $# = 2 ] || { echo "error: usage: bash tools/unpack_call.sh FILES_AT CALL_NUMBER" >&2; exit 2; }
 src=$1 n=$2
 [ -f "$src/stores.tgz" ] && [ -f "$src/log.txt" ] || { echo "error: $src has no stores.tgz and log.txt" >&2; exit 2; }
 [[ $n =~ ^[0-9]+$ ]] || { echo "error: the call number must be a whole number, not '$n'" >&2; exit 2; }

@@ -1,0 +1,44 @@
+"""results/ holds data only: stores, logs, plots and matrix spec files.
+
+Code that lived there (the device call script, its unpacker, the per-call figures) was tested and
+imported from a data folder, with sys.path hacks to reach the harness; it now lives in tools/. A
+script put back under results/ fails here, before it is committed (untracked files count too,
+unless ignored).
+"""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE = (".py", ".sh")
+
+
+def _listed(*args: str) -> list[str]:
+    proc = subprocess.run(["git", "ls-files", "-z", *args, "--", "results"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    if proc.returncode != 0:
+        pytest.skip(f"not a git checkout: {proc.stderr.strip()}")
+    return [p for p in proc.stdout.split("\0") if p]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_no_code_is_kept_under_results():
+    code = [p for p in _listed("--cached", "--others", "--exclude-standard") if p.endswith(CODE)]
+    assert not code, f"code under results/ (move it to tools/): {code}"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_data_files_the_device_scripts_name_are_in_results():
+    # tools/h200_call.sh reads these from the checkout it runs in (the corpora it starts from, the
+    # spec files of its diag and verify phases), unpack_call.sh appends to the bench records: they
+    # stayed in results/ as data.
+    tracked = set(_listed("--cached"))
+    named = {m for sh in ("h200_call.sh", "unpack_call.sh")
+             for m in re.findall(r"results/[\w./-]+", (ROOT / "tools" / sh).read_text())
+             if m.endswith((".json", ".jsonl", ".tgz"))}
+    assert {"results/h200-campaign/corpora.tgz", "results/h200-campaign/diag.json"} <= named
+    assert not named - tracked, sorted(named - tracked)
