@@ -6,12 +6,12 @@ so costs come from here. Ratios are taken only between benches of one call: the 
 18-22% between calls 9 and 11.
 
 Records are the bench's JSON line plus the call's phase (`bench:PRESET:FIXES[:MODE[:GPUS]]`, as
-results/h200-campaign/call.sh names it; GPUS runs the seed topology of issue 6 on that many GPUs) and the call number, kept as JSONL beside the stores
+tools/h200_call.sh, call.sh below, names it; GPUS runs the seed topology of issue 6 on that many GPUs) and the call number, kept as JSONL beside the stores
 (`results/<folder>/bench-<date>.jsonl` or `benches.jsonl`), taken from a call's log by
 
     python -m harness.benches LOG CALL --into results/h200-campaign/benches.jsonl
 
-(run by unpack.sh), and tabled by `python -m harness report` in REPORT.md's `benches` block.
+(run by tools/unpack_call.sh), and tabled by `python -m harness report` in REPORT.md's `benches` block.
 A bench that died is a record too, with its exit code and failure signature and no figures: the
 configuration failed alone on the GPU, which harness.recommend counts against it.
 """
