@@ -250,7 +250,8 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from harness.report import CLEAN_COLOR, FAILED_COLOR, _bar_plot
+    from harness.plots import CLEAN_COLOR, FAILED_COLOR
+    from harness.plots import bar_plot as _bar_plot
 
     paths = []
     for path, preset, gpus, group in _plotted(benches, plots_dir):
@@ -389,7 +390,7 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     from harness.pricing import paired_ratios
-    from harness.report import CLEAN_COLOR, FAILED_COLOR, png_figure
+    from harness.plots import CLEAN_COLOR, FAILED_COLOR, png_figure
 
     paths = []
     for pr in price_groups(benches):

@@ -44,33 +44,10 @@ from harness.presets import load_spec
 from harness.outcome import Outcome
 
 
-class UsageError(ValueError):
-    """Bad command line; printed as one `error:` line."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's usage dump is noise for a one-line contract
-        raise UsageError(message)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def comma_list(values: list[str]) -> list[str]:
-    """An option given as "repeat or separate with commas" (--cells, crosstab's --family and
-    --without): every non-empty item, stripped, in order."""
-    return [item.strip() for arg in values for item in arg.split(",") if item.strip()]
+from harness.args import Parser as _Parser
+from harness.args import UsageError, comma_list
+from harness.args import positive_float as _positive_float
+from harness.args import positive_int as _positive_int
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import families, stats
+from harness.cells import split_cell
 from harness.outcome import TrialResult
 from harness.recommend import holds
 
@@ -65,7 +66,6 @@ def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: 
     strategy holds a fix of `without` are left out."""
     from scipy.stats import fisher_exact
 
-    from harness.report import split_cell   # here, not at import: the CLI builds every parser
 
     counts = []
     for name, records in loaded:
@@ -117,8 +117,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_crosstab(opts: argparse.Namespace) -> int:
-    from harness.cli import comma_list
-    from harness.report import default_stores, split_cell
+    from harness.args import comma_list
+    from harness.report import default_stores
     from harness.store import Store
 
     names = comma_list(opts.family)

@@ -31,7 +31,8 @@ from typing import Callable
 from harness import stats
 from harness.outcome import Outcome, TrialResult
 from harness.runner import OUTPUT_NAME, run_trial
-from harness.scheduler import Plan, decisions
+from harness.profiles import plan_from_seed
+from harness.scheduler import decisions
 from harness.spec import REPO_ROOT, TrialSpec, WorkloadSpec
 
 F2_TEXT = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
@@ -96,7 +97,7 @@ def targets(*, f2_repro: bool = False) -> dict[str, Target]:
 
 
 def _spec(target: Target, profile: str, seed: int, index: int, trial_id: str) -> TrialSpec:
-    plan = None if profile == "plain" else Plan.from_seed(seed, profile).to_dict()
+    plan = None if profile == "plain" else plan_from_seed(seed, profile).to_dict()
     return TrialSpec(trial_id=trial_id, cell=f"lift-{target.name}-{profile}",
                      workload=target.workload, plan=plan, timeout_s=target.timeout_s,
                      hang_s=60.0, trial_index=index)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.cells import cell_name, split_cell, trial_id
 from harness.outcome import Outcome, TrialResult
 from harness.spec import REPO_ROOT, WORKLOAD_KINDS, TrialSpec, WorkloadSpec
 
@@ -92,7 +93,7 @@ class PlanChoice:
     name: str
     """Label in cell names; the profile name for seeded plans, `-` for no plan."""
     profile: str | None = None
-    """Scheduler profile: the trial's plan is `Plan.from_seed(seed, profile)`."""
+    """Scheduler profile: the trial's plan is `harness.profiles.plan_from_seed(seed, profile)`."""
     explicit: dict[str, Any] | None = None
     """A fixed plan (the JSON of `Plan.to_json`), the same for every trial."""
 
@@ -118,7 +119,7 @@ class Cell:
 
     @property
     def name(self) -> str:
-        return f"{self.workload.name}:{self.strategy.name}@{self.plan.name}"
+        return cell_name(self.workload.name, self.strategy.name, self.plan.name)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -241,7 +242,7 @@ def expand(spec: MatrixSpec) -> list[TrialSpec]:
         argv = cell.workload.argv + tuple(a for kv in cell.strategy.sets for a in ("--set", kv))
         for i in range(cell.trials):
             trials.append(TrialSpec(
-                trial_id=f"{spec.name}/{cell.name}/{i}", cell=cell.name,
+                trial_id=trial_id(spec.name, cell.name, i), cell=cell.name,
                 workload=WorkloadSpec(kind=cell.workload.kind, argv=argv), fixes=cell.strategy.fixes,
                 plan=plan_json(cell.plan, spec.seed + i), env=dict(cell.workload.env),
                 timeout_s=cell.workload.timeout_s, hang_s=cell.workload.hang_s, trial_index=i,
@@ -300,11 +301,12 @@ def plan_json(choice: PlanChoice, seed: int) -> dict[str, Any] | None:
     seed (so runtime decisions vary across trials like a profile's do), or None."""
     if choice.profile is None and choice.explicit is None:
         return None
+    from harness.profiles import plan_from_seed
     from harness.scheduler import InvalidPlan, Plan
 
     try:
         if choice.profile is not None:
-            return Plan.from_seed(seed, choice.profile).to_dict()
+            return plan_from_seed(seed, choice.profile).to_dict()
         return Plan.from_dict({**choice.explicit, "seed": seed}).to_dict()
     except (InvalidPlan, ValueError) as e:
         raise MatrixError(f"malformed plan {choice.name!r}: {e}") from None
@@ -384,7 +386,6 @@ def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[Memor
     GPU's memory before a call (the out-of-memory messages name only the processes alive when one
     failed; REPORT.md, 2026-11-30 sixth session, where 4 gpu-bound trials at once lost 8 of 56 to
     memory)."""
-    from harness.report import split_cell
 
     peaks: dict[str, list[float]] = collections.defaultdict(list)
     for r in records:

@@ -147,8 +147,8 @@ def replay_last(spec, records: Sequence, last: int, *, num_gpus: int = 1) -> dic
 
 
 def build_parser():
-    """`python -m harness.packing`'s arguments; a bad one raises harness.cli.UsageError."""
-    from harness.cli import _Parser
+    """`python -m harness.packing`'s arguments; a bad one raises harness.args.UsageError."""
+    from harness.args import Parser as _Parser
 
     ap = _Parser(prog="python -m harness.packing",
                  description="replay a store's last run as the pool packs it: strict order against "

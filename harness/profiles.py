@@ -1,4 +1,5 @@
-"""Named fault-plan profiles: `seed -> Plan`, for `Plan.from_seed(seed, profile)`.
+"""Named fault-plan profiles: `seed -> Plan`, and `plan_from_seed(seed, profile)`, the one way to
+derive a trial's plan from its seed (the scheduler executes plans and knows no profile).
 
 `rng` is seeded by (profile, seed) and only picks a profile's parameters; the decisions at run
 time come from the plan's own seed (harness.scheduler).
@@ -9,7 +10,7 @@ from __future__ import annotations
 import random
 
 from harness.points import STAGE_POINTS
-from harness.scheduler import Plan, Rule
+from harness.scheduler import InvalidPlan, Plan, Rule
 
 
 # Points hit on every CPU compile (exp 2 hit counts); cudagraph points need CUDA to be reached.
@@ -114,3 +115,10 @@ PROFILES = {
     "dflash-stages": _dflash_stages,
     "raise-at": _raise_at,
 }
+
+
+def plan_from_seed(seed: int, profile: str) -> Plan:
+    """The plan of trial seed `seed` under `profile` (same seed and profile, same plan)."""
+    if profile not in PROFILES:
+        raise InvalidPlan(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
+    return PROFILES[profile](seed, random.Random(f"profile:{profile}:{seed}")).validate()

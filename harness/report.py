@@ -13,8 +13,6 @@ workload, because workloads differ in size.
 from __future__ import annotations
 
 import collections
-import contextlib
-import io
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import benches, families, recommend, stats
+from harness.cells import split_cell
+from harness.plots import CLEAN_COLOR, FAILED_COLOR, png_figure
+from harness.plots import bar_plot as _bar_plot
 from harness.outcome import Outcome, TrialResult
 from harness.store import Store, write_atomic
 
@@ -68,13 +69,6 @@ class CellSummary:
     fisher_p: float | None = None
     """One-sided Fisher exact p that this strategy fails less often than `raw` under the same
     workload and plan (concurrency-anchors.md 4.3, before/after a fix); None for raw itself."""
-
-
-def split_cell(cell: str) -> tuple[str, str, str]:
-    """`workload:strategy@plan` -> parts; a name of another shape is all workload."""
-    workload, _, rest = cell.partition(":")
-    strategy, _, plan = rest.rpartition("@") if "@" in rest else (rest, "", "-")
-    return workload, strategy, plan or "-"
 
 
 def _cell_key(cell: str) -> tuple:
@@ -417,44 +411,6 @@ def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> lis
                                f"{name}: throughput per cell", [f"{c.tokens_per_s:.0f} ({c.k}/{c.n})" for c in tok],
                                colors=[FAILED_COLOR if c.k else CLEAN_COLOR for c in tok]))
     return paths
-
-
-CLEAN_COLOR, FAILED_COLOR = "#4c72b0", "#c44e52"
-
-
-@contextlib.contextmanager
-def png_figure(plt, path: Path, figsize: tuple[float, float]):
-    """One figure's axes to draw on; on leaving, the figure laid out and written atomically to
-    `path` as a PNG without timestamps in its metadata (regenerating from the same records gives
-    the same bytes: REPORT.md's plots are committed), and closed whatever happened."""
-    fig, ax = plt.subplots(figsize=figsize)
-    try:
-        yield ax
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    finally:
-        plt.close(fig)
-    write_atomic(path, buf.getvalue())
-
-
-def _bar_plot(plt, path: Path, labels, values, err, xlabel: str, title: str, bar_text: list[str], *,
-              colors: Sequence[str] | None = None) -> Path:
-    """One horizontal bar per cell, the cell name in full on the left: the campaign's names run to
-    140 characters, which vertical bars cut to their last few (an unreadable first campaign plot)."""
-    longest = max((len(s) for s in labels), default=10)
-    with png_figure(plt, path, (5.5 + 0.058 * longest, max(2.5, 0.24 * len(labels) + 1.2))) as ax:
-        rows = range(len(labels))
-        bars = ax.barh(rows, values, xerr=err, capsize=2, color=list(colors) if colors else CLEAN_COLOR)
-        ax.bar_label(bars, labels=bar_text, fontsize=7, padding=3)
-        ax.set_yticks(rows)
-        ax.set_yticklabels(labels, fontsize=7)
-        ax.set_ylim(len(labels) - 0.5, -0.5)       # first cell on top, as in the table
-        tops = [v + (err[1][i] if err else 0.0) for i, v in enumerate(values)]
-        ax.set_xlim(0, max(tops + [1.0]) * 1.18)      # room for the k/n text past the error bar
-        ax.set_xlabel(xlabel)
-        ax.set_title(title)
-    return path
 
 
 def benches_for(matrix: str, bench_runs: Sequence) -> list:

@@ -2,7 +2,7 @@
 
 A `Plan` is plain data (JSON round-trip, validated): a seed, a switch interval, an optional start
 barrier and `Rule`s that say what to do at named points (harness.points: torch points and the
-trainer's `stage.event` points). `Plan.from_seed(seed, profile)` derives one from a named profile
+trainer's `stage.event` points). `harness.profiles.plan_from_seed(seed, profile)` derives one from a named profile
 (harness.profiles).
 
 `Scheduler` executes a plan inside the child process (installed by bootstrap/sitecustomize.py):
@@ -174,14 +174,6 @@ class Plan:
         except json.JSONDecodeError as e:
             raise InvalidPlan(f"plan is not valid JSON: {e}") from None
         return cls.from_dict(data)
-
-    @classmethod
-    def from_seed(cls, seed: int, profile: str) -> Plan:
-        from harness.profiles import PROFILES  # the profiles build Plans: imported on use
-
-        if profile not in PROFILES:
-            raise InvalidPlan(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
-        return PROFILES[profile](seed, random.Random(f"profile:{profile}:{seed}")).validate()
 
     def describe(self) -> str:
         """One line for logs and failure reports."""

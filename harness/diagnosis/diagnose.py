@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import hangs, signature
+from harness.cells import strategy_of
 from harness.diagnosis.catalogue import Catalogue, Count, Race, RecordSource, count, load, major_minor
 from harness.outcome import TrialResult
 
@@ -309,9 +310,7 @@ def installed_torch() -> str | None:
 
 def from_record(record: TrialResult, art=None) -> Failure:
     """A stored trial; its artefacts (a folder or a packed zip) add the output and native stack."""
-    from harness.report import split_cell
-
-    strategy = split_cell(record.cell)[1] if ":" in record.cell else ""
+    strategy = strategy_of(record.cell)
     return Failure(source=record.trial_id, outcome=record.outcome.name, key=record.signature,
                    summary=record.signature_summary, text=_read(art, OUTPUT_NAME), native=_read(art, NATIVE_NAME),
                    torch=record.torch_version, fixes=tuple(s for s in strategy.split("+") if s))

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.args import positive_float
 from harness.diagnosis import probes
 from harness.diagnosis.probes import ProbeResult
 
@@ -161,15 +162,8 @@ _KEYS = frozenset(f.key for f in probes.PROBES)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--timeout", type=_positive_float, default=probes.DEFAULT_TIMEOUT_S,
+    p.add_argument("--timeout", type=positive_float, default=probes.DEFAULT_TIMEOUT_S,
                    help=f"seconds per probe subprocess (default {probes.DEFAULT_TIMEOUT_S:g})")
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
 
 
 def cmd_doctor(opts: argparse.Namespace) -> int:

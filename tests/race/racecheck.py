@@ -1,7 +1,7 @@
 """Race regression checks: run a catalogue repro through the harness runner and judge the counts.
 
 Every trial is `harness.runner.run_trial` on a `TrialSpec` built the way `harness.matrix.expand`
-builds one (repro workload, fixes as `--fix`, plan `Plan.from_seed(seed, profile)`, trial i gets
+builds one (repro workload, fixes as `--fix`, plan `plan_from_seed(seed, profile)`, trial i gets
 seed i), so the suite's counts and the catalogue store's (results/catalogue-cpu/trials.jsonl) are
 the same kind of number: one fresh process per trial, the same outcome rules, the same signatures.
 
@@ -36,7 +36,7 @@ import pytest
 from harness import native, stats
 from harness.outcome import Outcome, TrialResult
 from harness.runner import NATIVE_STACK_NAME, run_trial
-from harness.scheduler import Plan
+from harness.profiles import plan_from_seed
 from harness.spec import TrialSpec, WorkloadSpec
 
 MISS_PROBABILITY = 0.01
@@ -142,7 +142,7 @@ def trial(race: Race, index: int, artefacts: Path, *, fixed: bool) -> TrialResul
     """Run trial `index` of the race's stressed cell (raw or with its fix) in a fresh process."""
     args = race.args + (race.fix_args if fixed else ())
     fixes = tuple(race.fix.split("+")) if fixed and race.fix else ()
-    plan = Plan.from_seed(index, race.plan).to_dict() if race.plan else None
+    plan = plan_from_seed(index, race.plan).to_dict() if race.plan else None
     strategy = (race.fix or "args") if fixed else "raw"
     spec = TrialSpec(
         trial_id=f"race-suite/{race.id}:{strategy}@{race.plan or '-'}/{index}",
