@@ -17,7 +17,7 @@ SCRIPT = ROOT / "tools" / "h200_call.sh"
 
 def _fake_python(tmp_path: Path, script: str) -> tuple[Path, dict]:
     """An $OUT folder and an environment whose `python3` is `script` (bash; {out} is the folder):
-    call.sh runs without torch, and what it hands the harness is kept for the test to read."""
+    h200_call.sh runs without torch, and what it hands the harness is kept for the test to read."""
     out, bin_ = tmp_path / "out", tmp_path / "bin"
     out.mkdir()
     bin_.mkdir()
@@ -230,7 +230,7 @@ def test_unpacking_packs_the_calls_new_trials_and_an_empty_shell_does_not_shadow
 
 
 def test_the_call_leaves_packed_trials_out_of_stores_tgz_and_nothing_else(tmp_path):
-    """call.sh's own tar line, run on a store: the packed trials (and the retired store's) stay
+    """h200_call.sh's own tar line, run on a store: the packed trials (and the retired store's) stay
     behind, a new trial's folder comes back whole, a zip inside it too, its `run/` not."""
     text = SCRIPT.read_text()
     start = text.index('tar czf "$OUT/stores.tgz"')

@@ -52,7 +52,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
         assert len(proc.stderr.strip().splitlines()) == 1
     (tmp_path / "call7-log.txt").write_text("not a call log\n")
     proc = _run("7", "--logs", str(tmp_path))
-    assert proc.returncode == 2 and "the first line is not call.sh's" in proc.stderr
+    assert proc.returncode == 2 and "the first line is not h200_call.sh's" in proc.stderr
 
 
 def test_all_lists_every_trial_with_its_family_and_memory():
@@ -70,8 +70,8 @@ def test_malformed_times_and_stores_are_bad_input_too(tmp_path):
     store.mkdir()
     line = next(x for x in (ROOT / "results/gpu-campaign/trials.jsonl").read_text().splitlines()
                 if '"started_at": "2026-12-01T21:42:27+00:00"' in x)          # a call-47 record
-    cases = [("== garbageZ budget 585 phases x\n", line, "the first line is not call.sh's"),
-             ("== 2026-12-01T25:17:03Z budget 585 phases x\n", line, "the first line is not call.sh's"),
+    cases = [("== garbageZ budget 585 phases x\n", line, "the first line is not h200_call.sh's"),
+             ("== 2026-12-01T25:17:03Z budget 585 phases x\n", line, "the first line is not h200_call.sh's"),
              (log, line.replace('"started_at": "2026-12-01T21:42:27+00:00"', '"started_at": "yesterday"'),
               "started_at 'yesterday' is not an ISO time"),
              (log, line.replace('"started_at": "2026-12-01T21:42:27+00:00"', '"started_at": "2026-12-01T21:42:27"'),

@@ -55,14 +55,14 @@ def window(n: int, logs: Path = LOGS) -> tuple[dt.datetime, dt.datetime, str]:
     m = HEAD.match(text)
     start = _when(m.group(1).replace("Z", "+00:00")) if m else None
     if start is None:
-        raise CallError(f"{log}: the first line is not call.sh's '== TIME budget S phases ...'")
+        raise CallError(f"{log}: the first line is not h200_call.sh's '== TIME budget S phases ...'")
     cache, done = CACHE.search(text), DONE.search(text)
     seconds = int(done.group(1) if done else m.group(2))
     return start, start + dt.timedelta(seconds=seconds), cache.group(1) if cache else "?"
 
 
 def _when(stamp: str) -> dt.datetime | None:
-    """An ISO time with its UTC offset (what call.sh and the runner write), else None."""
+    """An ISO time with its UTC offset (what h200_call.sh and the runner write), else None."""
     try:
         t = dt.datetime.fromisoformat(stamp)
     except ValueError:
