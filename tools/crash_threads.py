@@ -15,9 +15,9 @@ import re
 import sys
 from pathlib import Path
 
-from harness.crosstab import holds
+from harness.cells import split_cell
 from harness.families import family
-from harness.report import split_cell
+from harness.recommend import holds
 from harness.store import Store
 
 DUMP = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$", re.M)
