@@ -15,92 +15,12 @@ Fix: global-lock (the trace and the eager calls under one lock; no registry fix 
 Upstream: PR #187589 "Isolate FX tracing patches from unrelated threads", PR #168999, #126024.
 """
 
-# --- shared repro preamble: identical in every repro/rNN_*.py (tests/test_repro_scripts.py) ---
 import argparse
-import contextlib
-import faulthandler
-import os
 import sys
 import threading
-import time
 import traceback
 
-_HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
-
-
-def beat():
-    """Rewrite $HARNESS_HEARTBEAT ("<n> <unix time>") at most every 0.2 s: progress, not a hang."""
-    path = os.environ.get("HARNESS_HEARTBEAT")
-    with _HB["lock"]:
-        _HB["n"] += 1
-        if path and time.monotonic() - _HB["t"] >= 0.2:
-            _HB["t"] = time.monotonic()
-            with open(path + ".tmp", "w") as f:
-                f.write(f"{_HB['n']} {time.time()}\n")
-            os.replace(path + ".tmp", path)
-
-
-class NoFixes:
-    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
-
-    def thread_start(self, role):
-        pass
-
-    def around_call(self):
-        return contextlib.nullcontext()
-
-    def active(self, name):
-        return False
-
-    def isolate(self, fn):
-        return fn
-
-
-def setup(p):
-    """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
-    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
-    p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
-    args = p.parse_args()
-    faulthandler.enable()
-    if args.switch_interval is not None:
-        sys.setswitchinterval(args.switch_interval)
-    if not args.fix:
-        return args, NoFixes()
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from dflash.fixes import FixSet
-
-    try:
-        return args, FixSet.from_names(args.fix)
-    except ValueError as exc:  # dflash.errors.ConfigError
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-
-
-def run_threads(bodies, deadline_s):
-    """Run {name: fn} in named threads joined by one deadline; print and return their errors."""
-    errors = {}
-
-    def wrap(name, fn):
-        try:
-            fn()
-        except BaseException as exc:
-            errors[name] = exc
-
-    threads = [threading.Thread(target=wrap, args=item, name=item[0]) for item in bodies.items()]
-    for t in threads:
-        t.start()
-    end = time.monotonic() + deadline_s
-    for t in threads:
-        t.join(timeout=max(0.0, end - time.monotonic()))
-    if any(t.is_alive() for t in threads):
-        print(f"HANG: threads still alive after {deadline_s} s", file=sys.stderr)
-        faulthandler.dump_traceback(all_threads=True)
-        os._exit(1)
-    for name, exc in errors.items():
-        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
-        traceback.print_exception(exc)
-    return errors
-# --- end of shared repro preamble ---
+from _common import beat, run_threads, setup
 
 
 def main():

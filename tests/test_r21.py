@@ -40,7 +40,12 @@ def stored_output(folder: str) -> str:
 def load_script():
     spec = importlib.util.spec_from_file_location("r21_repro", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # defines only; main() runs under __name__ == "__main__"
+    # Its `from _common import ...` finds repro/_common.py as when it runs as a script.
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec.loader.exec_module(mod)  # defines only; main() runs under __name__ == "__main__"
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
     return mod
 
 

@@ -14,6 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "repro" / "r22_stash_tls_refcount
 
 def _main(monkeypatch, capsys, *argv):
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), *argv])
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))   # its `from _common import ...`
     monkeypatch.setattr("faulthandler.enable", lambda *a, **k: None)   # pytest's captured stderr has no fd
     rc = runpy.run_path(str(SCRIPT), run_name="r22")["main"]()
     return rc, capsys.readouterr().out.strip().splitlines()[-1]
@@ -71,6 +72,7 @@ def test_a_churn_thread_stuck_past_its_deadline_is_a_hang_with_every_stack():
 
     code = (
         "import gc, runpy, sys, threading, time\n"
+        f"sys.path.insert(0, {str(SCRIPT.parent)!r})   # for the script's `from _common import ...`\n"
         "collect = gc.collect\n"
         "gc.collect = lambda *a: time.sleep(3600) if threading.current_thread().name.startswith('repro-churn') "
         "else collect(*a)\n"

@@ -28,7 +28,7 @@ CATALOGUE = {
 }
 GPU = sorted(k for k, v in CATALOGUE.items() if v == "GPU")
 SECTIONS = ("Symptom:", "Mechanism:", "Trigger:", "Affected versions:", "Fix:", "Upstream:")
-PREAMBLE = re.compile(r"# --- shared repro preamble.*?# --- end of shared repro preamble ---", re.S)
+COMMON = REPRO / "_common.py"
 TIMEOUT_S = 120
 
 
@@ -59,17 +59,61 @@ def test_docstring_has_required_sections(name):
     assert source.isascii(), f"{name}: non-ASCII text"
 
 
-def test_shared_preamble_is_identical_everywhere():
-    blocks = {name: PREAMBLE.search(script(name).read_text()) for name in CATALOGUE}
-    assert all(blocks.values()), [n for n, m in blocks.items() if m is None]
-    assert len({m.group(0) for m in blocks.values()}) == 1
+def top_level_names(tree: ast.Module) -> set[str]:
+    """Names a module binds at its top level by def, class or assignment."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def shared_helper_problems(source: str) -> list[str]:
+    """Why a script's source does not use the shared helpers as it should: it must import from
+    `_common` and must not define its own copy of anything `_common.py` defines (a copy would
+    drift from the protocol the harness relies on)."""
+    tree = ast.parse(source)
+    problems = []
+    if not any(isinstance(n, ast.ImportFrom) and n.module == "_common" and n.level == 0 for n in tree.body):
+        problems.append("no top-level `from _common import ...`")
+    shared = top_level_names(ast.parse(COMMON.read_text()))
+    problems += [f"re-defines {name}" for name in sorted(top_level_names(tree) & shared)]
+    return problems
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_script_imports_shared_helpers_and_defines_none(name):
+    assert shared_helper_problems(script(name).read_text()) == []
+
+
+def test_shared_helper_check_catches_a_copy():
+    copy = "import argparse\n\n\ndef run_threads(bodies, deadline_s):\n    pass\n\n_HB = {}\n"
+    assert shared_helper_problems(copy) == [
+        "no top-level `from _common import ...`", "re-defines _HB", "re-defines run_threads"]
+    assert shared_helper_problems("from _common import beat\n\n\ndef beat():\n    pass\n") == [
+        "re-defines beat"]
+
+
+def test_shared_helpers_need_only_the_stdlib():
+    tree = ast.parse(COMMON.read_text())
+    top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    top |= {n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
+    assert top <= set(sys.stdlib_module_names), top - set(sys.stdlib_module_names)
 
 
 @pytest.mark.parametrize("name", sorted(CATALOGUE))
 def test_help_works_without_importing_torch(name):
-    proc = run(name, "--help")
+    # Python's import-time profile lists every module imported, one per stderr line.
+    proc = run(name, "--help", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert proc.returncode == 0, proc.stderr
     assert "--fix" in proc.stdout and "--switch-interval" in proc.stdout
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
+                for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "_common" in imported
+    assert not imported & {"torch", "dflash", "harness"}, imported & {"torch", "dflash", "harness"}
 
 
 def test_unknown_fix_is_one_error_line_exit_2():
