@@ -324,3 +324,8 @@ def parse_pyspy_text(text: str) -> tuple[ThreadStack, ...]:
             head = None
     close()
     return tuple(threads)
+
+
+def parse_dump_text(text: str) -> tuple[ThreadStack, ...]:
+    """The threads of an all-thread dump printed as text: py-spy's `dump`, else faulthandler's."""
+    return parse_pyspy_text(text) or parse_faulthandler(text)

@@ -102,7 +102,7 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
         (out / name).unlink(missing_ok=True)
     result = TrialResult(
         trial_id=str(spec.trial_id), cell=str(spec.cell), trial_index=spec.trial_index,
-        outcome=Outcome.HARNESS_ERROR, artefacts=str(out), torch_version=_torch_version(),
+        outcome=Outcome.HARNESS_ERROR, artefacts=str(out), torch_version=installed_torch(),
         python=platform.python_version(), host=socket.gethostname(), replay_of=replay_of,
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     try:
@@ -327,7 +327,7 @@ def _stalled(result: TrialResult, out: Path | None) -> bool:
         text = Path(dump).read_text(encoding="utf-8", errors="replace")
         if out is not None:
             (out / STALL_DUMP_NAME).write_text(text)
-        threads = hangs.parse_pyspy_text(text) or hangs.parse_faulthandler(text)
+        threads = hangs.parse_dump_text(text)
     _set(result, Outcome.HANG, signature.hang_signature(threads),
          f"the workload stalled: no step for {stalled.get('waited_s', '?')} s; dump by {stalled.get('dump_method', 'none')}")
     return True
@@ -432,7 +432,7 @@ def _finish(result: TrialResult, out: Path, after_exit: AfterExit | None) -> Tri
 
 
 @functools.lru_cache(maxsize=1)
-def _torch_version() -> str | None:
+def installed_torch() -> str | None:
     # From the installed metadata: importing torch here would cost seconds per harness start.
     try:
         return importlib.metadata.version("torch")

@@ -115,7 +115,7 @@ def test_a_malformed_catalogue_is_one_clear_error(text, message):
 def test_every_probe_the_catalogue_names_is_a_doctor_probe():
     from harness.diagnosis import probes
 
-    keys = {p[0] if isinstance(p, tuple) else p.key for p in probes.PROBES}
+    keys = {p.key for p in probes.PROBES}
     for race in load().races:
         if race.probe is not None:
             assert race.probe.lstrip("!") in keys, f"{race.id}: no doctor probe {race.probe!r}"

@@ -14,7 +14,7 @@ import fnmatch
 import functools
 import re
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,17 +99,6 @@ class Race:
     def pattern(self) -> str:
         """The summary patterns as one regex (what harness.families matches)."""
         return "|".join(self.summary)
-
-    def probe_expects(self, facts: dict[str, object]) -> bool | None:
-        """Whether doctor's facts say the race's precondition holds here; None when no probe
-        decides it (no probe named, or the probe's answer is unknown)."""
-        if self.probe is None:
-            return None
-        name = self.probe.lstrip("!")
-        value = facts.get(name)
-        if not isinstance(value, bool):
-            return None
-        return value if not self.probe.startswith("!") else not value
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,9 +294,3 @@ class RecordSource:
 def major_minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
-
-def stores_named(catalogue: Catalogue) -> Iterable[str]:
-    for race in catalogue.races:
-        for e in (*race.fixes, *race.versions):
-            if e.store:
-                yield e.store

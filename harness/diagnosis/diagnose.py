@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -33,9 +32,9 @@ from harness import hangs, signature
 from harness.cells import strategy_of
 from harness.diagnosis.catalogue import Catalogue, Count, Race, RecordSource, count, load, major_minor
 from harness.outcome import TrialResult
+from harness.report import clip
+from harness.runner import NATIVE_STACK_NAME, OUTPUT_NAME, installed_torch
 
-NATIVE_NAME = "native_stack.txt"
-OUTPUT_NAME = "output.txt"
 SUMMARY_SCORE = 1.0
 MESSAGE_SCORE = 0.5
 NATIVE_SCORE = 0.5
@@ -150,7 +149,7 @@ def match(failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> l
         matches[:0] = _suspects(family, failure, catalogue, records_of)
         # A native crash whose frames are a race's own (R5's cache-entry insertion) is that race,
         # wherever the Python frame of the crash happened to be.
-        matches[:0] = [m for m in _by_native(failure, catalogue)]
+        matches[:0] = _by_native(failure, catalogue)
         if family in ("other", "?"):
             matches += _by_text(failure, catalogue)
     return matches
@@ -160,20 +159,19 @@ def _which(patterns: Sequence[str], text: str) -> str:
     return next((p for p in patterns if re.search(p, text)), patterns[0])
 
 
+def _first_hit(patterns: Sequence[str], text: str) -> str | None:
+    """The text the first matching pattern found, or None."""
+    return next((m.group(0) for p in patterns if (m := re.search(p, text))), None)
+
+
 def _extra(race: Race, failure: Failure, ev: list[str]) -> float:
     score = 0.0
-    for p in race.messages:
-        m = re.search(p, failure.text)
-        if m:
-            ev.append(f"message {m.group(0)!r}")
-            score += MESSAGE_SCORE
-            break
-    for p in race.native:
-        m = re.search(p, failure.native)
-        if m:
-            ev.append(f"native frame {m.group(0)!r}")
-            score += NATIVE_SCORE
-            break
+    if (hit := _first_hit(race.messages, failure.text)) is not None:
+        ev.append(f"message {hit!r}")
+        score += MESSAGE_SCORE
+    if (hit := _first_hit(race.native, failure.native)) is not None:
+        ev.append(f"native frame {hit!r}")
+        score += NATIVE_SCORE
     return score
 
 
@@ -185,7 +183,7 @@ def _suspects(family: str, failure: Failure, catalogue: Catalogue, records_of: R
     for race in catalogue.races:
         if family not in race.faces:
             continue
-        hit = next((m.group(0) for p in race.context for m in [re.search(p, context)] if m), None)
+        hit = _first_hit(race.context, context)
         if hit is None:
             continue
         seen = _reproduced_on(race, failure.torch, records_of)
@@ -214,7 +212,7 @@ def _reproduced_on(race: Race, torch: str | None, records_of: RecordSource) -> s
 def _by_native(failure: Failure, catalogue: Catalogue) -> list[Match]:
     out = []
     for race in catalogue.races:
-        hit = next((m.group(0) for p in race.native for m in [re.search(p, failure.native)] if m), None)
+        hit = _first_hit(race.native, failure.native)
         if hit is not None:
             out.append(Match(race=race.id, title=race.title, kind=race.kind, score=NATIVE_SCORE + SUMMARY_SCORE / 2,
                              evidence=[f"native frame {hit!r} in the crashing thread"]))
@@ -245,6 +243,9 @@ def fix_lines(race: Race, torch: str | None, records_of: RecordSource) -> list[F
     return sorted(lines, key=lambda f: (not f.same_torch, f.held() is not True))
 
 
+_REPRO_DIR = Path(__file__).resolve().parents[2] / "repro"
+
+
 def repro_commands(race: Race, catalogue: Catalogue) -> list[str]:
     rows = {r.id: r for r in catalogue.repros if r.on_torch is None}
     out = []
@@ -254,9 +255,6 @@ def repro_commands(race: Race, catalogue: Catalogue) -> list[str]:
         plan = f" --plan {row.plan}" if row and row.plan else ""
         out.append(f"python -m harness stress -p 2 --max-runs 10{plan} -- python repro/{script}.py")
     return out
-
-
-_REPRO_DIR = Path(__file__).resolve().parents[2] / "repro"
 
 
 def diagnose(failures: Iterable[Failure], *, catalogue: Catalogue | None = None,
@@ -295,24 +293,17 @@ def version_lines(race: Race, records_of: RecordSource) -> list[str]:
     for v in race.versions:
         c = count(v, race, records_of)
         seen = (f"{'reproduces' if c.k else 'not reproduced'} {c.k}/{c.n} ({v.where()})" if c is not None else "")
-        out.append(f"torch {v.torch}: " + "; ".join(x for x in (seen, v.note if c is not None else v.note) if x))
+        out.append(f"torch {v.torch}: " + "; ".join(x for x in (seen, v.note) if x))
     return out
 
 
 # --------------------------------------------------------------------------------------- inputs
 
-def installed_torch() -> str | None:
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def from_record(record: TrialResult, art=None) -> Failure:
     """A stored trial; its artefacts (a folder or a packed zip) add the output and native stack."""
     strategy = strategy_of(record.cell)
     return Failure(source=record.trial_id, outcome=record.outcome.name, key=record.signature,
-                   summary=record.signature_summary, text=_read(art, OUTPUT_NAME), native=_read(art, NATIVE_NAME),
+                   summary=record.signature_summary, text=_read(art, OUTPUT_NAME), native=_read(art, NATIVE_STACK_NAME),
                    torch=record.torch_version, fixes=tuple(s for s in strategy.split("+") if s))
 
 
@@ -345,7 +336,7 @@ def from_text(text: str, *, source: str, rc: int | None = None, torch: str | Non
             "WRONG_RESULT" if sig.kind == "wrong_result" else "CRASH")
         return Failure(source=source, outcome=outcome, key=sig.key, summary=sig.summary, text=text,
                        native=_native_part(text), torch=torch)
-    threads = hangs.parse_pyspy_text(text) or hangs.parse_faulthandler(text)
+    threads = hangs.parse_dump_text(text)
     if threads:
         return _hang(threads, text, source, torch)
     return None
@@ -455,7 +446,7 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
         head = f"{f.runs} run{'s' if f.runs != 1 else ''} {f.outcome}: {f.summary or f.key or '?'}"
         if brief:
             held = [x.name for x in f.fixes if x.same_torch and x.held()]
-            out += [f"  {_clip(head, 160)}", f"    {f.verdict()}"]
+            out += [f"  {clip(head, 160)}", f"    {f.verdict()}"]
             if f.race is not None:
                 out.append(f"    held on this torch: {', '.join(held) if held else 'no measured fix'}"
                            + (f"; reproduce: {f.repros[0]}" if f.repros else ""))
@@ -476,10 +467,6 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
     if brief:
         out.append("  (python -m harness diagnose TRIAL_OR_FOLDER for the evidence and every fix)")
     return "\n".join(out)
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def from_records(records: Iterable[TrialResult], store_dir: Path) -> list[Failure]:
@@ -507,10 +494,6 @@ def cmd_diagnose(opts: argparse.Namespace) -> int:
     else:
         print(render(findings))
     return 0
-
-
-def unmatched(findings: Sequence[Finding]) -> list[Finding]:
-    return [f for f in findings if f.race is None]
 
 
 def summary_line(findings: Sequence[Finding]) -> str:

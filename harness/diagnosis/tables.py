@@ -7,7 +7,7 @@ committed blocks to what this module makes of the catalogue and the stores.
 
 from __future__ import annotations
 
-from harness.diagnosis.catalogue import Catalogue, RecordSource, count, load
+from harness.diagnosis.catalogue import Catalogue, RecordSource, count, load, major_minor
 
 RACES_BLOCK = "race-catalogue"
 REPROS_BLOCK = "repro-rows"
@@ -44,7 +44,7 @@ def race_table(catalogue: Catalogue | None = None, records_of: RecordSource | No
             if c is None:
                 fixes.append(f"`{f.name}` (note)")
             else:
-                torch = ",".join(sorted({t.split("+")[0].rsplit(".", 1)[0] for t in c.torch})) or "-"
+                torch = ",".join(sorted({major_minor(t) for t in c.torch})) or "-"
                 fixes.append(f"`{f.name}` {c.k}/{c.n} ({torch})")
         rows.append(f"| {race.id} | {_esc(race.title)} | {race.kind} | {'yes' if race.needs_cuda else 'no'} "
                     f"| {', '.join(race.repros) or '-'} | {'; '.join(seen) or '-'} | {'; '.join(fixes) or '-'} |")
