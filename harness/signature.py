@@ -52,6 +52,10 @@ not message; a traceback logged as a warning is not a failure; a known message p
 native crash keys it as a first failure. The cudagraph-pool check (`... not tracked as outputs`) is
 a known message: 14 stored F1c failures of 3 paths and 2 programs had 6 keys. No other stored
 failure changed summary or grouping (`harness resign`, every store with artefacts).
+Still 7 after reading headers that ran together (`Exception in thread Exception in thread
+request-2request-1request-0:`, each hook's `:` printed later on a line of its own): the three
+tracebacks had been read as one, with every frame (f2_fx_trace_of_compiled_fn/10.txt); the 875
+stored v7 failures with artefacts keep their keys.
 """
 
 from __future__ import annotations
@@ -423,11 +427,12 @@ class _Reader:
         return next((s for s in rest if s), "") in _CHAIN_LINES
 
     def _step(self, line: str) -> None:
-        header = _header(line)
-        if header is not None:
+        headers = _headers(line)
+        if headers:
             # While tracebacks are open, other threads' headers queue up (interleaved hooks);
-            # otherwise the last header before a traceback names it.
-            self.pending = [*self.pending, header] if self.open else [header]
+            # otherwise the last header line before a traceback names it (each of its threads
+            # naming one of the tracebacks that follow, where several ran together).
+            self.pending = [*self.pending, *headers] if self.open else headers
             self.chained, self.after_block, self.in_group = [], False, False
         elif line.strip() in _CHAIN_LINES and self.result and self.headers[-1] == self.scope:
             self.headers.pop()
@@ -478,7 +483,9 @@ class _Reader:
             self._add_frame(Frame(name=frame.group(3), filename=frame.group(1), line=int(frame.group(2))))
             return True
         block = self.open[-1]
-        if not line.strip():
+        if not line.strip() or line.strip() == ":":
+            # A bare `:` is the end of a header whose thread name ran into another header's
+            # (`Exception in thread Exception in thread a-1a-2:`), printed when that hook resumed.
             return True
         if len(line) - len(line.lstrip()) > block.indent:
             self._add_source(line.strip())
@@ -572,14 +579,35 @@ def _exception_line(text: str, *, strict: bool) -> re.Match | None:
     return exc
 
 
-def _header(line: str) -> str | None:
-    """The thread a header line names; None if it is not a header."""
+def _headers(line: str) -> list[str]:
+    """The threads a header line names, in order; [] if it is not a header. Excepthooks that
+    print at once can run their headers together on one line, the names too:
+    `Exception in thread Exception in thread request-2request-1:` is two threads of one role
+    (user_f2_thread_subclass.py, 1 of 4 runs under `harness stress -p 2`)."""
     report = _REPORT_HEADER.match(line)
     if report:
-        return report.group(1)
+        return [report.group(1)]
     at = line.rfind(_HOOK_HEADER)
     name = _THREAD_NAME.match(line, at + len(_HOOK_HEADER)) if at >= 0 else None
-    return name.group(0) if name else None
+    if name is None:
+        return []
+    return _run_together(name.group(0), line.count(_HOOK_HEADER))
+
+
+def _run_together(names: str, count: int) -> list[str]:
+    """`count` names printed with nothing between them, split where they repeat one role
+    (`request-2request-1` -> `request-2`, `request-1`); unsplittable text stays one name."""
+    if count > 1:
+        runs = re.fullmatch(rf"(?P<role>[^\s:]+?[-_])\d+(?:(?P=role)\d+){{{count - 1}}}", names)
+        if runs:
+            return re.findall(rf"{re.escape(runs.group('role'))}\d+", names)
+    return [names]
+
+
+def _header(line: str) -> str | None:
+    """The thread a header line names (the last, where several ran together); None if none."""
+    names = _headers(line)
+    return names[-1] if names else None
 
 
 def _mention(line: str) -> str | None:

@@ -678,3 +678,15 @@ def test_a_user_wrapping_a_known_error_shows_where_torch_raised_it():
     sig = crash_signature(wrapped, rc=1)
     assert sig.key == F2_KEY and sig.exc_type == "RuntimeError" and sig.role == "Thread (serve)"
     assert sig.frames == ("torch._dynamo.eval_frame:compile_wrapper", "dflash.train_worker:step")
+
+
+def test_headers_that_ran_together_name_each_thread_and_keep_each_traceback_apart():
+    # Three excepthooks at once: `Exception in thread Exception in thread Exception in thread
+    # request-2request-1request-0:`, each hook's `:` on a later line (a real run, fixture 10.txt).
+    text = (FIXTURES / "f2_fx_trace_of_compiled_fn" / "10.txt").read_text()
+    tbs = parse_tracebacks(text)
+    assert [tb.thread for tb in tbs] == ["request-2", "request-1", "request-0"]
+    assert all([f.name for f in tb.frames] == ["compile_wrapper", "run", "_bootstrap_inner"] for tb in tbs)
+    from harness.signature import _run_together
+
+    assert _run_together("caller-0", 2) == ["caller-0"]          # unsplittable: stays one name
