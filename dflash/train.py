@@ -405,7 +405,7 @@ class Trainer:
 
     def _failed(self, extra: dict | None = None) -> None:
         """A failed run's last event: the GPU memory it held by then. Packing trials onto a GPU is
-        planned from stored peaks (harness.matrix.memory_peaks), and the campaign's failing
+        planned from stored peaks (harness.campaign.matrix.memory_peaks), and the campaign's failing
         gpu-bound cells never finish, so without this they leave no figure (REPORT.md, twelfth
         session)."""
         try:

@@ -20,7 +20,7 @@
                                [--json]
     python -m harness run SPEC.json [--artefacts DIR]
     python -m harness doctor [--json] [--timeout S]
-    python -m harness lift ...            (harness.lift)
+    python -m harness lift ...            (harness.campaign.lift)
 
 Exit codes: 0 done; 1 matrix with harness errors, stress/replay/run with failures, shrink of a
 trial that no longer reproduces; 2 bad input (one line `error: ...`, nothing written); 130 / 143
@@ -38,10 +38,10 @@ import signal
 import sys
 from pathlib import Path
 
-from harness import presets
-from harness.matrix import MatrixError, MatrixRun, MatrixSpec, run_matrix
-from harness.presets import load_spec
-from harness.outcome import Outcome
+from harness.campaign import presets
+from harness.campaign.matrix import MatrixError, MatrixRun, MatrixSpec, run_matrix
+from harness.campaign.presets import load_spec
+from harness.trial.outcome import Outcome
 
 
 from harness.args import Parser as _Parser
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("matrix", help="run a matrix of trials (resumable)")
     src = m.add_mutually_exclusive_group()
     src.add_argument("--preset", help=f"one of: {', '.join(presets.PRESETS)} (default {presets.DEFAULT_PRESET})")
-    src.add_argument("--file", help="JSON matrix spec (see harness.presets.spec_from_dict)")
+    src.add_argument("--file", help="JSON matrix spec (see harness.campaign.presets.spec_from_dict)")
     src.add_argument("--list", action="store_true", help="list the presets and their cells")
     m.add_argument("--pending", action="store_true",
                    help="run nothing: per cell, what the store holds and what the next run would start")
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--no-live", action="store_true", help="plain progress lines even on a terminal")
 
     s = sub.add_parser("stress", help="run a command over and over in parallel (like Go's stress)")
-    from harness.stress import add_arguments
+    from harness.campaign.stress import add_arguments
 
     add_arguments(s)
 
@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     pk.add_argument("--store", action="append", help="store folder(s) (default: every results/*/ store)")
 
     ct = sub.add_parser("crosstab", help="does a fix go with a failure family: trials with it vs without")
-    from harness.crosstab import add_arguments as crosstab_arguments
+    from harness.analysis.crosstab import add_arguments as crosstab_arguments
 
     crosstab_arguments(ct)
 
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--topology", type=int, metavar="GPUS",
                     help="the seed trainer's device plan on this many GPUs (>= 4; 2-3: one target and one drafter per GPU)")
     pr.add_argument("--timeout-s", type=_positive_float, default=600.0, help="per bench (default 600)")
-    pr.add_argument("--into", type=Path, help="append the bench records to this JSONL (harness.benches format)")
+    pr.add_argument("--into", type=Path, help="append the bench records to this JSONL (harness.analysis.benches format)")
     pr.add_argument("--call", type=int, help="device call number recorded with them (REPORT groups benches by call)")
     pr.add_argument("--target", type=_positive_float, help="say whether each ratio's interval clears this (e.g. 1.2)")
 
@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("spec")
     run.add_argument("--artefacts", help="artefacts folder (default: runs/trials/<trial id>)")
 
-    lift = sub.add_parser("lift", help="harness.lift (arguments passed through)", add_help=False)
+    lift = sub.add_parser("lift", help="harness.campaign.lift (arguments passed through)", add_help=False)
     lift.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
@@ -177,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lift"]:
         # Pass everything through untouched, including --help and options argparse would eat.
-        from harness import lift
-
+        from harness.campaign import lift
         return lift.main(argv[1:])
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
@@ -201,14 +200,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from dflash.errors import UserInputError
-    from harness.benches import BenchError
-    from harness.crosstab import CrosstabError
+    from harness.analysis.benches import BenchError
+    from harness.analysis.crosstab import CrosstabError
     from harness.diagnosis.catalogue import CatalogueError
     from harness.diagnosis.diagnose import DiagnoseError
-    from harness.replay import ReplayError
-    from harness.scheduler import InvalidPlan
-    from harness.spec import InvalidSpec
-    from harness.store import StoreError
+    from harness.campaign.replay import ReplayError
+    from harness.faults.scheduler import InvalidPlan
+    from harness.trial.spec import InvalidSpec
+    from harness.stores.store import StoreError
 
     return (UsageError, MatrixError, InvalidSpec, InvalidPlan, StoreError, ReplayError, UserInputError, BenchError,
             CrosstabError, CatalogueError, DiagnoseError)
@@ -222,11 +221,11 @@ def _dispatch(opts: argparse.Namespace) -> int:
     if opts.command == "matrix":
         return cmd_matrix(opts)
     if opts.command == "stress":
-        from harness.stress import run_stress
+        from harness.campaign.stress import run_stress
 
         return run_stress(opts)
     if opts.command == "replay":
-        from harness.replay import cmd_replay
+        from harness.campaign.replay import cmd_replay
 
         return cmd_replay(opts)
     if opts.command == "diagnose":
@@ -234,11 +233,11 @@ def _dispatch(opts: argparse.Namespace) -> int:
 
         return cmd_diagnose(opts)
     if opts.command == "show":
-        from harness.show import cmd_show
+        from harness.analysis.show import cmd_show
 
         return cmd_show(opts)
     if opts.command == "shrink":
-        from harness.shrink import cmd_shrink
+        from harness.campaign.shrink import cmd_shrink
 
         return cmd_shrink(opts)
     if opts.command == "report":
@@ -256,7 +255,7 @@ def _dispatch(opts: argparse.Namespace) -> int:
     if opts.command == "pack":
         return cmd_pack(opts)
     if opts.command == "price":
-        from harness.pricing import main as cmd_price
+        from harness.analysis.pricing import main as cmd_price
 
         return cmd_price(opts)
     if opts.command == "doctor":
@@ -264,7 +263,7 @@ def _dispatch(opts: argparse.Namespace) -> int:
 
         return cmd_doctor(opts)
     if opts.command == "crosstab":
-        from harness.crosstab import cmd_crosstab
+        from harness.analysis.crosstab import cmd_crosstab
 
         return cmd_crosstab(opts)
     raise UsageError(f"unknown command {opts.command!r}")
@@ -294,7 +293,7 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
 
 
 def cmd_matrix(opts: argparse.Namespace) -> int:
-    from harness import report
+    from harness.analysis import report
     from harness.diagnosis import diagnose
 
     if opts.list:
@@ -329,9 +328,10 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
     """`--pending`: per cell stored/failures/next, then totals and a trial-seconds estimate (the
     cell's median stored duration, else the median over the whole store) to plan device time:
     summed, and packed as the pool would pack them on `gpus` GPUs (CellPlan.share)."""
-    from harness import packing, stats
-    from harness.matrix import memory_peaks, pending_plan, pool_order
-    from harness.store import Store
+    from harness.campaign import slots
+    from harness.analysis import stats
+    from harness.campaign.matrix import memory_peaks, pending_plan, pool_order
+    from harness.stores.store import Store
 
     plans = pending_plan(spec, gpus=gpus)
     records = Store(spec.store_dir).load()
@@ -359,9 +359,9 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
         # The bound above assumes perfect packing; the pool packs in order, with bounded backfill.
         key = pool_order([p.cell for p in plans])
         queued = sorted(((p, i) for p in plans for i in p.pending_indices), key=lambda pi: key(pi[0].cell, pi[1]))
-        jobs = [packing.Job(seconds=p.median_s or fallback, need=p.gpus, weight=p.slots) for p, _ in queued]
-        run = packing.strict_and_backfill(jobs, workers=spec.workers, num_gpus=gpus, per_gpu=spec.per_gpu)
-        print(f"as the pool would run them (harness.packing.simulate, the stored medians): ~{run['backfill'] / 60:.0f} "
+        jobs = [slots.Job(seconds=p.median_s or fallback, need=p.gpus, weight=p.slots) for p, _ in queued]
+        run = slots.strict_and_backfill(jobs, workers=spec.workers, num_gpus=gpus, per_gpu=spec.per_gpu)
+        print(f"as the pool would run them (harness.campaign.slots.simulate, the stored medians): ~{run['backfill'] / 60:.0f} "
               f"minutes of wall time; in strict order ~{run['strict'] / 60:.0f}")
     for peak in memory_peaks(spec, records):
         print(f"GPU memory, {peak.line()}")
@@ -377,8 +377,8 @@ def _left_words(done: MatrixRun) -> str:
 
 
 def _print_matrix_table(done: MatrixRun, cells) -> None:
-    from harness import report
-    from harness.progress import format_elapsed
+    from harness.analysis import report
+    from harness.campaign.progress import format_elapsed
 
     print(f"matrix {done.spec.name}: ran {done.ran} trials in {format_elapsed(done.elapsed_s)}, "
           f"{done.resumed} already in {done.spec.store_dir}, {_left_words(done)}")
@@ -390,7 +390,7 @@ def _print_matrix_table(done: MatrixRun, cells) -> None:
             print(f"  {line}")
     sites = report.native_excerpts(done.records, done.spec.store_dir)
     if sites:
-        print("\nnative crash sites (harness.native; `python -m harness show TRIAL_ID` for one trial):")
+        print("\nnative crash sites (harness.trial.native; `python -m harness show TRIAL_ID` for one trial):")
         for x in sites:
             print(f"  {report.clip(x.summary, 80)}: {x.site} in {x.trials}/{x.of} (e.g. {x.trial_id})")
     errors = [r for r in done.records if r.outcome is Outcome.HARNESS_ERROR]
@@ -401,8 +401,8 @@ def _print_matrix_table(done: MatrixRun, cells) -> None:
 def _stores(opts: argparse.Namespace, *, existing: bool = False) -> list[Path]:
     """--store folders, else every store under results/ (report, families, resign, pack); with
     `existing`, a --store folder that holds no store is bad input (one line) before any is read."""
-    from harness import report
-    from harness.store import TRIALS_NAME
+    from harness.analysis import report
+    from harness.stores.store import TRIALS_NAME
 
     stores = [Path(s) for s in opts.store] if opts.store else report.default_stores(Path("results"))
     if not stores:
@@ -414,8 +414,7 @@ def _stores(opts: argparse.Namespace, *, existing: bool = False) -> list[Path]:
 
 
 def cmd_report(opts: argparse.Namespace) -> int:
-    from harness import report
-
+    from harness.analysis import report
     # The failure-modes overview sums every store: rebuilt only when no --store narrows the set.
     names = report.rebuild(_stores(opts), Path(opts.out), overview=not opts.store)
     print(f"wrote {opts.out}: {len(names)} block(s): {', '.join(names) or '-'}")
@@ -425,9 +424,9 @@ def cmd_report(opts: argparse.Namespace) -> int:
 def cmd_families(opts: argparse.Namespace) -> int:
     """REPORT's failure-modes table for the stores named (e.g. the trainer's stores without the
     repros'): retired records count, as there (their failures were observed)."""
-    from harness import report
-    from harness.retire import with_retired
-    from harness.store import Store
+    from harness.analysis import report
+    from harness.stores.retire import with_retired
+    from harness.stores.store import Store
 
     stores = _stores(opts, existing=True)
     rows, totals = report.family_table([(s, Store(s).load()) for s in with_retired(stores)])
@@ -437,9 +436,9 @@ def cmd_families(opts: argparse.Namespace) -> int:
 
 
 def cmd_resign(opts: argparse.Namespace) -> int:
-    from harness.resign import resign_store
+    from harness.stores.resign import resign_store
 
-    from harness.retire import with_retired
+    from harness.stores.retire import with_retired
 
     stores = _stores(opts, existing=True)
     # Retired records too (harness retire): the report still counts their failures by family.
@@ -449,7 +448,7 @@ def cmd_resign(opts: argparse.Namespace) -> int:
 
 
 def cmd_retire(opts: argparse.Namespace) -> int:
-    from harness.retire import RetireError, retire
+    from harness.stores.retire import RetireError, retire
 
     try:
         done = retire(opts.store, [g.strip() for g in opts.cells.split(",")], opts.reason)
@@ -460,7 +459,7 @@ def cmd_retire(opts: argparse.Namespace) -> int:
 
 
 def cmd_pack(opts: argparse.Namespace) -> int:
-    from harness.pack import PackError, check, pack_store
+    from harness.stores.zips import PackError, check, pack_store
 
     stores = _stores(opts)
     try:
@@ -475,7 +474,7 @@ def cmd_pack(opts: argparse.Namespace) -> int:
 
 
 def cmd_merge(opts: argparse.Namespace) -> int:
-    from harness.merge import MergeError, check, merge
+    from harness.stores.merge import MergeError, check, merge
 
     try:
         for src in opts.sources:
@@ -489,9 +488,9 @@ def cmd_merge(opts: argparse.Namespace) -> int:
 
 
 def cmd_run(opts: argparse.Namespace) -> int:
-    from harness.runner import run_trial
-    from harness.spec import InvalidSpec, TrialSpec
-    from harness.store import safe_name
+    from harness.trial.runner import run_trial
+    from harness.trial.spec import InvalidSpec, TrialSpec
+    from harness.stores.store import safe_name
 
     try:
         text = Path(opts.spec).read_text(encoding="utf-8")

@@ -4,7 +4,7 @@ Symptom: the process dies with SIGSEGV (sometimes SIGFPE): `Fatal Python error: 
   fault`, the crashing thread in `torch/_dynamo/eval_frame.py compile_wrapper` (C++ eval frame /
   cache lookup), the other in `torch/_dynamo/__init__.py reset` (`with convert_frame.compile_lock`).
   Rarer, non-fatal: `NameError: name '__compiled_fn_...' is not defined` (R6).
-  Native stack (harness.native, results/native-cpu, torch 2.13 CPU): 21 of 21 SIGSEGV and 2 of 2
+  Native stack (harness.trial.native, results/native-cpu, torch 2.13 CPU): 21 of 21 SIGSEGV and 2 of 2
   SIGFPE crashes under reset() end in `create_cache_entry` (the unordered_map insertion of the new
   cache entry into the code's ExtraState), not in the lookup.
 Mechanism: reset() holds compile_lock and clears every code object's cache entries, but another

@@ -1,4 +1,4 @@
-"""harness.benches: a device call's `dflash bench` records, from its log to REPORT.md's table."""
+"""harness.analysis.benches: a device call's `dflash bench` records, from its log to REPORT.md's table."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from harness import benches
-
-
+from harness.analysis import benches
 def _line(tok: float, steady_busy: float | None = None) -> str:
     d = {"event": "bench", "preset": "gpu-launch-bound", "steps": 60, "tokens_per_s": 600.0,
          "tokens_per_s_steady": tok, "busy": {"prefetch": 0.0, "target": 0.99, "drafter": 0.44},
@@ -153,7 +151,7 @@ def test_a_bench_counts_the_gpus_of_its_device_plan_and_is_priced_among_benches_
     assert any("| 1 | no-cudagraphs+global-lock | 60 | 40000 | 1.00x | 1.33x |" in r for r in rows)
 
     # A verdict is priced by the benches on as many GPUs as its matrix's trials took.
-    from harness.report import benches_for
+    from harness.analysis.report import benches_for
 
     assert [b.gpus for b in benches_for("gpu-topology-4", loaded)] == [4, 4]
     assert [b.gpus for b in benches_for("gpu-campaign", loaded)] == [1, 1]

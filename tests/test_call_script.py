@@ -113,8 +113,8 @@ def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_p
     import shutil
     import sys
 
-    from harness.outcome import Outcome, TrialResult
-    from harness.store import Store
+    from harness.trial.outcome import Outcome, TrialResult
+    from harness.stores.store import Store
 
     def add(root, i, started):
         Store(root).append(TrialResult(trial_id=f"gpu-x/a@-/{i}", cell="a@-", trial_index=i, outcome=Outcome.OK,
@@ -144,8 +144,7 @@ def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_p
     assert len({r.trial_id for r in Store(base).load()}) == 3
     assert (repo / "results" / "h200-campaign" / "call12-log.txt").read_text() == "call 12\n"
     assert (repo / "REPORT.md").is_file()
-    from harness import benches
-
+    from harness.analysis import benches
     priced = benches.load([repo / "results" / "h200-campaign" / "benches.jsonl"])
     assert [(b.call, b.strategy, b.tokens_steady) for b in priced] == [(12, "eager", 10.0), (12, "eager", 12.0)]
     # The same call again: refused, nothing written.
@@ -171,7 +170,7 @@ def test_campaign_arguments_do_not_reach_the_repros_matrix(tmp_path):
 
 def test_a_bench_phase_with_a_gpu_count_runs_the_seed_topology(tmp_path):
     # bench:PRESET:FIXES:MODE:GPUS (issue 6): the bench gets gpu-topology-4's device plan, so its
-    # record's device_plan has 4 GPUs and prices only 4-GPU verdicts (harness.report.benches_for).
+    # record's device_plan has 4 GPUs and prices only 4-GPU verdicts (harness.analysis.report.benches_for).
     import sys
 
     out, env = _fake_python(tmp_path, f'[ "$1" = -c ] && exec {sys.executable} "$@"\n'
@@ -182,7 +181,7 @@ def test_a_bench_phase_with_a_gpu_count_runs_the_seed_topology(tmp_path):
     assert proc.returncode == 0, proc.stderr
     runs = sorted((p.read_text().splitlines() for p in out.glob("bench-*.txt")), key=len)
     plain, topo = runs
-    from harness.presets import topology_sets
+    from harness.campaign.presets import topology_sets
 
     assert plain[-4:] == ["--set", "fixes=", "--set", "compile.mode=none"]
     assert topo[-10:] == [a for kv in topology_sets(4) for a in ("--set", kv)]
@@ -195,9 +194,9 @@ def test_unpacking_packs_the_calls_new_trials_and_an_empty_shell_does_not_shadow
     checkout's zip, and the call's new trial comes in packed."""
     import sys
 
-    from harness.outcome import Outcome, TrialResult
-    from harness.pack import pack_store
-    from harness.store import Store, safe_name
+    from harness.trial.outcome import Outcome, TrialResult
+    from harness.stores.zips import pack_store
+    from harness.stores.store import Store, safe_name
 
     def add(root, i, started, text):
         tid = f"gpu-x/a@-/{i}"

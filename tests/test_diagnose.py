@@ -17,8 +17,8 @@ import pytest
 
 from harness.diagnosis import diagnose
 from harness.diagnosis.catalogue import RecordSource, load
-from harness.report import trial_stores
-from harness.store import Store
+from harness.analysis.report import trial_stores
+from harness.stores.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "tracebacks"
@@ -121,8 +121,7 @@ def test_committed_stores_failures_are_matched_to_their_race():
 
 
 def test_a_matched_race_agrees_with_the_family_tables():
-    from harness import families
-
+    from harness.diagnosis import families
     for _, r, failure in _stored_failures()[:400]:
         (finding,) = diagnose.diagnose([failure])
         fam = families.family(r.signature_summary)

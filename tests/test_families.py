@@ -1,4 +1,4 @@
-"""harness.families: real failure outputs land in the failure mode the reference names."""
+"""harness.diagnosis.families: real failure outputs land in the failure mode the reference names."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.families import DESCRIPTIONS, family
-from harness.signature import crash_signature
+from harness.diagnosis.families import DESCRIPTIONS, family
+from harness.trial.signature import crash_signature
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
 

@@ -1,4 +1,4 @@
-"""GPU memory is back after a trial: harness/gpu.py against a fake nvidia-smi, and run_trial.
+"""GPU memory is back after a trial: harness/trial/gpu.py against a fake nvidia-smi, and run_trial.
 
 The fake (tests/scripts/fake_nvidia_smi.py) is put first on PATH as `nvidia-smi`; it lists the
 pids written in a file, so a test decides which pids "hold GPU memory" and when they let go.
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import gpu, runner
-from harness.outcome import Outcome, TrialResult
-from harness.runner import run_trial
-from harness.spec import TrialSpec, WorkloadSpec
+from harness.trial import gpu, runner
+from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.runner import run_trial
+from harness.trial.spec import TrialSpec, WorkloadSpec
 
 SCRIPTS = Path(__file__).parent / "scripts"
 UNRELATED_PID = 999_999_999
@@ -68,7 +68,7 @@ def no_smi(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(empty))
 
 
-# ------------------------------------------------------------------------------- harness/gpu.py
+# ------------------------------------------------------------------------------- harness/trial/gpu.py
 
 def test_compute_pids_reads_the_query(fake_smi):
     fake_smi.listing.write_text("4242, 512\n4343, 0\n4444, [N/A]\n")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import hangs
-from harness.hangs import Frame, ThreadStack, parse_faulthandler, render_text
+from harness.trial import hangs
+from harness.trial.hangs import Frame, ThreadStack, parse_faulthandler, render_text
 
 SCRIPTS = Path(__file__).parent / "scripts"
 FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"

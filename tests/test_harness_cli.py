@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.outcome import Outcome, TrialResult
-from harness.store import Store
+from harness.trial.outcome import Outcome, TrialResult
+from harness.stores.store import Store
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ def test_missing_and_malformed_spec_files_are_bad_input(tmp_path, capsys):
 
 
 def test_matrix_without_a_source_runs_the_default_preset():
-    from harness import presets
+    from harness.campaign import presets
     from harness.cli import build_parser, matrix_from_options
 
     opts = build_parser().parse_args(["matrix", "--store", "unused"])
@@ -201,7 +201,7 @@ def test_matrix_exits_1_and_names_trials_whose_workload_rejected_its_input(tmp_p
 def test_a_trial_stored_without_artefacts_is_rebuilt_from_its_matrix_spec(tmp_path):
     # results/catalogue-cpu keeps trials.jsonl and spec.json only: replay and shrink rebuild the
     # trial from the matrix (same id -> same workload, fixes and plan seed).
-    from harness.replay import load_trial_spec, spec_from_matrix
+    from harness.campaign.replay import load_trial_spec, spec_from_matrix
 
     store = tmp_path / "store"
     store.mkdir()
@@ -222,10 +222,11 @@ def test_a_trial_stored_without_artefacts_is_rebuilt_from_its_matrix_spec(tmp_pa
 def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path, monkeypatch):
     # A fresh checkout holds the committed results/cpu-quick complete: the README's main job must
     # run its trials, so its default store is the git-ignored runs/cpu-quick.
-    from harness import presets, report
+    from harness.campaign import presets
+    from harness.analysis import report
     from harness.cli import build_parser, matrix_from_options
-    from harness.outcome import Outcome, TrialResult
-    from harness.store import Store
+    from harness.trial.outcome import Outcome, TrialResult
+    from harness.stores.store import Store
 
     spec = matrix_from_options(build_parser().parse_args(["matrix"]))
     assert str(spec.store_dir) == "runs/cpu-quick" == str(presets.get("cpu-quick").store_dir)
@@ -240,7 +241,7 @@ def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path
 
 def test_every_harness_command_in_the_readme_parses():
     # The README is the newcomer's entry: an option renamed in the CLI must not leave a stale
-    # example behind. `lift` passes its arguments through to harness.lift's own parser.
+    # example behind. `lift` passes its arguments through to harness.campaign.lift's own parser.
     import re
     import shlex
     from pathlib import Path
@@ -254,12 +255,11 @@ def test_every_harness_command_in_the_readme_parses():
     assert len(checked) >= 10
     for cmd in checked:
         build_parser().parse_args(shlex.split(cmd))
-    from harness import packing
-
+    from harness.campaign import slots
     replays = re.findall(r"^python3? -m harness\.packing (.+?)(?:  #.*)?$", text, flags=re.MULTILINE)
     assert replays
     for cmd in replays:
-        packing.build_parser().parse_args(shlex.split(cmd))
+        slots.build_parser().parse_args(shlex.split(cmd))
 
 
 def test_matrix_summary_says_which_trials_the_clock_left_and_which_the_failure_rule_left(tmp_path, capsys):

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import matrix, pool, progress
-from harness.matrix import MatrixError
-from harness.pool import GpuSlots
-from harness.presets import spec_from_dict
-from harness.outcome import Outcome, TrialResult
-from harness.store import Store
+from harness.campaign import matrix, pool, progress
+from harness.campaign.matrix import MatrixError
+from harness.campaign.pool import GpuSlots
+from harness.campaign.presets import spec_from_dict
+from harness.trial.outcome import Outcome, TrialResult
+from harness.stores.store import Store
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parent.parent
@@ -282,8 +282,7 @@ def test_gpu_trials_get_cuda_visible_devices_and_share_gpus_up_to_per_gpu(tmp_pa
 @pytest.mark.parametrize("name", ["cpu-quick", "cpu-trainer", "gpu-campaign", "gpu-repros", "gpu-topology",
                                   "gpu-topology-4"])
 def test_every_preset_expands_against_the_real_fixes_scripts_and_profiles(name):
-    from harness import presets
-
+    from harness.campaign import presets
     spec = presets.get(name)
     trials = matrix.expand(spec)
     assert len({t.trial_id for t in trials}) == len(trials) >= 20
@@ -495,12 +494,12 @@ def test_pending_packs_the_estimate_as_the_pool_would(tmp_path, capsys):
     assert "~12 trial-minutes" in out and "at least ~3 minutes of wall time" in out and "on 1 GPU" in out
     # As the pool runs them: two big trials at once, the third after them (the CPU ones beside).
     assert plans["big:raw@-"].pending_indices == (1, 2, 3) and plans["big:raw@-"].slots == 6
-    assert "(harness.packing.simulate, the stored medians): ~4 minutes of wall time; in strict order ~4" in out
+    assert "(harness.campaign.slots.simulate, the stored medians): ~4 minutes of wall time; in strict order ~4" in out
 
 
 def test_pending_replays_backfill_where_strict_order_would_leave_slots_idle(tmp_path, capsys):
     from harness.cli import _print_pending
-    from harness.packing import Job, simulate
+    from harness.campaign.slots import Job, simulate
 
     # small (1 of 4 slots, 10 min) before big (3 slots, 1 min) in cell order; 4 pending each, run
     # as index 1 small, index 1 big, index 2 small, ...: strict order leaves slots idle behind a
@@ -566,8 +565,7 @@ def test_a_matrix_warns_before_packing_more_peak_memory_than_a_gpu_holds(tmp_pat
 
 
 def test_gpu_memory_totals_come_from_nvidia_smi(tmp_path, monkeypatch):
-    from harness import gpu
-
+    from harness.trial import gpu
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/bash\nprintf '143771\\n143771\\n'\n")
     fake.chmod(0o755)

@@ -1,4 +1,4 @@
-"""harness.native: the preloaded handler prints a crashing thread's native frames, the runner
+"""harness.trial.native: the preloaded handler prints a crashing thread's native frames, the runner
 names them where the libraries are, and a crash's outcome and signature stay what they were."""
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import native, report, signature
-from harness.outcome import Outcome, TrialResult
-from harness.runner import NATIVE_STACK_NAME, child_env, run_trial
-from harness.spec import TrialSpec, WorkloadSpec
-from harness.store import Store
+from harness.trial import native, signature
+
+from harness.analysis import report
+from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.runner import NATIVE_STACK_NAME, child_env, run_trial
+from harness.trial.spec import TrialSpec, WorkloadSpec
+from harness.stores.store import Store
 
 FIXTURE = Path(__file__).parent / "fixtures" / "native" / "r16_reset_segfault.txt"
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -178,7 +180,7 @@ def test_a_matrix_run_lists_the_native_crash_sites_it_saw(tmp_path, capsys):
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     assert main(["matrix", "--file", str(tmp_path / "spec.json"), "--no-live"]) == 0
     out = capsys.readouterr().out
-    assert "native crash sites (harness.native;" in out
+    assert "native crash sites (harness.trial.native;" in out
     assert "Segmentation fault at ctypes:string_at: " in out and " in 1/1 (e.g. segv/segv:raw@-/0)" in out
 
 

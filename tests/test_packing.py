@@ -1,8 +1,8 @@
-"""harness.packing: the pool's admission rule and its replay on a virtual clock (`--pending`)."""
+"""harness.campaign.slots: the pool's admission rule and its replay on a virtual clock (`--pending`)."""
 
 import pytest
 
-from harness.packing import Job, admit, simulate
+from harness.campaign.slots import Job, admit, simulate
 
 
 def test_admit_serves_the_head_and_lets_a_later_waiter_pass_only_a_head_that_does_not_fit():
@@ -67,9 +67,9 @@ def test_a_job_that_can_never_start_is_an_error_not_a_wall_time():
 
 
 def test_replay_last_packs_a_runs_records_at_the_slots_the_store_before_it_gave(tmp_path):
-    from harness.outcome import Outcome, TrialResult
-    from harness.packing import replay_last
-    from harness.presets import spec_from_dict
+    from harness.trial.outcome import Outcome, TrialResult
+    from harness.campaign.slots import replay_last
+    from harness.campaign.presets import spec_from_dict
 
     spec = spec_from_dict({"name": "t", "store": str(tmp_path / "s"), "trials": 4, "workers": 4, "per_gpu": 4,
                            "workloads": {"big": {"kind": "command", "argv": ["true"], "gpus": 1, "gpu_slots": 3},
@@ -95,7 +95,7 @@ def test_replay_last_packs_a_runs_records_at_the_slots_the_store_before_it_gave(
     (["--preset", "gpu-campaign", "--last", "three"], "invalid int value"),
 ])
 def test_packing_main_rejects_bad_input_with_one_line_and_exit_2(capsys, argv, needle):
-    from harness.packing import main
+    from harness.campaign.slots import main
 
     with pytest.raises(SystemExit) as info:
         raise SystemExit(main(argv))

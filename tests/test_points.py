@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import points
-from harness.points import STAGE_POINTS, TORCH_POINTS, Point
+from harness.faults import points
+from harness.faults.points import STAGE_POINTS, TORCH_POINTS, Point
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -116,7 +116,7 @@ def test_static_and_class_methods_stay_what_they_were(calls, monkeypatch):
 
 LAZY = """
     import json, sys
-    from harness import points
+    from harness.faults import points
     hits = []
     points.install_lazily(["fx.trace", "aot.backward_compile", "compiled.call"],
                           lambda p, w: hits.append((p, w)))

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from harness import benches, pricing
-from harness.pricing import Config, PriceError
+from harness.analysis import benches, pricing
+from harness.analysis.pricing import Config, PriceError
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -140,7 +140,7 @@ def test_three_configurations_are_also_priced_each_over_each_other_by_round():
 
 @pytest.mark.parametrize("low, high, word", [(1.21, 1.4, "meets"), (1.0, 1.19, "misses"), (1.1, 1.3, "undecided")])
 def test_the_target_is_met_only_when_the_whole_interval_clears_it(low, high, word):
-    from harness.stats import MedianInterval
+    from harness.analysis.stats import MedianInterval
 
     assert pricing.verdict(MedianInterval(median=(low + high) / 2, low=low, high=high, coverage=0.9), 1.2).startswith(word)
 

@@ -45,7 +45,7 @@ def test_a_stealing_stash_loses_one_reference_per_thread_and_stash_incref_gives_
     rc, last = _main(monkeypatch, capsys, "--threads", "3", "--emulate-steal")
     assert rc == 1 and last.startswith("WRONG_RESULT: stash-tls-refcount: 3 reference(s) lost over 3 "
                                        "thread exits (the stash took [0] per call)")
-    from harness.families import family
+    from harness.diagnosis.families import family
 
     assert family(last) == "stash-refcount"
     rc, last = _main(monkeypatch, capsys, "--threads", "3", "--emulate-steal", "--fix", "stash-incref")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.families import family
+from harness.diagnosis.families import family
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "repro" / "r23_device_sync_during_capture.py"

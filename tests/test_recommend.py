@@ -1,7 +1,7 @@
 """The recommendation rule: clean, >= 29 stressed trials, fastest; priced against the baselines."""
 
-from harness import recommend, report
-from harness.outcome import Outcome, TrialResult
+from harness.analysis import recommend, report
+from harness.trial.outcome import Outcome, TrialResult
 
 
 def _r(cell: str, i: int, outcome: Outcome = Outcome.OK, tok: float | None = None) -> TrialResult:
@@ -116,7 +116,7 @@ def test_where_the_lock_is_the_only_fix_tried_it_is_judged_as_the_fix():
 
 
 def test_the_recommendation_carries_its_cost_alone_on_the_gpu_per_benched_call():
-    from harness.benches import Bench
+    from harness.analysis.benches import Bench
 
     def bench(call, strategy, tok):
         return Bench(call=call, preset="w", strategy=strategy, steps=60, tokens_steady=tok, gpu_busy=None,
@@ -135,7 +135,7 @@ def test_the_recommendation_carries_its_cost_alone_on_the_gpu_per_benched_call()
 
 
 def _bench(call, strategy, tok, busy=None):
-    from harness.benches import Bench
+    from harness.analysis.benches import Bench
 
     return Bench(call=call, preset="w", strategy=strategy, steps=60, tokens_steady=tok, gpu_busy=None,
                  gpu_busy_steady=busy, busy={}, torch="2.11")

@@ -75,7 +75,7 @@ def test_gpu_presets_default_to_recommended_cpu_presets_to_raw():
 def test_harness_raw_cell_runs_no_fixes_on_a_gpu_preset():
     """The harness passes `--set fixes=` for a cell without fixes: the preset's default must not
     leak into a raw cell, and a cell's own fixes are exactly what runs."""
-    from harness.spec import TrialSpec, WorkloadSpec, argv_for
+    from harness.trial.spec import TrialSpec, WorkloadSpec, argv_for
 
     for fixes in ((), ("global-lock", "stream-sync")):
         spec = TrialSpec(trial_id="t", cell="c", fixes=fixes,

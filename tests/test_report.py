@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import report
-from harness.outcome import Outcome, TrialResult
-from harness.store import Store
+from harness.analysis import report
+from harness.trial.outcome import Outcome, TrialResult
+from harness.stores.store import Store
 
 
 def _r(cell: str, i: int, outcome: Outcome, *, sig: str | None = None, tok: float | None = None,
@@ -127,7 +127,7 @@ def test_rebuild_is_byte_identical_and_writes_plots(tmp_path):
 
 
 def test_rebuild_with_an_unreadable_store_writes_nothing(tmp_path):
-    from harness.store import StoreError
+    from harness.stores.store import StoreError
 
     good = _store(tmp_path, "m", _records())
     bad = tmp_path / "results" / "bad"
@@ -220,7 +220,7 @@ def test_families_counts_only_the_stores_named_with_their_retired_records(tmp_pa
     # REPORT's table of the reference's modes counts the trainer's failures apart from the repros'
     # (an F1 count there once took the repros' 40 in with the trainer's).
     from harness.cli import main
-    from harness.retire import retired_store
+    from harness.stores.retire import retired_store
 
     f1 = "AssertionError in t at torch._inductor.cudagraph_trees:get_obj (empty message)"
 
@@ -270,7 +270,7 @@ def test_the_reference_table_gives_the_trainers_own_family_counts():
     import re
     from pathlib import Path
 
-    from harness.retire import with_retired
+    from harness.stores.retire import with_retired
 
     repo = Path(__file__).resolve().parent.parent
     stores = [repo / "results" / n for n in ("gpu-campaign", "gpu-topology-2", "gpu-topology-4")]

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 from harness.cli import main
-from harness.outcome import Outcome, TrialResult
-from harness.signature import SIGNATURE_VERSION, crash_signature
-from harness.store import Store
+from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.signature import SIGNATURE_VERSION, crash_signature
+from harness.stores.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
 
@@ -65,7 +65,7 @@ def test_resign_of_a_missing_store_is_bad_input(tmp_path, capsys, monkeypatch):
 
 
 def test_resign_also_regroups_a_stores_retired_records(tmp_path, monkeypatch, capsys):
-    from harness.retire import retire, retired_store
+    from harness.stores.retire import retire, retired_store
 
     root, _ = _store(tmp_path)
     monkeypatch.chdir(tmp_path)

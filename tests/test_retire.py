@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import report
+from harness.analysis import report
 from harness.cli import main
-from harness.outcome import Outcome, TrialResult
-from harness.retire import reasons, retire, retired_store
-from harness.store import Store
+from harness.trial.outcome import Outcome, TrialResult
+from harness.stores.retire import reasons, retire, retired_store
+from harness.stores.store import Store
 
 
 def _store(tmp_path: Path) -> Path:

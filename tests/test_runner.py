@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import hangs
-from harness.outcome import Outcome, TrialResult
-from harness.runner import child_env, run_trial
-from harness.spec import REPO_ROOT, InvalidSpec, TrialSpec, WorkloadSpec, argv_for
+from harness.trial import hangs
+from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.runner import child_env, run_trial
+from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, WorkloadSpec, argv_for
 
 SCRIPTS = Path(__file__).parent / "scripts"
 HANG_S = 2.0
@@ -66,7 +66,7 @@ def test_ok_run_reports_final_json(tmp_path):
 
 
 def test_a_failed_runs_last_event_stands_in_for_final_and_gives_no_throughput():
-    from harness.runner import _classify, _Ending
+    from harness.trial.runner import _classify, _Ending
 
     text = ('{"event": "step", "tokens_per_s": 5.0}\n'
             '{"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 31.5}}\nTraceback (most recent call last):\n'

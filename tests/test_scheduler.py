@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.profiles import PROFILES
-from harness.profiles import plan_from_seed
-from harness.scheduler import (
+from harness.faults.profiles import PROFILES
+from harness.faults.profiles import plan_from_seed
+from harness.faults.scheduler import (
     STARVE_MS,
     InvalidPlan,
     Plan,
@@ -193,7 +193,7 @@ PROBE = """
     import sys, json, torch, torch.fx._symbolic_trace as st, torch._dynamo
     import dflash.faults as faults
     print(json.dumps({
-        "harness_imported": "harness.scheduler" in sys.modules,
+        "harness_imported": "harness.faults.scheduler" in sys.modules,
         "trace_wrapped": hasattr(st.Tracer.trace, "__harness_point__"),
         "reset_wrapped": hasattr(torch._dynamo.reset, "__harness_point__"),
         "handler": faults._handler is not None,
@@ -263,7 +263,7 @@ def test_replay_in_child_repeats_decisions_single_thread(tmp_path):
 
 BARRIER = """
     import threading, time, json
-    from harness.scheduler import Plan, StartBarrier, Scheduler, _install_start_barrier
+    from harness.faults.scheduler import Plan, StartBarrier, Scheduler, _install_start_barrier
     plan = Plan(seed=1, start_barrier=StartBarrier(threads="w-*", count=COUNT, timeout_s=1.0))
     _install_start_barrier(plan.start_barrier, Scheduler(plan))
     started = {}

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 from harness.cli import main
-from harness.outcome import Outcome, TrialResult
-from harness.runner import run_trial
-from harness.spec import TrialSpec, WorkloadSpec
-from harness.store import Store
+from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.runner import run_trial
+from harness.trial.spec import TrialSpec, WorkloadSpec
+from harness.stores.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SCRIPTS = Path(__file__).parent / "scripts"

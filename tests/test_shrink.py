@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import shrink
+from harness.campaign import shrink
 from harness.cli import main
-from harness.outcome import Outcome, TrialResult
-from harness.runner import run_trial
-from harness.scheduler import Plan, Rule
-from harness.spec import TrialSpec, WorkloadSpec
-from harness.store import Store
+from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.runner import run_trial
+from harness.faults.scheduler import Plan, Rule
+from harness.trial.spec import TrialSpec, WorkloadSpec
+from harness.stores.store import Store
 
 SCRIPT = Path(__file__).parent / "scripts" / "needs_one_rule.py"
 

@@ -15,8 +15,8 @@ import pytest
 
 from dataclasses import replace
 
-from harness.hangs import parse_pyspy_json
-from harness.signature import (
+from harness.trial.hangs import parse_pyspy_json
+from harness.trial.signature import (
     SIGNATURE_VERSION, crash_signature, exception_signature, hang_signature, module_of,
     first_failure, normalise_message, parse_tracebacks, primary_traceback, thread_role,
     wrong_result_signature)
@@ -206,7 +206,7 @@ def test_segfault_while_garbage_collecting_is_one_signature_wherever_collection_
 ])
 def test_a_native_crash_after_a_threads_exception_is_keyed_by_that_first_failure(folder, first, resource):
     # v5: three of the H200 campaign's GC segfaults came after the trainer's threads had died.
-    from harness.outcome import RESOURCE_PATTERN
+    from harness.trial.outcome import RESOURCE_PATTERN
 
     sig = crash_signature(_real(folder), rc=-11)
     assert sig.summary.startswith(first)
@@ -371,7 +371,7 @@ PYSPY = [
                  "line": 331},
                 {"name": "Channel.get", "filename": "/repo/dflash/channel.py", "line": 40}]},
     {"thread_name": "harness-watchdog", "thread_id": 3, "os_thread_id": 13, "active": True,
-     "frames": [{"name": "loop", "filename": "/repo/harness/scheduler.py", "line": 1}]},
+     "frames": [{"name": "loop", "filename": "/repo/harness/faults/scheduler.py", "line": 1}]},
 ]
 
 
@@ -687,6 +687,6 @@ def test_headers_that_ran_together_name_each_thread_and_keep_each_traceback_apar
     tbs = parse_tracebacks(text)
     assert [tb.thread for tb in tbs] == ["request-2", "request-1", "request-0"]
     assert all([f.name for f in tb.frames] == ["compile_wrapper", "run", "_bootstrap_inner"] for tb in tbs)
-    from harness.signature import _run_together
+    from harness.trial.signature import _run_together
 
     assert _run_together("caller-0", 2) == ["caller-0"]          # unsplittable: stays one name

@@ -5,7 +5,7 @@ shared/reference/cpu-experiments.md) from a different program shape: Thread subc
 ThreadPoolExecutor and `future.result()`, asyncio.to_thread, daemon threads, logging.exception,
 `traceback.format_exc()` behind a log prefix, a worker pool fed by a queue, errors kept in a list
 and raised again, ExceptionGroup, chained exceptions, a printed error followed by a segfault. Each
-runs through the harness's own runner (`harness.runner.run_trial`, as `harness stress` runs a
+runs through the harness's own runner (`harness.trial.runner.run_trial`, as `harness stress` runs a
 user's command) until it fails, at most MAX_RUNS times, and must give the signature key of the
 project's own real output of its race (tests/fixtures/tracebacks), the race's family, the failing
 thread's role (empty where the output does not say which thread) and the frames where torch
@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from harness.diagnosis import diagnose
-from harness.families import family
-from harness.runner import OUTPUT_NAME, run_trial
-from harness.signature import crash_signature
-from harness.spec import TrialSpec, WorkloadSpec
+from harness.diagnosis.families import family
+from harness.trial.runner import OUTPUT_NAME, run_trial
+from harness.trial.signature import crash_signature
+from harness.trial.spec import TrialSpec, WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"

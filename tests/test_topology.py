@@ -9,8 +9,8 @@ import torch
 
 from dflash.cli import build_parser, config_from_args
 from dflash.devices import resolve
-from harness import matrix, presets
-from harness.matrix import MatrixError
+from harness.campaign import matrix, presets
+from harness.campaign.matrix import MatrixError
 
 
 def _plan(trial: matrix.TrialSpec, cuda_count: int):

@@ -222,9 +222,9 @@ def test_the_harness_records_a_stall_the_trainer_reports_as_a_hang_keyed_by_its_
     """Exit 4 is no crash: the runner reads the `failed` event's `stalled`, keeps the dump with the
     trial and keys the HANG by its threads (the stuck drafter thread among them), as a hang it had
     detected itself would be."""
-    from harness.outcome import Outcome
-    from harness.runner import STALL_DUMP_NAME, run_trial
-    from harness.spec import TrialSpec, WorkloadSpec
+    from harness.trial.outcome import Outcome
+    from harness.trial.runner import STALL_DUMP_NAME, run_trial
+    from harness.trial.spec import TrialSpec, WorkloadSpec
 
     argv = (sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run")),
             "--set", "train.steps=50", "--set", "train.stall_s=2")

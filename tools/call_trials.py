@@ -27,9 +27,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from harness.families import family
-from harness.outcome import Outcome, TrialResult
-from harness.store import Store, StoreError
+from harness.diagnosis.families import family
+from harness.trial.outcome import Outcome, TrialResult
+from harness.stores.store import Store, StoreError
 
 # The defaults are the checkout's data, found from this file so that they do not depend on the
 # folder the command runs in.

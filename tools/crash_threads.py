@@ -15,10 +15,10 @@ import re
 import sys
 from pathlib import Path
 
-from harness.cells import split_cell
-from harness.families import family
-from harness.recommend import holds
-from harness.store import Store
+from harness.campaign.cells import split_cell
+from harness.diagnosis.families import family
+from harness.analysis.recommend import holds
+from harness.stores.store import Store
 
 DUMP = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$", re.M)
 PROGRESS = re.compile(r"(\d+)/(\d+) \[")

@@ -131,11 +131,11 @@ run_phase() {
            # GPUS (>= 4) runs it in the seed topology on that many GPUs, as gpu-topology-4's trials (issue 6)
            IFS=: read -r _ bp bf bm bgpu <<< "$phase"; s=$(date +%s); bn=bench-$bp-${bf:-raw}-${bm:-reduce-overhead}${bgpu:+-${bgpu}gpu}
            topo=(); [ -n "$bgpu" ] && mapfile -t topo < <(python3 -c 'import sys
-from harness.presets import topology_sets
+from harness.campaign.presets import topology_sets
 for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-$bp --steps 60 --rounds 1 --set fixes=$bf \
              --set compile.mode=${bm:-reduce-overhead} "${topo[@]}" > "$X/$bn.out" 2> "$X/$bn.err"
-           # A bench that dies is evidence (harness.benches reads its failure from what follows the
+           # A bench that dies is evidence (harness.analysis.benches reads its failure from what follows the
            # rc line): 40 lines keep a thread's traceback whole, where 8 cut its header off.
            rc=$?; echo "bench $bp $bf rc=$rc $(( $(date +%s) - s ))s"; cat "$X/$bn.out"
            grep -v "^train:" "$X/$bn.err" | tail -n $([ $rc = 0 ] && echo 8 || echo 40) ;;

@@ -7,7 +7,7 @@
 # previous call was unpacked holds trial ids that call also handed out, and unpacking one over the
 # other loses records (calls 12 and 13, REPORT.md, 2026-11-30 sixth session). The log's `dflash
 # bench` records (and a price phase's price.jsonl) go to results/h200-campaign/benches.jsonl
-# (harness.benches), the log becomes
+# (harness.analysis.benches), the log becomes
 # results/h200-campaign/call<N>-log.txt, and REPORT.md is regenerated. Bad input: one line, exit 2,
 # nothing written. Merges repeat safely, so a run stopped half-way is completed by running it again.
 set -euo pipefail
@@ -32,7 +32,7 @@ done
 [ ${#packs[@]} = 0 ] || "$py" -m harness pack "${packs[@]}"
 # A `price` phase's records (harness price) come back as price.jsonl, without a call number.
 rec=(); [ -f "$src/price.jsonl" ] && rec=(--records "$src/price.jsonl")
-"$py" -m harness.benches "$src/log.txt" "$n" --into results/h200-campaign/benches.jsonl "${rec[@]}"
+"$py" -m harness.analysis.benches "$src/log.txt" "$n" --into results/h200-campaign/benches.jsonl "${rec[@]}"
 mkdir -p "$(dirname "$log")"
 cp "$src/log.txt" "$log"
 "$py" -m harness report

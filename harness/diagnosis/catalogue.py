@@ -97,7 +97,7 @@ class Race:
 
     @property
     def pattern(self) -> str:
-        """The summary patterns as one regex (what harness.families matches)."""
+        """The summary patterns as one regex (what harness.diagnosis.families matches)."""
         return "|".join(self.summary)
 
 
@@ -281,7 +281,7 @@ class RecordSource:
 
     def __call__(self, store: str) -> Sequence:
         if store not in self._cache:
-            from harness.store import Store
+            from harness.stores.store import Store
 
             path = self.root / store
             self._cache[store] = tuple(Store(path).load()) if (path / "trials.jsonl").is_file() else ()

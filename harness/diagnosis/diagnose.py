@@ -11,7 +11,7 @@ runner's `result.json`, `output.txt`, `native_stack.txt`, `pyspy.json`), a `harn
 folder (each failing run in it), a store folder (`--store`-style: every failing trial), or a plain
 file: a program's output, a traceback, a faulthandler or py-spy dump (text or `--json`).
 
-Scores: the summary patterns decide the race (the same first-match rule as harness.families, so a
+Scores: the summary patterns decide the race (the same first-match rule as harness.diagnosis.families, so a
 table's family and a diagnosis agree); message templates and native frames found in the output
 add evidence. A generic family (a native crash, an unnamed hang) is not a race: it is "unknown"
 unless a race lists it among its `faces` and its `context` matches the run (the fixes it ran with,
@@ -28,12 +28,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import hangs, signature
-from harness.cells import strategy_of
+from harness.trial import hangs, signature
+from harness.campaign.cells import strategy_of
 from harness.diagnosis.catalogue import Catalogue, Count, Race, RecordSource, count, load, major_minor
-from harness.outcome import TrialResult
-from harness.report import clip
-from harness.runner import NATIVE_STACK_NAME, OUTPUT_NAME, installed_torch
+from harness.trial.outcome import TrialResult
+from harness.analysis.report import clip
+from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME, installed_torch
 
 SUMMARY_SCORE = 1.0
 MESSAGE_SCORE = 0.5
@@ -358,8 +358,7 @@ def _hang(threads, text: str, source: str, torch: str | None) -> Failure:
 
 
 def _native_part(text: str) -> str:
-    from harness import native
-
+    from harness.trial import native
     frames = native.native_stack(text)
     return native.render(frames) if frames else ""
 
@@ -410,7 +409,7 @@ def _from_folder(folder: Path) -> list[Failure]:
 
 
 def _from_store(store_dir: Path) -> list[Failure]:
-    from harness.store import Store, StoreError
+    from harness.stores.store import Store, StoreError
 
     try:
         records = Store(store_dir).load()
@@ -420,10 +419,10 @@ def _from_store(store_dir: Path) -> list[Failure]:
 
 
 def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> Failure:
-    from harness.replay import ReplayError, find_trial
-    from harness.report import trial_stores
-    from harness.retire import with_retired
-    from harness.store import Store
+    from harness.campaign.replay import ReplayError, find_trial
+    from harness.analysis.report import trial_stores
+    from harness.stores.retire import with_retired
+    from harness.stores.store import Store
 
     try:
         record, store_dir = find_trial(trial_id, with_retired(list(stores) or trial_stores()))
@@ -471,7 +470,7 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
 
 def from_records(records: Iterable[TrialResult], store_dir: Path) -> list[Failure]:
     """The failing trials of a matrix run, with their artefacts."""
-    from harness.store import Store
+    from harness.stores.store import Store
 
     store = Store(store_dir)
     return [from_record(r, store.artefacts_of(r)) for r in records

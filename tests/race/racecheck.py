@@ -1,6 +1,6 @@
 """Race regression checks: run a catalogue repro through the harness runner and judge the counts.
 
-Every trial is `harness.runner.run_trial` on a `TrialSpec` built the way `harness.matrix.expand`
+Every trial is `harness.trial.runner.run_trial` on a `TrialSpec` built the way `harness.campaign.matrix.expand`
 builds one (repro workload, fixes as `--fix`, plan `plan_from_seed(seed, profile)`, trial i gets
 seed i), so the suite's counts and the catalogue store's (results/catalogue-cpu/trials.jsonl) are
 the same kind of number: one fresh process per trial, the same outcome rules, the same signatures.
@@ -33,11 +33,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import native, stats
-from harness.outcome import Outcome, TrialResult
-from harness.runner import NATIVE_STACK_NAME, run_trial
-from harness.profiles import plan_from_seed
-from harness.spec import TrialSpec, WorkloadSpec
+from harness.trial import native
+
+from harness.analysis import stats
+from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.runner import NATIVE_STACK_NAME, run_trial
+from harness.faults.profiles import plan_from_seed
+from harness.trial.spec import TrialSpec, WorkloadSpec
 
 MISS_PROBABILITY = 0.01
 """A race still at its recorded rate may go unseen in the reproduction check this often."""
@@ -54,7 +56,7 @@ FIX_CHUNK_TRIALS = 5
 """Fix-check trials per test item (see `fix_chunks`)."""
 TRIAL_TIMEOUT_S = 120.0
 TRIAL_HANG_S = 60.0
-CPU_ENV = {"OMP_NUM_THREADS": "1"}   # as harness.presets.CPU_ENV: two trials share two cores
+CPU_ENV = {"OMP_NUM_THREADS": "1"}   # as harness.campaign.presets.CPU_ENV: two trials share two cores
 
 
 class RaceBound(UserWarning):
@@ -98,7 +100,7 @@ class Race:
     """Stressed trials of the fix check (below 29 the weaker bound is printed)."""
     repro_cap: int = REPRO_MAX_TRIALS
     native: str | None = None
-    """Regex over the native stack the runner kept (`native_stack.txt`, harness.native) of a
+    """Regex over the native stack the runner kept (`native_stack.txt`, harness.trial.native) of a
     reproduction that crashed natively: where in torch's C++ the race lands. None = not checked."""
 
     @property

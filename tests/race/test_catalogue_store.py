@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import Store
+from harness.stores.store import Store
 from tests.race import racecheck
 from tests.race.catalogue import CPU, CPU_TORCH, GPU, ON_TORCH
 

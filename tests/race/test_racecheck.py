@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from harness.outcome import Outcome, TrialResult
+from harness.trial.outcome import Outcome, TrialResult
 from tests.race import racecheck
 from tests.race.catalogue import CPU
 
@@ -85,7 +85,7 @@ def test_race_fix_check_fails_on_any_failure(monkeypatch, tmp_path):
 def test_race_native_crash_site_is_checked_when_the_runner_kept_it(monkeypatch, tmp_path, capsys):
     import shutil
 
-    from harness.runner import NATIVE_STACK_NAME
+    from harness.trial.runner import NATIVE_STACK_NAME
 
     race = CPU["r16"]
     assert race.native == "create_cache_entry|ExtraState::invalidate"

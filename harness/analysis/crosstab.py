@@ -1,0 +1,149 @@
+"""Does a fix go with a failure family? Every stored trial split by whether its strategy holds the fix.
+
+    python -m harness crosstab FIX [--family NAME ...] [--cells GLOB ...] [--without FIX ...] [--store DIR ...]
+                                   [--json]
+
+A matrix table answers "how often did this cell fail"; this answers the question across cells and
+matrices that a new failure face raises: is it the fix itself? On the H200 the native crashes
+(families segv, segv-gc, pybind-dealloc) fell almost only on trials whose strategy held
+cstash-tls-init (REPORT.md, eighth session), the pointer to repro r22. Per store and in total:
+k/n of trials whose failure is in the families (all failures without --family), with the fix and
+without, 95% Wilson intervals and the one-sided Fisher p both ways: that the fix's trials fail more
+often (is the fix the cause?) and less often (does the fix answer it? stash-incref, ninth session).
+Trials that ran out of memory, timed out or hit a harness error, and replays, are left out, as in
+the matrix tables. A count says which trials failed, not why: cells without the fix may have died
+of something else first (say so where it matters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.diagnosis import families
+
+from harness.analysis import stats
+from harness.campaign.cells import split_cell
+from harness.trial.outcome import TrialResult
+from harness.analysis.recommend import holds
+
+
+class CrosstabError(ValueError):
+    """Bad input: one line, exit 2."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    store: str
+    k_with: int
+    n_with: int
+    k_without: int
+    n_without: int
+    p_more: float | None
+    """One-sided Fisher p that trials with the fix fail (in the families) more often."""
+    p_less: float | None = None
+    """One-sided Fisher p that they fail less often."""
+
+    def line(self) -> str:
+        def part(k: int, n: int) -> str:
+            if not n:
+                return "-"
+            ci = stats.wilson(k, n)
+            return f"{k}/{n} [{100 * ci.low:.0f}%, {100 * ci.high:.0f}%]"
+
+        def p(value: float | None) -> str:
+            return "-" if value is None else f"{value:.2g}"
+
+        return (f"| {self.store} | {part(self.k_with, self.n_with)} | {part(self.k_without, self.n_without)} "
+                f"| {p(self.p_more)} | {p(self.p_less)} |")
+
+
+def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: frozenset[str] | None,
+         cells: Sequence[str] = (), without: Sequence[str] = ()) -> list[Row]:
+    """One row per store with any counted trial, then `total` when there are several; trials whose
+    strategy holds a fix of `without` are left out."""
+    from scipy.stats import fisher_exact
+
+
+    counts = []
+    for name, records in loaded:
+        c = [0, 0, 0, 0]   # k_with, n_with, k_without, n_without
+        for r in records:
+            if r.replay_of is not None or not r.outcome.counts_as_trial:
+                continue
+            if cells and not any(fnmatch.fnmatchcase(r.cell, g) for g in cells):
+                continue
+            strategy = split_cell(r.cell)[1]
+            if any(holds(strategy, w) for w in without):
+                continue
+            side = 0 if holds(strategy, fix) else 2
+            c[side + 1] += 1
+            if r.outcome.is_failure and (wanted is None or families.family(r.signature_summary) in wanted):
+                c[side] += 1
+        if c[1] or c[3]:
+            counts.append((name, c))
+    if len(counts) > 1:
+        counts.append(("total", [sum(c[i] for _, c in counts) for i in range(4)]))
+    out = []
+    for name, (kw, nw, ko, no) in counts:
+        more = less = None
+        if nw and no:
+            more = float(fisher_exact([[kw, nw - kw], [ko, no - ko]], alternative="greater").pvalue)
+            less = float(fisher_exact([[kw, nw - kw], [ko, no - ko]], alternative="less").pvalue)
+        out.append(Row(store=name, k_with=kw, n_with=nw, k_without=ko, n_without=no, p_more=more, p_less=less))
+    return out
+
+
+def table(fix: str, wanted: frozenset[str] | None, found: Sequence[Row]) -> str:
+    what = ", ".join(sorted(wanted)) if wanted else "any failure"
+    return "\n".join([f"Trials failing with {what}, by whether the strategy holds `{fix}` "
+                      "(k/n, 95% Wilson; p: one-sided Fisher that trials with the fix fail more often, less often):",
+                      "", f"| store | with {fix} | without | p more | p less |", "|---|---|---|---|---|",
+                      *(r.line() for r in found)])
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("fix", help="a fix name as it appears in strategy names (e.g. cstash-tls-init)")
+    p.add_argument("--family", action="append", default=[],
+                   help="count only failures of these families (harness.diagnosis.families; repeat or comma-separate)")
+    p.add_argument("--cells", action="append", default=[], metavar="GLOB", help="only trials of matching cells")
+    p.add_argument("--without", action="append", default=[], metavar="FIX",
+                   help="leave out trials whose strategy holds FIX (repeat or comma-separate): e.g. a "
+                        "count as it stood before a fix's cells ran")
+    p.add_argument("--store", action="append", help="store folder(s) (default: results/*)")
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_crosstab(opts: argparse.Namespace) -> int:
+    from harness.args import comma_list
+    from harness.analysis.report import default_stores
+    from harness.stores.store import Store
+
+    names = comma_list(opts.family)
+    unknown = [n for n in names if n not in families.DESCRIPTIONS]
+    if unknown:
+        raise CrosstabError(f"unknown family {unknown[0]!r}; known: {', '.join(families.DESCRIPTIONS)}")
+    wanted = frozenset(names) or None
+    dirs = [Path(s) for s in opts.store] if opts.store else default_stores(Path("results"))
+    for d in dirs:
+        if not (d / "trials.jsonl").is_file():
+            raise CrosstabError(f"no result store at {d} (no trials.jsonl)")
+    loaded = [(d.name, Store(d).load()) for d in dirs]
+    seen = {split_cell(r.cell)[1] for _, rs in loaded for r in rs}
+    if not any(holds(s, opts.fix) for s in seen):
+        raise CrosstabError(f"no stored trial's strategy holds {opts.fix!r}")
+    cells = comma_list(opts.cells)
+    without = comma_list(opts.without)
+    if opts.fix in without:
+        raise CrosstabError(f"--without {opts.fix} leaves no trial with the fix")
+    found = rows(loaded, opts.fix, wanted, cells, without)
+    if opts.json:
+        print(json.dumps({"fix": opts.fix, "families": sorted(wanted) if wanted else None,
+                          "rows": [asdict(r) for r in found]}, indent=2))
+    else:
+        print(table(opts.fix, wanted, found))
+    return 0

@@ -1,0 +1,307 @@
+"""Running trials: a pool of named worker threads over one queue, GPU slots, the kill switch.
+
+`WorkerPool` pulls trials in the matrix's order, waits for a GPU slot (`GpuSlots`: at most
+`per_gpu` trials per GPU), runs each through `run_fn` (the isolated-subprocess runner), stores the
+result, and stops at the deadline (`max_time_s`) or on the first worker exception. Ctrl-C kills
+every trial's process group (`kill_child_groups`) and stores nothing for them, so resume reruns
+them.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from harness.campaign import slots
+from harness.trial.outcome import TrialResult
+from harness.trial.spec import TrialSpec, WorkloadSpec
+
+JOIN_MARGIN_S = 60.0
+"""Past a trial's own deadline, how long a worker may take to return before it counts as stuck."""
+
+
+def host_gpu_count() -> int:
+    """GPUs visible to this process: CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L` lines."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+@dataclasses.dataclass(eq=False)   # identity: two waiters with equal needs are two places in the queue
+class Ticket:
+    """A trial's place in GpuSlots' queue: the slots it waits for (capped to the machine)."""
+    need: int
+    weight: int
+
+
+class GpuSlots:
+    """At most `per_gpu` slots in use on each GPU; a trial needing g GPUs takes g distinct ones,
+    and `weight` slots on each (Workload.gpu_slots; a weight above per_gpu means the GPU alone).
+
+    Waiters are served in the matrix's order (`enqueue`), with bounded backfill
+    (`slots.admit`). Strict order leaves slots idle whenever the head needs more than is free:
+    `--pack-by-memory` gives the H200 campaign's gpu-bound cells 1 to 6 of 12 slots each
+    (REPORT.md, fourteenth session), and a 6-slot head with 7 slots in use holds back every 1-slot
+    trial behind it. Unbounded backfill starves instead: a trial that needs 3 slots waits for as
+    long as 1-slot trials keep taking each slot the moment it frees, and can miss --max-time
+    entirely. So a later waiter may start ahead of the head only while the head does not fit, and
+    only `max_bypass` times per head (default: one GPU's slots); then everyone waits for the head.
+    A backfilled trial can still delay the head by up to its own run time: the cost of not knowing
+    how long trials take."""
+
+    def __init__(self, num_gpus: int, per_gpu: int, max_bypass: int | None = None) -> None:
+        self._load = [0] * num_gpus
+        self._per_gpu = per_gpu
+        self._max_bypass = per_gpu if max_bypass is None else max_bypass
+        self._bypassed = 0
+        """Waiters started ahead of the current head; reset when the head leaves the queue."""
+        self._cond = threading.Condition()
+        self._queue: list[Ticket] = []
+
+    def enqueue(self, need: int, weight: int = 1) -> Ticket | None:
+        """Take a place in the queue now; `acquire(..., ticket=)` waits on it later. None when the
+        trial needs no GPU (or there is none).
+
+        WorkerPool calls this while it still holds the lock it pops trials under, so the queue is
+        in the matrix's order, as `slots.simulate` (which replays a store's run from its records)
+        assumes. Joining only inside `acquire` let two workers that popped trials 7 and 8 queue as
+        8 then 7, and a later trial that fit at once start before the earlier one had queued."""
+        if need == 0 or not self._load:
+            return None
+        need, weight = slots.capped(need, weight, len(self._load), self._per_gpu)
+        ticket = Ticket(need, weight)
+        with self._cond:
+            self._queue.append(ticket)
+        return ticket
+
+    def acquire(self, need: int, stop: threading.Event, weight: int = 1,
+                ticket: Ticket | None = None) -> list[int] | None:
+        """Least-loaded GPUs with room for `weight` more slots, in turn (`slots.admit`); None
+        if `stop` is set while waiting. With `ticket` (from `enqueue`), at the place it holds;
+        without, at the back of the queue."""
+        if need == 0 or not self._load:
+            return []
+        if ticket is None:
+            ticket = self.enqueue(need, weight)
+        with self._cond:
+            try:
+                while not stop.is_set():
+                    k = self._queue.index(ticket)
+                    ids = slots.admit([(t.need, t.weight) for t in self._queue], k, self._load, self._per_gpu,
+                                        bypassed=self._bypassed, max_bypass=self._max_bypass)
+                    if ids is not None:
+                        if k:   # passed the head; the head's own start resets the count (finally)
+                            self._bypassed += 1
+                        for i in ids:
+                            self._load[i] += ticket.weight
+                        return ids
+                    self._cond.wait(timeout=0.5)
+                return None
+            finally:
+                if self._queue[0] is ticket:
+                    self._bypassed = 0
+                self._queue.remove(ticket)
+                self._cond.notify_all()   # the next waiter may now be at the head
+
+    def release(self, ids: list[int], weight: int = 1) -> None:
+        weight = slots.capped(len(ids), weight, len(self._load), self._per_gpu)[1]
+        with self._cond:
+            for i in ids:
+                self._load[i] -= weight
+            self._cond.notify_all()
+
+
+def with_run_dir(trial: TrialSpec, artefacts: Path) -> TrialSpec:
+    """A dflash trial writes its checkpoints and export under its own artefacts folder: presets
+    share one `train.out_dir`, and concurrent trials must not overwrite each other's files."""
+    if trial.workload.kind != "dflash":
+        return trial
+    argv = trial.workload.argv + ("--set", f"train.out_dir={Path(artefacts).resolve() / 'run'}")
+    return dataclasses.replace(trial, workload=WorkloadSpec(kind="dflash", argv=argv))
+
+
+def kill_child_groups() -> int:
+    """SIGKILL the process group of every direct child that leads its own group (the runner
+    starts each trial with start_new_session=True); Linux /proc. Returns how many."""
+    me, killed = os.getpid(), 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid, ppid, pgid = int(stat.parent.name), int(fields[1]), int(fields[2])
+        if ppid == me and pgid == pid:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+class WorkerPool:
+    """Named worker threads pulling trials from one queue; first worker exception stops the rest."""
+
+    def __init__(self, *, spec, pending, states, store, gpus, lines, need_gpus, run_fn, attempts=None,
+                 expected_s=None) -> None:
+        self.spec = spec
+        self.pending = collections.deque(pending)
+        self.states = states
+        self.store = store
+        self.gpus = gpus
+        self.lines = lines
+        self.need_gpus = need_gpus
+        self.run_fn = run_fn
+        self.attempts = collections.Counter(attempts or ())
+        """Stored records per trial id: a rerun (an out-of-memory trial) gets its own artefacts."""
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.results: list[TrialResult] = []
+        self.left = 0
+        """Trials not run: ended by a cell's stop rule (max failures) or by the clock (left_by_time)."""
+        self.left_by_time = 0
+        """Of `left`, those not started because --max-time passed (or the pool was stopped: then
+        run() raises, and nobody reads it)."""
+        self.running = 0
+        self.interrupted = False
+        self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
+        self.finish_by = None if spec.finish_by_s is None else time.monotonic() + spec.finish_by_s
+        self.expected_s: dict[str, float | None] = dict(expected_s or {})
+        """Per cell, its stored median duration (MatrixSpec.finish_by_s)."""
+
+    def run(self) -> list[TrialResult]:
+        n = max(1, min(self.spec.workers, len(self.pending)))
+        threads = [threading.Thread(target=self._worker, name=f"harness-worker-{k}") for k in range(n)]
+        for t in threads:
+            t.start()
+        try:
+            # Short joins keep the main thread responsive to Ctrl-C.
+            # No `with self.lock` here: a Ctrl-C raised between the lock's acquire and the
+            # with-block would leave it held, and the handler below (and every worker) would then
+            # wait on it for ever. len() of a list or deque is atomic; the counts are for display.
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.1)
+                self.lines.tick(len(self.results), self.running, len(self.pending))
+        except KeyboardInterrupt:
+            # Trials run in their own sessions, so Ctrl-C does not reach them. Kill them, and do not
+            # record them: a killed trial is an interrupted measurement, not an ABORT, and the next
+            # run of the same command runs it again (resume).
+            self.interrupted = True   # a plain store: see above for why not under the lock
+            self.stop.set()
+            killed = kill_child_groups()
+            print(f"interrupted: killed {killed} running trial(s); they will rerun on resume",
+                  file=sys.stderr, flush=True)
+            self._join(threads, keep_killing=True)
+            raise
+        self._join(threads)
+        if self.errors:
+            raise ExceptionGroup("matrix worker failed", self.errors)
+        return self.results
+
+    def _join(self, threads: list[threading.Thread], *, keep_killing: bool = False) -> None:
+        """Wait for the workers. After an interrupt, keep killing child process groups while
+        waiting: a worker may have been starting its trial's process during the first sweep
+        (seen once in CI: that trial ran on and the interrupted matrix waited for it)."""
+        longest = max((c.timeout_s for c in self.spec.workloads.values()), default=0.0)
+        deadline = time.monotonic() + longest + JOIN_MARGIN_S
+        for t in threads:
+            while t.is_alive() and time.monotonic() < deadline:
+                t.join(timeout=0.2)
+                if keep_killing and t.is_alive():
+                    kill_child_groups()
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            raise RuntimeError(f"matrix workers still running after their deadline: {stuck}")
+
+    def _stopped(self, trial: TrialSpec) -> bool:
+        return self.states[trial.cell].stopped(self.spec.max_failures)
+
+    def _late(self, trial: TrialSpec) -> bool:
+        """Past --max-time, or its cell's median would not end it by --finish-by."""
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            return True
+        expected = self.expected_s.get(trial.cell)
+        return self.finish_by is not None and expected is not None and now + expected > self.finish_by
+
+    def _leave(self, trial: TrialSpec) -> None:
+        """Count a trial not run (under self.lock): to its cell's stop rule if that has ended the
+        cell, else to the clock."""
+        self.left += 1
+        if self._stopped(trial):
+            self.states[trial.cell].skipped_by_rule += 1
+        else:
+            self.left_by_time += 1
+
+    def _next(self) -> tuple[TrialSpec, Ticket | None] | None:
+        """The next trial to run, already in GpuSlots' queue (in pop order: `GpuSlots.enqueue`)."""
+        with self.lock:
+            while self.pending and not self.stop.is_set():
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    break
+                trial = self.pending.popleft()
+                if self._stopped(trial) or self._late(trial):   # a shorter cell's trial may still fit
+                    self._leave(trial)
+                    continue
+                return trial, self.gpus.enqueue(*self.need_gpus[trial.cell])
+            for trial in self.pending:   # what the clock cut, or the rule had already ended
+                self._leave(trial)
+            self.pending.clear()
+            return None
+
+    def _worker(self) -> None:
+        try:
+            while (popped := self._next()) is not None:
+                trial, ticket = popped
+                need, weight = self.need_gpus[trial.cell]
+                ids = self.gpus.acquire(need, self.stop, weight, ticket=ticket)
+                if ids is None:
+                    return
+                with self.lock:
+                    # A trial popped before the deadline may wait minutes for a GPU slot; it must
+                    # not start after --max-time (an H200 call overran its budget that way), nor
+                    # after its cell's stop rule ended the cell while it waited.
+                    late = self._stopped(trial) or self._late(trial)
+                    if late:
+                        self._leave(trial)
+                    else:
+                        self.running += 1
+                if late:
+                    self.gpus.release(ids, weight)
+                    continue
+                try:
+                    if ids:
+                        trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
+                    artefacts = self.store.artefacts_dir(trial.trial_id, self.attempts.get(trial.trial_id, 0))
+                    result = self.run_fn(with_run_dir(trial, artefacts), artefacts)
+                finally:
+                    self.gpus.release(ids, weight)
+                with self.lock:
+                    self.running -= 1
+                    if self.interrupted:
+                        return
+                    self.store.append(result)
+                    self.results.append(result)
+                    self.states[trial.cell].add(result)
+                    self.lines.update(self.states[trial.cell])
+        except BaseException as e:  # surfaced by run() as an ExceptionGroup
+            with self.lock:
+                self.errors.append(e)
+            self.stop.set()

@@ -1,0 +1,511 @@
+"""Where matrix specs come from: named presets (`--preset NAME`) and JSON files (`--file SPEC`).
+
+- `cpu-quick`: the smoke matrix for a 2-core CPU machine (<= 10 minutes). F2 (r06, FX tracing flag)
+  raw vs `nested-fx-fallback` under the fx-widen plan, so the fix is shown to remove the failure
+  under the same schedules; R5 (r16, `torch._dynamo.reset()` racing compiled calls) raw vs
+  global-lock under the reset-pressure plan, so a real native SIGSEGV goes through the ABORT path
+  and the lock is shown to prevent it; and the dflash tiny-cpu trainer with a compiled drafter
+  step, raw vs global-lock, so the realistic workload runs end to end with tokens/s.
+  Measured on the shared 2-core CPU machine (load average 3.5-7 from other work), warm
+  synthetic-corpus cache: 20 trials in 2m00s and in 3m34s (two runs); r06 raw 5/5 CRASH vs fix
+  0/5 both times; r16 raw 3/3 failing (SIGSEGV ABORTs, once a non-fatal TypeError inside the
+  compiled frame) vs global-lock 0/3. A cold corpus cache adds its one-time generation (minutes)
+  to the first dflash trials.
+- `cpu-trainer`: the DFlash tiny-cpu trainer (2 drafter threads compiling with aot_eager), 8
+  strategies (raw, 6 pipeline fixes alone, eager) x 3 plans (none, compile-chaos, dflash-stages)
+  x 3 trials, 2 at a time: the CPU side of the campaign question.
+- `gpu-campaign`: the H200 matrix (issue 5): dflash presets gpu-launch-bound and gpu-gpu-bound
+  compiled with reduce-overhead, 2 target + 3 drafter threads on one GPU, 24 strategies (raw, each
+  fix, combinations, no cudagraphs = compile.mode default alone and with two fixes, eager =
+  compile.mode none), each without and with the dflash-stages scheduler plan: 96 cells x 10
+  trials (eager's fixed at 10), 12 slots per GPU (a gpu-bound trial takes 6), short runs
+  (CAMPAIGN_STEPS). Trials go round-robin over the cells and the store resumes, so `--max-time`
+  cuts and later calls continue with every cell at a similar n. A cell stops after
+  CAMPAIGN_MAX_FAILURES failures: it cannot be recommended, and its trials go to cells that can.
+- `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, r20, r21, r23 (and r22, the C stash's refcount on 2.11), raw and under the fixes their
+  docstrings name, each without and with the compile-chaos plan, 10 trials, 6 at a time per GPU.
+- `gpu-topology` / `gpu-topology-4` (issue 6): the gpu-campaign matrix with the seed trainer's
+  thread and device plan, 5 target threads + 3 drafter threads with one GPU per drafter
+  (`topology_sets`), each trial on 8 (or 4) GPUs; `devices.remap` runs it on fewer.
+  `gpu-topology-2`: on 2 GPUs, one target and one drafter thread per GPU (`paired_topology_sets`).
+  All three add `TOPOLOGY_EXTRA_STRATEGIES` to the campaign's cells.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.campaign.matrix import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload, check_name
+
+# Trial budgets, sized from cpu-experiments.md exp 5 (3-6 s per eager/aot_eager trial, 5-7 s warm
+# inductor) on 2 cores shared by the runs.
+REPRO_CPU_TIMEOUT_S = 120.0
+DFLASH_CPU_TIMEOUT_S = 420.0
+CAMPAIGN_TIMEOUT_S = 300.0
+REPRO_GPU_TIMEOUT_S = 600.0
+
+
+DEFAULT_PRESET = "cpu-quick"
+"""What `python -m harness matrix` runs when no --preset or --file is given."""
+
+def _plan(profile: str) -> PlanChoice:
+    return PlanChoice(name=profile, profile=profile)
+
+
+def _strategies(*names: str) -> dict[str, Strategy]:
+    return {name: strategy_from_name(name) for name in names}
+
+
+CPU_ENV = (("OMP_NUM_THREADS", "1"),)
+"""One intra-op thread per trial: two trials share two cores, and oversubscribed OpenMP threads
+made the trainer's corpus generation ~10x slower under load (measured; cpu-experiments.md runs
+all trials with torch.set_num_threads(1) for the same reason). The races are between Python
+threads and do not depend on intra-op threads."""
+
+
+def cpu_quick() -> MatrixSpec:
+    workloads = {
+        "r06": Workload(name="r06", kind="repro", argv=("r06_fx_tracing_flag",), timeout_s=REPRO_CPU_TIMEOUT_S,
+                        hang_s=60.0, env=CPU_ENV),
+        "r16": Workload(name="r16", kind="repro", argv=("r16_reset_segfault",), timeout_s=REPRO_CPU_TIMEOUT_S,
+                        hang_s=60.0, env=CPU_ENV),
+        # Compiled drafter step (aot_eager: real Dynamo + AOT tracing in two drafter threads at
+        # once, without minutes of C++ compiles). hang_s allows a cold synthetic-corpus build,
+        # which prints nothing and does not beat.
+        "dflash-tiny": Workload(name="dflash-tiny", kind="dflash",
+                                argv=("--preset", "tiny-cpu", "--set", "train.export=false",
+                                      "--set", "compile.mode=default", "--set", "compile.backend=aot_eager"),
+                                timeout_s=DFLASH_CPU_TIMEOUT_S, hang_s=240.0, env=CPU_ENV),
+    }
+    return MatrixSpec(
+        name="cpu-quick", workloads=workloads,
+        strategies=_strategies("raw", "nested-fx-fallback", "global-lock"),
+        groups=(
+            Group(workloads=("r06",), strategies=("raw", "nested-fx-fallback"), plans=(_plan("fx-widen"),),
+                  trials=5),
+            Group(workloads=("r16",), strategies=("raw", "global-lock"), plans=(_plan("reset-pressure"),),
+                  trials=3),
+            Group(workloads=("dflash-tiny",), strategies=("raw", "global-lock"), plans=(NO_PLAN,), trials=2),
+        ),
+        trials=5, workers=2, max_time_s=540.0,
+        # The README's main job: a fresh checkout must run it, not find the committed store
+        # complete and print it (results/cpu-quick is the run REPORT.md cites, made with
+        # `--store results/cpu-quick`). runs/ is git-ignored; show/replay/shrink look there first.
+        store="runs/cpu-quick",
+    )
+
+
+CPU_TRAINER_STRATEGIES = ("raw", "global-lock", "sequential-startup", "thread-local-warmup", "persistent-buffers",
+                          "graph-isolation", "nested-fx-fallback")
+
+
+def cpu_trainer() -> MatrixSpec:
+    """The trainer's CPU side of issue 5's question: tiny-cpu, 2 drafter threads compiling the
+    drafter step at once (aot_eager: Dynamo + AOT tracing, where the CPU races live), each
+    pipeline fix alone and eager, plain and under compile-chaos / dflash-stages."""
+    strategies = _strategies(*CPU_TRAINER_STRATEGIES)
+    strategies["eager"] = Strategy(name="eager", sets=("compile.mode=none",))
+    workloads = {
+        "dflash-tiny": Workload(name="dflash-tiny", kind="dflash",
+                                argv=("--preset", "tiny-cpu", "--set", "train.export=false",
+                                      "--set", "train.eval_prompts=0",
+                                      "--set", "compile.mode=default", "--set", "compile.backend=aot_eager"),
+                                timeout_s=DFLASH_CPU_TIMEOUT_S, hang_s=240.0, env=CPU_ENV),
+    }
+    return MatrixSpec(
+        name="cpu-trainer", workloads=workloads, strategies=strategies,
+        groups=(Group(workloads=("dflash-tiny",), strategies=tuple(strategies),
+                      plans=(NO_PLAN, _plan("compile-chaos"), _plan("dflash-stages"))),),
+        trials=3, workers=2, max_failures=None,
+    )
+
+
+GPU_FIX_STRATEGIES = (
+    "raw", "global-lock", "sequential-startup", "thread-local-warmup", "local-tls-init", "persistent-buffers",
+    # The combination the seed projects converged on.
+    "thread-local-warmup+persistent-buffers+local-tls-init+sequential-startup",
+    "cstash-tls-init", "graph-isolation", "cstash-tls-init+graph-isolation+sequential-startup",
+    "single-thread-autograd",
+    # After the first H200 trainer runs (REPORT.md 2026-11-29): G1 (cuBLAS handle created inside a
+    # capture), G2 (lazy backward compile deadlocked against a Dynamo trace of flex_attention on
+    # the autograd device thread, which single-thread-autograd keeps off that thread) and r19 in
+    # the trainer's two target threads (target-hook-taps).
+    "cstash-tls-init+graph-isolation+sequential-startup+cublas-handle-init+single-thread-autograd"
+    "+target-hook-taps",
+    # After the first 115 campaign trials: every reduce-overhead cell without a C-stash init died of
+    # F1 (get_obj's TLS assert, one drafter thread, 100%: not a race but a per-thread gap), and with
+    # it of F1c or of one thread's capture meeting another's synchronize. One lock around the
+    # compiled step serializes the captures; cublas-handle-init answers G1, which the lock met.
+    "global-lock+cstash-tls-init+cublas-handle-init",
+    # The narrow lock (cudagraph-lock: record, warm-up and replay of cudagraph trees only) in
+    # place of the global one, without and with per-thread graphs against F1c's shared outputs.
+    "cstash-tls-init+cudagraph-lock+cublas-handle-init",
+    "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init",
+    # The two C-stash cells that got furthest, with stash-incref (REPORT.md, eighth session): if
+    # cstash-tls-init's segfaults (30/48 on 4 H200s, global lock or not) are its stash freeing
+    # per-thread dicts twice when the prefetch and target threads exit (repro r22), these stop
+    # segfaulting and the global-lock one may be the first clean CUDA-graph configuration.
+    "global-lock+cstash-tls-init+cublas-handle-init+stash-incref",
+    "cstash-tls-init+cudagraph-lock+cublas-handle-init+stash-incref",
+    # With stash-incref no native crash in 42 one-GPU trials, but the global-lock cell failed 1/29:
+    # a target thread's device-wide synchronize beside a drafter's capture (REPORT.md, ninth
+    # session; repro r23). stream-sync waits on the target's own stream. The second cell is the
+    # lock-free candidate: per-thread graphs (the shared tree freed an input mid-recording), the
+    # backward on the drafter's thread (G2 hung the cudagraph-lock cells) and the narrow lock.
+    "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync",
+    "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd+stash-incref"
+    "+stream-sync",
+    # Both clean at 29 stressed trials (REPORT.md, tenth session), but a bench run of the lock-free
+    # one died of F2: a drafter's compiled call while another drafter's compile traced with FX (the
+    # narrow lock leaves compiles concurrent). nested-fx-fallback runs that call eagerly instead.
+    "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd+stash-incref"
+    "+stream-sync+nested-fx-fallback",
+)
+
+CAMPAIGN_NO_CUDAGRAPHS_FIXES = ("single-thread-autograd", "global-lock")
+
+
+CAMPAIGN_STEPS = {"launch-bound": 40, "gpu-bound": 30}
+"""Optimizer steps per campaign trial (x3 drafter micro-steps). The races sit in the startup
+(concurrent first compiles, cudagraph recording, first backward) and in shape changes; a short
+run keeps a trial to its process start, compile and a few seconds of steps. Throughput is the trainer's
+steady-state rate (second half of the steps), so the short run does not charge compile time."""
+
+CAMPAIGN_HANG_S = 180.0
+"""No heartbeat while every drafter thread compiles (the target threads block on the full hidden
+queue): a cold reduce-overhead compile of 12 trials at once must not read as a hang. H200 gpu-diag
+trials took 120-146 s to reach their compile crash with 9 at once."""
+
+CAMPAIGN_MAX_FAILURES = 1
+"""One failure takes a cell out of the running: a configuration that crashed, hung or corrupted
+once is not the safe one the campaign looks for, and its 1/1 (95% Wilson lower bound 21%) says
+so. One session's 30 GPU minutes hold ~150 trainer trials; the first 115 (REPORT.md 2026-11-29,
+third entry; calls 5-6 ran with --max-failures 1) put every reduce-overhead cell out at n = 1-2,
+so the later rounds go to cells still clean. A failing cell's k/n is the evidence that ruled it
+out, not a rate estimate at n = 10."""
+
+CAMPAIGN_GPU_SLOTS = {"launch-bound": 1, "gpu-bound": 6}
+"""Slots of the GPU's 12 one trial takes. Measured on the H200 (torch 2.11, the out-of-memory
+messages of the campaign): launch-bound trials held 1.6-4.3 GiB (calls 5-6). gpu-bound trials were
+first seen at 18.9-21.3 GiB (calls 5-6), and 3 slots (4 at once) were chosen from that; but those
+trials were compiled cells dying early of F1 or the mix-order bug. Once the gpu-bound cells ran to
+the end (calls 11-13, 2026-11-30: eager, no-cudagraphs, the mix-order workaround), 8 of their 56
+trials died of memory with 4 at once, and the messages show trials holding up to 60.5 GiB (eager
+44.5, no-cudagraphs+single-thread-autograd 29.5, cudagraph cells 58.3). 6 slots: at most 2
+gpu-bound trials at once (2 x 60.5 of 139.8 GiB), beside launch-bound ones of 1 slot."""
+
+CAMPAIGN_ENV = (("TORCHINDUCTOR_COMPILE_THREADS", "1"),)
+"""Up to 12 trials share the host's 16 cores; each spawning a 16-process compile pool would
+oversubscribe it. Kernels come from the shared on-disk caches after the first trials."""
+
+
+def _campaign_strategies(extra: tuple[str, ...] = ()) -> dict[str, Strategy]:
+    """The campaign's strategies, then `extra` ones, eager last."""
+    strategies = _strategies(*GPU_FIX_STRATEGIES)
+    strategies["no-cudagraphs"] = Strategy(name="no-cudagraphs", sets=("compile.mode=default",))
+    # After the campaign's first 115 H200 trials (REPORT.md 2026-11-29, third entry): without
+    # CUDA graphs the trainer deadlocks in G2 (lazy backward compile on the autograd device thread),
+    # so pair it with the two fixes that keep that thread out of the lock order.
+    for fix in CAMPAIGN_NO_CUDAGRAPHS_FIXES:
+        strategies[f"no-cudagraphs+{fix}"] = Strategy(name=f"no-cudagraphs+{fix}", fixes=(fix,),
+                                                      sets=("compile.mode=default",))
+    strategies.update(_strategies(*extra))
+    strategies["eager"] = Strategy(name="eager", sets=("compile.mode=none",))
+    return strategies
+
+
+TOPOLOGY_EXTRA_STRATEGIES = ("local-tls-init+single-thread-autograd",)
+"""Topology cells beyond the campaign's. On 4 H200s (REPORT.md 2026-11-30, seventh session) every
+CUDA-graph cell without cstash-tls-init died of F1 and every cell with it segfaulted 30/48
+(Python heap corruption in any thread): whether the C stash or cudagraph trees on several devices
+corrupt the heap, those cells cannot tell. This one reaches cudagraph trees without the stash:
+local-tls-init seeds each thread's `local` (the forward's get_obj) and single-thread-autograd runs
+the backward on that thread instead of the device's autograd thread (reference 2.4, fix 2b)."""
+
+
+def _campaign(name: str, *, gpus: int = 1, topology: tuple[str, ...] = (),
+              extra: tuple[str, ...] = ()) -> MatrixSpec:
+    """The campaign matrix on both GPU presets; `topology` are `--set` overrides of the thread and
+    device plan, each trial taking `gpus` GPUs; `extra` strategies are added before eager."""
+    strategies = _campaign_strategies(extra)
+    workloads = {
+        wname: Workload(name=wname, kind="dflash",
+                        argv=("--preset", preset, "--set", "compile.mode=reduce-overhead",
+                              "--set", f"train.steps={CAMPAIGN_STEPS[wname]}", "--set", "train.eval_prompts=0",
+                              "--set", "train.export=false", *(a for kv in topology for a in ("--set", kv))),
+                        timeout_s=CAMPAIGN_TIMEOUT_S, hang_s=CAMPAIGN_HANG_S, gpus=gpus, env=CAMPAIGN_ENV,
+                        gpu_slots=CAMPAIGN_GPU_SLOTS[wname])
+        for wname, preset in (("launch-bound", "gpu-launch-bound"), ("gpu-bound", "gpu-gpu-bound"))
+    }
+    return MatrixSpec(
+        name=name, workloads=workloads, strategies=strategies,
+        groups=(Group(workloads=tuple(workloads), strategies=tuple(s for s in strategies if s != "eager"),
+                      plans=(NO_PLAN, _plan("dflash-stages"))),
+                # Eager is the throughput control, not a candidate: 10 trials whatever --trials says,
+                # so that raising --trials for the candidates leaves it out.
+                Group(workloads=tuple(workloads), strategies=("eager",),
+                      plans=(NO_PLAN, _plan("dflash-stages")), trials=10)),
+        trials=10, per_gpu=12, max_failures=CAMPAIGN_MAX_FAILURES,
+    )
+
+
+def gpu_campaign() -> MatrixSpec:
+    return _campaign("gpu-campaign")
+
+
+def topology_sets(num_gpus: int) -> tuple[str, ...]:
+    """The seed trainer's topology scaled to `num_gpus` (>= 4): 5 target threads on the first
+    num_gpus - 3 GPUs, 3 drafter threads on one GPU each (the last three), so that no drafter
+    shares its GPU with a target or another drafter (issue 6). `devices.remap` lets the same
+    trial run on fewer GPUs (everything doubles up), which is how CPU tests and one H200 check it."""
+    if num_gpus < 4:
+        raise MatrixError(f"the seed topology needs >= 4 GPUs (3 drafters + targets), got {num_gpus}")
+    targets = ",".join(f"cuda:{i}" for i in range(num_gpus - 3))
+    drafters = ",".join(f"cuda:{i}" for i in range(num_gpus - 3, num_gpus))
+    return ("pipeline.num_target_threads=5", "pipeline.num_drafter_threads=3",
+            f"devices.target_devices={targets}", f"devices.drafter_devices={drafters}", "devices.remap=true")
+
+
+def paired_topology_sets(num_gpus: int) -> tuple[str, ...]:
+    """Below 4 GPUs the seed topology cannot give 3 drafters a GPU each: one target thread and one
+    drafter thread per GPU instead, so that no two drafters (no two captures) share a device while
+    each drafter still has an eager target thread beside it. On 2 GPUs (nvidia-h200-x2) this
+    tests the part of issue 6 that one GPU cannot: which failures need two drafters on one device."""
+    if num_gpus < 2:
+        raise MatrixError(f"a paired topology needs >= 2 GPUs, got {num_gpus}")
+    devices = ",".join(f"cuda:{i}" for i in range(num_gpus))
+    return (f"pipeline.num_target_threads={num_gpus}", f"pipeline.num_drafter_threads={num_gpus}",
+            f"devices.target_devices={devices}", f"devices.drafter_devices={devices}", "devices.remap=true")
+
+
+def gpu_topology() -> MatrixSpec:
+    """Issue 6: the campaign on 8 GPUs, 5 target GPUs + 3 drafter GPUs, every trial on all 8."""
+    return _campaign("gpu-topology", gpus=8, topology=topology_sets(8), extra=TOPOLOGY_EXTRA_STRATEGIES)
+
+
+def gpu_topology_4() -> MatrixSpec:
+    """Issue 6 scaled to 4 GPUs: 5 target threads on cuda:0, one drafter on each of cuda:1-3."""
+    return _campaign("gpu-topology-4", gpus=4, topology=topology_sets(4), extra=TOPOLOGY_EXTRA_STRATEGIES)
+
+
+def gpu_topology_2() -> MatrixSpec:
+    """Issue 6 on 2 GPUs: one target and one drafter thread per GPU (`paired_topology_sets`)."""
+    return _campaign("gpu-topology-2", gpus=2, topology=paired_topology_sets(2), extra=TOPOLOGY_EXTRA_STRATEGIES)
+
+
+GPU_REPRO_FIXES = {
+    # Script -> the fixes its docstring names (r10's fix is an argument, not a registry fix; r12's
+    # global-lock is a known negative: the graph is still shared).
+    # The race suite's r01 fix (cstash-tls-init+global-lock, 0/2 in direct runs) has no runner
+    # count yet; with stash-incref because r01's workers exit after stashing (r22's double free:
+    # a cstash-tls-init+cudagraph-lock trial segfaulted, REPORT.md tenth session).
+    "r01_cgt_tls_fresh_thread": ("local-tls-init", "cstash-tls-init", "cstash-tls-init+cudagraph-lock",
+                                 "cstash-tls-init+global-lock", "cstash-tls-init+global-lock+stash-incref"),
+    "r02_cgt_tls_backward": ("cstash-tls-init", "single-thread-autograd"),
+    "r03_cgt_reset_worker": ("cstash-tls-init",),
+    "r04_shared_graph_two_threads": ("graph-isolation", "global-lock", "cudagraph-lock",
+                                     "graph-isolation+cudagraph-lock"),
+    "r05_concurrent_record_rng": ("global-lock", "cudagraph-lock"),
+    "r10_checkpoint_cudagraphs": (),
+    "r12_legacy_cudagraphs_ptr": ("graph-isolation", "global-lock"),
+    # G2, from a trainer hang on the H200 (REPORT.md 2026-11-29); the script is not yet measured.
+    "r20_flex_backward_compile_deadlock": ("single-thread-autograd", "global-lock"),
+    # Not a race: 2.11's mix-order workspace slice with dynamic shapes (pytorch#174379); its
+    # workaround is an argument (--no-mix-order), not a registry fix. Here so that the next
+    # gpu-repros call says whether the script reproduces what the trainer hit 21 times.
+    "r21_inductor_mix_order_workspace": (),
+    # Not a GPU script: the C stash's refcount across thread exits (r22), here to measure the
+    # H200's torch 2.11, which the CPU box lacks (2.13 is balanced); stash-incref must hold.
+    "r22_stash_tls_refcount": ("stash-incref",),
+    # The trainer's 1/29 in the global-lock cell (H200 call 21): a device-wide synchronize beside
+    # another thread's recording. global-lock is the expected negative (the wait is outside it).
+    "r23_device_sync_during_capture": ("stream-sync", "global-lock"),
+}
+
+
+def gpu_repros() -> MatrixSpec:
+    workloads = {
+        script[:3]: Workload(name=script[:3], kind="repro", argv=(script,), timeout_s=REPRO_GPU_TIMEOUT_S,
+                             hang_s=120.0, gpus=1)
+        for script in GPU_REPRO_FIXES
+    }
+    fixes = sorted({f for fs in GPU_REPRO_FIXES.values() for f in fs})
+    groups = tuple(
+        Group(workloads=(script[:3],), strategies=("raw", *GPU_REPRO_FIXES[script]),
+              plans=(NO_PLAN, _plan("compile-chaos")))
+        for script in GPU_REPRO_FIXES
+    )
+    return MatrixSpec(name="gpu-repros", workloads=workloads, strategies=_strategies("raw", *fixes),
+                      groups=groups, trials=10, per_gpu=6)
+
+
+PRESETS: dict[str, Callable[[], MatrixSpec]] = {
+    "cpu-quick": cpu_quick,
+    "cpu-trainer": cpu_trainer,
+    "gpu-campaign": gpu_campaign,
+    "gpu-repros": gpu_repros,
+    "gpu-topology": gpu_topology,
+    "gpu-topology-4": gpu_topology_4,
+    "gpu-topology-2": gpu_topology_2,
+}
+
+
+def get(name: str) -> MatrixSpec:
+    if name not in PRESETS:
+        raise MatrixError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
+    return PRESETS[name]()
+
+
+
+# --- JSON form -----------------------------------------------------------------------------------
+
+_SPEC_KEYS = {"name", "workloads", "strategies", "groups", "trials", "workers", "per_gpu",
+              "max_failures", "max_time_s", "finish_by_s", "seed", "store"}
+_WORKLOAD_KEYS = {"kind", "argv", "timeout_s", "hang_s", "env", "gpus", "gpu_slots"}
+_STRATEGY_KEYS = {"fixes", "sets"}
+_GROUP_KEYS = {"workloads", "strategies", "plans", "trials"}
+
+
+def load_spec(path: str | Path) -> MatrixSpec:
+    """Read a JSON matrix spec; every problem is a `MatrixError` naming the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise MatrixError(f"cannot read matrix spec {path}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise MatrixError(f"matrix spec {path} is not valid JSON: {e}") from None
+    return spec_from_dict(data, where=str(path))
+
+
+def spec_from_dict(d: Any, *, where: str = "<dict>") -> MatrixSpec:
+    """Build a spec from its JSON form.
+
+    {"name": "m", "trials": 10, "workers": 2, "max_failures": 3, "max_time_s": 600, "seed": 0,
+     "workloads": {"ok": {"kind": "command", "argv": ["python", "-c", "pass"], "timeout_s": 30}},
+     "strategies": {"eager": {"sets": ["compile.mode=none"]}},
+     "groups": [{"workloads": ["ok"], "strategies": ["raw", "global-lock"],
+                 "plans": [null, "switch", {"name": "p1", "plan": {...}}], "trials": 5}]}
+
+    `raw` and fix combinations such as `global-lock+sequential-startup` need no `strategies` entry.
+    Without `groups`, the matrix is every workload x every listed strategy (or `raw`) x no plan.
+    """
+    try:
+        return _spec_from_dict(d)
+    except MatrixError as e:
+        raise MatrixError(f"{where}: {e}") from None
+
+
+def _spec_from_dict(d: Any) -> MatrixSpec:
+    _expect_keys(d, _SPEC_KEYS, "matrix spec", required={"name", "workloads"})
+    workloads = {name: _workload(name, w) for name, w in _mapping(d["workloads"], "workloads").items()}
+    explicit = {name: _strategy(name, s) for name, s in _mapping(d.get("strategies", {}), "strategies").items()}
+    raw_groups = d.get("groups") or [{"workloads": list(workloads), "strategies": list(explicit) or ["raw"]}]
+    if not isinstance(raw_groups, list):
+        raise MatrixError("groups must be a list")
+    strategies = dict(explicit)
+    groups = []
+    for g in raw_groups:
+        group = _group(g)
+        for s in group.strategies:
+            strategies.setdefault(s, strategy_from_name(s))
+        groups.append(group)
+    scalars = {k: d[k] for k in ("trials", "workers", "per_gpu", "max_failures", "max_time_s", "finish_by_s", "seed",
+                                 "store")
+               if k in d and d[k] is not None}
+    for k, v in scalars.items():
+        if k == "store":
+            if not isinstance(v, str):
+                raise MatrixError("store must be a string")
+        elif not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise MatrixError(f"{k} must be a number, got {v!r}")
+    name = d["name"]
+    if not isinstance(name, str):
+        raise MatrixError("name must be a string")
+    return MatrixSpec(name=name, workloads=workloads, strategies=strategies, groups=tuple(groups), **scalars)
+
+
+def strategy_from_name(name: str) -> Strategy:
+    """`raw` -> no fixes; `a+b` -> fixes (a, b). Fix names are checked later, by `check_fixes`."""
+    if name == "raw":
+        return Strategy(name=name)
+    return Strategy(name=name, fixes=tuple(name.split("+")))
+
+
+def _workload(name: str, w: Any) -> Workload:
+    _expect_keys(w, _WORKLOAD_KEYS, f"workload {name!r}", required={"kind", "argv"})
+    argv = w["argv"]
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise MatrixError(f"workload {name!r}: argv must be a list of strings")
+    env = _mapping(w.get("env", {}), f"workload {name!r} env")
+    if not all(isinstance(v, str) for v in env.values()):
+        raise MatrixError(f"workload {name!r}: env values must be strings")
+    nums = {k: w[k] for k in ("timeout_s", "hang_s", "gpus", "gpu_slots") if k in w}
+    for k, v in nums.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise MatrixError(f"workload {name!r}: {k} must be a number, got {v!r}")
+        if k in ("gpus", "gpu_slots") and not isinstance(v, int):
+            raise MatrixError(f"workload {name!r}: {k} must be a whole number, got {v!r}")
+    return Workload(name=name, kind=w["kind"], argv=tuple(argv), env=tuple(sorted(env.items())), **nums)
+
+
+def _strategy(name: str, s: Any) -> Strategy:
+    _expect_keys(s, _STRATEGY_KEYS, f"strategy {name!r}")
+    fixes, sets = s.get("fixes", []), s.get("sets", [])
+    for key, value in (("fixes", fixes), ("sets", sets)):
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise MatrixError(f"strategy {name!r}: {key} must be a list of strings")
+    for kv in sets:
+        if "=" not in kv:
+            raise MatrixError(f"strategy {name!r}: override {kv!r} is not section.key=value")
+    return Strategy(name=name, fixes=tuple(fixes), sets=tuple(sets))
+
+
+def _group(g: Any) -> Group:
+    _expect_keys(g, _GROUP_KEYS, "group", required={"workloads", "strategies"})
+    for key in ("workloads", "strategies"):
+        if not isinstance(g[key], list) or not all(isinstance(x, str) for x in g[key]):
+            raise MatrixError(f"group {key} must be a list of names")
+    plans = g.get("plans", [None])
+    if not isinstance(plans, list) or not plans:
+        raise MatrixError("group plans must be a non-empty list")
+    trials = g.get("trials")
+    if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool)):
+        raise MatrixError(f"group trials must be an integer, got {trials!r}")
+    return Group(workloads=tuple(g["workloads"]), strategies=tuple(g["strategies"]),
+                 plans=tuple(_plan_choice(p) for p in plans), trials=trials)
+
+
+def _plan_choice(p: Any) -> PlanChoice:
+    if p is None:
+        return NO_PLAN
+    if isinstance(p, str):
+        check_name(p, "plan profile")
+        return PlanChoice(name=p, profile=p)
+    if isinstance(p, dict) and set(p) == {"name", "plan"} and isinstance(p["name"], str):
+        check_name(p["name"], "plan")
+        if not isinstance(p["plan"], dict):
+            raise MatrixError(f"plan {p['name']!r}: plan must be a JSON object")
+        return PlanChoice(name=p["name"], explicit=p["plan"])
+    raise MatrixError(f"malformed plan entry {p!r}: use null, a profile name or {{\"name\": ..., \"plan\": {{...}}}}")
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MatrixError(f"{what} must be a JSON object")
+    return value
+
+
+def _expect_keys(d: Any, allowed: set[str], what: str, required: set[str] = frozenset()) -> None:
+    if not isinstance(d, dict):
+        raise MatrixError(f"{what} must be a JSON object")
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise MatrixError(f"{what}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
+    missing = sorted(required - set(d))
+    if missing:
+        raise MatrixError(f"{what}: missing key(s) {', '.join(missing)}")

@@ -1,0 +1,154 @@
+"""`python -m harness replay TRIAL_ID [-n N]`: rerun a stored trial N times and count how many
+reproduced its signature.
+
+The spec comes from the trial's own `spec.json` (written by the runner next to its output), so
+the replay has the same workload, fixes, plan and plan seed. Whether a failure replays is
+measured, never assumed: the answer is k/N with a Wilson interval. Replays are stored, with
+`replay_of` set, in `<store>/replays` (a separate store, so matrix tables are not mixed with
+them) under ids `<trial id>~replay<j>`, j counting on from earlier replays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from harness.analysis import stats
+from harness.campaign.pool import with_run_dir
+from harness.trial.outcome import TrialResult
+from harness.trial.spec import InvalidSpec, TrialSpec
+from harness.analysis.report import trial_stores
+from harness.stores.store import ARTEFACTS_NAME, ArtefactPath, Store, StoreError, safe_name
+
+REPLAYS_NAME = "replays"
+
+
+class ReplayError(ValueError):
+    """Unknown trial id, or a stored trial that cannot be replayed."""
+
+
+def find_trial(trial_id: str, store_dirs: list[Path]) -> tuple[TrialResult, Path]:
+    """The stored record of `trial_id` and the store holding it."""
+    for d in store_dirs:
+        for r in Store(d).load():
+            if r.trial_id == trial_id and r.replay_of is None:
+                return r, d
+    where = ", ".join(str(d) for d in store_dirs) or "no stores"
+    raise ReplayError(f"trial {trial_id!r} not found in {where}")
+
+
+def load_trial_spec(record: TrialResult, store_dir: Path) -> TrialSpec:
+    # The store's own layout first (the folder or its zip, harness.stores.zips): the recorded path may
+    # be relative to another working folder.
+    try:
+        art = Store(store_dir).artefacts_of(record)
+    except StoreError as e:
+        raise ReplayError(str(e)) from None
+    candidates: list[ArtefactPath] = [art / "spec.json"] if art is not None else []
+    candidates.append(store_dir / ARTEFACTS_NAME / safe_name(record.trial_id) / "spec.json")
+    if record.artefacts:
+        candidates.append(Path(record.artefacts) / "spec.json")
+    path = next((c for c in candidates if c.exists()), candidates[-1])
+    if not path.exists():
+        rebuilt = spec_from_matrix(record, store_dir)
+        if rebuilt is not None:
+            return rebuilt
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ReplayError(f"cannot read the spec of {record.trial_id}: {path}: {e.strerror or e}") from None
+    try:
+        return TrialSpec.from_json(text)
+    except InvalidSpec as e:
+        raise ReplayError(f"{path}: {e}") from None
+
+
+def spec_from_matrix(record: TrialResult, store_dir: Path) -> TrialSpec | None:
+    """A stored trial whose artefacts were not kept (a lean committed store, e.g.
+    results/catalogue-cpu), rebuilt from the matrix that ran it: the store's own `spec.json`
+    (a JSON matrix spec) or the preset of the trial's matrix name. Ids and plan seeds are
+    deterministic (harness.campaign.matrix.expand), so the same id gives the same workload, fixes and plan
+    as long as that spec has not changed since. None when neither knows the trial."""
+    from harness.campaign import presets
+    from harness.campaign.matrix import MatrixError, expand
+
+    name = record.matrix
+    candidates = []
+    if (store_dir / "spec.json").is_file():
+        candidates.append(lambda: presets.load_spec(store_dir / "spec.json"))
+    if name in presets.PRESETS:
+        candidates.append(lambda: presets.get(name))
+    for make in candidates:
+        try:
+            spec = make()
+        except MatrixError:
+            continue
+        if spec.name != name:
+            continue
+        for trial in expand(spec):
+            if trial.trial_id == record.trial_id:
+                return trial
+    return None
+
+
+def same_failure(original: TrialResult, replay: TrialResult) -> bool:
+    """Same outcome and same signature (for OK originals: OK again)."""
+    return replay.outcome is original.outcome and replay.signature == original.signature
+
+
+def replay(record: TrialResult, store_dir: Path, times: int, *, stream=None) -> list[TrialResult]:
+    from harness.trial.runner import run_trial
+
+    stream = stream or sys.stderr
+
+    spec = load_trial_spec(record, store_dir)
+    store = Store(store_dir / REPLAYS_NAME)
+    first = sum(1 for r in store.load() if r.replay_of == record.trial_id)
+    results = []
+    for j in range(first, first + times):
+        rid = f"{record.trial_id}~replay{j}"
+        artefacts = store.artefacts_dir(rid)
+        again = with_run_dir(dataclasses.replace(spec, trial_id=rid), artefacts)
+        result = run_trial(again, artefacts, replay_of=record.trial_id)
+        store.append(result)
+        results.append(result)
+        mark = "same" if same_failure(record, result) else "different"
+        print(f"replay {j - first + 1}/{times}: {result.outcome.name} ({mark}) {result.detail}",
+              file=stream, flush=True)
+    return results
+
+
+def summary(record: TrialResult, results: list[TrialResult]) -> dict:
+    k = sum(same_failure(record, r) for r in results)
+    n = len(results)
+    ci = stats.wilson(k, n)
+    others = collections.Counter(
+        f"{r.outcome.name} {r.signature_summary or ''}".strip() for r in results if not same_failure(record, r))
+    return {
+        "trial_id": record.trial_id, "outcome": record.outcome.name, "signature": record.signature,
+        "signature_summary": record.signature_summary, "plan_seed": record.plan_seed, "replays": n,
+        "reproduced": k, "wilson_low": ci.low, "wilson_high": ci.high,
+        "outcomes": dict(sorted(collections.Counter(r.outcome.name for r in results).items())),
+        "others": dict(sorted(others.items())),
+    }
+
+
+def cmd_replay(opts: argparse.Namespace) -> int:
+    stores = [Path(s) for s in opts.store] if opts.store else trial_stores()
+    record, store_dir = find_trial(opts.trial_id, stores)
+    results = replay(record, store_dir, opts.times)
+    s = summary(record, results)
+    if opts.json:
+        print(json.dumps(s, indent=2, sort_keys=True))
+    else:
+        what = record.signature_summary or record.outcome.name
+        print(f"{s['reproduced']}/{s['replays']} replays of {record.trial_id} reproduced "
+              f"{record.outcome.name} {what!r} (plan seed {record.plan_seed}); "
+              f"Wilson 95% [{100 * s['wilson_low']:.1f}%, {100 * s['wilson_high']:.1f}%]")
+        for other, count in s["others"].items():
+            print(f"  {count} x {other}")
+    return 0 if s["reproduced"] else 1

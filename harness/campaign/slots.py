@@ -1,0 +1,194 @@
+"""Who gets GPU slots next: the pool's admission rule, and a replay of it to plan device time.
+
+`GpuSlots` (harness/campaign/pool.py) asks `admit` under its lock each time a waiter wakes; `simulate`
+runs the same rule over trials of known length on a virtual clock, so that `--pending` can say how
+long a call's pending trials will take as the pool will actually pack them, not only the bound
+perfect packing gives (the H200 fill's first calls ran at 2 at once against an estimate that
+assumed 4-6: REPORT.md, fourteenth session).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def free_gpus(load: Sequence[int], per_gpu: int, need: int, weight: int) -> list[int] | None:
+    """The `need` least-loaded GPUs with room for `weight` more slots, or None."""
+    free = sorted((n, i) for i, n in enumerate(load) if n + weight <= per_gpu)
+    return sorted(i for _, i in free[:need]) if len(free) >= need else None
+
+
+def admit(queue: Sequence[tuple[int, int]], k: int, load: Sequence[int], per_gpu: int, *,
+          bypassed: int, max_bypass: int) -> list[int] | None:
+    """GPU ids for waiter k of `queue` ((need, weight) pairs, first come first), or None.
+
+    The head starts when it fits. A later waiter starts ahead of it when it fits, no waiter before
+    it does (so the ones behind the head are served in their order too, whichever thread wakes
+    first), and fewer than `max_bypass` waiters have passed this head already (bounded backfill:
+    unbounded, a big trial waits as long as small ones keep taking each slot the moment it frees)."""
+    need, weight = queue[k]
+    ids = free_gpus(load, per_gpu, need, weight)
+    if ids is None or k == 0:
+        return ids
+    if bypassed >= max_bypass:
+        return None
+    earlier_fits = any(free_gpus(load, per_gpu, *queue[j]) is not None for j in range(k))
+    return None if earlier_fits else ids
+
+
+def capped(need: int, weight: int, num_gpus: int, per_gpu: int) -> tuple[int, int]:
+    """(GPUs, slots on each) a trial takes: at most every GPU there is and one GPU's slots (a
+    cell asking for more would never start). GpuSlots and `simulate` both cap with this, so the
+    replay packs as the pool does."""
+    return min(need, num_gpus), min(weight, per_gpu)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One pending trial as the pool sees it: seconds it will take, GPUs and slots on each."""
+
+    seconds: float
+    need: int = 0
+    """GPUs it takes (0: a CPU trial, which waits for a worker only)."""
+    weight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    wall_s: float
+    """Seconds until the last job ended."""
+    starts: tuple[float, ...]
+    """When each job started, in the order given."""
+
+
+def simulate(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int,
+             max_bypass: int | None = None) -> Replay:
+    """`jobs` (in the pool's order) run as WorkerPool runs them, on a virtual clock: `workers`
+    threads each take the next job and wait in GpuSlots' queue for its slots (`admit`).
+    max_bypass None is GpuSlots' default (one GPU's slots); 0 is strict order."""
+    max_bypass = per_gpu if max_bypass is None else max_bypass
+    load = [0] * num_gpus
+    todo = list(reversed(list(enumerate(jobs))))
+    starts = [0.0] * len(jobs)
+    queue: list[tuple[int, Job]] = []
+    running: list[tuple[float, int, list[int], int]] = []   # (end, job number, gpu ids, weight)
+    now, bypassed = 0.0, 0
+    while todo or queue or running:
+        while todo and len(queue) + len(running) < workers:
+            queue.append(todo.pop())
+        k = 0
+        while k < len(queue):
+            n, job = queue[k]
+            if job.need == 0 or not num_gpus:
+                ids: list[int] | None = []
+            else:
+                pairs = [capped(j.need, j.weight, num_gpus, per_gpu) for _, j in queue if j.need]
+                # GpuSlots' queue holds only the jobs that need GPUs; find this one's place in it.
+                g = sum(1 for _, j in queue[:k] if j.need)
+                ids = admit(pairs, g, load, per_gpu, bypassed=bypassed, max_bypass=max_bypass)
+                if ids is not None:
+                    bypassed = 0 if g == 0 else bypassed + 1
+            if ids is None:
+                k += 1
+                continue
+            weight = capped(job.need, job.weight, num_gpus, per_gpu)[1]
+            for i in ids:
+                load[i] += weight
+            heapq.heappush(running, (now + job.seconds, n, ids, weight))
+            starts[n] = now
+            queue.pop(k)
+            while todo and len(queue) + len(running) < workers:
+                queue.append(todo.pop())
+            k = 0   # a start changes who may start next: look again from the head
+        if not running:   # nothing runs and nothing starts: the rule or the arguments are wrong
+            raise ValueError(f"simulate: {len(todo) + len(queue)} job(s) can never start "
+                             f"(workers {workers}, {num_gpus} GPU(s) of {per_gpu} slots)")
+        now, _, ids, weight = heapq.heappop(running)
+        for i in ids:
+            load[i] -= weight
+    return Replay(wall_s=now, starts=tuple(starts))
+
+
+def strict_and_backfill(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int) -> dict[str, float]:
+    """Wall seconds of `jobs` in strict order (max_bypass 0) and with GpuSlots' bounded backfill."""
+    return {name: simulate(jobs, workers=workers, num_gpus=num_gpus, per_gpu=per_gpu, max_bypass=b).wall_s
+            for name, b in (("strict", 0), ("backfill", None))}
+
+
+def replay_last(spec, records: Sequence, last: int, *, num_gpus: int = 1) -> dict[str, float]:
+    """The last `last` records of a store (one run's, as `harness merge` appends them) replayed as
+    the pool packs them, in strict order and with backfill, at their recorded durations and at
+    the slots the store before them gave their cells (`matrix.cell_slots`); and the run's own span
+    from its records' start times, to check the replay against."""
+    from datetime import datetime
+
+    from harness.campaign.matrix import cell_slots, pool_order
+
+    if not 0 < last <= len(records):
+        raise ValueError(f"--last must be between 1 and the store's {len(records)} records, not {last}")
+    before, run = records[:-last], records[-last:]
+    cells = {c.name: c for c in spec.cells()}
+    unknown = sorted({r.cell for r in run} - set(cells))
+    if unknown:
+        raise ValueError(f"records of cells matrix {spec.name!r} does not have: {', '.join(unknown[:3])}")
+    slots = cell_slots(spec, before)
+    key = pool_order(list(cells))
+    run = sorted(run, key=lambda r: key(r.cell, r.trial_index))
+    jobs = [Job(seconds=r.duration_s, need=cells[r.cell].workload.gpus, weight=slots[r.cell]) for r in run]
+    out = strict_and_backfill(jobs, workers=spec.workers, num_gpus=num_gpus, per_gpu=spec.per_gpu)
+    try:
+        starts = [datetime.fromisoformat(r.started_at).timestamp() for r in run]
+        out["recorded"] = max(s + r.duration_s for s, r in zip(starts, run)) - min(starts)
+    except ValueError:   # a record without a start time: no span to compare with
+        pass
+    return out
+
+
+def build_parser():
+    """`python -m harness.campaign.slots`'s arguments; a bad one raises harness.args.UsageError."""
+    from harness.args import Parser as _Parser
+
+    ap = _Parser(prog="python -m harness.campaign.slots",
+                 description="replay a store's last run as the pool packs it: strict order against "
+                             "bounded backfill, at the recorded durations")
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--last", type=int, required=True, help="records at the end of the store that one run added")
+    ap.add_argument("--workers", type=int)
+    ap.add_argument("--per-gpu", type=int)
+    ap.add_argument("--pack-by-memory", type=float, metavar="GIB")
+    ap.add_argument("--gpus", type=int, default=1)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import dataclasses
+    import sys
+
+    from harness.campaign import presets
+    from harness.campaign.matrix import MatrixError
+    from harness.stores.store import Store, StoreError
+
+    ap = build_parser()
+    try:
+        opts = ap.parse_args(argv)   # _Parser: a bad argument is a UsageError (a ValueError)
+        if opts.gpus < 1:
+            raise ValueError(f"--gpus must be at least 1, not {opts.gpus}")
+        spec = presets.get(opts.preset)
+        changes = {k: v for k, v in (("workers", opts.workers), ("per_gpu", opts.per_gpu),
+                                      ("gpu_mem_gib", opts.pack_by_memory)) if v is not None}
+        spec = dataclasses.replace(spec, **changes)
+        got = replay_last(spec, Store(spec.store_dir).load(), opts.last, num_gpus=opts.gpus)
+    except (KeyError, ValueError, MatrixError, StoreError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    recorded = f"; the run itself spanned {got['recorded'] / 60:.1f}" if "recorded" in got else ""
+    ratio = f" ({got['backfill'] / got['strict']:.2f}x)" if got["strict"] > 0 else ""
+    print(f"{spec.name}, last {opts.last} records: strict order {got['strict'] / 60:.1f} minutes, bounded backfill "
+          f"{got['backfill'] / 60:.1f}{ratio}{recorded}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

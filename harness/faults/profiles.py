@@ -1,0 +1,124 @@
+"""Named fault-plan profiles: `seed -> Plan`, and `plan_from_seed(seed, profile)`, the one way to
+derive a trial's plan from its seed (the scheduler executes plans and knows no profile).
+
+`rng` is seeded by (profile, seed) and only picks a profile's parameters; the decisions at run
+time come from the plan's own seed (harness.faults.scheduler).
+"""
+
+from __future__ import annotations
+
+import random
+
+from harness.faults.points import STAGE_POINTS
+from harness.faults.scheduler import InvalidPlan, Plan, Rule
+
+
+# Points hit on every CPU compile (exp 2 hit counts); cudagraph points need CUDA to be reached.
+COMPILE_POINTS = (
+    "fx.trace",
+    "make_fx.dispatch_trace",
+    "dynamo.convert_frame",
+    "inductor.compile_fx",
+    "aot.backward_compile",
+    "compiled.call",
+    "cudagraph.get_container",
+    "cudagraph.record",
+)
+
+
+def _plain(seed: int, rng: random.Random) -> Plan:
+    return Plan(seed=seed, profile="plain")
+
+
+def _switch(seed: int, rng: random.Random) -> Plan:
+    # pytest-run-parallel and the py-free-threading guide use 1e-6 (concurrency-anchors.md 2.4).
+    return Plan(seed=seed, profile="switch", switch_interval=1e-6)
+
+
+def _fx_widen(seed: int, rng: random.Random) -> Plan:
+    # Sleeps inside a trace keep the process-global FX flag and Module.__call__ patch live while
+    # other threads run: 1/10 -> 10/10 for R1 (cpu-experiments.md exp 2, exp 3b.1).
+    # The flag is set inside Tracer.trace, so only time spent past its start widens the window:
+    # the delays go on create_node (inside); fx.trace gets a free yield that shuffles who starts.
+    # A first version also slept before fx.trace and reached 12/20 on torch 2.11 (16 cores).
+    rules = [
+        Rule(point="fx.trace", action="yield", probability=0.5),
+        Rule(
+            point="fx.create_node",
+            action="delay",
+            probability=rng.choice((0.3, 0.5, 1.0)),
+            params={"dist": "uniform", "max_s": rng.choice((0.001, 0.002))},
+        ),
+        # Spread the victim's compiled calls over time so that some land in a widened trace;
+        # without it a fast caller could finish between two traces (15/20 on 2.11, 16 cores).
+        Rule(point="compiled.call", action="delay", probability=0.1,
+             params={"dist": "uniform", "max_s": 0.002}),
+    ]
+    return Plan(seed=seed, profile="fx-widen", switch_interval=1e-6, rules=rules)
+
+
+def _reset_pressure(seed: int, rng: random.Random) -> Plan:
+    # R5: reset() in one thread while another is between compile_wrapper's check and the C++
+    # frame evaluation (exp 3d). A yield right after the check hands the GIL to the resetter
+    # inside that window; the 1e-6 interval alone crashed 10/10 in exp 3d.
+    rules = [
+        Rule(point="compiled.call", when="after", action="yield", probability=rng.choice((0.3, 0.5))),
+        Rule(point="dynamo.reset", when="after", action="yield", probability=0.5),
+    ]
+    return Plan(seed=seed, profile="reset-pressure", switch_interval=1e-6, rules=rules)
+
+
+def _compile_chaos(seed: int, rng: random.Random) -> Plan:
+    # rr chaos mode: starve low-priority threads for doubling durations at compile/run points.
+    # The cudagraph points are only reached with CUDA; keeping them always costs nothing on CPU.
+    points = rng.sample(COMPILE_POINTS[:6], 2) + list(COMPILE_POINTS[6:])
+    starve = {"thread_p": 0.3, "victim": rng.choice((1, 2)), "max_ms": rng.choice((16, 64, 256))}
+    rules = [
+        Rule(point=p, action="starve", probability=rng.choice((0.05, 0.2)), params=dict(starve))
+        for p in sorted(points)
+    ]
+    switch = rng.choice((None, 1e-5, 1e-6))
+    return Plan(seed=seed, profile="compile-chaos", switch_interval=switch, rules=rules)
+
+
+def _dflash_stages(seed: int, rng: random.Random) -> Plan:
+    delay = {"dist": "uniform", "max_s": rng.choice((0.001, 0.005))}
+    rules = [Rule(point=p, action="delay", probability=0.1, params=dict(delay)) for p in STAGE_POINTS]
+    for p in sorted(rng.sample(STAGE_POINTS, 2)):
+        rules.append(
+            Rule(point=p, action="starve", probability=0.05, params={"thread_p": 0.5, "max_ms": 64})
+        )
+    return Plan(
+        seed=seed, profile="dflash-stages", switch_interval=rng.choice((None, 1e-5)), rules=rules
+    )
+
+
+def _raise_at(seed: int, rng: random.Random) -> Plan:
+    torch_side = ("fx.trace", "make_fx.dispatch_trace", "dynamo.convert_frame", "compiled.call")
+    point = rng.choice(torch_side if rng.random() < 0.5 else STAGE_POINTS)
+    rule = Rule(
+        point=point,
+        action="raise",
+        first_hit=rng.randint(1, 3),
+        max_hits=1,
+        params={"message": f"harness raise-at {point} (seed {seed})"},
+    )
+    return Plan(seed=seed, profile="raise-at", rules=[rule])
+
+
+PROFILES = {
+    "plain": _plain,
+    "switch": _switch,
+    "fx-widen": _fx_widen,
+    "reset-pressure": _reset_pressure,
+    "compile-chaos": _compile_chaos,
+    "dflash-stages": _dflash_stages,
+    "raise-at": _raise_at,
+}
+
+
+def plan_from_seed(seed: int, profile: str) -> Plan:
+    """The plan of trial seed `seed` under `profile` (same seed and profile, same plan)."""
+    if profile not in PROFILES:
+        raise InvalidPlan(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
+    return PROFILES[profile](seed, random.Random(f"profile:{profile}:{seed}")).validate()

@@ -1,0 +1,440 @@
+"""Run one trial in a subprocess and turn whatever happens into a TrialResult.
+
+Subprocess discipline after CPython libregrtest (`run_workers.py`, `worker.py`): argv list, never a
+shell; `start_new_session=True` so the child leads its own process group; stdout and stderr into
+one file (bpo-45410: one fd keeps messages in order); no pipes, so a grandchild holding the output
+open cannot block us (bpo-38207). Hang detection: progress is a change of the heartbeat file or
+growth of the output file; none for `hang_s` -> dump the stacks (hangs.py), then SIGKILL the group.
+
+Whatever the ending, no process of the group survives: the group is killed while the child is
+still an unreaped zombie (os.waitid WNOWAIT), so its pid -- which is the group id -- cannot be
+reused by an unrelated process before the kill; then we wait until `killpg(pgid, 0)` reports the
+group empty (orphaned grandchildren are reaped by pid 1, about 1 s later on this machine).
+
+On a GPU host (nvidia-smi on PATH; looked up once per process, so a CPU host pays nothing) the
+runner also notes every group member it sees (the child's pid, a /proc scan every
+MEMBERS_POLL_S and one just before the kill), and once the group is gone waits up to
+GPU_RELEASE_TIMEOUT_S for none of those pids to hold GPU memory: `TrialResult.gpu_released`.
+A leak is reported (False, plus a note in `detail`); it does not change the outcome. A sampler
+thread asks nvidia-smi every GPU_MEM_POLL_S, and once before a hung or timed-out group is killed,
+what the group's live pids hold: `TrialResult.gpu_mem_gib`, the highest sum on one GPU; a sampler
+that stopped on an exception says so in `detail` (its figure is then from fewer samples).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from harness.trial import gpu, hangs, native, signature
+from harness.trial.outcome import Outcome, TrialResult, mark_resource
+from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
+
+POLL_S = 0.1
+GROUP_GONE_TIMEOUT_S = 15.0
+"""Wait this long after SIGKILL for every process of the group to be gone and reaped."""
+REAP_TIMEOUT_S = 10.0
+OUTPUT_READ_CAP = 32 * 1024 * 1024
+"""Classify from at most this many bytes of output (head and tail halves when larger)."""
+MEMBERS_POLL_S = 0.5
+"""GPU hosts only: how often the group's members are noted while the trial runs."""
+GPU_MEM_POLL_S = 2.0
+"""GPU hosts only: how often the group's GPU memory is sampled (one nvidia-smi call, 23 ms on
+the H200; twelve trials at once make six calls a second). A trial that ends sooner has no figure."""
+GPU_RELEASE_TIMEOUT_S = 10.0
+"""GPU hosts only: how long the trial's pids may keep GPU memory after the group is gone
+(the driver frees a dead process's memory asynchronously)."""
+assert POLL_S < 1.0 <= GROUP_GONE_TIMEOUT_S
+
+OUTPUT_NAME = "output.txt"
+NATIVE_STACK_NAME = "native_stack.txt"
+STALL_DUMP_NAME = "stall-dump.txt"
+"""A workload's own all-thread dump of a stall (dflash's watchdog), kept with the trial."""
+"""The crashing thread's native frames, names resolved here, where the trial's libraries are."""
+_TRIAL_FILES = (OUTPUT_NAME, "spec.json", "result.json", "heartbeat", "plan.json",
+                "plan_log.jsonl", "pyspy.json", "hang_dump.txt", NATIVE_STACK_NAME, STALL_DUMP_NAME)
+BOOTSTRAP_DIR = REPO_ROOT / "harness" / "trial" / "bootstrap"
+
+_FATAL_SIGNALS = {
+    "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Floating point exception": "SIGFPE",
+    "Bus error": "SIGBUS", "Illegal instruction": "SIGILL",
+}
+
+AfterExit = Callable[[TrialResult], None]
+"""Called once the process group is gone, before run_trial returns (e.g. on a CUDA host: wait
+until the GPU memory the trial held is free again, so the next trial starts clean)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class _Ending:
+    how: str                       # "exited" | "hang" | "timeout"
+    elapsed_s: float
+    last_progress_s: float
+    dump: hangs.HangDump | None = None
+    survivors: tuple[int, ...] = ()
+    """Live members of the group after SIGKILL and GROUP_GONE_TIMEOUT_S (should never be)."""
+    members: frozenset[int] | None = None
+    """GPU hosts only: every pid of the group the runner saw (the child's included)."""
+    gpu_mem_gib: float | None = None
+    """GPU hosts only: the most the group's pids held on one GPU in the samples."""
+    gpu_mem_error: str | None = None
+    """The sampler's exception, if it stopped on one (`MemorySampler.error`)."""
+
+
+def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
+              after_exit: AfterExit | None = None, replay_of: str | None = None) -> TrialResult:
+    """Run `spec` once; every ending (including a bad spec) becomes a TrialResult."""
+    out = Path(artefacts_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in _TRIAL_FILES:           # a reused folder must not show a previous trial's files
+        (out / name).unlink(missing_ok=True)
+    result = TrialResult(
+        trial_id=str(spec.trial_id), cell=str(spec.cell), trial_index=spec.trial_index,
+        outcome=Outcome.HARNESS_ERROR, artefacts=str(out), torch_version=installed_torch(),
+        python=platform.python_version(), host=socket.gethostname(), replay_of=replay_of,
+        started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    try:
+        spec.validate()
+        argv = argv_for(spec)
+    except InvalidSpec as exc:
+        result.detail = f"invalid spec: {exc}"
+        return _finish(result, out, after_exit)
+    result.plan_seed = spec.plan_seed
+    (out / "spec.json").write_text(json.dumps(spec.to_json(), indent=2) + "\n")
+    env = child_env(spec, out)
+    output_path = out / OUTPUT_NAME
+    with open(output_path, "wb") as fh:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh,
+                                    stderr=subprocess.STDOUT, env=env,
+                                    cwd=spec.cwd or REPO_ROOT, start_new_session=True)
+        except OSError as exc:
+            result.detail = f"cannot start {argv[0]!r}: {exc}"
+            return _finish(result, out, after_exit)
+    ending = _supervise(proc, spec, out)
+    result.rc = proc.returncode
+    result.duration_s = round(ending.elapsed_s, 3)
+    text = _read_output(output_path)
+    _classify(result, ending, text, out)
+    _keep_native_stack(out, text)
+    if ending.members is not None:
+        result.gpu_mem_gib = ending.gpu_mem_gib
+        if ending.gpu_mem_error:
+            result.detail = f"{result.detail}; GPU memory sampler stopped early: {ending.gpu_mem_error}"
+        _check_gpu_released(result, ending.members)
+    if result.outcome.is_failure:
+        end = ending.last_progress_s if result.outcome is Outcome.HANG else ending.elapsed_s
+        result.time_to_failure_s = round(end, 3)
+    return _finish(result, out, after_exit)
+
+
+def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
+    """The child's environment: ours + spec.env + the harness variables (which win)."""
+    env = dict(os.environ)
+    env.update(spec.env)
+    tail = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP_DIR), str(REPO_ROOT), tail) if p)
+    env["HARNESS_HEARTBEAT"] = str(out / "heartbeat")
+    env["HARNESS_PLAN_LOG"] = str(out / "plan_log.jsonl")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"
+    env = native.with_preload(env)   # a native crash also prints its C/C++ frames (harness.trial.native)
+    env.pop("HARNESS_PLAN", None)
+    if spec.plan is not None:
+        plan_path = out / "plan.json"
+        plan_path.write_text(json.dumps(spec.plan, indent=2) + "\n")
+        env["HARNESS_PLAN"] = str(plan_path)
+    return env
+
+
+def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
+    """Watch until exit, hang or deadline; always leaves the group dead and the child reaped."""
+    members = {proc.pid} if gpu.available() else None
+    # Live members only at each sample: a pid seen earlier may belong to another trial by now.
+    sampler = (gpu.MemorySampler(lambda: set(live_members(proc.pid)), GPU_MEM_POLL_S,
+                                 name=f"harness-gpu-memory-{proc.pid}").start()
+               if members is not None else None)
+    gpu_mem_gib = gpu_mem_error = None
+    try:
+        ending = _watch(proc, spec, out, members)
+        if ending.how != "exited":
+            if sampler is not None:     # what a hung trial holds, before the kill frees it
+                sampler.sample_now()
+            ending.dump = hangs.dump(proc.pid, out, output_path=str(out / OUTPUT_NAME))
+            if _has_exited(proc):       # it ended on its own while we were deciding: an exit
+                ending.how = "exited"
+    finally:
+        # Also on KeyboardInterrupt or a harness bug: never leave the child running.
+        if sampler is not None:     # before the reap: until then the group id cannot be reused
+            gpu_mem_gib = sampler.stop()
+            gpu_mem_error = sampler.error
+        if members is not None:
+            members.update(live_members(proc.pid))
+        _kill_group(proc.pid)
+        _reap(proc)
+        survivors = _wait_group_gone(proc.pid)
+    ending.survivors = tuple(survivors)
+    ending.gpu_mem_gib, ending.gpu_mem_error = gpu_mem_gib, gpu_mem_error
+    if members is not None:
+        ending.members = frozenset(members | set(survivors))
+    return ending
+
+
+def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path,
+           members: set[int] | None = None) -> _Ending:
+    """`members`, when given, collects the group's live pids every MEMBERS_POLL_S."""
+    start = time.monotonic()
+    last_progress, last_seen = start, None
+    next_members = start
+    while True:
+        now = time.monotonic()
+        if members is not None and now >= next_members:
+            members.update(live_members(proc.pid))
+            next_members = now + MEMBERS_POLL_S
+        if _has_exited(proc):
+            return _Ending(how="exited", elapsed_s=now - start,
+                           last_progress_s=last_progress - start)
+        seen = _progress_marker(out)
+        if seen != last_seen:
+            last_seen, last_progress = seen, now
+        how = None
+        if now - last_progress >= spec.hang_s:
+            how = "hang"
+        elif now - start >= spec.timeout_s:
+            how = "timeout"
+        if how:
+            return _Ending(how=how, elapsed_s=now - start, last_progress_s=last_progress - start)
+        time.sleep(POLL_S)
+
+
+def _progress_marker(out: Path) -> tuple:
+    """Changes whenever the heartbeat file is rewritten (tmp + rename: new inode) or the
+    output grows."""
+    try:
+        hb = os.stat(out / "heartbeat")
+        beat = (hb.st_ino, hb.st_mtime_ns, hb.st_size)
+    except FileNotFoundError:
+        beat = None
+    return beat, os.stat(out / OUTPUT_NAME).st_size
+
+
+def _has_exited(proc: subprocess.Popen) -> bool:
+    """True once the child has exited, WITHOUT reaping it (WNOWAIT): until we reap it, its pid
+    and so its process-group id cannot be reused, which makes the later killpg safe."""
+    if not hasattr(os, "waitid"):
+        return proc.poll() is not None
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:           # already reaped (should not happen; be safe)
+        return True
+    return info is not None
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass        # the whole group already exited: nothing to kill (libregrtest does the same)
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    try:
+        proc.wait(timeout=REAP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pass        # uninterruptible sleep; reported by _wait_group_gone
+
+
+def _wait_group_gone(pgid: int) -> list[int]:
+    """Wait until no process of the group exists; return live survivors (zombies waiting for
+    pid 1 to reap them do not count: they hold no resources)."""
+    deadline = time.monotonic() + GROUP_GONE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        _kill_group(pgid)               # a member forked after the first kill
+        time.sleep(POLL_S)
+    return live_members(pgid)
+
+
+def live_members(pgid: int) -> list[int]:
+    """Non-zombie processes of a group, from /proc (Linux); [] elsewhere."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry.parent.name))
+    return pids
+
+
+# ------------------------------------------------------------------------------ classification
+
+def _classify(result: TrialResult, ending: _Ending, text: str, out: Path | None = None) -> None:
+    """DESIGN.md "Outcome rules", in order of precedence."""
+    # A workload that failed may still say what it held (dflash's `failed` event: its GPU memory).
+    result.final = _final_json(text) or _final_json(text, event="failed")
+    if result.final is not None:
+        # Steady state when the workload reports it (dflash: second half of the steps), so a short
+        # trial's throughput is not mostly its compile time; else the whole-run rate.
+        for key in ("tokens_per_s_steady", "tokens_per_s"):
+            if isinstance(result.final.get(key), (int, float)):
+                result.tokens_per_s = float(result.final[key])
+                break
+    if ending.how == "hang":
+        threads = ending.dump.threads if ending.dump else ()
+        _set(result, Outcome.HANG, signature.hang_signature(threads),
+             f"no progress for {ending.elapsed_s - ending.last_progress_s:.1f} s; "
+             f"dump by {ending.dump.method if ending.dump else 'none'}")
+    elif ending.how == "timeout":
+        _set(result, Outcome.TIMEOUT, None, f"still progressing at {ending.elapsed_s:.1f} s")
+    elif _stalled(result, out):
+        pass                        # a HANG the workload reported itself
+    else:
+        _classify_exit(result, text)
+        mark_resource(result)
+    if ending.survivors:
+        result.outcome = Outcome.HARNESS_ERROR
+        result.detail = f"processes {list(ending.survivors)} survived SIGKILL; {result.detail}"
+
+
+
+def _stalled(result: TrialResult, out: Path | None) -> bool:
+    """A workload that ended itself for want of progress (dflash's watchdog: a `failed` event with
+    `stalled`, exit 4) hung as surely as one the harness had to kill: HANG, keyed by the threads
+    of the dump it wrote, which is kept with the trial."""
+    stalled = (result.final or {}).get("stalled") if isinstance(result.final, dict) else None
+    if not isinstance(stalled, dict):
+        return False
+    threads: tuple = ()
+    dump = stalled.get("dump")
+    if isinstance(dump, str) and Path(dump).is_file():
+        text = Path(dump).read_text(encoding="utf-8", errors="replace")
+        if out is not None:
+            (out / STALL_DUMP_NAME).write_text(text)
+        threads = hangs.parse_dump_text(text)
+    _set(result, Outcome.HANG, signature.hang_signature(threads),
+         f"the workload stalled: no step for {stalled.get('waited_s', '?')} s; dump by {stalled.get('dump_method', 'none')}")
+    return True
+
+
+def _check_gpu_released(result: TrialResult, members: frozenset[int]) -> None:
+    """Wait for the trial's pids to stop holding GPU memory; a leak is noted, not hidden."""
+    result.gpu_released = gpu.wait_released(set(members), timeout_s=GPU_RELEASE_TIMEOUT_S)
+    if result.gpu_released is False:
+        held = gpu.held_by(set(members))
+        pids = sorted(held) if held else sorted(members)
+        result.detail = (f"{result.detail}; GPU memory still held by pids {pids} "
+                         f"{GPU_RELEASE_TIMEOUT_S:g} s after the trial")
+
+
+def _classify_exit(result: TrialResult, text: str) -> None:
+    rc = result.rc
+    fatal = re.search(r"Fatal Python error: (.+?)[ \t]*$", text, re.M)
+    if rc == 2:
+        line = next((ln for ln in text.splitlines() if ln.startswith("error:")), "no error: line")
+        _set(result, Outcome.HARNESS_ERROR, None, f"workload rejected its input: {line}")
+    elif (rc is not None and rc < 0) or fatal:
+        result.signal = _signal_name(-rc) if rc is not None and rc < 0 else None
+        if result.signal is None and fatal:
+            result.signal = _FATAL_SIGNALS.get(fatal.group(1))
+        sig = signature.crash_signature(text, rc=rc)
+        _set(result, Outcome.ABORT, sig, fatal.group(0) if fatal else f"killed by {result.signal}")
+    elif rc == 3 or re.search(r"^WRONG_RESULT:", text, re.M):
+        sig = signature.wrong_result_signature(text, rc=rc)
+        _set(result, Outcome.WRONG_RESULT, sig, f"WRONG_RESULT: {sig.message}")
+    elif rc != 0:
+        sig = signature.crash_signature(text, rc=rc)
+        _set(result, Outcome.CRASH, sig, f"exit {rc}")
+    else:
+        skip = re.search(r"^SKIP: ?(.*)$", text, re.M)
+        result.skipped = skip is not None
+        failed = len(signature.parse_tracebacks(text))
+        detail = f"skipped: {skip.group(1)}" if skip else "exit 0"
+        _set(result, Outcome.OK, None, detail + (f" ({failed} tracebacks printed)" if failed else ""))
+
+
+def _signal_name(signum: int) -> str | None:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return None
+
+
+def _set(result: TrialResult, outcome: Outcome, sig: signature.Signature | None,
+         detail: str) -> None:
+    result.outcome = outcome
+    result.detail = detail
+    if sig is not None:
+        result.signature = sig.key
+        result.signature_summary = sig.summary
+        result.signature_version = sig.version
+        result.exc_type = sig.exc_type or None
+
+
+def _final_json(text: str, event: str = "final") -> dict | None:
+    """The last `{"event": EVENT, ...}` line, if the workload printed one."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("{") and f'"{event}"' in line:
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and data.get("event") == event:
+                return data
+    return None
+
+
+def _read_output(path: Path) -> str:
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        if size <= OUTPUT_READ_CAP:
+            data = fh.read()
+        else:
+            half = OUTPUT_READ_CAP // 2
+            head = fh.read(half)
+            fh.seek(size - half)
+            data = head + b"\n[... output cut by the harness ...]\n" + fh.read()
+    return data.decode("utf-8", errors="replace")
+
+
+def _keep_native_stack(out: Path, text: str) -> None:
+    """A trial that died of a signal printed its native frames (harness.trial.native); name them now,
+    on the machine whose libraries they point into (a store read elsewhere cannot)."""
+    frames = native.native_stack(text)
+    if frames:
+        resolved = native.resolve(frames)
+        (out / NATIVE_STACK_NAME).write_text(
+            f"# {socket.gethostname()}: {len(resolved)} frames, innermost first\n"
+            + native.render(resolved, width=None) + "\n")
+
+
+def _finish(result: TrialResult, out: Path, after_exit: AfterExit | None) -> TrialResult:
+    (out / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    if after_exit is not None:
+        after_exit(result)
+    return result
+
+
+@functools.lru_cache(maxsize=1)
+def installed_torch() -> str | None:
+    # From the installed metadata: importing torch here would cost seconds per harness start.
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None

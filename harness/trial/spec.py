@@ -1,0 +1,151 @@
+"""What one trial runs: the workload, the fixes, the scheduler plan, the limits.
+
+A `TrialSpec` is plain data with a JSON round-trip (the runner writes it as `spec.json` next to
+the trial's output, so a trial can be replayed from its artefacts alone), and `validate()` turns
+every bad field into one `InvalidSpec` line, kept apart from a failed run (chaostoolkit
+`InvalidActivity` vs `FailedActivity`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKLOAD_KINDS = ("dflash", "repro", "command")
+
+
+class InvalidSpec(ValueError):
+    """A trial spec that cannot be run; the message is one line naming the field."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class WorkloadSpec:
+    """The program under test."""
+
+    kind: str
+    """`dflash` (python -m dflash train ...), `repro` (repro/<script>.py ...) or `command`."""
+    argv: tuple[str, ...] = ()
+    """dflash: arguments after `train`; repro: script name (with or without .py) then its
+    arguments; command: the full argv."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TrialSpec:
+    """One trial. `plan` is the scheduler's plan JSON, opaque here (only `seed` is read)."""
+
+    trial_id: str
+    cell: str
+    workload: WorkloadSpec
+    fixes: tuple[str, ...] = ()
+    plan: dict[str, Any] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for the child (on top of the harness's own variables)."""
+    timeout_s: float = 600.0
+    """Total deadline; still progressing at it -> TIMEOUT."""
+    hang_s: float = 60.0
+    """No heartbeat change and no output growth for this long -> HANG."""
+    trial_index: int = 0
+    cwd: str | None = None
+    """Working directory of the child; None = the repository root."""
+
+    def validate(self) -> None:
+        """Raise InvalidSpec with one clear line for the first bad field."""
+        _check_text("trial_id", self.trial_id)
+        _check_text("cell", self.cell)
+        _check_workload(self.workload)
+        for name in self.fixes:
+            if not isinstance(name, str) or not name or "," in name or name != name.strip():
+                raise InvalidSpec(f"fixes: invalid fix name {name!r}")
+        if self.fixes and self.workload.kind == "command":
+            raise InvalidSpec("fixes: a `command` workload cannot take fixes; put them in argv")
+        if self.plan is not None and not isinstance(self.plan, dict):
+            raise InvalidSpec(f"plan: expected a JSON object or null, got {type(self.plan).__name__}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
+            raise InvalidSpec("env: keys and values must be strings")
+        _check_positive("timeout_s", self.timeout_s)
+        _check_positive("hang_s", self.hang_s)
+        if isinstance(self.trial_index, bool) or not isinstance(self.trial_index, int):
+            raise InvalidSpec(f"trial_index: expected an int, got {self.trial_index!r}")
+        if self.trial_index < 0:
+            raise InvalidSpec(f"trial_index: must be >= 0, got {self.trial_index}")
+        if self.cwd is not None and not Path(self.cwd).is_dir():
+            raise InvalidSpec(f"cwd: {self.cwd!r} is not a directory")
+
+    @property
+    def plan_seed(self) -> int | None:
+        seed = (self.plan or {}).get("seed")
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trial_id": self.trial_id,
+            "cell": self.cell,
+            "workload": {"kind": self.workload.kind, "argv": list(self.workload.argv)},
+            "fixes": list(self.fixes),
+            "plan": self.plan,
+            "env": dict(self.env),
+            "timeout_s": self.timeout_s,
+            "hang_s": self.hang_s,
+            "trial_index": self.trial_index,
+            "cwd": self.cwd,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | str) -> TrialSpec:
+        """Inverse of `to_json` (also accepts the JSON text). Raises InvalidSpec."""
+        try:
+            obj = json.loads(data) if isinstance(data, str) else dict(data)
+            wl = obj.pop("workload")
+            spec = cls(
+                workload=WorkloadSpec(kind=wl["kind"], argv=tuple(wl.get("argv", ()))),
+                fixes=tuple(obj.pop("fixes", ())),
+                env=dict(obj.pop("env", None) or {}),
+                **obj,
+            )
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise InvalidSpec(f"spec JSON: {type(exc).__name__}: {exc}") from None
+        spec.validate()
+        return spec
+
+
+def argv_for(spec: TrialSpec) -> list[str]:
+    """The child's argv (a list: the runner never uses a shell)."""
+    wl = spec.workload
+    if wl.kind == "dflash":
+        # Always pass fixes, even empty: the raw cell must not inherit a preset's fixes.
+        return [sys.executable, "-m", "dflash", "train", *wl.argv, "--set",
+                "fixes=" + ",".join(spec.fixes)]
+    if wl.kind == "repro":
+        script = wl.argv[0] if wl.argv[0].endswith(".py") else wl.argv[0] + ".py"
+        fix_args = [arg for name in spec.fixes for arg in ("--fix", name)]
+        return [sys.executable, str(REPO_ROOT / "repro" / script), *wl.argv[1:], *fix_args]
+    return list(wl.argv)
+
+
+def _check_text(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidSpec(f"{name}: expected a non-empty string, got {value!r}")
+
+
+def _check_positive(name: str, value: object) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise InvalidSpec(f"{name}: expected a positive number of seconds, got {value!r}")
+
+
+def _check_workload(wl: object) -> None:
+    if not isinstance(wl, WorkloadSpec):
+        raise InvalidSpec(f"workload: expected a WorkloadSpec, got {type(wl).__name__}")
+    if wl.kind not in WORKLOAD_KINDS:
+        raise InvalidSpec(f"workload.kind: {wl.kind!r} is not one of {', '.join(WORKLOAD_KINDS)}")
+    if not all(isinstance(a, str) for a in wl.argv):
+        raise InvalidSpec("workload.argv: every argument must be a string")
+    if wl.kind in ("repro", "command") and not wl.argv:
+        raise InvalidSpec(f"workload.argv: a {wl.kind} workload needs at least one argument")
+    if wl.kind == "repro" and ("/" in wl.argv[0] or wl.argv[0].startswith(".")):
+        raise InvalidSpec(f"workload.argv: repro script {wl.argv[0]!r} must be a bare name")
