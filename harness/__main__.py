@@ -1,4 +1,4 @@
-"""`python -m harness matrix | stress | replay | report | run | lift` (see harness/cli.py)."""
+"""`python -m harness COMMAND ...`: the command table is harness/cli.py."""
 
 import sys
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from harness.analysis import benches
+from harness.cli import main
 def _line(tok: float, steady_busy: float | None = None) -> str:
     d = {"event": "bench", "preset": "gpu-launch-bound", "steps": 60, "tokens_per_s": 600.0,
          "tokens_per_s_steady": tok, "busy": {"prefetch": 0.0, "target": 0.99, "drafter": 0.44},
@@ -102,16 +103,16 @@ def test_the_table_prices_each_bench_within_its_call(tmp_path):
 def test_adding_a_call_twice_adds_nothing_and_bad_input_writes_nothing(tmp_path, capsys):
     path = tmp_path / "benches.jsonl"
     log = _write(tmp_path, LOG)
-    assert benches.main([str(log), "11", "--into", str(path)]) == 0
+    assert main(["benches", str(log), "11", "--into", str(path)]) == 0
     before = path.read_bytes()
-    assert benches.main([str(log), "11", "--into", str(path)]) == 0
+    assert main(["benches", str(log), "11", "--into", str(path)]) == 0
     assert path.read_bytes() == before
     capsys.readouterr()
     path.write_text('{"event": "bench"}\n')        # no phase: not this table's file
-    assert benches.main([str(log), "12", "--into", str(path)]) == 2
+    assert main(["benches", str(log), "12", "--into", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and path.read_text() == '{"event": "bench"}\n'
-    assert benches.main([str(tmp_path / "missing.txt"), "12", "--into", str(tmp_path / "x.jsonl")]) == 2
+    assert main(["benches", str(tmp_path / "missing.txt"), "12", "--into", str(tmp_path / "x.jsonl")]) == 2
     assert not (tmp_path / "x.jsonl").exists()
 
 

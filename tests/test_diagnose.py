@@ -17,7 +17,7 @@ import pytest
 
 from harness.diagnosis import diagnose
 from harness.diagnosis.catalogue import RecordSource, load
-from harness.analysis.report import trial_stores
+from harness.stores.discovery import trial_stores
 from harness.stores.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

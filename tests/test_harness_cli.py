@@ -12,6 +12,7 @@ import pytest
 
 from harness.cli import main
 from harness.trial.outcome import Outcome, TrialResult
+from harness.stores import discovery
 from harness.stores.store import Store
 
 PY = sys.executable
@@ -61,14 +62,16 @@ def test_missing_and_malformed_spec_files_are_bad_input(tmp_path, capsys):
 
 def test_matrix_without_a_source_runs_the_default_preset():
     from harness.campaign import presets
-    from harness.cli import build_parser, matrix_from_options
+    from harness.cli import build_parser
+    from harness.commands.matrix import matrix_from_options
 
     opts = build_parser().parse_args(["matrix", "--store", "unused"])
     assert matrix_from_options(opts).name == presets.DEFAULT_PRESET == "cpu-quick"
 
 
 def test_trials_option_sets_the_default_and_groups_with_their_own_count_keep_it():
-    from harness.cli import build_parser, matrix_from_options
+    from harness.cli import build_parser
+    from harness.commands.matrix import matrix_from_options
 
     opts = build_parser().parse_args(["matrix", "--preset", "gpu-campaign", "--trials", "30",
                                       "--max-failures", "1", "--per-gpu", "6"])
@@ -91,7 +94,8 @@ def test_every_group_without_trials_is_one_line_exit_2(capsys):
 
 
 def test_cells_option_selects_by_glob_and_an_unmatched_glob_is_one_line_exit_2(tmp_path, capsys):
-    from harness.cli import build_parser, matrix_from_options
+    from harness.cli import build_parser
+    from harness.commands.matrix import matrix_from_options
 
     opts = build_parser().parse_args(["matrix", "--preset", "gpu-campaign",
                                       "--cells", "*:no-cudagraphs+*@dflash-stages,gpu-bound:eager@-",
@@ -224,7 +228,8 @@ def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path
     # run its trials, so its default store is the git-ignored runs/cpu-quick.
     from harness.campaign import presets
     from harness.analysis import report
-    from harness.cli import build_parser, matrix_from_options
+    from harness.cli import build_parser
+    from harness.commands.matrix import matrix_from_options
     from harness.trial.outcome import Outcome, TrialResult
     from harness.stores.store import Store
 
@@ -235,8 +240,8 @@ def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path
     for root in ("results/cpu-quick", "runs/cpu-quick", "results/other"):
         Store(root).append(TrialResult(trial_id="cpu-quick/r16:raw@-/0", cell="r16:raw@-", trial_index=0,
                                        outcome=Outcome.OK))
-    assert [str(p) for p in report.trial_stores()] == ["runs/cpu-quick", "results/cpu-quick", "results/other"]
-    assert [str(p) for p in report.default_stores(Path("results"))] == ["results/cpu-quick", "results/other"]
+    assert [str(p) for p in discovery.trial_stores()] == ["runs/cpu-quick", "results/cpu-quick", "results/other"]
+    assert [str(p) for p in discovery.default_stores(Path("results"))] == ["results/cpu-quick", "results/other"]
 
 
 def test_every_harness_command_in_the_readme_parses():
@@ -255,11 +260,6 @@ def test_every_harness_command_in_the_readme_parses():
     assert len(checked) >= 10
     for cmd in checked:
         build_parser().parse_args(shlex.split(cmd))
-    from harness.campaign import slots
-    replays = re.findall(r"^python3? -m harness\.packing (.+?)(?:  #.*)?$", text, flags=re.MULTILINE)
-    assert replays
-    for cmd in replays:
-        slots.build_parser().parse_args(shlex.split(cmd))
 
 
 def test_matrix_summary_says_which_trials_the_clock_left_and_which_the_failure_rule_left(tmp_path, capsys):

@@ -321,7 +321,7 @@ def test_resume_reruns_out_of_memory_trials_and_pending_counts_them(tmp_path, ca
     plans = {p.cell: p for p in matrix.pending_plan(spec)}
     assert (plans["ok:raw@-"].pending, plans["ok:raw@-"].other, plans["ok:raw@-"].stopped) == (2, 1, False)
     assert (plans["bad:raw@-"].pending, plans["bad:raw@-"].stopped) == (0, True)   # max_failures 1
-    from harness.cli import _print_pending
+    from harness.commands.matrix import _print_pending
 
     _print_pending(spec)
     out = capsys.readouterr().out
@@ -461,7 +461,7 @@ def test_gpu_slots_backfill_a_slot_the_head_cannot_use_but_only_max_bypass_times
 def test_pending_estimates_cells_never_run_from_the_whole_stores_median(tmp_path, capsys):
     import dataclasses
 
-    from harness.cli import _print_pending
+    from harness.commands.matrix import _print_pending
 
     spec = spec_from_dict(_spec(tmp_path, trials=2))
     store = Store(tmp_path / "store")
@@ -474,7 +474,7 @@ def test_pending_estimates_cells_never_run_from_the_whole_stores_median(tmp_path
 
 
 def test_pending_packs_the_estimate_as_the_pool_would(tmp_path, capsys):
-    from harness.cli import _print_pending
+    from harness.commands.matrix import _print_pending
 
     # A GPU trial taking 6 of 12 slots holds half a GPU (2 at once), whatever the 16 workers allow;
     # a CPU trial holds 1 of the 4 workers.
@@ -498,7 +498,7 @@ def test_pending_packs_the_estimate_as_the_pool_would(tmp_path, capsys):
 
 
 def test_pending_replays_backfill_where_strict_order_would_leave_slots_idle(tmp_path, capsys):
-    from harness.cli import _print_pending
+    from harness.commands.matrix import _print_pending
     from harness.campaign.slots import Job, simulate
 
     # small (1 of 4 slots, 10 min) before big (3 slots, 1 min) in cell order; 4 pending each, run
@@ -521,7 +521,7 @@ def test_pending_replays_backfill_where_strict_order_would_leave_slots_idle(tmp_
 
 
 def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_path, capsys):
-    from harness.cli import _print_pending
+    from harness.commands.matrix import _print_pending
 
     d = _spec(tmp_path, trials=4, workers=16, per_gpu=12)
     d["workloads"] = {"big": {**_cmd("pass"), "gpus": 1, "gpu_slots": 6}, "cpu": _cmd("pass")}

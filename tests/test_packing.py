@@ -68,7 +68,7 @@ def test_a_job_that_can_never_start_is_an_error_not_a_wall_time():
 
 def test_replay_last_packs_a_runs_records_at_the_slots_the_store_before_it_gave(tmp_path):
     from harness.trial.outcome import Outcome, TrialResult
-    from harness.campaign.slots import replay_last
+    from harness.campaign.matrix import replay_last
     from harness.campaign.presets import spec_from_dict
 
     spec = spec_from_dict({"name": "t", "store": str(tmp_path / "s"), "trials": 4, "workers": 4, "per_gpu": 4,
@@ -85,20 +85,18 @@ def test_replay_last_packs_a_runs_records_at_the_slots_the_store_before_it_gave(
     got = replay_last(spec, [rec("big:raw@-", 0, 0)] + run, 4)
     assert got == {"strict": 30.0, "backfill": 20.0, "recorded": 30.0}
     for bad in (0, 6):
-        with pytest.raises(ValueError, match="--last must be between 1 and"):
+        with pytest.raises(ValueError, match="--replay-last must be between 1 and"):
             replay_last(spec, run, bad)
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--preset", "no-such-preset", "--last", "3"], "unknown preset"),
-    (["--preset", "gpu-campaign", "--last", "3", "--gpus", "0"], "--gpus must be at least 1"),
-    (["--preset", "gpu-campaign", "--last", "three"], "invalid int value"),
+    (["--preset", "no-such-preset", "--replay-last", "3"], "no-such-preset"),
+    (["--preset", "gpu-campaign", "--replay-last", "0"], "--replay-last"),
+    (["--preset", "gpu-campaign", "--replay-last", "three"], "--replay-last"),
 ])
-def test_packing_main_rejects_bad_input_with_one_line_and_exit_2(capsys, argv, needle):
-    from harness.campaign.slots import main
+def test_replaying_a_run_rejects_bad_input_with_one_line_and_exit_2(capsys, argv, needle):
+    from harness.cli import main
 
-    with pytest.raises(SystemExit) as info:
-        raise SystemExit(main(argv))
-    assert info.value.code == 2
+    assert main(["matrix", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0], err

@@ -10,6 +10,7 @@ import pytest
 
 from harness.analysis import benches, pricing
 from harness.analysis.pricing import Config, PriceError
+from harness.commands import price
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -140,7 +141,7 @@ def test_three_configurations_are_also_priced_each_over_each_other_by_round():
 
 @pytest.mark.parametrize("low, high, word", [(1.21, 1.4, "meets"), (1.0, 1.19, "misses"), (1.1, 1.3, "undecided")])
 def test_the_target_is_met_only_when_the_whole_interval_clears_it(low, high, word):
-    from harness.analysis.stats import MedianInterval
+    from harness.stats import MedianInterval
 
     assert pricing.verdict(MedianInterval(median=(low + high) / 2, low=low, high=high, coverage=0.9), 1.2).startswith(word)
 
@@ -204,7 +205,7 @@ def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys
                                             sets=[], timeout_s=60.0, call=4, into=into, target=None,
                                             topology=None)
     with pytest.raises(KeyboardInterrupt):
-        pricing.main(opts)
+        price.run(opts)
     assert [(b.strategy, b.tokens_steady) for b in benches.load([into])] == [
         ("eager", 100.0), ("eager+global-lock", 110.0), ("eager+global-lock", 120.0)]
     assert "| `eager+global-lock` | 2/2 | 115 | 110-120 | 1.10x | 1.10x-1.10x | 0% |" in capsys.readouterr().out

@@ -6,6 +6,7 @@ import pytest
 
 from harness.analysis import report
 from harness.trial.outcome import Outcome, TrialResult
+from harness.stores import discovery
 from harness.stores.store import Store
 
 
@@ -110,7 +111,7 @@ def test_rebuild_is_byte_identical_and_writes_plots(tmp_path):
     _store(tmp_path, "other", [_r("x:raw@-", i, Outcome.OK, matrix="other") for i in range(3)])
     out = tmp_path / "REPORT.md"
     out.write_text("# Report\n\nKeep me.\n")
-    stores = report.default_stores(tmp_path / "results")
+    stores = discovery.default_stores(tmp_path / "results")
     assert [s.name for s in stores] == ["m", "other"]
     assert report.rebuild(stores, out) == ["m", "other"]
     first = out.read_bytes()
@@ -204,7 +205,7 @@ def test_overview_counts_failure_families_per_torch_version_over_every_store(tmp
     _store(tmp_path, "cpu", [r("cpu", 0, Outcome.CRASH, fx, "2.13.0+cpu"), r("cpu", 1, Outcome.CRASH, fx, "2.13.0+cpu")])
     out = tmp_path / "REPORT.md"
     out.write_text("# Report\n")
-    stores = report.default_stores(tmp_path / "results")
+    stores = discovery.default_stores(tmp_path / "results")
     assert report.rebuild(stores, out, overview=True)[0] == report.OVERVIEW_BLOCK
     text = out.read_text()
     assert "Trials that count: torch 2.13.0+cpu: 2 trials; torch 2.11.0: 2 trials." in text
@@ -252,7 +253,7 @@ def test_the_committed_report_is_what_the_committed_stores_regenerate(tmp_path):
     shutil.copytree(repo / "results", tmp_path / "results", ignore=shutil.ignore_patterns("*.png"))
     out = tmp_path / "REPORT.md"
     shutil.copy(repo / "REPORT.md", out)
-    report.rebuild(report.default_stores(tmp_path / "results"), out, overview=True)
+    report.rebuild(discovery.default_stores(tmp_path / "results"), out, overview=True)
     assert out.read_text() == (repo / "REPORT.md").read_text(), \
         "REPORT.md is not what `python -m harness report` makes of results/: rerun it and commit"
     # Every plot the report writes is committed, and no stale one is left (names, not bytes: a

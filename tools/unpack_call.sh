@@ -32,7 +32,7 @@ done
 [ ${#packs[@]} = 0 ] || "$py" -m harness pack "${packs[@]}"
 # A `price` phase's records (harness price) come back as price.jsonl, without a call number.
 rec=(); [ -f "$src/price.jsonl" ] && rec=(--records "$src/price.jsonl")
-"$py" -m harness.analysis.benches "$src/log.txt" "$n" --into results/h200-campaign/benches.jsonl "${rec[@]}"
+"$py" -m harness benches "$src/log.txt" "$n" --into results/h200-campaign/benches.jsonl "${rec[@]}"
 mkdir -p "$(dirname "$log")"
 cp "$src/log.txt" "$log"
 "$py" -m harness report

@@ -18,10 +18,8 @@ configuration failed alone on the GPU, which harness.analysis.recommend counts a
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -471,28 +469,3 @@ def add_records(records: Path | Sequence[dict], call: int, into: Path) -> int:
     if new:
         append(into, new, held)
     return len(new)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.analysis.benches",
-                                 description="keep a device call's `dflash bench` records (from its log)")
-    ap.add_argument("log", type=Path)
-    ap.add_argument("call", type=int)
-    ap.add_argument("--into", type=Path, required=True, help="the JSONL file of bench records")
-    ap.add_argument("--records", type=Path, help="also the call's `harness price` records (call.sh's price.jsonl)")
-    opts = ap.parse_args(argv)
-    try:
-        # Read first: a bad records file is an error before the log's records are added.
-        priced = read_records(opts.records) if opts.records is not None else []
-        n = add(opts.log, opts.call, opts.into)
-        if priced:
-            n += add_records(priced, opts.call, opts.into)
-    except BenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"{opts.into}: {n} bench record(s) of call {opts.call} added")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,16 +17,13 @@ of something else first (say so where it matters).
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 from harness.diagnosis import families
 
-from harness.analysis import stats
+from harness import stats
 from harness.campaign.cells import split_cell
 from harness.trial.outcome import TrialResult
 from harness.analysis.recommend import holds
@@ -106,44 +103,3 @@ def table(fix: str, wanted: frozenset[str] | None, found: Sequence[Row]) -> str:
                       *(r.line() for r in found)])
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("fix", help="a fix name as it appears in strategy names (e.g. cstash-tls-init)")
-    p.add_argument("--family", action="append", default=[],
-                   help="count only failures of these families (harness.diagnosis.families; repeat or comma-separate)")
-    p.add_argument("--cells", action="append", default=[], metavar="GLOB", help="only trials of matching cells")
-    p.add_argument("--without", action="append", default=[], metavar="FIX",
-                   help="leave out trials whose strategy holds FIX (repeat or comma-separate): e.g. a "
-                        "count as it stood before a fix's cells ran")
-    p.add_argument("--store", action="append", help="store folder(s) (default: results/*)")
-    p.add_argument("--json", action="store_true")
-
-
-def cmd_crosstab(opts: argparse.Namespace) -> int:
-    from harness.args import comma_list
-    from harness.analysis.report import default_stores
-    from harness.stores.store import Store
-
-    names = comma_list(opts.family)
-    unknown = [n for n in names if n not in families.DESCRIPTIONS]
-    if unknown:
-        raise CrosstabError(f"unknown family {unknown[0]!r}; known: {', '.join(families.DESCRIPTIONS)}")
-    wanted = frozenset(names) or None
-    dirs = [Path(s) for s in opts.store] if opts.store else default_stores(Path("results"))
-    for d in dirs:
-        if not (d / "trials.jsonl").is_file():
-            raise CrosstabError(f"no result store at {d} (no trials.jsonl)")
-    loaded = [(d.name, Store(d).load()) for d in dirs]
-    seen = {split_cell(r.cell)[1] for _, rs in loaded for r in rs}
-    if not any(holds(s, opts.fix) for s in seen):
-        raise CrosstabError(f"no stored trial's strategy holds {opts.fix!r}")
-    cells = comma_list(opts.cells)
-    without = comma_list(opts.without)
-    if opts.fix in without:
-        raise CrosstabError(f"--without {opts.fix} leaves no trial with the fix")
-    found = rows(loaded, opts.fix, wanted, cells, without)
-    if opts.json:
-        print(json.dumps({"fix": opts.fix, "families": sorted(wanted) if wanted else None,
-                          "rows": [asdict(r) for r in found]}, indent=2))
-    else:
-        print(table(opts.fix, wanted, found))
-    return 0

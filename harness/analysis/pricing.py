@@ -13,7 +13,7 @@ two configurations it was compared with. So the price is measured the way a drif
 - A configuration's cost is the per-round ratio of its steady tokens/s to the base
   configuration's (the first one named): the two ran minutes apart, so the ratio is paired. Its
   summary is the median over rounds and a distribution-free interval for that median
-  (`harness.analysis.stats.median_interval`, the sign test's order statistics) with its coverage: 75% with
+  (`harness.stats.median_interval`, the sign test's order statistics) with its coverage: 75% with
   3 rounds, 94% with 5, 97% with 6.
 - A bench that dies is a result, not a gap: its record carries the exit code and the failure's
   signature (harness.analysis.benches), and the command exits 1.
@@ -43,8 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.analysis import stats
-from harness.analysis.benches import BenchError, append, died_signature, load, strategy_of
+from harness import stats
+from harness.analysis.benches import BenchError, append, died_signature, strategy_of
 
 TIMEOUT_RC = 124
 """A run past --timeout-s gets `timeout`'s exit code, which harness.analysis.benches reads as timed out."""
@@ -316,21 +316,3 @@ def save(records: Sequence[dict], into: Path) -> None:
         raise PriceError(str(e)) from None
 
 
-def main(opts) -> int:
-    try:
-        plan = make_plan(opts.preset, opts.configs, rounds=opts.rounds, steps=opts.steps, sets=opts.sets,
-                         timeout_s=opts.timeout_s, call=opts.call, topology=opts.topology)
-        if opts.into is not None and opts.into.exists():
-            load([opts.into])      # before an hour of benches, not after
-    except (PriceError, BenchError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    records: list[dict] = []
-    try:
-        run(plan, records=records, done=(lambda d: save([d], opts.into)) if opts.into is not None else (lambda d: None))
-    finally:
-        # Stopped (SIGTERM from a call's time limit, Ctrl-C) or not: the rounds that ran are priced.
-        if opts.into is not None:
-            print(f"{opts.into}: {len(records)} bench record(s) added", file=sys.stderr)
-        print(table(plan, prices(plan, records), opts.target), flush=True)
-    return 1 if any(d.get("exit_code") for d in records) else 0

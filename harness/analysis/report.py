@@ -19,7 +19,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.analysis import benches, recommend, stats
+from harness import stats
+from harness.text import clip
+from harness.analysis import benches, recommend
 
 from harness.diagnosis import families
 from harness.campaign.cells import split_cell
@@ -191,11 +193,6 @@ def cell_row(c: CellSummary, *, memory: bool = False) -> tuple[str, ...]:
     fisher = "-" if c.fisher_p is None else f"{c.fisher_p:.3g}"
     row = (c.cell, kn, rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
     return row + (("-" if c.gpu_peak_gib is None else f"{c.gpu_peak_gib:.1f}",) if memory else ())
-
-
-def clip(s: str, width: int) -> str:
-    """`s`, cut to `width` characters with `...` when longer."""
-    return s if len(s) <= width else s[: width - 3] + "..."
 
 
 def text_table(cells: Sequence[CellSummary]) -> str:
@@ -566,22 +563,6 @@ def _rel(path: Path, base: Path) -> str:
 
 def matrix_names(records: Sequence[TrialResult]) -> list[str]:
     return sorted({r.matrix for r in records if r.replay_of is None})
-
-
-def default_stores(results_root: Path) -> list[Path]:
-    """Every store directly under results/ (a folder holding a trials.jsonl)."""
-    from harness.stores.store import TRIALS_NAME
-
-    if not results_root.is_dir():
-        return []
-    return sorted(p.parent for p in results_root.glob(f"*/{TRIALS_NAME}"))
-
-
-def trial_stores() -> list[Path]:
-    """Where show, replay and shrink look for a trial id: this checkout's own runs first (runs/*/,
-    where the README's main job writes), then the committed stores (results/*/): a trial id of the
-    main job is in both, and the one a user just ran is the one they mean."""
-    return [*default_stores(Path("runs")), *default_stores(Path("results"))]
 
 
 OVERVIEW_BLOCK = "failure-modes"

@@ -9,7 +9,6 @@ is rerun.
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import shlex
 from pathlib import Path
@@ -18,9 +17,8 @@ from harness.diagnosis import families
 
 from harness.trial import hangs, native, signature
 from harness.trial.outcome import TrialResult
-from harness.campaign.replay import ReplayError, find_trial, load_trial_spec
-from harness.analysis.report import trial_stores
-from harness.stores.retire import RETIRED_NAME, reasons, with_retired
+from harness.campaign.replay import ReplayError, load_trial_spec
+from harness.stores.retire import RETIRED_NAME, reasons
 from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME
 from harness.trial.spec import TrialSpec
 from harness.stores.store import ArtefactPath, PackedArtefacts, Store
@@ -110,8 +108,3 @@ def _read(path: ArtefactPath) -> str | None:
         return None
 
 
-def cmd_show(opts: argparse.Namespace) -> int:
-    stores = [Path(s) for s in opts.store] if opts.store else trial_stores()
-    record, store_dir = find_trial(opts.trial_id, with_retired(stores))
-    print(render(record, store_dir))
-    return 0

@@ -1,11 +1,11 @@
 """Lift benchmark: per-trial reproduction probability of F2 and R5, plain vs under scheduler plans.
 
-`python -m harness.campaign.lift [--trials N] [--workers W] [--replays M]` (also `python -m harness lift`).
+`python -m harness lift [--trials N] [--workers W] [--replays M]`.
 Every trial is a fresh process run by harness.trial.runner.run_trial. Configurations are interleaved
 trial by trial (plain, plan A, plan B, plain, ...) so that load from other processes on the
 machine drifts over all of them alike. A trial counts as reproduced by the target's own rule
 (F2: its RuntimeError text in the output; R5: the process died of a fatal signal). Rates are k/n
-with Wilson 95% intervals (harness.analysis.stats); lift = p(plan) / p(plain), and the conservative lift
+with Wilson 95% intervals (harness.stats); lift = p(plan) / p(plain), and the conservative lift
 = low(plan) / high(plain) from the interval ends.
 
 Reference points (cpu-experiments.md, torch 2.13 CPU, hand-made pressure): F2 1/10 plain vs
@@ -17,18 +17,15 @@ the same signature and the same decision sequence: measured, never assumed.
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import importlib.metadata
 import json
-import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import stats
+from harness import stats
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import OUTPUT_NAME, run_trial
 from harness.faults.profiles import plan_from_seed
@@ -179,57 +176,9 @@ def measure_replays(target: Target, cell: Cell, replays: int, workers: int,
             f"same decision sequence {same_dec}/{replays} ({len(want)} decisions)")
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m harness.campaign.lift", description=__doc__.split("\n")[0])
-    ap.add_argument("--trials", type=int, default=10, help="trials per configuration (10)")
-    ap.add_argument("--workers", type=int, default=1, help="trials run at once (1)")
-    ap.add_argument("--targets", default="F2,R5", help="comma list of F2, R5")
-    ap.add_argument("--seed", type=int, default=0, help="plan seed of trial 0 (trial i: seed+i)")
-    ap.add_argument("--replays", type=int, default=0, help="replays of a reproducing F2 trial")
-    ap.add_argument("--replay-profile", default="fx-widen", help="F2 plan whose trial is replayed")
-    ap.add_argument("--f2-repro", action="store_true", help="F2 from repro/r06 (saturated plain)")
-    ap.add_argument("--out", default=None, help="artefacts folder (default runs/lift/<utc time>)")
-    args = ap.parse_args(argv)
-    if args.trials < 1 or args.workers < 1 or args.replays < 0:
-        ap.error("--trials and --workers must be >= 1, --replays >= 0")
-    unknown = set(args.targets.split(",")) - set(targets())
-    if unknown:
-        ap.error(f"unknown target(s) {', '.join(sorted(unknown))} (known: F2, R5)")
-    return args
-
-
-def _torch_version() -> str:
+def torch_version() -> str:
     # From the installed metadata: importing torch here would cost seconds (the trials import it).
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = Path(args.out or REPO_ROOT / "runs" / "lift" / stamp)
-    all_targets = targets(f2_repro=args.f2_repro)
-    chosen = [all_targets[name] for name in args.targets.split(",")]
-    print(f"lift: torch {_torch_version()}, python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, {args.trials} trials/config, "
-          f"{args.workers} workers, artefacts {out}", flush=True)
-    for t in chosen:
-        print(f"  {t.name}: {' '.join(t.workload.argv)}", flush=True)
-    cells = run_cells(chosen, args.trials, args.workers, args.seed, out)
-    print(format_table(cells))
-    for t in chosen:
-        print(f"best plan for {t.name}: {best_plan(cells, t.name)}")
-    if args.replays and "F2" in args.targets.split(","):
-        f2 = all_targets["F2"]
-        cell = next(c for c in cells if c.target == "F2" and c.profile == args.replay_profile)
-        print(measure_replays(f2, cell, args.replays, args.workers, out))
-    (out / "lift.json").write_text(json.dumps(
-        [{"target": c.target, "profile": c.profile, "k": sum(c.hits), "n": len(c.hits),
-          "trials": [r.trial_id for r in c.results]} for c in cells], indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -25,9 +25,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.campaign import slots
 from harness.campaign.cells import cell_name, split_cell, trial_id
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.spec import REPO_ROOT, WORKLOAD_KINDS, TrialSpec, WorkloadSpec
@@ -322,7 +324,7 @@ def pool_order(cell_names: Sequence[str]) -> Callable[[str, int], tuple[int, int
 
 def median_duration_s(records: Sequence[TrialResult]) -> float | None:
     """A cell's stored median duration: what `--pending` plans with and `--finish-by` expects."""
-    from harness.analysis import stats
+    from harness import stats
     return stats.median_or_none([r.duration_s for r in records if r.duration_s is not None])
 
 
@@ -566,3 +568,28 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     return MatrixRun(spec=spec, records=existing + new, ran=len(new), resumed=len(trials) - len(pending),
                      left=pool.left, elapsed_s=time.monotonic() - start,
                      left_by_time=pool.left_by_time)
+
+
+def replay_last(spec, records: Sequence, last: int, *, num_gpus: int = 1) -> dict[str, float]:
+    """The last `last` records of a store (one run's, as `harness merge` appends them) replayed as
+    the pool packs them, in strict order and with backfill, at their recorded durations and at
+    the slots the store before them gave their cells (`matrix.cell_slots`); and the run's own span
+    from its records' start times, to check the replay against."""
+    if not 0 < last <= len(records):
+        raise MatrixError(f"--replay-last must be between 1 and the store's {len(records)} records, not {last}")
+    before, run = records[:-last], records[-last:]
+    cells = {c.name: c for c in spec.cells()}
+    unknown = sorted({r.cell for r in run} - set(cells))
+    if unknown:
+        raise MatrixError(f"records of cells matrix {spec.name!r} does not have: {', '.join(unknown[:3])}")
+    cell_weights = cell_slots(spec, before)
+    key = pool_order(list(cells))
+    run = sorted(run, key=lambda r: key(r.cell, r.trial_index))
+    jobs = [slots.Job(seconds=r.duration_s, need=cells[r.cell].workload.gpus, weight=cell_weights[r.cell]) for r in run]
+    out = slots.strict_and_backfill(jobs, workers=spec.workers, num_gpus=num_gpus, per_gpu=spec.per_gpu)
+    try:
+        starts = [datetime.fromisoformat(r.started_at).timestamp() for r in run]
+        out["recorded"] = max(s + r.duration_s for s, r in zip(starts, run)) - min(starts)
+    except ValueError:   # a record without a start time: no span to compare with
+        pass
+    return out

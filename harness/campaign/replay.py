@@ -10,18 +10,15 @@ them) under ids `<trial id>~replay<j>`, j counting on from earlier replays.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
-from harness.analysis import stats
+from harness import stats
 from harness.campaign.pool import with_run_dir
 from harness.trial.outcome import TrialResult
 from harness.trial.spec import InvalidSpec, TrialSpec
-from harness.analysis.report import trial_stores
 from harness.stores.store import ARTEFACTS_NAME, ArtefactPath, Store, StoreError, safe_name
 
 REPLAYS_NAME = "replays"
@@ -29,16 +26,6 @@ REPLAYS_NAME = "replays"
 
 class ReplayError(ValueError):
     """Unknown trial id, or a stored trial that cannot be replayed."""
-
-
-def find_trial(trial_id: str, store_dirs: list[Path]) -> tuple[TrialResult, Path]:
-    """The stored record of `trial_id` and the store holding it."""
-    for d in store_dirs:
-        for r in Store(d).load():
-            if r.trial_id == trial_id and r.replay_of is None:
-                return r, d
-    where = ", ".join(str(d) for d in store_dirs) or "no stores"
-    raise ReplayError(f"trial {trial_id!r} not found in {where}")
 
 
 def load_trial_spec(record: TrialResult, store_dir: Path) -> TrialSpec:
@@ -137,18 +124,3 @@ def summary(record: TrialResult, results: list[TrialResult]) -> dict:
     }
 
 
-def cmd_replay(opts: argparse.Namespace) -> int:
-    stores = [Path(s) for s in opts.store] if opts.store else trial_stores()
-    record, store_dir = find_trial(opts.trial_id, stores)
-    results = replay(record, store_dir, opts.times)
-    s = summary(record, results)
-    if opts.json:
-        print(json.dumps(s, indent=2, sort_keys=True))
-    else:
-        what = record.signature_summary or record.outcome.name
-        print(f"{s['reproduced']}/{s['replays']} replays of {record.trial_id} reproduced "
-              f"{record.outcome.name} {what!r} (plan seed {record.plan_seed}); "
-              f"Wilson 95% [{100 * s['wilson_low']:.1f}%, {100 * s['wilson_high']:.1f}%]")
-        for other, count in s["others"].items():
-            print(f"  {count} x {other}")
-    return 0 if s["reproduced"] else 1

@@ -23,23 +23,17 @@ rarer races.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import dataclasses
-import json
 import math
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis import stats
+from harness import stats
 from harness.trial.outcome import TrialResult
 from harness.campaign.pool import kill_child_groups, with_run_dir
-from harness.campaign.replay import ReplayError, find_trial, load_trial_spec, same_failure
-from harness.analysis.report import trial_stores
-from harness.trial.spec import TrialSpec
-from harness.stores.store import Store, safe_name, write_atomic
+from harness.campaign.replay import ReplayError, load_trial_spec, same_failure
+from harness.stores.store import Store
 
 SHRINKS_NAME = "shrinks"
 
@@ -176,30 +170,3 @@ def describe(original: dict, minimal: Step) -> str:
     return ", ".join(kept) or "an empty plan (seed only)"
 
 
-def cmd_shrink(opts: argparse.Namespace) -> int:
-    stores = [Path(s) for s in opts.store] if opts.store else trial_stores()
-    record, store_dir = find_trial(opts.trial_id, stores)
-    shrinker = Shrinker(record, store_dir, opts.times, opts.workers or min(opts.times, os.cpu_count() or 1),
-                        sys.stderr)
-    steps = shrinker.run()
-    if steps[0].reproduced == 0:
-        print(f"0/{opts.times} runs of {record.trial_id} under its own plan reproduced "
-              f"{record.signature_summary or record.outcome.name!r}: nothing to shrink (raise -n?)")
-        return 1
-    plan, measured = minimal_plan(steps)
-    out = shrinker.store.root / f"{safe_name(record.trial_id)}.min-spec.json"
-    spec: TrialSpec = dataclasses.replace(shrinker.spec, trial_id=f"{record.trial_id}~min", plan=plan)
-    write_atomic(out, (json.dumps(spec.to_json(), indent=2) + "\n").encode())
-    minimal = describe(shrinker.spec.plan, measured)
-    summary = {
-        "trial_id": record.trial_id, "signature_summary": record.signature_summary, "runs_per_step": opts.times,
-        "steps": [{"label": s.label, "reproduced": s.reproduced, "runs": s.runs, "removed": s.kept}
-                  for s in steps],
-        "minimal": minimal, "minimal_reproduced": measured.reproduced, "spec": str(out),
-    }
-    if opts.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(f"minimal plan of {record.trial_id}: {minimal}; reproduced {measured.reproduced}/{measured.runs} "
-              f"({measured.label}); spec: {out} (python -m harness run {out})")
-    return 0

@@ -23,10 +23,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.analysis import stats
+from harness import stats
 from harness.campaign.matrix import MatrixError, PlanChoice, plan_json
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
 from harness.campaign.progress import format_elapsed
@@ -35,21 +36,6 @@ from harness.trial.spec import TrialSpec, WorkloadSpec
 
 ECHO_BYTES = 2048
 """Bytes of a failing run's output echoed to the terminal (Go stress: 2 KiB)."""
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-p", "--parallel", type=int, default=os.cpu_count() or 1, help="runs at once")
-    p.add_argument("--timeout", type=float, default=600.0, help="deadline of one run, seconds (Go: 10 min)")
-    p.add_argument("--hang", type=float, help="no output for this long -> HANG (default: the timeout)")
-    p.add_argument("--max-runs", type=int, help="stop after this many runs")
-    p.add_argument("--max-fails", type=int, help="stop after this many failures")
-    p.add_argument("--max-time", type=float, help="start no run after this many seconds")
-    p.add_argument("--failure", help="count a failing run only if its output matches this regexp")
-    p.add_argument("--ignore", help="do not count failing runs whose output matches this regexp")
-    p.add_argument("--plan", help="scheduler profile for a Python CMD (run i gets seed i)")
-    p.add_argument("-o", "--output", help="folder for failing runs' artefacts (default: a new temp folder)")
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between status lines")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -126,11 +112,13 @@ def counts_as_failure(result: TrialResult, output: str, opts: StressOptions) -> 
     return not (opts.ignore is not None and opts.ignore.search(output))
 
 
-def run_stress(a: argparse.Namespace) -> int:
+def run_stress(a: argparse.Namespace, *, explain: Callable[[Path], str] | None = None) -> int:
+    """Run CMD until a stop rule; `explain(out_dir)` says what the failing runs were (the command
+    passes the diagnosis) before the artefacts' folder is named."""
     opts = options_from_args(a)
     loop = _StressLoop(opts)
     loop.run()
-    return loop.report()
+    return loop.report(explain)
 
 
 class _StressLoop:
@@ -224,7 +212,7 @@ class _StressLoop:
         if stuck:
             raise RuntimeError(f"stress workers still running after their deadline: {stuck}")
 
-    def report(self) -> int:
+    def report(self, explain: Callable[[Path], str] | None = None) -> int:
         s = self.state
         elapsed = time.monotonic() - self.start
         ci = stats.wilson(s.failures, s.runs)
@@ -238,22 +226,12 @@ class _StressLoop:
         for sig, count in s.signatures.most_common():
             print(f"  {count} x {sig}")
         if s.failures:
-            print(_diagnose_folder(self.opts.out_dir))
+            if explain is not None:
+                print(explain(self.opts.out_dir))
             print(f"failing runs' artefacts: {self.opts.out_dir}")
         elif self.opts.own_dir:
             shutil.rmtree(self.opts.out_dir, ignore_errors=True)
         return 1 if s.failures else 0
-
-
-def _diagnose_folder(out_dir: Path) -> str:
-    """The failing runs' diagnosis (harness diagnose OUT_DIR, brief), or why there is none."""
-    from harness.diagnosis import diagnose
-
-    try:
-        findings = diagnose.diagnose(diagnose.collect([str(out_dir)]))
-    except diagnose.DiagnoseError as e:
-        return f"diagnosis: none ({e})"
-    return diagnose.render(findings, brief=True)
 
 
 def _native_lines(folder: Path, frames: int = 6) -> str:

@@ -20,7 +20,6 @@ the output) on a torch where that race's repro reproduced, which makes it "suspe
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -32,7 +31,10 @@ from harness.trial import hangs, signature
 from harness.campaign.cells import strategy_of
 from harness.diagnosis.catalogue import Catalogue, Count, Race, RecordSource, count, load, major_minor
 from harness.trial.outcome import TrialResult
-from harness.analysis.report import clip
+from harness.text import clip
+from harness.stores.discovery import TrialNotFound, find_trial, trial_stores
+from harness.stores.retire import with_retired
+from harness.stores.store import Store, StoreError
 from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME, installed_torch
 
 SUMMARY_SCORE = 1.0
@@ -409,8 +411,6 @@ def _from_folder(folder: Path) -> list[Failure]:
 
 
 def _from_store(store_dir: Path) -> list[Failure]:
-    from harness.stores.store import Store, StoreError
-
     try:
         records = Store(store_dir).load()
     except StoreError as e:
@@ -419,14 +419,9 @@ def _from_store(store_dir: Path) -> list[Failure]:
 
 
 def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> Failure:
-    from harness.campaign.replay import ReplayError, find_trial
-    from harness.analysis.report import trial_stores
-    from harness.stores.retire import with_retired
-    from harness.stores.store import Store
-
     try:
         record, store_dir = find_trial(trial_id, with_retired(list(stores) or trial_stores()))
-    except ReplayError as e:
+    except TrialNotFound as e:
         raise DiagnoseError(f"{trial_id}: not a file, a folder or a stored trial ({e})") from None
     if not record.outcome.is_failure:
         raise DiagnoseError(f"{trial_id}: ended {record.outcome.name}, nothing to diagnose")
@@ -475,24 +470,6 @@ def from_records(records: Iterable[TrialResult], store_dir: Path) -> list[Failur
     store = Store(store_dir)
     return [from_record(r, store.artefacts_of(r)) for r in records
             if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("targets", nargs="+", metavar="TARGET",
-                   help="trial id, artefacts folder, stress -o folder, store folder, or a log/dump file")
-    p.add_argument("--store", action="append", default=[], help="stores to find trial ids in (default: every store)")
-    p.add_argument("--json", action="store_true", help="one JSON object: the findings")
-    p.add_argument("--torch", help="the torch version a log file ran on (default: the one it names, else the installed)")
-
-
-def cmd_diagnose(opts: argparse.Namespace) -> int:
-    failures = collect(opts.targets, stores=[Path(s) for s in opts.store], torch=opts.torch)
-    findings = diagnose(failures)
-    if opts.json:
-        print(json.dumps({"findings": [f.to_json() for f in findings]}, indent=2, default=str))
-    else:
-        print(render(findings))
-    return 0
 
 
 def summary_line(findings: Sequence[Finding]) -> str:

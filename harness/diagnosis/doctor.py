@@ -12,14 +12,10 @@ Text output is one line per fact: `<key>: <value>  (<what it means for threads>)
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.args import positive_float
 from harness.diagnosis import probes
 from harness.diagnosis.probes import ProbeResult
 
@@ -160,16 +156,3 @@ def to_json(report: DoctorReport) -> dict[str, Any]:
 _KEYS = frozenset(f.key for f in probes.PROBES)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--timeout", type=positive_float, default=probes.DEFAULT_TIMEOUT_S,
-                   help=f"seconds per probe subprocess (default {probes.DEFAULT_TIMEOUT_S:g})")
-
-
-def cmd_doctor(opts: argparse.Namespace) -> int:
-    report = build_report(probes.run_probes(timeout_s=opts.timeout))
-    if opts.json:
-        print(json.dumps(to_json(report), indent=2))
-    else:
-        sys.stdout.write(format_text(report))
-    return 0

@@ -35,7 +35,7 @@ import pytest
 
 from harness.trial import native
 
-from harness.analysis import stats
+from harness import stats
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import NATIVE_STACK_NAME, run_trial
 from harness.faults.profiles import plan_from_seed

@@ -1,0 +1,29 @@
+"""`python -m harness diagnose`: which known race a failure is, the fixes that held against it, its repro."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from harness.diagnosis import diagnose
+
+HELP = "which known race a failure is, the fixes that held against it, its repro"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("targets", nargs="+", metavar="TARGET",
+                   help="trial id, artefacts folder, stress -o folder, store folder, or a log/dump file")
+    p.add_argument("--store", action="append", default=[], help="stores to find trial ids in (default: every store)")
+    p.add_argument("--json", action="store_true", help="one JSON object: the findings")
+    p.add_argument("--torch", help="the torch version a log file ran on (default: the one it names, else the installed)")
+
+
+def run(opts: argparse.Namespace) -> int:
+    failures = diagnose.collect(opts.targets, stores=[Path(s) for s in opts.store], torch=opts.torch)
+    findings = diagnose.diagnose(failures)
+    if opts.json:
+        print(json.dumps({"findings": [f.to_json() for f in findings]}, indent=2, default=str))
+    else:
+        print(diagnose.render(findings))
+    return 0

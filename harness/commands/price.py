@@ -1,0 +1,51 @@
+"""`python -m harness price`: what fixes cost alone on the machine: interleaved benches, paired ratios."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.analysis import benches, pricing
+from harness.analysis.benches import BenchError
+from harness.analysis.pricing import PriceError, make_plan, prices, save
+from harness.args import positive_float, positive_int
+
+HELP = "what fixes cost alone on the machine: interleaved benches, paired ratios"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("configs", nargs="+", metavar="FIXES[:MODE]",
+                    help="configurations, the first is the base: comma-separated fixes, then the compile "
+                         "mode (default the preset's): `global-lock,stash-incref`, `global-lock:default`, `:none` (eager)")
+    p.add_argument("--preset", default="tiny-cpu", help="dflash preset (default tiny-cpu)")
+    p.add_argument("--rounds", type=positive_int, default=3, help="benches per configuration, alternating order (default 3)")
+    p.add_argument("--steps", type=positive_int, default=60, help="optimizer steps per bench (default 60)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="K=V",
+                    help="dflash override for every bench (e.g. a device plan)")
+    p.add_argument("--topology", type=int, metavar="GPUS",
+                    help="the seed trainer's device plan on this many GPUs (>= 4; 2-3: one target and one drafter per GPU)")
+    p.add_argument("--timeout-s", type=positive_float, default=600.0, help="per bench (default 600)")
+    p.add_argument("--into", type=Path, help="append the bench records to this JSONL (harness.analysis.benches format)")
+    p.add_argument("--call", type=int, help="device call number recorded with them (REPORT groups benches by call)")
+    p.add_argument("--target", type=positive_float, help="say whether each ratio's interval clears this (e.g. 1.2)")
+
+
+def run(opts: argparse.Namespace) -> int:
+    try:
+        plan = make_plan(opts.preset, opts.configs, rounds=opts.rounds, steps=opts.steps, sets=opts.sets,
+                         timeout_s=opts.timeout_s, call=opts.call, topology=opts.topology)
+        if opts.into is not None and opts.into.exists():
+            benches.load([opts.into])      # before an hour of benches, not after
+    except (PriceError, BenchError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    records: list[dict] = []
+    try:
+        pricing.run(plan, records=records, done=(lambda d: save([d], opts.into)) if opts.into is not None else (lambda d: None))
+    finally:
+        # Stopped (SIGTERM from a call's time limit, Ctrl-C) or not: the rounds that ran are priced.
+        if opts.into is not None:
+            print(f"{opts.into}: {len(records)} bench record(s) added", file=sys.stderr)
+        print(pricing.table(plan, prices(plan, records), opts.target), flush=True)
+    return 1 if any(d.get("exit_code") for d in records) else 0
