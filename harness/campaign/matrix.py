@@ -328,13 +328,6 @@ def median_duration_s(records: Sequence[TrialResult]) -> float | None:
     return stats.median_or_none([r.duration_s for r in records if r.duration_s is not None])
 
 
-def done_ids(records: Sequence[TrialResult]) -> set[str]:
-    """Trial ids a resumed run skips: every stored one except a trial that ran out of device
-    memory (RESOURCE): that measured the packing, not the cell, so the next run (with its own
-    packing, e.g. after raising a workload's gpu_slots) tries it again; the old record stays."""
-    return {r.trial_id for r in records if r.outcome is not Outcome.RESOURCE}
-
-
 @dataclass(kw_only=True, slots=True)
 class CellPlan:
     """What the next run of a matrix would do for one cell, from its store (`--pending`)."""
@@ -474,7 +467,7 @@ def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
     runs nothing. Counts and the stop rule are the running pool's (progress.CellState over every
     stored record of the cell), so a stopped cell here is one the pool would skip."""
     from harness.campaign.progress import CellState
-    from harness.stores.store import Store
+    from harness.stores.store import Store, done_ids
 
     trials = expand(spec)
     records = Store(spec.store_dir).load()
@@ -531,7 +524,7 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     from harness.campaign.pool import GpuSlots, WorkerPool, host_gpu_count
     from harness.campaign.progress import CellState, LiveLines
     from harness.trial.runner import run_trial
-    from harness.stores.store import Store
+    from harness.stores.store import Store, done_ids
 
     trials = expand(spec)
     stream = stream or sys.stderr

@@ -28,8 +28,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.campaign.matrix import done_ids
 from harness.trial.outcome import Outcome, TrialResult
+from harness.stores.store import done_ids
 from harness.stores.zips import unpack_into
 from harness.stores.retire import REASONS_NAME, RETIRED_NAME
 from harness.stores.store import ARTEFACTS_NAME, TRIALS_NAME, PackedArtefacts, Store, StoreError, packed_path, safe_name
@@ -104,7 +104,7 @@ def _check_same_matrix(records: list[TrialResult], held: list[TrialResult], src:
 
 def _fold(src: Store, into: Store, records: list[TrialResult], held: list[TrialResult], done: Merged) -> None:
     seen = {_run_key(r) for r in held}
-    # An id is held when a counted record has it (`matrix.done_ids`: an out-of-memory record
+    # An id is held when a counted record has it (`store.done_ids`: an out-of-memory record
     # leaves its id open for the retry, which is stored under the same id with an `-attempt<n>`
     # folder), or when its folder is: a retry from another copy joins an OOM record unless that
     # copy's attempt folder is already here.

@@ -25,10 +25,10 @@ import tempfile
 import threading
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from harness.trial.outcome import TrialResult
+from harness.trial.outcome import Outcome, TrialResult
 
 TRIALS_NAME = "trials.jsonl"
 ARTEFACTS_NAME = "artefacts"
@@ -155,7 +155,7 @@ class Store:
                 raise StoreError(f"{self.trials_path}: cannot rewrite: {exc.strerror}") from None
 
     def done_ids(self) -> set[str]:
-        return {r.trial_id for r in self.load()}
+        return done_ids(self.load())
 
     def _cut_torn_tail(self) -> None:
         try:
@@ -219,3 +219,10 @@ def safe_name(trial_id: str) -> str:
         return clean
     digest = hashlib.sha1(trial_id.encode()).hexdigest()[:8]
     return f"{clean[:100]}-{digest}"
+
+
+def done_ids(records: Sequence[TrialResult]) -> set[str]:
+    """Trial ids a resumed run skips: every stored one except a trial that ran out of device
+    memory (RESOURCE): that measured the packing, not the cell, so the next run (with its own
+    packing, e.g. after raising a workload's gpu_slots) tries it again; the old record stays."""
+    return {r.trial_id for r in records if r.outcome is not Outcome.RESOURCE}

@@ -1,0 +1,227 @@
+"""The project's import graph, read from the source (AST, nothing imported): cycles, imports that
+go up the harness's layers, and imports inside functions.
+
+    python -m tools.layers            # prints the layers and every problem; exit 1 if any
+
+The harness is layered: a module may import its own layer and the layers below it, never one
+above. `tests/test_layers.py` holds the project to zero problems.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("dflash", "harness", "tools", "repro")
+SCRIPTS = ("repro",)
+"""Standalone scripts: they import torch inside main() so that `--help` and a bad argument run
+without it (tests/test_repro_scripts.py holds them to that), so their function-level imports
+are not listed."""
+
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("shared helpers", ("harness.args", "harness.stats", "harness.text")),
+    ("fault injection", ("harness.faults",)),
+    ("one trial", ("harness.trial",)),
+    ("result stores", ("harness.stores",)),
+    ("many trials", ("harness.campaign",)),
+    ("naming failures", ("harness.diagnosis",)),
+    ("reading stores", ("harness.analysis",)),
+    ("fix API", ("harness.guard",)),
+    ("commands", ("harness.commands",)),
+    ("command line", ("harness.cli", "harness.__main__", "harness")),
+)
+"""Bottom first. `dflash` (the trainer) imports nothing of the harness."""
+
+DEFERRED = ("torch", "triton", "transformers", "safetensors", "datasets", "matplotlib", "scipy")
+"""Imports a function may defer, with a one-line reason: each costs a second or more at start,
+and most commands never need them (the harness parent process does not import torch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    module: str       # the importing module
+    target: str       # the project module imported, or the external top-level name
+    line: int
+    in_function: bool
+    reason: str       # the comment on the import's line or the line above, if any
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _comment(lines: list[str], lineno: int) -> str:
+    here = lines[lineno - 1]
+    if "#" in here:
+        return here.split("#", 1)[1].strip()
+    above = lines[lineno - 2].strip() if lineno > 1 else ""
+    return above[1:].strip() if above.startswith("#") else ""
+
+
+def imports(root: Path = ROOT) -> Iterator[Import]:
+    known = modules(root)
+    for module, path in known.items():
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        is_package = path.name == "__init__.py"
+        yield from _walk(ast.parse(text), module, is_package, known, lines, in_function=False)
+
+
+def _walk(node: ast.AST, module: str, is_package: bool, known: dict[str, Path], lines: list[str], *,
+          in_function: bool) -> Iterator[Import]:
+    for child in ast.iter_child_nodes(node):
+        nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        names: list[str] = []
+        if isinstance(child, ast.Import):
+            names = [a.name for a in child.names]
+        elif isinstance(child, ast.ImportFrom):
+            if child.level:
+                base = module.split(".")[: len(module.split(".")) - child.level + (1 if is_package else 0)]
+                source = ".".join(base + ([child.module] if child.module else []))
+            else:
+                source = child.module or ""
+            # `from pkg import mod` imports the module pkg.mod when there is one
+            names = [f"{source}.{a.name}" if f"{source}.{a.name}" in known else source for a in child.names]
+        for name in dict.fromkeys(names):
+            target = _resolve(name, known) or name.split(".")[0]
+            if target != module:
+                yield Import(module, target, child.lineno, in_function, _comment(lines, child.lineno))
+        yield from _walk(child, module, is_package, known, lines, in_function=nested)
+
+
+def layer_of(module: str) -> int | None:
+    best = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[1]):
+                best = (i, len(p))
+    return best[0] if best else None
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), iteratively."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    counter = 0
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges.get(start, ()))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def problems(root: Path = ROOT) -> list[str]:
+    """Every cycle, upward import and unexplained function-level import, one line each."""
+    known = modules(root)
+    edges: dict[str, set[str]] = defaultdict(set)
+    out = []
+    for imp in imports(root):
+        internal = imp.target in known
+        if internal:
+            edges[imp.module].add(imp.target)
+        where = f"{known[imp.module].relative_to(root)}:{imp.line}"
+        if internal and imp.module.startswith("dflash") and imp.target.startswith("harness"):
+            out.append(f"{where}: the trainer imports the harness ({imp.target})")
+        low, high = layer_of(imp.module), layer_of(imp.target)
+        if internal and low is not None and high is not None and high > low:
+            out.append(f"{where}: {imp.module} ({LAYERS[low][0]}) imports {imp.target} ({LAYERS[high][0]}), "
+                       "a layer above")
+        if imp.in_function and not imp.module.startswith(SCRIPTS):
+            heavy = imp.target.split(".")[0] in DEFERRED or (internal and imports_torch(imp.target, root))
+            if not heavy:
+                out.append(f"{where}: {imp.module} imports {imp.target} inside a function (no heavy import to defer)")
+            elif not imp.reason:
+                out.append(f"{where}: {imp.module} defers {imp.target} without a one-line reason")
+    out += [f"import cycle: {' -> '.join(c)}" for c in cycles(edges)]
+    return out
+
+
+_TORCH_CACHE: dict[str, bool] = {}
+
+
+def imports_torch(module: str, root: Path = ROOT) -> bool:
+    """Whether importing `module` imports a DEFERRED library at module level (through the project)."""
+    if not _TORCH_CACHE:
+        known = modules(root)
+        top: dict[str, set[str]] = defaultdict(set)
+        for imp in imports(root):
+            if not imp.in_function:
+                top[imp.module].add(imp.target)
+
+        def heavy(m: str, seen: set[str]) -> bool:
+            if m in _TORCH_CACHE:
+                return _TORCH_CACHE[m]
+            seen.add(m)
+            result = any(t.split(".")[0] in DEFERRED or (t in known and t not in seen and heavy(t, seen))
+                         for t in top.get(m, ()))
+            _TORCH_CACHE[m] = result
+            return result
+
+        for m in known:
+            heavy(m, set())
+    return _TORCH_CACHE.get(module, False)
+
+
+def main() -> int:
+    for i, (name, prefixes) in enumerate(LAYERS):
+        print(f"{i}. {name}: {', '.join(prefixes)}")
+    found = problems()
+    for line in found:
+        print(line)
+    print(f"{len(found)} problem(s)")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
