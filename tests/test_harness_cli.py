@@ -227,7 +227,6 @@ def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path
     # A fresh checkout holds the committed results/cpu-quick complete: the README's main job must
     # run its trials, so its default store is the git-ignored runs/cpu-quick.
     from harness.campaign import presets
-    from harness.analysis import report
     from harness.cli import build_parser
     from harness.commands.matrix import matrix_from_options
     from harness.trial.outcome import Outcome, TrialResult

@@ -15,7 +15,7 @@ import pytest
 
 from harness.trial import native, signature
 
-from harness.analysis import report
+from harness.analysis import excerpts
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import NATIVE_STACK_NAME, child_env, run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
@@ -138,12 +138,12 @@ def test_the_report_groups_a_signatures_native_stacks_by_crash_site(tmp_path):
         folder.mkdir(parents=True)
         (folder / NATIVE_STACK_NAME).write_text("# host: frames\n" + native.render(frames, width=None) + "\n")
         records.append(r)
-    first, second = report.native_excerpts(records, store.root)
+    first, second = excerpts.native_excerpts(records, store.root)
     assert (first.site, first.trials, first.of, first.trial_id) == ("create_cache_entry", 2, 3, "m/w:raw@-/0")
     assert (second.site, second.trials, second.trial_id) == ("c10::cuda::free_block", 1, "m/w:raw@-/1")
     lines = first.text.splitlines()
     assert lines[0] == "libtorch_python.so(+0x898c95) create_cache_entry" and lines[-1].startswith("... ")
-    assert len(lines) == report.NATIVE_EXCERPT_FRAMES + 1
+    assert len(lines) == excerpts.NATIVE_EXCERPT_FRAMES + 1
 
 
 def test_a_frame_outside_every_loaded_object_is_kept_and_named_as_such():

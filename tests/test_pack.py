@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import report
+from harness.analysis import excerpts
 
 from harness.stores import resign
 from harness.cli import main
@@ -59,8 +59,8 @@ def _readings(store: Store) -> dict:
     """Everything the readers make of the store's artefacts."""
     records = store.load()
     return {
-        "hangs": report.hang_excerpts(records, store.root),
-        "native": report.native_excerpts(records, store.root),
+        "hangs": excerpts.hang_excerpts(records, store.root),
+        "native": excerpts.native_excerpts(records, store.root),
         "resign": [resign.recompute(r, store) for r in records],
         "specs": [load_trial_spec(r, store.root) for r in records],
         # show names where the artefacts are: the folder before, the zip after

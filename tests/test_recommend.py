@@ -1,6 +1,7 @@
 """The recommendation rule: clean, >= 29 stressed trials, fastest; priced against the baselines."""
 
-from harness.analysis import recommend, report
+from harness.analysis import recommend
+from harness.analysis.summary import summarize
 from harness.trial.outcome import Outcome, TrialResult
 
 
@@ -15,7 +16,7 @@ def _cell(cell, n, *, k=0, tok=None):
 
 
 def _verdicts(records):
-    return recommend.recommend(report.summarize(records))
+    return recommend.recommend(summarize(records))
 
 
 def test_the_fastest_clean_strategy_with_29_stressed_trials_is_recommended_and_priced():
@@ -185,14 +186,14 @@ def test_a_strategy_that_died_in_a_bench_is_ruled_out_though_its_cells_are_clean
     died = replace(_bench(26, "y", None), exit_code=1, signature="fx-trace-of-dynamo-fn (RuntimeError ...)")
     slow = replace(_bench(26, "global-lock+x", None), exit_code=124, signature="timed out (exit 124)")
     elsewhere = replace(died, preset="other")
-    (v,) = recommend.recommend(report.summarize(rs), bench_runs=[died, slow, elsewhere])
+    (v,) = recommend.recommend(summarize(rs), bench_runs=[died, slow, elsewhere])
     assert [t.strategy for t in v.chosen] == ["global-lock+x"] and [t.strategy for t in v.failing] == ["y"]
     (line,) = recommend.lines([v], bench_runs=[died, slow])
     assert "recommend `global-lock+x`" in line and "No concurrent configuration qualifies" in line
     assert line.endswith("Clean in the matrix but died alone on the GPU, so not recommended: `y` (0/31; "
                          "call 26: fx-trace-of-dynamo-fn (RuntimeError ...)).")
     # Without the benches the faster lock-free cell wins, as it did before the bench died.
-    (v,) = recommend.recommend(report.summarize(rs))
+    (v,) = recommend.recommend(summarize(rs))
     assert [t.strategy for t in v.chosen] == ["y"]
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.analysis import report
+from harness.analysis import cell_plots, cell_tables, excerpts, family_table, report
+from harness.analysis.plots import CLEAN_COLOR, FAILED_COLOR
+from harness.analysis.summary import summarize
 from harness.trial.outcome import Outcome, TrialResult
 from harness.stores import discovery
 from harness.stores.store import Store
@@ -31,7 +33,7 @@ def _records() -> list[TrialResult]:
 
 
 def test_summary_counts_failures_wilson_and_rule_of_three():
-    cells = {c.cell: c for c in report.summarize(_records())}
+    cells = {c.cell: c for c in summarize(_records())}
     raw, fix = cells["w:raw@p"], cells["w:fix@p"]
     assert (raw.k, raw.n) == (4, 10)
     assert raw.low == pytest.approx(0.1682, abs=1e-3) and raw.high == pytest.approx(0.6873, abs=1e-3)
@@ -45,7 +47,7 @@ def test_summary_counts_failures_wilson_and_rule_of_three():
 
 
 def test_tokens_ratio_is_against_the_fastest_clean_cell_of_the_workload():
-    cells = {c.cell: c for c in report.summarize(_records())}
+    cells = {c.cell: c for c in summarize(_records())}
     # raw is faster (100) but failing; the fastest clean cell is fix (median 84.5).
     assert cells["w:fix@p"].tokens_ratio == pytest.approx(1.0)
     assert cells["w:lock@p"].tokens_ratio == pytest.approx(40.0 / 84.5)
@@ -53,39 +55,39 @@ def test_tokens_ratio_is_against_the_fastest_clean_cell_of_the_workload():
 
 
 def test_time_to_first_failure_uses_time_to_failure_of_failing_runs():
-    raw = {c.cell: c for c in report.summarize(_records())}["w:raw@p"]
+    raw = {c.cell: c for c in summarize(_records())}["w:raw@p"]
     # p = 0.4 -> median 2 runs: one passing run (2 s) + mean time to failure (0.875 s).
     assert raw.ttff_s == pytest.approx(2.0 + 0.875)
 
 
 def test_cells_are_ordered_raw_first_and_the_table_shows_k_over_n():
-    cells = report.summarize(_records())
+    cells = summarize(_records())
     assert [c.cell for c in cells] == ["w:raw@p", "w:fix@p", "w:lock@p"]
-    table = report.text_table(cells)
+    table = cell_tables.text_table(cells)
     assert "4/10" in table and "0/10 +1 timeout +1 oom +1 error" in table and "p<30.0%" in table
 
 
 def test_a_gpu_matrix_gets_a_memory_column_from_reported_and_sampled_figures_a_cpu_one_none():
     import dataclasses
 
-    assert "GPU GiB" not in report.text_table(report.summarize(_records()))
-    assert "GPU GiB" not in report.markdown_table(report.summarize(_records()))
+    assert "GPU GiB" not in cell_tables.text_table(summarize(_records()))
+    assert "GPU GiB" not in cell_tables.markdown_table(summarize(_records()))
     rs = _records()
     rs[0] = dataclasses.replace(rs[0], final={"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 20.0, "cuda:1": 3.0}})
     rs[1] = dataclasses.replace(rs[1], gpu_mem_gib=21.5)                  # sampled above the other's report
     rs[10] = dataclasses.replace(rs[10], final={"gpu_mem_peak_gib": {"cuda:0": 9.0}}, gpu_mem_gib=8.0)
-    cells = {c.cell: c for c in report.summarize(rs)}
+    cells = {c.cell: c for c in summarize(rs)}
     assert (cells["w:raw@p"].gpu_peak_gib, cells["w:fix@p"].gpu_peak_gib, cells["w:lock@p"].gpu_peak_gib) == \
         (21.5, 9.0, None)
-    table = report.markdown_table(report.summarize(rs)).splitlines()
+    table = cell_tables.markdown_table(summarize(rs)).splitlines()
     assert table[0].endswith("| vs best | GPU GiB |")
     assert table[2].endswith("| 21.5 |") and table[4].endswith("| - |")
-    text = report.text_table(report.summarize(rs)).splitlines()
+    text = cell_tables.text_table(summarize(rs)).splitlines()
     assert text[0].endswith("vs best  GPU GiB") and text[2].endswith("21.5") and text[4].rstrip().endswith("-")
     # A device that could not say (null) or a stray string is left out, not fatal to the report.
     rs[2] = dataclasses.replace(rs[2], final={"gpu_mem_peak_gib": {"cuda:0": None, "cuda:1": "n/a", "cuda:2": 30.0}})
     rs[3] = dataclasses.replace(rs[3], final={"gpu_mem_peak_gib": {"cuda:0": None}})
-    assert {c.cell: c.gpu_peak_gib for c in report.summarize(rs)}["w:raw@p"] == 30.0
+    assert {c.cell: c.gpu_peak_gib for c in summarize(rs)}["w:raw@p"] == 30.0
     assert rs[3].gpu_peak_gib is None
 
 
@@ -143,7 +145,7 @@ def test_rebuild_with_an_unreadable_store_writes_nothing(tmp_path):
 
 
 def test_fisher_p_compares_each_strategy_with_raw_under_the_same_plan():
-    cells = {c.cell: c for c in report.summarize(_records())}
+    cells = {c.cell: c for c in summarize(_records())}
     assert cells["w:raw@p"].fisher_p is None
     # P(no failure among the fix's trials | 4 failures in all): 0/10 vs 4/10 -> C(16,10)/C(20,10);
     # 0/5 vs 4/10 -> C(11,5)/C(15,5).
@@ -164,7 +166,7 @@ def test_a_hang_signature_gets_one_dump_excerpt_from_its_stored_pyspy_json(tmp_p
         (store.root / "artefacts" / f"t{i}").mkdir(parents=True)
         shutil.copy(fixture, store.root / "artefacts" / f"t{i}" / "pyspy.json")
         hangs.append(r)
-    (excerpt,) = report.hang_excerpts(hangs, store.root)
+    (excerpt,) = excerpts.hang_excerpts(hangs, store.root)
     summary, trial_id, text = excerpt
     assert trial_id == "m/w:raw@-/0" and summary == "summary of hang-1"
     assert "compile_fx_backward (torch/_inductor/compile_fx.py:2418)" in text
@@ -183,14 +185,14 @@ def test_pivot_table_puts_strategies_down_and_workload_plans_across_with_familie
           r("gb:raw@-", 0, Outcome.RESOURCE, "torch.OutOfMemoryError in dflash-train at x"),
           r("lb:eager@-", 0, Outcome.OK), r("lb:eager@stages", 0, Outcome.OK),
           r("lb:eager@stages", 1, Outcome.HANG, "hang: a@x:lock_a, b@x:lock_b")]
-    cells = report.summarize(rs)
-    table = report.pivot_table(cells)
+    cells = summarize(rs)
+    table = cell_tables.pivot_table(cells)
     assert table.splitlines()[0] == "| strategy | gb@- | lb@- | lb@stages |"
     assert "| raw | 0/0 +1 oom | 1/1 F1 | 1/1 F1 |" in table
     assert "| eager |  | 0/1 | 1/2 hang |" in table
-    assert report.family_legend(cells)[0].startswith("F1: ")
+    assert cell_tables.family_legend(cells)[0].startswith("F1: ")
     # One column: the flat table is enough.
-    assert report.pivot_table([c for c in cells if c.workload == "gb"]) is None
+    assert cell_tables.pivot_table([c for c in cells if c.workload == "gb"]) is None
 
 
 def test_overview_counts_failure_families_per_torch_version_over_every_store(tmp_path):
@@ -275,7 +277,7 @@ def test_the_reference_table_gives_the_trainers_own_family_counts():
 
     repo = Path(__file__).resolve().parent.parent
     stores = [repo / "results" / n for n in ("gpu-campaign", "gpu-topology-2", "gpu-topology-4")]
-    counts = report.family_counts([(s, Store(s).load()) for s in with_retired(stores)]).failures
+    counts = family_table.family_counts([(s, Store(s).load()) for s in with_retired(stores)]).failures
     text = (repo / "REPORT.md").read_text()
     claimed = {fam: int(n) for fam, n in re.findall(r"the trainer's (F1|F1c|G2): (\d+)", text)}
     claimed.update((fam, int(n)) for fam, n in re.findall(r"the trainer's F1c \d+, (capture) (\d+)", text))
@@ -292,36 +294,36 @@ def test_the_throughput_plot_tells_failing_cells_apart(tmp_path, monkeypatch):
         seen[path.name + ":err"] = dict(zip(labels, zip(*err))) if err else None
         return path
 
-    monkeypatch.setattr(report, "_bar_plot", capture)
-    report.write_plots(report.summarize(_records()), "m", tmp_path)
+    monkeypatch.setattr(cell_plots, "bar_plot", capture)
+    cell_plots.write_plots(summarize(_records()), "m", tmp_path)
     labels, text, colors = seen["m-tokens-per-s.png"]
     by_cell = dict(zip(labels, zip(text, colors)))
     # w:raw@p failed 4/10 but its 6 OK trials have a throughput: shown, in the failure colour.
-    assert by_cell["w:raw@p"] == ("100 (4/10)", report.FAILED_COLOR)
-    assert by_cell["w:fix@p"][1] == by_cell["w:lock@p"][1] == report.CLEAN_COLOR
+    assert by_cell["w:raw@p"] == ("100 (4/10)", FAILED_COLOR)
+    assert by_cell["w:fix@p"][1] == by_cell["w:lock@p"][1] == CLEAN_COLOR
     assert seen["m-failure-rate.png"][2] is None
     # Whiskers run from the slowest trial to the fastest: fix ran 80..89, median 84.5.
     assert seen["m-tokens-per-s.png:err"]["w:fix@p"] == pytest.approx((4.5, 4.5))
     assert seen["m-tokens-per-s.png:err"]["w:lock@p"] == (0.0, 0.0)
-    assert {c.cell: c.tokens_range for c in report.summarize(_records())}["w:fix@p"] == (80.0, 89.0)
+    assert {c.cell: c.tokens_range for c in summarize(_records())}["w:fix@p"] == (80.0, 89.0)
 
 
 def test_the_grid_puts_strategies_down_and_workload_and_plan_across(tmp_path):
     # One (workload, plan) column: a grid would say nothing the bars do not.
-    assert report.grid_layout(report.summarize(_records())) is None
+    assert cell_plots.grid_layout(summarize(_records())) is None
     rs = _records() + [_r("w:raw@-", 0, Outcome.CRASH, sig="s1"), _r("v:fix@-", 0, Outcome.RESOURCE, sig="oom"),
                        _r("v:fix@-", 1, Outcome.OK)]
-    cells = report.summarize(rs)
-    grid = report.grid_layout(cells)
+    cells = summarize(rs)
+    grid = cell_plots.grid_layout(cells)
     assert grid.strategies == ["raw", "fix", "lock"]
     assert grid.columns == [("v", "-"), ("w", "-"), ("w", "p")]
-    assert report.grid_text(grid.cells[("raw", ("w", "p"))]) == "4/10"
-    assert report.grid_text(grid.cells[("fix", ("v", "-"))]) == "0/1\n+1 oom"
-    assert report.grid_text(grid.cells.get(("lock", ("v", "-")))) == ""
-    paths = report.plot_paths(cells, "m", tmp_path)
+    assert cell_plots.grid_text(grid.cells[("raw", ("w", "p"))]) == "4/10"
+    assert cell_plots.grid_text(grid.cells[("fix", ("v", "-"))]) == "0/1\n+1 oom"
+    assert cell_plots.grid_text(grid.cells.get(("lock", ("v", "-")))) == ""
+    paths = cell_plots.plot_paths(cells, "m", tmp_path)
     assert [p.name for p in paths] == ["m-grid.png", "m-failure-rate.png", "m-tokens-per-s.png"]
-    assert report.write_plots(cells, "m", tmp_path) == paths
+    assert cell_plots.write_plots(cells, "m", tmp_path) == paths
     first = paths[0].read_bytes()
     assert first.startswith(b"\x89PNG")
-    report.write_grid(grid, paths[0])
+    cell_plots.write_grid(grid, paths[0])
     assert paths[0].read_bytes() == first, "the grid is committed: the same records must give the same bytes"

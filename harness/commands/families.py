@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.analysis import report
+from harness.analysis.family_table import family_table
 from harness.stores.discovery import stores_given
 from harness.stores.retire import with_retired
 from harness.stores.store import Store
@@ -21,7 +21,7 @@ def run(opts: argparse.Namespace) -> int:
     repros'): retired records count, as there (their failures were observed)."""
 
     stores = stores_given(opts.store, existing=True)
-    rows, totals = report.family_table([(s, Store(s).load()) for s in with_retired(stores)])
+    rows, totals = family_table([(s, Store(s).load()) for s in with_retired(stores)])
     print("\n".join(rows))
     print(f"trials that count: {totals or 'none'}")
     return 0

@@ -15,7 +15,9 @@ import json
 import sys
 
 from harness import stats
-from harness.analysis import report
+from harness.analysis.cell_tables import signature_lines, summary_json, text_table
+from harness.analysis.excerpts import native_excerpts
+from harness.analysis.summary import summarize
 from harness.args import UsageError, comma_list, positive_float, positive_int
 from harness.campaign import presets, slots
 from harness.campaign.matrix import (
@@ -109,14 +111,14 @@ def run(opts: argparse.Namespace) -> int:
         _print_replay(spec, opts.replay_last, gpus=opts.gpus or 1)
         return 0
     done = run_matrix(spec, live=False if opts.no_live else None, num_gpus=opts.gpus)
-    cells = report.summarize(done.records)
+    cells = summarize(done.records)
     findings = diagnose.diagnose(diagnose.from_records(done.records, spec.store_dir))
     if opts.json:
-        print(json.dumps(report.summary_json(cells, matrix=spec.name, store=str(spec.store_dir), ran=done.ran,
-                                             resumed=done.resumed, left=done.left,
-                                             left_by_time=done.left_by_time,
-                                             elapsed_s=round(done.elapsed_s, 3),
-                                             diagnosis=[f.to_json() for f in findings]), indent=2))
+        print(json.dumps(summary_json(cells, matrix=spec.name, store=str(spec.store_dir), ran=done.ran,
+                                      resumed=done.resumed, left=done.left,
+                                      left_by_time=done.left_by_time,
+                                      elapsed_s=round(done.elapsed_s, 3),
+                                      diagnosis=[f.to_json() for f in findings]), indent=2))
     else:
         _print_matrix_table(done, cells)
         if findings:
@@ -175,13 +177,13 @@ def _print_matrix_table(done: MatrixRun, cells) -> None:
 
     print(f"matrix {done.spec.name}: ran {done.ran} trials in {format_elapsed(done.elapsed_s)}, "
           f"{done.resumed} already in {done.spec.store_dir}, {_left_words(done)}")
-    print(report.text_table(cells))
-    sigs = report.signature_lines(cells)
+    print(text_table(cells))
+    sigs = signature_lines(cells)
     if sigs:
         print("\nsignatures:")
         for line in sigs:
             print(f"  {line}")
-    sites = report.native_excerpts(done.records, done.spec.store_dir)
+    sites = native_excerpts(done.records, done.spec.store_dir)
     if sites:
         print("\nnative crash sites (harness.trial.native; `python -m harness show TRIAL_ID` for one trial):")
         for x in sites:

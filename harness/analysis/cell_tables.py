@@ -1,0 +1,128 @@
+"""Cell summaries as tables: one row per cell as text (the matrix command) or markdown
+(REPORT.md), the strategy-by-column pivot with its family legend, every signature with its count,
+and the summaries as JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from harness.analysis.summary import CellSummary
+from harness.diagnosis import families
+from harness.text import clip
+
+MAX_SIGNATURES_IN_TABLE = 1
+
+HEADERS = ("cell", "k/n", "rate", "95% CI (Wilson)", "p vs raw", "outcomes", "top signature", "TTFF", "tok/s",
+           "vs best")
+MEMORY_HEADER = "GPU GiB"
+"""A last column, only where some cell has a figure (a GPU matrix): CPU tables stay as they were."""
+
+
+def has_memory(cells: Sequence[CellSummary]) -> bool:
+    """Whether any cell has a GPU memory figure, which adds the last column."""
+    return any(c.gpu_peak_gib is not None for c in cells)
+
+
+def _headers(memory: bool) -> tuple[str, ...]:
+    return HEADERS + ((MEMORY_HEADER,) if memory else ())
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _seconds(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}s" if x < 600 else f"{x / 60:.1f}m"
+
+
+def cell_row(c: CellSummary, *, memory: bool = False) -> tuple[str, ...]:
+    ci = f"[{_pct(c.low)}, {_pct(c.high)}]"
+    if c.rule_of_three is not None:
+        ci += f" p<{_pct(c.rule_of_three)}"
+    extra = [f"{c.timeouts} timeout" if c.timeouts else "", f"{c.resources} oom" if c.resources else "",
+             f"{c.errors} error" if c.errors else ""]
+    kn = f"{c.k}/{c.n}" + "".join(f" +{e}" for e in extra if e)
+    outcomes = " ".join(f"{name}:{count}" for name, count in c.outcomes.items())
+    if c.skipped:
+        outcomes += f" (SKIP:{c.skipped})"
+    top = "; ".join(f"{clip(s, 60)} x{n}" for s, n in c.signatures[:MAX_SIGNATURES_IN_TABLE]) or "-"
+    tok = "-" if c.tokens_per_s is None else f"{c.tokens_per_s:.0f}"
+    ratio = "-" if c.tokens_ratio is None else f"{c.tokens_ratio:.2f}x"
+    rate = _pct(c.k / c.n) if c.n else "-"
+    fisher = "-" if c.fisher_p is None else f"{c.fisher_p:.3g}"
+    row = (c.cell, kn, rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
+    return row + (("-" if c.gpu_peak_gib is None else f"{c.gpu_peak_gib:.1f}",) if memory else ())
+
+
+def text_table(cells: Sequence[CellSummary]) -> str:
+    memory = has_memory(cells)
+    rows = [_headers(memory)] + [cell_row(c, memory=memory) for c in cells]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def pivot_table(cells: Sequence[CellSummary]) -> str | None:
+    """Strategies down, workload@plan across, `k/n FAMILY` in each entry: the matrix at a glance.
+    None when there is one column (the flat table then says as much)."""
+    columns = list(dict.fromkeys(f"{c.workload}@{c.plan}" for c in cells))
+    if len(columns) < 2:
+        return None
+    grid: dict[str, dict[str, CellSummary]] = {}
+    for c in cells:
+        grid.setdefault(c.strategy, {})[f"{c.workload}@{c.plan}"] = c
+    rows = ["| strategy | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for strategy, by_column in grid.items():
+        entries = [_pivot_entry(by_column.get(col)) for col in columns]
+        rows.append(f"| {strategy} | " + " | ".join(entries) + " |")
+    return "\n".join(rows)
+
+
+def _pivot_entry(c: CellSummary | None) -> str:
+    if c is None:
+        return ""
+    text = f"{c.k}/{c.n}"
+    if c.families:
+        text += " " + ",".join(name for name, _ in c.families)
+    return text + oom_suffix(c)
+
+
+def oom_suffix(c: CellSummary) -> str:
+    """` +N oom` where trials of the cell ran out of device memory, else nothing."""
+    return f" +{c.resources} oom" if c.resources else ""
+
+
+def family_legend(cells: Sequence[CellSummary]) -> list[str]:
+    """`FAMILY: what it is` for every family in these cells, in harness.diagnosis.families order."""
+    seen = {name for c in cells for name, _ in c.families}
+    return [f"{name}: {families.DESCRIPTIONS.get(name, 'no known family')}"
+            for name in families.ORDER if name in seen]
+
+
+def markdown_table(cells: Sequence[CellSummary]) -> str:
+    def esc(v: str) -> str:
+        return v.replace("|", "\\|")
+
+    memory = has_memory(cells)
+    top = _headers(memory)
+    lines = ["| " + " | ".join(top) + " |", "|" + "---|" * len(top)]
+    lines += ["| " + " | ".join(esc(v) for v in cell_row(c, memory=memory)) + " |" for c in cells]
+    return "\n".join(lines)
+
+
+def signature_lines(cells: Sequence[CellSummary]) -> list[str]:
+    """Every signature of every cell with its count (the table shows only the top one)."""
+    out = []
+    for c in cells:
+        for sig, count in c.signatures:
+            out.append(f"{c.cell}: {count} x {sig}")
+    return out
+
+
+def summary_json(cells: Sequence[CellSummary], **extra: Any) -> dict[str, Any]:
+    return {**extra, "cells": [asdict(c) for c in cells]}

@@ -1,0 +1,139 @@
+"""Per-cell summaries of stored trials: counts, rates with their intervals, signatures and
+failure families, time to the first failure, throughput and GPU memory.
+
+Everything here is a function of the stored records alone (no clock, no spec), so the same store
+gives the same summaries. Cells are ordered by workload, then strategy (`raw` first), then plan.
+
+Rates follow concurrency-anchors.md section 4.3: k/n with a Wilson 95% interval, and at k = 0 the
+rule-of-three bound 3/n as well ("p < 3/n (95%)"); TIMEOUT and HARNESS_ERROR trials are counted
+apart and are not in n. tokens/s is compared with the fastest clean (k = 0) cell of the same
+workload, because workloads differ in size.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from harness import stats
+from harness.campaign.cells import split_cell
+from harness.diagnosis import families
+from harness.trial.outcome import Outcome, TrialResult
+
+
+@dataclass(kw_only=True, slots=True)
+class CellSummary:
+    cell: str
+    workload: str
+    strategy: str
+    plan: str
+    n: int
+    """Trials that count (not TIMEOUT, not HARNESS_ERROR)."""
+    k: int
+    """Failures among them (CRASH, ABORT, HANG, WRONG_RESULT)."""
+    timeouts: int
+    errors: int
+    skipped: int
+    """OK trials whose workload printed SKIP (e.g. needs CUDA): they prove nothing."""
+    low: float
+    high: float
+    rule_of_three: float | None
+    """3/n when k == 0 and n > 0."""
+    outcomes: dict[str, int]
+    resources: int = 0
+    """RESOURCE trials (device memory exhausted): shown as +N oom, left out of k/n."""
+    families: list[tuple[str, int]] = field(default_factory=list)
+    """(failure family of harness.diagnosis.families, count) over the failing trials, most frequent first."""
+    signatures: list[tuple[str, int]] = field(default_factory=list)
+    """(signature summary, count), most frequent first."""
+    ttff_s: float | None = None
+    """Median serial time to the first failure (stats.median_time_to_first_failure)."""
+    median_duration_s: float | None = None
+    tokens_per_s: float | None = None
+    tokens_range: tuple[float, float] | None = None
+    """Slowest and fastest trial behind the median: trials that share a GPU move with their
+    neighbours (gpu-campaign's gpu-bound no-cudagraphs+global-lock ran 9,882-42,922 tokens/s)."""
+    tokens_ratio: float | None = None
+    """tokens_per_s / the fastest clean cell's of the same workload."""
+    gpu_peak_gib: float | None = None
+    """The most one trial of the cell held on one GPU (`TrialResult.gpu_peak_gib`): what a fix
+    costs in memory."""
+    fisher_p: float | None = None
+    """One-sided Fisher exact p that this strategy fails less often than `raw` under the same
+    workload and plan (concurrency-anchors.md 4.3, before/after a fix); None for raw itself."""
+
+
+def _cell_key(cell: str) -> tuple:
+    w, s, p = split_cell(cell)
+    return (w, s != "raw", s, p != "-", p)
+
+
+def summarize(records: Iterable[TrialResult]) -> list[CellSummary]:
+    by_cell: dict[str, list[TrialResult]] = collections.defaultdict(list)
+    for r in records:
+        if r.replay_of is None:
+            by_cell[r.cell].append(r)
+    cells = [_summarize_cell(c, sorted(rs, key=lambda r: r.trial_index)) for c, rs in by_cell.items()]
+    cells.sort(key=lambda c: _cell_key(c.cell))
+    _fill_ratios(cells)
+    _fill_fisher(cells)
+    return cells
+
+
+def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
+    counted = [r for r in rs if r.outcome.counts_as_trial]
+    failed = [r.outcome.is_failure for r in counted]
+    n, k = len(counted), sum(failed)
+    ci = stats.wilson(k, n)
+    sig_counts = collections.Counter(r.signature or "?" for r in counted if r.outcome.is_failure)
+    names = {}
+    for r in counted:
+        if r.outcome.is_failure:
+            names.setdefault(r.signature or "?", r.signature_summary or r.signature or r.outcome.name)
+    # Time to failure, not run time, for failing trials: a run that crashes at 2 s of a 60 s
+    # budget says the failure takes 2 s to show.
+    times = [(r.time_to_failure_s if r.outcome.is_failure and r.time_to_failure_s is not None else r.duration_s)
+             for r in counted]
+    tokens = [r.tokens_per_s for r in counted if r.tokens_per_s is not None and not r.outcome.is_failure]
+    peaks = [p for p in (r.gpu_peak_gib for r in rs) if p is not None]
+    w, s, p = split_cell(cell)
+    return CellSummary(
+        cell=cell, workload=w, strategy=s, plan=p, n=n, k=k,
+        timeouts=sum(r.outcome is Outcome.TIMEOUT for r in rs),
+        errors=sum(r.outcome is Outcome.HARNESS_ERROR for r in rs),
+        resources=sum(r.outcome is Outcome.RESOURCE for r in rs),
+        skipped=sum(bool(r.skipped) for r in rs),
+        low=ci.low, high=ci.high, rule_of_three=stats.rule_of_three(n) if k == 0 and n else None,
+        outcomes=dict(sorted(collections.Counter(r.outcome.name for r in rs).items())),
+        signatures=sorted(((names[s], c) for s, c in sig_counts.items()), key=lambda sc: (-sc[1], sc[0])),
+        families=sorted(collections.Counter(families.family(r.signature_summary) for r in counted
+                                            if r.outcome.is_failure).items(), key=lambda fc: (-fc[1], fc[0])),
+        ttff_s=stats.median_time_to_first_failure(times, failed) if n else None,
+        median_duration_s=stats.median_or_none([r.duration_s for r in counted]),
+        tokens_per_s=stats.median_or_none(tokens),
+        tokens_range=(min(tokens), max(tokens)) if tokens else None,
+        gpu_peak_gib=max(peaks) if peaks else None,
+    )
+
+
+def _fill_ratios(cells: list[CellSummary]) -> None:
+    best: dict[str, float] = {}
+    for c in cells:
+        if c.k == 0 and c.n > 0 and c.tokens_per_s:
+            best[c.workload] = max(best.get(c.workload, 0.0), c.tokens_per_s)
+    for c in cells:
+        if c.tokens_per_s is not None and best.get(c.workload):
+            c.tokens_ratio = c.tokens_per_s / best[c.workload]
+
+
+def _fill_fisher(cells: list[CellSummary]) -> None:
+    from scipy.stats import fisher_exact  # seconds to import: only when a comparison exists
+
+    raw = {(c.workload, c.plan): c for c in cells if c.strategy == "raw"}
+    for c in cells:
+        base = raw.get((c.workload, c.plan))
+        if c.strategy == "raw" or base is None or not c.n or not base.n:
+            continue
+        table = [[c.k, c.n - c.k], [base.k, base.n - base.k]]
+        c.fisher_p = float(fisher_exact(table, alternative="less").pvalue)
