@@ -18,7 +18,7 @@ import sys
 from types import ModuleType
 
 from dflash.errors import UserInputError
-from harness.analysis.benches import BenchError
+from harness.analysis.bench_records import BenchError
 from harness.analysis.crosstab import CrosstabError
 from harness.args import Parser, UsageError
 from harness.campaign.matrix import MatrixError

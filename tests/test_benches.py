@@ -1,4 +1,4 @@
-"""harness.analysis.benches: a device call's `dflash bench` records, from its log to REPORT.md's table."""
+"""harness.analysis.bench_records and .benches: `dflash bench` records, from a run's log to REPORT.md's table."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.analysis import benches
+from harness.analysis import bench_records, benches
 from harness.cli import main
 def _line(tok: float, steady_busy: float | None = None) -> str:
     d = {"event": "bench", "preset": "gpu-launch-bound", "steps": 60, "tokens_per_s": 600.0,
@@ -44,7 +44,7 @@ LOG = "\n".join([
 
 
 def test_a_calls_log_gives_one_record_per_bench_phase_with_the_call():
-    found = benches.parse_log(LOG, 11)
+    found = bench_records.parse_log(LOG, 11)
     assert [(d["phase"], d["call"], d.get("exit_code")) for d in found] == [
         ("bench:launch-bound:global-lock:default", 11, None),
         ("bench:launch-bound:single-thread-autograd:default", 11, None),
@@ -57,8 +57,8 @@ def test_a_calls_log_gives_one_record_per_bench_phase_with_the_call():
 
 def test_a_bench_that_died_is_listed_under_the_table_and_one_that_timed_out_is_not_a_failure(tmp_path):
     path = tmp_path / "benches.jsonl"
-    benches.add(_write(tmp_path, LOG), 11, path)
-    loaded = benches.load([path])
+    bench_records.add(_write(tmp_path, LOG), 11, path)
+    loaded = bench_records.load([path])
     assert [(b.strategy, b.failed, b.timed_out) for b in loaded if b.exit_code] == [
         ("cstash-tls-init", True, False), ("no-cudagraphs", False, True)]
     text = benches.body(loaded, ["benches.jsonl"])
@@ -81,15 +81,15 @@ def test_a_bench_that_died_is_listed_under_the_table_and_one_that_timed_out_is_n
      ("launch-bound", "global-lock+cstash-tls-init+stash-incref")),
 ])
 def test_phases_name_strategies_as_the_campaign_cells_do(phase, expected):
-    assert benches.strategy_of(phase) == expected
+    assert bench_records.strategy_of(phase) == expected
 
 
 def test_the_table_prices_each_bench_within_its_call(tmp_path):
     path = tmp_path / "benches.jsonl"
-    assert benches.add(_write(tmp_path, LOG), 11, path) == 5
+    assert bench_records.add(_write(tmp_path, LOG), 11, path) == 5
     other = LOG.replace("33127.85", "40000.0")
-    assert benches.add(_write(tmp_path, other, "b.txt"), 9, path) == 5
-    text = benches.body(benches.load([path]), ["benches.jsonl"])
+    assert bench_records.add(_write(tmp_path, other, "b.txt"), 9, path) == 5
+    text = benches.body(bench_records.load([path]), ["benches.jsonl"])
     rows = {tuple(line.split("|")[i].strip() for i in (1, 2, 4)): line for line in text.splitlines()
             if line.startswith("| 9 ") or line.startswith("| 11 ")}
     assert all(line.split("|")[3].strip() == "1" for line in rows.values())    # no device plan: 1 GPU
@@ -124,8 +124,8 @@ def _write(tmp_path, text, name="log.txt"):
 
 @pytest.mark.parametrize("phase", ["bench:gpu-bound::none:four", "bench:gpu-bound::none:4:x", "bench::raw", "bench:x"])
 def test_a_malformed_bench_phase_is_bad_input(phase):
-    with pytest.raises(benches.BenchError, match="not a bench phase"):
-        benches.strategy_of(phase)
+    with pytest.raises(bench_records.BenchError, match="not a bench phase"):
+        bench_records.strategy_of(phase)
 
 
 def test_a_bench_counts_the_gpus_of_its_device_plan_and_is_priced_among_benches_on_as_many(tmp_path):
@@ -133,7 +133,7 @@ def test_a_bench_counts_the_gpus_of_its_device_plan_and_is_priced_among_benches_
     four = {"target": ["cuda:0"] * 5, "drafter": ["cuda:1", "cuda:2", "cuda:3"]}
     cpu = {"target": ["cpu"], "drafter": ["cpu", "cpu"]}
     # No plan (the first device calls' records): one GPU; a plan on the CPU: none (`harness price` there).
-    assert [benches.plan_gpus(p) for p in (one, four, None, cpu)] == [1, 4, 1, 0]
+    assert [bench_records.plan_gpus(p) for p in (one, four, None, cpu)] == [1, 4, 1, 0]
 
     def rec(phase, tok, plan):
         return {"phase": phase, "call": 20, **json.loads(_line(tok)), "device_plan": plan}
@@ -144,7 +144,7 @@ def test_a_bench_counts_the_gpus_of_its_device_plan_and_is_priced_among_benches_
         rec("bench:launch-bound::none", 30000.0, one),
         rec("bench:launch-bound::none:4", 60000.0, four),
         rec("bench:launch-bound:global-lock:default:4", 90000.0, four)]))
-    loaded = benches.load([path])
+    loaded = bench_records.load([path])
     assert [b.gpus for b in loaded] == [1, 1, 4, 4]
     rows = [line for line in benches.body(loaded, []).splitlines() if line.startswith("| 20 ")]
     # The 4-GPU lock is priced against the 4-GPU eager (1.50x), the 1-GPU one against its own (1.33x).
@@ -161,13 +161,13 @@ def test_a_bench_counts_the_gpus_of_its_device_plan_and_is_priced_among_benches_
 
 def test_a_preset_benched_in_several_calls_gets_a_plot_with_its_died_benches(tmp_path):
     path = tmp_path / "benches.jsonl"
-    benches.add(_write(tmp_path, LOG), 11, path)
-    loaded = benches.load([path])
+    bench_records.add(_write(tmp_path, LOG), 11, path)
+    loaded = bench_records.load([path])
     plots = tmp_path / "plots"
     # One call per preset: the table says it all, no plot.
     assert benches.plot_paths(loaded, plots) == [] and benches.write_plots(loaded, plots) == []
-    benches.add(_write(tmp_path, LOG.replace("33127.85", "40000.0"), "b.txt"), 12, path)
-    loaded = benches.load([path])
+    bench_records.add(_write(tmp_path, LOG.replace("33127.85", "40000.0"), "b.txt"), 12, path)
+    loaded = bench_records.load([path])
     want = [plots / "benches-gpu-bound-1gpu.png", plots / "benches-launch-bound-1gpu.png"]
     assert benches.plot_paths(loaded, plots) == want
     assert benches.write_plots(loaded, plots) == want
@@ -184,14 +184,14 @@ def test_price_records_are_stamped_with_the_call_once(tmp_path):
     records.write_text("".join(json.dumps({"phase": "bench:launch-bound:global-lock:default", "call": None,
                                            "round": r, "tokens_per_s_steady": 100.0 + r}) + "\n" for r in range(2)))
     into = tmp_path / "benches.jsonl"
-    assert benches.add_records(records, 33, into) == 2
-    assert benches.add_records(records, 33, into) == 0          # unpacked twice: nothing new
-    assert [(b.call, b.strategy, b.tokens_steady) for b in benches.load([into])] == [
+    assert bench_records.add_records(records, 33, into) == 2
+    assert bench_records.add_records(records, 33, into) == 0          # unpacked twice: nothing new
+    assert [(b.call, b.strategy, b.tokens_steady) for b in bench_records.load([into])] == [
         (33, "no-cudagraphs+global-lock", 100.0), (33, "no-cudagraphs+global-lock", 101.0)]
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{}\n")
-    with pytest.raises(benches.BenchError, match="not a bench record"):
-        benches.add_records(bad, 33, into)
+    with pytest.raises(bench_records.BenchError, match="not a bench record"):
+        bench_records.add_records(bad, 33, into)
 
 
 def test_a_priced_call_gets_its_paired_prices_under_the_table(tmp_path):
@@ -201,12 +201,12 @@ def test_a_priced_call_gets_its_paired_prices_under_the_table(tmp_path):
              (1, "global-lock:default", 80.0), (2, "global-lock:default", 120.0), (2, "cudagraph-lock", 126.0)]
     path.write_text("".join(json.dumps({"phase": f"bench:launch-bound:{c}", "call": 34, "round": r,
                                         "tokens_per_s_steady": t}) + "\n" for r, c, t in order))
-    text = benches.body(benches.load([path]), ["b"])
+    text = benches.body(bench_records.load([path]), ["b"])
     assert "Priced in rounds (`harness price`), call 34, launch-bound, 1 GPU(s): 3 round(s)" in text
     assert "over `no-cudagraphs+global-lock`'s" in text
     assert "| `cudagraph-lock` | 3/3 | 110 | 90-126 | 1.10x | 1.05x-1.12x | 75% |" in text
     # Benches of the other calls (no rounds) get no such block.
-    assert "Priced in rounds" not in benches.body(benches.load([path])[:0], ["b"])
+    assert "Priced in rounds" not in benches.body(bench_records.load([path])[:0], ["b"])
 
 
 def test_two_price_runs_in_one_file_pair_their_rounds_apart(tmp_path):
@@ -214,7 +214,7 @@ def test_two_price_runs_in_one_file_pair_their_rounds_apart(tmp_path):
     rows = [("r1", 0, "", 100.0), ("r1", 0, "global-lock", 50.0), ("r2", 0, "", 100.0), ("r2", 0, "global-lock", 90.0)]
     path.write_text("".join(json.dumps({"phase": f"bench:cpu-compile:{c}:default", "call": None, "run": run,
                                         "round": r, "tokens_per_s_steady": t}) + "\n" for run, r, c, t in rows))
-    text = benches.body(benches.load([path]), ["b"])
+    text = benches.body(bench_records.load([path]), ["b"])
     assert "call ? (run of r1), cpu-compile" in text and "call ? (run of r2), cpu-compile" in text
     assert "| 0.50x | 0.50x-0.50x |" in text and "| 0.90x | 0.90x-0.90x |" in text
 
@@ -223,7 +223,7 @@ def test_price_runs_are_tables_not_plot_bars(tmp_path):
     path = tmp_path / "benches.jsonl"
     path.write_text("".join(json.dumps({"phase": "bench:launch-bound::none", "call": c, "run": "r", "round": 0,
                                         "tokens_per_s_steady": 1.0}) + "\n" for c in (40, 41)))
-    assert benches.plot_paths(benches.load([path]), tmp_path) == []
+    assert benches.plot_paths(bench_records.load([path]), tmp_path) == []
 
 
 def test_a_price_run_of_two_rounds_or_more_gets_its_own_plot_linked_under_its_table(tmp_path):
@@ -238,7 +238,7 @@ def test_a_price_run_of_two_rounds_or_more_gets_its_own_plot_linked_under_its_ta
     lines += [{"phase": "bench:launch-bound::none", "call": 36, "round": 0, "tokens_per_s_steady": 1.0}]
     lines += [{"phase": "bench:launch-bound::none", "call": 37, "round": r, "tokens_per_s_steady": 1.0} for r in (0, 1)]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    loaded = benches.load([path])
+    loaded = bench_records.load([path])
     plots = benches.price_plots(loaded, tmp_path / "elsewhere")
     want = [tmp_path / "plots" / "price-launch-bound-1gpu-35-20261201130956.png",     # beside the bench file
             tmp_path / "plots" / "price-launch-bound-1gpu-35-20261201132000.png"]

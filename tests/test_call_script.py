@@ -144,8 +144,8 @@ def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_p
     assert len({r.trial_id for r in Store(base).load()}) == 3
     assert (repo / "results" / "h200-campaign" / "call12-log.txt").read_text() == "call 12\n"
     assert (repo / "REPORT.md").is_file()
-    from harness.analysis import benches
-    priced = benches.load([repo / "results" / "h200-campaign" / "benches.jsonl"])
+    from harness.analysis import bench_records
+    priced = bench_records.load([repo / "results" / "h200-campaign" / "benches.jsonl"])
     assert [(b.call, b.strategy, b.tokens_steady) for b in priced] == [(12, "eager", 10.0), (12, "eager", 12.0)]
     # The same call again: refused, nothing written.
     proc = subprocess.run(["bash", str(UNPACK), str(tmp_path / "files12"), "12"], cwd=repo, env=env,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.analysis import benches, pricing
+from harness.analysis import bench_records, benches, pricing, prices
 from harness.analysis.pricing import Config, PriceError
 from harness.commands import price
 
@@ -31,7 +31,7 @@ def test_gpu_presets_record_the_campaigns_workload_names():
                              rounds=1, steps=5, cuda_count=1)
     assert plan.workload == "launch-bound"
     assert plan.configs[0].phase(plan.workload) == "bench:launch-bound:global-lock,stash-incref:reduce-overhead"
-    assert benches.strategy_of(plan.configs[0].phase(plan.workload)) == ("launch-bound", "global-lock+stash-incref")
+    assert bench_records.strategy_of(plan.configs[0].phase(plan.workload)) == ("launch-bound", "global-lock+stash-incref")
     # Without a mode, the preset's own (default: no CUDA graphs), named as the campaign names it.
     assert plan.configs[1] == Config(fixes="global-lock", mode="default")
     assert plan.configs[1].strategy(plan.workload) == "no-cudagraphs+global-lock"
@@ -51,16 +51,16 @@ def test_bad_input_is_one_error_before_any_bench(preset, configs, rounds, messag
 
 
 def test_a_gpu_run_prices_each_configuration_with_its_gpu_busy_fraction_and_a_cpu_run_without():
-    runs = [pricing.Run(strategy="A", round=0, tokens=100.0, gpu_busy=0.98),
-            pricing.Run(strategy="A", round=1, tokens=110.0, gpu_busy=0.99),
-            pricing.Run(strategy="B", round=0, tokens=90.0, gpu_busy=0.5),
-            pricing.Run(strategy="B", round=1, tokens=None, died="segv")]
-    text = "\n".join(pricing.rows(pricing.price_runs(runs, ["A", "B"])))
+    runs = [prices.Run(strategy="A", round=0, tokens=100.0, gpu_busy=0.98),
+            prices.Run(strategy="A", round=1, tokens=110.0, gpu_busy=0.99),
+            prices.Run(strategy="B", round=0, tokens=90.0, gpu_busy=0.5),
+            prices.Run(strategy="B", round=1, tokens=None, died="segv")]
+    text = "\n".join(prices.rows(prices.price_runs(runs, ["A", "B"])))
     assert "| coverage | GPU busy |" in text
     assert "| `A` | 2/2 | 105 | 100-110 | 1.00x (base) | - | - | 98% |" in text   # median of .98, .99
     assert "| `B` | 1/2 | 90 | 90-90 | 0.90x | 0.90x-0.90x | 0% | 50% |" in text  # the died bench has no figure
-    cpu = [pricing.Run(strategy=x.strategy, round=x.round, tokens=x.tokens, died=x.died) for x in runs]
-    assert "GPU busy" not in "\n".join(pricing.rows(pricing.price_runs(cpu, ["A", "B"])))
+    cpu = [prices.Run(strategy=x.strategy, round=x.round, tokens=x.tokens, died=x.died) for x in runs]
+    assert "GPU busy" not in "\n".join(prices.rows(prices.price_runs(cpu, ["A", "B"])))
 
 
 def test_a_device_plan_this_machine_cannot_run_is_refused_before_any_bench():
@@ -120,30 +120,30 @@ def test_a_bench_that_dies_is_listed_and_drops_out_of_its_rounds_ratio():
 def test_three_configurations_are_also_priced_each_over_each_other_by_round():
     # Call 35's figures (REPORT.md, twelfth session): the base column shows B 0.95x A and C 0.84x A;
     # B over C, 1.13x in every round, shows only in the grid. A died bench weakens its pairs.
-    runs = [pricing.Run(strategy=s, round=r, tokens=t) for r, row in enumerate(
+    runs = [prices.Run(strategy=s, round=r, tokens=t) for r, row in enumerate(
         [(39890.0, 45116.0, 39781.0), (49826.0, 43156.0, 38150.0), (40818.0, 38953.0, 34324.0)])
         for s, t in zip("ABC", row)]
-    text = "\n".join(pricing.rows(pricing.price_runs(runs, ["A", "B", "C"])))
+    text = "\n".join(prices.rows(prices.price_runs(runs, ["A", "B", "C"])))
     assert "(row over column, per round: the median and its interval, coverage 75%)" in text
     assert "| B `B` | 0.95x (0.87-1.13) | - | 1.13x (1.13-1.13) |" in text
     assert "| A `A` | - | 1.05x (0.88-1.15) | 1.19x (1.00-1.31) |" in text
     died = [x for x in runs if not (x.strategy == "C" and x.round == 1)]
-    grid = "\n".join(pricing.rows(pricing.price_runs(died, ["A", "B", "C"])))
+    grid = "\n".join(prices.rows(prices.price_runs(died, ["A", "B", "C"])))
     # C's pairs have 2 rounds now (50%, the header's), A's and B's 3: theirs is said.
     assert "its interval, coverage 50%)" in grid and "| B `B` | 0.95x (0.87-1.13, 75%) | - | 1.13x (1.13-1.13) |" in grid
     # Two configurations that never ran in one round: said, not shown as the diagonal's "-".
-    apart = [*runs[:3], pricing.Run(strategy="D", round=9, tokens=1.0)]
+    apart = [*runs[:3], prices.Run(strategy="D", round=9, tokens=1.0)]
     assert "| D `D` | no shared round | no shared round | no shared round | - |" in \
-        "\n".join(pricing.rows(pricing.price_runs(apart, ["A", "B", "C", "D"])))
+        "\n".join(prices.rows(prices.price_runs(apart, ["A", "B", "C", "D"])))
     # Two configurations: the base column says it all.
-    assert "Every configuration" not in "\n".join(pricing.rows(pricing.price_runs(runs[:2], ["A", "B"])))
+    assert "Every configuration" not in "\n".join(prices.rows(prices.price_runs(runs[:2], ["A", "B"])))
 
 
 @pytest.mark.parametrize("low, high, word", [(1.21, 1.4, "meets"), (1.0, 1.19, "misses"), (1.1, 1.3, "undecided")])
 def test_the_target_is_met_only_when_the_whole_interval_clears_it(low, high, word):
     from harness.stats import MedianInterval
 
-    assert pricing.verdict(MedianInterval(median=(low + high) / 2, low=low, high=high, coverage=0.9), 1.2).startswith(word)
+    assert prices.verdict(MedianInterval(median=(low + high) / 2, low=low, high=high, coverage=0.9), 1.2).startswith(word)
 
 
 def test_records_append_to_a_bench_file_that_report_reads(tmp_path):
@@ -151,7 +151,7 @@ def test_records_append_to_a_bench_file_that_report_reads(tmp_path):
     into = tmp_path / "benches.jsonl"
     into.write_text(json.dumps({"phase": "bench:launch-bound::none", "call": 30, "tokens_per_s_steady": 1.0}) + "\n")
     pricing.save(pricing.run(plan, bench=_fake([10.0, 12.0]), log=lambda s: None), into)
-    loaded = benches.load([into])
+    loaded = bench_records.load([into])
     assert [(b.call, b.strategy, b.tokens_steady) for b in loaded] == [
         (30, "eager", 1.0), (33, "eager", 10.0), (33, "eager+global-lock", 12.0)]
     bad = tmp_path / "other.jsonl"
@@ -173,7 +173,7 @@ def test_the_cli_benches_for_real_and_refuses_a_foreign_file_before_running(tmp_
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| `eager+global-lock` | 1/1 |" in done.stdout
-    loaded = benches.load([into])
+    loaded = bench_records.load([into])
     assert [(b.call, b.strategy) for b in loaded] == [(5, "eager"), (5, "eager+global-lock")]
     assert all(b.tokens_steady and b.tokens_steady > 0 and b.torch for b in loaded)
     assert all(b.sets == () for b in loaded)
@@ -183,7 +183,7 @@ def test_a_runs_overrides_are_recorded_and_named_in_the_report(tmp_path):
     plan = _plan(configs=(":none", "global-lock:none"), rounds=1, sets=["pipeline.num_drafter_threads=3"])
     into = tmp_path / "benches.jsonl"
     pricing.save(pricing.run(plan, bench=_fake([10.0, 9.0]), log=lambda s: None), into)
-    loaded = benches.load([into])
+    loaded = bench_records.load([into])
     assert {b.sets for b in loaded} == {("pipeline.num_drafter_threads=3",)}
     # The fake benches carry no device plan: read as one GPU, as the first device calls' records.
     assert "1 GPU(s), `--set pipeline.num_drafter_threads=3`: 1 round(s)" in benches.body(loaded, ["b"])
@@ -206,7 +206,7 @@ def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys
                                             topology=None)
     with pytest.raises(KeyboardInterrupt):
         price.run(opts)
-    assert [(b.strategy, b.tokens_steady) for b in benches.load([into])] == [
+    assert [(b.strategy, b.tokens_steady) for b in bench_records.load([into])] == [
         ("eager", 100.0), ("eager+global-lock", 110.0), ("eager+global-lock", 120.0)]
     assert "| `eager+global-lock` | 2/2 | 115 | 110-120 | 1.10x | 1.10x-1.10x | 0% |" in capsys.readouterr().out
 

@@ -117,7 +117,7 @@ def test_where_the_lock_is_the_only_fix_tried_it_is_judged_as_the_fix():
 
 
 def test_the_recommendation_carries_its_cost_alone_on_the_gpu_per_benched_call():
-    from harness.analysis.benches import Bench
+    from harness.analysis.bench_records import Bench
 
     def bench(call, strategy, tok):
         return Bench(call=call, preset="w", strategy=strategy, steps=60, tokens_steady=tok, gpu_busy=None,
@@ -136,7 +136,7 @@ def test_the_recommendation_carries_its_cost_alone_on_the_gpu_per_benched_call()
 
 
 def _bench(call, strategy, tok, busy=None):
-    from harness.analysis.benches import Bench
+    from harness.analysis.bench_records import Bench
 
     return Bench(call=call, preset="w", strategy=strategy, steps=60, tokens_steady=tok, gpu_busy=None,
                  gpu_busy_steady=busy, busy={}, torch="2.11")

@@ -7,7 +7,7 @@
 # previous call was unpacked holds trial ids that call also handed out, and unpacking one over the
 # other loses records (calls 12 and 13, REPORT.md, 2026-11-30 sixth session). The log's `dflash
 # bench` records (and a price phase's price.jsonl) go to results/h200-campaign/benches.jsonl
-# (harness.analysis.benches), the log becomes
+# (harness.analysis.bench_records), the log becomes
 # results/h200-campaign/call<N>-log.txt, and REPORT.md is regenerated. Bad input: one line, exit 2,
 # nothing written. Merges repeat safely, so a run stopped half-way is completed by running it again.
 set -euo pipefail

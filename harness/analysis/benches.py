@@ -1,208 +1,26 @@
-"""Bench records of the device calls: `dflash bench` runs one configuration alone on the GPU.
+"""REPORT.md's `benches` block and its plots: the `dflash bench` records of the GPU hosts' runs
+(harness.analysis.bench_records), one row per bench, and each `harness price` run's benches as one
+table of paired prices (harness.analysis.prices) with its plot.
 
-A campaign trial shares the GPU with other trials and its tokens/s move with its neighbours (one
-gpu-bound cell ran 9,882-42,922 tokens/s, REPORT.md 2026-11-30 sixth session); a bench runs alone,
-so costs come from here. Ratios are taken only between benches of one call: the same bench moved
-18-22% between calls 9 and 11.
-
-Records are the bench's JSON line plus the call's phase (`bench:PRESET:FIXES[:MODE[:GPUS]]`, as
-tools/h200_call.sh, call.sh below, names it; GPUS runs the seed topology of issue 6 on that many GPUs) and the call number, kept as JSONL beside the stores
-(`results/<folder>/bench-<date>.jsonl` or `benches.jsonl`), taken from a call's log by
-
-    python -m harness.analysis.benches LOG CALL --into results/h200-campaign/benches.jsonl
-
-(run by tools/unpack_call.sh), and tabled by `python -m harness report` in REPORT.md's `benches` block.
-A bench that died is a record too, with its exit code and failure signature and no figures: the
-configuration failed alone on the GPU, which harness.analysis.recommend counts against it.
+A bench's ratios are taken only against benches of its own run, preset and GPU count: the same
+bench moved 18-22% from one run to another.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness.diagnosis import families
+from harness.analysis.bench_records import Bench
+from harness.analysis.plots import CLEAN_COLOR, FAILED_COLOR, png_figure
+from harness.analysis.plots import bar_plot as _bar_plot
+from harness.analysis.prices import Price, Run, paired_ratios, price_runs, rows
 from harness.analysis.recommend import serialised
-from harness.trial.signature import crash_signature
-from harness.stores.store import write_atomic
+from harness.diagnosis import families
 
 BLOCK = "benches"
-PHASE_LINE = re.compile(r"^== phase (\S+) at \d+s$")
-RC_LINE = re.compile(r"^bench \S+ .*\brc=(\d+) \d+s$")
-"""call.sh's line after each bench: `bench PRESET FIXES rc=N SECONDSs`."""
-TIMEOUT_RCS = (124, 137)
-"""`timeout`'s exit codes: the bench ran past call.sh's limit (a hang, or a slow compile)."""
-DEFAULT_MODE = "reduce-overhead"
-"""call.sh's bench phase compiles with this mode when the phase names none."""
-
-
-class BenchError(ValueError):
-    """Bad input: one line, nothing written."""
-
-
-@dataclass(frozen=True, slots=True)
-class Bench:
-    call: int | None
-    preset: str
-    strategy: str
-    """The campaign's cell naming: `eager` (mode none), `no-cudagraphs+FIXES` (mode default), else
-    the fixes (`raw` without any)."""
-    steps: int | None
-    tokens_steady: float | None
-    gpu_busy: float | None
-    gpu_busy_steady: float | None
-    busy: dict
-    torch: str
-    gpus: int = 1
-    """Devices in the bench's device plan: a verdict is priced only by benches on as many GPUs as
-    its workload's trials took (a 4-GPU topology cell is not costed by a one-GPU bench)."""
-    exit_code: int = 0
-    """Non-zero for a bench that died (it has no figures): a configuration that failed alone on the
-    GPU is not clean, whatever its matrix cells say (harness.analysis.recommend; REPORT.md, tenth session:
-    a cell clean at 29 stressed trials died of F2 in a bench)."""
-    signature: str | None = None
-    """The died bench's failure (harness.trial.signature's summary of the stderr tail call.sh prints)."""
-    round: int | None = None
-    """The round of a `harness price` run (its benches are priced per round: harness.analysis.pricing)."""
-    run: str | None = None
-    """Which `harness price` run (its start time): rounds pair only within one."""
-    sets: tuple[str, ...] = ()
-    """The run's `--set` overrides (a device plan, a thread count): part of what was priced."""
-    source: Path | None = field(default=None, compare=False)
-    """The file it was loaded from: its plots go beside it (results/<folder>/plots)."""
-
-    @property
-    def where(self) -> str:
-        return f"{self.gpus} GPU(s)" if self.gpus else "CPU"
-
-    @property
-    def failed(self) -> bool:
-        """Died of an error. A bench past call.sh's limit is not counted as one: call 6's ran out of
-        time in its second round, still running (the matrix leaves TIMEOUT out of k/n alike)."""
-        return self.exit_code != 0 and not self.timed_out
-
-    @property
-    def timed_out(self) -> bool:
-        return self.exit_code in TIMEOUT_RCS
-
-
-def strategy_of(phase: str) -> tuple[str, str]:
-    """(preset, strategy) of a phase `bench:PRESET:FIXES[:MODE[:GPUS]]`."""
-    parts = phase.split(":")
-    if (len(parts) < 3 or len(parts) > 5 or parts[0] != "bench" or not parts[1]
-            or (len(parts) == 5 and not parts[4].isdigit())):
-        raise BenchError(f"not a bench phase: {phase!r} (want bench:PRESET:FIXES[:MODE[:GPUS]])")
-    # `--set fixes=` takes commas, the campaign's cells join with `+`: one name for one cell.
-    preset, fixes = parts[1], parts[2].replace(",", "+")
-    mode = parts[3] if len(parts) > 3 and parts[3] else DEFAULT_MODE
-    if mode == "none":
-        # Fixes under eager (a lock's own cost, `harness price`) name a configuration of their own.
-        return preset, f"eager+{fixes}" if fixes else "eager"
-    name = fixes or "raw"
-    if mode == "default":
-        name = "no-cudagraphs" if not fixes else f"no-cudagraphs+{fixes}"
-    return preset, name
-
-
-def parse_log(text: str, call: int) -> list[dict]:
-    """The bench records of one call's log, each with its phase and the call number. A bench that
-    died (call.sh's `rc=N`, N != 0, and no record) gives a record with its exit code and the
-    signature of what call.sh printed after it, up to the next `== ` line: the evidence that the
-    configuration failed alone on the GPU."""
-    out: list[dict] = []
-    phase: str | None = None
-    died: dict | None = None
-    tail: list[str] = []
-
-    def close() -> None:
-        nonlocal died
-        if died is not None:
-            died["signature"] = died_signature(tail, died["exit_code"])
-            out.append(died)
-            died = None
-
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("== "):
-            # Any `== ` line (a phase, the end of the phases) ends what came before it: a record
-            # printed under another phase is not a bench's.
-            close()
-            m = PHASE_LINE.match(stripped)
-            phase = m.group(1) if m and m.group(1).startswith("bench:") else None
-            continue
-        if died is not None:
-            tail.append(line)
-            continue
-        if phase is None:
-            continue
-        rc = RC_LINE.match(stripped)
-        if rc and int(rc.group(1)) != 0:
-            died, tail, phase = {"phase": phase, "call": call, "event": "bench", "exit_code": int(rc.group(1))}, [], None
-            continue
-        if line.startswith('{"event": "bench"'):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            out.append({"phase": phase, "call": call, **data})
-            phase = None      # one record per phase
-    close()
-    return out
-
-
-def died_signature(lines: Sequence[str], exit_code: int) -> str:
-    """What a died bench failed of, from the output call.sh printed after its `rc=` line: the end of
-    its stderr, where a traceback's header may have been cut off (call.sh prints a tail), so the
-    frames from the first `File "..."` line on are read as one."""
-    if exit_code in TIMEOUT_RCS:
-        return f"timed out (exit {exit_code})"
-    text = "\n".join(lines)
-    if "Traceback (most recent call last):" not in text:
-        first = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith('File "')), None)
-        if first is not None:
-            text = "Traceback (most recent call last):\n" + "\n".join(lines[first:])
-    sig = crash_signature(text, rc=exit_code)
-    return sig.summary if sig is not None else f"exit {exit_code}"
-
-
-def load(paths: Sequence[Path]) -> list[Bench]:
-    benches = []
-    for path in paths:
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-                preset, strategy = strategy_of(d["phase"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise BenchError(f"{path} line {n}: not a bench record ({e})") from None
-            benches.append(Bench(call=d.get("call"), preset=preset, strategy=strategy, steps=d.get("steps"),
-                                 tokens_steady=d.get("tokens_per_s_steady"), gpu_busy=d.get("gpu_busy"),
-                                 gpu_busy_steady=d.get("gpu_busy_steady"), busy=d.get("busy") or {},
-                                 torch=d.get("torch", "?"), gpus=plan_gpus(d.get("device_plan")),
-                                 exit_code=int(d.get("exit_code") or 0), signature=d.get("signature"),
-                                 round=d.get("round"), run=d.get("run"), sets=tuple(d.get("sets") or ()),
-                                 source=path))
-    return benches
-
-
-def plan_gpus(plan: dict | None) -> int:
-    """Distinct CUDA devices of a bench's device plan ({"target": ["cuda:0", ...], "drafter": [...]});
-    0 for a plan on the CPU; 1 for records without a plan (the device calls' first benches)."""
-    if not isinstance(plan, dict):
-        return 1
-    return len({d for devices in plan.values() if isinstance(devices, list) for d in devices
-                if str(d).startswith("cuda")})
-
-
-def files(results_root: Path) -> list[Path]:
-    """The device calls' bench files: `bench-<date>.jsonl` (the first, kept by hand) and
-    `benches.jsonl` (what unpack.sh appends to). Other bench outputs (a CPU run's `bench.jsonl`
-    has no phase) are not this table's."""
-    return sorted([*results_root.glob("*/bench-*.jsonl"), *results_root.glob("*/benches.jsonl")])
 
 
 def _ratio(b: Bench, base: Bench | None) -> str:
@@ -243,13 +61,11 @@ def _bar_text(b: Bench) -> str:
 def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     """The plot_paths: steady tokens/s per bench, one bar per call and configuration; a bench that
     died is a red bar of length 0 with its family, one that timed out a grey one."""
+    # matplotlib takes a second or more to import, and only drawing needs it.
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from harness.analysis.plots import CLEAN_COLOR, FAILED_COLOR
-    from harness.analysis.plots import bar_plot as _bar_plot
+    import matplotlib.pyplot as plt  # deferred with matplotlib, once the Agg backend is chosen
 
     paths = []
     for path, preset, gpus, group in _plotted(benches, plots_dir):
@@ -320,9 +136,7 @@ class PriceRun:
         """Its configurations, the base (the first its first round benched) first."""
         return list(dict.fromkeys(b.strategy for b in sorted(self.group, key=lambda b: b.round)))
 
-    def prices(self) -> list:
-        from harness.analysis.pricing import Run, price_runs
-
+    def prices(self) -> list[Price]:
         runs = [Run(strategy=b.strategy, round=b.round, tokens=None if b.exit_code else b.tokens_steady,
                     died=b.signature if b.failed else None, gpu_busy=b.gpu_busy_steady) for b in self.group]
         return price_runs(runs, self.order)
@@ -358,8 +172,6 @@ def price_groups(benches: Sequence[Bench]) -> list[PriceRun]:
 def priced(benches: Sequence[Bench], links: dict[tuple, str] | None = None) -> list[str]:
     """Per `harness price` run: the paired prices against the configuration its first round benched
     first, and its plot where one was drawn (`links`: PriceRun.key -> REPORT.md's link)."""
-    from harness.analysis.pricing import rows
-
     out = []
     for pr in price_groups(benches):
         b = pr.group[0]
@@ -382,13 +194,11 @@ def price_plots(benches: Sequence[Bench], plots_dir: Path) -> dict[tuple, Path]:
 
 
 def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
+    # matplotlib takes a second or more to import, and only drawing needs it.
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from harness.analysis.pricing import paired_ratios
-    from harness.analysis.plots import CLEAN_COLOR, FAILED_COLOR, png_figure
+    import matplotlib.pyplot as plt  # deferred with matplotlib, once the Agg backend is chosen
 
     paths = []
     for pr in price_groups(benches):
@@ -423,49 +233,3 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
                          f"tokens/s over `{base.strategy}`", fontsize=8)
         paths.append(path)
     return paths
-
-
-def read_records(path: Path) -> list[dict]:
-    """A bench file's records, checked by load() first: a file that is not ours is a BenchError
-    before anything is written."""
-    try:
-        load([path])
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except OSError as e:
-        raise BenchError(f"cannot read {path}: {e.strerror or e}") from None
-
-
-def append(into: Path, new: Sequence[dict], held: Sequence[dict] | None = None) -> None:
-    """`into`'s records (`held`, when the caller read them already) and then `new`, written whole and
-    atomically (never half a file)."""
-    if held is None:
-        held = read_records(into) if into.exists() else []
-    write_atomic(into, "".join(json.dumps(d) + "\n" for d in [*held, *new]).encode("utf-8"))
-
-
-def add(log: Path, call: int, into: Path) -> int:
-    """Append the log's bench records to `into`, skipping those of a call and phase already there;
-    returns how many were added."""
-    try:
-        found = parse_log(log.read_text(encoding="utf-8", errors="replace"), call)
-    except OSError as e:
-        raise BenchError(f"cannot read {log}: {e.strerror or e}") from None
-    held = read_records(into) if into.exists() else []
-    seen = {(d.get("call"), d.get("phase")) for d in held}
-    new = [d for d in found if (d["call"], d["phase"]) not in seen]
-    if new:
-        append(into, new, held)
-    return len(new)
-
-
-def add_records(records: Path | Sequence[dict], call: int, into: Path) -> int:
-    """Append `harness price` records (its --into file, written on the device without a call
-    number, or those records read already) to `into`, stamped with `call`; a record already there
-    (same call, run, phase and round) is skipped, so that unpacking a call twice adds nothing."""
-    found = read_records(records) if isinstance(records, Path) else records
-    held = read_records(into) if into.exists() else []
-    seen = {(d.get("call"), d.get("run"), d.get("phase"), d.get("round")) for d in held}
-    new = [{**d, "call": call} for d in found if (call, d.get("run"), d.get("phase"), d.get("round")) not in seen]
-    if new:
-        append(into, new, held)
-    return len(new)

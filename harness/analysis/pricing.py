@@ -14,11 +14,11 @@ two configurations it was compared with. So the price is measured the way a drif
   configuration's (the first one named): the two ran minutes apart, so the ratio is paired. Its
   summary is the median over rounds and a distribution-free interval for that median
   (`harness.stats.median_interval`, the sign test's order statistics) with its coverage: 75% with
-  3 rounds, 94% with 5, 97% with 6.
+  3 rounds, 94% with 5, 97% with 6 (harness.analysis.prices).
 - A bench that dies is a result, not a gap: its record carries the exit code and the failure's
-  signature (harness.analysis.benches), and the command exits 1.
+  signature (harness.analysis.bench_records), and the command exits 1.
 
-Records go to `--into` in harness.analysis.benches' format (phase `bench:WORKLOAD:FIXES:MODE`, the call
+Records go to `--into` in harness.analysis.bench_records' format (phase `bench:WORKLOAD:FIXES:MODE`, the call
 number, the round), so that `python -m harness report` tables them with the call's other benches
 and harness.analysis.recommend prices by them. WORKLOAD is the preset without its `gpu-` prefix, as the
 campaign names its workloads (harness.campaign.presets).
@@ -31,11 +31,9 @@ campaign names its workloads (harness.campaign.presets).
 
 from __future__ import annotations
 
-import collections
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -43,11 +41,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import stats
-from harness.analysis.benches import BenchError, append, died_signature, strategy_of
+from dflash import presets
+from dflash.config import ConfigError, apply_overrides
+from dflash.errors import DevicePlanError
+from dflash.fixes import FixSet, parse_names
+from harness.analysis.bench_records import BenchError, append, died_signature, strategy_of
+from harness.analysis.prices import Price, Run, price_runs, rows
+from harness.campaign.presets import paired_topology_sets, topology_sets
+from harness.campaign.matrix import MatrixError
 
 TIMEOUT_RC = 124
-"""A run past --timeout-s gets `timeout`'s exit code, which harness.analysis.benches reads as timed out."""
+"""A run past --timeout-s gets `timeout`'s exit code, which harness.analysis.bench_records reads as timed out."""
 STDERR_TAIL = 40
 """Lines of a died run's stderr kept for its signature (call.sh's bench phase keeps as many)."""
 
@@ -112,12 +116,8 @@ def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, s
     `topology` N runs every bench in the seed trainer's device plan on N GPUs
     (harness.campaign.presets.topology_sets, N >= 4; the paired plan below 4), as the gpu-topology
     matrices' trials run (issue 6)."""
-    from dflash import presets
-    from dflash.config import ConfigError, apply_overrides
-    from dflash.devices import DevicePlanError, resolve
-    from dflash.fixes import FixSet, parse_names
-    from harness.campaign.matrix import MatrixError
-    from harness.campaign.presets import paired_topology_sets, topology_sets
+    # dflash.devices imports torch, which the harness process otherwise never loads.
+    from dflash.devices import resolve
 
     if topology is not None:
         try:
@@ -188,81 +188,11 @@ def run(plan: Plan, *, bench: Callable[[Plan, Config], dict] | None = None,
     return records
 
 
-@dataclass(kw_only=True, slots=True)
-class Price:
-    strategy: str
-    tokens: list[float]
-    died: list[str]
-    ratio: stats.MedianInterval | None
-    """Per-round tokens/s over the base configuration's, summarised; None for the base itself or
-    without a round where both ran."""
-    by_round: dict[int, float] = field(default_factory=dict)
-    """Round -> tokens/s of the benches that ran to a figure: what `pairwise` pairs."""
-    gpu_busy: list[float] = field(default_factory=list)
-    """Steady-half GPU busy fractions of its benches that have one."""
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """One bench of a round, as prices() reads it (from this command's records or harness.analysis.benches')."""
-    strategy: str
-    round: int
-    tokens: float | None
-    died: str | None = None
-    gpu_busy: float | None = None
-    """The GPU's busy fraction over the bench's steady half (None on CPU): issue 5 prices a
-    configuration by its tokens/s and by how busy it keeps the GPU."""
-
-
 def prices(plan: Plan, records: Sequence[dict]) -> list[Price]:
     runs = [Run(strategy=strategy_of(d["phase"])[1], round=d["round"], tokens=d.get("tokens_per_s_steady"),
                 died=d.get("signature") if d.get("exit_code") else None, gpu_busy=d.get("gpu_busy_steady"))
             for d in records]
     return price_runs(runs, [c.strategy(plan.workload) for c in plan.configs])
-
-
-def paired_ratios(row: Price, col: Price) -> list[float]:
-    """Row's tokens/s over column's in each round where both ran to a figure, in round order: the
-    one pairing of the base column, the grid and the plots."""
-    return [t / col.by_round[r] for r, t in sorted(row.by_round.items()) if r in col.by_round]
-
-
-def price_runs(runs: Sequence[Run], order: Sequence[str]) -> list[Price]:
-    """Per configuration of `order` (the first is the base): its figures, its died benches, and the
-    median of its per-round ratios to the base with the median's interval."""
-    out = []
-    for name in order:
-        mine = [x for x in runs if x.strategy == name]
-        out.append(Price(strategy=name, tokens=[x.tokens for x in mine if x.tokens],
-                         died=[f"round {x.round}: {x.died}" for x in mine if x.died is not None],
-                         ratio=None, by_round={x.round: x.tokens for x in mine if x.tokens},
-                         gpu_busy=[x.gpu_busy for x in mine if x.tokens and x.gpu_busy is not None]))
-    for p in out[1:]:
-        p.ratio = stats.median_interval(paired_ratios(p, out[0]))
-    return out
-
-
-def pairwise(ps: Sequence[Price]) -> list[str]:
-    """With three configurations or more, every one over every other, paired by round as the base
-    column is: a run prices the lock-free configuration against the lock and the lock against the
-    no-cudagraphs lock at once (REPORT.md, twelfth session: call 35's lock-free configuration ran
-    1.13x the no-cudagraphs lock in each of its three rounds, a figure the base column does not
-    show). Row over column; the median of the per-round ratios and its interval."""
-    if len(ps) < 3:
-        return []
-    letters = [chr(ord("A") + i) for i in range(len(ps))]
-    grid = [[stats.median_interval(paired_ratios(row, col)) if row is not col else None for col in ps] for row in ps]
-    coverages = collections.Counter(m.coverage for ms in grid for m in ms if m is not None)
-    usual = coverages.most_common(1)[0][0] if coverages else None
-    lines = ["", "Every configuration over every other (row over column, per round: the median and its "
-             f"interval{f', coverage {usual:.0%}' if usual is not None else ''}):",
-             "", "| | " + " | ".join(letters) + " |", "|---|" + "---|" * len(ps)]
-    for letter, row, ms in zip(letters, ps, grid):
-        # A pair with fewer rounds (a died bench) has a weaker interval: its coverage is said.
-        cells = [("-" if row is col else "no shared round") if m is None else f"{m.median:.2f}x ({m.low:.2f}-{m.high:.2f}"
-                 + (f", {m.coverage:.0%}" if m.coverage != usual else "") + ")" for m, col in zip(ms, ps)]
-        lines.append(f"| {letter} `{row.strategy}` | " + " | ".join(cells) + " |")
-    return lines
 
 
 def table(plan: Plan, ps: Sequence[Price], target: float | None = None) -> str:
@@ -271,48 +201,10 @@ def table(plan: Plan, ps: Sequence[Price], target: float | None = None) -> str:
     return "\n".join([head, "", *rows(ps, target)])
 
 
-def rows(ps: Sequence[Price], target: float | None = None) -> list[str]:
-    """The markdown table of prices (and the died benches, and the target's verdicts)."""
-    base = ps[0].strategy
-    busy = any(p.gpu_busy for p in ps)     # a GPU run: its busy fraction is part of the price
-    lines = ["| configuration | ran | median tok/s | range | vs base (median) | interval | coverage |"
-             + (" GPU busy |" if busy else ""), "|---|---|---|---|---|---|---|" + ("---|" if busy else "")]
-    for p in ps:
-        med = f"{statistics.median(p.tokens):.0f}" if p.tokens else "-"
-        rng = f"{min(p.tokens):.0f}-{max(p.tokens):.0f}" if p.tokens else "-"
-        ran = f"{len(p.tokens)}/{len(p.tokens) + len(p.died)}"
-        if p.ratio is None:
-            vs, iv, cov = ("1.00x (base)", "-", "-") if p.strategy == base else ("-", "-", "-")
-        else:
-            vs, iv, cov = f"{p.ratio.median:.2f}x", f"{p.ratio.low:.2f}x-{p.ratio.high:.2f}x", f"{p.ratio.coverage:.0%}"
-        gpu = (f" {statistics.median(p.gpu_busy):.0%} |" if p.gpu_busy else " - |") if busy else ""
-        lines.append(f"| `{p.strategy}` | {ran} | {med} | {rng} | {vs} | {iv} | {cov} |{gpu}")
-    for p in ps:
-        lines += [f"- `{p.strategy}` died alone: {d}" for d in p.died]
-    lines += pairwise(ps)
-    if target is not None:
-        lines.append("")
-        for p in ps[1:]:
-            if p.ratio is not None:
-                lines.append(f"- `{p.strategy}` against {target}x `{base}`: {verdict(p.ratio, target)}")
-    return lines
-
-
-def verdict(ratio: stats.MedianInterval, target: float) -> str:
-    """Whether the interval clears the target: `meets` only when its low end does."""
-    how = f"interval {ratio.low:.2f}x-{ratio.high:.2f}x ({ratio.coverage:.0%})"
-    if ratio.low >= target:
-        return f"meets ({how})"
-    if ratio.high < target:
-        return f"misses ({how})"
-    return f"undecided ({how}): more rounds"
-
-
 def save(records: Sequence[dict], into: Path) -> None:
-    """Append to a bench file, whole-file atomic: a file that is not harness.analysis.benches' fails first."""
+    """Append to a bench file, whole-file atomic: a file that is not one (harness.analysis.bench_records)
+    fails first."""
     try:
         append(into, records)
     except BenchError as e:
         raise PriceError(str(e)) from None
-
-

@@ -130,7 +130,7 @@ def totals(cells: Sequence) -> dict[str, dict[str, StrategyTotals]]:
 
 
 def recommend(cells: Sequence, *, min_stressed: int = MIN_STRESSED, bench_runs: Sequence = ()) -> list[Verdict]:
-    """`bench_runs` (harness.analysis.benches.Bench): a strategy whose bench of the workload died of an error
+    """`bench_runs` (harness.analysis.bench_records.Bench): a strategy whose bench of the workload died of an error
     is failing, whatever its cells say (REPORT.md, tenth session: a cell clean at 29 stressed trials
     died of F2 alone on the GPU). Pass only benches on as many GPUs as the workload's trials."""
     verdicts = []
@@ -177,7 +177,7 @@ def _ratio(t: StrategyTotals, base: StrategyTotals | None, name: str) -> str:
 
 
 def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, bench_runs: Sequence = ()) -> list[str]:
-    """One line per verdict; `bench_runs` (harness.analysis.benches.Bench) add the recommended strategy's
+    """One line per verdict; `bench_runs` (harness.analysis.bench_records.Bench) add the recommended strategy's
     cost alone on the GPU, per call, where a bench of its workload ran it."""
     out = []
     for v in verdicts:
@@ -201,8 +201,8 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, benc
 
 
 def _benched(bench_runs: Sequence, workload: str) -> dict[int, dict[str, list]]:
-    """call (NO_CALL for none) -> strategy -> the workload's benches with figures (harness.analysis.benches.Bench),
-    in file order."""
+    """call (NO_CALL for none) -> strategy -> the workload's benches with figures
+    (harness.analysis.bench_records.Bench), in file order."""
     runs: dict[int, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for x in bench_runs:
         if x.preset == workload and x.tokens_steady:

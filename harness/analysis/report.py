@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.analysis import benches, recommend
+from harness.analysis import bench_records, benches, recommend
 from harness.analysis.cell_plots import plot_paths, write_plots
 from harness.analysis.cell_tables import family_legend, has_memory, markdown_table, pivot_table, signature_lines
 from harness.analysis.excerpts import hang_excerpts, native_excerpts
@@ -170,8 +170,8 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     readme: str | None = None
     text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
     names, plots = [], []
-    bench_files = sorted(f for root in {Path(d).parent for d in store_dirs} for f in benches.files(root))
-    bench_runs = benches.load(bench_files)
+    bench_files = sorted(f for root in {Path(d).parent for d in store_dirs} for f in bench_records.files(root))
+    bench_runs = bench_records.load(bench_files)
     if overview:
         # Retired records count here: their failures were observed (under an older workload).
         observed = loaded + list(retired.items())

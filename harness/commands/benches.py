@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.analysis import benches
+from harness.analysis import bench_records
 
 HELP = "keep a GPU-host run's `dflash bench` records (from its log) for the report"
 
@@ -20,9 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(opts: argparse.Namespace) -> int:
     # Read first: a bad records file is an error before the log's records are added.
-    priced = benches.read_records(opts.records) if opts.records is not None else []
-    n = benches.add(opts.log, opts.call, opts.into)
+    priced = bench_records.read_records(opts.records) if opts.records is not None else []
+    n = bench_records.add(opts.log, opts.call, opts.into)
     if priced:
-        n += benches.add_records(priced, opts.call, opts.into)
+        n += bench_records.add_records(priced, opts.call, opts.into)
     print(f"{opts.into}: {n} bench record(s) of run {opts.call} added")
     return 0

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.analysis import benches, pricing
-from harness.analysis.benches import BenchError
+from harness.analysis import bench_records, pricing
+from harness.analysis.bench_records import BenchError
 from harness.analysis.pricing import PriceError, make_plan, prices, save
 from harness.args import positive_float, positive_int
 
@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", type=int, metavar="GPUS",
                     help="the seed trainer's device plan on this many GPUs (>= 4; 2-3: one target and one drafter per GPU)")
     p.add_argument("--timeout-s", type=positive_float, default=600.0, help="per bench (default 600)")
-    p.add_argument("--into", type=Path, help="append the bench records to this JSONL (harness.analysis.benches format)")
+    p.add_argument("--into", type=Path,
+                   help="append the bench records to this JSONL (harness.analysis.bench_records format)")
     p.add_argument("--call", type=int, help="device call number recorded with them (REPORT groups benches by call)")
     p.add_argument("--target", type=positive_float, help="say whether each ratio's interval clears this (e.g. 1.2)")
 
@@ -36,7 +37,7 @@ def run(opts: argparse.Namespace) -> int:
         plan = make_plan(opts.preset, opts.configs, rounds=opts.rounds, steps=opts.steps, sets=opts.sets,
                          timeout_s=opts.timeout_s, call=opts.call, topology=opts.topology)
         if opts.into is not None and opts.into.exists():
-            benches.load([opts.into])      # before an hour of benches, not after
+            bench_records.load([opts.into])      # before an hour of benches, not after
     except (PriceError, BenchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
