@@ -63,8 +63,8 @@ def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: 
          cells: Sequence[str] = (), without: Sequence[str] = ()) -> list[Row]:
     """One row per store with any counted trial, then `total` when there are several; trials whose
     strategy holds a fix of `without` are left out."""
+    # scipy takes a second or more to import, and only the Fisher p-values need it.
     from scipy.stats import fisher_exact
-
 
     counts = []
     for name, records in loaded:
