@@ -15,11 +15,13 @@ import pytest
 
 from dataclasses import replace
 
+from harness.trial.frames import module_of
 from harness.trial.hangs import parse_pyspy_json
+from harness.trial.messages import normalise_message
 from harness.trial.signature import (
-    SIGNATURE_VERSION, crash_signature, exception_signature, hang_signature, module_of,
-    first_failure, normalise_message, parse_tracebacks, primary_traceback, thread_role,
+    SIGNATURE_VERSION, crash_signature, exception_signature, hang_signature, thread_role,
     wrong_result_signature)
+from harness.trial.tracebacks import _run_together, first_failure, parse_tracebacks, primary_traceback
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
 
@@ -687,6 +689,4 @@ def test_headers_that_ran_together_name_each_thread_and_keep_each_traceback_apar
     tbs = parse_tracebacks(text)
     assert [tb.thread for tb in tbs] == ["request-2", "request-1", "request-0"]
     assert all([f.name for f in tb.frames] == ["compile_wrapper", "run", "_bootstrap_inner"] for tb in tbs)
-    from harness.trial.signature import _run_together
-
     assert _run_together("caller-0", 2) == ["caller-0"]          # unsplittable: stays one name

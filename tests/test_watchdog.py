@@ -235,6 +235,6 @@ def test_the_harness_records_a_stall_the_trainer_reports_as_a_hang_keyed_by_its_
     assert result.rc == watchdog.EXIT_STALLED and result.outcome is Outcome.HANG, result.detail
     assert result.detail.startswith("the workload stalled: no step for")
     assert (tmp_path / "trial" / STALL_DUMP_NAME).is_file()
-    # The fault point's own frames are plumbing (signature.IGNORED_MODULES): the stuck thread reads
-    # at the drafter loop that called it, its peers at the step barrier.
+    # The fault point's own frames are plumbing (harness.trial.frames.IGNORED_MODULES): the stuck
+    # thread reads at the drafter loop that called it, its peers at the step barrier.
     assert "dflash-train@dflash.drafter_loop:run" in result.signature_summary, result.signature_summary

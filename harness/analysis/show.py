@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.diagnosis import families
 
-from harness.trial import hangs, native, signature
+from harness.trial import hangs, native, signature, tracebacks
 from harness.trial.outcome import TrialResult
 from harness.campaign.replay import ReplayError, load_trial_spec
 from harness.stores.retire import RETIRED_NAME, reasons
@@ -57,8 +57,8 @@ def render(record: TrialResult, store_dir: Path) -> str:
                 f"  {record.signature_summary}",
                 f"  family {fam}: {families.DESCRIPTIONS.get(fam, 'no known family: a new way to fail')}"]
     text = _read(art / OUTPUT_NAME) if art else None
-    tbs = signature.parse_tracebacks(text) if text else []
-    first = signature.primary_traceback(tbs)
+    tbs = tracebacks.parse_tracebacks(text) if text else []
+    first = tracebacks.primary_traceback(tbs)
     if first is not None:
         out += ["", f"first failure, thread {first.thread or '?'} (innermost first):"]
         out += [f"  {f.filename}:{f.line} in {f.name}" for f in first.frames[:TRACEBACK_FRAMES]]

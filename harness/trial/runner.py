@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.trial import gpu, hangs, native, signature
+from harness.trial import gpu, hangs, native, signature, tracebacks
 from harness.trial.outcome import Outcome, TrialResult, mark_resource
 from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
@@ -364,7 +364,7 @@ def _classify_exit(result: TrialResult, text: str) -> None:
     else:
         skip = re.search(r"^SKIP: ?(.*)$", text, re.M)
         result.skipped = skip is not None
-        failed = len(signature.parse_tracebacks(text))
+        failed = len(tracebacks.parse_tracebacks(text))
         detail = f"skipped: {skip.group(1)}" if skip else "exit 0"
         _set(result, Outcome.OK, None, detail + (f" ({failed} tracebacks printed)" if failed else ""))
 
