@@ -22,6 +22,7 @@ trainer's `stage.event` points). `harness.faults.profiles.plan_from_seed(seed, p
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import json
 import os
@@ -31,6 +32,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from dflash.errors import InjectedFault
+from harness.faults import points
 from harness.faults.points import STAGE_POINTS, TORCH_POINTS
 
 ENV_PLAN = "HARNESS_PLAN"
@@ -190,14 +193,6 @@ class Plan:
 # Runtime: decisions, budget, log.
 
 
-def _injected_fault(message: str) -> BaseException:
-    try:  # the trainer's own type, so its error reporting recognises the fault
-        from dflash.errors import InjectedFault
-    except ImportError:
-        return RuntimeError(f"InjectedFault: {message}")
-    return InjectedFault(message)
-
-
 class Scheduler:
     """Executes one Plan in this process. `hit(point, when)` is the hook the wrappers call."""
 
@@ -299,12 +294,12 @@ class Scheduler:
 
     def _perform(self, rule: Rule, value: float) -> None:
         if rule.action == "raise":
-            raise _injected_fault(rule.params.get("message", f"harness raise at {rule.point}"))
+            # The trainer's own type, so that its error reporting recognises the fault.
+            raise InjectedFault(rule.params.get("message", f"harness raise at {rule.point}"))
         # yield: sleep(0) releases the GIL so a waiting thread can take it.
         self._sleep(value if rule.action != "yield" else 0)
 
     def summary(self) -> dict:
-        from harness.faults import points
         wanted = set(self.plan.torch_points())
         return {"event": "summary", "hits": dict(self.hits), "installed": points.installed(),
                 # Lazy install: a point is missing here when its module was never imported by
@@ -357,9 +352,6 @@ def load_plan(value: str) -> Plan:
 def install(plan: Plan, *, log_path: str | None = None) -> Scheduler:
     """Apply `plan` to this process: switch interval, start barrier, torch points, stage points."""
     global _active
-    import atexit
-
-    from harness.faults import points
     if _active is not None:
         raise RuntimeError("a harness plan is already installed in this process")
     sched = Scheduler(plan, log_path=log_path)

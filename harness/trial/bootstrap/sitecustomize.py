@@ -12,6 +12,7 @@ import faulthandler
 import os
 import signal
 import sys
+from types import ModuleType
 
 
 def _enable_faulthandler() -> None:
@@ -28,11 +29,7 @@ def _fail(message: str) -> None:
     os._exit(2)
 
 
-def _install_plan(value: str) -> None:
-    try:
-        from harness.faults import scheduler
-    except ImportError as e:  # PYTHONPATH lacks the repo root: say so instead of running unplanned
-        _fail(f"cannot import harness.faults.scheduler: {e}")
+def _install_plan(scheduler: ModuleType, value: str) -> None:
     try:
         plan = scheduler.load_plan(value)
     except scheduler.InvalidPlan as e:
@@ -60,4 +57,9 @@ def _chain_next_sitecustomize() -> None:
 _enable_faulthandler()
 _chain_next_sitecustomize()
 if os.environ.get("HARNESS_PLAN"):
-    _install_plan(os.environ["HARNESS_PLAN"])
+    # Only under a plan: without one, nothing of the harness is imported.
+    try:
+        from harness.faults import scheduler
+    except ImportError as e:  # PYTHONPATH lacks the repo root: say so instead of running unplanned
+        _fail(f"cannot import harness.faults.scheduler: {e}")
+    _install_plan(scheduler, os.environ["HARNESS_PLAN"])
