@@ -18,6 +18,7 @@ import tempfile
 
 from dflash import faults
 from dflash.config import RunConfig
+from dflash.devices import resolve
 from dflash.gpu_busy import GpuBusy
 from dflash.train import train
 
@@ -30,6 +31,7 @@ def _idle_handler(name: str) -> None:
 
 
 def _one_run(cfg: RunConfig, idle: bool) -> dict:
+    # torch._dynamo takes about as long to import as torch: loaded when a run starts
     import torch._dynamo
 
     # Fresh Dynamo caches per round: each round builds new modules, and stale entries would
@@ -51,8 +53,6 @@ def _one_run(cfg: RunConfig, idle: bool) -> dict:
 
 def _drafter_gpu(cfg: RunConfig) -> int | None:
     """Index of the first drafter GPU as the plan resolves it (remap included); None on CPU."""
-    from dflash.devices import resolve
-
     device = resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
                      num_drafter_threads=cfg.pipeline.num_drafter_threads).drafter[0]
     return device.index if device.type == "cuda" else None

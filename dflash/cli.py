@@ -1,6 +1,6 @@
 """`python -m dflash train|bench|prepare|export`: argument parsing and the exit-code contract.
 
-Exit codes (docs/DESIGN.md, process contract): 0 ok; 1 a thread failed (one
+Exit codes (docs/DESIGN.md, workload process): 0 ok; 1 a thread failed (one
 `=== thread <name> failed: ... ===` report per failed thread on stderr); 2 bad input (one line
 `error: ...` on stderr, nothing written); 3 wrong result (`WRONG_RESULT: ...`); 4 stalled (no
 optimizer step for train.stall_s: a `STALLED: ...` headline naming where each thread is, every
@@ -18,8 +18,10 @@ import sys
 import threading
 
 from dflash import presets
-from dflash.config import RunConfig, apply_overrides
+from dflash.config import RunConfig, apply_overrides, from_dict
 from dflash.errors import UserInputError
+from dflash.fixes import parse_names
+from dflash.prepare import main as prepare_main
 
 
 class UsageError(UserInputError):
@@ -65,13 +67,13 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     cfg = apply_overrides(cfg, overrides)
     # `--set fixes=a,b` arrives as a string tuple; validate names here so a typo is exit 2
     # (`recommended` is resolved by the trainer, once the device plan is known).
-    from dflash.fixes import parse_names
 
     parse_names(cfg.fixes)
     return cfg
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    # imports torch: `--help` and a bad argument answer without it
     from dflash.train import train
 
     cfg = config_from_args(args)
@@ -101,9 +103,8 @@ def report_outcome(outcome) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from dflash.bench import bench
-
-    from dflash.bench import ROUNDS
+    # imports torch: `--help` and a bad argument answer without it
+    from dflash.bench import ROUNDS, bench
 
     rounds = ROUNDS if args.rounds is None else args.rounds
     if rounds < 1:
@@ -112,8 +113,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    # these import torch: `--help` and a bad argument answer without it
     from dflash.checkpoint import load
-    from dflash.config import from_dict
     from dflash.export import export_hf
     from dflash.train import build_export_drafter
 
@@ -137,8 +138,6 @@ def main(argv: list[str] | None = None) -> int:
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
     if argv[:1] == ["prepare"]:
-        from dflash.prepare import main as prepare_main
-
         return prepare_main(argv[1:])
     try:
         args = build_parser().parse_args(argv)

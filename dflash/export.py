@@ -20,6 +20,7 @@ import shutil
 import tempfile
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from dflash.config import DrafterConfig, RunConfig
 from dflash.drafter import DFlashDrafter, resolve_mask_token_id
@@ -58,8 +59,6 @@ def hf_config(drafter: DFlashDrafter, *, block_size: int, mask_token_id: int) ->
 
 
 def _write_dir(tmp: str, config: dict, state: dict[str, torch.Tensor]) -> None:
-    from safetensors.torch import save_file
-
     cfg_path = os.path.join(tmp, CONFIG_NAME)
     with open(cfg_path, "w", encoding="ascii") as f:
         json.dump(config, f, indent=2, sort_keys=True)
@@ -102,8 +101,6 @@ def export_hf(drafter: DFlashDrafter, cfg: RunConfig, out_dir: str) -> str:
 
 def load_hf(path: str) -> tuple[dict, dict[str, torch.Tensor]]:
     """(config dict, drafter state dict) from an export directory."""
-    from safetensors.torch import load_file
-
     cfg_path, w_path = os.path.join(path, CONFIG_NAME), os.path.join(path, WEIGHTS_NAME)
     if not (os.path.isfile(cfg_path) and os.path.isfile(w_path)):
         raise UserInputError(f"{path} is not a DFlash export ({CONFIG_NAME} + {WEIGHTS_NAME})")

@@ -19,10 +19,13 @@ Policy fixes have no hook: the pipeline reads `fs.active(name)` and records acti
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import itertools
+import sys
 import threading
 import types
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -168,7 +171,6 @@ def _cudagraph_trees() -> Any:
 def _seed_local(cgt: Any) -> bool:
     if all(hasattr(cgt.local, key) for key in TLS_KEYS):
         return False
-    from collections import defaultdict
 
     # Same two attributes the module body sets in the importing thread (2.11 lines 309-310).
     cgt.local.tree_manager_containers = {}
@@ -206,6 +208,7 @@ class CstashTlsInit(Fix):
     upstream = ("#123177", "#126934", "#136735", "#184357")
 
     def thread_start(self, role: str) -> bool:
+        # the harness reads this registry without torch: a fix imports it when it acts
         import torch
 
         cgt = _cudagraph_trees()
@@ -230,6 +233,7 @@ class SingleThreadAutograd(Fix):
     upstream = ("#192004", "#123177")
 
     def enter(self) -> Any:
+        # the harness reads this registry without torch: a fix imports it when it acts
         import torch
 
         return torch.autograd.set_multithreading_enabled(False)
@@ -257,6 +261,7 @@ class CublasHandleInit(Fix):
     upstream = ("https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",)
 
     def on_device(self, device: Any) -> bool:
+        # the harness reads this registry without torch: a fix imports it when it acts
         import torch
 
         if getattr(device, "type", None) != "cuda":
@@ -344,6 +349,7 @@ class StashIncref(Fix):
     early = True
 
     def thread_start(self, role: str) -> bool:
+        # the harness reads this registry without torch: a fix imports it when it acts
         import torch
 
         return _patch_once(torch._C, "_stash_obj_in_tls", _balanced_stash, self.name)
@@ -359,9 +365,6 @@ def _stash_steals(stash: Callable[[str, Any], None]) -> bool:
     can reach. Measuring each call on the object being stashed would race: another thread's stash
     or exit moves a shared object's count between the two readings (r22's compile-chaos runs on
     the H200 read "[-1, 0]" for that reason, ninth session)."""
-    import ctypes
-    import sys
-
     probe = type("StashProbe", (), {})()
     _STASH_PROBES.append(probe)
     before = sys.getrefcount(probe)
@@ -373,8 +376,6 @@ def _stash_steals(stash: Callable[[str, Any], None]) -> bool:
 
 
 def _balanced_stash(stash: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
-    import ctypes
-
     if not _stash_steals(stash):
         # The binding takes its own reference (2.13): nothing to add. Still a wrapper, which carries
         # the patch's mark so that the probe runs once per process.
@@ -411,6 +412,7 @@ class NestedFxFallback(Fix):
     upstream = ("#126024", "#168999", "#187589")
 
     def thread_start(self, role: str) -> bool:
+        # the harness reads this registry without torch: a fix imports it when it acts
         import torch._dynamo
 
         torch._dynamo.config.error_on_nested_fx_trace = False

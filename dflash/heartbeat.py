@@ -1,6 +1,6 @@
 """Liveness signal for the harness: `beat()` on every optimizer step and stage hand-off.
 
-Process contract (docs/DESIGN.md): if env `HARNESS_HEARTBEAT` names a file, it is rewritten
+Workload process contract (docs/DESIGN.md): if env `HARNESS_HEARTBEAT` names a file, it is rewritten
 (tmp + rename, so a reader never sees a half-written line) with `"<counter> <unix time>\\n"`,
 at most every `MIN_INTERVAL_S`. The counter counts every call, written or not, so a stalled
 pipeline shows as a counter that stops moving even if wall time advances.

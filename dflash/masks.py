@@ -16,6 +16,7 @@ OOMs at long context (SpecForge#452).
 from __future__ import annotations
 
 import torch
+from torch.nn.attention.flex_attention import create_block_mask
 
 from dflash.drafter import DenseMask
 
@@ -77,8 +78,6 @@ def flex_block_mask(anchors: torch.Tensor, keep: torch.Tensor, block_size: int, 
     not recompile (a BlockMask built outside and passed in guards on its closure; TorchSpec
     raised recompile_limit to work around that).
     """
-    from torch.nn.attention.flex_attention import create_block_mask
-
     b, q_len, kv_len = _lengths(anchors, block_size, seq_len)
     mod = anchor_block_mask_mod(anchors, keep, block_size, seq_len, doc_ids)
     return create_block_mask(mod, B=b, H=None, Q_LEN=q_len, KV_LEN=kv_len, device=anchors.device)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import TextIO
 
 import torch
+from tqdm import tqdm
 
 
 class Metrics:
@@ -45,8 +46,6 @@ class Metrics:
         self.counts: torch.Tensor | None = None
         self._bar = None
         if progress:
-            from tqdm import tqdm
-
             self._bar = tqdm(total=total_steps, initial=start_step, file=sys.stderr,
                              desc="train", unit="step", dynamic_ncols=True)
 

@@ -152,13 +152,17 @@ def _write_nonempty(out_path: str, rows: Iterator[tuple[list[int], list[int]]], 
     return write_token_file(out_path, chained(), metadata=metadata)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dflash prepare", description=__doc__.splitlines()[0])
     parser.add_argument("jsonl", help="input JSON lines: prompt/completion or messages")
     parser.add_argument("--tokenizer", required=True, help="local tokenizer folder (no network)")
     parser.add_argument("--out", required=True, help="output Arrow IPC file")
     parser.add_argument("--max-len", type=int, default=2048, help="skip samples longer than this (tokens)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         stats = prepare_jsonl(args.jsonl, args.tokenizer, args.out, args.max_len)
     except UserInputError as exc:

@@ -117,6 +117,7 @@ def inductor_options(ccfg: CompileConfig) -> dict:
     """The options `mode` stands for, plus INDUCTOR_WORKAROUNDS (torch.compile takes mode or
     options, not both). Passed per compiled function, so they hold in every thread: on torch
     2.13 a config value set in one thread is invisible to the others (F14)."""
+    # torch._inductor loads torch._dynamo (seconds): an eager run never needs it
     import torch._inductor
 
     options = dict(torch._inductor.list_mode_options(ccfg.mode, ccfg.dynamic))

@@ -41,15 +41,18 @@ def _tiny_config(cfg: TargetConfig):
         tie_word_embeddings=False,
     )
     if cfg.arch == "qwen3":
+        # transformers takes seconds to import: the synthetic target does without it
         from transformers import Qwen3Config
 
         return Qwen3Config(head_dim=cfg.hidden_size // cfg.num_heads, **common)
+    # transformers takes seconds to import: the synthetic target does without it
     from transformers import LlamaConfig
 
     return LlamaConfig(**common)
 
 
 def _build_hf_model(cfg: TargetConfig) -> nn.Module:
+    # transformers takes seconds to import: the synthetic target does without it
     from transformers import AutoModelForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM
 
     dtype = DTYPES[cfg.dtype]

@@ -41,6 +41,8 @@ from dflash.devices import DevicePlan, resolve
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
 from dflash.drafter_loop import DrafterTrainLoop
 from dflash.errors import ConfigError, WrongResult
+from dflash.evaluate import acceptance_length
+from dflash.export import export_hf
 from dflash.fixes import FixSet, Recommendation, resolve_names
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
@@ -405,7 +407,7 @@ class Trainer:
 
     def _failed(self, extra: dict | None = None) -> None:
         """A failed run's last event: the GPU memory it held by then. Packing trials onto a GPU is
-        planned from stored peaks (harness.campaign.matrix.memory_peaks), and the campaign's failing
+        planned from stored peaks (harness.campaign.planning.memory_peaks), and the campaign's failing
         gpu-bound cells never finish, so without this they leave no figure (REPORT.md, twelfth
         session)."""
         try:
@@ -421,8 +423,6 @@ class Trainer:
         first, last = _loss_window(self.metrics.losses)
         export_dir = None
         if cfg.train.export:
-            from dflash.export import export_hf
-
             export_dir = os.path.join(cfg.train.out_dir, "export")
             export_hf(m.objectives[0].drafter, cfg, export_dir)
         snap = self.metrics.snapshot()
@@ -452,8 +452,6 @@ class Trainer:
         cfg = self.cfg
         if cfg.train.eval_prompts <= 0:
             return None
-        from dflash.evaluate import acceptance_length
-
         prompts = heldout_prompts(self.heldout, cfg.train.eval_prompts)
         target = self.models.targets[self.plan.target[0]]
         obj = self.models.objectives[0]
@@ -480,6 +478,7 @@ def target_dims(cfg: RunConfig) -> tuple[int, int, int]:
     """(hidden_size, num_layers, vocab_size) of the configured target, without loading weights."""
     if cfg.target.path is None:
         return cfg.target.hidden_size, cfg.target.num_layers, cfg.target.vocab_size
+    # transformers takes seconds to import: a synthetic target does without it
     from transformers import AutoConfig
 
     hf = AutoConfig.from_pretrained(cfg.target.path, local_files_only=True)

@@ -21,7 +21,7 @@ from dflash.errors import UserInputError
 from harness.analysis.bench_records import BenchError
 from harness.analysis.crosstab import CrosstabError
 from harness.args import Parser, UsageError
-from harness.campaign.matrix import MatrixError
+from harness.campaign.spec import MatrixError
 from harness.campaign.replay import ReplayError
 from harness.commands import (benches, crosstab, diagnose, doctor, families, lift, matrix, merge, pack, price,
                               replay, report, resign, retire, run, show, shrink, stress)

@@ -172,6 +172,7 @@ class Guard:
         if cudagraphs and kind != "cuda":
             raise GuardError("cudagraphs=True needs device='cuda' (CUDA graphs record CUDA work only)")
         if torch_version is None:
+            # importing harness.guard stays cheap: torch loads when a guard is built
             import torch
 
             torch_version = torch.__version__
@@ -322,6 +323,7 @@ class GuardedCallable:
 
 
 def _compile(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
+    # importing harness.guard stays cheap: torch loads when a guard is built
     import torch
 
     return torch.compile(fn, **options)

@@ -203,13 +203,13 @@ def test_matrix_exits_1_and_names_trials_whose_workload_rejected_its_input(tmp_p
 
 
 def test_a_trial_stored_without_artefacts_is_rebuilt_from_its_matrix_spec(tmp_path):
-    # results/catalogue-cpu keeps trials.jsonl and spec.json only: replay and shrink rebuild the
-    # trial from the matrix (same id -> same workload, fixes and plan seed).
+    # results/catalogue-cpu keeps trials.jsonl only: replay and shrink rebuild the trial from the
+    # matrix (same id -> same workload, fixes and plan seed), a store's spec.json or the preset.
     from harness.campaign.replay import load_trial_spec, spec_from_matrix
 
     store = tmp_path / "store"
     store.mkdir()
-    (store / "spec.json").write_text((REPO / "results" / "catalogue-cpu" / "spec.json").read_text())
+    (store / "spec.json").write_text((REPO / "harness" / "campaign" / "specs" / "catalogue-cpu.json").read_text())
     record = TrialResult(trial_id="catalogue-cpu/r16:raw@reset-pressure/3", cell="r16:raw@reset-pressure",
                          trial_index=3, outcome=Outcome.ABORT, artefacts="/gone/elsewhere")
     spec = load_trial_spec(record, store)
@@ -221,6 +221,8 @@ def test_a_trial_stored_without_artefacts_is_rebuilt_from_its_matrix_spec(tmp_pa
     quick = TrialResult(trial_id="cpu-quick/r16:raw@reset-pressure/0", cell="r16:raw@reset-pressure",
                         trial_index=0, outcome=Outcome.ABORT)
     assert spec_from_matrix(quick, tmp_path / "empty").plan["profile"] == "reset-pressure"
+    # Nor do a spec-file preset's (harness/campaign/specs/catalogue-cpu.json).
+    assert spec_from_matrix(record, tmp_path / "empty").workload.argv[0] == "r16_reset_segfault"
 
 
 def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path, monkeypatch):
@@ -241,24 +243,6 @@ def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path
                                        outcome=Outcome.OK))
     assert [str(p) for p in discovery.trial_stores()] == ["runs/cpu-quick", "results/cpu-quick", "results/other"]
     assert [str(p) for p in discovery.default_stores(Path("results"))] == ["results/cpu-quick", "results/other"]
-
-
-def test_every_harness_command_in_the_readme_parses():
-    # The README is the newcomer's entry: an option renamed in the CLI must not leave a stale
-    # example behind. `lift` passes its arguments through to harness.campaign.lift's own parser.
-    import re
-    import shlex
-    from pathlib import Path
-
-    from harness.cli import build_parser
-
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    commands = [m.group(1).split("  #")[0].strip()
-                for m in re.finditer(r"^python3? -m harness (.+)$", text, flags=re.MULTILINE)]
-    checked = [c for c in commands if not c.startswith("lift") and "[--" not in c]   # synopsis lines
-    assert len(checked) >= 10
-    for cmd in checked:
-        build_parser().parse_args(shlex.split(cmd))
 
 
 def test_matrix_summary_says_which_trials_the_clock_left_and_which_the_failure_rule_left(tmp_path, capsys):

@@ -20,10 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign import matrix, pool, progress
-from harness.campaign.matrix import MatrixError
+from harness.campaign import pool, progress
+from harness.campaign import planning
+from harness.campaign.expand import expand
+from harness.campaign.run import run_matrix
+from harness.campaign.spec import MatrixError
 from harness.campaign.pool import GpuSlots
-from harness.campaign.presets import spec_from_dict
+from harness.campaign.specfile import spec_from_dict
 from harness.trial.outcome import Outcome, TrialResult
 from harness.stores.store import Store
 
@@ -52,7 +55,7 @@ def test_expand_gives_deterministic_ids_and_the_same_plan_seeds_to_every_strateg
         "groups": [{"workloads": ["tiny"], "strategies": ["raw", "global-lock+sequential-startup", "eager"],
                     "plans": [None, "switch"]}],
     }
-    a, b = matrix.expand(spec_from_dict(d)), matrix.expand(spec_from_dict(d))
+    a, b = expand(spec_from_dict(d)), expand(spec_from_dict(d))
     assert [t.to_json() for t in a] == [t.to_json() for t in b]
     ids = [t.trial_id for t in a]
     assert len(ids) == len(set(ids)) == 3 * 2 * 4
@@ -83,20 +86,20 @@ def test_expand_gives_deterministic_ids_and_the_same_plan_seeds_to_every_strateg
 def test_bad_specs_fail_before_anything_runs(tmp_path, change, message):
     d = _spec(tmp_path, **change)
     with pytest.raises(MatrixError, match=message):
-        matrix.expand(spec_from_dict(d))
+        expand(spec_from_dict(d))
     assert not (tmp_path / "store").exists()
 
 
 def test_a_fix_on_a_command_workload_is_rejected(tmp_path):
     d = _spec(tmp_path, groups=[{"workloads": ["ok"], "strategies": ["global-lock"]}])
     with pytest.raises(MatrixError, match="is a command"):
-        matrix.expand(spec_from_dict(d))
+        expand(spec_from_dict(d))
 
 
 def test_run_matrix_records_every_trial_and_classifies_them(tmp_path):
     spec = spec_from_dict(_spec(tmp_path))
     stream = io.StringIO()
-    done = matrix.run_matrix(spec, stream=stream, live=False, num_gpus=0)
+    done = run_matrix(spec, stream=stream, live=False, num_gpus=0)
     assert done.ran == 6 and done.resumed == 0 and done.left == 0
     outcomes = {r.trial_id: r.outcome for r in Store(tmp_path / "store").load()}
     assert outcomes == {**{f"t/ok:raw@-/{i}": Outcome.OK for i in range(3)},
@@ -105,7 +108,7 @@ def test_run_matrix_records_every_trial_and_classifies_them(tmp_path):
     assert len(lines) == 6
     assert any(line.endswith(": bad:raw@-: 3 runs so far, 3 failures (100.00%)") for line in lines)
     # A second run finds everything done and runs nothing.
-    again = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
+    again = run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
     assert again.ran == 0 and again.resumed == 6 and len(again.records) == 6
 
 
@@ -113,7 +116,7 @@ def test_max_failures_stops_scheduling_a_failing_cell(tmp_path):
     spec = spec_from_dict(_spec(tmp_path, trials=10, workers=1, max_failures=2,
                                 groups=[{"workloads": ["bad"], "strategies": ["raw"]},
                                         {"workloads": ["ok"], "strategies": ["raw"], "trials": 3}]))
-    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
+    done = run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
     cells = [r.cell for r in done.records]
     assert cells.count("bad:raw@-") == 2
     assert cells.count("ok:raw@-") == 3
@@ -124,7 +127,7 @@ def test_max_time_starts_no_trial_after_the_deadline(tmp_path):
     spec = spec_from_dict(_spec(tmp_path, trials=30, workers=1, max_time_s=1.0,
                                 workloads={"slow": _cmd("import time; time.sleep(0.3)")}))
     start = time.monotonic()
-    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
+    done = run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
     assert 1 <= done.ran < 30
     assert done.ran + done.left == 30
     assert done.left_by_time == done.left   # the clock ended them, not a failure rule
@@ -138,7 +141,7 @@ def test_a_worker_exception_surfaces_and_stops_the_pool(tmp_path):
         raise RuntimeError(f"harness bug on {trial.trial_id}")
 
     with pytest.raises(ExceptionGroup) as info:
-        matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0, run_fn=broken)
+        run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0, run_fn=broken)
     assert all(isinstance(e, RuntimeError) for e in info.value.exceptions)
     assert not Store(tmp_path / "store").load()
 
@@ -228,7 +231,7 @@ def test_sigkill_mid_matrix_then_rerun_runs_only_the_missing_trials(tmp_path):
 
 def test_dflash_trials_get_their_own_out_dir_under_their_artefacts(tmp_path):
     d = {"name": "m", "trials": 2, "workloads": {"tiny": {"kind": "dflash", "argv": ["--preset", "tiny-cpu"]}}}
-    a, b = matrix.expand(spec_from_dict(d))
+    a, b = expand(spec_from_dict(d))
     ra, rb = pool.with_run_dir(a, tmp_path / "a"), pool.with_run_dir(b, tmp_path / "b")
     assert ra.workload.argv[-2:] == ("--set", f"train.out_dir={(tmp_path / 'a').resolve() / 'run'}")
     assert ra.workload.argv[-1] != rb.workload.argv[-1]
@@ -270,7 +273,7 @@ def test_gpu_trials_get_cuda_visible_devices_and_share_gpus_up_to_per_gpu(tmp_pa
             "time.sleep(0.3)")
     w = {**_cmd(code), "gpus": 1}
     spec = spec_from_dict(_spec(tmp_path, trials=4, workers=4, per_gpu=1, workloads={"g": w}))
-    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=2)
+    done = run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=2)
     seen = []
     for r in done.records:
         out = (Path(r.artefacts) / "output.txt").read_text()
@@ -284,7 +287,7 @@ def test_gpu_trials_get_cuda_visible_devices_and_share_gpus_up_to_per_gpu(tmp_pa
 def test_every_preset_expands_against_the_real_fixes_scripts_and_profiles(name):
     from harness.campaign import presets
     spec = presets.get(name)
-    trials = matrix.expand(spec)
+    trials = expand(spec)
     assert len({t.trial_id for t in trials}) == len(trials) >= 20
     assert all(t.trial_id.startswith(f"{name}/") for t in trials)
 
@@ -295,7 +298,7 @@ def test_a_trial_waiting_for_a_gpu_slot_does_not_start_after_the_deadline(tmp_pa
     w = {**_cmd("import time; time.sleep(1.0)"), "gpus": 1}
     spec = spec_from_dict(_spec(tmp_path, trials=3, workers=3, per_gpu=1, max_time_s=0.5,
                                 workloads={"g": w}))
-    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=1)
+    done = run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=1)
     assert done.ran == 1 and done.left == 2 and done.left_by_time == 2
 
 
@@ -305,7 +308,7 @@ def test_a_trial_whose_cell_stopped_while_it_waited_for_a_slot_is_left_to_the_ru
     w = {**_cmd("import sys, time; time.sleep(0.3); sys.exit(1)"), "gpus": 1}
     spec = spec_from_dict(_spec(tmp_path, trials=3, workers=3, per_gpu=1, max_failures=1,
                                 workloads={"bad": w}))
-    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=1)
+    done = run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=1)
     assert (done.ran, done.left, done.left_by_time) == (1, 2, 0)
 
 
@@ -318,7 +321,7 @@ def test_resume_reruns_out_of_memory_trials_and_pending_counts_them(tmp_path, ca
                              duration_s=4.0))
     store.append(TrialResult(trial_id="t/bad:raw@-/0", cell="bad:raw@-", trial_index=0, outcome=Outcome.CRASH,
                              duration_s=2.0))
-    plans = {p.cell: p for p in matrix.pending_plan(spec)}
+    plans = {p.cell: p for p in planning.pending_plan(spec)}
     assert (plans["ok:raw@-"].pending, plans["ok:raw@-"].other, plans["ok:raw@-"].stopped) == (2, 1, False)
     assert (plans["bad:raw@-"].pending, plans["bad:raw@-"].stopped) == (0, True)   # max_failures 1
     from harness.commands.matrix import _print_pending
@@ -326,12 +329,12 @@ def test_resume_reruns_out_of_memory_trials_and_pending_counts_them(tmp_path, ca
     _print_pending(spec)
     out = capsys.readouterr().out
     assert "(stopped by --max-failures)" in out and "2 pending, 1 cells stopped" in out
-    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
+    done = run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
     assert done.ran == 2
     ok = [r for r in store.load() if r.trial_id == "t/ok:raw@-/0"]
     assert [r.outcome for r in ok] == [Outcome.RESOURCE, Outcome.OK]        # the old record stays
     assert ok[1].artefacts.endswith("-attempt1") and ok[1].artefacts != ok[0].artefacts
-    assert all(p.pending == 0 for p in matrix.pending_plan(spec))
+    assert all(p.pending == 0 for p in planning.pending_plan(spec))
 
 
 def test_cells_filter_runs_a_subset_under_the_full_matrix_ids_and_resumes_into_its_store(tmp_path):
@@ -343,13 +346,13 @@ def test_cells_filter_runs_a_subset_under_the_full_matrix_ids_and_resumes_into_i
     subset = dataclasses.replace(full, only=("ok:*@switch", "bad:raw@-"))
     assert [c.name for c in subset.cells()] == ["ok:raw@switch", "bad:raw@-"]
     # Same ids and plan seeds as the full matrix's trials of those cells.
-    ids = {t.trial_id: t.plan_seed for t in matrix.expand(full)}
-    assert all(ids[t.trial_id] == t.plan_seed for t in matrix.expand(subset))
-    done = matrix.run_matrix(subset, stream=io.StringIO(), live=False, num_gpus=0)
+    ids = {t.trial_id: t.plan_seed for t in expand(full)}
+    assert all(ids[t.trial_id] == t.plan_seed for t in expand(subset))
+    done = run_matrix(subset, stream=io.StringIO(), live=False, num_gpus=0)
     assert done.ran == 4 and {r.cell for r in done.records} == {"ok:raw@switch", "bad:raw@-"}
     # The full matrix resumes: only the other two cells' trials are left.
-    assert sum(p.pending for p in matrix.pending_plan(full)) == 4
-    rest = matrix.run_matrix(full, stream=io.StringIO(), live=False, num_gpus=0)
+    assert sum(p.pending for p in planning.pending_plan(full)) == 4
+    rest = run_matrix(full, stream=io.StringIO(), live=False, num_gpus=0)
     assert rest.ran == 4 and rest.resumed == 4
 
 
@@ -485,9 +488,9 @@ def test_pending_packs_the_estimate_as_the_pool_would(tmp_path, capsys):
     for cell in ("big:raw@-", "cpu:raw@-"):
         store.append(TrialResult(trial_id=f"t/{cell}/0", cell=cell, trial_index=0, outcome=Outcome.OK,
                                  duration_s=120.0))
-    plans = {p.cell: p for p in matrix.pending_plan(spec)}
+    plans = {p.cell: p for p in planning.pending_plan(spec)}
     assert plans["big:raw@-"].share == 0.5 and plans["cpu:raw@-"].share == 1 / 16
-    assert matrix.pending_plan(spec, gpus=2)[0].share == 0.25
+    assert planning.pending_plan(spec, gpus=2)[0].share == 0.25
     _print_pending(spec)
     out = capsys.readouterr().out
     # 3 pending each: 12 trial-minutes; packed: 3 x 2 min x 0.5 + 3 x 2 min / 16 = 3.4 minutes.
@@ -532,7 +535,7 @@ def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_
     for i, final in enumerate(finals):
         store.append(TrialResult(trial_id=f"t/big:raw@-/{i}", cell="big:raw@-", trial_index=i, outcome=Outcome.OK,
                                  duration_s=60.0, final=final))
-    (peak,) = matrix.memory_peaks(spec, store.load())
+    (peak,) = planning.memory_peaks(spec, store.load())
     assert (peak.workload, peak.peak_gib, peak.trials, peak.at_once) == ("big", 48.25, 2, 2)
     _print_pending(spec)
     assert "GPU memory, big: peak 48.2 GiB over 2 trial(s) that have one; 2 at once on a GPU need ~96 GiB" in \
@@ -540,12 +543,12 @@ def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_
     # A run that failed reports what it held in its `failed` event (dflash), which counts too.
     store.append(TrialResult(trial_id="t/big:raw@-/4", cell="big:raw@-", trial_index=4, outcome=Outcome.CRASH,
                              duration_s=40.0, final={"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 50.0}}))
-    (peak,) = matrix.memory_peaks(spec, store.load())
+    (peak,) = planning.memory_peaks(spec, store.load())
     assert (peak.peak_gib, peak.trials) == (50.0, 3)
     # A hang reports nothing itself; the runner's nvidia-smi samples (gpu_mem_gib) count for it.
     store.append(TrialResult(trial_id="t/big:raw@-/5", cell="big:raw@-", trial_index=5, outcome=Outcome.HANG,
                              duration_s=200.0, gpu_mem_gib=55.0))
-    (peak,) = matrix.memory_peaks(spec, store.load())
+    (peak,) = planning.memory_peaks(spec, store.load())
     assert (peak.peak_gib, peak.trials) == (55.0, 4)
 
 
@@ -556,12 +559,12 @@ def test_a_matrix_warns_before_packing_more_peak_memory_than_a_gpu_holds(tmp_pat
     held = [TrialResult(trial_id="t/big:raw@-/0", cell="big:raw@-", trial_index=0, outcome=Outcome.OK,
                         final={"gpu_mem_peak_gib": {"cuda:0": 60.5}})]
     # 12 // 4 = 3 at once x 60.5 GiB > 139.8 GiB: warned; 2 at once would fit; no peaks: silent.
-    (line,) = matrix.memory_warnings(spec, held, {"big"}, totals_gib=[139.8])
+    (line,) = planning.memory_warnings(spec, held, {"big"}, totals_gib=[139.8])
     assert line.startswith("warning: GPU memory: big: peak 60.5 GiB over 1 trial(s) that have one; 3 at once")
     assert "more than the 139.8 GiB" in line
-    assert matrix.memory_warnings(spec, held, {"big"}, totals_gib=[200.0]) == []
-    assert matrix.memory_warnings(spec, held, set(), totals_gib=[139.8]) == []       # nothing of it pending
-    assert matrix.memory_warnings(spec, [], {"big"}, totals_gib=[139.8]) == []
+    assert planning.memory_warnings(spec, held, {"big"}, totals_gib=[200.0]) == []
+    assert planning.memory_warnings(spec, held, set(), totals_gib=[139.8]) == []       # nothing of it pending
+    assert planning.memory_warnings(spec, [], {"big"}, totals_gib=[139.8]) == []
 
 
 def test_gpu_memory_totals_come_from_nvidia_smi(tmp_path, monkeypatch):
@@ -592,8 +595,8 @@ def test_packing_by_memory_gives_a_cell_measured_smaller_fewer_slots_and_never_m
                rec("big:b@-", 0, {"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 9.0}}, Outcome.CRASH),
                rec("big:c@-", 0, {"gpu_mem_peak_gib": {"cuda:0": 67.3}}),
                rec("cpu:a@-", 0, {"gpu_mem_peak_gib": None})]
-    assert set(matrix.cell_slots(spec, records).values()) == {6, 1}          # without the flag: gpu_slots
-    packed = matrix.cell_slots(dataclasses.replace(spec, gpu_mem_gib=139.8), records)
+    assert set(planning.cell_slots(spec, records).values()) == {6, 1}          # without the flag: gpu_slots
+    packed = planning.cell_slots(dataclasses.replace(spec, gpu_mem_gib=139.8), records)
     # 139.8 / 12 = 11.65 GiB a slot: a 24.4 * 1.1 + 1 = 27.8 GiB -> 3 slots; the failed trial's 9 GiB
     # (b) -> 1; c needs 7 but never more than gpu_slots' 6; raw has no peak of its own: 6; CPU: 1.
     assert packed == {"big:raw@-": 6, "big:a@-": 3, "big:b@-": 1, "big:c@-": 6,
@@ -604,19 +607,19 @@ def test_packing_by_memory_gives_a_cell_measured_smaller_fewer_slots_and_never_m
     # -> 2 slots, not the 1 its 9 GiB gave.
     sampled = records + [dataclasses.replace(rec("big:raw@-", 0, None, Outcome.HANG), gpu_mem_gib=21.0),
                          dataclasses.replace(rec("big:b@-", 1, None, Outcome.ABORT), gpu_mem_gib=12.0)]
-    packed = matrix.cell_slots(dataclasses.replace(spec, gpu_mem_gib=139.8), sampled)
+    packed = planning.cell_slots(dataclasses.replace(spec, gpu_mem_gib=139.8), sampled)
     assert (packed["big:raw@-"], packed["big:b@-"], packed["big:a@-"]) == (2, 2, 3)
     # A cell that ran out of memory keeps gpu_slots: its figures were too low for it once.
     oom = sampled + [rec("big:a@-", 2, None, Outcome.RESOURCE)]
-    packed = matrix.cell_slots(dataclasses.replace(spec, gpu_mem_gib=139.8), oom)
+    packed = planning.cell_slots(dataclasses.replace(spec, gpu_mem_gib=139.8), oom)
     assert (packed["big:raw@-"], packed["big:b@-"], packed["big:a@-"]) == (2, 2, 6)
-    with pytest.raises(matrix.MatrixError, match="gpu_mem_gib must be > 0"):
+    with pytest.raises(MatrixError, match="gpu_mem_gib must be > 0"):
         dataclasses.replace(spec, gpu_mem_gib=0.0)
     # The --pending estimate packs the same way: a's trials 4 at once (3 of 12 slots), not 2.
     store = Store(tmp_path / "store")
     for r in records:
         store.append(r)
-    plans = {p.cell: p for p in matrix.pending_plan(dataclasses.replace(spec, gpu_mem_gib=139.8))}
+    plans = {p.cell: p for p in planning.pending_plan(dataclasses.replace(spec, gpu_mem_gib=139.8))}
     assert plans["big:a@-"].share == 3 / 12 and plans["big:raw@-"].share == 6 / 12
 
 
@@ -640,7 +643,7 @@ def test_a_run_packed_by_memory_puts_two_trials_of_a_small_cell_on_one_gpu_at_on
                 outcome = Outcome.CRASH
             return TrialResult(trial_id=trial.trial_id, cell=trial.cell, trial_index=trial.trial_index,
                                outcome=outcome)
-        done = matrix.run_matrix(spec_run, stream=io.StringIO(), live=False, num_gpus=1, run_fn=run)
+        done = run_matrix(spec_run, stream=io.StringIO(), live=False, num_gpus=1, run_fn=run)
         return sorted(r.outcome.name for r in done.records if r.trial_index > 0)
 
     # 80 GiB / 2 slots = 40 GiB a slot >= 10 x 1.1 + 1: one slot each, both at once; without the
@@ -661,12 +664,12 @@ def test_finish_by_starts_only_trials_whose_cell_median_ends_in_time(tmp_path):
     for cell, seconds in (("slow:raw@-", 30.0), ("quick:raw@-", 0.1)):
         store.append(TrialResult(trial_id=f"t/{cell}/0", cell=cell, trial_index=0, outcome=Outcome.OK,
                                  duration_s=seconds))
-    done = matrix.run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
+    done = run_matrix(spec, stream=io.StringIO(), live=False, num_gpus=0)
     ran = sorted(r.trial_id for r in done.records[2:])
     assert ran == ["t/quick:raw@-/1", "t/quick:raw@-/2"]
     assert (done.left, done.left_by_time) == (2, 2)
     # Without the limit the slow cell runs too.
-    again = matrix.run_matrix(dataclasses.replace(spec, finish_by_s=None), stream=io.StringIO(), live=False,
+    again = run_matrix(dataclasses.replace(spec, finish_by_s=None), stream=io.StringIO(), live=False,
                               num_gpus=0)
     assert again.ran == 2 and again.left == 0
 

@@ -218,7 +218,7 @@ def test_child_environment_and_plan_file(tmp_path):
     seen = json.loads(_output(result).strip().splitlines()[-1])
     art = tmp_path / "env"
     assert seen["PYTHONPATH"].split(os.pathsep)[:2] == [
-        str(REPO_ROOT / "harness" / "bootstrap"), str(REPO_ROOT)]
+        str(REPO_ROOT / "harness" / "trial" / "bootstrap"), str(REPO_ROOT)]
     assert seen["HARNESS_PLAN"] == str(art / "plan.json")
     assert json.loads((art / "plan.json").read_text()) == {"seed": 7, "rules": []}
     assert seen["HARNESS_HEARTBEAT"] == str(art / "heartbeat")

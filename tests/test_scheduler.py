@@ -24,7 +24,7 @@ from harness.faults.scheduler import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-BOOTSTRAP = REPO / "harness" / "bootstrap"
+BOOTSTRAP = REPO / "harness" / "trial" / "bootstrap"
 
 
 class FakeTime:

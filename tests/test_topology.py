@@ -1,4 +1,4 @@
-"""Issue 6's topology presets, checked where no 8-GPU host is: every trial's argv gives the
+"""The topology presets, checked where no 8-GPU host is: every trial's argv gives the
 trainer a device plan with one GPU per drafter on 8 (or 4) GPUs, and the same argv runs on one
 GPU through devices.remap."""
 
@@ -9,11 +9,13 @@ import torch
 
 from dflash.cli import build_parser, config_from_args
 from dflash.devices import resolve
-from harness.campaign import matrix, presets
-from harness.campaign.matrix import MatrixError
+from harness.campaign import presets
+from harness.campaign.expand import expand
+from harness.campaign.spec import MatrixError
+from harness.trial.spec import TrialSpec
 
 
-def _plan(trial: matrix.TrialSpec, cuda_count: int):
+def _plan(trial: TrialSpec, cuda_count: int):
     cfg = config_from_args(build_parser().parse_args(["train", *trial.workload.argv]))
     return cfg, resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
                         num_drafter_threads=cfg.pipeline.num_drafter_threads, cuda_count=cuda_count)
@@ -23,9 +25,9 @@ def _plan(trial: matrix.TrialSpec, cuda_count: int):
 def test_each_drafter_owns_a_gpu_in_every_trial(name, gpus):
     spec = presets.get(name)
     assert {w.gpus for w in spec.workloads.values()} == {gpus}
-    trials = matrix.expand(spec)
+    trials = expand(spec)
     extra = len(presets.TOPOLOGY_EXTRA_STRATEGIES) * 2 * 2 * spec.trials   # x workloads x plans
-    assert len(trials) == len(matrix.expand(presets.get("gpu-campaign"))) + extra
+    assert len(trials) == len(expand(presets.get("gpu-campaign"))) + extra
     for trial in trials[:: len(trials) // 20]:   # both workloads, many strategies
         cfg, plan = _plan(trial, gpus)
         assert (cfg.pipeline.num_target_threads, cfg.pipeline.num_drafter_threads) == (5, 3)
@@ -40,7 +42,7 @@ def test_each_drafter_owns_a_gpu_in_every_trial(name, gpus):
 def test_the_two_gpu_topology_gives_each_drafter_its_own_gpu_beside_one_target():
     spec = presets.get("gpu-topology-2")
     assert {w.gpus for w in spec.workloads.values()} == {2}
-    trials = matrix.expand(spec)
+    trials = expand(spec)
     for trial in trials[:: len(trials) // 10]:
         cfg, plan = _plan(trial, 2)
         assert (cfg.pipeline.num_target_threads, cfg.pipeline.num_drafter_threads) == (2, 2)

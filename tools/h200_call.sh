@@ -19,8 +19,8 @@
 #   campaign:GLOB[,GLOB]  the same for the matching cells only (`harness matrix --cells`)
 #   topology, topology-4, topology-2  the same for gpu-topology (8 GPUs) / gpu-topology-4 (4 GPUs) /
 #             gpu-topology-2 (2 GPUs, one target + one drafter thread per GPU), issue 6
-#   diag:S    the diagnostic matrix results/h200-campaign/diag.json (store results/gpu-diag)
-#   verify:S  results/h200-campaign/verify.json (store results/gpu-verify): do the inductor
+#   diag:S    the diagnostic matrix, preset gpu-diag (store results/gpu-diag)
+#   verify:S  preset gpu-verify (store results/gpu-verify): do the inductor
 #             workaround, cublas-handle-init and single-thread-autograd hold (before a campaign)
 #   corpora:P,Q  the same for the named presets only
 #   spec:FILE[:S]  the matrix of a JSON spec file (its own store), for at most S seconds
@@ -154,8 +154,8 @@ for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
     campaign:*) # campaign:GLOB[,GLOB]: only those cells (harness matrix --cells), same store
            CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 70 )) ;;
     topology|topology-4|topology-2) matrix gpu-$phase $(( $(left) - 70 )) ;;   # issue 6, on nvidia-h200-x8 / -x4 / -x2
-    diag:*) matrix results/h200-campaign/diag.json ${phase#diag:} ;;
-    verify:*) matrix results/h200-campaign/verify.json ${phase#verify:} ;;
+    diag:*) matrix gpu-diag ${phase#diag:} ;;
+    verify:*) matrix gpu-verify ${phase#verify:} ;;
     # A spec file's cells are mostly new (diag, verify): no stored median for --finish-by to go
     # by, so the wider margin stays.
     spec:*) IFS=: read -r _ sf ss <<< "$phase"; matrix "$sf" "${ss:-$(( $(left) - 130 ))}" ;;

@@ -10,6 +10,7 @@ above. `tests/test_layers.py` holds the project to zero problems.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
@@ -69,10 +70,14 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
 
 
 def _comment(lines: list[str], lineno: int) -> str:
+    """The comment on the import's line, or above the block of imports it stands in."""
     here = lines[lineno - 1]
     if "#" in here:
         return here.split("#", 1)[1].strip()
-    above = lines[lineno - 2].strip() if lineno > 1 else ""
+    i = lineno - 2
+    while i >= 0 and lines[i].strip().startswith(("import ", "from ")):
+        i -= 1
+    above = lines[i].strip() if i >= 0 else ""
     return above[1:].strip() if above.startswith("#") else ""
 
 
@@ -187,30 +192,25 @@ def problems(root: Path = ROOT) -> list[str]:
     return out
 
 
-_TORCH_CACHE: dict[str, bool] = {}
-
-
 def imports_torch(module: str, root: Path = ROOT) -> bool:
     """Whether importing `module` imports a DEFERRED library at module level (through the project)."""
-    if not _TORCH_CACHE:
-        known = modules(root)
-        top: dict[str, set[str]] = defaultdict(set)
-        for imp in imports(root):
-            if not imp.in_function:
-                top[imp.module].add(imp.target)
+    return module in _heavy_modules(root)
 
-        def heavy(m: str, seen: set[str]) -> bool:
-            if m in _TORCH_CACHE:
-                return _TORCH_CACHE[m]
-            seen.add(m)
-            result = any(t.split(".")[0] in DEFERRED or (t in known and t not in seen and heavy(t, seen))
-                         for t in top.get(m, ()))
-            _TORCH_CACHE[m] = result
-            return result
 
-        for m in known:
-            heavy(m, set())
-    return _TORCH_CACHE.get(module, False)
+@functools.cache
+def _heavy_modules(root: Path) -> frozenset[str]:
+    known = modules(root)
+    top: dict[str, set[str]] = defaultdict(set)
+    for imp in imports(root):
+        if not imp.in_function:
+            top[imp.module].add(imp.target)
+    heavy = {m for m, targets in top.items() if any(t.split(".")[0] in DEFERRED for t in targets)}
+    grew = True
+    while grew:   # to a fixed point: a module is heavy when it imports a heavy one
+        more = {m for m, targets in top.items() if m not in heavy and any(t in heavy for t in targets if t in known)}
+        heavy |= more
+        grew = bool(more)
+    return frozenset(heavy)
 
 
 def main() -> int:

@@ -48,7 +48,7 @@ from dflash.fixes import FixSet, parse_names
 from harness.analysis.bench_records import BenchError, append, died_signature, strategy_of
 from harness.analysis.prices import Price, Run, price_runs, rows
 from harness.campaign.presets import paired_topology_sets, topology_sets
-from harness.campaign.matrix import MatrixError
+from harness.campaign.spec import MatrixError
 
 TIMEOUT_RC = 124
 """A run past --timeout-s gets `timeout`'s exit code, which harness.analysis.bench_records reads as timed out."""

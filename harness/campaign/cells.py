@@ -1,6 +1,6 @@
 """Cell and trial names: `workload:strategy@plan` and `<matrix>/<cell>/<index>`.
 
-One module builds them (harness.campaign.matrix) and every reader parses them (report, crosstab,
+One module builds them (harness.campaign.expand) and every reader parses them (report, crosstab,
 diagnosis), so the two sides cannot drift apart: a name of another shape (a stress run's
 `stress`, a race-suite cell without a plan) reads as all workload, with no plan (`-`).
 """

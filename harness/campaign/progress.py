@@ -6,7 +6,12 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
 from harness.trial.outcome import Outcome, TrialResult
+
 
 @dataclass(kw_only=True, slots=True)
 class CellState:
@@ -72,15 +77,11 @@ class LiveLines:
         self._next_tick = self._start
         self._live = None
         if live:
-            from rich.console import Console
-            from rich.live import Live
-
             self._live = Live(self._render(), console=Console(file=stream), refresh_per_second=2,
                               auto_refresh=False)
             self._live.start()
 
     def _render(self):  # -> rich.text.Text
-        from rich.text import Text
 
         elapsed = time.monotonic() - self._start
         return Text("\n".join(c.line(elapsed) for c in self._cells))

@@ -16,10 +16,15 @@ import sys
 from pathlib import Path
 
 from harness import stats
+from harness.campaign import presets
+from harness.campaign import specfile
+from harness.campaign.expand import expand
 from harness.campaign.pool import with_run_dir
-from harness.trial.outcome import TrialResult
-from harness.trial.spec import InvalidSpec, TrialSpec
+from harness.campaign.spec import MatrixError
 from harness.stores.store import ARTEFACTS_NAME, ArtefactPath, Store, StoreError, safe_name
+from harness.trial.outcome import TrialResult
+from harness.trial.runner import run_trial
+from harness.trial.spec import InvalidSpec, TrialSpec
 
 REPLAYS_NAME = "replays"
 
@@ -56,18 +61,15 @@ def load_trial_spec(record: TrialResult, store_dir: Path) -> TrialSpec:
 
 def spec_from_matrix(record: TrialResult, store_dir: Path) -> TrialSpec | None:
     """A stored trial whose artefacts were not kept (a lean committed store, e.g.
-    results/catalogue-cpu), rebuilt from the matrix that ran it: the store's own `spec.json`
-    (a JSON matrix spec) or the preset of the trial's matrix name. Ids and plan seeds are
-    deterministic (harness.campaign.matrix.expand), so the same id gives the same workload, fixes and plan
+    results/catalogue-cpu), rebuilt from the matrix that ran it: a `spec.json` in the store (a
+    JSON matrix spec) or the preset of the trial's matrix name (spec files included). Ids and plan seeds are
+    deterministic (harness.campaign.expand.expand), so the same id gives the same workload, fixes and plan
     as long as that spec has not changed since. None when neither knows the trial."""
-    from harness.campaign import presets
-    from harness.campaign.matrix import MatrixError, expand
-
     name = record.matrix
     candidates = []
     if (store_dir / "spec.json").is_file():
-        candidates.append(lambda: presets.load_spec(store_dir / "spec.json"))
-    if name in presets.PRESETS:
+        candidates.append(lambda: specfile.load_spec(store_dir / "spec.json"))
+    if name in presets.names():
         candidates.append(lambda: presets.get(name))
     for make in candidates:
         try:
@@ -88,8 +90,6 @@ def same_failure(original: TrialResult, replay: TrialResult) -> bool:
 
 
 def replay(record: TrialResult, store_dir: Path, times: int, *, stream=None) -> list[TrialResult]:
-    from harness.trial.runner import run_trial
-
     stream = stream or sys.stderr
 
     spec = load_trial_spec(record, store_dir)

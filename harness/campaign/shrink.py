@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import stats
-from harness.trial.outcome import TrialResult
 from harness.campaign.pool import kill_child_groups, with_run_dir
 from harness.campaign.replay import ReplayError, load_trial_spec, same_failure
 from harness.stores.store import Store
+from harness.trial.outcome import TrialResult
+from harness.trial.runner import run_trial
 
 SHRINKS_NAME = "shrinks"
 
@@ -98,8 +99,6 @@ class Shrinker:
 
     def measure(self, plan: dict | None) -> int:
         """Runs of the trial with `plan`, `workers` at a time; how many failed the same way."""
-        from harness.trial.runner import run_trial
-
         specs = []
         for _ in range(self.runs):
             rid = f"{self.record.trial_id}~shrink{self.next_j}"

@@ -28,10 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import stats
-from harness.campaign.matrix import MatrixError, PlanChoice, plan_json
+from harness.campaign.expand import plan_json
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
 from harness.campaign.progress import format_elapsed
+from harness.campaign.spec import MatrixError, PlanChoice
+from harness.trial import native
 from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME, run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
 ECHO_BYTES = 2048
@@ -142,8 +145,6 @@ class _StressLoop:
             return s.started - 1
 
     def _worker(self) -> None:
-        from harness.trial.runner import OUTPUT_NAME, run_trial
-
         try:
             while (i := self._take()) is not None:
                 plan = plan_json(PlanChoice(name=self.opts.plan, profile=self.opts.plan), i) if self.opts.plan else None
@@ -237,9 +238,6 @@ class _StressLoop:
 def _native_lines(folder: Path, frames: int = 6) -> str:
     """The crash site and innermost native frames the runner kept (harness.trial.native), echoed after
     the output's head, where a long output would have cut them off."""
-    from harness.trial import native
-    from harness.trial.runner import NATIVE_STACK_NAME
-
     path = folder / NATIVE_STACK_NAME
     if not path.is_file():
         return ""

@@ -19,17 +19,12 @@ from harness.analysis.cell_tables import signature_lines, summary_json, text_tab
 from harness.analysis.excerpts import native_excerpts
 from harness.analysis.summary import summarize
 from harness.args import UsageError, comma_list, positive_float, positive_int
-from harness.campaign import presets, slots
-from harness.campaign.matrix import (
-    MatrixRun,
-    MatrixSpec,
-    memory_peaks,
-    pending_plan,
-    pool_order,
-    replay_last,
-    run_matrix,
-)
-from harness.campaign.presets import load_spec
+from harness.campaign import slots
+from harness.campaign import presets
+from harness.campaign.planning import memory_peaks, pending_plan, pool_order, replay_last
+from harness.campaign.run import MatrixRun, run_matrix
+from harness.campaign.spec import MatrixSpec
+from harness.campaign.specfile import load_spec
 from harness.campaign.progress import format_elapsed
 from harness.diagnosis import diagnose
 from harness.stores.store import Store
@@ -41,8 +36,8 @@ HELP = "run a matrix of trials (resumable)"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", help=f"one of: {', '.join(presets.PRESETS)} (default {presets.DEFAULT_PRESET})")
-    src.add_argument("--file", help="JSON matrix spec (see harness.campaign.presets.spec_from_dict)")
+    src.add_argument("--preset", help=f"one of: {', '.join(presets.names())} (default {presets.DEFAULT_PRESET})")
+    src.add_argument("--file", help="JSON matrix spec (see harness.campaign.specfile.spec_from_dict)")
     src.add_argument("--list", action="store_true", help="list the presets and their cells")
     p.add_argument("--pending", action="store_true",
                    help="run nothing: per cell, what the store holds and what the next run would start")
@@ -96,8 +91,8 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
 
 def run(opts: argparse.Namespace) -> int:
     if opts.list:
-        for name, make in presets.PRESETS.items():
-            spec = make()
+        for name in presets.names():
+            spec = presets.get(name)
             cells = spec.cells()
             print(f"{name}: {len(cells)} cells, {sum(c.trials for c in cells)} trials, store {spec.store_dir}")
             for c in cells:

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.stores.store import Store
+
 CATALOGUE_PATH = Path(__file__).with_name("races.toml")
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: store paths in the catalogue are relative to it."""
@@ -281,8 +283,6 @@ class RecordSource:
 
     def __call__(self, store: str) -> Sequence:
         if store not in self._cache:
-            from harness.stores.store import Store
-
             path = self.root / store
             self._cache[store] = tuple(Store(path).load()) if (path / "trials.jsonl").is_file() else ()
         return self._cache[store]

@@ -27,14 +27,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.trial import hangs, signature
 from harness.campaign.cells import strategy_of
 from harness.diagnosis.catalogue import Catalogue, Count, Race, RecordSource, count, load, major_minor
-from harness.trial.outcome import TrialResult
-from harness.text import clip
 from harness.stores.discovery import TrialNotFound, find_trial, trial_stores
 from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
+from harness.text import clip
+from harness.trial import hangs, native, signature
+from harness.trial.outcome import TrialResult
 from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME, installed_torch
 
 SUMMARY_SCORE = 1.0
@@ -360,7 +360,6 @@ def _hang(threads, text: str, source: str, torch: str | None) -> Failure:
 
 
 def _native_part(text: str) -> str:
-    from harness.trial import native
     frames = native.native_stack(text)
     return native.render(frames) if frames else ""
 
@@ -465,8 +464,6 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
 
 def from_records(records: Iterable[TrialResult], store_dir: Path) -> list[Failure]:
     """The failing trials of a matrix run, with their artefacts."""
-    from harness.stores.store import Store
-
     store = Store(store_dir)
     return [from_record(r, store.artefacts_of(r)) for r in records
             if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial]

@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dflash.fixes import recommended
 from harness.diagnosis import probes
+from harness.diagnosis.catalogue import load
 from harness.diagnosis.probes import ProbeResult
 
 
@@ -59,7 +61,6 @@ def recommended_sets(results: Mapping[str, ProbeResult]) -> tuple[tuple[Recommen
     version = results.get("torch_version")
     if version is None or not version.ok:
         return (), "torch_version is unknown" + (f" (probe failed: {version.error})" if version else "")
-    from dflash.fixes import recommended
 
     kinds = [("recommended_cpu", "cpu", False, "the set measured clean for the trainer on CPU")]
     cuda = results.get("cuda_available")
@@ -74,8 +75,6 @@ def recommended_sets(results: Mapping[str, ProbeResult]) -> tuple[tuple[Recommen
 
 
 def _load_catalogue() -> Any:
-    from harness.diagnosis.catalogue import load
-
     return load()
 
 

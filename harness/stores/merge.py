@@ -53,7 +53,7 @@ class Merged:
 
     def line(self) -> str:
         # Said only when it happens: two copies that each ran a cell's next trials ran the same
-        # schedules (seed + index, harness.campaign.matrix), so the cell has sampled fewer schedules than
+        # schedules (seed + index, harness.campaign.expand), so the cell has sampled fewer schedules than
         # its n says (calls 36 and 37 of the H200 campaign, REPORT.md, thirteenth session).
         repeated = (f"; {self.repeated_seeds} of them repeat a scheduler seed their cell already held "
                     f"(the same fault plan run again)") if self.repeated_seeds else ""

@@ -94,7 +94,7 @@ _ERROR_WORDS = re.compile(r"\b(?:ERROR|CRITICAL|FATAL|[Ee]xception|[Ee]rror|[Ff]
 _THREAD_MENTION = re.compile(r"\bin thread ([^\s:,]+(?: \([^)\s]*\))?)")
 # _thread.start_new_thread's uncaught exception goes to sys.unraisablehook, yet a thread died of it.
 _NEW_THREAD_DIED = "Exception ignored in thread started by"
-# Verdict lines of the repro protocol (docs/DESIGN.md section 3) and of its thread runner: printed
+# Verdict lines of the repro protocol (docs/DESIGN.md, repro scripts) and of its thread runner: printed
 # after the tracebacks, never part of an exception message.
 _VERDICT = re.compile(r"^(?:REPRODUCED:|NOT REPRODUCED|OTHER FAILURE:|WRONG_RESULT:|HANG:|SKIP:)")
 # c10::Error's debug text after its message: the C++ frames of TORCH_SHOW_CPP_STACKTRACES=1

@@ -2,8 +2,8 @@
 repro's regression checks expect, and where it was measured.
 
 CPU rows: every count comes from the harness runner's store results/catalogue-cpu/trials.jsonl
-(matrix spec results/catalogue-cpu/spec.json, `python -m harness matrix --file
-results/catalogue-cpu/spec.json`), torch 2.13.0+cpu, Python 3.11.7, the shared 2-core CPU machine,
+(matrix spec harness/campaign/specs/catalogue-cpu.json, `python -m harness matrix --file
+harness/campaign/specs/catalogue-cpu.json`), torch 2.13.0+cpu, Python 3.11.7, the shared 2-core CPU machine,
 2026-11-29; `test_catalogue_store.py` checks that the numbers here are the store's. `recorded` is
 the cell `<id>:raw@<plan>`, `recorded_plain` the cell `<id>:raw@-`, `fix_recorded` the cell
 `<id>:<fix>@<plan>`.

@@ -1,6 +1,6 @@
 """Race regression checks: run a catalogue repro through the harness runner and judge the counts.
 
-Every trial is `harness.trial.runner.run_trial` on a `TrialSpec` built the way `harness.campaign.matrix.expand`
+Every trial is `harness.trial.runner.run_trial` on a `TrialSpec` built the way `harness.campaign.expand.expand`
 builds one (repro workload, fixes as `--fix`, plan `plan_from_seed(seed, profile)`, trial i gets
 seed i), so the suite's counts and the catalogue store's (results/catalogue-cpu/trials.jsonl) are
 the same kind of number: one fresh process per trial, the same outcome rules, the same signatures.

@@ -1,0 +1,96 @@
+"""A matrix spec expanded into deterministic trials, validated before anything runs.
+
+`expand()` turns the spec into `TrialSpec`s with ids `<matrix>/<cell>/<i>`, where a cell is named
+`<workload>:<strategy>@<plan>` (`@-` without a plan). Plan seeds are `seed + i` for trial i of
+every cell: strategies are compared under identical schedules (common random numbers), which
+sharpens raw-vs-fix comparisons, and a rerun of the same spec produces the same ids and seeds,
+which is what resume relies on. Fixes are checked against `dflash.fixes.FIXES`, plans against the
+scheduler and workload files against the disk, so bad input fails before anything is run or
+written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from dflash.fixes import FIXES
+from dflash.presets import PRESETS
+from harness.campaign.cells import trial_id
+from harness.campaign.spec import Cell, MatrixError, MatrixSpec, PlanChoice, Workload
+from harness.faults.profiles import plan_from_seed
+from harness.faults.scheduler import InvalidPlan, Plan
+from harness.trial.spec import REPO_ROOT, TrialSpec, WorkloadSpec
+
+
+def expand(spec: MatrixSpec) -> list[TrialSpec]:
+    """Every trial of every cell, cell by cell; raises MatrixError before anything runs."""
+    cells = spec.cells()
+    check_cells(cells)
+    trials = []
+    for cell in cells:
+        argv = cell.workload.argv + tuple(a for kv in cell.strategy.sets for a in ("--set", kv))
+        for i in range(cell.trials):
+            trials.append(TrialSpec(
+                trial_id=trial_id(spec.name, cell.name, i), cell=cell.name,
+                workload=WorkloadSpec(kind=cell.workload.kind, argv=argv), fixes=cell.strategy.fixes,
+                plan=plan_json(cell.plan, spec.seed + i), env=dict(cell.workload.env),
+                timeout_s=cell.workload.timeout_s, hang_s=cell.workload.hang_s, trial_index=i,
+            ))
+    return trials
+
+
+def check_cells(cells: list[Cell]) -> None:
+    """Fix names, strategy/workload compatibility, workload files and plans, checked up front."""
+    for cell in cells:
+        w, s = cell.workload, cell.strategy
+        for fix in s.fixes:
+            if fix not in FIXES:
+                raise MatrixError(f"unknown strategy {s.name!r}: no fix named {fix!r} "
+                                  f"(fixes: {', '.join(sorted(FIXES))})")
+        if s.fixes and w.kind == "command":
+            raise MatrixError(f"strategy {s.name!r} has fixes but workload {w.name!r} is a command")
+        if s.sets and w.kind != "dflash":
+            raise MatrixError(f"strategy {s.name!r} has --set overrides but workload {w.name!r} is not dflash")
+        check_workload_files(w)
+        plan_json(cell.plan, 0)
+
+
+def check_workload_files(w: Workload) -> None:
+    """What is missing before a run: a repro script, a program or script, a dflash preset."""
+    if w.kind == "dflash":
+        args = list(w.argv)
+        for flag, value in zip(args, args[1:]):
+            if flag == "--preset" and value not in PRESETS:
+                raise MatrixError(f"workload {w.name!r}: no dflash preset {value!r} (known: {', '.join(PRESETS)})")
+    elif w.kind == "repro":
+        script = w.argv[0] if w.argv[0].endswith(".py") else w.argv[0] + ".py"
+        if "/" in script or not (REPO_ROOT / "repro" / script).is_file():
+            raise MatrixError(f"workload {w.name!r}: no repro script repro/{script}")
+    elif w.kind == "command":
+        prog = w.argv[0]
+        if "/" in prog:
+            found = (REPO_ROOT / prog).is_file() or Path(prog).is_file()
+        else:
+            found = shutil.which(prog) is not None
+        if not found:
+            raise MatrixError(f"workload {w.name!r}: program {prog!r} not found")
+        # A script argument of an interpreter is the usual way to be missing: check it too.
+        if Path(prog).name.startswith("python") and len(w.argv) > 1 and w.argv[1].endswith(".py"):
+            script = Path(w.argv[1])
+            if not (script.is_file() or (REPO_ROOT / script).is_file()):
+                raise MatrixError(f"workload {w.name!r}: script {w.argv[1]!r} not found")
+
+
+def plan_json(choice: PlanChoice, seed: int) -> dict[str, Any] | None:
+    """The plan a trial carries: derived from its profile, or the explicit plan with this trial's
+    seed (so runtime decisions vary across trials like a profile's do), or None."""
+    if choice.profile is None and choice.explicit is None:
+        return None
+
+    try:
+        if choice.profile is not None:
+            return plan_from_seed(seed, choice.profile).to_dict()
+        return Plan.from_dict({**choice.explicit, "seed": seed}).to_dict()
+    except (InvalidPlan, ValueError) as e:
+        raise MatrixError(f"malformed plan {choice.name!r}: {e}") from None
