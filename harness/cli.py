@@ -39,7 +39,7 @@ COMMANDS: dict[str, ModuleType] = {
     # reading stores
     "report": report, "families": families, "crosstab": crosstab, "price": price, "benches": benches,
     # keeping stores
-    "merge": merge, "pack": pack, "retire": retire, "resign": resign,
+    "merge": merge, "pack": pack, "retire": retire, "re-sign": resign,
 }
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m harness", description="Race diagnosis harness.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
     for name, module in COMMANDS.items():
-        p = sub.add_parser(name, help=module.HELP, description=module.__doc__.split("\n\n")[0])
+        p = sub.add_parser(name, help=module.HELP, description=module.__doc__.split("\n\n")[0],
+                           aliases=getattr(module, "ALIASES", ()))
         module.add_arguments(p)
         p.set_defaults(run=module.run)
     return parser

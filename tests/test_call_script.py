@@ -181,9 +181,9 @@ def test_a_bench_phase_with_a_gpu_count_runs_the_seed_topology(tmp_path):
     assert proc.returncode == 0, proc.stderr
     runs = sorted((p.read_text().splitlines() for p in out.glob("bench-*.txt")), key=len)
     plain, topo = runs
-    from harness.campaign.presets import topology_sets
+    from dflash.topology import seed_topology
     assert plain[-4:] == ["--set", "fixes=", "--set", "compile.mode=none"]
-    assert topo[-10:] == [a for kv in topology_sets(4) for a in ("--set", kv)]
+    assert topo[-10:] == [a for kv in seed_topology(4) for a in ("--set", kv)]
     assert "devices.drafter_devices=cuda:1,cuda:2,cuda:3" in topo and "--preset" in topo
 
 

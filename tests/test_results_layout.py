@@ -1,11 +1,12 @@
-"""results/ holds data only: stores, logs, plots and matrix spec files.
+"""results/ holds data only: stores, logs, bench records and plots.
 
-Code that lived there (the device call script, its unpacker, the per-call figures) was tested and
-imported from a data folder, with sys.path hacks to reach the harness; it now lives in tools/. A
-script put back under results/ fails here, before it is committed (untracked files count too,
-unless ignored).
+Code that lived there (the GPU host's run script, its unpacker, the per-run figures) was tested
+and imported from a data folder, with sys.path hacks to reach the harness; it now lives in tools/.
+Matrix spec files are presets in harness/campaign/specs/. A script or spec put back under results/
+fails here, before it is committed (untracked files count too, unless ignored).
 """
 
+import json
 import re
 import shutil
 import subprocess
@@ -29,6 +30,17 @@ def _listed(*args: str) -> list[str]:
 def test_no_code_is_kept_under_results():
     code = [p for p in _listed("--cached", "--others", "--exclude-standard") if p.endswith(CODE)]
     assert not code, f"code under results/ (move it to tools/): {code}"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_no_matrix_spec_is_kept_under_results():
+    specs = []
+    for rel in _listed("--cached", "--others", "--exclude-standard"):
+        if rel.endswith(".json") and "/artefacts/" not in rel and (ROOT / rel).stat().st_size < 1_000_000:
+            data = json.loads((ROOT / rel).read_text(encoding="utf-8"))
+            if isinstance(data, dict) and "workloads" in data:
+                specs.append(rel)
+    assert not specs, f"matrix specs under results/ (make them presets in harness/campaign/specs/): {specs}"
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")

@@ -9,6 +9,8 @@ import torch
 
 from dflash.cli import build_parser, config_from_args
 from dflash.devices import resolve
+from dflash.errors import DevicePlanError
+from dflash.topology import paired_topology, seed_topology, topology
 from harness.campaign import presets
 from harness.campaign.expand import expand
 from harness.campaign.spec import MatrixError
@@ -49,15 +51,16 @@ def test_the_two_gpu_topology_gives_each_drafter_its_own_gpu_beside_one_target()
         assert list(plan.drafter) == list(plan.target) == [torch.device("cuda", 0), torch.device("cuda", 1)]
         _, one = _plan(trial, 1)
         assert set(one.target) | set(one.drafter) == {torch.device("cuda", 0)}
-    with pytest.raises(MatrixError, match="needs >= 2 GPUs"):
-        presets.paired_topology_sets(1)
+    with pytest.raises(DevicePlanError, match="needs >= 2 GPUs"):
+        paired_topology(1)
 
 
 def test_topology_needs_three_drafter_gpus_and_a_target_gpu():
-    assert presets.topology_sets(5)[2:4] == ("devices.target_devices=cuda:0,cuda:1",
-                                             "devices.drafter_devices=cuda:2,cuda:3,cuda:4")
-    with pytest.raises(MatrixError, match="needs >= 4 GPUs"):
-        presets.topology_sets(3)
+    assert seed_topology(5)[2:4] == ("devices.target_devices=cuda:0,cuda:1",
+                                     "devices.drafter_devices=cuda:2,cuda:3,cuda:4")
+    with pytest.raises(DevicePlanError, match="needs >= 4 GPUs"):
+        seed_topology(3)
+    assert topology(3) == paired_topology(3) and topology(4) == seed_topology(4)
 
 
 def test_topology_cells_are_the_campaign_cells_and_the_stash_free_cudagraph_cell():

@@ -45,10 +45,9 @@ from dflash import presets
 from dflash.config import ConfigError, apply_overrides
 from dflash.errors import DevicePlanError
 from dflash.fixes import FixSet, parse_names
+from dflash.topology import topology as topology_sets
 from harness.analysis.bench_records import BenchError, append, died_signature, strategy_of
 from harness.analysis.prices import Price, Run, price_runs, rows
-from harness.campaign.presets import paired_topology_sets, topology_sets
-from harness.campaign.spec import MatrixError
 
 TIMEOUT_RC = 124
 """A run past --timeout-s gets `timeout`'s exit code, which harness.analysis.bench_records reads as timed out."""
@@ -114,15 +113,14 @@ def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, s
     plan on this machine (`cuda_count` stands in for its GPU count in tests): a GPU preset or
     `--topology` on a machine without CUDA used to die in every bench, each recorded as a failure.
     `topology` N runs every bench in the seed trainer's device plan on N GPUs
-    (harness.campaign.presets.topology_sets, N >= 4; the paired plan below 4), as the gpu-topology
-    matrices' trials run (issue 6)."""
+    (dflash.topology: N >= 4; the paired plan below 4), as the gpu-topology matrices' trials run."""
     # dflash.devices imports torch, which the harness process otherwise never loads.
     from dflash.devices import resolve
 
     if topology is not None:
         try:
-            sets = [*(topology_sets(topology) if topology >= 4 else paired_topology_sets(topology)), *sets]
-        except MatrixError as e:
+            sets = [*topology_sets(topology), *sets]
+        except DevicePlanError as e:
             raise PriceError(str(e)) from None
     if rounds < 1 or steps < 1:
         raise PriceError(f"--rounds and --steps must be >= 1, got {rounds} and {steps}")

@@ -28,8 +28,8 @@ reads any other (harness.campaign.specfile).
   docstrings name, each without and with the compile-chaos plan, 10 trials, 6 at a time per GPU.
 - `gpu-topology` / `gpu-topology-4`: the gpu-campaign matrix with the seed trainer's
   thread and device plan, 5 target threads + 3 drafter threads with one GPU per drafter
-  (`topology_sets`), each trial on 8 (or 4) GPUs; `devices.remap` runs it on fewer.
-  `gpu-topology-2`: on 2 GPUs, one target and one drafter thread per GPU (`paired_topology_sets`).
+  (`dflash.topology.seed_topology`), each trial on 8 (or 4) GPUs; `devices.remap` runs it on fewer.
+  `gpu-topology-2`: on 2 GPUs, one target and one drafter thread per GPU (`dflash.topology.paired_topology`).
   All three add `TOPOLOGY_EXTRA_STRATEGIES` to the campaign's cells."""
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from dflash.topology import paired_topology, seed_topology
 from harness.campaign.spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload
 from harness.campaign.specfile import load_spec, strategy_from_name
 
@@ -256,44 +257,19 @@ def gpu_campaign() -> MatrixSpec:
     return _campaign("gpu-campaign")
 
 
-def topology_sets(num_gpus: int) -> tuple[str, ...]:
-    """The seed trainer's topology scaled to `num_gpus` (>= 4): 5 target threads on the first
-    num_gpus - 3 GPUs, 3 drafter threads on one GPU each (the last three), so that no drafter
-    shares its GPU with a target or another drafter (issue 6). `devices.remap` lets the same
-    trial run on fewer GPUs (everything doubles up), which is how CPU tests and one H200 check it."""
-    if num_gpus < 4:
-        raise MatrixError(f"the seed topology needs >= 4 GPUs (3 drafters + targets), got {num_gpus}")
-    targets = ",".join(f"cuda:{i}" for i in range(num_gpus - 3))
-    drafters = ",".join(f"cuda:{i}" for i in range(num_gpus - 3, num_gpus))
-    return ("pipeline.num_target_threads=5", "pipeline.num_drafter_threads=3",
-            f"devices.target_devices={targets}", f"devices.drafter_devices={drafters}", "devices.remap=true")
-
-
-def paired_topology_sets(num_gpus: int) -> tuple[str, ...]:
-    """Below 4 GPUs the seed topology cannot give 3 drafters a GPU each: one target thread and one
-    drafter thread per GPU instead, so that no two drafters (no two captures) share a device while
-    each drafter still has an eager target thread beside it. On 2 GPUs (nvidia-h200-x2) this
-    tests the part of issue 6 that one GPU cannot: which failures need two drafters on one device."""
-    if num_gpus < 2:
-        raise MatrixError(f"a paired topology needs >= 2 GPUs, got {num_gpus}")
-    devices = ",".join(f"cuda:{i}" for i in range(num_gpus))
-    return (f"pipeline.num_target_threads={num_gpus}", f"pipeline.num_drafter_threads={num_gpus}",
-            f"devices.target_devices={devices}", f"devices.drafter_devices={devices}", "devices.remap=true")
-
-
 def gpu_topology() -> MatrixSpec:
     """Issue 6: the campaign on 8 GPUs, 5 target GPUs + 3 drafter GPUs, every trial on all 8."""
-    return _campaign("gpu-topology", gpus=8, topology=topology_sets(8), extra=TOPOLOGY_EXTRA_STRATEGIES)
+    return _campaign("gpu-topology", gpus=8, topology=seed_topology(8), extra=TOPOLOGY_EXTRA_STRATEGIES)
 
 
 def gpu_topology_4() -> MatrixSpec:
     """Issue 6 scaled to 4 GPUs: 5 target threads on cuda:0, one drafter on each of cuda:1-3."""
-    return _campaign("gpu-topology-4", gpus=4, topology=topology_sets(4), extra=TOPOLOGY_EXTRA_STRATEGIES)
+    return _campaign("gpu-topology-4", gpus=4, topology=seed_topology(4), extra=TOPOLOGY_EXTRA_STRATEGIES)
 
 
 def gpu_topology_2() -> MatrixSpec:
-    """Issue 6 on 2 GPUs: one target and one drafter thread per GPU (`paired_topology_sets`)."""
-    return _campaign("gpu-topology-2", gpus=2, topology=paired_topology_sets(2), extra=TOPOLOGY_EXTRA_STRATEGIES)
+    """Issue 6 on 2 GPUs: one target and one drafter thread per GPU (`dflash.topology.paired_topology`)."""
+    return _campaign("gpu-topology-2", gpus=2, topology=paired_topology(2), extra=TOPOLOGY_EXTRA_STRATEGIES)
 
 
 GPU_REPRO_FIXES = {

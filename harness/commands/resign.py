@@ -1,4 +1,4 @@
-"""`python -m harness resign`: regroup stored failures of an older signature version from their artefacts."""
+"""`python -m harness re-sign`: regroup stored failures of an older signature version from their artefacts."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from harness.stores.discovery import stores_given
 from harness.stores.resign import resign_store
 from harness.stores.retire import with_retired
 
+ALIASES = ("resign",)
+"""Its name before: a store's scripts and notes still say `harness resign`."""
 HELP = "regroup stored failures of an older signature version from their artefacts"
 
 
