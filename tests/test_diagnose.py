@@ -102,7 +102,7 @@ def test_committed_stores_failures_are_matched_to_their_race():
         print(f"  {line[1]} x {line[0][0]}: {line[0][1]}")
     assert share >= MATCHED_AT_LEAST
     # REPORT.md quotes these counts in its diagnosis section: they move with the stores.
-    claim = re.search(r"names the catalogued race behind ([\d,]+) of the ([\d,]+) failing\s+trials",
+    claim = re.search(r"names\s+the\s+catalogued\s+race\s+behind\s+([\d,]+)\s+of\s+the\s+([\d,]+)\s+failing\s+trials",
                       (ROOT / "REPORT.md").read_text())
     assert claim and (int(claim[1].replace(",", "")), int(claim[2].replace(",", ""))) == (
         len(stored) - len(unmatched), len(stored)), "REPORT.md's diagnosis counts are stale"

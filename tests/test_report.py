@@ -116,17 +116,22 @@ def test_rebuild_is_byte_identical_and_writes_plots(tmp_path):
     stores = discovery.default_stores(tmp_path / "results")
     assert [s.name for s in stores] == ["m", "other"]
     assert report.rebuild(stores, out) == ["m", "other"]
-    first = out.read_bytes()
+    summary = tmp_path / "results" / "m" / report.SUMMARY_NAME
+    first = summary.read_bytes()
     plots = sorted((tmp_path / "results").glob("*/plots/*.png"))
     assert [p.name for p in plots] == ["m-failure-rate.png", "m-tokens-per-s.png", "other-failure-rate.png"]
     images = [p.read_bytes() for p in plots]
+    summary.write_text(summary.read_text().replace("generated tables\n", "generated tables\n\nKeep me.\n"))
+    kept = summary.read_bytes()
     report.rebuild(stores, out)
-    assert out.read_bytes() == first
+    assert summary.read_bytes() == kept               # text outside the markers stays, the blocks are the same
     assert [p.read_bytes() for p in plots] == images
+    assert out.read_text() == "# Report\n\nKeep me.\n"   # without the overview, REPORT.md is not touched
     text = first.decode()
-    assert text.startswith("# Report\n\nKeep me.\n")
+    assert text.startswith("# `m`: generated tables\n")
     assert "| w:raw@p | 4/10 |" in text
-    assert "](results/m/plots/m-failure-rate.png)" in text
+    assert "](plots/m-failure-rate.png)" in text and "`python -m harness report --store results/m`" in text
+    assert (tmp_path / "results" / "other" / report.SUMMARY_NAME).is_file()
 
 
 def test_rebuild_with_an_unreadable_store_writes_nothing(tmp_path):
@@ -141,7 +146,7 @@ def test_rebuild_with_an_unreadable_store_writes_nothing(tmp_path):
     with pytest.raises(StoreError):
         report.rebuild([good.root, bad], out)
     assert out.read_text() == "# Report\n"
-    assert not (good.root / "plots").exists()
+    assert not (good.root / "plots").exists() and not (good.root / report.SUMMARY_NAME).exists()
 
 
 def test_fisher_p_compares_each_strategy_with_raw_under_the_same_plan():
@@ -208,7 +213,7 @@ def test_overview_counts_failure_families_per_torch_version_over_every_store(tmp
     out = tmp_path / "REPORT.md"
     out.write_text("# Report\n")
     stores = discovery.default_stores(tmp_path / "results")
-    assert report.rebuild(stores, out, overview=True)[0] == report.OVERVIEW_BLOCK
+    assert report.OVERVIEW_BLOCK in report.rebuild(stores, out, overview=True)
     text = out.read_text()
     assert "Trials that count: torch 2.13.0+cpu: 2 trials; torch 2.11.0: 2 trials." in text
     assert "| F1 | " in text and "| - | 1 (gpu) |" in text
@@ -246,7 +251,7 @@ def test_families_counts_only_the_stores_named_with_their_retired_records(tmp_pa
 
 
 def test_the_committed_report_is_what_the_committed_stores_regenerate(tmp_path):
-    # Issue 5's "the regenerated report matches the committed one": `python -m harness report`
+    # The regenerated report matches the committed one: `python -m harness report`
     # on a copy of results/ (plots are rewritten there, not in the checkout).
     import shutil
     from pathlib import Path
@@ -255,35 +260,20 @@ def test_the_committed_report_is_what_the_committed_stores_regenerate(tmp_path):
     shutil.copytree(repo / "results", tmp_path / "results", ignore=shutil.ignore_patterns("*.png"))
     out = tmp_path / "REPORT.md"
     shutil.copy(repo / "REPORT.md", out)
+    (tmp_path / "repro").mkdir()
+    shutil.copy(repo / "repro" / "README.md", tmp_path / "repro" / "README.md")
     report.rebuild(discovery.default_stores(tmp_path / "results"), out, overview=True)
-    assert out.read_text() == (repo / "REPORT.md").read_text(), \
-        "REPORT.md is not what `python -m harness report` makes of results/: rerun it and commit"
+    generated = ["REPORT.md", "repro/README.md", f"results/{report.BENCHES_NAME}",
+                 *(str(p.relative_to(repo)) for p in sorted(repo.glob(f"results/*/{report.SUMMARY_NAME}")))]
+    assert len(generated) > 10
+    for rel in generated:
+        assert (tmp_path / rel).read_text() == (repo / rel).read_text(), \
+            f"{rel} is not what `python -m harness report` makes of results/: rerun it and commit"
     # Every plot the report writes is committed, and no stale one is left (names, not bytes: a
     # newer matplotlib may draw the same figure in other bytes, and CI installs the newest).
     def plots(root: Path) -> set[str]:
         return {str(p.relative_to(root)) for p in root.glob("results/**/plots/*.png")}
     assert plots(tmp_path) == plots(repo), "plots differ from what `python -m harness report` writes: commit them"
-
-
-def test_the_reference_table_gives_the_trainers_own_family_counts():
-    # REPORT's table of the reference's failure modes names the trainer's counts beside each repro;
-    # they once held the overview's sums (the GPU repros' failures in): checked against the
-    # trainer's stores, as `harness families` prints them, so that a new trial makes this fail
-    # until the table is brought up to date.
-    import re
-    from pathlib import Path
-
-    from harness.stores.retire import with_retired
-
-    repo = Path(__file__).resolve().parent.parent
-    stores = [repo / "results" / n for n in ("gpu-campaign", "gpu-topology-2", "gpu-topology-4")]
-    counts = family_table.family_counts([(s, Store(s).load()) for s in with_retired(stores)]).failures
-    text = (repo / "REPORT.md").read_text()
-    claimed = {fam: int(n) for fam, n in re.findall(r"the trainer's (F1|F1c|G2): (\d+)", text)}
-    claimed.update((fam, int(n)) for fam, n in re.findall(r"the trainer's F1c \d+, (capture) (\d+)", text))
-    claimed.update((fam, int(n)) for fam, n in re.findall(r"the trainer's (F1c|G2) (\d+)", text))
-    assert set(claimed) == {"F1", "F1c", "capture", "G2"}
-    assert claimed == {fam: counts[(fam, "2.11.0")] for fam in claimed}
 
 
 def test_the_throughput_plot_tells_failing_cells_apart(tmp_path, monkeypatch):

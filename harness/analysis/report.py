@@ -1,5 +1,8 @@
-"""REPORT.md's generated blocks: the markers that fence them, the text of each (one per matrix,
-the failure-modes overview) and `rebuild`, which regenerates every block and plot from the stores.
+"""The generated tables: the markers that fence them, the text of each and `rebuild`, which
+regenerates every block and plot from the stores. A store's tables (one block per matrix) go to
+`<store>/SUMMARY.md` beside its plots, the bench tables to `results/BENCHES.md`, and REPORT.md
+keeps the tables a reader of the findings needs: the failure modes by torch version, the race
+catalogue and the index of stores.
 
 Everything here is a function of the stored records alone (no clock, no spec), so regenerating a
 report from the same store gives byte-identical text and plots; text outside the markers is kept
@@ -28,6 +31,11 @@ from harness.text import clip
 from harness.trial.outcome import TrialResult
 
 OVERVIEW_BLOCK = "failure-modes"
+STORES_BLOCK = "stores"
+SUMMARY_NAME = "SUMMARY.md"
+"""A store's generated tables, beside its trials.jsonl and plots/."""
+BENCHES_NAME = "BENCHES.md"
+"""The bench tables, in the folder that holds the stores."""
 
 
 def begin_marker(name: str) -> str:
@@ -67,16 +75,19 @@ def benches_for(matrix: str, bench_runs: Sequence) -> list:
 
 def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells: Sequence[CellSummary],
                plots: Sequence[Path], report_dir: Path, retired: Sequence[TrialResult] = (),
-               bench_runs: Sequence = ()) -> str:
-    """The block of matrix `name`; `retired` are the records `harness retire` took out of its count;
-    `bench_runs` (harness.analysis.benches) price the verdict alone on the GPU where a bench ran it."""
+               bench_runs: Sequence = (), root: Path | None = None) -> str:
+    """The block of matrix `name`, for a document in `report_dir` (its links are relative to it;
+    paths in commands to `root`, where they are run); `retired` are the records `harness retire`
+    took out of its count; `bench_runs` (harness.analysis.benches) price the verdict alone on the
+    GPU where a bench ran it."""
+    where = _rel(store_dir, root if root is not None else report_dir)
     started = sorted(r.started_at for r in records if r.started_at)
     versions = sorted({r.torch_version for r in records if r.torch_version})
     hosts = sorted({r.host for r in records if r.host})
     lines = [
-        f"#### Matrix `{name}`: {len(records)} trials in `{_rel(store_dir, report_dir)}`",
+        f"#### Matrix `{name}`: {len(records)} trials in `{where}`",
         "",
-        f"Regenerate with `python -m harness report --store {_rel(store_dir, report_dir)}`. "
+        f"Regenerate with `python -m harness report --store {where}`. "
         "k/n counts CRASH/ABORT/HANG/WRONG_RESULT over trials that ran to an outcome (TIMEOUT, "
         "device out-of-memory (oom) and harness errors are shown as +N and left out); p<x is the rule-of-three bound at k=0; p vs raw is "
         "the one-sided Fisher exact p that the strategy fails less often than raw; TTFF is "
@@ -113,7 +124,7 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
         lines += ["", f"Native stack excerpt, `{x.summary}`: crash site `{clip(x.site, 100)}` in {x.trials} of "
                   f"{x.of} trials with a native stack (trial `{x.trial_id}`, crashing thread, innermost "
                   f"frames):", "", "```", x.text, "```"]
-    lines += retired_lines(store_dir, retired, report_dir)
+    lines += retired_lines(store_dir, retired, root if root is not None else report_dir)
     if plots:
         lines += [""] + [f"![{p.stem}]({_rel(p, report_dir)})" for p in plots]
     return "\n".join(lines)
@@ -158,54 +169,83 @@ def matrix_names(records: Sequence[TrialResult]) -> list[str]:
     return sorted({r.matrix for r in records if r.replay_of is None})
 
 
-def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) -> list[str]:
-    """Regenerate REPORT.md's blocks and the plots for every matrix in these stores, and with
-    `overview` the failure-modes block over all of them (only meaningful for every store).
+def summary_header(store_dir: Path) -> str:
+    return (f"# `{store_dir.name}`: generated tables\n\n"
+            f"Written by `python -m harness report`; edit nothing between the markers. The findings they "
+            f"support are in [REPORT.md]({_rel(store_dir.parent.parent / 'REPORT.md', store_dir)}).\n\n")
 
-    Every store is read and the new text built before anything is written, so an unreadable
+
+def stores_body(rows: Sequence[tuple[str, Path, Sequence[TrialResult]]], report_dir: Path) -> str:
+    """One line per matrix: its trials, failures, torch versions and where its tables are."""
+    lines = ["| matrix | trials | failing | torch | tables |", "|---|---|---|---|---|"]
+    for name, store_dir, records in rows:
+        failing = sum(r.outcome.is_failure for r in records)
+        versions = ", ".join(sorted({r.torch_version for r in records if r.torch_version})) or "?"
+        link = _rel(store_dir / SUMMARY_NAME, report_dir)
+        lines.append(f"| `{name}` | {len(records)} | {failing} | {versions} | [{link}]({link}) |")
+    return "\n".join(lines)
+
+
+def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) -> list[str]:
+    """Regenerate every store's SUMMARY.md (a block per matrix) and plots, the bench tables, and
+    with `overview` REPORT.md's blocks over all stores (only meaningful for every store).
+
+    Every store is read and every new text built before anything is written, so an unreadable
     store or broken markers leave all files as they were. Returns the block names written.
     """
     loaded = [(Path(d), Store(d).load()) for d in store_dirs]
     retired = {d: retire.retired_store(d).load() for d, _ in loaded}
-    readme: str | None = None
-    text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
-    names, plots = [], []
-    bench_files = sorted(f for root in {Path(d).parent for d in store_dirs} for f in bench_records.files(root))
+    writes: list[tuple[Path, str]] = []
+    names, plots, index = [], [], []
+    roots = sorted({Path(d).parent for d in store_dirs})
+    bench_files = sorted(f for root in roots for f in bench_records.files(root))
     bench_runs = bench_records.load(bench_files)
-    if overview:
-        # Retired records count here: their failures were observed (under an older workload).
-        observed = loaded + list(retired.items())
-        text = replace_block(text, OVERVIEW_BLOCK, overview_body(observed))
-        names.append(OVERVIEW_BLOCK)
-        text = replace_block(text, tables.RACES_BLOCK, tables.race_table(records_of=RecordSource(out.parent)))
-        names.append(tables.RACES_BLOCK)
-        repro_readme = out.parent / "repro" / "README.md"
-        if repro_readme.is_file():
-            readme = replace_block(repro_readme.read_text(encoding="utf-8"), tables.REPROS_BLOCK, tables.repro_table())
-    bench_plots = benches.plot_paths(bench_runs, bench_files[0].parent / "plots") if bench_files else []
-    price_plots = benches.price_plots(bench_runs, bench_files[0].parent / "plots") if bench_files else {}
-    if bench_files:
-        text = replace_block(text, benches.BLOCK, benches.body(bench_runs, [_rel(f, out.parent) for f in bench_files],
-                                                               [_rel(p, out.parent) for p in bench_plots],
-                                                               {k: _rel(p, out.parent) for k, p in price_plots.items()}))
-        names.append(benches.BLOCK)
     for store_dir, records in loaded:
+        path = store_dir / SUMMARY_NAME
+        text = path.read_text(encoding="utf-8") if path.exists() else summary_header(store_dir)
         for name in matrix_names(records):
             mine = [r for r in records if r.matrix == name and r.replay_of is None]
             cells = summarize(mine)
             paths = plot_paths(cells, name, store_dir / "plots")
             gone = [r for r in retired[store_dir] if r.matrix == name]
-            text = replace_block(text, name, block_body(name, store_dir, mine, cells, paths, out.parent, gone,
-                                                        bench_runs))
+            text = replace_block(text, name, block_body(name, store_dir, mine, cells, paths, store_dir, gone,
+                                                        bench_runs, root=out.parent))
             plots.append((cells, name, store_dir / "plots"))
             names.append(name)
+            index.append((name, store_dir, mine))
+        writes.append((path, text))
+    bench_plots = benches.plot_paths(bench_runs, bench_files[0].parent / "plots") if bench_files else []
+    price_plots = benches.price_plots(bench_runs, bench_files[0].parent / "plots") if bench_files else {}
+    if bench_files:
+        doc = roots[0] / BENCHES_NAME
+        text = doc.read_text(encoding="utf-8") if doc.exists() else (
+            "# Benches: each configuration alone on the machine\n\nWritten by `python -m harness report`.\n\n")
+        text = replace_block(text, benches.BLOCK, benches.body(bench_runs, [_rel(f, doc.parent) for f in bench_files],
+                                                               [_rel(p, doc.parent) for p in bench_plots],
+                                                               {k: _rel(p, doc.parent) for k, p in price_plots.items()}))
+        writes.append((doc, text))
+        names.append(benches.BLOCK)
+    readme: str | None = None
+    repro_readme = out.parent / "repro" / "README.md"
+    if overview:
+        text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
+        # Retired records count here: their failures were observed (under an older workload).
+        observed = loaded + list(retired.items())
+        text = replace_block(text, OVERVIEW_BLOCK, overview_body(observed))
+        text = replace_block(text, tables.RACES_BLOCK, tables.race_table(records_of=RecordSource(out.parent)))
+        text = replace_block(text, STORES_BLOCK, stores_body(index, out.parent))
+        names += [OVERVIEW_BLOCK, tables.RACES_BLOCK, STORES_BLOCK]
+        writes.append((out, text))
+        if repro_readme.is_file():
+            readme = replace_block(repro_readme.read_text(encoding="utf-8"), tables.REPROS_BLOCK, tables.repro_table())
     for cells, name, plots_dir in plots:
         write_plots(cells, name, plots_dir)
     if bench_plots:
         benches.write_plots(bench_runs, bench_plots[0].parent)
     if price_plots:
         benches.write_price_plots(bench_runs, bench_files[0].parent / "plots")
-    write_atomic(out, text.encode("utf-8"))
+    for path, text in writes:
+        write_atomic(path, text.encode("utf-8"))
     if readme is not None:
         write_atomic(repro_readme, readme.encode("utf-8"))
         names.append(tables.REPROS_BLOCK)

@@ -1,0 +1,122 @@
+"""Every count and price REPORT.md quotes outside its generated blocks, recomputed from results/:
+a new trial or bench that moves one fails here until the text is brought up to date (the
+diagnosis count is held by tests/test_diagnose.py)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from harness.analysis import bench_records, benches, recommend
+from harness.analysis.crosstab import rows as crosstab_rows
+from harness.analysis.prices import paired_ratios
+from harness.analysis.summary import summarize
+from harness.stats import median_interval
+from harness.stores.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+REPORT = (ROOT / "REPORT.md").read_text(encoding="utf-8")
+LOCK = "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync"
+LOCK_FREE = ("cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd"
+             "+stash-incref+stream-sync+nested-fx-fallback")
+
+
+@functools.cache
+def totals(store: str) -> dict:
+    records = [r for r in Store(RESULTS / store).load() if r.replay_of is None]
+    return recommend.totals(summarize(records))
+
+
+def kn(store: str, workload: str, strategy: str, stressed: bool = True) -> str:
+    t = totals(store)[workload][strategy]
+    return f"{t.k}/{t.n} ({t.n_stressed})" if stressed else f"{t.k}/{t.n}"
+
+
+@functools.cache
+def price_runs() -> dict:
+    runs = bench_records.load(bench_records.files(RESULTS))
+    return {pr.name: pr for pr in benches.price_groups(runs)}
+
+
+def price(run: str, strategy: str):
+    return next(p for p in price_runs()[run].prices() if p.strategy == strategy)
+
+
+def x(v: float) -> str:
+    return f"{v:.2f}x"
+
+
+def interval(m) -> str:
+    return f"{m.coverage:.0%} interval {x(m.low)}-{x(m.high)}"
+
+
+def rows_of_answer() -> list[str]:
+    start = REPORT.index("## Which configuration, on which torch")
+    return REPORT[start:REPORT.index("\n\n", REPORT.index("|---|", start))].splitlines()
+
+
+def row(*words: str) -> str:
+    found = [r for r in rows_of_answer() if all(w in r for w in words)]
+    assert len(found) == 1, (words, found)
+    return found[0]
+
+
+def test_the_launch_bound_row_is_what_the_campaign_and_its_priced_run_say():
+    r = row("1 H200", "launch-bound")
+    assert f"| {kn('gpu-campaign', 'launch-bound', LOCK)} |" in r
+    no_cg = price("run 35", "no-cudagraphs+global-lock")
+    lock = price("run 35", LOCK)
+    assert f"{x(no_cg.ratio.median)} the other way, {interval(no_cg.ratio)}" in r
+    back = median_interval(paired_ratios(lock, no_cg))
+    assert f"{x(back.median)} `no-cudagraphs+global-lock`" in r
+    assert len(price_runs()["run 35"].group) // 3 == 3 and "3 paired rounds" in r
+    assert f"{sorted(lock.tokens)[1]:,.0f} tokens/s median" in r
+    lo, hi = min(lock.tokens), max(lock.tokens)
+    assert f"benched {lo:,.0f} to {hi:,.0f} tokens/s over the three rounds" in REPORT
+    assert f"{(hi / lo - 1):.0%} apart" in REPORT
+
+
+def test_the_gpu_bound_row_is_what_the_campaign_and_its_priced_run_say():
+    r = row("1 H200", "gpu-bound")
+    assert f"| {kn('gpu-campaign', 'gpu-bound', 'eager')} |" in r
+    eager, lock = price("run 34", "eager"), price("run 34", LOCK)
+    assert f"{sorted(eager.tokens)[len(eager.tokens) // 2 - 1] / 2 + sorted(eager.tokens)[len(eager.tokens) // 2] / 2:,.0f} tokens/s" in r
+    assert f"runs {x(lock.ratio.median)} eager ({interval(lock.ratio)}, 2 paired rounds)" in r
+
+
+def test_the_four_gpu_and_cpu_rows_are_what_their_stores_say():
+    r = row("4 H200s")
+    assert f"`no-cudagraphs` {kn('gpu-topology-4', 'launch-bound', 'no-cudagraphs')}" in r
+    clean = {s for s, t in totals("gpu-topology-4")["launch-bound"].items() if t.k == 0}
+    assert all(s.startswith("no-cudagraphs") or s == "eager" for s in clean), clean
+    r = row("2-core CPU", "tiny-cpu")
+    assert {t.k for t in totals("cpu-trainer")["dflash-tiny"].values()} == {0}
+    assert f"`raw` {kn('cpu-trainer', 'dflash-tiny', 'raw')}" in r
+    taps = totals("cpu-target-taps")["tiny-ro"]
+    assert f"fails {taps['raw'].k}/{taps['raw'].n} (r19): `target-hook-taps` {taps['target-hook-taps'].k}/{taps['target-hook-taps'].n}" in r
+    cpu = [p for name, pr in price_runs().items() if pr.preset == "cpu-compile" for p in pr.prices()
+           if p.strategy == "no-cudagraphs+global-lock"]
+    assert "the global lock " + ", ".join(x(p.ratio.median) for p in cpu) in r
+    assert f"98% intervals {x(min(p.ratio.low for p in cpu))}-{x(max(p.ratio.high for p in cpu))}" in r
+    assert {round(p.ratio.coverage, 2) for p in cpu} == {0.98}
+
+
+def test_the_evidence_bullets_count_what_the_commands_print():
+    g = totals("gpu-campaign")
+    for w in ("launch-bound", "gpu-bound"):
+        assert g[w]["global-lock"].k == g[w]["global-lock"].n == 20
+    assert "plain `global-lock` 20/20 on each workload" in REPORT
+    assert (f"`no-cudagraphs` hangs\n  (G2, a lazy backward compile against another thread's trace) in "
+            f"{kn('gpu-campaign', 'launch-bound', 'no-cudagraphs', False)} launch-bound and "
+            f"{kn('gpu-campaign', 'gpu-bound', 'no-cudagraphs', False)}") in REPORT
+    assert f"is {kn('gpu-campaign', 'launch-bound', LOCK_FREE).replace(' (', ' (').replace(')', ' stressed)')} on launch-bound" in REPORT
+    assert f"on gpu-bound it failed {kn('gpu-campaign', 'gpu-bound', LOCK_FREE, False).replace('/', '/')}" in REPORT
+    lf = price("run 35", LOCK_FREE).ratio
+    assert f"runs\n  {x(lf.median)} the recommended lock configuration (75% interval {x(lf.low)}-{x(lf.high)})" in REPORT
+    loaded = [("gpu-campaign", Store(RESULTS / "gpu-campaign").load())]
+    cst = crosstab_rows(loaded, "cstash-tls-init", frozenset({"segv", "segv-gc", "pybind-dealloc"}), [],
+                        ["stash-incref"])[0]
+    assert f"with `cstash-tls-init` and no `stash-incref` {cst.k_with}/{cst.n_with} trials, against {cst.k_without}/{cst.n_without}" in REPORT
+    inc = crosstab_rows(loaded, "stash-incref", frozenset({"segv", "segv-gc"}), [], [])[0]
+    assert f"`stash-incref` {inc.k_with}/{inc.n_with} against {inc.k_without}/{inc.n_without} without" in REPORT
