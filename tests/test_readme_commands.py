@@ -1,5 +1,6 @@
-"""Every command the README shows still works: each parses, each program's `--help` answers, and
-the quick read-only ones run against the committed stores (exit 0, output as described)."""
+"""Every command the README and docs/operations.md show still works: each parses, each program's
+`--help` answers, and the quick read-only ones run against the committed stores (exit 0, output as
+described)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from harness.cli import COMMANDS
 from harness.cli import build_parser as harness_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+README = "\n".join((ROOT / doc).read_text(encoding="utf-8") for doc in ("README.md", "docs/operations.md"))
 
 
 def _lines(program: str) -> list[str]:
-    """The README's `python -m PROGRAM ...` lines, without their comments, synopsis lines left out."""
+    """The docs' `python -m PROGRAM ...` lines, without their comments, synopsis lines left out."""
     found = [m.group(1).split("  #")[0].strip()
              for m in re.finditer(rf"^(?:bash \.ci/setup && \.venv/bin/)?python3? -m {program} (.+)$", README,
                                   flags=re.MULTILINE)]
