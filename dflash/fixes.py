@@ -150,9 +150,10 @@ class StreamSync(Policy):
     a cudagraph on the same device, whatever the capture's mode (F1d's message; NVIDIA/
     TensorRT#2888). A global lock does not cover it: the lock is around compiled calls and the
     synchronize comes after the target's forward leaves it (H200, launch-bound,
-    global-lock+cstash-tls-init+cublas-handle-init+stash-incref: 1/29 stressed trials, REPORT.md
-    ninth session). Repro r23. cudagraph trees capture on a pool stream ("thread_local" mode,
-    PR #107407), never the thread's current one, so the stream wait is legal beside a capture.
+    global-lock+cstash-tls-init+cublas-handle-init+stash-incref: 1/29 stressed trials in
+    results/gpu-campaign, torch 2.11, 2026-12-01). Repro r23. cudagraph trees capture on a pool
+    stream ("thread_local" mode, PR #107407), never the thread's current one, so the stream wait
+    is legal beside a capture.
     """
 
     name = "stream-sync"
@@ -335,10 +336,10 @@ class StashIncref(Fix):
     (repro r22), and the heap corruption surfaces later as a native crash anywhere (families
     segv and segv-gc). The hypothesis behind the heap corruption of cstash-tls-init's cells: they
     stash in every pipeline thread, and the prefetch and target threads exit before the drafters
-    finish (REPORT.md, eighth session; r22 confirmed the lost reference on the H200's 2.11, 20/20,
-    ninth session). The patch measures the binding once, on a private probe object: if it keeps a
-    reference it did not take, every stash gets one first (Py_IncRef); where the binding increfs
-    (2.13, measured) the binding stays as it is. Patched once per process, by the first thread that starts; FixSet runs it
+    finish (r22 confirmed the lost reference on the H200's 2.11, 20/20, 2026-12-01). The patch
+    measures the binding once, on a private probe object: if it keeps a reference it did not take,
+    every stash gets one first (Py_IncRef); where the binding increfs (2.13, measured) the binding
+    stays as it is. Patched once per process, by the first thread that starts; FixSet runs it
     before the other fixes so that their imports of cudagraph_trees (whose module body stashes)
     go through it. PR #89169 (the stash), #126934 (stashed TLS "gc'd"), PR #180295.
     """
@@ -364,7 +365,7 @@ def _stash_steals(stash: Callable[[str, Any], None]) -> bool:
     """Whether `stash` keeps a reference it did not take, measured on a fresh object no other thread
     can reach. Measuring each call on the object being stashed would race: another thread's stash
     or exit moves a shared object's count between the two readings (r22's compile-chaos runs on
-    the H200 read "[-1, 0]" for that reason, ninth session)."""
+    the H200 read "[-1, 0]" for that reason, 2026-12-01)."""
     probe = type("StashProbe", (), {})()
     _STASH_PROBES.append(probe)
     before = sys.getrefcount(probe)

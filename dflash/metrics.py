@@ -38,8 +38,8 @@ class Metrics:
         self.start_step = start_step
         self.tokens = 0
         # (monotonic time, cumulative tokens) after each step: the steady-state rate skips the
-        # first half of the run, where compiles and cudagraph recordings land (issue 5: a short
-        # campaign trial is otherwise measured mostly on its compile time).
+        # first half of the run, where compiles and cudagraph recordings land (a short campaign
+        # trial is otherwise measured mostly on its compile time).
         self._marks: list[tuple[float, int]] = []
         self.losses: list[float] = []
         self.correct: torch.Tensor | None = None

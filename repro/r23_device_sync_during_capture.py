@@ -2,7 +2,7 @@
 
 Symptom: `torch.AcceleratorError: CUDA error: operation not permitted when stream is capturing`
   raised by `torch.cuda.synchronize` in the thread that is not capturing (in the trainer:
-  dflash-target at dflash.devices:synchronize, H200 call 21), and possibly the recording thread's
+  dflash-target at dflash.devices:synchronize, H200 run 21, 2026-12-01), and possibly the recording thread's
   `operation failed due to a previous error during capture` after it.
 Mechanism: a device-wide synchronize waits on every stream of the device, the capturing one
   included, which CUDA refuses whatever the capture mode (NVIDIA/TensorRT#2888). cudagraph trees

@@ -29,13 +29,13 @@ LOG = "\n".join([
     _line(25000.0),
     "== phase bench:gpu-bound:cstash-tls-init at 260s",      # died: a record without figures
     "bench gpu-bound cstash-tls-init rc=1 40s",
-    # call 26's tail: call.sh prints the stderr's last lines, the traceback's header cut off
+    # run 26's tail: h200_run.sh prints the stderr's last lines, the traceback's header cut off
     "    out = step_fn(*inputs.as_args())",
     '  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/_dynamo/eval_frame.py", line 989, in compile_wrapper',
     "    raise RuntimeError(",
     "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. "
     "This is not supported at the moment.",
-    "== phase bench:gpu-bound::default at 280s",             # past call.sh's limit
+    "== phase bench:gpu-bound::default at 280s",             # past h200_run.sh's limit
     "bench gpu-bound  rc=124 200s",
     "round 1: fault points idle: 6971.5 tokens/s",
     "== phase campaign:gpu-bound:* at 300s",
@@ -43,7 +43,7 @@ LOG = "\n".join([
 ])
 
 
-def test_a_calls_log_gives_one_record_per_bench_phase_with_the_call():
+def test_a_runs_log_gives_one_record_per_bench_phase_with_the_run_number():
     found = bench_records.parse_log(LOG, 11)
     assert [(d["phase"], d["call"], d.get("exit_code")) for d in found] == [
         ("bench:launch-bound:global-lock:default", 11, None),
@@ -63,9 +63,9 @@ def test_a_bench_that_died_is_listed_under_the_table_and_one_that_timed_out_is_n
         ("cstash-tls-init", True, False), ("no-cudagraphs", False, True)]
     text = benches.body(loaded, ["benches.jsonl"])
     assert not any(line.startswith("| 11 | gpu-bound") for line in text.splitlines())    # no figures
-    assert ("- call 11, gpu-bound, 1 GPU(s), `cstash-tls-init`: exit 1, family F2: `fx-trace-of-dynamo-fn "
+    assert ("- run 11, gpu-bound, 1 GPU(s), `cstash-tls-init`: exit 1, family F2: `fx-trace-of-dynamo-fn "
             in text)
-    assert "- call 11, gpu-bound, 1 GPU(s), `no-cudagraphs`: timed out (exit 124)" in text
+    assert "- run 11, gpu-bound, 1 GPU(s), `no-cudagraphs`: timed out (exit 124)" in text
 
 
 @pytest.mark.parametrize("phase, expected", [
@@ -73,10 +73,10 @@ def test_a_bench_that_died_is_listed_under_the_table_and_one_that_timed_out_is_n
     ("bench:launch-bound::default", ("launch-bound", "no-cudagraphs")),
     ("bench:gpu-bound::none", ("gpu-bound", "eager")),
     ("bench:tiny-cpu:global-lock:none", ("tiny-cpu", "eager+global-lock")),   # harness price: the lock's own cost
-    ("bench:gpu-bound:cstash-tls-init", ("gpu-bound", "cstash-tls-init")),   # call.sh's reduce-overhead
+    ("bench:gpu-bound:cstash-tls-init", ("gpu-bound", "cstash-tls-init")),   # h200_run.sh's reduce-overhead
     ("bench:gpu-bound:", ("gpu-bound", "raw")),
     ("bench:launch-bound:global-lock:default:4", ("launch-bound", "no-cudagraphs+global-lock")),
-    # call 21: --set fixes= takes commas; the cell is named with +
+    # run 21: --set fixes= takes commas; the cell is named with +
     ("bench:launch-bound:global-lock,cstash-tls-init,stash-incref",
      ("launch-bound", "global-lock+cstash-tls-init+stash-incref")),
 ])
@@ -84,7 +84,7 @@ def test_phases_name_strategies_as_the_campaign_cells_do(phase, expected):
     assert bench_records.strategy_of(phase) == expected
 
 
-def test_the_table_prices_each_bench_within_its_call(tmp_path):
+def test_the_table_prices_each_bench_within_its_run(tmp_path):
     path = tmp_path / "benches.jsonl"
     assert bench_records.add(_write(tmp_path, LOG), 11, path) == 5
     other = LOG.replace("33127.85", "40000.0")
@@ -95,12 +95,12 @@ def test_the_table_prices_each_bench_within_its_call(tmp_path):
     assert all(line.split("|")[3].strip() == "1" for line in rows.values())    # no device plan: 1 GPU
     sta11 = rows[("11", "launch-bound", "no-cudagraphs+single-thread-autograd")]
     assert "| 30319 | 0.92x | 1.21x | 0.9% | 9.4% | 0.44 / 0.99 |" in sta11
-    # Call 9's lock ran 40,000: its single-thread-autograd is priced against that, not call 11's.
+    # Run 9's lock ran 40,000: its single-thread-autograd is priced against that, not run 11's.
     assert "| 0.76x |" in rows[("9", "launch-bound", "no-cudagraphs+single-thread-autograd")]
     assert "| 25000 | 0.75x | 1.00x |" in rows[("11", "launch-bound", "eager")]
 
 
-def test_adding_a_call_twice_adds_nothing_and_bad_input_writes_nothing(tmp_path, capsys):
+def test_adding_a_run_twice_adds_nothing_and_bad_input_writes_nothing(tmp_path, capsys):
     path = tmp_path / "benches.jsonl"
     log = _write(tmp_path, LOG)
     assert main(["benches", str(log), "11", "--into", str(path)]) == 0
@@ -132,7 +132,7 @@ def test_a_bench_counts_the_gpus_of_its_device_plan_and_is_priced_among_benches_
     one = {"target": ["cuda:0", "cuda:0"], "drafter": ["cuda:0"] * 3}
     four = {"target": ["cuda:0"] * 5, "drafter": ["cuda:1", "cuda:2", "cuda:3"]}
     cpu = {"target": ["cpu"], "drafter": ["cpu", "cpu"]}
-    # No plan (the first device calls' records): one GPU; a plan on the CPU: none (`harness price` there).
+    # No plan (the first H200 runs' records): one GPU; a plan on the CPU: none (`harness price` there).
     assert [bench_records.plan_gpus(p) for p in (one, four, None, cpu)] == [1, 4, 1, 0]
 
     def rec(phase, tok, plan):
@@ -159,12 +159,12 @@ def test_a_bench_counts_the_gpus_of_its_device_plan_and_is_priced_among_benches_
     assert [b.gpus for b in benches_for("a-spec-file-matrix", loaded)] == [1, 1]
 
 
-def test_a_preset_benched_in_several_calls_gets_a_plot_with_its_died_benches(tmp_path):
+def test_a_preset_benched_in_several_runs_gets_a_plot_with_its_died_benches(tmp_path):
     path = tmp_path / "benches.jsonl"
     bench_records.add(_write(tmp_path, LOG), 11, path)
     loaded = bench_records.load([path])
     plots = tmp_path / "plots"
-    # One call per preset: the table says it all, no plot.
+    # One run per preset: the table says it all, no plot.
     assert benches.plot_paths(loaded, plots) == [] and benches.write_plots(loaded, plots) == []
     bench_records.add(_write(tmp_path, LOG.replace("33127.85", "40000.0"), "b.txt"), 12, path)
     loaded = bench_records.load([path])
@@ -179,14 +179,14 @@ def test_a_preset_benched_in_several_calls_gets_a_plot_with_its_died_benches(tmp
     assert text.rstrip().endswith("![benches-launch-bound-1gpu](plots/benches-launch-bound-1gpu.png)")
 
 
-def test_price_records_are_stamped_with_the_call_once(tmp_path):
+def test_price_records_are_stamped_with_the_run_number_once(tmp_path):
     records = tmp_path / "price.jsonl"
     records.write_text("".join(json.dumps({"phase": "bench:launch-bound:global-lock:default", "call": None,
                                            "round": r, "tokens_per_s_steady": 100.0 + r}) + "\n" for r in range(2)))
     into = tmp_path / "benches.jsonl"
     assert bench_records.add_records(records, 33, into) == 2
     assert bench_records.add_records(records, 33, into) == 0          # unpacked twice: nothing new
-    assert [(b.call, b.strategy, b.tokens_steady) for b in bench_records.load([into])] == [
+    assert [(b.host_run, b.strategy, b.tokens_steady) for b in bench_records.load([into])] == [
         (33, "no-cudagraphs+global-lock", 100.0), (33, "no-cudagraphs+global-lock", 101.0)]
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{}\n")
@@ -194,7 +194,7 @@ def test_price_records_are_stamped_with_the_call_once(tmp_path):
         bench_records.add_records(bad, 33, into)
 
 
-def test_a_priced_call_gets_its_paired_prices_under_the_table(tmp_path):
+def test_a_priced_run_gets_its_paired_prices_under_the_table(tmp_path):
     # harness price's run order A B, B A, A B: the base is what round 0 benched first.
     path = tmp_path / "benches.jsonl"
     order = [(0, "global-lock:default", 100.0), (0, "cudagraph-lock", 110.0), (1, "cudagraph-lock", 90.0),
@@ -202,10 +202,10 @@ def test_a_priced_call_gets_its_paired_prices_under_the_table(tmp_path):
     path.write_text("".join(json.dumps({"phase": f"bench:launch-bound:{c}", "call": 34, "round": r,
                                         "tokens_per_s_steady": t}) + "\n" for r, c, t in order))
     text = benches.body(bench_records.load([path]), ["b"])
-    assert "Priced in rounds (`harness price`), call 34, launch-bound, 1 GPU(s): 3 round(s)" in text
+    assert "Priced in rounds (`harness price`), run 34, launch-bound, 1 GPU(s): 3 round(s)" in text
     assert "over `no-cudagraphs+global-lock`'s" in text
     assert "| `cudagraph-lock` | 3/3 | 110 | 90-126 | 1.10x | 1.05x-1.12x | 75% |" in text
-    # Benches of the other calls (no rounds) get no such block.
+    # Benches of the other runs (no rounds) get no such block.
     assert "Priced in rounds" not in benches.body(bench_records.load([path])[:0], ["b"])
 
 
@@ -215,7 +215,7 @@ def test_two_price_runs_in_one_file_pair_their_rounds_apart(tmp_path):
     path.write_text("".join(json.dumps({"phase": f"bench:cpu-compile:{c}:default", "call": None, "run": run,
                                         "round": r, "tokens_per_s_steady": t}) + "\n" for run, r, c, t in rows))
     text = benches.body(bench_records.load([path]), ["b"])
-    assert "call ? (run of r1), cpu-compile" in text and "call ? (run of r2), cpu-compile" in text
+    assert "run ? (price run of r1), cpu-compile" in text and "run ? (price run of r2), cpu-compile" in text
     assert "| 0.50x | 0.50x-0.50x |" in text and "| 0.90x | 0.90x-0.90x |" in text
 
 
@@ -232,7 +232,7 @@ def test_a_price_run_of_two_rounds_or_more_gets_its_own_plot_linked_under_its_ta
              (1, "global-lock:default", 80.0)]
     lines = [{"phase": f"bench:launch-bound:{c}", "call": 35, "run": "2026-12-01T13:09:56+00:00", "round": r,
               "tokens_per_s_steady": t} for r, c, t in order]
-    # Call 35 ran a second price run (another --set): its own plot. Call 36's one round and call
+    # Run 35 ran a second price run (another --set): its own plot. Run 36's one round and run
     # 37's one configuration have nothing to compare per round: no plot.
     lines += [dict(x, run="2026-12-01T13:20:00+00:00", sets=["pipeline.num_drafter_threads=4"]) for x in lines]
     lines += [{"phase": "bench:launch-bound::none", "call": 36, "round": 0, "tokens_per_s_steady": 1.0}]
@@ -252,4 +252,4 @@ def test_a_price_run_of_two_rounds_or_more_gets_its_own_plot_linked_under_its_ta
     for p in want:     # each run's plot under its own table
         link = text.index(f"![{p.stem}](plots/{p.name})")
         assert text.rindex("| `cudagraph-lock` | 2/2 |", 0, link) > text.rfind("![", 0, link)
-    assert "call 36" in text and "call 37" in text and text.count("![price-") == 2
+    assert "run 36" in text and "run 37" in text and text.count("![price-") == 2

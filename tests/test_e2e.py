@@ -60,7 +60,7 @@ def test_bench_reports_throughput_and_fault_point_cost():
 
 
 def test_bench_with_one_round_measures_the_absent_condition_only():
-    # The H200 call's `bench:PRESET:FIXES` phase: one compile and run, no warm-up round.
+    # tools/h200_run.sh's `bench:PRESET:FIXES` phase: one compile and run, no warm-up round.
     proc = run_dflash(["bench", "--steps", "4", "--rounds", "1"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     (record,) = [r for r in json_lines(proc.stdout) if r["event"] == "bench"]

@@ -26,7 +26,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
     ("gpu_mix_order_then_segv_gc", "mix-order"),
     ("gpu_capture_not_permitted", "capture"),
     ("gpu_f9_checkpoint", "F9"),
-    ("gpu_f11_legacy_ptr", "F11"),               # r12 on the H200 (calls 9-10)
+    ("gpu_f11_legacy_ptr", "F11"),               # r12 on the H200 (h200-2026-11-29/run09, run10)
     ("gpu_segv_during_gc", "segv-gc"),
     ("f2_fx_trace_of_compiled_fn", "F2"),
     ("r4_eager_module_nameerror", "R4"),

@@ -246,7 +246,7 @@ def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path
 
 
 def test_matrix_summary_says_which_trials_the_clock_left_and_which_the_failure_rule_left(tmp_path, capsys):
-    # An H200 call printed "106 left by stop rules" for trials only its --max-time had left.
+    # An H200 run printed "106 left by stop rules" for trials only its --max-time had left.
     slow = {"kind": "command", "argv": [PY, "-c", "import time; time.sleep(0.4)"], "timeout_s": 30}
     spec = _write_spec(tmp_path, trials=6, workers=1, max_failures=1,
                        workloads={"bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"],

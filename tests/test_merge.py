@@ -28,26 +28,26 @@ def _add(root: Path, cell: str, index: int, started: str, text: str, *, outcome=
 
 
 def _forked(tmp_path: Path) -> tuple[Path, Path]:
-    """A store both calls started from (one record), then each call's own new trials: both ran
+    """A store both runs started from (one record), then each run's own new trials: both ran
     `m/a@-/1`, only the first ran `m/b@-/0`, only the second `m/a@-/2` (an OOM rerun's folder)."""
     base = tmp_path / "base"
     _add(base, "a@-", 0, "2026-11-30T10:00:00+00:00", "old\n")
     first, second = tmp_path / "first", tmp_path / "second"
     shutil.copytree(base, first)
     shutil.copytree(base, second)
-    _add(first, "a@-", 1, "2026-11-30T11:00:00+00:00", "call 12\n", outcome=Outcome.CRASH)
-    _add(first, "b@-", 0, "2026-11-30T11:00:05+00:00", "call 12 b\n")
-    _add(second, "a@-", 1, "2026-11-30T12:00:00+00:00", "call 13\n")
-    _add(second, "a@-", 2, "2026-11-30T12:01:00+00:00", "call 13 retry\n", attempt="-attempt1")
+    _add(first, "a@-", 1, "2026-11-30T11:00:00+00:00", "run 12\n", outcome=Outcome.CRASH)
+    _add(first, "b@-", 0, "2026-11-30T11:00:05+00:00", "run 12 b\n")
+    _add(second, "a@-", 1, "2026-11-30T12:00:00+00:00", "run 13\n")
+    _add(second, "a@-", 2, "2026-11-30T12:01:00+00:00", "run 13 retry\n", attempt="-attempt1")
     return first, second
 
 
-def test_the_second_calls_trials_join_the_first_and_a_clashing_id_gets_the_next_index(tmp_path):
+def test_the_second_runs_trials_join_the_first_and_a_clashing_id_gets_the_next_index(tmp_path):
     first, second = _forked(tmp_path)
     done = merge(second, first)
     assert (done.added, done.renumbered, done.present) == (2, 1, 1)
-    # Both calls ran a@-/1, so under seed 1: the renumbered copy repeats that schedule; the retry
-    # a@-/2 ran a seed the first call never did.
+    # Both runs ran a@-/1, so under seed 1: the renumbered copy repeats that schedule; the retry
+    # a@-/2 ran a seed the first run never did.
     assert done.repeated_seeds == 1
     records = Store(first).load()
     assert [(r.trial_id, r.started_at[11:16]) for r in records] == [
@@ -56,14 +56,14 @@ def test_the_second_calls_trials_join_the_first_and_a_clashing_id_gets_the_next_
     # The renumbered run keeps the schedule it ran under and its own files, under its new id.
     assert (moved.trial_index, moved.plan_seed, moved.outcome) == (3, 1, Outcome.OK)
     assert moved.artefacts == f"results/s/artefacts/{safe_name('m/a@-/3')}"
-    assert (first / "artefacts" / safe_name("m/a@-/3") / "output.txt").read_text() == "call 13\n"
+    assert (first / "artefacts" / safe_name("m/a@-/3") / "output.txt").read_text() == "run 13\n"
     # replay reads the spec: it names the new id now (the source's copy is untouched).
     spec = json.loads((first / "artefacts" / safe_name("m/a@-/3") / "spec.json").read_text())
     assert (spec["trial_id"], spec["trial_index"]) == ("m/a@-/3", 3)
     assert json.loads((second / "artefacts" / safe_name("m/a@-/1") / "spec.json").read_text())["trial_id"] == "m/a@-/1"
-    assert (first / "artefacts" / safe_name("m/a@-/1") / "output.txt").read_text() == "call 12\n"
+    assert (first / "artefacts" / safe_name("m/a@-/1") / "output.txt").read_text() == "run 12\n"
     assert records[4].artefacts.endswith(safe_name("m/a@-/2") + "-attempt1")
-    assert (first / "artefacts" / (safe_name("m/a@-/2") + "-attempt1") / "output.txt").read_text() == "call 13 retry\n"
+    assert (first / "artefacts" / (safe_name("m/a@-/2") + "-attempt1") / "output.txt").read_text() == "run 13 retry\n"
 
 
 def test_a_retry_of_an_out_of_memory_trial_joins_it_and_a_second_copy_of_a_retry_is_renumbered(tmp_path):

@@ -271,9 +271,9 @@ def test_a_damaged_member_is_one_error_line_naming_the_zip(tmp_path, capsys):
 
 
 def test_the_committed_stores_are_packed():
-    """Every committed trial under results/ is a zip: a device call ships the checkout whole, under
+    """Every committed trial under results/ is a zip: an H200 run ships the checkout whole, under
     64 MiB, and unpacked folders had outgrown it (2026-12-01). After filling a store here, run
-    `python -m harness pack` before committing. Tracked files only: a device call's own pytest
+    `python -m harness pack` before committing. Tracked files only: an H200 run's own pytest
     phase runs beside the folders its matrix phase has just written."""
     import re
     import subprocess

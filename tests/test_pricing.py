@@ -94,7 +94,7 @@ def _fake(figures):
 
 
 def test_a_price_is_the_median_of_per_round_ratios_with_its_interval():
-    # Call 30's shape: the same base benched 35,841 and 30,406 (a drift), the other one beside it.
+    # H200 run 30's shape: the same base benched 35,841 and 30,406 (a drift), the other one beside it.
     plan = _plan(configs=("global-lock:none", ":none"), rounds=3)
     # run order: r0 A B, r1 B A, r2 A B
     records = pricing.run(plan, bench=_fake([100.0, 110.0, 88.0, 80.0, 120.0, 126.0]), log=lambda s: None)
@@ -118,7 +118,7 @@ def test_a_bench_that_dies_is_listed_and_drops_out_of_its_rounds_ratio():
 
 
 def test_three_configurations_are_also_priced_each_over_each_other_by_round():
-    # Call 35's figures (REPORT.md, twelfth session): the base column shows B 0.95x A and C 0.84x A;
+    # H200 run 35's figures (2026-12-01): the base column shows B 0.95x A and C 0.84x A;
     # B over C, 1.13x in every round, shows only in the grid. A died bench weakens its pairs.
     runs = [prices.Run(strategy=s, round=r, tokens=t) for r, row in enumerate(
         [(39890.0, 45116.0, 39781.0), (49826.0, 43156.0, 38150.0), (40818.0, 38953.0, 34324.0)])
@@ -147,12 +147,12 @@ def test_the_target_is_met_only_when_the_whole_interval_clears_it(low, high, wor
 
 
 def test_records_append_to_a_bench_file_that_report_reads(tmp_path):
-    plan = _plan(configs=(":none", "global-lock:none"), rounds=1, call=33)
+    plan = _plan(configs=(":none", "global-lock:none"), rounds=1, host_run=33)
     into = tmp_path / "benches.jsonl"
     into.write_text(json.dumps({"phase": "bench:launch-bound::none", "call": 30, "tokens_per_s_steady": 1.0}) + "\n")
     pricing.save(pricing.run(plan, bench=_fake([10.0, 12.0]), log=lambda s: None), into)
     loaded = bench_records.load([into])
-    assert [(b.call, b.strategy, b.tokens_steady) for b in loaded] == [
+    assert [(b.host_run, b.strategy, b.tokens_steady) for b in loaded] == [
         (30, "eager", 1.0), (33, "eager", 10.0), (33, "eager+global-lock", 12.0)]
     bad = tmp_path / "other.jsonl"
     bad.write_text("not json\n")
@@ -169,14 +169,22 @@ def test_the_cli_benches_for_real_and_refuses_a_foreign_file_before_running(tmp_
     refused = subprocess.run([*cmd, ":none", "--into", str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "not a bench record" in refused.stderr
     into = tmp_path / "benches.jsonl"
-    done = subprocess.run([*cmd, ":none", "global-lock:none", "--into", str(into), "--call", "5"],
+    done = subprocess.run([*cmd, ":none", "global-lock:none", "--into", str(into), "--run", "5"],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| `eager+global-lock` | 1/1 |" in done.stdout
     loaded = bench_records.load([into])
-    assert [(b.call, b.strategy) for b in loaded] == [(5, "eager"), (5, "eager+global-lock")]
+    assert [(b.host_run, b.strategy) for b in loaded] == [(5, "eager"), (5, "eager+global-lock")]
     assert all(b.tokens_steady and b.tokens_steady > 0 and b.torch for b in loaded)
     assert all(b.sets == () for b in loaded)
+
+
+def test_the_run_number_option_keeps_call_as_an_alias():
+    from harness.cli import build_parser
+
+    parser = build_parser()
+    for option in ("--run", "--call"):
+        assert parser.parse_args(["price", ":none", option, "7"]).host_run == 7
 
 
 def test_a_runs_overrides_are_recorded_and_named_in_the_report(tmp_path):
@@ -185,12 +193,12 @@ def test_a_runs_overrides_are_recorded_and_named_in_the_report(tmp_path):
     pricing.save(pricing.run(plan, bench=_fake([10.0, 9.0]), log=lambda s: None), into)
     loaded = bench_records.load([into])
     assert {b.sets for b in loaded} == {("pipeline.num_drafter_threads=3",)}
-    # The fake benches carry no device plan: read as one GPU, as the first device calls' records.
+    # The fake benches carry no device plan: read as one GPU, as the first H200 runs' records.
     assert "1 GPU(s), `--set pipeline.num_drafter_threads=3`: 1 round(s)" in benches.body(loaded, ["b"])
 
 
 def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys, monkeypatch):
-    # A call's time limit sends SIGTERM mid-round (harness.cli turns it into KeyboardInterrupt).
+    # A run's time limit sends SIGTERM mid-round (harness.cli turns it into KeyboardInterrupt).
     figures = iter([100.0, 110.0, 120.0])
 
     def bench(plan, config):
@@ -202,7 +210,7 @@ def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys
     monkeypatch.setattr(pricing, "bench_once", bench)
     into = tmp_path / "b.jsonl"
     opts = __import__("argparse").Namespace(preset="tiny-cpu", configs=[":none", "global-lock:none"], rounds=2, steps=5,
-                                            sets=[], timeout_s=60.0, call=4, into=into, target=None,
+                                            sets=[], timeout_s=60.0, host_run=4, into=into, target=None,
                                             topology=None)
     with pytest.raises(KeyboardInterrupt):
         price.run(opts)

@@ -111,7 +111,7 @@ def test_stored_trainer_failures_are_family_mix_order():
 
 @pytest.mark.cuda
 @pytest.mark.xfail(reason="not yet seen to reproduce on the H200: a draft of the script ran clean 3/3 "
-                          "(REPORT.md, eighth session); XPASS says it now does", strict=False)
+                          "(H200, torch 2.11, 2026-12-01); XPASS says it now does", strict=False)
 def test_reproduces_on_2_11_and_workaround_holds():
     import torch
 

@@ -1,5 +1,5 @@
 """repro/r23_device_sync_during_capture.py: its CLI and skip on CPU, and that the trainer's failure it
-stands for (the CUDA-graph lock cell's 1/29 on the H200, ninth session) is its family. With
+stands for (the CUDA-graph lock cell's 1/29 on the H200, 2026-12-01) is its family. With
 `-m cuda`: a device-wide wait beside a recording fails, a current-stream wait does not."""
 
 from __future__ import annotations

@@ -116,34 +116,34 @@ def test_where_the_lock_is_the_only_fix_tried_it_is_judged_as_the_fix():
     assert [t.strategy for t in v.chosen] == ["a"] and v.lock is not None
 
 
-def test_the_recommendation_carries_its_cost_alone_on_the_gpu_per_benched_call():
+def test_the_recommendation_carries_its_cost_alone_on_the_gpu_per_benched_run():
     from harness.analysis.bench_records import Bench
 
-    def bench(call, strategy, tok):
-        return Bench(call=call, preset="w", strategy=strategy, steps=60, tokens_steady=tok, gpu_busy=None,
+    def bench(host_run, strategy, tok):
+        return Bench(host_run=host_run, preset="w", strategy=strategy, steps=60, tokens_steady=tok, gpu_busy=None,
                      gpu_busy_steady=None, busy={}, torch="2.11")
 
     rs = (_cell("w:global-lock+x@-", 2, tok=300.0) + _cell("w:global-lock+x@plan", 29, tok=250.0)
           + _cell("w:y@-", 2, tok=280.0) + _cell("w:y@plan", 29, tok=240.0) + _cell("w:eager@-", 3, tok=200.0))
     runs = [bench(9, "global-lock+x", 400.0), bench(9, "eager", 320.0), bench(9, "y", 380.0),
             bench(11, "global-lock+x", 330.0), bench(11, "y", 300.0), bench(11, "z", 999.0),
-            Bench(call=9, preset="other", strategy="global-lock+x", steps=60, tokens_steady=1.0, gpu_busy=None,
+            Bench(host_run=9, preset="other", strategy="global-lock+x", steps=60, tokens_steady=1.0, gpu_busy=None,
                   gpu_busy_steady=None, busy={}, torch="2.11")]
     (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
-    assert line.endswith("Alone on the GPU (`dflash bench`, steady half): call 9: 400 tokens/s, 1.25x eager, "
-                         "`y` 0.95x it; call 11: 330 tokens/s, `y` 0.91x it.")
+    assert line.endswith("Alone on the GPU (`dflash bench`, steady half): run 9: 400 tokens/s, 1.25x eager, "
+                         "`y` 0.95x it; run 11: 330 tokens/s, `y` 0.91x it.")
     assert "Alone" not in recommend.lines(_verdicts(rs))[0]
 
 
-def _bench(call, strategy, tok, busy=None):
+def _bench(host_run, strategy, tok, busy=None):
     from harness.analysis.bench_records import Bench
 
-    return Bench(call=call, preset="w", strategy=strategy, steps=60, tokens_steady=tok, gpu_busy=None,
+    return Bench(host_run=host_run, preset="w", strategy=strategy, steps=60, tokens_steady=tok, gpu_busy=None,
                  gpu_busy_steady=busy, busy={}, torch="2.11")
 
 
 def test_eager_clean_at_29_stressed_is_recommended_when_no_compiled_configuration_qualifies():
-    # The H200 gpu-bound shape (REPORT.md, eighth session): eager 0/38 (34 stressed), the two
+    # The H200 gpu-bound shape (torch 2.11, 2026-12-01): eager 0/38 (34 stressed), the two
     # no-cudagraphs cells clean but short, every CUDA-graph cell failing, compiled slower alone.
     rs = (_cell("w:eager@-", 4, tok=30148.0) + _cell("w:eager@plan", 34, tok=23666.0)
           + _cell("w:global-lock@-", 2, k=2) + _cell("w:no-cudagraphs+global-lock@plan", 19, tok=22435.0)
@@ -152,9 +152,9 @@ def test_eager_clean_at_29_stressed_is_recommended_when_no_compiled_configuratio
     (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
     assert line.startswith("w: recommend `eager` (do not compile): 0/38 failures (34 under a fault plan), "
                            "the fastest clean cell, 30148 tokens/s in the matrix = no global-lock figure "
-                           "(global-lock failed 2/2); alone on the GPU (call 15, steady half) 47798 "
+                           "(global-lock failed 2/2); alone on the GPU (run 15, steady half) 47798 "
                            "tokens/s, GPU busy 99%; no compiled configuration qualifies")
-    assert "`no-cudagraphs+global-lock` (0/22, 19 stressed) 0.86x eager (alone on the GPU, call 15)" in line
+    assert "`no-cudagraphs+global-lock` (0/22, 19 stressed) 0.86x eager (alone on the GPU, run 15)" in line
     assert line.endswith("failing: none.")    # the baselines (raw, global-lock) are not candidates
     # Eager short of 29 stressed trials is no recommendation: the old verdict stands.
     (short,) = recommend.lines(_verdicts(_cell("w:eager@plan", 28, tok=1.0) + _cell("w:a@plan", 5, tok=1.0)))
@@ -167,17 +167,17 @@ def test_eager_beats_a_qualifying_compiled_strategy_only_when_it_is_faster_alone
     (line,) = recommend.lines(_verdicts(rs))
     assert line.startswith("w: recommend `eager`") and "clean compiled configurations are slower: " \
         "`a` (0/32) 0.75x eager (campaign medians)." in line
-    # ... but a bench alone where both ran outranks the medians, the latest call first.
+    # ... but a bench alone where both ran outranks the medians, the latest run first.
     runs = [_bench(3, "a", 100.0), _bench(3, "eager", 300.0), _bench(5, "a", 330.0), _bench(5, "eager", 300.0),
             _bench(6, "a", 999.0)]
     (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
     assert line.startswith("w: recommend `a`")
     (line,) = recommend.lines(_verdicts(rs), bench_runs=runs[:2])
-    assert line.startswith("w: recommend `eager`") and "`a` (0/32) 0.33x eager (alone on the GPU, call 3)" in line
+    assert line.startswith("w: recommend `eager`") and "`a` (0/32) 0.33x eager (alone on the GPU, run 3)" in line
 
 
 def test_a_strategy_that_died_in_a_bench_is_ruled_out_though_its_cells_are_clean():
-    # H200 calls 24-26 (REPORT.md, tenth session): the lock-free CUDA-graph cell 0/29 stressed, then
+    # H200 runs 24-26 (2026-12-01): the lock-free CUDA-graph cell 0/29 stressed, then
     # F2 in a bench alone on the GPU; the lock cell beside it clean in both.
     from dataclasses import replace
 
@@ -191,7 +191,7 @@ def test_a_strategy_that_died_in_a_bench_is_ruled_out_though_its_cells_are_clean
     (line,) = recommend.lines([v], bench_runs=[died, slow])
     assert "recommend `global-lock+x`" in line and "No concurrent configuration qualifies" in line
     assert line.endswith("Clean in the matrix but died alone on the GPU, so not recommended: `y` (0/31; "
-                         "call 26: fx-trace-of-dynamo-fn (RuntimeError ...)).")
+                         "run 26: fx-trace-of-dynamo-fn (RuntimeError ...)).")
     # Without the benches the faster lock-free cell wins, as it did before the bench died.
     (v,) = recommend.recommend(summarize(rs))
     assert [t.strategy for t in v.chosen] == ["y"]
@@ -207,8 +207,8 @@ def _launch_bound_cells():
             + _cell("w:y@-", 10, tok=27455.0) + _cell("w:y@plan", 29, tok=22315.0))
 
 
-def test_a_strategy_benched_twice_in_a_call_is_priced_by_the_median_and_judged_alone():
-    # Call 30's shape (REPORT.md, eleventh session): the lock cell and the lock-free one each benched
+def test_a_strategy_benched_twice_in_a_run_is_priced_by_the_median_and_judged_alone():
+    # H200 run 30's shape (2026-12-01): the lock cell and the lock-free one each benched
     # twice in opposite orders, the no-cudagraphs lock once; in the campaign the lock-free one ran
     # 0.95x the lock, alone 1.07x: the bench decides the target, and neither reaches 1.2x.
     rs = _launch_bound_cells()
@@ -219,16 +219,16 @@ def test_a_strategy_benched_twice_in_a_call_is_priced_by_the_median_and_judged_a
     assert [t.strategy for t in v.qualified] == ["global-lock+x", "no-cudagraphs+global-lock", "y"]
     (line,) = recommend.lines([v], bench_runs=runs)
     assert ("Fastest clean concurrent configuration: `y` (0/39), 27455 tokens/s = 0.95x `global-lock+x` "
-            "(campaign medians), 1.07x alone on the GPU, call 30: misses the 1.2x target.") in line
-    assert line.endswith("call 30: 33124 tokens/s (median of 2 benches), 1.29x eager, "
+            "(campaign medians), 1.07x alone on the GPU, run 30: misses the 1.2x target.") in line
+    assert line.endswith("run 30: 33124 tokens/s (median of 2 benches), 1.29x eager, "
                          "1.20x `no-cudagraphs+global-lock`, `y` 1.07x it.")
-    # The latest call that benched both decides: one where y runs 1.21x the lock meets the target.
+    # The latest run that benched both decides: one where y runs 1.21x the lock meets the target.
     (fast,) = recommend.lines(_verdicts(rs), bench_runs=[*runs, _bench(31, "y", 40000.0), _bench(31, "global-lock+x", 33000.0)])
-    assert "1.21x alone on the GPU, call 31: meets the 1.2x target." in fast
+    assert "1.21x alone on the GPU, run 31: meets the 1.2x target." in fast
 
 
 def test_a_price_run_is_read_by_its_paired_rounds_not_by_the_ratio_of_medians():
-    # Call 35's shape (REPORT.md, twelfth session): `harness price` benched the lock cell, the
+    # H200 run 35's shape (2026-12-01): `harness price` benched the lock cell, the
     # lock-free one and the no-cudagraphs lock in 3 rounds; the lock cell's second round ran fast.
     # The medians say 40818 / 38150 = 1.07x; the rounds say 1.00x, 1.31x, 1.19x: 1.19x.
     from dataclasses import replace
@@ -239,31 +239,31 @@ def test_a_price_run_is_read_by_its_paired_rounds_not_by_the_ratio_of_medians():
     runs = [replace(_bench(35, s, tok[r]), round=r, run="t0") for r in range(3) for s, tok in figures.items()]
     (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
     assert "`y` (0/39), 27455 tokens/s = 0.95x `global-lock+x` (campaign medians), 0.95x alone on the GPU, " \
-           "call 35, 3 paired rounds: misses the 1.2x target." in line
-    assert line.endswith("call 35 (ratios: medians over 3 paired rounds): 40818 tokens/s (median of 3 benches), "
+           "run 35, 3 paired rounds: misses the 1.2x target." in line
+    assert line.endswith("run 35 (ratios: medians over 3 paired rounds): 40818 tokens/s (median of 3 benches), "
                          "1.19x `no-cudagraphs+global-lock`, `y` 0.95x it.")
-    # Benches of two runs in one call do not pair across runs: the ratio of the medians again.
+    # Benches of two price runs in one host run do not pair across them: the ratio of the medians again.
     other = [replace(b, run="t1") if b.strategy == "y" else b for b in runs]
     (line,) = recommend.lines(_verdicts(rs), bench_runs=other)
-    assert "1.06x alone on the GPU, call 35: misses" in line
+    assert "1.06x alone on the GPU, run 35: misses" in line
     # Two runs that both paired them are not pooled: the latest run decides (y 2x the lock there).
     later = [replace(b, run="t9", tokens_steady=b.tokens_steady * (2 if b.strategy == "y" else 1)) for b in runs]
     (line,) = recommend.lines(_verdicts(rs), bench_runs=[*runs, *later])
-    assert "1.91x alone on the GPU, call 35, 3 paired rounds: meets the 1.2x target." in line
+    assert "1.91x alone on the GPU, run 35, 3 paired rounds: meets the 1.2x target." in line
 
 
-def test_eager_alone_is_the_median_of_the_calls_benches():
+def test_eager_alone_is_the_median_of_the_runs_benches():
     rs = _cell("w:eager@plan", 29, tok=200.0) + _cell("w:a@plan", 3, tok=150.0)
     runs = [_bench(34, "eager", 47809.0, 0.98), _bench(34, "a", 40950.0), _bench(34, "eager", 47932.0, 0.99),
             _bench(34, "eager", 47870.0, 0.99)]
     (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
-    assert "alone on the GPU (call 34, steady half) 47870 tokens/s (median of 3 benches), GPU busy 99%" in line
-    # Benches outside the device calls (a CPU price run) have no call number: `call ?`.
+    assert "alone on the GPU (run 34, steady half) 47870 tokens/s (median of 3 benches), GPU busy 99%" in line
+    # Benches outside the GPU-host runs (a CPU price run) have no run number: `run ?`.
     (line,) = recommend.lines(_verdicts(rs), bench_runs=[_bench(None, "eager", 5.0), _bench(None, "a", 4.0)])
-    assert "alone on the GPU (call ?, steady half) 5 tokens/s" in line and "0.80x eager (alone on the GPU, call ?)" in line
+    assert "alone on the GPU (run ?, steady half) 5 tokens/s" in line and "0.80x eager (alone on the GPU, run ?)" in line
 
 
-def test_a_call_with_paired_and_unpaired_benches_says_which_ratio_is_which():
+def test_a_run_with_paired_and_unpaired_benches_says_which_ratio_is_which():
     # The lock cell and the no-cudagraphs lock in a price run's rounds, eager benched on its own.
     from dataclasses import replace
 
@@ -272,5 +272,5 @@ def test_a_call_with_paired_and_unpaired_benches_says_which_ratio_is_which():
              for r, tok in enumerate((40.0, 40.0, 40.0))]
     runs.append(_bench(36, "eager", 22.0))
     (line,) = recommend.lines(_verdicts(_launch_bound_cells()), bench_runs=runs)
-    assert line.endswith("call 36: 44 tokens/s (median of 3 benches), 2.00x eager, "
+    assert line.endswith("run 36: 44 tokens/s (median of 3 benches), 2.00x eager, "
                          "1.10x `no-cudagraphs+global-lock` (3 paired rounds).")

@@ -45,10 +45,10 @@ def test_no_matrix_spec_is_kept_under_results():
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_the_data_files_the_device_scripts_name_are_in_results():
-    # tools/h200_call.sh reads the corpora it starts from in the checkout it runs in, and
-    # unpack_call.sh appends to the bench records: data, in results/.
+    # tools/h200_run.sh reads the corpora it starts from in the checkout it runs in, and
+    # unpack_run.sh appends to the bench records: data, in results/.
     tracked = set(_listed("--cached"))
-    named = {m for sh in ("h200_call.sh", "unpack_call.sh")
+    named = {m for sh in ("h200_run.sh", "unpack_run.sh")
              for m in re.findall(r"results/[\w./-]+", (ROOT / "tools" / sh).read_text())
              if m.endswith((".json", ".jsonl", ".tgz"))}
     assert "results/h200-campaign/corpora.tgz" in named

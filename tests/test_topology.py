@@ -65,8 +65,8 @@ def test_topology_needs_three_drafter_gpus_and_a_target_gpu():
 
 def test_topology_cells_are_the_campaign_cells_and_the_stash_free_cudagraph_cell():
     # The one-GPU campaign's strategies, presets and plans, so the two compare cell by cell, plus
-    # local-tls-init+single-thread-autograd: CUDA graphs reached without the C stash (REPORT.md
-    # 2026-11-30, seventh session: is the stash behind the 4-GPU segfaults?).
+    # local-tls-init+single-thread-autograd: CUDA graphs reached without the C stash (4 H200s,
+    # 2026-11-30: is the stash behind the 4-GPU segfaults?).
     names = lambda s: {c.name for c in s.cells()}  # noqa: E731
     campaign = names(presets.get("gpu-campaign"))
     added = {f"{w}:local-tls-init+single-thread-autograd@{p}"

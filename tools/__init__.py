@@ -1,5 +1,5 @@
 """Operating scripts of the campaign, kept apart from results/ (which holds data only).
 
-Run from the repository root: the Python ones as modules (`python -m tools.call_trials 45`), the
-shell ones with bash (`bash tools/h200_call.sh SECONDS PHASE...`, on the GPU host).
+Run from the repository root: the Python ones as modules (`python -m tools.run_trials 45`), the
+shell ones with bash (`bash tools/h200_run.sh SECONDS PHASE...`, on the GPU host).
 """

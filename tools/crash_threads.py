@@ -6,7 +6,7 @@ For every trial whose failure family is segv or segv-gc: the trainer's last prog
 N/M), the threads in faulthandler's dump at the crash and whether any stood in dflash/prefetch.py.
 The fullest seed-topology dump lists 16 (2 prefetch, 5 target and 3 drafter threads, main,
 tqdm's monitor and 4 without Python frames); fewer means threads had exited before the crash,
-which the C-stash double free at thread exit predicts (REPORT.md, eighth session; repro r22).
+which the C-stash double free at thread exit predicts (repro r22).
 """
 
 from __future__ import annotations

@@ -6,13 +6,13 @@ bench runs alone, so costs come from here. Ratios are taken only between benches
 host's run: the same bench moved 18-22% from one run to another.
 
 A record is the bench's JSON line plus the phase it ran under (`bench:PRESET:FIXES[:MODE[:GPUS]]`,
-as tools/h200_call.sh names it; GPUS runs the seed trainer's device plan on that many GPUs) and
+as tools/h200_run.sh names it; GPUS runs the seed trainer's device plan on that many GPUs) and
 the run's number, kept as JSONL beside the stores (`results/<folder>/bench-<date>.jsonl` or
 `benches.jsonl`), taken from the run's log by
 
     python -m harness benches LOG RUN --into results/h200-campaign/benches.jsonl
 
-(run by tools/unpack_call.sh) and tabled by `python -m harness report` (harness.analysis.benches).
+(run by tools/unpack_run.sh) and tabled by `python -m harness report` (harness.analysis.benches).
 A bench that died is a record too, with its exit code and failure signature and no figures: the
 configuration failed alone on the GPU, which harness.analysis.recommend counts against it.
 """
@@ -30,11 +30,11 @@ from harness.trial.signature import crash_signature
 
 PHASE_LINE = re.compile(r"^== phase (\S+) at \d+s$")
 RC_LINE = re.compile(r"^bench \S+ .*\brc=(\d+) \d+s$")
-"""call.sh's line after each bench: `bench PRESET FIXES rc=N SECONDSs`."""
+"""h200_run.sh's line after each bench: `bench PRESET FIXES rc=N SECONDSs`."""
 TIMEOUT_RCS = (124, 137)
-"""`timeout`'s exit codes: the bench ran past call.sh's limit (a hang, or a slow compile)."""
+"""`timeout`'s exit codes: the bench ran past h200_run.sh's limit (a hang, or a slow compile)."""
 DEFAULT_MODE = "reduce-overhead"
-"""call.sh's bench phase compiles with this mode when the phase names none."""
+"""h200_run.sh's bench phase compiles with this mode when the phase names none."""
 
 
 class BenchError(ValueError):
@@ -43,7 +43,8 @@ class BenchError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Bench:
-    call: int | None
+    host_run: int | None
+    """The number of the GPU-host run that benched it (the record's `call` field); None outside them."""
     preset: str
     strategy: str
     """The campaign's cell naming: `eager` (mode none), `no-cudagraphs+FIXES` (mode default), else
@@ -59,10 +60,10 @@ class Bench:
     its workload's trials took (a 4-GPU topology cell is not costed by a one-GPU bench)."""
     exit_code: int = 0
     """Non-zero for a bench that died (it has no figures): a configuration that failed alone on the
-    GPU is not clean, whatever its matrix cells say (harness.analysis.recommend; REPORT.md, tenth session:
-    a cell clean at 29 stressed trials died of F2 in a bench)."""
+    GPU is not clean, whatever its matrix cells say (harness.analysis.recommend; H200 run 26,
+    2026-12-01: a cell clean at 29 stressed trials died of F2 in a bench)."""
     signature: str | None = None
-    """The died bench's failure (harness.trial.signature's summary of the stderr tail call.sh prints)."""
+    """The died bench's failure (harness.trial.signature's summary of the stderr tail h200_run.sh prints)."""
     round: int | None = None
     """The round of a `harness price` run (its benches are priced per round: harness.analysis.prices)."""
     run: str | None = None
@@ -78,7 +79,7 @@ class Bench:
 
     @property
     def failed(self) -> bool:
-        """Died of an error. A bench past call.sh's limit is not counted as one: call 6's ran out of
+        """Died of an error. A bench past h200_run.sh's limit is not counted as one: run 6's ran out of
         time in its second round, still running (the matrix leaves TIMEOUT out of k/n alike)."""
         return self.exit_code != 0 and not self.timed_out
 
@@ -105,10 +106,10 @@ def strategy_of(phase: str) -> tuple[str, str]:
     return preset, name
 
 
-def parse_log(text: str, call: int) -> list[dict]:
-    """The bench records of one call's log, each with its phase and the call number. A bench that
-    died (call.sh's `rc=N`, N != 0, and no record) gives a record with its exit code and the
-    signature of what call.sh printed after it, up to the next `== ` line: the evidence that the
+def parse_log(text: str, host_run: int) -> list[dict]:
+    """The bench records of one GPU-host run's log, each with its phase and the run's number (field
+    `call`). A bench that died (h200_run.sh's `rc=N`, N != 0, and no record) gives a record with its
+    exit code and the signature of what h200_run.sh printed after it, up to the next `== ` line: the evidence that the
     configuration failed alone on the GPU."""
     out: list[dict] = []
     phase: str | None = None
@@ -138,22 +139,23 @@ def parse_log(text: str, call: int) -> list[dict]:
             continue
         rc = RC_LINE.match(stripped)
         if rc and int(rc.group(1)) != 0:
-            died, tail, phase = {"phase": phase, "call": call, "event": "bench", "exit_code": int(rc.group(1))}, [], None
+            died = {"phase": phase, "call": host_run, "event": "bench", "exit_code": int(rc.group(1))}
+            tail, phase = [], None
             continue
         if line.startswith('{"event": "bench"'):
             try:
                 data = json.loads(line)
             except ValueError:
                 continue
-            out.append({"phase": phase, "call": call, **data})
+            out.append({"phase": phase, "call": host_run, **data})
             phase = None      # one record per phase
     close()
     return out
 
 
 def died_signature(lines: Sequence[str], exit_code: int) -> str:
-    """What a died bench failed of, from the output call.sh printed after its `rc=` line: the end of
-    its stderr, where a traceback's header may have been cut off (call.sh prints a tail), so the
+    """What a died bench failed of, from the output h200_run.sh printed after its `rc=` line: the end
+    of its stderr, where a traceback's header may have been cut off (h200_run.sh prints a tail), so the
     frames from the first `File "..."` line on are read as one."""
     if exit_code in TIMEOUT_RCS:
         return f"timed out (exit {exit_code})"
@@ -177,7 +179,7 @@ def load(paths: Sequence[Path]) -> list[Bench]:
                 preset, strategy = strategy_of(d["phase"])
             except (ValueError, KeyError, TypeError) as e:
                 raise BenchError(f"{path} line {n}: not a bench record ({e})") from None
-            benches.append(Bench(call=d.get("call"), preset=preset, strategy=strategy, steps=d.get("steps"),
+            benches.append(Bench(host_run=d.get("call"), preset=preset, strategy=strategy, steps=d.get("steps"),
                                  tokens_steady=d.get("tokens_per_s_steady"), gpu_busy=d.get("gpu_busy"),
                                  gpu_busy_steady=d.get("gpu_busy_steady"), busy=d.get("busy") or {},
                                  torch=d.get("torch", "?"), gpus=plan_gpus(d.get("device_plan")),
@@ -189,7 +191,7 @@ def load(paths: Sequence[Path]) -> list[Bench]:
 
 def plan_gpus(plan: dict | None) -> int:
     """Distinct CUDA devices of a bench's device plan ({"target": ["cuda:0", ...], "drafter": [...]});
-    0 for a plan on the CPU; 1 for records without a plan (the device calls' first benches)."""
+    0 for a plan on the CPU; 1 for records without a plan (the first H200 runs' benches)."""
     if not isinstance(plan, dict):
         return 1
     return len({d for devices in plan.values() if isinstance(devices, list) for d in devices
@@ -197,8 +199,8 @@ def plan_gpus(plan: dict | None) -> int:
 
 
 def files(results_root: Path) -> list[Path]:
-    """The device calls' bench files: `bench-<date>.jsonl` (the first, kept by hand) and
-    `benches.jsonl` (what unpack.sh appends to). Other bench outputs (a CPU run's `bench.jsonl`
+    """The GPU-host runs' bench files: `bench-<date>.jsonl` (the first, kept by hand) and
+    `benches.jsonl` (what unpack_run.sh appends to). Other bench outputs (a CPU run's `bench.jsonl`
     has no phase) are not in this format."""
     return sorted([*results_root.glob("*/bench-*.jsonl"), *results_root.glob("*/benches.jsonl")])
 
@@ -221,11 +223,11 @@ def append(into: Path, new: Sequence[dict], held: Sequence[dict] | None = None) 
     write_atomic(into, "".join(json.dumps(d) + "\n" for d in [*held, *new]).encode("utf-8"))
 
 
-def add(log: Path, call: int, into: Path) -> int:
-    """Append the log's bench records to `into`, skipping those of a call and phase already there;
+def add(log: Path, host_run: int, into: Path) -> int:
+    """Append the log's bench records to `into`, skipping those of a run and phase already there;
     returns how many were added."""
     try:
-        found = parse_log(log.read_text(encoding="utf-8", errors="replace"), call)
+        found = parse_log(log.read_text(encoding="utf-8", errors="replace"), host_run)
     except OSError as e:
         raise BenchError(f"cannot read {log}: {e.strerror or e}") from None
     held = read_records(into) if into.exists() else []
@@ -236,14 +238,16 @@ def add(log: Path, call: int, into: Path) -> int:
     return len(new)
 
 
-def add_records(records: Path | Sequence[dict], call: int, into: Path) -> int:
-    """Append `harness price` records (its --into file, written on the device without a call
-    number, or those records read already) to `into`, stamped with `call`; a record already there
-    (same call, run, phase and round) is skipped, so that unpacking a call twice adds nothing."""
+def add_records(records: Path | Sequence[dict], host_run: int, into: Path) -> int:
+    """Append `harness price` records (its --into file, written on the GPU host without a run
+    number, or those records read already) to `into`, stamped with `host_run` (field `call`); a
+    record already there (same host run, price run, phase and round) is skipped, so that unpacking
+    a run twice adds nothing."""
     found = read_records(records) if isinstance(records, Path) else records
     held = read_records(into) if into.exists() else []
     seen = {(d.get("call"), d.get("run"), d.get("phase"), d.get("round")) for d in held}
-    new = [{**d, "call": call} for d in found if (call, d.get("run"), d.get("phase"), d.get("round")) not in seen]
+    new = [{**d, "call": host_run} for d in found
+           if (host_run, d.get("run"), d.get("phase"), d.get("round")) not in seen]
     if new:
         append(into, new, held)
     return len(new)

@@ -34,20 +34,20 @@ def _pct(x: float | None) -> str:
 
 
 def plot_paths(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
-    """One plot per preset and GPU count with benches from more than one call: the drift between
-    calls (~20%) and the ratios within one are easier seen than read off the table."""
+    """One plot per preset and GPU count with benches from more than one run: the drift between
+    runs (~20%) and the ratios within one are easier seen than read off the table."""
     return [path for path, *_ in _plotted(benches, plots_dir)]
 
 
 def _plotted(benches: Sequence[Bench], plots_dir: Path) -> list[tuple[Path, str, int, list[Bench]]]:
-    """(plot path, preset, GPU count, its benches by call) for each group plot_paths names."""
+    """(plot path, preset, GPU count, its benches by run) for each group plot_paths names."""
     groups: dict[tuple[str, int], list[Bench]] = {}
-    # A `harness price` run is its table (priced()), not a dozen bars of one call.
-    for b in sorted((b for b in benches if b.round is None), key=lambda b: (b.call or 0, b.strategy)):
+    # A `harness price` run is its table (priced()), not a dozen bars of one GPU-host run.
+    for b in sorted((b for b in benches if b.round is None), key=lambda b: (b.host_run or 0, b.strategy)):
         groups.setdefault((b.preset, b.gpus), []).append(b)
     return [((group[0].source.parent / "plots" if group[0].source else plots_dir) / f"benches-{preset}-{gpus}gpu.png",
              preset, gpus, group)
-            for (preset, gpus), group in sorted(groups.items()) if len({b.call for b in group}) > 1]
+            for (preset, gpus), group in sorted(groups.items()) if len({b.host_run for b in group}) > 1]
 
 
 def _bar_text(b: Bench) -> str:
@@ -59,7 +59,7 @@ def _bar_text(b: Bench) -> str:
 
 
 def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
-    """The plot_paths: steady tokens/s per bench, one bar per call and configuration; a bench that
+    """The plot_paths: steady tokens/s per bench, one bar per run and configuration; a bench that
     died is a red bar of length 0 with its family, one that timed out a grey one."""
     # matplotlib takes a second or more to import, and only drawing needs it.
     import matplotlib
@@ -70,9 +70,9 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     paths = []
     for path, preset, gpus, group in _plotted(benches, plots_dir):
         colors = [FAILED_COLOR if b.failed else "#999999" if b.timed_out else CLEAN_COLOR for b in group]
-        paths.append(_bar_plot(plt, path, [f"call {b.call}: {b.strategy}" for b in group],
+        paths.append(_bar_plot(plt, path, [f"run {b.host_run}: {b.strategy}" for b in group],
                                [b.tokens_steady or 0.0 for b in group], None,
-                               "tokens/s, steady half, alone on the GPU (ratios hold within a call only)",
+                               "tokens/s, steady half, alone on the GPU (ratios hold within a run only)",
                                f"dflash bench, {preset}, {group[0].where}", [_bar_text(b) for b in group],
                                colors=colors))
     return paths
@@ -80,35 +80,35 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
 
 def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] = (),
          price_links: dict[tuple, str] | None = None) -> str:
-    """REPORT.md's `benches` block: one row per bench, ratios within its call and preset; a
+    """REPORT.md's `benches` block: one row per bench, ratios within its run and preset; a
     `harness price` run's benches as one table per run, each with its plot (priced())."""
     lines = ["#### Benches alone on the machine (`dflash bench`: the GPU, or the CPU where GPUs says CPU)", "",
              f"Regenerate with `python -m harness report` from {', '.join(f'`{s}`' for s in sources) or 'no files'}. "
              "tok/s is the steady second half of the run; vs lock is against the fastest serialised "
-             "(`global-lock`) bench of the same call, preset and GPU count, vs eager against its eager bench; GPU busy is "
+             "(`global-lock`) bench of the same run, preset and GPU count, vs eager against its eager bench; GPU busy is "
              "nvidia-smi's utilisation over the whole run (compiles included) and over the steady half; stage "
              "busy is the fraction of wall time the drafter / target threads worked.", "",
-             "| call | preset | GPUs | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
+             "| run | preset | GPUs | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
              "| busy drafter / target | torch |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     # A `harness price` run's benches are summarised per run below (paired by round), not row by row.
     ran = [b for b in benches if not b.exit_code and b.round is None]
-    for b in sorted(ran, key=lambda b: (b.call or 0, b.preset, b.gpus, b.strategy)):
-        peers = [p for p in ran if p.call == b.call and p.preset == b.preset and p.gpus == b.gpus]
+    for b in sorted(ran, key=lambda b: (b.host_run or 0, b.preset, b.gpus, b.strategy)):
+        peers = [p for p in ran if p.host_run == b.host_run and p.preset == b.preset and p.gpus == b.gpus]
         locks = [p for p in peers if serialised(p.strategy) and p.tokens_steady]
         lock = max(locks, key=lambda p: p.tokens_steady) if locks else None
         eager = next((p for p in peers if p.strategy == "eager"), None)
         tok = "-" if b.tokens_steady is None else f"{b.tokens_steady:.0f}"
         stage = f"{b.busy.get('drafter', 0):.2f} / {b.busy.get('target', 0):.2f}" if b.busy else "-"
-        lines.append(f"| {b.call if b.call is not None else '?'} | {b.preset} | {b.gpus or 'CPU'} | {b.strategy} | {b.steps or '-'} "
+        lines.append(f"| {b.host_run if b.host_run is not None else '?'} | {b.preset} | {b.gpus or 'CPU'} | {b.strategy} | {b.steps or '-'} "
                      f"| {tok} | {_ratio(b, lock)} | {_ratio(b, eager)} | {_pct(b.gpu_busy)} "
                      f"| {_pct(b.gpu_busy_steady)} | {stage} | {b.torch} |")
-    died = sorted((b for b in benches if b.exit_code and b.round is None), key=lambda b: (b.call or 0, b.preset, b.gpus, b.strategy))
+    died = sorted((b for b in benches if b.exit_code and b.round is None), key=lambda b: (b.host_run or 0, b.preset, b.gpus, b.strategy))
     if died:
         lines += ["", "Benches that did not finish (no figures). One that died of an error failed alone on "
                   "the GPU, and harness.analysis.recommend does not recommend its configuration; one that timed "
                   "out is not counted either way:", ""]
-        lines += [f"- call {b.call if b.call is not None else '?'}, {b.preset}, {b.where}, `{b.strategy}`: "
+        lines += [f"- run {b.host_run if b.host_run is not None else '?'}, {b.preset}, {b.where}, `{b.strategy}`: "
                   + (f"exit {b.exit_code}, family {families.family(b.signature)}: `{b.signature}`" if b.failed
                      else f"{b.signature}")
                   for b in died]
@@ -120,16 +120,17 @@ def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] 
 
 @dataclass(frozen=True, slots=True)
 class PriceRun:
-    """The benches of one `harness price` run (call, run id, preset, GPU count), in run order."""
-    call: int | None
+    """The benches of one `harness price` run (GPU-host run, price run id, preset, GPU count), in run
+    order."""
+    host_run: int | None
     run: str
     preset: str
     group: tuple[Bench, ...]
 
     @property
     def name(self) -> str:
-        """`call N`, or for a run outside the device calls (no --call) its start."""
-        return f"call {self.call}" if self.call is not None else f"call ? (run of {self.run})"
+        """`run N`, or for a price run outside the GPU-host runs (no --run) its start."""
+        return f"run {self.host_run}" if self.host_run is not None else f"run ? (price run of {self.run})"
 
     @property
     def order(self) -> list[str]:
@@ -143,7 +144,7 @@ class PriceRun:
 
     @property
     def key(self) -> tuple:
-        return (self.call, self.run, self.preset, self.group[0].gpus)
+        return (self.host_run, self.run, self.preset, self.group[0].gpus)
 
     @property
     def plottable(self) -> bool:
@@ -151,22 +152,22 @@ class PriceRun:
         return len({b.round for b in self.group}) > 1 and len(self.order) > 1
 
     def plot_path(self, plots_dir: Path) -> Path:
-        """Beside its bench file; named by call and run start, so two runs of one call (another
-        `--set`) do not share a file."""
+        """Beside its bench file; named by GPU-host run and price-run start, so two price runs of one
+        host run (another `--set`) do not share a file."""
         b = self.group[0]
-        stamp = "-".join(x for x in (str(self.call) if self.call is not None else "", re.sub(r"\D", "", self.run)[:14]) if x)
+        stamp = "-".join(x for x in (str(self.host_run) if self.host_run is not None else "", re.sub(r"\D", "", self.run)[:14]) if x)
         where = f"{b.gpus}gpu" if b.gpus else "cpu"
         return (b.source.parent / "plots" if b.source else plots_dir) / f"price-{self.preset}-{where}-{stamp}.png"
 
 
 def price_groups(benches: Sequence[Bench]) -> list[PriceRun]:
-    """The `harness price` runs among the benches (those with rounds), by call and start."""
+    """The `harness price` runs among the benches (those with rounds), by GPU-host run and start."""
     groups: dict[tuple, list[Bench]] = {}
     for b in benches:          # file order is run order: the first bench of a group is its base
         if b.round is not None:
-            groups.setdefault((-1 if b.call is None else b.call, b.run or "", b.preset, b.gpus), []).append(b)
-    return [PriceRun(call=None if call == -1 else call, run=run, preset=preset, group=tuple(group))
-            for (call, run, preset, _), group in sorted(groups.items())]
+            groups.setdefault((-1 if b.host_run is None else b.host_run, b.run or "", b.preset, b.gpus), []).append(b)
+    return [PriceRun(host_run=None if n == -1 else n, run=run, preset=preset, group=tuple(group))
+            for (n, run, preset, _), group in sorted(groups.items())]
 
 
 def priced(benches: Sequence[Bench], links: dict[tuple, str] | None = None) -> list[str]:

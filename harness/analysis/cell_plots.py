@@ -27,7 +27,7 @@ def plot_paths(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> list
 
 @dataclass(frozen=True)
 class Grid:
-    """Strategies down, (workload, plan) across: the matrix as issue 5 asks it (does a strategy
+    """Strategies down, (workload, plan) across: the matrix as the campaign asks it (does a strategy
     hold on both presets, with and without the scheduler?), which one bar per cell spreads over
     a page (gpu-campaign: 120 bars)."""
     strategies: list[str]

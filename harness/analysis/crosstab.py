@@ -6,10 +6,10 @@
 A matrix table answers "how often did this cell fail"; this answers the question across cells and
 matrices that a new failure face raises: is it the fix itself? On the H200 the native crashes
 (families segv, segv-gc, pybind-dealloc) fell almost only on trials whose strategy held
-cstash-tls-init (REPORT.md, eighth session), the pointer to repro r22. Per store and in total:
+cstash-tls-init (gpu-campaign and gpu-topology-4, torch 2.11), the pointer to repro r22. Per store and in total:
 k/n of trials whose failure is in the families (all failures without --family), with the fix and
 without, 95% Wilson intervals and the one-sided Fisher p both ways: that the fix's trials fail more
-often (is the fix the cause?) and less often (does the fix answer it? stash-incref, ninth session).
+often (is the fix the cause?) and less often (does the fix answer it? stash-incref, 2026-12-01).
 Trials that ran out of memory, timed out or hit a harness error, and replays, are left out, as in
 the matrix tables. A count says which trials failed, not why: cells without the fix may have died
 of something else first (say so where it matters).

@@ -2,14 +2,14 @@
 
 A campaign trial shares the GPU with other trials, so its tokens/s move with its neighbours; a
 `dflash bench` runs one configuration alone. One bench per configuration is still not enough to
-price a fix: on the H200 the same configuration benched 35,841 and 30,406 tokens/s within one call
-and 44,455 / 38,242 in two others (REPORT.md, tenth and eleventh sessions), as far apart as the
+price a fix: on the H200 (torch 2.11, 2026-12-01) the same configuration benched 35,841 and 30,406
+tokens/s within run 30 and 44,455 / 38,242 in runs 25 and 26, as far apart as the
 two configurations it was compared with. So the price is measured the way a drift is cancelled:
 
 - R rounds; each round benches every configuration once, each in a fresh process
   (`python -m dflash bench --rounds 1`), one after another, nothing else on the machine.
 - The order alternates, A B C then C B A (the ABBA design of crossover trials): a drift over the
-  session (clocks, caches, a neighbour's load) weighs on every configuration alike.
+  rounds (clocks, caches, a neighbour's load) weighs on every configuration alike.
 - A configuration's cost is the per-round ratio of its steady tokens/s to the base
   configuration's (the first one named): the two ran minutes apart, so the ratio is paired. Its
   summary is the median over rounds and a distribution-free interval for that median
@@ -18,8 +18,8 @@ two configurations it was compared with. So the price is measured the way a drif
 - A bench that dies is a result, not a gap: its record carries the exit code and the failure's
   signature (harness.analysis.bench_records), and the command exits 1.
 
-Records go to `--into` in harness.analysis.bench_records' format (phase `bench:WORKLOAD:FIXES:MODE`, the call
-number, the round), so that `python -m harness report` tables them with the call's other benches
+Records go to `--into` in harness.analysis.bench_records' format (phase `bench:WORKLOAD:FIXES:MODE`, the
+GPU-host run's number, the round), so that `python -m harness report` tables them with the run's other benches
 and harness.analysis.recommend prices by them. WORKLOAD is the preset without its `gpu-` prefix, as the
 campaign names its workloads (harness.campaign.presets).
 
@@ -52,7 +52,7 @@ from harness.analysis.prices import Price, Run, price_runs, rows
 TIMEOUT_RC = 124
 """A run past --timeout-s gets `timeout`'s exit code, which harness.analysis.bench_records reads as timed out."""
 STDERR_TAIL = 40
-"""Lines of a died run's stderr kept for its signature (call.sh's bench phase keeps as many)."""
+"""Lines of a died run's stderr kept for its signature (h200_run.sh's bench phase keeps as many)."""
 
 
 class PriceError(ValueError):
@@ -81,7 +81,8 @@ class Plan:
     steps: int
     sets: list[str] = field(default_factory=list)
     timeout_s: float = 600.0
-    call: int | None = None
+    host_run: int | None = None
+    """The GPU-host run's number (`--run`), kept in each record's `call` field."""
     run_id: str = ""
     """When the run started (UTC): its rounds pair only with each other, in a file that holds
     several runs (harness.analysis.benches groups by it)."""
@@ -106,7 +107,7 @@ def parse_config(text: str, default_mode: str) -> Config:
 
 
 def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, sets: Sequence[str] = (),
-              timeout_s: float = 600.0, call: int | None = None, topology: int | None = None,
+              timeout_s: float = 600.0, host_run: int | None = None, topology: int | None = None,
               cuda_count: int | None = None) -> Plan:
     """Validated in-process, as `dflash bench` would read it, so that a typo is one line and exit 2
     before the first bench starts rather than a died bench minutes later. That includes the device
@@ -141,7 +142,7 @@ def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, s
     if len(set(parsed)) != len(parsed):
         raise PriceError(f"a configuration is named twice: {' '.join(configs)}")
     return Plan(preset=preset, configs=parsed, rounds=rounds, steps=steps, sets=list(sets),
-                timeout_s=timeout_s, call=call,
+                timeout_s=timeout_s, host_run=host_run,
                 run_id=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
 
@@ -169,14 +170,14 @@ def run(plan: Plan, *, bench: Callable[[Plan, Config], dict] | None = None,
         log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
         done: Callable[[dict], None] = lambda record: None, records: list[dict] | None = None) -> list[dict]:
     """Every bench of the plan in order; `done` gets each record as it is made (saved at once: a
-    call whose time runs out keeps the rounds it finished), `records` collects them."""
+    run whose time runs out keeps the rounds it finished), `records` collects them."""
     records = [] if records is None else records
     bench = bench or bench_once
     steps = plan.order()
     for i, (r, c) in enumerate(steps, 1):
         t0 = time.monotonic()
         got = bench(plan, c)
-        record = {"phase": c.phase(plan.workload), "call": plan.call, "run": plan.run_id, "round": r,
+        record = {"phase": c.phase(plan.workload), "call": plan.host_run, "run": plan.run_id, "round": r,
                   **({"sets": plan.sets} if plan.sets else {}), **got}
         records.append(record)
         done(record)

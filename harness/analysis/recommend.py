@@ -1,4 +1,4 @@
-"""Which configuration to recommend per workload, from cell summaries alone (issue 5's rule).
+"""Which configuration to recommend per workload, from cell summaries alone (the campaign's rule).
 
 A strategy qualifies for a workload when every one of its cells is clean (k = 0) and its cells
 under a fault plan hold at least MIN_STRESSED trials together: 29 clean trials put the 95% upper
@@ -10,12 +10,12 @@ the scheduler's delays slow the stressed cells); without throughput figures (rep
 every qualifying strategy is listed. When nothing qualifies, that is the verdict, with the clean
 strategies that lack trials and the failing ones named, rather than a lucky cell.
 
-Eager is a cell too, and issue 5 asks for the fastest cell that stays clean: when eager itself
+Eager is a cell too, and the campaign asks for the fastest cell that stays clean: when eager itself
 qualifies (clean, MIN_STRESSED stressed trials) and no compiled strategy does, or eager runs faster
 than the one that does, the verdict recommends eager (do not compile) and says what the compiled
 candidates cost against it. "Faster" is read from `dflash bench` runs alone on the GPU where one
-call benched both (the campaign's medians move with the trials that shared the GPU), else from the
-campaign's plain cells. On the H200's gpu-bound preset (REPORT.md, eighth session) the GPU is 98%
+GPU-host run benched both (the campaign's medians move with the trials that shared the GPU), else
+from the campaign's plain cells. On the H200's gpu-bound preset (torch 2.11, 2026-12-01) the GPU is 98%
 busy with either, and Inductor's kernels are slower than eager's.
 
 Where the lock is the only fix a workload tries (a catalogue entry whose documented fix it is), it
@@ -23,9 +23,9 @@ is the candidate there, judged by the same rule. A strategy that contains `globa
 like any other, but it serialises the compiled calls: the question users pay for is whether a
 concurrent configuration is clean and worth it. So the verdict also names the fastest qualifying
 concurrent strategy and prices it against the fastest qualifying serialised one (the plain
-`global-lock` when nothing else is), against TARGET_OVER_LOCK (issue 5: at least 1.2x the global
-lock), or says that none qualifies. That price is read alone on the GPU where one call benched
-both (the median of a call's benches of one strategy; where one `harness price` run benched both
+`global-lock` when nothing else is), against TARGET_OVER_LOCK (the campaign's target: at least
+1.2x the global lock), or says that none qualifies. That price is read alone on the GPU where one
+run benched both (the median of a run's benches of one strategy; where one `harness price` run benched both
 in rounds, the median of the per-round ratios), else from the campaign's medians, which say so.
 """
 
@@ -40,8 +40,8 @@ MIN_STRESSED = 29
 BASELINES = ("raw", "eager", "global-lock")
 LOCK, EAGER = "global-lock", "eager"
 NO_PLAN = "-"
-NO_CALL = -1
-"""_benched's key for benches without a call number (a `harness price` run outside the device calls)."""
+NO_RUN = -1
+"""_benched's key for benches without a run number (a `harness price` run outside the GPU-host runs)."""
 TARGET_OVER_LOCK = 1.2
 NOISY_SPREAD = 1.5
 """A priced cell whose fastest trial ran more than this many times its slowest is named with its
@@ -71,7 +71,7 @@ class StrategyTotals:
     tokens_range: tuple[float, float] | None = None
     """Slowest and fastest trial of that same cell."""
     died_alone: list[str] = field(default_factory=list)
-    """`call N: signature` per `dflash bench` of the strategy that died of an error alone on the
+    """`run N: signature` per `dflash bench` of the strategy that died of an error alone on the
     GPU: a failure outside the matrix, which rules the strategy out as k > 0 does."""
 
     @property
@@ -131,13 +131,13 @@ def totals(cells: Sequence) -> dict[str, dict[str, StrategyTotals]]:
 
 def recommend(cells: Sequence, *, min_stressed: int = MIN_STRESSED, bench_runs: Sequence = ()) -> list[Verdict]:
     """`bench_runs` (harness.analysis.bench_records.Bench): a strategy whose bench of the workload died of an error
-    is failing, whatever its cells say (REPORT.md, tenth session: a cell clean at 29 stressed trials
+    is failing, whatever its cells say (H200 run 26, 2026-12-01: a cell clean at 29 stressed trials
     died of F2 alone on the GPU). Pass only benches on as many GPUs as the workload's trials."""
     verdicts = []
     for workload, by_strategy in sorted(totals(cells).items()):
         for b in bench_runs:
             if b.preset == workload and b.failed and b.strategy in by_strategy:
-                by_strategy[b.strategy].died_alone.append(f"call {b.call}: {b.signature}")
+                by_strategy[b.strategy].died_alone.append(f"run {b.host_run}: {b.signature}")
         # A catalogue entry whose only fix is the lock (r14-r18 in catalogue-cpu) tests the lock
         # itself: judged like any fix there, and not priced against itself.
         lock_is_fix = LOCK in by_strategy and all(s in BASELINES for s in by_strategy)
@@ -178,7 +178,7 @@ def _ratio(t: StrategyTotals, base: StrategyTotals | None, name: str) -> str:
 
 def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, bench_runs: Sequence = ()) -> list[str]:
     """One line per verdict; `bench_runs` (harness.analysis.bench_records.Bench) add the recommended strategy's
-    cost alone on the GPU, per call, where a bench of its workload ran it."""
+    cost alone on the GPU, per run, where a bench of its workload ran it."""
     out = []
     for v in verdicts:
         if v.eager_qualifies(min_stressed) and (not v.chosen or _eager_faster(v, bench_runs)):
@@ -201,33 +201,33 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, benc
 
 
 def _benched(bench_runs: Sequence, workload: str) -> dict[int, dict[str, list]]:
-    """call (NO_CALL for none) -> strategy -> the workload's benches with figures
+    """GPU-host run (NO_RUN for none) -> strategy -> the workload's benches with figures
     (harness.analysis.bench_records.Bench), in file order."""
-    runs: dict[int, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    by_run: dict[int, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for x in bench_runs:
         if x.preset == workload and x.tokens_steady:
-            runs[NO_CALL if x.call is None else x.call][x.strategy].append(x)
-    return runs
+            by_run[NO_RUN if x.host_run is None else x.host_run][x.strategy].append(x)
+    return by_run
 
 
-def _call(call: int) -> str:
-    """`call N`; a bench outside the device calls (no call number) is `call ?`."""
-    return f"call {'?' if call == NO_CALL else call}"
+def _run_label(n: int) -> str:
+    """`run N`; a bench outside the GPU-host runs (no run number) is `run ?`."""
+    return f"run {'?' if n == NO_RUN else n}"
 
 
 def _figure(benches: Sequence) -> float:
-    """A call's figure for one strategy: the median of its benches. A call may bench one strategy
-    several times (call 30 ran each of two in both orders, to separate their order from their
+    """A run's figure for one strategy: the median of its benches. A run may bench one strategy
+    several times (run 30 ran each of two in both orders, to separate their order from their
     speed; `harness price` benches each once per round): not the last one."""
     return statistics.median(x.tokens_steady for x in benches)
 
 
 def _over(a: Sequence, b: Sequence) -> tuple[float, int]:
-    """Strategy a's tokens/s over b's within one call, and how many paired rounds that rests on (0:
+    """Strategy a's tokens/s over b's within one run, and how many paired rounds that rests on (0:
     a ratio of the two medians). Where a `harness price` run benched both in rounds (the latest, if
     several did), the figure is the median of its per-round ratios, as `harness price` prints it:
-    a bench drifting within the call moves both of a round alike, and one fast bench does not move
-    the median (call 35: the lock cell's rounds ran 39,890, 49,826 and 40,818 tokens/s; over the
+    a bench drifting within the run moves both of a round alike, and one fast bench does not move
+    the median (run 35: the lock cell's rounds ran 39,890, 49,826 and 40,818 tokens/s; over the
     no-cudagraphs lock the medians say 1.07x, the rounds 1.00x, 1.31x and 1.19x: 1.19x)."""
     rounds_b = {(x.run, x.round): x.tokens_steady for x in b if x.round is not None}
     by_run: dict[str, list[float]] = collections.defaultdict(list)
@@ -235,7 +235,7 @@ def _over(a: Sequence, b: Sequence) -> tuple[float, int]:
         if x.round is not None and (x.run, x.round) in rounds_b:
             by_run[x.run or ""].append(x.tokens_steady / rounds_b[(x.run, x.round)])
     if by_run:
-        # Runs are not pooled (another run may have priced another `--set`): the latest one decides.
+        # Price runs are not pooled (another may have priced another `--set`): the latest one decides.
         ratios = by_run[max(by_run)]
         return statistics.median(ratios), len(ratios)
     return _figure(a) / _figure(b), 0
@@ -246,7 +246,7 @@ def _paired(rounds: int) -> str:
 
 
 def _speed(a: StrategyTotals, b: StrategyTotals, workload: str, bench_runs: Sequence) -> tuple[float, str] | None:
-    """a's tokens/s over b's and where the figure comes from: the latest call that benched both
+    """a's tokens/s over b's and where the figure comes from: the latest run that benched both
     alone on the GPU, else the campaign's cells; None without figures."""
     alone = _alone_ratio(a.strategy, b.strategy, workload, bench_runs)
     if alone is not None:
@@ -257,13 +257,13 @@ def _speed(a: StrategyTotals, b: StrategyTotals, workload: str, bench_runs: Sequ
 
 
 def _alone_ratio(a: str, b: str, workload: str, bench_runs: Sequence) -> tuple[float, str] | None:
-    calls = _benched(bench_runs, workload)
-    both = [c for c, here in calls.items() if a in here and b in here]
+    host_runs = _benched(bench_runs, workload)
+    both = [n for n, here in host_runs.items() if a in here and b in here]
     if not both:
         return None
-    here = calls[max(both)]
+    here = host_runs[max(both)]
     ratio, rounds = _over(here[a], here[b])
-    return ratio, f"alone on the GPU, {_call(max(both))}{_paired(rounds)}"
+    return ratio, f"alone on the GPU, {_run_label(max(both))}{_paired(rounds)}"
 
 
 def _eager_faster(v: Verdict, bench_runs: Sequence) -> bool:
@@ -278,14 +278,14 @@ def _eager_line(v: Verdict, min_stressed: int, bench_runs: Sequence) -> str:
             f"fault plan), the fastest clean cell")
     if e.tokens_per_s is not None:
         head += f", {e.tokens_per_s:.0f} tokens/s in the matrix = {_ratio(e, v.lock, LOCK)}"
-    calls = {c: here[EAGER] for c, here in _benched(bench_runs, v.workload).items() if EAGER in here}
-    if calls:
-        call = max(calls)
-        xs = calls[call]
+    host_runs = {n: here[EAGER] for n, here in _benched(bench_runs, v.workload).items() if EAGER in here}
+    if host_runs:
+        n = max(host_runs)
+        xs = host_runs[n]
         busy = [x.gpu_busy_steady for x in xs if x.gpu_busy_steady is not None]
         busy_text = f", GPU busy {statistics.median(busy):.0%}" if busy else ""
         times = f" (median of {len(xs)} benches)" if len(xs) > 1 else ""
-        head += (f"; alone on the GPU ({_call(call)}, steady half) {_figure(xs):.0f} tokens/s{times}"
+        head += (f"; alone on the GPU ({_run_label(n)}, steady half) {_figure(xs):.0f} tokens/s{times}"
                  f"{busy_text}")
     rest = []
     for t in (*v.chosen, *v.short):
@@ -302,10 +302,10 @@ def _eager_line(v: Verdict, min_stressed: int, bench_runs: Sequence) -> str:
 
 
 def _alone(v: Verdict, bench_runs: Sequence) -> str:
-    """The recommended strategy alone on the GPU, per call that benched it: tokens/s (the median
-    where the call benched it more than once), against that call's eager bench and each other
+    """The recommended strategy alone on the GPU, per run that benched it: tokens/s (the median
+    where the run benched it more than once), against that run's eager bench and each other
     clean serialised strategy it benched (the price of a lock when the plain `global-lock` cell
-    itself fails: REPORT.md, tenth session), and the fastest concurrent strategy's bench against it.
+    itself fails: H200 runs 24-27, 2026-12-01), and the fastest concurrent strategy's bench against it.
     Benches are matched to a workload by name; the caller passes only those on as many GPUs as the
     workload's trials (harness.analysis.report.benches_for), so a topology verdict is not priced by one-GPU
     benches."""
@@ -314,7 +314,7 @@ def _alone(v: Verdict, bench_runs: Sequence) -> str:
     if v.lock is not None and v.lock.clean:
         locks.add(v.lock.strategy)
     parts = []
-    for call, here in sorted(_benched(bench_runs, v.workload).items()):
+    for n, here in sorted(_benched(bench_runs, v.workload).items()):
         if t.strategy not in here:
             continue
         mine = here[t.strategy]
@@ -327,13 +327,13 @@ def _alone(v: Verdict, bench_runs: Sequence) -> str:
             c = v.concurrent.strategy
             ratios.append((lambda r: f"`{c}` {r:.2f}x it", *_over(here[c], mine)))
         # Ratios over rounds of one `harness price` run are medians of paired ratios, not ratios
-        # of the medians beside them: said once per call, or per ratio where a call has both kinds.
+        # of the medians beside them: said once per run, or per ratio where a run has both kinds.
         counts = {rounds for _, _, rounds in ratios}
         once = len(counts) == 1 and 0 not in counts
         figures += [text(ratio) + (f" ({rounds} paired rounds)" if rounds and not once else "")
                     for text, ratio, rounds in ratios]
         how = f" (ratios: medians over {counts.pop()} paired rounds)" if once else ""
-        parts.append(f"{_call(call)}{how}: {', '.join(figures)}")
+        parts.append(f"{_run_label(n)}{how}: {', '.join(figures)}")
     return f" Alone on the GPU (`dflash bench`, steady half): {'; '.join(parts)}." if parts else ""
 
 
@@ -357,8 +357,8 @@ def _noisy(v: Verdict) -> str:
 
 def _concurrency(v: Verdict, min_stressed: int, bench_runs: Sequence = ()) -> str:
     """Whether running the compiled calls concurrently is clean, and whether it pays: judged alone
-    on the GPU where a call benched both (the campaign's medians move with the trials that shared
-    the GPU: REPORT.md, eleventh session, 0.95x there and 1.07x alone), else by the medians."""
+    on the GPU where a run benched both (the campaign's medians move with the trials that shared
+    the GPU: H200 run 30, 2026-12-01, 0.95x there and 1.07x alone), else by the medians."""
     c, base = v.concurrent, v.serial
     if c is None:
         return (f"No concurrent configuration qualifies (each failed or has under {min_stressed} "

@@ -64,7 +64,7 @@ class CellPlan:
     """Fraction of one host a trial of this cell holds while it runs, as the pool packs it: 1 of
     `workers`, and for a GPU workload its `gpus x gpu_slots` of `per_gpu` slots per GPU (on one
     GPU unless `pending_plan` is told more), whichever is scarcer. Sums of duration x share are the
-    wall time the pending trials need when packing is perfect: a lower bound for planning calls."""
+    wall time the pending trials need when packing is perfect: a lower bound for planning runs."""
     gpus: int = 0
     """GPUs one trial takes (its workload's)."""
     slots: int = 1
@@ -93,9 +93,8 @@ class MemoryPeak:
 
 def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[MemoryPeak]:
     """Per GPU workload with stored peaks (`TrialResult.gpu_peak_gib`): what to compare with the
-    GPU's memory before a call (the out-of-memory messages name only the processes alive when one
-    failed; REPORT.md, 2026-11-30 sixth session, where 4 gpu-bound trials at once lost 8 of 56 to
-    memory)."""
+    GPU's memory before a run (the out-of-memory messages name only the processes alive when one
+    failed; on the H200, 2026-11-30, 4 gpu-bound trials at once lost 8 of 56 to memory)."""
 
     peaks: dict[str, list[float]] = collections.defaultdict(list)
     for r in records:
@@ -131,7 +130,7 @@ def cell_slots(spec: MatrixSpec, records: Sequence[TrialResult]) -> dict[str, in
     A cell with an out-of-memory record keeps gpu_slots: its figures were too low for it once
     (a failing trial's is what it held when it died, a sampled one a lower bound). Failing cells
     never finish, so a fixed gpu_slots sized by the biggest finished cell packed every gpu-bound
-    cell of the H200 campaign 2 at once whatever it held (REPORT.md, twelfth session)."""
+    cell of the H200 campaign 2 at once whatever it held (2026-12-01)."""
     cells = spec.cells()
     slots = {c.name: c.workload.gpu_slots for c in cells}
     if spec.gpu_mem_gib is None:

@@ -56,7 +56,7 @@ class GpuSlots:
     Waiters are served in the matrix's order (`enqueue`), with bounded backfill
     (`slots.admit`). Strict order leaves slots idle whenever the head needs more than is free:
     `--pack-by-memory` gives the H200 campaign's gpu-bound cells 1 to 6 of 12 slots each
-    (REPORT.md, fourteenth session), and a 6-slot head with 7 slots in use holds back every 1-slot
+    (2026-12-01), and a 6-slot head with 7 slots in use holds back every 1-slot
     trial behind it. Unbounded backfill starves instead: a trial that needs 3 slots waits for as
     long as 1-slot trials keep taking each slot the moment it frees, and can miss --max-time
     entirely. So a later waiter may start ahead of the head only while the head does not fit, and
@@ -276,7 +276,7 @@ class WorkerPool:
                     return
                 with self.lock:
                     # A trial popped before the deadline may wait minutes for a GPU slot; it must
-                    # not start after --max-time (an H200 call overran its budget that way), nor
+                    # not start after --max-time (an H200 run overran its budget that way), nor
                     # after its cell's stop rule ended the cell while it waited.
                     late = self._stopped(trial) or self._late(trial)
                     if late:

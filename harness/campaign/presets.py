@@ -22,7 +22,7 @@ reads any other (harness.campaign.specfile).
   compile.mode none), each without and with the dflash-stages scheduler plan: 96 cells x 10
   trials (eager's fixed at 10), 12 slots per GPU (a gpu-bound trial takes 6), short runs
   (CAMPAIGN_STEPS). Trials go round-robin over the cells and the store resumes, so `--max-time`
-  cuts and later calls continue with every cell at a similar n. A cell stops after
+  cuts and later runs continue with every cell at a similar n. A cell stops after
   CAMPAIGN_MAX_FAILURES failures: it cannot be recommended, and its trials go to cells that can.
 - `gpu-repros`: the GPU catalogue scripts r01-r05, r10, r12, r20, r21, r23 (and r22, the C stash's refcount on 2.11), raw and under the fixes their
   docstrings name, each without and with the compile-chaos plan, 10 trials, 6 at a time per GPU.
@@ -104,7 +104,7 @@ CPU_TRAINER_STRATEGIES = ("raw", "global-lock", "sequential-startup", "thread-lo
 
 
 def cpu_trainer() -> MatrixSpec:
-    """The trainer's CPU side of issue 5's question: tiny-cpu, 2 drafter threads compiling the
+    """The trainer's CPU side of the campaign's question: tiny-cpu, 2 drafter threads compiling the
     drafter step at once (aot_eager: Dynamo + AOT tracing, where the CPU races live), each
     pipeline fix alone and eager, plain and under compile-chaos / dflash-stages."""
     strategies = _strategies(*CPU_TRAINER_STRATEGIES)
@@ -145,23 +145,24 @@ GPU_FIX_STRATEGIES = (
     # place of the global one, without and with per-thread graphs against F1c's shared outputs.
     "cstash-tls-init+cudagraph-lock+cublas-handle-init",
     "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init",
-    # The two C-stash cells that got furthest, with stash-incref (REPORT.md, eighth session): if
+    # The two C-stash cells that got furthest, with stash-incref (H200, 2026-12-01): if
     # cstash-tls-init's segfaults (30/48 on 4 H200s, global lock or not) are its stash freeing
     # per-thread dicts twice when the prefetch and target threads exit (repro r22), these stop
     # segfaulting and the global-lock one may be the first clean CUDA-graph configuration.
     "global-lock+cstash-tls-init+cublas-handle-init+stash-incref",
     "cstash-tls-init+cudagraph-lock+cublas-handle-init+stash-incref",
     # With stash-incref no native crash in 42 one-GPU trials, but the global-lock cell failed 1/29:
-    # a target thread's device-wide synchronize beside a drafter's capture (REPORT.md, ninth
-    # session; repro r23). stream-sync waits on the target's own stream. The second cell is the
+    # a target thread's device-wide synchronize beside a drafter's capture (results/gpu-campaign,
+    # 2026-12-01; repro r23). stream-sync waits on the target's own stream. The second cell is the
     # lock-free candidate: per-thread graphs (the shared tree freed an input mid-recording), the
     # backward on the drafter's thread (G2 hung the cudagraph-lock cells) and the narrow lock.
     "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync",
     "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd+stash-incref"
     "+stream-sync",
-    # Both clean at 29 stressed trials (REPORT.md, tenth session), but a bench run of the lock-free
-    # one died of F2: a drafter's compiled call while another drafter's compile traced with FX (the
-    # narrow lock leaves compiles concurrent). nested-fx-fallback runs that call eagerly instead.
+    # Both clean at 29 stressed trials (results/gpu-campaign, 2026-12-01), but a bench of the
+    # lock-free one died of F2 (H200 run 26): a drafter's compiled call while another drafter's
+    # compile traced with FX (the narrow lock leaves compiles concurrent). nested-fx-fallback runs
+    # that call eagerly instead.
     "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd+stash-incref"
     "+stream-sync+nested-fx-fallback",
 )
@@ -183,17 +184,17 @@ trials took 120-146 s to reach their compile crash with 9 at once."""
 CAMPAIGN_MAX_FAILURES = 1
 """One failure takes a cell out of the running: a configuration that crashed, hung or corrupted
 once is not the safe one the campaign looks for, and its 1/1 (95% Wilson lower bound 21%) says
-so. One session's 30 GPU minutes hold ~150 trainer trials; the first 115 (REPORT.md 2026-11-29,
-third entry; calls 5-6 ran with --max-failures 1) put every reduce-overhead cell out at n = 1-2,
+so. 30 minutes of the H200 hold ~150 trainer trials; the first 115 (2026-11-29; runs 5-6 ran
+with --max-failures 1) put every reduce-overhead cell out at n = 1-2,
 so the later rounds go to cells still clean. A failing cell's k/n is the evidence that ruled it
 out, not a rate estimate at n = 10."""
 
 CAMPAIGN_GPU_SLOTS = {"launch-bound": 1, "gpu-bound": 6}
 """Slots of the GPU's 12 one trial takes. Measured on the H200 (torch 2.11, the out-of-memory
-messages of the campaign): launch-bound trials held 1.6-4.3 GiB (calls 5-6). gpu-bound trials were
-first seen at 18.9-21.3 GiB (calls 5-6), and 3 slots (4 at once) were chosen from that; but those
+messages of the campaign): launch-bound trials held 1.6-4.3 GiB (runs 5-6). gpu-bound trials were
+first seen at 18.9-21.3 GiB (runs 5-6), and 3 slots (4 at once) were chosen from that; but those
 trials were compiled cells dying early of F1 or the mix-order bug. Once the gpu-bound cells ran to
-the end (calls 11-13, 2026-11-30: eager, no-cudagraphs, the mix-order workaround), 8 of their 56
+the end (runs 11-13, 2026-11-30: eager, no-cudagraphs, the mix-order workaround), 8 of their 56
 trials died of memory with 4 at once, and the messages show trials holding up to 60.5 GiB (eager
 44.5, no-cudagraphs+single-thread-autograd 29.5, cudagraph cells 58.3). 6 slots: at most 2
 gpu-bound trials at once (2 x 60.5 of 139.8 GiB), beside launch-bound ones of 1 slot."""
@@ -207,7 +208,7 @@ def _campaign_strategies(extra: tuple[str, ...] = ()) -> dict[str, Strategy]:
     """The campaign's strategies, then `extra` ones, eager last."""
     strategies = _strategies(*GPU_FIX_STRATEGIES)
     strategies["no-cudagraphs"] = Strategy(name="no-cudagraphs", sets=("compile.mode=default",))
-    # After the campaign's first 115 H200 trials (REPORT.md 2026-11-29, third entry): without
+    # After the campaign's first 115 H200 trials (2026-11-29): without
     # CUDA graphs the trainer deadlocks in G2 (lazy backward compile on the autograd device thread),
     # so pair it with the two fixes that keep that thread out of the lock order.
     for fix in CAMPAIGN_NO_CUDAGRAPHS_FIXES:
@@ -219,7 +220,7 @@ def _campaign_strategies(extra: tuple[str, ...] = ()) -> dict[str, Strategy]:
 
 
 TOPOLOGY_EXTRA_STRATEGIES = ("local-tls-init+single-thread-autograd",)
-"""Topology cells beyond the campaign's. On 4 H200s (REPORT.md 2026-11-30, seventh session) every
+"""Topology cells beyond the campaign's. On 4 H200s (results/gpu-topology-4, 2026-11-30) every
 CUDA-graph cell without cstash-tls-init died of F1 and every cell with it segfaulted 30/48
 (Python heap corruption in any thread): whether the C stash or cudagraph trees on several devices
 corrupt the heap, those cells cannot tell. This one reaches cudagraph trees without the stash:
@@ -258,17 +259,17 @@ def gpu_campaign() -> MatrixSpec:
 
 
 def gpu_topology() -> MatrixSpec:
-    """Issue 6: the campaign on 8 GPUs, 5 target GPUs + 3 drafter GPUs, every trial on all 8."""
+    """The seed topology: the campaign on 8 GPUs, 5 target GPUs + 3 drafter GPUs, every trial on all 8."""
     return _campaign("gpu-topology", gpus=8, topology=seed_topology(8), extra=TOPOLOGY_EXTRA_STRATEGIES)
 
 
 def gpu_topology_4() -> MatrixSpec:
-    """Issue 6 scaled to 4 GPUs: 5 target threads on cuda:0, one drafter on each of cuda:1-3."""
+    """The seed topology scaled to 4 GPUs: 5 target threads on cuda:0, one drafter on each of cuda:1-3."""
     return _campaign("gpu-topology-4", gpus=4, topology=seed_topology(4), extra=TOPOLOGY_EXTRA_STRATEGIES)
 
 
 def gpu_topology_2() -> MatrixSpec:
-    """Issue 6 on 2 GPUs: one target and one drafter thread per GPU (`dflash.topology.paired_topology`)."""
+    """The seed topology on 2 GPUs: one target and one drafter thread per GPU (`dflash.topology.paired_topology`)."""
     return _campaign("gpu-topology-2", gpus=2, topology=paired_topology(2), extra=TOPOLOGY_EXTRA_STRATEGIES)
 
 
@@ -277,7 +278,7 @@ GPU_REPRO_FIXES = {
     # global-lock is a known negative: the graph is still shared).
     # The race suite's r01 fix (cstash-tls-init+global-lock, 0/2 in direct runs) has no runner
     # count yet; with stash-incref because r01's workers exit after stashing (r22's double free:
-    # a cstash-tls-init+cudagraph-lock trial segfaulted, REPORT.md tenth session).
+    # a cstash-tls-init+cudagraph-lock trial segfaulted, results/gpu-repros, 2026-12-01).
     "r01_cgt_tls_fresh_thread": ("local-tls-init", "cstash-tls-init", "cstash-tls-init+cudagraph-lock",
                                  "cstash-tls-init+global-lock", "cstash-tls-init+global-lock+stash-incref"),
     "r02_cgt_tls_backward": ("cstash-tls-init", "single-thread-autograd"),
@@ -291,12 +292,12 @@ GPU_REPRO_FIXES = {
     "r20_flex_backward_compile_deadlock": ("single-thread-autograd", "global-lock"),
     # Not a race: 2.11's mix-order workspace slice with dynamic shapes (pytorch#174379); its
     # workaround is an argument (--no-mix-order), not a registry fix. Here so that the next
-    # gpu-repros call says whether the script reproduces what the trainer hit 21 times.
+    # gpu-repros run says whether the script reproduces what the trainer hit 21 times.
     "r21_inductor_mix_order_workspace": (),
     # Not a GPU script: the C stash's refcount across thread exits (r22), here to measure the
     # H200's torch 2.11, which the CPU box lacks (2.13 is balanced); stash-incref must hold.
     "r22_stash_tls_refcount": ("stash-incref",),
-    # The trainer's 1/29 in the global-lock cell (H200 call 21): a device-wide synchronize beside
+    # The trainer's 1/29 in the global-lock cell (H200 run 21, 2026-12-01): a device-wide synchronize beside
     # another thread's recording. global-lock is the expected negative (the wait is outside it).
     "r23_device_sync_during_capture": ("stream-sync", "global-lock"),
 }

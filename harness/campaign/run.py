@@ -36,8 +36,8 @@ class MatrixRun:
     """Planned trials not run because a stop rule (max failures, max time) ended them."""
     elapsed_s: float
     left_by_time: int = 0
-    """Of `left`, those --max-time left unstarted: an H200 call's summary said "106 left by stop
-    rules" of trials no rule had stopped, only the call's time (REPORT.md, fourteenth session)."""
+    """Of `left`, those --max-time left unstarted: an H200 run's summary said "106 left by stop
+    rules" of trials no rule had stopped, only the run's time limit (runs 39-41, 2026-12-01)."""
 
 
 def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | None = None,

@@ -1,10 +1,10 @@
-"""Who gets GPU slots next: the pool's admission rule, and a replay of it to plan device time.
+"""Who gets GPU slots next: the pool's admission rule, and a replay of it to plan GPU time.
 
 `GpuSlots` (harness/campaign/pool.py) asks `admit` under its lock each time a waiter wakes; `simulate`
 runs the same rule over trials of known length on a virtual clock, so that `--pending` can say how
-long a call's pending trials will take as the pool will actually pack them, not only the bound
-perfect packing gives (the H200 fill's first calls ran at 2 at once against an estimate that
-assumed 4-6: REPORT.md, fourteenth session).
+long a run's pending trials will take as the pool will actually pack them, not only the bound
+perfect packing gives (the H200 fill's first runs, 39-41 on 2026-12-01, ran at 2 at once against
+an estimate that assumed 4-6).
 """
 
 from __future__ import annotations

@@ -127,8 +127,8 @@ class MatrixSpec:
     finish_by_s: float | None = None
     """Start a trial only if its cell's stored median duration ends it within this many seconds of
     the matrix's start (None = no limit; a cell with no stored duration always may). For a caller
-    that kills the matrix at a hard deadline, as a device call's budget does: a trial still running
-    then is device time spent for no record (H200 call 42, 2026-12-01, killed a `no-cudagraphs`
+    that kills the matrix at a hard deadline, as an H200 run's budget does: a trial still running
+    then is GPU time spent for no record (H200 run 42, 2026-12-01, killed a `no-cudagraphs`
     trial its 213-s hangs could not have finished). Shorter cells' trials still start meanwhile."""
     seed: int = 0
     """Trial i of every cell gets plan seed `seed + i`."""
@@ -137,8 +137,8 @@ class MatrixSpec:
     only: tuple[str, ...] = ()
     """Glob patterns over cell names (`fnmatch`, e.g. `*:no-cudagraphs*@dflash-stages`): run and
     show only the cells matching one; () = every cell. Ids and seeds do not change, so a subset
-    run resumes and extends the full matrix's store (one device session cannot run all 76 cells
-    of gpu-campaign; REPORT.md)."""
+    run resumes and extends the full matrix's store (one ten-minute H200 run cannot run all 76
+    cells of gpu-campaign)."""
     gpu_mem_gib: float | None = None
     """Pack GPU trials by their stored memory peaks on GPUs of this many GiB (`--pack-by-memory`):
     a cell measured smaller than its workload's gpu_slots takes fewer slots (cell_slots); None =

@@ -77,12 +77,12 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
         changes["only"] = tuple(comma_list(opts.cells))
     if opts.trials is not None:
         # The matrix default only: a group with its own count keeps it (gpu-campaign's eager
-        # control stays at 10 while --trials 30 goes to the candidates; an H200 call spent 8 eager
+        # control stays at 10 while --trials 30 goes to the candidates; an H200 run spent 8 eager
         # trials past 10 before this).
         changes["trials"] = opts.trials
         if opts.every_group:
-            # On gpu-bound eager is the fastest clean cell (REPORT.md, sixth session): the control
-            # became a candidate and needs the 29 stressed trials of one (issue 5).
+            # On gpu-bound eager is the fastest clean cell (H200, 2026-11-30): the control became
+            # a candidate and needs the campaign's 29 stressed trials.
             changes["groups"] = tuple(dataclasses.replace(g, trials=None) for g in spec.groups)
     elif opts.every_group:
         raise UsageError("--every-group needs --trials")
@@ -123,7 +123,7 @@ def run(opts: argparse.Namespace) -> int:
 
 def _print_pending(spec, *, gpus: int = 1) -> None:
     """`--pending`: per cell stored/failures/next, then totals and a trial-seconds estimate (the
-    cell's median stored duration, else the median over the whole store) to plan device time:
+    cell's median stored duration, else the median over the whole store) to plan GPU time:
     summed, and packed as the pool would pack them on `gpus` GPUs (CellPlan.share)."""
     plans = pending_plan(spec, gpus=gpus)
     records = Store(spec.store_dir).load()

@@ -1,4 +1,4 @@
-"""`python -m harness merge`: fold other copies of a store (another call, another machine) into one."""
+"""`python -m harness merge`: fold other copies of a store (another run, another machine) into one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from harness.args import UsageError
 from harness.stores import merge
 
-HELP = "fold other copies of a store (another call, another machine) into one"
+HELP = "fold other copies of a store (another run, another machine) into one"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

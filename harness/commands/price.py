@@ -28,14 +28,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout-s", type=positive_float, default=600.0, help="per bench (default 600)")
     p.add_argument("--into", type=Path,
                    help="append the bench records to this JSONL (harness.analysis.bench_records format)")
-    p.add_argument("--call", type=int, help="device call number recorded with them (REPORT groups benches by call)")
+    p.add_argument("--run", "--call", dest="host_run", type=int, metavar="N",
+                   help="the GPU-host run's number recorded with them (the report groups benches by it)")
     p.add_argument("--target", type=positive_float, help="say whether each ratio's interval clears this (e.g. 1.2)")
 
 
 def run(opts: argparse.Namespace) -> int:
     try:
         plan = make_plan(opts.preset, opts.configs, rounds=opts.rounds, steps=opts.steps, sets=opts.sets,
-                         timeout_s=opts.timeout_s, call=opts.call, topology=opts.topology)
+                         timeout_s=opts.timeout_s, host_run=opts.host_run, topology=opts.topology)
         if opts.into is not None and opts.into.exists():
             bench_records.load([opts.into])      # before an hour of benches, not after
     except (PriceError, BenchError) as e:
@@ -45,7 +46,7 @@ def run(opts: argparse.Namespace) -> int:
     try:
         pricing.run(plan, records=records, done=(lambda d: save([d], opts.into)) if opts.into is not None else (lambda d: None))
     finally:
-        # Stopped (SIGTERM from a call's time limit, Ctrl-C) or not: the rounds that ran are priced.
+        # Stopped (SIGTERM from a run's time limit, Ctrl-C) or not: the rounds that ran are priced.
         if opts.into is not None:
             print(f"{opts.into}: {len(records)} bench record(s) added", file=sys.stderr)
         print(pricing.table(plan, prices(plan, records), opts.target), flush=True)

@@ -1,11 +1,11 @@
 """Fold one result store into another (`python -m harness merge SRC --into DEST`).
 
-Each device call brings back its whole store as the device saw it. When a call starts before the
-previous call's store has been unpacked here, the two come back holding the same older records
+Each H200 run brings back its whole store as the GPU host saw it. When a run starts before the
+previous run's store has been unpacked here, the two come back holding the same older records
 plus new trials under the same trial ids: ids are `matrix/cell/index` and the index is handed out
-from what the store held, so both calls ran a `.../0` of the cells neither had. Unpacking the
+from what the store held, so both runs ran a `.../0` of the cells neither had. Unpacking the
 second over the first then drops the first's new records and writes two trials' files into one
-artefacts folder (calls 12 and 13 of the H200 campaign, 2026-11-30, see REPORT.md). Stores from
+artefacts folder (runs 12 and 13 of the H200 campaign, 2026-11-30). Stores from
 two machines meet the same way.
 
 Rules: a source record that DEST already holds (same cell, start time and duration: the same run)
@@ -54,7 +54,7 @@ class Merged:
     def line(self) -> str:
         # Said only when it happens: two copies that each ran a cell's next trials ran the same
         # schedules (seed + index, harness.campaign.expand), so the cell has sampled fewer schedules than
-        # its n says (calls 36 and 37 of the H200 campaign, REPORT.md, thirteenth session).
+        # its n says (runs 36 and 37 of the H200 campaign, 2026-12-01).
         repeated = (f"; {self.repeated_seeds} of them repeat a scheduler seed their cell already held "
                     f"(the same fault plan run again)") if self.repeated_seeds else ""
         return (f"{self.source} -> {self.dest}: {self.added} records added ({self.renumbered} under a new "

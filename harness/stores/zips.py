@@ -3,16 +3,16 @@
 A trial leaves five to nine small files (output, spec, result, heartbeat, plan, plan log, dumps).
 Over a campaign that is thousands of files, most smaller than a disk block: the committed stores
 had grown to 9,650 artefact files, 43 MB of text taking 68 MiB of disk (77 MiB with the rest of the
-checkout), and a device call ships the whole checkout under a 64 MiB limit (`run` refused the H200
-campaign's third call of 2026-12-01, see REPORT.md). One zip per trial keeps every file (`harness
+checkout), and an H200 run ships the whole checkout under a 64 MiB limit (the GPU host refused
+the 77 MiB one on 2026-12-01). One zip per trial keeps every file (`harness
 show`, `replay`, `resign` and the report read it through `Store.artefacts_of`), compresses the
 text, and, one file per finished trial that never changes again, keeps git's history from
-storing a store-wide archive again on every call.
+storing a store-wide archive again on every run.
 
 Only folders a record of the store (or of its `retired/` store) names are packed: a folder without
 a record is a trial in flight or one an interruption left to rerun, and the runner writes into it.
 A dflash trial's `run/` (the trainer's checkpoints and export, `pool.with_run_dir`; git ignores it
-and call.sh leaves it out of stores.tgz) is neither packed nor removed: it stays in the folder,
+and h200_run.sh leaves it out of stores.tgz) is neither packed nor removed: it stays in the folder,
 which then holds nothing else. Zips are byte-for-byte reproducible (members sorted, fixed
 timestamps), so packing the same folder twice gives the same file. Order of writes per folder: the
 zip is written to a temporary name, flushed and renamed into place, then the folder is removed; an

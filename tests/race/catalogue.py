@@ -12,7 +12,7 @@ GPU rows: every count comes from the harness runner's store results/gpu-repros/t
 (`python -m harness matrix --preset gpu-repros --trials 10`), one H200, torch 2.11.0+cu130,
 2026-11-30..12-01, cells `<id>:raw@-` and `<id>:<fix>@-` (the suite runs them without a plan),
 checked by `test_catalogue_store.py` as the CPU rows are; only r10's fix (a script argument, not a
-registry fix) keeps its direct script runs' count (results/h200-2026-11-29/call07, call12).
+registry fix) keeps its direct script runs' count (results/h200-2026-11-29/run07, run12).
 `recorded` counts the failures of the race's own family, which the store test checks too, so that
 the reproduction check's trial count is computed from the rate of that family.
 

@@ -5,8 +5,7 @@ Marked `cuda`: without a CUDA device tests/conftest.py skips them with the reaso
 tests at once share the GPU, as the repros matrix's trials do).
 The counts they start from are the harness runner's (results/gpu-repros, torch 2.11.0+cu130; r10's
 fix alone is direct script runs): see tests/race/catalogue.py. On the H200 the 22 tests took 537 s
-on 4 xdist workers (call 31, REPORT.md eleventh session; log
-results/h200-campaign/logs/call31-pytest-race-cuda.txt).
+on 4 xdist workers (2026-12-01, results/h200-campaign/logs/run31-pytest-race-cuda.txt).
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ def test_race_gpu_still_absent(race_id, tmp_path):
 
 
 # One test item per chunk of a fix check's trials (as the CPU rows): 10 GPU trials one after another
-# ran past call 27's 500 s; chunks let `-n 4` spread them.
+# ran past H200 run 27's 500 s; chunks let `-n 4` spread them.
 FIX_ITEMS = [(race_id, chunk) for race_id in FIXED for chunk in racecheck.fix_chunks(GPU[race_id])]
 
 

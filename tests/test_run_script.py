@@ -1,8 +1,8 @@
-"""tools/h200_call.sh: whatever happens, a call packs its logs into $OUT in time.
+"""tools/h200_run.sh: whatever happens, a run packs its logs into $OUT in time.
 
-The H200 calls of 2026-11-29 lost a whole store once because the script overran its budget
-before packing (a bare `wait` also waited for the `tee` behind `exec >`). Here a call with an
-unknown phase must end at once and still leave log.txt and call.tgz.
+The H200 runs of 2026-11-29 lost a whole store once because the script overran its budget
+before packing (a bare `wait` also waited for the `tee` behind `exec >`). Here a run with an
+unknown phase must end at once and still leave log.txt and run.tgz.
 """
 
 import os
@@ -12,12 +12,12 @@ import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tools" / "h200_call.sh"
+SCRIPT = ROOT / "tools" / "h200_run.sh"
 
 
 def _fake_python(tmp_path: Path, script: str) -> tuple[Path, dict]:
     """An $OUT folder and an environment whose `python3` is `script` (bash; {out} is the folder):
-    h200_call.sh runs without torch, and what it hands the harness is kept for the test to read."""
+    h200_run.sh runs without torch, and what it hands the harness is kept for the test to read."""
     out, bin_ = tmp_path / "out", tmp_path / "bin"
     out.mkdir()
     bin_.mkdir()
@@ -31,7 +31,7 @@ def test_script_parses():
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
 
 
-def test_a_call_packs_its_outputs_even_when_nothing_runs(tmp_path):
+def test_a_run_packs_its_outputs_even_when_nothing_runs(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     proc = subprocess.run(["bash", str(SCRIPT), "30", "no-such-phase"], cwd=tmp_path, capture_output=True,
@@ -39,7 +39,7 @@ def test_a_call_packs_its_outputs_even_when_nothing_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     log = (out / "log.txt").read_text()
     assert "unknown phase no-such-phase" in log and "== done after" in log
-    with tarfile.open(out / "call.tgz") as tgz:
+    with tarfile.open(out / "run.tgz") as tgz:
         assert any(name.startswith("x") for name in tgz.getnames())
 
 
@@ -73,7 +73,7 @@ def test_a_spec_file_phase_keeps_its_own_settings_and_bg_runs_beside_the_next_ph
     campaign = next(a for a in runs if "--preset" in a)
     assert spec[spec.index("--file") + 1] == "shape.json" and "--trials" not in spec
     assert spec[spec.index("--max-time") + 1] == "100"
-    # started trials must end before the matrix's SIGTERM: later than the start window, within the call
+    # started trials must end before the matrix's SIGTERM: later than the start window, within the run
     for args in (spec, campaign):
         assert int(args[args.index("--max-time") + 1]) < int(args[args.index("--finish-by") + 1]) < 400
     assert campaign[-3:] == ["--trials", "29", "--cells=launch-bound:*"]
@@ -96,11 +96,11 @@ def test_a_price_phase_hands_its_configurations_over_unexpanded_and_its_records_
     assert "price rc=0" in (out / "log.txt").read_text()
 
 
-UNPACK = ROOT / "tools" / "unpack_call.sh"
+UNPACK = ROOT / "tools" / "unpack_run.sh"
 
 
-def _call_files(folder: Path, store: Path, log: str) -> Path:
-    """What a device call returns: stores.tgz (results/<store>/...) and log.txt."""
+def _run_files(folder: Path, store: Path, log: str) -> Path:
+    """What an H200 run leaves in $OUT: stores.tgz (results/<store>/...) and log.txt."""
     import tarfile as tf
     folder.mkdir(parents=True)
     with tf.open(folder / "stores.tgz", "w:gz") as tgz:
@@ -109,7 +109,7 @@ def _call_files(folder: Path, store: Path, log: str) -> Path:
     return folder
 
 
-def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_path):
+def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_path):
     import shutil
     import sys
 
@@ -123,16 +123,16 @@ def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_p
     repo = tmp_path / "repo"
     base = repo / "results" / "gpu-x"
     add(base, 0, "2026-11-30T10:00:00+00:00")
-    # Both calls started from the checkout's one record; each ran its own trial 1.
+    # Both runs started from the checkout's one record; each ran its own trial 1.
     first, second = tmp_path / "c12" / "gpu-x", tmp_path / "c13" / "gpu-x"
     for copy, started in ((first, "2026-11-30T11:00:00+00:00"), (second, "2026-11-30T12:00:00+00:00")):
         shutil.copytree(base, copy)
         add(copy, 1, started)
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
-    # Call 13's files unpacked first: the order must not matter.
+    # Run 13's files unpacked first: the order must not matter.
     for n, store in ((13, second), (12, first)):
-        files = _call_files(tmp_path / f"files{n}", store, f"call {n}\n")
-        if n == 12:   # a price phase's records, written on the device without a call number
+        files = _run_files(tmp_path / f"files{n}", store, f"run {n}\n")
+        if n == 12:   # a price phase's records, written on the GPU host without a run number
             (files / "price.jsonl").write_text("".join(
                 f'{{"phase": "bench:x::none", "call": null, "round": {r}, "tokens_per_s_steady": {t}}}\n'
                 for r, t in ((0, 10.0), (1, 12.0))))
@@ -142,12 +142,12 @@ def test_unpacking_two_calls_that_forked_one_store_keeps_both_calls_trials(tmp_p
     starts = sorted(r.started_at[11:13] for r in Store(base).load())
     assert starts == ["10", "11", "12"]
     assert len({r.trial_id for r in Store(base).load()}) == 3
-    assert (repo / "results" / "h200-campaign" / "call12-log.txt").read_text() == "call 12\n"
+    assert (repo / "results" / "h200-campaign" / "run12-log.txt").read_text() == "run 12\n"
     assert (repo / "REPORT.md").is_file()
     from harness.analysis import bench_records
     priced = bench_records.load([repo / "results" / "h200-campaign" / "benches.jsonl"])
-    assert [(b.call, b.strategy, b.tokens_steady) for b in priced] == [(12, "eager", 10.0), (12, "eager", 12.0)]
-    # The same call again: refused, nothing written.
+    assert [(b.host_run, b.strategy, b.tokens_steady) for b in priced] == [(12, "eager", 10.0), (12, "eager", 12.0)]
+    # The same run again: refused, nothing written.
     proc = subprocess.run(["bash", str(UNPACK), str(tmp_path / "files12"), "12"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "unpacked already" in proc.stderr
@@ -169,7 +169,7 @@ def test_campaign_arguments_do_not_reach_the_repros_matrix(tmp_path):
 
 
 def test_a_bench_phase_with_a_gpu_count_runs_the_seed_topology(tmp_path):
-    # bench:PRESET:FIXES:MODE:GPUS (issue 6): the bench gets gpu-topology-4's device plan, so its
+    # bench:PRESET:FIXES:MODE:GPUS (the seed topology): the bench gets gpu-topology-4's device plan, so its
     # record's device_plan has 4 GPUs and prices only 4-GPU verdicts (harness.analysis.report.benches_for).
     import sys
 
@@ -187,10 +187,10 @@ def test_a_bench_phase_with_a_gpu_count_runs_the_seed_topology(tmp_path):
     assert "devices.drafter_devices=cuda:1,cuda:2,cuda:3" in topo and "--preset" in topo
 
 
-def test_unpacking_packs_the_calls_new_trials_and_an_empty_shell_does_not_shadow_a_zip(tmp_path):
-    """The checkout's trials are zips (harness pack); the device's copy of an uncommitted pack
-    held their folders empty (call 44, 2026-12-01): stores.tgz leaves zips out, the merge keeps the
-    checkout's zip, and the call's new trial comes in packed."""
+def test_unpacking_packs_the_runs_new_trials_and_an_empty_shell_does_not_shadow_a_zip(tmp_path):
+    """The checkout's trials are zips (harness pack); the GPU host's copy of an uncommitted pack
+    held their folders empty (run 44, 2026-12-01): stores.tgz leaves zips out, the merge keeps the
+    checkout's zip, and the run's new trial comes in packed."""
     import sys
 
     from harness.trial.outcome import Outcome, TrialResult
@@ -212,23 +212,23 @@ def test_unpacking_packs_the_calls_new_trials_and_an_empty_shell_does_not_shadow
     (device / "artefacts").mkdir(parents=True)
     (device / "trials.jsonl").write_bytes((base / "trials.jsonl").read_bytes())
     (device / "artefacts" / safe_name("gpu-x/a@-/0")).mkdir()             # the empty shell
-    add(device, 1, "2026-12-01T11:00:00+00:00", "the call's\n")
-    files = _call_files(tmp_path / "files44", device, "call 44\n")
+    add(device, 1, "2026-12-01T11:00:00+00:00", "the run's\n")
+    files = _run_files(tmp_path / "files44", device, "run 44\n")
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     proc = subprocess.run(["bash", str(UNPACK), str(files), "44"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "packed 1 trial folder(s)" in proc.stdout
-    assert re.search(r"the checkout a device call ships: about \d+ MiB on disk of the 64 MiB limit", proc.stdout)
+    assert re.search(r"the checkout a GPU-host run ships: about \d+ MiB on disk of the 64 MiB limit", proc.stdout)
     assert sorted(p.name for p in (base / "artefacts").iterdir()) == [
         safe_name(f"gpu-x/a@-/{i}") + ".zip" for i in (0, 1)]
     store = Store(base)
-    assert [(store.artefacts_of(r) / "output.txt").read_text() for r in store.load()] == ["checkout's\n", "the call's\n"]
+    assert [(store.artefacts_of(r) / "output.txt").read_text() for r in store.load()] == ["checkout's\n", "the run's\n"]
 
 
-def test_the_call_leaves_packed_trials_out_of_stores_tgz_and_nothing_else(tmp_path):
-    """h200_call.sh's own tar line, run on a store: the packed trials (and the retired store's) stay
+def test_the_run_leaves_packed_trials_out_of_stores_tgz_and_nothing_else(tmp_path):
+    """h200_run.sh's own tar line, run on a store: the packed trials (and the retired store's) stay
     behind, a new trial's folder comes back whole, a zip inside it too, its `run/` not."""
     text = SCRIPT.read_text()
     start = text.index('tar czf "$OUT/stores.tgz"')

@@ -1,20 +1,20 @@
-"""What each H200 call added to a store: the figures REPORT.md's entries quote per call.
+"""What each H200 run added to a store: the figures REPORT.md quotes per run.
 
-    python -m tools.call_trials N [N ...] [--store STORE] [--logs DIR] [--all] [--seeds]
+    python -m tools.run_trials N [N ...] [--store STORE] [--logs DIR] [--all] [--seeds]
 
-A call's trials are the store's records that started inside its window: from the timestamp on
-the first line of results/h200-campaign/call<N>-log.txt until its `== done after S s` line (or
-the budget the first line names, if the call was cut before it; a warm machine starts the next
-call inside the last one's budget, so the budget alone would take trials of the next). Per call:
-trials, trial-seconds (the sum of durations: with the wall time, how many ran at once), outcomes,
+A run's trials are the store's records that started inside its window: from the timestamp on
+the first line of results/h200-campaign/run<N>-log.txt until its `== done after S s` line (or
+the budget the first line names, if the run was cut before it; the next run can start inside the
+last one's budget, so the budget alone would take trials of the next). Per run: trials,
+trial-seconds (the sum of durations: with the wall time, how many ran at once), outcomes,
 failure families, the median time to an F1 failure (what a warm Inductor cache shortens), the hang
 trials' durations and GPU memory, the runner's nvidia-smi sample against the workload's own
-allocator peak (per call, and over all the calls named when there are several), and each passing
+allocator peak (per run, and over all the runs named when there are several), and each passing
 trial's tokens/s, GPU memory and duration (`--all`: every trial's). Also the size of the Inductor
-cache the call found (tools/h200_call.sh's `du -sh .cache` line): 3 MB is a cold machine.
-`--seeds`: over the calls named, each stressed cell's trials and how many distinct scheduler seeds
-they ran under (calls started from a store without the last call's trials hand out the same seeds
-again: REPORT.md, thirteenth entry).
+cache the run found (tools/h200_run.sh's `du -sh .cache` line): 3 MB is a cold machine.
+`--seeds`: over the runs named, each stressed cell's trials and how many distinct scheduler seeds
+they ran under (runs started from a store without the last run's trials hand out the same seeds
+again: runs 36 and 37, 2026-12-01).
 """
 
 from __future__ import annotations
@@ -41,28 +41,28 @@ CACHE = re.compile(r"^(\S+)\s+\.cache$", re.M)
 DONE = re.compile(r"^== done after (\d+)s$", re.M)
 
 
-class CallError(Exception):
+class RunError(Exception):
     """Bad input: one line, exit 2."""
 
 
 def window(n: int, logs: Path = LOGS) -> tuple[dt.datetime, dt.datetime, str]:
-    """(start, end, cache size) of call n, from its log."""
-    log = logs / f"call{n}-log.txt"
+    """(start, end, cache size) of run n, from its log."""
+    log = logs / f"run{n}-log.txt"
     try:
         text = log.read_text(errors="replace")
     except OSError as e:
-        raise CallError(f"no log for call {n}: {log} ({e.strerror})") from e
+        raise RunError(f"no log for run {n}: {log} ({e.strerror})") from e
     m = HEAD.match(text)
     start = _when(m.group(1).replace("Z", "+00:00")) if m else None
     if start is None:
-        raise CallError(f"{log}: the first line is not h200_call.sh's '== TIME budget S phases ...'")
+        raise RunError(f"{log}: the first line is not h200_run.sh's '== TIME budget S phases ...'")
     cache, done = CACHE.search(text), DONE.search(text)
     seconds = int(done.group(1) if done else m.group(2))
     return start, start + dt.timedelta(seconds=seconds), cache.group(1) if cache else "?"
 
 
 def _when(stamp: str) -> dt.datetime | None:
-    """An ISO time with its UTC offset (what h200_call.sh and the runner write), else None."""
+    """An ISO time with its UTC offset (what h200_run.sh and the runner write), else None."""
     try:
         t = dt.datetime.fromisoformat(stamp)
     except ValueError:
@@ -77,7 +77,7 @@ def in_window(records: list[TrialResult], start: dt.datetime, end: dt.datetime) 
             continue
         t = _when(r.started_at)
         if t is None:
-            raise CallError(f"{r.trial_id}: started_at {r.started_at!r} is not an ISO time with its offset")
+            raise RunError(f"{r.trial_id}: started_at {r.started_at!r} is not an ISO time with its offset")
         if start <= t < end:
             mine.append(r)
     return mine
@@ -93,7 +93,7 @@ def trial_line(r: TrialResult) -> str:
 def memory_line(rs: list[TrialResult], label: str) -> str:
     """The runner's sampled GPU memory (every 2 s, what the trial's processes held) against the
     workload's allocator peak: the sample adds the CUDA context and cuBLAS workspaces, and can miss
-    a short peak (REPORT.md, fourteenth entry)."""
+    a short peak (runs 39-41 on the H200, 2026-12-01)."""
     sampled = sum(r.gpu_mem_gib is not None for r in rs)
     diffs = sorted(r.gpu_mem_gib - r.reported_gpu_peak_gib for r in rs
                    if r.gpu_mem_gib is not None and r.reported_gpu_peak_gib is not None)
@@ -114,9 +114,9 @@ def seed_lines(rs: list[TrialResult]) -> list[str]:
 
 
 def describe(n: int, rs: list[TrialResult], cache: str, every: bool = False) -> list[str]:
-    """The call's figures; its passing trials one by one, or with `every` all of its trials."""
+    """The run's figures; its passing trials one by one, or with `every` all of its trials."""
     failed = [r for r in rs if r.outcome.is_failure]
-    lines = [f"call {n}: {len(rs)} trials, {sum(r.duration_s for r in rs):,.0f} trial-seconds; Inductor cache at "
+    lines = [f"run {n}: {len(rs)} trials, {sum(r.duration_s for r in rs):,.0f} trial-seconds; Inductor cache at "
              f"the start {cache}"]
     outcomes = collections.Counter(r.outcome.value for r in rs)
     lines.append("  outcomes: " + (", ".join(f"{k} {v}" for k, v in outcomes.most_common()) or "-"))
@@ -139,30 +139,30 @@ def describe(n: int, rs: list[TrialResult], cache: str, every: bool = False) -> 
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.call_trials", description=__doc__.split("\n\n")[0])
-    ap.add_argument("calls", nargs="+", type=int, metavar="N")
+    ap = argparse.ArgumentParser(prog="python -m tools.run_trials", description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=int, metavar="N")
     ap.add_argument("--store", default=STORE, type=Path)
-    ap.add_argument("--logs", default=LOGS, type=Path, help="where the call<N>-log.txt files are")
+    ap.add_argument("--logs", default=LOGS, type=Path, help="where the run<N>-log.txt files are")
     ap.add_argument("--all", action="store_true", help="a line for every trial, not only the passing ones")
     ap.add_argument("--seeds", action="store_true", help="per stressed cell, its trials' distinct scheduler seeds")
     args = ap.parse_args(argv)
     try:
         if not (args.store / "trials.jsonl").is_file():
-            raise CallError(f"no result store at {args.store}")
-        windows = [(n, *window(n, args.logs)) for n in args.calls]
+            raise RunError(f"no result store at {args.store}")
+        windows = [(n, *window(n, args.logs)) for n in args.runs]
         records = Store(args.store).load()
-        calls = [(n, in_window(records, start, end), cache) for n, start, end, cache in windows]
-    except (CallError, StoreError) as e:
+        runs = [(n, in_window(records, start, end), cache) for n, start, end, cache in windows]
+    except (RunError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for n, rs, cache in calls:
+    for n, rs, cache in runs:
         print("\n".join(describe(n, rs, cache, args.all)))
-    if len(calls) > 1:
-        print(memory_line([r for _, rs, _ in calls for r in rs],
-                          "calls " + ", ".join(str(n) for n, _, _ in calls) + " together, memory"))
+    if len(runs) > 1:
+        print(memory_line([r for _, rs, _ in runs for r in rs],
+                          "runs " + ", ".join(str(n) for n, _, _ in runs) + " together, memory"))
     if args.seeds:
-        print("scheduler seeds, calls " + ", ".join(str(n) for n, _, _ in calls) + ":")
-        print("\n".join(seed_lines([r for _, rs, _ in calls for r in rs])) or "  -")
+        print("scheduler seeds, runs " + ", ".join(str(n) for n, _, _ in runs) + ":")
+        print("\n".join(seed_lines([r for _, rs, _ in runs for r in rs])) or "  -")
     return 0
 
 

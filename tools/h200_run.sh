@@ -1,6 +1,6 @@
 #!/bin/bash
-# One H200 device call of the campaign (issue 5), from the repository root on the device:
-#   bash tools/h200_call.sh SECONDS PHASE...
+# One run of the campaign on the H200 host, from the repository root there:
+#   bash tools/h200_run.sh SECONDS PHASE...
 # Phases run in order:
 #   corpora   the synthetic corpora of gpu-default and both campaign presets, by three short eager
 #             runs at once (so that a matrix's first trials do not all generate the same corpus);
@@ -10,33 +10,33 @@
 #   repros:S  the gpu-repros matrix for at most S seconds (store results/gpu-repros, resumed)
 #   pytest[:S[:N]]  (env PYTEST_K: a -k expression) the GPU race suite through the runner, r22's 2.11 record (tests/race/catalogue.py) and r23's test,
 #             for at most S seconds (240) on N pytest-xdist workers (1)
-#   default   issue 2: `python -m dflash train --preset gpu-default` alone on the GPU
+#   default   `python -m dflash train --preset gpu-default` alone on the GPU (the trainer's GPU smoke run)
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
-#   bench:PRESET:FIXES[:MODE[:GPUS]]  one campaign cell alone (GPUS: in the seed topology, issue 6)
+#   bench:PRESET:FIXES[:MODE[:GPUS]]  one campaign cell alone (GPUS: in the seed topology)
 #   price     `python -m harness price $PRICE_ARGS` (configurations benched in alternating rounds,
 #             paired ratios with intervals) until 25 s before SECONDS; records in $OUT/price.jsonl
 #   campaign  the gpu-campaign matrix until 25 s before SECONDS are spent (store resumed)
 #   campaign:GLOB[,GLOB]  the same for the matching cells only (`harness matrix --cells`)
 #   topology, topology-4, topology-2  the same for gpu-topology (8 GPUs) / gpu-topology-4 (4 GPUs) /
-#             gpu-topology-2 (2 GPUs, one target + one drafter thread per GPU), issue 6
+#             gpu-topology-2 (2 GPUs, one target + one drafter thread per GPU)
 #   diag:S    the diagnostic matrix, preset gpu-diag (store results/gpu-diag)
 #   verify:S  preset gpu-verify (store results/gpu-verify): do the inductor
 #             workaround, cublas-handle-init and single-thread-autograd hold (before a campaign)
 #   corpora:P,Q  the same for the named presets only
 #   spec:FILE[:S]  the matrix of a JSON spec file (its own store), for at most S seconds
 #   bg:PHASE  PHASE in the background, beside the phases after it (their GPU slots add up: keep a
-#             bg matrix small); the call waits for it before packing
+#             bg matrix small); the run waits for it before packing
 # Env MATRIX_ARGS: extra `harness matrix` arguments (e.g. "--max-failures 1 --trials 30") for the
 # campaign and topology phases; REPROS_ARGS the same for the repros phases, which MATRIX_ARGS do
 # not reach (a campaign's stop rule would end a repro cell at its first failure: no rate).
-# Caches: the corpora (.cache/dflash) come back as $OUT/corpora.tgz; carry it as .cache/corpora.tgz
-# into the next call (`carry: [".whl", ".cache/corpora.tgz"]`). The inductor cache (160 MB packed)
-# is over the 16 MB a returned file may have: each call compiles cold. Logs and stores come back in
-# $OUT/call.tgz and $OUT/stores.tgz; bring them in with `bash tools/unpack_call.sh FILES_AT N`,
-# which merges each store rather than unpacking it over the checkout's. Unpack a call before
-# starting the next (about 15 s; a warm machine waits 30 s): a call started from a store
-# without the previous call's trials hands out the same trial indices and so reruns the same
-# scheduler seeds (calls 36 and 37, REPORT.md thirteenth session; `harness merge` counts them).
+# Caches: the corpora (.cache/dflash) come back as $OUT/corpora.tgz; copy it to .cache/corpora.tgz
+# for the next run (with .whl). The inductor cache (160 MB packed) is over the 16 MB a returned
+# file may have: each run compiles cold. Logs and stores come back in $OUT/run.tgz and
+# $OUT/stores.tgz; bring them in with `bash tools/unpack_run.sh FOLDER N`, which merges each
+# store rather than unpacking it over the checkout's. Unpack a run before starting the next
+# (about 15 s): a run started from a store without the previous run's trials hands out the same
+# trial indices and so reruns the same scheduler seeds (runs 36 and 37, 2026-12-01; `harness
+# merge` counts them).
 set -u
 budget=$1; shift; t0=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - t0) )); }
@@ -44,11 +44,11 @@ export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
   && export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site
 [ -f .cache/corpora.tgz ] && tar xzf .cache/corpora.tgz && rm .cache/corpora.tgz
-# The launch-bound and gpu-bound corpora the H200 generated in call 5 (3 MB, 270 KB packed): a
-# call that finds no carried ones starts from them instead of ~200 s of generation. A config
+# The launch-bound and gpu-bound corpora the H200 generated in run 5 (3 MB, 270 KB packed): a
+# run that finds no copied ones starts from them instead of ~200 s of generation. A config
 # change changes the corpus digest, and the trainer then generates a fresh one as before.
 [ -d .cache/dflash ] || { [ -f results/h200-campaign/corpora.tgz ] && tar xzf results/h200-campaign/corpora.tgz; }
-X=/tmp/x; mkdir -p $X .cache   # per-run logs, tarred into $OUT/call.tgz (at most 8 files come back)
+X=/tmp/x; mkdir -p $X .cache   # per-run logs, tarred into $OUT/run.tgz (at most 8 files come back)
 exec > >(tee -a "$OUT/log.txt") 2>&1
 echo "== $(date -u +%FT%TZ) budget $budget phases $*"
 nvidia-smi -L; python3 -c "import torch, transformers, sys; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])"
@@ -73,13 +73,13 @@ matrix() {  # preset (or a spec file), seconds to start trials in[, cap]: SIGTER
   # read -a, not a bare ${MATRIX_ARGS}: a --cells glob must reach the harness unexpanded.
   # A spec file carries its own trials and stop rules: MATRIX_ARGS are for the presets.
   local extra=(); [ -f "$1" ] || read -ra extra <<< "${MATRIX_ARGS:-}"; [ -n "${CELLS:-}" ] && extra+=("--cells=$CELLS")
-  # --finish-by: a trial its cell's median would not end before the SIGTERM is not started (call
+  # --finish-by: a trial its cell's median would not end before the SIGTERM is not started (run
   # 42 lost a no-cudagraphs trial that way); 15 s for Python's start and the summary.
   timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --finish-by $(( stop - 15 )) \
     --no-live "${extra[@]}" \
     > "$X/matrix-$preset.out" 2> "$X/matrix-$preset.err"
-  # The first line is the run's summary (ran N, M left and why): the tail alone cut it off a
-  # campaign's table (calls 45-47), and only call.tgz, which is not committed, kept it.
+  # The first line is the matrix's summary (ran N, M left and why): the tail alone cut it off a
+  # campaign's table (runs 45-47), and only run.tgz, which is not committed, kept it.
   echo "matrix $preset rc=$?"; head -n 1 "$X/matrix-$preset.out"
   grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n +2 "$X/matrix-$preset.out" | tail -n 70
 }
@@ -112,11 +112,11 @@ run_phase() {
     warm+repros:*) warm & w=$!; MATRIX_ARGS=${REPROS_ARGS:-} matrix gpu-repros ${phase#warm+repros:} 150; wait $w ;;
     repros:*) MATRIX_ARGS=${REPROS_ARGS:-} matrix gpu-repros ${phase#repros:} 150 ;;
     # r22's row is a CPU script, but its 2.11 record (catalogue ON_TORCH) is checkable only here.
-    # pytest[:S[:N]]: at most S seconds (240), N xdist workers (1). Call 26 ran 2 of its 12 tests in
-    # 240 s beside a repros matrix: each test runs its trials one after another; call 27 ran 12 of
+    # pytest[:S[:N]]: at most S seconds (240), N xdist workers (1). Run 26 ran 2 of its 12 tests in
+    # 240 s beside a repros matrix: each test runs its trials one after another; run 27 ran 12 of
     # 13 in 500 s on 4 workers, and its `-q` dots did not say which one failed: -v names each test
-    # as it ends, -rfE prints the failures' reasons if the session gets to its end, and the trials'
-    # artefacts (output.txt, result.json: ~30 KB each) come back in call.tgz under pytest-tmp/.
+    # as it ends, -rfE prints the failures' reasons if pytest gets to its end, and the trials'
+    # artefacts (output.txt, result.json: ~30 KB each) come back in run.tgz under pytest-tmp/.
     pytest|pytest:*) IFS=: read -r _ ps pn <<< "$phase"; s=$(date +%s); xd=(); [ "${pn:-1}" -gt 1 ] && xd=(-n "$pn")
             # Env PYTEST_K: a -k expression (one test, e.g. a changed row, without the whole suite).
             kx=(); [ -n "${PYTEST_K:-}" ] && kx=(-k "$PYTEST_K")
@@ -128,7 +128,7 @@ run_phase() {
     bench) s=$(date +%s); timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-default --steps 40 > "$X/bench.out" 2> "$X/bench.err"
            echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
     bench:*) # bench:PRESET:FIXES[:MODE[:GPUS]]: one campaign cell alone on the GPU (its GPU busy fraction);
-           # GPUS (>= 4) runs it in the seed topology on that many GPUs, as gpu-topology-4's trials (issue 6)
+           # GPUS (>= 4) runs it in the seed topology on that many GPUs, as gpu-topology-4's trials
            IFS=: read -r _ bp bf bm bgpu <<< "$phase"; s=$(date +%s); bn=bench-$bp-${bf:-raw}-${bm:-reduce-overhead}${bgpu:+-${bgpu}gpu}
            topo=(); [ -n "$bgpu" ] && mapfile -t topo < <(python3 -c 'import sys
 from harness.campaign.presets import topology_sets
@@ -141,19 +141,19 @@ for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            grep -v "^train:" "$X/$bn.err" | tail -n $([ $rc = 0 ] && echo 8 || echo 40) ;;
     price) # Env PRICE_ARGS: `harness price` arguments (preset, rounds, configurations): interleaved
            # benches alone on the GPU, priced by paired per-round ratios; records in $OUT/price.jsonl
-           # (unpack_call.sh stamps them with the call number), the table in the log.
+           # (unpack_run.sh stamps them with the run number), the table in the log.
            read -ra pa <<< "${PRICE_ARGS:-}"; s=$(date +%s)
            timeout -k 15 -s TERM $(( $(left) - 25 )) python3 -m harness price "${pa[@]}" --into "$OUT/price.jsonl" \
              > "$X/price.out" 2> "$X/price.err"
            echo "price rc=$? $(( $(date +%s) - s ))s"; cat "$X/price.out"; grep -v "^train:" "$X/price.err" | tail -n 60 ;;
     # Start window: until 70 s before the end (SIGTERM at 25, --finish-by at 40), not 130: with
     # --finish-by keeping out any trial its cell's median would not end in time, the wider margin
-    # only idled the GPU (calls 45-47 stopped starting trials 105 s before the SIGTERM and ran down
+    # only idled the GPU (runs 45-47 stopped starting trials 105 s before the SIGTERM and ran down
     # to one trial in their last minute). A cell with no stored median can still be cut by the stop.
     campaign) matrix gpu-campaign $(( $(left) - 70 )) ;;
     campaign:*) # campaign:GLOB[,GLOB]: only those cells (harness matrix --cells), same store
            CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 70 )) ;;
-    topology|topology-4|topology-2) matrix gpu-$phase $(( $(left) - 70 )) ;;   # issue 6, on nvidia-h200-x8 / -x4 / -x2
+    topology|topology-4|topology-2) matrix gpu-$phase $(( $(left) - 70 )) ;;   # the seed topology, on 8 / 4 / 2 H200s
     diag:*) matrix gpu-diag ${phase#diag:} ;;
     verify:*) matrix gpu-verify ${phase#verify:} ;;
     # A spec file's cells are mostly new (diag, verify): no stored median for --finish-by to go
@@ -170,8 +170,8 @@ for phase in "$@"; do
 done
 [ ${#bg[@]} = 0 ] || wait "${bg[@]}"
 echo "== phases done at $(( $(date +%s) - t0 ))s"
-tar czf "$OUT/call.tgz" -C /tmp x
-# Packed trials (harness pack, `<trial>.zip`) are the checkout's own, older than this call: only
+tar czf "$OUT/run.tgz" -C /tmp x
+# Packed trials (harness pack, `<trial>.zip`) are the checkout's own, older than this run: only
 # the folders of trials run here come back, which keeps stores.tgz under the 16 MB a file may have.
 tar czf "$OUT/stores.tgz" --exclude='*/run/*' --no-wildcards-match-slash --exclude='artefacts/*.zip' \
   $(ls -d results/gpu-*/ 2>/dev/null)
