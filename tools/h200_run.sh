@@ -131,8 +131,8 @@ run_phase() {
            # GPUS (>= 4) runs it in the seed topology on that many GPUs, as gpu-topology-4's trials
            IFS=: read -r _ bp bf bm bgpu <<< "$phase"; s=$(date +%s); bn=bench-$bp-${bf:-raw}-${bm:-reduce-overhead}${bgpu:+-${bgpu}gpu}
            topo=(); [ -n "$bgpu" ] && mapfile -t topo < <(python3 -c 'import sys
-from harness.campaign.presets import topology_sets
-for kv in topology_sets(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
+from dflash.topology import seed_topology
+for kv in seed_topology(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-$bp --steps 60 --rounds 1 --set fixes=$bf \
              --set compile.mode=${bm:-reduce-overhead} "${topo[@]}" > "$X/$bn.out" 2> "$X/$bn.err"
            # A bench that dies is evidence (harness.analysis.benches reads its failure from what follows the
