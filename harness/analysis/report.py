@@ -67,8 +67,8 @@ def replace_block(text: str, name: str, body: str) -> str:
 def benches_for(matrix: str, bench_runs: Sequence) -> list:
     """The benches that may price matrix `matrix`'s verdicts: those on as many GPUs as the trials of
     the workload of that name took (the preset's `Workload.gpus`; 1 for a matrix that is no
-    preset). call.sh names benches by preset alone, and gpu-topology-4's `launch-bound` is not
-    gpu-campaign's (issue 6)."""
+    preset). tools/h200_run.sh names benches by preset alone, and gpu-topology-4's `launch-bound`
+    (the seed topology) is not gpu-campaign's."""
     gpus = {w.name: w.gpus for w in presets.get(matrix).workloads.values()} if matrix in presets.PRESETS else {}
     return [b for b in bench_runs if b.gpus == gpus.get(b.preset, 1)]
 
