@@ -24,7 +24,7 @@ from harness.args import Parser, UsageError
 from harness.campaign.spec import MatrixError
 from harness.campaign.replay import ReplayError
 from harness.commands import (benches, crosstab, diagnose, doctor, families, lift, matrix, merge, pack, price,
-                              replay, report, resign, retire, run, show, shrink, stress)
+                              replay, report, resign, retire, run, show, shrink, stress, warmup)
 from harness.diagnosis.catalogue import CatalogueError
 from harness.diagnosis.diagnose import DiagnoseError
 from harness.faults.scheduler import InvalidPlan
@@ -38,6 +38,7 @@ COMMANDS: dict[str, ModuleType] = {
     "diagnose": diagnose, "doctor": doctor, "show": show,
     # reading stores
     "report": report, "families": families, "crosstab": crosstab, "price": price, "benches": benches,
+    "warmup": warmup,
     # keeping stores
     "merge": merge, "pack": pack, "retire": retire, "re-sign": resign,
 }
