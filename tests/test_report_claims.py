@@ -120,3 +120,25 @@ def test_the_evidence_bullets_count_what_the_commands_print():
     assert f"with `cstash-tls-init` and no `stash-incref` {cst.k_with}/{cst.n_with} trials, against {cst.k_without}/{cst.n_without}" in REPORT
     inc = crosstab_rows(loaded, "stash-incref", frozenset({"segv", "segv-gc"}), [], [])[0]
     assert f"`stash-incref` {inc.k_with}/{inc.n_with} against {inc.k_without}/{inc.n_without} without" in REPORT
+
+
+def test_the_warm_up_table_is_what_the_logs_say():
+    from harness.analysis import warmup
+
+    logs = RESULTS / "h200-2026-12-02-warmup"
+    base = warmup.read(logs / "eager3.log")
+    start = REPORT.index("## What compiling costs before it pays")
+    table = REPORT[start:REPORT.index("\n\n- ", start)]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    for line, name in zip(rows, ("eager3", "eager1", "rec3-cold", "rec3-warm", "ro1"), strict=True):
+        run = warmup.read(logs / f"{name}.log")
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1] == str(run.drafter_threads), (name, cells)
+        assert cells[2] == f"{run.first_step_s:.2f} s", (name, cells)
+        assert cells[3] == f"{run.pace_tokens_per_s:,.0f}", (name, cells)
+        assert cells[4] == f"{run.pace_tokens_per_s / base.pace_tokens_per_s:.2f}", (name, cells)
+        even = warmup.break_even(run, base)
+        assert cells[5] == ("base" if run is base or name == "eager3" else f"{even:,}"), (name, cells)
+    cold = warmup.break_even(warmup.read(logs / "rec3-cold.log"), base)
+    warm = warmup.break_even(warmup.read(logs / "rec3-warm.log"), base)
+    assert f"pays off against eager after about {cold:,} steps" in REPORT and f"{warm:,} on a warm one" in REPORT
