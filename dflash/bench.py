@@ -6,6 +6,10 @@ nothing, as the harness installs when a plan never fires). The ratio idle/absent
 tokens/s per condition is the overhead of the instrumentation on the real pipeline; the
 micro-benchmark gives the per-call cost of `fault_point` when off. Alternating the order keeps
 cache warm-up from favouring one condition.
+
+With `--oracle-every N` the second condition is the differential oracle on every N-th step
+(dflash.oracle) instead of idle fault points, both with fault points absent: the ratio
+oracle/off is what the oracle costs on the real pipeline.
 """
 
 from __future__ import annotations
@@ -58,15 +62,18 @@ def _drafter_gpu(cfg: RunConfig) -> int | None:
     return device.index if device.type == "cuda" else None
 
 
-def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
+def bench(cfg: RunConfig, *, rounds: int = ROUNDS, oracle_every: int = 0) -> int:
     """`rounds` runs alternating fault points absent / idle (after a discarded warm-up when
-    rounds > 1); rounds = 1 measures the absent condition only (throughput and GPU busy)."""
+    rounds > 1); rounds = 1 measures the absent condition only (throughput and GPU busy).
+    oracle_every > 0: alternating oracle off / on every oracle_every steps instead."""
     faults.clear()
     off_ns = faults.measure_off_cost(MICRO_CALLS)
     with tempfile.TemporaryDirectory(prefix="dflash-bench-") as tmp:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(
             cfg.train, out_dir=tmp, export=False, eval_prompts=0, progress=False,
-            checkpoint_every=0, resume=False))
+            checkpoint_every=0, resume=False,
+            oracle_every=0 if oracle_every else cfg.train.oracle_every))
+        checked = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, oracle_every=oracle_every))
         results: dict[bool, list[dict]] = {False: [], True: []}
         if rounds > 1:
             # One discarded round first: on a cold process the first rounds run measurably slower
@@ -76,13 +83,20 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
             warm = _one_run(cfg, False)
             print(f"warm-up round (discarded): {warm['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
         for i in range(rounds):
-            idle = i % 2 == 1
-            final = _one_run(cfg, idle)
-            results[idle].append(final)
-            print(f"round {i}: fault points {'idle' if idle else 'absent'}: "
-                  f"{final['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
+            second = i % 2 == 1
+            if oracle_every:
+                final = _one_run(checked if second else cfg, False)
+                what = f"oracle every {oracle_every}" if second else "oracle off"
+            else:
+                final = _one_run(cfg, second)
+                what = f"fault points {'idle' if second else 'absent'}"
+            results[second].append(final)
+            print(f"round {i}: {what}: {final['tokens_per_s']:.1f} tokens/s "
+                  f"(steady {final['tokens_per_s_steady']})", file=sys.stderr, flush=True)
     best = {k: max(v, key=lambda f: f["tokens_per_s"]) for k, v in results.items() if v}
     absent = best[False]["tokens_per_s"]
+    if oracle_every:
+        return _report_oracle(cfg, oracle_every, best, off_ns)
     idle = best[True]["tokens_per_s"] if True in best else None
     record = {
         "event": "bench",
@@ -105,5 +119,40 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS) -> int:
           f"{record['faults_idle_over_absent']}); busy {record['busy']}; gpu busy {record['gpu_busy']} "
           f"(steady half {record['gpu_busy_steady']}); "
           f"fault_point off: {off_ns:.1f} ns/call", file=sys.stderr)
+    print(json.dumps(record), flush=True)
+    return 0
+
+
+def _report_oracle(cfg: RunConfig, every: int, best: dict[bool, dict], off_ns: float) -> int:
+    """The oracle bench's record: the best round of each condition, whole-run and steady rates."""
+    off, on = best[False], best.get(True)
+
+    def ratio(key: str) -> float | None:
+        return round(on[key] / off[key], 4) if on and on[key] and off[key] else None
+
+    record = {
+        "event": "bench",
+        "preset": cfg.preset,
+        "steps": cfg.train.steps,
+        "tokens_per_s": off["tokens_per_s"],
+        "tokens_per_s_steady": off["tokens_per_s_steady"],
+        "oracle_every": every,
+        "tokens_per_s_oracle": on["tokens_per_s"] if on else None,
+        "tokens_per_s_steady_oracle": on["tokens_per_s_steady"] if on else None,
+        "oracle_over_off": ratio("tokens_per_s"),
+        "oracle_over_off_steady": ratio("tokens_per_s_steady"),
+        "oracle": on["oracle"] if on else None,
+        "busy": off["busy"],
+        "busy_oracle": on["busy"] if on else None,
+        "fault_point_off_ns": round(off_ns, 2),
+        "device_plan": off["device_plan"],
+        "torch": off["torch"],
+        "fixes": off["fixes"],
+    }
+    on_text = "not measured" if on is None else (f"{on['tokens_per_s']:.1f} (steady "
+                                                 f"{on['tokens_per_s_steady']})")
+    print(f"tokens/s {off['tokens_per_s']:.1f} (steady {off['tokens_per_s_steady']}) oracle off; "
+          f"{on_text} oracle every {every}; ratio {record['oracle_over_off']} "
+          f"(steady {record['oracle_over_off_steady']})", file=sys.stderr)
     print(json.dumps(record), flush=True)
     return 0

@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--rounds", type=int, default=None,
                             help="measured runs, alternating fault points absent/idle (default 4; "
                                  "1 = absent only, no warm-up round)")
+            sp.add_argument("--oracle-every", type=int, default=0, metavar="N",
+                            help="alternate oracle off / oracle on every N steps instead "
+                                 "(train.oracle_every; fault points absent in both)")
     # `prepare` is dispatched before parsing (dflash.prepare owns its flags); listed for --help.
     sub.add_parser("prepare", help="tokenize JSON lines: prepare IN.jsonl --tokenizer DIR --out F")
     exp = sub.add_parser("export", help="export a checkpoint in the z-lab HF layout")
@@ -109,7 +112,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rounds = ROUNDS if args.rounds is None else args.rounds
     if rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {rounds}")
-    return bench(config_from_args(args), rounds=rounds)
+    if args.oracle_every < 0:
+        raise UsageError(f"--oracle-every must be >= 0, got {args.oracle_every}")
+    return bench(config_from_args(args), rounds=rounds, oracle_every=args.oracle_every)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

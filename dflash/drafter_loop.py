@@ -6,7 +6,9 @@ report ready at the startup gate, then loop: take batch `seq = step*M + m` from 
 receiver, forward + backward into replica m, and meet the other replicas at the step boundary
 (replicas.ReplicaGroup). With sequential-startup the first compiled call of each thread (warm-up
 or first step) runs one thread at a time in thread order. With persistent-buffers every batch
-is copied into device buffers allocated once (collate already pads to one fixed shape).
+is copied into device buffers allocated once (collate already pads to one fixed shape). On the
+steps train.oracle_every picks, the thread recomputes its batch eagerly before the barrier and
+ends the run as a wrong result when the compiled step disagrees (dflash.oracle).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dflash.devices import bind_thread
 from dflash.faults import fault_point
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
+from dflash.oracle import Oracle
 from dflash.replicas import ReplicaGroup
 from dflash.step import StepInputs, compile_step, grad_step, make_inputs
 
@@ -68,7 +71,7 @@ class DrafterTrainLoop:
     def __init__(self, *, objectives: list[nn.Module], devices: tuple[torch.device, ...],
                  receiver: OrderedReceiver, group: ReplicaGroup, gate: StartupGate, turns: Turns,
                  cfg: RunConfig, fs, metrics: Metrics, warmup_shapes: list[tuple[int, int]],
-                 vocab_size: int, context_dim: int) -> None:
+                 vocab_size: int, context_dim: int, oracle: Oracle | None = None) -> None:
         self.objectives = objectives
         self.devices = devices
         self.receiver = receiver
@@ -81,6 +84,7 @@ class DrafterTrainLoop:
         self.warmup_shapes = warmup_shapes
         self.vocab_size = vocab_size
         self.context_dim = context_dim
+        self.oracle = oracle
 
     def _dtype(self, m: int) -> torch.dtype:
         return self.objectives[m].drafter.fc.weight.dtype
@@ -124,8 +128,14 @@ class DrafterTrainLoop:
                 inputs = buffers.fill(inputs)
                 self.fs.note("persistent-buffers")
             with self._first_call(m, first):
-                return grad_step(step_fn, self.objectives[m].drafter, inputs, self.fs,
-                                 seq=seq, tokens=hb.tokens.num_tokens, cudagraphs=self.cfg.compile.cudagraphs)
+                result = grad_step(step_fn, self.objectives[m].drafter, inputs, self.fs,
+                                   seq=seq, tokens=hb.tokens.num_tokens,
+                                   cudagraphs=self.cfg.compile.cudagraphs)
+            if self.oracle is not None and self.oracle.due(step):
+                # Here, not in the leader: this thread's replica and inputs, before the barrier
+                # that precedes the update (dflash.oracle.Oracle.check says why that is safe).
+                self.oracle.check(self.objectives[m], inputs, result, step)
+            return result
 
     def run(self, m: int) -> None:
         """Body of thread dflash-train-m."""

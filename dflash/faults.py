@@ -14,14 +14,18 @@ Key properties:
 Grammar: `DFLASH_FAULTS="rule;rule;..."`, `rule = name[@thread-glob]=[p%][cnt*]task[(arg)]`,
 tasks `off`, `raise[(message)]`, `delay(ms)` (sleeps: a thread blocked in a C call that releases
 the GIL), `spin(ms)` (a busy Python loop: a thread in a long compile, holding the GIL between
-switch intervals; neither looks at the pipeline's stop event), `yield`. `@glob` limits a rule to threads whose
-name matches (`fnmatch`). For one point the first rule that matches the thread and still has
-count left decides; its probability is then rolled.
+switch intervals; neither looks at the pipeline's stop event), `yield`, and `corrupt[(factor)]`
+(every floating tensor the point holds times factor, default 0, autograd graph kept: a silent
+wrong value, finite and without an exception, as a stale buffer or another thread's output would
+be; only at VALUE_POINTS, which pass their value through `fault_value`). `@glob` limits a rule to
+threads whose name matches (`fnmatch`). For one point the first rule that matches the thread and
+still has count left decides; its probability is then rolled.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 import random
 import re
@@ -50,7 +54,9 @@ POINTS = (
     "drafter.after_step",
     "gate.before_open",
 )
-TASKS = ("off", "raise", "delay", "spin", "yield")
+TASKS = ("off", "raise", "delay", "spin", "yield", "corrupt")
+VALUE_POINTS = ("drafter.after_forward",)
+"""Points that hold a value (`fault_value`): the only ones a `corrupt` rule may name."""
 ENV_PLAN = "DFLASH_FAULTS"
 ENV_SEED = "DFLASH_FAULTS_SEED"
 
@@ -61,6 +67,8 @@ _handler: Handler | None = None
 _external: Handler | None = None
 _plan: FaultPlan | None = None
 _install_lock = threading.Lock()
+# A `corrupt` rule that fired in this thread, for the fault_value call that ran it: (point, factor).
+_corrupting = threading.local()
 
 
 def fault_point(name: str) -> None:
@@ -68,6 +76,33 @@ def fault_point(name: str) -> None:
     handler = _handler
     if handler is not None:
         handler(name)
+
+
+def fault_value(name: str, value):
+    """`fault_point(name)` at a point that holds `value` (a tensor or a tuple of them): returns
+    `value`, or a corrupted copy when a `corrupt` rule fired here in this thread."""
+    handler = _handler
+    if handler is None:
+        return value
+    _corrupting.rule = None
+    handler(name)
+    fired, _corrupting.rule = _corrupting.rule, None
+    if fired is None or fired[0] != name:
+        return value
+    return corrupt(value, fired[1])
+
+
+def corrupt(value, factor: float):
+    """`value` with every floating tensor multiplied by `factor` (a NamedTuple keeps its type).
+    Multiplying, not overwriting, keeps the autograd graph: the backward still runs, on the
+    wrong numbers, as it would after a race."""
+    # Duck-typed: this module is imported by the harness, whose parent process never loads torch.
+    if callable(getattr(value, "is_floating_point", None)):
+        return value * factor if value.is_floating_point() else value
+    if isinstance(value, tuple):
+        items = [corrupt(v, factor) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    return value
 
 
 def set_handler(fn: Handler | None) -> None:
@@ -213,6 +248,9 @@ def _perform(rule: Rule, name: str) -> None:
             pass
     elif rule.task == "yield":
         time.sleep(0)  # releases the GIL: lets another thread run right at this point
+    elif rule.task == "corrupt":
+        # fault_value, which called this handler in this thread, applies it to its value.
+        _corrupting.rule = (name, float(rule.arg) if rule.arg is not None else 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,6 +284,8 @@ def parse_rule(text: str) -> Rule:
     task = a["task"]
     if task not in TASKS:
         raise bad(f"unknown task {task!r} (known: {', '.join(TASKS)})")
+    if task == "corrupt" and point not in VALUE_POINTS:
+        raise bad(f"task 'corrupt' needs a point that holds a value ({', '.join(VALUE_POINTS)})")
     return Rule(
         point=point,
         thread_glob=m["glob"],
@@ -290,4 +330,12 @@ def _parse_arg(task: str, arg: str | None, bad: Callable[[str], ConfigError]) ->
         return arg
     if task in ("off", "yield") and arg is not None:
         raise bad(f"task {task!r} takes no argument")
+    if task == "corrupt" and arg is not None:
+        try:
+            factor = float(arg)
+        except ValueError:
+            raise bad(f"corrupt({arg}): the factor must be a number") from None
+        if not math.isfinite(factor):
+            raise bad(f"corrupt({arg}): the factor must be finite (train.nan_check already "
+                      f"catches a non-finite loss)")
     return arg

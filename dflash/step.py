@@ -17,7 +17,7 @@ from torch import nn
 from dflash.anchors import sample_anchors
 from dflash.batch import HiddenBatch
 from dflash.config import CompileConfig, DrafterConfig
-from dflash.faults import fault_point
+from dflash.faults import fault_point, fault_value
 
 # Large odd multiplier: distinct (seed, seq) pairs give distinct generator seeds.
 _SEED_STRIDE = 1_000_003
@@ -147,8 +147,7 @@ def grad_step(step_fn: Callable, replica: nn.Module, inputs: StepInputs, fs, *,
     replica.zero_grad(set_to_none=True)
     fault_point("drafter.before_forward")
     with fs.around_call():
-        out = step_fn(*inputs.as_args())
-        fault_point("drafter.after_forward")
+        out = fault_value("drafter.after_forward", step_fn(*inputs.as_args()))
         fault_point("drafter.before_backward")
         out.loss.backward()
         fault_point("drafter.after_backward")

@@ -4,7 +4,8 @@ Order matters for the process contract: everything that can be bad input (fixes,
 device plan, target, data, vocabulary, bucket fit, checkpoint to resume) is checked before the
 output folder is touched, so a bad run writes nothing and exits 2. Then the pipeline runs
 (pipeline.Supervisor); a thread failure ends the run with exit 1 and one report per failed
-thread, a non-finite loss with exit 3, SIGINT/SIGTERM with a checkpoint and exit 130/143, no step
+thread, a non-finite loss or a step the differential oracle (dflash.oracle, train.oracle_every)
+finds wrong with exit 3, SIGINT/SIGTERM with a checkpoint and exit 130/143, no step
 for train.stall_s with a stack dump and exit 4 (dflash.watchdog).
 
 SIGINT/SIGTERM: the run stops at the next step boundary if one comes within SIGNAL_GRACE_S, else
@@ -47,6 +48,7 @@ from dflash.fixes import FixSet, Recommendation, resolve_names
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
 from dflash.objective import DFlashObjective
+from dflash.oracle import Oracle
 from dflash.pipeline import PipelineResult, SignalStop, Supervisor
 from dflash.prefetch import BatchPrefetcher, EpochPlanner
 from dflash.replicas import ReplicaGroup
@@ -182,6 +184,7 @@ class Trainer:
         self.signals = SignalStop()
         self.handle_signals = handle_signals
         self.watchdog: Watchdog | None = None
+        self.oracle = Oracle(cfg.train)
         self.recommendation: Recommendation | None = None
 
     def prepare(self) -> None:
@@ -297,7 +300,8 @@ class Trainer:
             objectives=m.objectives, devices=self.plan.drafter, receiver=receiver, group=group,
             gate=gate, turns=Turns(p.num_drafter_threads, stop, p.poll_s), cfg=cfg, fs=self.fs,
             metrics=self.metrics, warmup_shapes=self.planner.shapes(pad_to, pad_rows),
-            vocab_size=m.vocab_size, context_dim=m.context_dim)
+            vocab_size=m.vocab_size, context_dim=m.context_dim,
+            oracle=self.oracle if self.oracle.every else None)
         sup = Supervisor(stop=stop, fs=self.fs, shutdown_deadline_s=p.shutdown_deadline_s,
                          poll_s=p.poll_s)
         sup.on_stop(group.abort)
@@ -443,6 +447,7 @@ class Trainer:
             "fixes": list(self.fs.names()),
             "fixes_recommended": self.recommendation.line() if self.recommendation else None,
             "fix_counts": dict(self.fs.counts),
+            "oracle": self.oracle.summary(),
             "export": export_dir,
         }
 

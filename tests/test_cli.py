@@ -79,6 +79,8 @@ def test_bad_data_is_exit_2_with_one_error_line(kind, tmp_path, capsys):
     (["train", "--steps", "0"], "train.steps must be >= 1"),
     (["train", "--set", "drafter.attention=flex"], "drafter.attention=flex needs CUDA drafter devices"),
     (["train", "--bogus-flag"], "unrecognized arguments"),
+    (["train", "--set", "train.oracle_every=-1"], "train.oracle_every and train.oracle_flips must be >= 0"),
+    (["bench", "--oracle-every", "-2"], "--oracle-every must be >= 0, got -2"),
     (["export", "--checkpoint", "/nonexistent/ckpt", "--out", "{out}"], "no checkpoint found"),
 ])
 def test_bad_arguments_are_exit_2(argv, match, tmp_path, capsys):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 import pytest
+import torch
 
 from dflash import faults
 from dflash.errors import ConfigError, InjectedFault
@@ -124,6 +126,9 @@ def test_install_from_env_unset_installs_nothing():
         ("gate.before_open=delay", "needs a duration in ms"),
         ("gate.before_open=delay(x)", "duration must be a number"),
         ("gate.before_open=yield(2)", "takes no argument"),
+        ("drafter.after_backward=corrupt", "task 'corrupt' needs a point that holds a value"),
+        ("drafter.after_forward=corrupt(x)", "corrupt(x): the factor must be a number"),
+        ("drafter.after_forward=corrupt(nan)", "the factor must be finite"),
     ],
 )
 def test_parse_errors_are_specific(spec, message):
@@ -135,3 +140,40 @@ def test_parse_errors_are_specific(spec, message):
 def test_bad_seed_is_config_error():
     with pytest.raises(ConfigError, match="DFLASH_FAULTS_SEED"):
         faults.install_from_env({"DFLASH_FAULTS": "gate.before_open=raise", "DFLASH_FAULTS_SEED": "x"})
+
+
+class Out(NamedTuple):
+    loss: torch.Tensor
+    ids: torch.Tensor
+
+
+def test_corrupt_zeroes_floating_tensors_in_the_matching_thread_only():
+    plan = faults.install_plan("drafter.after_forward@dflash-train-1=corrupt")
+    w = torch.tensor(2.0, requires_grad=True)
+    out = Out(loss=w * 3.0, ids=torch.tensor([4, 5]))
+    assert faults.fault_value("drafter.after_forward", out) is out   # this thread: untouched
+    got: list[Out] = []
+    assert run_in_thread("dflash-train-1",
+                         lambda: got.append(faults.fault_value("drafter.after_forward", out))) is None
+    (bad,) = got
+    assert isinstance(bad, Out) and bad.loss.item() == 0.0 and bad.ids.tolist() == [4, 5]
+    assert bad.loss.grad_fn is not None
+    bad.loss.backward()   # the graph is kept: the backward runs, on the wrong numbers
+    assert float(w.grad) == 0.0 and plan.hits == {"drafter.after_forward": 1}
+
+
+def test_corrupt_takes_a_factor_and_counts_like_any_task():
+    faults.install_plan("drafter.after_forward=1*corrupt(1.5)")
+    x = torch.tensor([2.0])
+    assert faults.fault_value("drafter.after_forward", x).tolist() == [3.0]
+    assert faults.fault_value("drafter.after_forward", x) is x
+
+
+def test_fault_value_runs_the_other_tasks_and_the_handler_as_fault_point_does():
+    seen: list[str] = []
+    faults.set_handler(seen.append)
+    x = torch.tensor([1.0])
+    assert faults.fault_value("drafter.after_forward", x) is x and seen == ["drafter.after_forward"]
+    faults.install_plan("drafter.after_forward=raise")
+    with pytest.raises(InjectedFault):
+        faults.fault_value("drafter.after_forward", x)
