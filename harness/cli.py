@@ -23,8 +23,8 @@ from harness.analysis.crosstab import CrosstabError
 from harness.args import Parser, UsageError
 from harness.campaign.spec import MatrixError
 from harness.campaign.replay import ReplayError
-from harness.commands import (benches, crosstab, diagnose, doctor, families, lift, matrix, merge, pack, price,
-                              replay, report, resign, retire, run, show, shrink, stress, warmup)
+from harness.commands import (benches, crosstab, diagnose, doctor, exposure_cost, families, lift, matrix, merge,
+                              pack, price, replay, report, resign, retire, run, show, shrink, stress, warmup)
 from harness.diagnosis.catalogue import CatalogueError
 from harness.diagnosis.diagnose import DiagnoseError
 from harness.faults.scheduler import InvalidPlan
@@ -38,7 +38,7 @@ COMMANDS: dict[str, ModuleType] = {
     "diagnose": diagnose, "doctor": doctor, "show": show,
     # reading stores
     "report": report, "families": families, "crosstab": crosstab, "price": price, "benches": benches,
-    "warmup": warmup,
+    "warmup": warmup, "exposure-cost": exposure_cost,
     # keeping stores
     "merge": merge, "pack": pack, "retire": retire, "re-sign": resign,
 }

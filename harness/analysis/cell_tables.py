@@ -18,6 +18,12 @@ HEADERS = ("cell", "k/n", "rate", "95% CI (Wilson)", "p vs raw", "outcomes", "to
            "vs best")
 MEMORY_HEADER = "GPU GiB"
 """A last column, only where some cell has a figure (a GPU matrix): CPU tables stay as they were."""
+EXPOSURE_HEADER = "window"
+"""A column after k/n, only where some trial measured its exposure (harness.faults.exposure): the
+tables of stores recorded before the probes stay as they were (`NOT_MEASURED` says why)."""
+NOT_MEASURED = "exposure not measured"
+NOT_MEASURED_NOTE = (f"{NOT_MEASURED} in any trial here (recorded before the exposure probes, or run with "
+                     "exposure off): a clean cell's 0/n does not say whether its race's window opened.")
 
 
 def has_memory(cells: Sequence[CellSummary]) -> bool:
@@ -25,8 +31,37 @@ def has_memory(cells: Sequence[CellSummary]) -> bool:
     return any(c.gpu_peak_gib is not None for c in cells)
 
 
-def _headers(memory: bool) -> tuple[str, ...]:
-    return HEADERS + ((MEMORY_HEADER,) if memory else ())
+def has_exposure(cells: Sequence[CellSummary]) -> bool:
+    """Whether any trial of these cells measured exposure, which adds the window column."""
+    return any(c.measured for c in cells)
+
+
+def _headers(memory: bool, exposure: bool = False) -> tuple[str, ...]:
+    head = HEADERS[:2] + ((EXPOSURE_HEADER,) if exposure else ()) + HEADERS[2:]
+    return head + ((MEMORY_HEADER,) if memory else ())
+
+
+def exposure_text(c: CellSummary) -> str:
+    """The cell's window, read with its k: `clean, window opened in 27 of 29 trials (1,840 times)`;
+    `window never opened` where no trial met it (a fix that keeps it shut is not shown to hold);
+    `exposure not measured` for records from before the probes."""
+    if c.windows == ():
+        return "no probe for its race"
+    if not c.measured:
+        return NOT_MEASURED
+    trials = f"{c.measured} trial{'s' if c.measured != 1 else ''}" + ("" if c.measured == c.n else " measured")
+    eager = f", {c.eager_openings:,} eagerly" if c.eager_openings else ""
+    if c.exposed == 0:
+        if c.eager_only:
+            return (f"window never opened on the compiled path (opened only as eager calls, in "
+                    f"{c.eager_only} of {trials}, {_times(c.eager_openings)})")
+        return f"window never opened in {trials}"
+    head = "clean, " if c.k == 0 else ""
+    return f"{head}window opened in {c.exposed} of {trials} ({_times(c.openings)}{eager})"
+
+
+def _times(n: int) -> str:
+    return f"{n:,} time{'s' if n != 1 else ''}"
 
 
 def _pct(x: float) -> str:
@@ -39,7 +74,7 @@ def _seconds(x: float | None) -> str:
     return f"{x:.1f}s" if x < 600 else f"{x / 60:.1f}m"
 
 
-def cell_row(c: CellSummary, *, memory: bool = False) -> tuple[str, ...]:
+def cell_row(c: CellSummary, *, memory: bool = False, exposure: bool = False) -> tuple[str, ...]:
     ci = f"[{_pct(c.low)}, {_pct(c.high)}]"
     if c.rule_of_three is not None:
         ci += f" p<{_pct(c.rule_of_three)}"
@@ -54,13 +89,14 @@ def cell_row(c: CellSummary, *, memory: bool = False) -> tuple[str, ...]:
     ratio = "-" if c.tokens_ratio is None else f"{c.tokens_ratio:.2f}x"
     rate = _pct(c.k / c.n) if c.n else "-"
     fisher = "-" if c.fisher_p is None else f"{c.fisher_p:.3g}"
-    row = (c.cell, kn, rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
+    row = (c.cell, kn) + ((exposure_text(c),) if exposure else ()) + (
+        rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
     return row + (("-" if c.gpu_peak_gib is None else f"{c.gpu_peak_gib:.1f}",) if memory else ())
 
 
 def text_table(cells: Sequence[CellSummary]) -> str:
-    memory = has_memory(cells)
-    rows = [_headers(memory)] + [cell_row(c, memory=memory) for c in cells]
+    memory, exposure = has_memory(cells), has_exposure(cells)
+    rows = [_headers(memory, exposure)] + [cell_row(c, memory=memory, exposure=exposure) for c in cells]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -108,11 +144,28 @@ def markdown_table(cells: Sequence[CellSummary]) -> str:
     def esc(v: str) -> str:
         return v.replace("|", "\\|")
 
-    memory = has_memory(cells)
-    top = _headers(memory)
+    memory, exposure = has_memory(cells), has_exposure(cells)
+    top = _headers(memory, exposure)
     lines = ["| " + " | ".join(top) + " |", "|" + "---|" * len(top)]
-    lines += ["| " + " | ".join(esc(v) for v in cell_row(c, memory=memory)) + " |" for c in cells]
+    lines += ["| " + " | ".join(esc(v) for v in cell_row(c, memory=memory, exposure=exposure)) + " |"
+              for c in cells]
     return "\n".join(lines)
+
+
+def exposure_lines(cells: Sequence[CellSummary]) -> list[str]:
+    """Per cell, every window its trials measured: `F2 27/29 trials (1,840 times)`, first the
+    ones that opened; the first opening's median time where some did."""
+    out = []
+    for c in cells:
+        if not c.by_window:
+            continue
+        rows = sorted(c.by_window.items(), key=lambda kv: (-kv[1][1], kv[0]))
+        parts = [f"{w} {opened}/{measured}" + (f" ({_times(times)}{f', {eager:,} eagerly' if eager else ''})"
+                                                if times else "")
+                 for w, (measured, opened, times, eager) in rows]
+        first = f"; first opening at {_seconds(c.first_open_s)} (median)" if c.first_open_s is not None else ""
+        out.append(f"{c.cell}: {', '.join(parts)}{first}")
+    return out
 
 
 def signature_lines(cells: Sequence[CellSummary]) -> list[str]:

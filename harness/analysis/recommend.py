@@ -10,6 +10,12 @@ the scheduler's delays slow the stressed cells); without throughput figures (rep
 every qualifying strategy is listed. When nothing qualifies, that is the verdict, with the clean
 strategies that lack trials and the failing ones named, rather than a lucky cell.
 
+Where a trial measured its exposure (harness.faults.exposure) and its cell's window never opened
+on the compiled path, it is no stressed trial of a fix: a lock that keeps the window shut or a
+fallback that runs the call eagerly was never put to the race. Such trials count in n but not
+toward MIN_STRESSED, and the verdict says how many there were. Trials recorded before the probes
+count as they always did, so the verdicts on those stores stand.
+
 Eager is a cell too, and the campaign asks for the fastest cell that stays clean: when eager itself
 qualifies (clean, MIN_STRESSED stressed trials) and no compiled strategy does, or eager runs faster
 than the one that does, the verdict recommends eager (do not compile) and says what the compiled
@@ -66,6 +72,9 @@ class StrategyTotals:
     k: int = 0
     n: int = 0
     n_stressed: int = 0
+    """Trials under a fault plan, less those whose measured window never opened."""
+    n_unexposed: int = 0
+    """Stressed trials left out of n_stressed: exposure measured, window never opened."""
     tokens_per_s: float | None = None
     """Median tokens/s of the plain cell (else of any cell that has one)."""
     tokens_range: tuple[float, float] | None = None
@@ -117,7 +126,10 @@ def totals(cells: Sequence) -> dict[str, dict[str, StrategyTotals]]:
         t.k += c.k
         t.n += c.n
         if c.plan != NO_PLAN:
-            t.n_stressed += c.n
+            # Duck-typed: summaries from before the probes (and tests' stand-ins) have no field.
+            unexposed = getattr(c, "unexposed", 0)
+            t.n_stressed += c.n - unexposed
+            t.n_unexposed += unexposed
         if c.tokens_per_s is not None:
             figure = (c.tokens_per_s, getattr(c, "tokens_range", None))
             any_tokens.setdefault((c.workload, c.strategy), figure)
@@ -186,18 +198,23 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, benc
         elif v.chosen and v.chosen[0].tokens_per_s is not None:
             t = v.chosen[0]
             out.append(f"{v.workload}: recommend `{t.strategy}`: 0/{t.n} failures ({t.n_stressed} under "
-                       f"a fault plan), {t.tokens_per_s:.0f} tokens/s = {_ratio(t, v.lock, LOCK)}, "
+                       f"a fault plan{_unexposed(t)}), {t.tokens_per_s:.0f} tokens/s = {_ratio(t, v.lock, LOCK)}, "
                        f"{_ratio(t, v.eager, EAGER)}. {_concurrency(v, min_stressed, bench_runs)}{_noisy(v)}"
                        f"{_alone(v, bench_runs)}{_ruled_out_alone(v)}")
         elif v.chosen:
-            names = ", ".join(f"`{t.strategy}` (0/{t.n}, {t.n_stressed} stressed)" for t in v.chosen)
+            names = ", ".join(f"`{t.strategy}` (0/{t.n}, {t.n_stressed} stressed{_unexposed(t)})" for t in v.chosen)
             out.append(f"{v.workload}: clean with >= {min_stressed} stressed trials: {names}.")
         else:
-            short = ", ".join(f"`{t.strategy}` 0/{t.n} ({t.n_stressed} stressed)" for t in v.short) or "none"
+            short = ", ".join(f"`{t.strategy}` 0/{t.n} ({t.n_stressed} stressed{_unexposed(t)})"
+                              for t in v.short) or "none"
             failing = ", ".join(f"`{t.strategy}` {t.failures()}" for t in v.failing) or "none"
             out.append(f"{v.workload}: no configuration qualifies (needs 0 failures and >= {min_stressed} "
                        f"stressed trials); clean so far: {short}; failing: {failing}.")
     return out
+
+
+def _unexposed(t: StrategyTotals) -> str:
+    return f"; {t.n_unexposed} more whose window never opened, not counted" if t.n_unexposed else ""
 
 
 def _benched(bench_runs: Sequence, workload: str) -> dict[int, dict[str, list]]:

@@ -4,6 +4,12 @@ failure families, time to the first failure, throughput and GPU memory.
 Everything here is a function of the stored records alone (no clock, no spec), so the same store
 gives the same summaries. Cells are ordered by workload, then strategy (`raw` first), then plan.
 
+Exposure (harness.faults.exposure): a cell counts the trials in which its windows opened, a
+repro's the windows of its catalogued races, any other workload's every window it measured. A
+0/n is evidence only where the window opened: a fix can keep it shut (a lock that serialises the
+tracer and the call) or defuse it (nested-fx-fallback runs the call eagerly), which reads as
+"window never opened", not as clean; records from before the probes read "not measured".
+
 Rates follow concurrency-anchors.md section 4.3: k/n with a Wilson 95% interval, and at k = 0 the
 rule-of-three bound 3/n as well ("p < 3/n (95%)"); TIMEOUT and HARNESS_ERROR trials are counted
 apart and are not in n. tokens/s is compared with the fastest clean (k = 0) cell of the same
@@ -19,6 +25,7 @@ from dataclasses import dataclass, field
 from harness import stats
 from harness.campaign.cells import split_cell
 from harness.diagnosis import families
+from harness.diagnosis.catalogue import load as load_catalogue
 from harness.trial.outcome import Outcome, TrialResult
 
 
@@ -62,6 +69,28 @@ class CellSummary:
     fisher_p: float | None = None
     """One-sided Fisher exact p that this strategy fails less often than `raw` under the same
     workload and plan (concurrency-anchors.md 4.3, before/after a fix); None for raw itself."""
+    windows: tuple[str, ...] | None = None
+    """The exposure windows the cell is judged by (catalogue.windows_of): None = every window its
+    trials measured; () = its races have no probe."""
+    measured: int = 0
+    """Counted trials whose exposure was measured for those windows."""
+    exposed: int = 0
+    """Of those, trials in which a window opened on the compiled path."""
+    eager_only: int = 0
+    """Trials in which a window opened only as calls that ran eagerly (nested-fx-fallback)."""
+    openings: int = 0
+    """Window openings over the counted trials, eager ones included."""
+    eager_openings: int = 0
+    first_open_s: float | None = None
+    """Median seconds from start-up to the first opening, over the exposed trials."""
+    by_window: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    """Window -> (trials measured, trials it opened in, openings, openings run eagerly), for the
+    per-window lines."""
+
+    @property
+    def unexposed(self) -> int:
+        """Measured trials whose window never opened on the compiled path: no evidence either way."""
+        return self.measured - self.exposed
 
 
 def _cell_key(cell: str) -> tuple:
@@ -98,8 +127,9 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
     tokens = [r.tokens_per_s for r in counted if r.tokens_per_s is not None and not r.outcome.is_failure]
     peaks = [p for p in (r.gpu_peak_gib for r in rs) if p is not None]
     w, s, p = split_cell(cell)
+    exposure = _exposure(counted, load_catalogue().windows_of(w))
     return CellSummary(
-        cell=cell, workload=w, strategy=s, plan=p, n=n, k=k,
+        cell=cell, workload=w, strategy=s, plan=p, n=n, k=k, **exposure,
         timeouts=sum(r.outcome is Outcome.TIMEOUT for r in rs),
         errors=sum(r.outcome is Outcome.HARNESS_ERROR for r in rs),
         resources=sum(r.outcome is Outcome.RESOURCE for r in rs),
@@ -115,6 +145,42 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
         tokens_range=(min(tokens), max(tokens)) if tokens else None,
         gpu_peak_gib=max(peaks) if peaks else None,
     )
+
+
+def _exposure(counted: list[TrialResult], windows: tuple[str, ...] | None) -> dict:
+    """CellSummary's exposure fields over the counted trials."""
+    measured = exposed = eager_only = openings = eager_openings = 0
+    firsts: list[float] = []
+    by_window: dict[str, list[int]] = {}
+    for r in counted:
+        counts = r.exposures
+        if counts is None:
+            continue
+        keys = [w for w in (sorted(counts) if windows is None else windows) if w in counts]
+        if not keys:
+            continue
+        measured += 1
+        eager = r.exposure_eager or {}
+        opened = sum(counts[w] for w in keys)
+        openings += opened
+        eager_openings += sum(eager.get(w, 0) for w in keys)
+        if r.exposed(keys):
+            exposed += 1
+            times = [(r.exposure_first_s or {}).get(w) for w in keys if counts[w] > eager.get(w, 0)]
+            times = [t for t in times if t is not None]
+            if times:
+                firsts.append(min(times))
+        elif opened:
+            eager_only += 1
+        for w in keys:
+            row = by_window.setdefault(w, [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += counts[w] > 0
+            row[2] += counts[w]
+            row[3] += eager.get(w, 0)
+    return dict(windows=windows, measured=measured, exposed=exposed, eager_only=eager_only, openings=openings,
+                eager_openings=eager_openings, first_open_s=stats.median_or_none(firsts),
+                by_window={w: tuple(v) for w, v in sorted(by_window.items())})
 
 
 def _fill_ratios(cells: list[CellSummary]) -> None:

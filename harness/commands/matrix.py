@@ -15,7 +15,8 @@ import json
 import sys
 
 from harness import stats
-from harness.analysis.cell_tables import signature_lines, summary_json, text_table
+from harness.analysis.cell_tables import (NOT_MEASURED_NOTE, exposure_lines, has_exposure, signature_lines,
+                                          summary_json, text_table)
 from harness.analysis.excerpts import native_excerpts
 from harness.analysis.summary import summarize
 from harness.args import UsageError, comma_list, positive_float, positive_int
@@ -173,6 +174,13 @@ def _print_matrix_table(done: MatrixRun, cells) -> None:
     print(f"matrix {done.spec.name}: ran {done.ran} trials in {format_elapsed(done.elapsed_s)}, "
           f"{done.resumed} already in {done.spec.store_dir}, {_left_words(done)}")
     print(text_table(cells))
+    windows = exposure_lines(cells)
+    if windows:
+        print("\nwindows (harness.faults.exposure: trials each opened in / measured, openings):")
+        for line in windows:
+            print(f"  {line}")
+    elif not has_exposure(cells):
+        print(f"\n{NOT_MEASURED_NOTE}")
     sigs = signature_lines(cells)
     if sigs:
         print("\nsignatures:")

@@ -18,12 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.faults.exposure import PROBES
 from harness.stores.store import Store
 
 CATALOGUE_PATH = Path(__file__).with_name("races.toml")
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: store paths in the catalogue are relative to it."""
 KINDS = ("race", "compiler-bug", "generic")
+FIX_WINDOWS = ("opens", "shut")
+REPRO_WORKLOAD = re.compile(r"(r\d\d)(?:$|[-_:])")
+"""A workload named after a repro id (cpu-quick's `r06`, a spec's `r06-inductor`)."""
 
 
 class CatalogueError(ValueError):
@@ -83,6 +87,8 @@ class Race:
     messages: tuple[str, ...] = ()
     native: tuple[str, ...] = ()
     probe: str | None = None
+    exposure: str | None = None
+    """harness.faults.exposure probe that counts this race's window (its key: this race's id)."""
     repros: tuple[str, ...] = ()
     upstream: tuple[str, ...] = ()
     reference: str = ""
@@ -127,6 +133,13 @@ class Repro:
     on_torch: str | None = None
     """major.minor where this row replaces the same id's row (a record for another torch)."""
     fix_source: str = ""
+    fix_window: str | None = None
+    """What the fix does to its race's exposure window (FIX_WINDOWS): `opens` (the window opens
+    under the fix, which survives it or runs the call eagerly) or `shut` (the fix keeps it shut).
+    None: not stated (not measured on the row's device yet); the suite's gate then says so."""
+    fix_exposed: int | None = None
+    """`opens`: the window must open in at least this many of fix_trials; `shut`: in each of this
+    many raw trials of the same seeds (the control that the plan opens it at all)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +161,16 @@ class Catalogue:
 
     def races_of_repro(self, repro_id: str) -> tuple[Race, ...]:
         return tuple(r for r in self.races if repro_id in r.repros)
+
+    def windows_of(self, workload: str) -> tuple[str, ...] | None:
+        """The exposure windows a workload's cells are judged by: a repro's (a workload named
+        `rNN` or `rNN-...`) races with a probe, () where none has one; None for any other
+        workload (the trainer, a user's program), judged by every window it measured."""
+        m = REPRO_WORKLOAD.match(workload)
+        races = self.races_of_repro(m.group(1)) if m else ()
+        if not races:
+            return None
+        return tuple(r.id for r in races if r.exposure is not None)
 
 
 def _strs(entry: dict, key: str, where: str) -> tuple[str, ...]:
@@ -178,7 +201,8 @@ def _evidence(cls, raw: dict, where: str, **extra):
 def _race(raw: dict) -> Race:
     where = f"race {raw.get('id', '?')}"
     unknown = set(raw) - {"id", "title", "kind", "needs_cuda", "summary", "messages", "native", "probe",
-                          "repros", "upstream", "reference", "hint", "faces", "context", "fixes", "versions"}
+                          "exposure", "repros", "upstream", "reference", "hint", "faces", "context", "fixes",
+                          "versions"}
     if unknown:
         raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
     if raw.get("kind") not in KINDS:
@@ -191,13 +215,23 @@ def _race(raw: dict) -> Race:
                 raise CatalogueError(f"{where}: bad {key} regex {p!r}: {e}") from None
     if not raw.get("summary"):
         raise CatalogueError(f"{where}: no summary pattern")
+    exposure = raw.get("exposure")
+    if exposure is not None:
+        probe = PROBES.get(exposure)
+        if probe is None:
+            raise CatalogueError(f"{where}: unknown exposure probe {exposure!r} "
+                                 f"(harness.faults.exposure.PROBES: {', '.join(PROBES)})")
+        if probe.window != raw.get("id"):
+            raise CatalogueError(f"{where}: exposure probe {exposure!r} counts window {probe.window!r}, "
+                                 "not this race")
     fixes = tuple(_evidence(FixEvidence, f, f"{where} fix {f.get('name', '?')}", name=f.get("name", ""))
                   for f in raw.get("fixes", []))
     versions = tuple(_evidence(VersionEvidence, v, f"{where} torch {v.get('torch', '?')}", torch=v.get("torch", ""))
                      for v in raw.get("versions", []))
     return Race(id=raw["id"], title=raw["title"], kind=raw["kind"], needs_cuda=bool(raw.get("needs_cuda")),
                 summary=_strs(raw, "summary", where), messages=_strs(raw, "messages", where),
-                native=_strs(raw, "native", where), probe=raw.get("probe"), repros=_strs(raw, "repros", where),
+                native=_strs(raw, "native", where), probe=raw.get("probe"), exposure=exposure,
+                repros=_strs(raw, "repros", where),
                 upstream=_strs(raw, "upstream", where), reference=raw.get("reference", ""),
                 hint=raw.get("hint", ""), faces=_strs(raw, "faces", where),
                 context=_strs(raw, "context", where), fixes=fixes, versions=versions)
@@ -219,16 +253,24 @@ def _repro(raw: dict, races: dict[str, Race]) -> Repro:
         raise CatalogueError(f"{where}: bad family regex: {e}") from None
     keys = {"id", "script", "device", "family", "recorded", "torch", "store", "plan", "recorded_plain",
             "expect", "fix", "fix_args", "fix_recorded", "fix_trials", "repro_cap", "native", "on_torch",
-            "fix_source"}
+            "fix_source", "fix_window", "fix_exposed"}
     if set(raw) - keys:
         raise CatalogueError(f"{where}: unknown keys {sorted(set(raw) - keys)}")
+    fix_window, fix_exposed = raw.get("fix_window"), raw.get("fix_exposed")
+    if (fix_window is None) != (fix_exposed is None):
+        raise CatalogueError(f"{where}: fix_window and fix_exposed go together")
+    if fix_window is not None and fix_window not in FIX_WINDOWS:
+        raise CatalogueError(f"{where}: fix_window must be one of {FIX_WINDOWS}")
+    if fix_exposed is not None and not (isinstance(fix_exposed, int) and fix_exposed >= 1):
+        raise CatalogueError(f"{where}: fix_exposed must be an int >= 1")
     return Repro(id=raw["id"], script=raw["script"], device=raw["device"], family=family,
                  recorded=_pair(raw["recorded"], where), torch=raw["torch"], store=raw["store"],
                  plan=raw.get("plan"), recorded_plain=_pair(raw.get("recorded_plain"), where),
                  expect=raw.get("expect", "reproduces"), fix=raw.get("fix"),
                  fix_args=_strs(raw, "fix_args", where), fix_recorded=_pair(raw.get("fix_recorded"), where),
                  fix_trials=raw.get("fix_trials", 29), repro_cap=raw.get("repro_cap"),
-                 native=raw.get("native"), on_torch=raw.get("on_torch"), fix_source=raw.get("fix_source", ""))
+                 native=raw.get("native"), on_torch=raw.get("on_torch"), fix_source=raw.get("fix_source", ""),
+                 fix_window=fix_window, fix_exposed=fix_exposed)
 
 
 def parse(text: str) -> Catalogue:

@@ -30,7 +30,11 @@ from dataclasses import dataclass
 # The trainer's named points: one list, owned by dflash.faults (stdlib-only, cheap to import).
 from dflash.faults import POINTS as STAGE_POINTS
 
-Hook = Callable[[str, str], None]  # hook(point, when) with when in {"before", "after"}
+Hook = Callable[[str, str], None]
+"""hook(point, when): when is "before" the call, "after" it returned, or "raise" when it (or a
+hook before it) raised. A point may carry several hooks (the fault plan's, the exposure probes'):
+"before" runs them in the order installed, "after" and "raise" in reverse, as nested `with`
+blocks would, so a later hook's region sits inside an earlier hook's delays."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +64,13 @@ TORCH_POINTS: dict[str, Point] = {
             targets=("torch.fx.graph:Graph.create_node",),
             why="runs inside every trace while the FX flag is live; sleeps here took R1 to "
             "10/10 (exp 2), the most effective lever found",
+        ),
+        Point(
+            name="fx.call_module",
+            targets=("torch.fx._symbolic_trace:Tracer.call_module",),
+            why="where every module call lands while a trace has nn.Module.__call__ patched, "
+            "in any thread: another thread's eager call raising 'module is not installed as a "
+            "submodule' (R4, PR #187589); hit only during symbolic_trace",
         ),
         Point(
             name="make_fx.dispatch_trace",
@@ -139,6 +150,8 @@ class _Patch:
     attr: str
     original: object
     target: str
+    hooks: list[Hook]
+    """Read by the wrapper at each call, so a hook added later reaches an installed point."""
 
 
 _lock = threading.Lock()
@@ -174,7 +187,7 @@ def _resolve(target: str) -> tuple[object, str, object]:
     return owner, attr, raw
 
 
-def _make_wrapper(name: str, raw: object, hook: Hook) -> object:
+def _make_wrapper(name: str, raw: object, hooks: list[Hook]) -> object:
     kind = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
     fn = raw.__func__ if kind is not None else raw
     if not callable(fn):
@@ -183,9 +196,18 @@ def _make_wrapper(name: str, raw: object, hook: Hook) -> object:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         HITS[name] += 1
-        hook(name, "before")
-        result = fn(*args, **kwargs)
-        hook(name, "after")
+        try:
+            for hook in hooks:
+                hook(name, "before")
+            result = fn(*args, **kwargs)
+        except BaseException:
+            # A region a hook opened must close when the call raises (an R4 trace that fails,
+            # a fault the plan raised), or it would read as open for the rest of the run.
+            for hook in reversed(hooks):
+                hook(name, "raise")
+            raise
+        for hook in reversed(hooks):
+            hook(name, "after")
         return result
 
     wrapper.__harness_point__ = name
@@ -193,15 +215,19 @@ def _make_wrapper(name: str, raw: object, hook: Hook) -> object:
 
 
 def _install_target(name: str, target: str, hook: Hook) -> bool:
-    """Wrap `target` for point `name`; False if it does not resolve. Caller holds _lock."""
+    """Wrap `target` for point `name` (or add `hook` to its wrapper); False if it does not
+    resolve. Caller holds _lock."""
     if name in _patches:
+        if hook not in _patches[name].hooks:
+            _patches[name].hooks.append(hook)
         return True
     try:
         owner, attr, raw = _resolve(target)
     except (ImportError, AttributeError, KeyError):
         return False
-    setattr(owner, attr, _make_wrapper(name, raw, hook))
-    _patches[name] = _Patch(owner=owner, attr=attr, original=raw, target=target)
+    hooks = [hook]
+    setattr(owner, attr, _make_wrapper(name, raw, hooks))
+    _patches[name] = _Patch(owner=owner, attr=attr, original=raw, target=target, hooks=hooks)
     return True
 
 
@@ -218,13 +244,16 @@ def install_now(names: list[str], hook: Hook) -> dict[str, str]:
 
 
 def uninstall_all() -> None:
-    """Restore every wrapped original and forget hit counts (tests)."""
+    """Restore every wrapped original, drop the installs still waiting for their module and
+    forget hit counts (tests; the exposure-cost benchmark's rounds without probes)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _LoadWatcher)]
     with _lock:
         for patch in _patches.values():
             setattr(patch.owner, patch.attr, patch.original)
         _patches.clear()
         _unavailable.clear()
         HITS.clear()
+        _stage_handlers.clear()
 
 
 class _LoadWatcher(importlib.abc.MetaPathFinder):
@@ -305,3 +334,27 @@ def on_module_loaded(module_name: str, callback: Callable[[object], None]) -> No
     sys.meta_path.insert(
         0, _LoadWatcher({module_name}, lambda name: callback(sys.modules[name]))
     )
+
+
+# Several harness parts listen at the trainer's stage points (the fault plan, the exposure probes),
+# but dflash.faults takes one external handler: they are composed here, in the order added.
+_stage_handlers: list[Callable[[str], None]] = []
+
+
+def add_stage_handler(handler: Callable[[str], None]) -> None:
+    """Call `handler(name)` at every dflash.faults stage point, once the program imports it."""
+    _stage_handlers.append(handler)
+    on_module_loaded("dflash.faults", _set_stage_handler)
+
+
+def _set_stage_handler(module) -> None:
+    handlers = tuple(_stage_handlers)
+    if len(handlers) == 1:
+        module.set_handler(handlers[0])
+        return
+
+    def composed(name: str) -> None:
+        for handler in handlers:
+            handler(name)
+
+    module.set_handler(composed if handlers else None)

@@ -361,9 +361,8 @@ def install(plan: Plan, *, log_path: str | None = None) -> Scheduler:
     if plan.start_barrier is not None:
         _install_start_barrier(plan.start_barrier, sched)
     points.install_lazily(plan.torch_points(), sched.hit)
-    # Installed once the program imports dflash.faults itself: importing it here would pull in
-    # the trainer (and torch) for programs that never use it.
-    points.on_module_loaded("dflash.faults", lambda mod: mod.set_handler(sched.stage_handler))
+    # Composed with the exposure probes' handler (dflash.faults takes one), once it is loaded.
+    points.add_stage_handler(sched.stage_handler)
     atexit.register(sched.close)
     _active = sched
     return sched

@@ -20,6 +20,7 @@ import dataclasses
 import enum
 import re
 from dataclasses import dataclass
+from collections.abc import Collection
 from typing import Any, Mapping
 
 
@@ -132,6 +133,26 @@ class TrialResult:
     killed): a native crash or a hang has it too, and it counts the CUDA context. A lower bound
     (a crash's last sample may be up to one period old). None: not a GPU host, a trial shorter
     than one period, no sample saw memory held, or nvidia-smi could not tell."""
+    exposures: dict[str, int] | None = None
+    """How often each race's window opened in the trial (harness.faults.exposure: race id ->
+    openings, 0 for a window measured that never opened). None: not measured (the trial ran with
+    exposure off, or before the probes existed): a clean trial then says nothing of its window."""
+    exposure_first_s: dict[str, float] | None = None
+    """Seconds from the child's start-up to each opened window's first opening."""
+    exposure_eager: dict[str, int] | None = None
+    """Openings whose compiled call took Dynamo's eager fallback instead (nested-fx-fallback):
+    the window opened, but not on the compiled path the race needs."""
+
+    def exposed(self, windows: Collection[str] | None = None) -> bool | None:
+        """Whether a window (any of `windows`; every measured one if None) opened on the compiled
+        path in this trial; None where none of them was measured."""
+        if self.exposures is None:
+            return None
+        keys = [w for w in (self.exposures if windows is None else windows) if w in self.exposures]
+        if not keys:
+            return None
+        eager = self.exposure_eager or {}
+        return any(self.exposures[w] > eager.get(w, 0) for w in keys)
 
     @property
     def reported_gpu_peak_gib(self) -> float | None:

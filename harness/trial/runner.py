@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from harness.faults import exposure
 from harness.trial import gpu, hangs, native, signature, tracebacks
 from harness.trial.outcome import Outcome, TrialResult, mark_resource
 from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
@@ -63,8 +64,14 @@ NATIVE_STACK_NAME = "native_stack.txt"
 STALL_DUMP_NAME = "stall-dump.txt"
 """A workload's own all-thread dump of a stall (dflash's watchdog), kept with the trial."""
 """The crashing thread's native frames, names resolved here, where the trial's libraries are."""
+EXPOSURE_NAME = "exposure.json"
+"""The child's window counts (harness.faults.exposure), read into the TrialResult."""
+EXPOSURE_OFF = ("0", "off", "false", "no")
+"""HARNESS_EXPOSURE in the harness's own environment with one of these turns the probes off for
+every trial it runs (a spec turns them off for its own with `exposure: false`)."""
 _TRIAL_FILES = (OUTPUT_NAME, "spec.json", "result.json", "heartbeat", "plan.json",
-                "plan_log.jsonl", "pyspy.json", "hang_dump.txt", NATIVE_STACK_NAME, STALL_DUMP_NAME)
+                "plan_log.jsonl", "pyspy.json", "hang_dump.txt", NATIVE_STACK_NAME, STALL_DUMP_NAME,
+                EXPOSURE_NAME)
 BOOTSTRAP_DIR = REPO_ROOT / "harness" / "trial" / "bootstrap"
 
 _FATAL_SIGNALS = {
@@ -129,6 +136,7 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     text = _read_output(output_path)
     _classify(result, ending, text, out)
     _keep_native_stack(out, text)
+    _read_exposure(result, out)
     if ending.members is not None:
         result.gpu_mem_gib = ending.gpu_mem_gib
         if ending.gpu_mem_error:
@@ -152,11 +160,31 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env["PYTHONFAULTHANDLER"] = "1"
     env = native.with_preload(env)   # a native crash also prints its C/C++ frames (harness.trial.native)
     env.pop("HARNESS_PLAN", None)
+    if exposure_on(spec):
+        env[exposure.ENV_EXPOSURE] = str(out / EXPOSURE_NAME)
+    else:
+        env.pop(exposure.ENV_EXPOSURE, None)
     if spec.plan is not None:
         plan_path = out / "plan.json"
         plan_path.write_text(json.dumps(spec.plan, indent=2) + "\n")
         env["HARNESS_PLAN"] = str(plan_path)
     return env
+
+
+def exposure_on(spec: TrialSpec) -> bool:
+    """Whether the trial counts its windows: on unless its spec or our environment says off."""
+    return spec.exposure and os.environ.get(exposure.ENV_EXPOSURE, "").strip().lower() not in EXPOSURE_OFF
+
+
+def _read_exposure(result: TrialResult, out: Path) -> None:
+    """The child's window counts; a trial with exposure on that wrote none (it died before a
+    window opened and before exit, or never started Python) measured nothing: left None."""
+    reading = exposure.read(out / EXPOSURE_NAME)
+    if reading is None:
+        return
+    result.exposures = reading.counts
+    result.exposure_first_s = reading.first_s
+    result.exposure_eager = reading.eager or None
 
 
 def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:

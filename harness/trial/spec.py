@@ -52,6 +52,8 @@ class TrialSpec:
     trial_index: int = 0
     cwd: str | None = None
     """Working directory of the child; None = the repository root."""
+    exposure: bool = True
+    """Count the races' windows in the child (harness.faults.exposure); False installs nothing."""
 
     def validate(self) -> None:
         """Raise InvalidSpec with one clear line for the first bad field."""
@@ -73,6 +75,8 @@ class TrialSpec:
             raise InvalidSpec(f"trial_index: expected an int, got {self.trial_index!r}")
         if self.trial_index < 0:
             raise InvalidSpec(f"trial_index: must be >= 0, got {self.trial_index}")
+        if not isinstance(self.exposure, bool):
+            raise InvalidSpec(f"exposure: expected true or false, got {self.exposure!r}")
         if self.cwd is not None and not Path(self.cwd).is_dir():
             raise InvalidSpec(f"cwd: {self.cwd!r} is not a directory")
 
@@ -93,6 +97,7 @@ class TrialSpec:
             "hang_s": self.hang_s,
             "trial_index": self.trial_index,
             "cwd": self.cwd,
+            "exposure": self.exposure,
         }
 
     @classmethod

@@ -21,11 +21,15 @@ caught with 95% probability) for the two fixes cpu-quick also checks (r06 nested
 global-lock); 10 for r07, r14, r15, r18 and 2 for the deterministic triggers (r11, r13, r17), to
 keep CI within its budget -- those checks print their weaker bound. `RACE_FIX_TRIALS=29` runs every
 fix check with 29 trials.
+
+`windows` are the exposure windows of the row's races (harness.faults.exposure, `exposure` in the
+catalogue); `fix_window`/`fix_exposed` state what the fix does to them, which the fix check's gate
+holds it to (tests/race/racecheck.py `check_exposure`).
 """
 
 from __future__ import annotations
 
-from harness.diagnosis.catalogue import Repro, load
+from harness.diagnosis.catalogue import Catalogue, Repro, load
 from tests.race.racecheck import REPRO_MAX_TRIALS, Race
 
 CPU_TORCH = "2.13.0+cpu"
@@ -34,7 +38,7 @@ CPU_STORE = "results/catalogue-cpu/trials.jsonl"
 GPU_STORE = "results/gpu-repros/trials.jsonl"
 
 
-def _race(row: Repro) -> Race:
+def _race(row: Repro, catalogue: Catalogue | None = None) -> Race:
     plan = row.plan or "-"
     cells = [f"{row.id}:raw@{plan}"] + ([f"{row.id}:{row.fix}@{plan}"] if row.fix else [])
     source = f"{row.store}/trials.jsonl cells {', '.join(cells)}"
@@ -43,7 +47,9 @@ def _race(row: Repro) -> Race:
     return Race(id=row.id, script=row.script, device=row.device, family=row.family, plan=row.plan,
                 recorded=row.recorded, recorded_plain=row.recorded_plain, torch=row.torch, source=source,
                 expect=row.expect, fix=row.fix, fix_args=row.fix_args, fix_recorded=row.fix_recorded,
-                fix_trials=row.fix_trials, repro_cap=row.repro_cap or REPRO_MAX_TRIALS, native=row.native)
+                fix_trials=row.fix_trials, repro_cap=row.repro_cap or REPRO_MAX_TRIALS, native=row.native,
+                windows=tuple(r.id for r in (catalogue or load()).races_of_repro(row.id) if r.exposure),
+                fix_window=row.fix_window, fix_exposed=row.fix_exposed)
 
 
 _ROWS = load().repros

@@ -26,10 +26,19 @@ the same kind of number: one fresh process per trial, the same outcome rules, th
   ~3/N). N >= 29 catches a 10% failure rate with 95% probability (`stats.trials_needed(0.1)`);
   a smaller N is allowed but its weaker bound is said, in a `RaceBound` warning that shows in
   the pytest summary (also under xdist, where printed output of passing tests is not shown).
+- Exposure (harness.faults.exposure, which the runner turns on for every trial): 0 failures are
+  evidence only where the race's window opened. A row states what its fix does to the window
+  (`fix_window`): `opens` -- the window must open in at least `fix_exposed` of the N fix trials
+  (pro rata per chunk; openings whose call ran eagerly count, and are said apart); `shut` -- the
+  fix keeps it shut, so no fix trial may open it on the compiled path, and the first chunk runs
+  `fix_exposed` raw trials of the same seeds as a control, each of which must open it (the plan
+  does open it: the fix shuts it, not the timing). A fix trial without exposure measured fails
+  the check. The reproduction check reports the window's rate beside the failure rate.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import math
 import os
@@ -111,6 +120,12 @@ class Race:
     fix_trials: int = TARGET_FIX_TRIALS
     """Stressed trials of the fix check (below 29 the weaker bound is printed)."""
     repro_cap: int = REPRO_MAX_TRIALS
+    windows: tuple[str, ...] = ()
+    """Exposure windows of the row's races (their ids); () = none has a probe: no gate."""
+    fix_window: str | None = None
+    """`opens` or `shut` (what the fix does to the window); None = not stated: no gate, said."""
+    fix_exposed: int | None = None
+    """`opens`: fix trials (of fix_trials) the window must open in; `shut`: raw control trials."""
     native: str | None = None
     """Regex over the native stack the runner kept (`native_stack.txt`, harness.trial.native) of a
     reproduction that crashed natively: where in torch's C++ the race lands. None = not checked."""
@@ -181,6 +196,47 @@ def describe(result: TrialResult) -> str:
     return f"{result.outcome.value} {result.signature or '-'} ({result.artefacts})"
 
 
+@dataclass(slots=True)
+class Windows:
+    """Exposure of the race's windows over some trials."""
+
+    race: Race
+    trials: int = 0
+    measured: int = 0
+    opened: int = 0
+    """Trials in which a window opened at all (eager calls included)."""
+    compiled: int = 0
+    """Trials in which one opened on the compiled path."""
+    openings: int = 0
+    eager: int = 0
+    unmeasured: list[int] = dataclasses.field(default_factory=list)
+
+    def add(self, index: int, result: TrialResult) -> None:
+        self.trials += 1
+        counts = result.exposures or {}
+        keys = [w for w in self.race.windows if w in counts]
+        if not keys:
+            self.unmeasured.append(index)
+            return
+        self.measured += 1
+        eager = result.exposure_eager or {}
+        opened = sum(counts[w] for w in keys)
+        self.openings += opened
+        self.eager += sum(eager.get(w, 0) for w in keys)
+        self.opened += opened > 0
+        self.compiled += bool(result.exposed(keys))
+
+    def text(self) -> str:
+        if not self.race.windows:
+            return "no exposure probe for its race"
+        if not self.measured:
+            return f"exposure not measured in {self.trials} trials"
+        eager = f", {self.eager} run eagerly" if self.eager else ""
+        trials = "trial" if self.measured == 1 else "trials"
+        return (f"window {'/'.join(self.race.windows)} opened in {self.opened} of {self.measured} {trials} "
+                f"({self.openings} times{eager})")
+
+
 def check_reproduces(race: Race, artefacts: Path) -> None:
     """At least one failure with the race's signature family within `repro_trials` trials."""
     n, miss = repro_trials(race)
@@ -188,12 +244,15 @@ def check_reproduces(race: Race, artefacts: Path) -> None:
     version = torch_version()
     other: list[str] = []
     counted = 0
+    windows = Windows(race)
     for i in range(n):
         result = trial(race, i, artefacts, fixed=False)
         counted += result.outcome.counts_as_trial
+        windows.add(i, result)
         if matches_family(race, result):
             print(f"{race.id}: reproduced in trial {i + 1} of at most {n} under plan {race.plan} "
-                  f"(recorded {k0}/{n0} on torch {race.torch}): {describe(result)}")
+                  f"(recorded {k0}/{n0} on torch {race.torch}): {describe(result)}; failed 1 of "
+                  f"{windows.trials} trials run, {windows.text()}")
             if race.native and result.outcome is Outcome.ABORT:
                 check_native_site(race, result)
             if miss >= MISS_PROBABILITY:
@@ -206,7 +265,8 @@ def check_reproduces(race: Race, artefacts: Path) -> None:
             other.append(describe(result))
     seen = f"; other failures: {other}" if other else ""
     pytest.fail(f"{race.id} no longer reproduces on torch {version}: update the catalogue "
-                f"(0/{counted} trials with signature /{race.family}/ under plan {race.plan}; "
+                f"(0/{counted} trials with signature /{race.family}/ under plan {race.plan}, "
+                f"{windows.text()}; "
                 f"recorded {k0}/{n0} on torch {race.torch}; a race still at the Wilson lower bound of "
                 f"that rate goes unseen in {n} trials with probability {miss:.2g}, this check's share "
                 f"of the suite's {SUITE_FALSE_ALARM:.1%} false-alarm budget being {MISS_PROBABILITY:.2g}{seen})")
@@ -254,35 +314,84 @@ def chunk_id(chunk: tuple[int, int]) -> str:
 
 def check_fix_holds(race: Race, artefacts: Path, chunk: tuple[int, int] | None = None) -> None:
     """0 failures in this chunk of the N stressed trials with the fix (all of them without a
-    chunk). The first chunk reports N and the 95% upper bound that all chunks passing give."""
+    chunk), with the race's window met as the row states (`check_exposure`). The first chunk
+    reports N and the 95% upper bound that all chunks passing give."""
     assert race.fix is not None or race.fix_args, f"{race.id} has no fix to check"
     n = fix_trials(race)
     start, stop = chunk or (0, n)
     failures: list[str] = []
     counted = timeouts = 0
+    windows = Windows(race)
     for i in range(start, stop):
         result = trial(race, i, artefacts, fixed=True)
         counted += result.outcome.counts_as_trial
         timeouts += result.outcome is Outcome.TIMEOUT
+        windows.add(i, result)
         if result.outcome.is_failure:
             failures.append(f"trial {i}: {describe(result)}")
     name = race.fix or " ".join(race.fix_args)
     assert not failures, (f"{race.id}: fix {name} failed {len(failures)}/{counted} stressed trials "
                           f"under plan {race.plan}: {failures}")
     assert counted > 0, f"{race.id}: every trial timed out ({timeouts}); the budget is too small"
+    exposure = check_exposure(race, artefacts, windows, n=n, first=start == 0)
     print(f"{race.id} fix {name}: 0/{counted} failures in trials {start}-{stop - 1} of {n} under plan "
-          f"{race.plan}" + (f"; {timeouts} trial(s) timed out and are not counted" if timeouts else ""))
+          f"{race.plan}" + (f"; {timeouts} trial(s) timed out and are not counted" if timeouts else "")
+          + f"; {exposure}")
     if start != 0:
         return
     bound = stats.exact_zero_failure_bound(n)
     line = (f"{race.id} fix {name}: N={n} stressed trials under plan {race.plan}"
             + (f" in {len(fix_chunks(race))} test items" if chunk and stop < n else "")
             + f"; 0/{n} failures give a 95% upper bound on the failure rate of {bound:.1%} "
-            f"(rule of three {stats.rule_of_three(n):.1%})")
+            f"(rule of three {stats.rule_of_three(n):.1%}); {exposure}")
     if n < TARGET_FIX_TRIALS:
         line += (f"; N={n} < {TARGET_FIX_TRIALS}: weaker than the target (a {TARGET_RATE:.0%} "
                  f"failure rate is caught with only {1 - (1 - TARGET_RATE) ** n:.0%} probability)")
     warnings.warn(RaceBound(line), stacklevel=2)
+
+
+def required_exposed(race: Race, trials: int, n: int) -> int:
+    """`opens`: trials of a chunk of `trials` (of n) the window must open in: fix_exposed of the
+    row's fix_trials, pro rata (RACE_FIX_TRIALS scales it), at least 1."""
+    assert race.fix_exposed is not None
+    rate = min(race.fix_exposed, race.fix_trials) / race.fix_trials
+    return max(1, math.floor(rate * trials + 1e-9)) if n else 0
+
+
+def check_exposure(race: Race, artefacts: Path, windows: Windows, *, n: int, first: bool) -> str:
+    """The gate: a fix's 0 failures count only where the race's window was met as the row says.
+    Returns the line that says how; fails the test where it was not."""
+    if not race.windows:
+        return windows.text()
+    if race.fix_window is None:
+        return f"{windows.text()}; no exposure gate (the row does not state what its fix does to the window)"
+    if windows.unmeasured:
+        pytest.fail(f"{race.id}: exposure not measured in fix trials {windows.unmeasured} (probes off: "
+                    f"HARNESS_EXPOSURE=0 or a spec with exposure false): 0 failures say nothing of whether "
+                    f"window {'/'.join(race.windows)} opened, so the fix is not shown to hold")
+    name = race.fix or " ".join(race.fix_args)
+    if race.fix_window == "opens":
+        need = required_exposed(race, windows.trials, n)
+        if windows.opened < need:
+            pytest.fail(f"{race.id}: fix {name}: {windows.text()}, needs at least {need} (the row states "
+                        f"{race.fix_exposed} of {race.fix_trials}): 0 failures in trials that never met "
+                        f"the window are no evidence that the fix holds")
+        return f"{windows.text()} (at least {need} needed)"
+    if windows.compiled:
+        pytest.fail(f"{race.id}: fix {name}, recorded as keeping window {'/'.join(race.windows)} shut: "
+                    f"{windows.text()} on the compiled path in {windows.compiled}: it meets the window "
+                    f"instead (update the catalogue: fix_window = \"opens\")")
+    line = f"{windows.text()}: the fix keeps it shut"
+    if not first:
+        return line
+    control = Windows(race)
+    for i in range(race.fix_exposed or 0):
+        control.add(i, trial(race, i, artefacts / "control", fixed=False))
+    if control.unmeasured or control.opened < control.trials:
+        pytest.fail(f"{race.id}: control without the fix under plan {race.plan}: {control.text()}, "
+                    f"needs all {control.trials}: the plan does not open the window, so a fix that keeps "
+                    f"it shut is not shown to be what keeps it shut")
+    return f"{line}; without it the same seeds opened it in {control.opened} of {control.trials} ({control.openings} times)"
 
 
 def repro_timeout_s(race: Race) -> float:

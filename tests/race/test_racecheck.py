@@ -15,13 +15,19 @@ from tests.race.catalogue import CPU
 pytestmark = pytest.mark.race
 
 
-def fake_trials(monkeypatch, outcome: Outcome, signature: str | None = None) -> list[int]:
+def fake_trials(monkeypatch, outcome: Outcome, signature: str | None = None, *,
+                window: str = "as stated") -> list[int]:
+    """`window`: "as stated" (the fix trials meet the window as the row says, raw trials open it),
+    "open" / "shut" (every trial), or "off" (exposure not measured)."""
     calls: list[int] = []
 
     def trial(race, index, artefacts, *, fixed):
         calls.append(index)
+        opened = {"open": True, "shut": False}.get(window, not fixed or race.fix_window == "opens")
+        exposures = None if window == "off" else {w: 3 if opened else 0 for w in race.windows}
         return TrialResult(trial_id=f"t/{index}", cell="c", trial_index=index, outcome=outcome,
-                           signature=signature, signature_summary=signature, artefacts=str(artefacts))
+                           signature=signature, signature_summary=signature, artefacts=str(artefacts),
+                           exposures=exposures)
 
     monkeypatch.setattr(racecheck, "trial", trial)
     return calls
@@ -78,7 +84,8 @@ def test_race_fix_trials_are_split_into_xdist_sized_items(monkeypatch, tmp_path)
     with pytest.warns(racecheck.RaceBound, match=r"N=12 stressed trials.* in 3 test items; 0/12"):
         racecheck.check_fix_holds(CPU["r07"], tmp_path, chunks[0])
     racecheck.check_fix_holds(CPU["r07"], tmp_path, chunks[2])   # later chunks: no bound line
-    assert calls == [0, 1, 2, 3, 4, 10, 11]
+    # r07's global-lock keeps its window shut: the first chunk adds raw trials 0 and 1, the control.
+    assert calls == [0, 1, 2, 3, 4, 0, 1, 10, 11]
 
 
 def test_race_fix_check_reports_29_trials_without_a_weaker_bound(monkeypatch, tmp_path):
@@ -117,3 +124,51 @@ def test_race_native_crash_site_is_checked_when_the_runner_kept_it(monkeypatch, 
     (tmp_path / NATIVE_STACK_NAME).write_text("# h: 1 frame\nlibtorch_python.so(+0x2) lookup\n")
     with pytest.raises(pytest.fail.Exception, match=r"native crash site moved .*lookup.*update the catalogue"):
         racecheck.check_native_site(race, result)
+
+
+# ------------------------------------------------------------------------------ exposure gate
+
+def test_race_fix_check_fails_when_exposure_was_not_measured(monkeypatch, tmp_path):
+    monkeypatch.setenv(racecheck.FIX_TRIALS_ENV, "5")
+    fake_trials(monkeypatch, Outcome.OK, window="off")
+    for row in ("r06", "r16"):              # a fix that meets the window, one that keeps it shut
+        with pytest.raises(pytest.fail.Exception, match=r"exposure not measured in fix trials \[0, 1, 2, 3, 4\]"):
+            racecheck.check_fix_holds(CPU[row], tmp_path)
+
+
+def test_race_fix_that_meets_the_window_must_meet_it_in_the_stated_trials(monkeypatch, tmp_path):
+    monkeypatch.setenv(racecheck.FIX_TRIALS_ENV, "29")
+    race = CPU["r06"]
+    assert (race.windows, race.fix_window, race.fix_exposed) == (("F2",), "opens", 25)
+    fake_trials(monkeypatch, Outcome.OK, window="shut")
+    with pytest.raises(pytest.fail.Exception, match=r"opened in 0 of 29 trials .*needs at least 25 .*no evidence"):
+        racecheck.check_fix_holds(race, tmp_path)
+    fake_trials(monkeypatch, Outcome.OK, window="open")
+    with pytest.warns(racecheck.RaceBound, match=r"0/29 failures .*window F2 opened in 29 of 29 trials \(87 times\)"):
+        racecheck.check_fix_holds(race, tmp_path)
+    assert racecheck.required_exposed(race, 5, 29) == 4        # a chunk of 5: 25/29 of it
+
+
+def test_race_fix_that_keeps_the_window_shut_needs_the_control_to_open_it(monkeypatch, tmp_path):
+    race = dataclasses.replace(CPU["r16"], fix_trials=5)
+    monkeypatch.delenv(racecheck.FIX_TRIALS_ENV, raising=False)
+    fake_trials(monkeypatch, Outcome.OK, window="shut")          # the plan never opens it, raw either
+    with pytest.raises(pytest.fail.Exception, match=r"control without the fix .*opened in 0 of 2 .*not shown"):
+        racecheck.check_fix_holds(race, tmp_path)
+    fake_trials(monkeypatch, Outcome.OK, window="open")          # the fix met it after all
+    with pytest.raises(pytest.fail.Exception, match=r"recorded as keeping window R5 shut.*fix_window = \"opens\""):
+        racecheck.check_fix_holds(race, tmp_path)
+    calls = fake_trials(monkeypatch, Outcome.OK)
+    with pytest.warns(racecheck.RaceBound, match=r"keeps it shut; without it the same seeds opened it in 2 of 2"):
+        racecheck.check_fix_holds(race, tmp_path)
+    assert calls == [0, 1, 2, 3, 4, 0, 1]
+
+
+def test_race_reproduction_reports_the_window_beside_the_failures(monkeypatch, tmp_path, capsys):
+    race = dataclasses.replace(CPU["r06"], recorded=(10, 10))
+    fake_trials(monkeypatch, Outcome.CRASH, "fx-trace-of-dynamo-fn-0000000000")
+    racecheck.check_reproduces(race, tmp_path)
+    assert "failed 1 of 1 trials run, window F2 opened in 1 of 1 trial (3 times)" in capsys.readouterr().out
+    fake_trials(monkeypatch, Outcome.OK, window="off")
+    with pytest.raises(pytest.fail.Exception, match=r"exposure not measured in \d+ trials"):
+        racecheck.check_reproduces(race, tmp_path)

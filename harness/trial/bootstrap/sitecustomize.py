@@ -4,8 +4,12 @@ Always: faulthandler for all threads on fatal signals, and SIGUSR1 dumps every t
 (the hang fallback when py-spy cannot attach).
 Only if HARNESS_PLAN is set: load the plan, install the scheduler (switch interval, start barrier,
 lazy torch point wrappers, dflash.faults handler) and print one line
-`HARNESS_PLAN seed=<seed> profile=<name>` to stderr. Without HARNESS_PLAN nothing of the harness
-is imported and nothing is patched, so the cost is two faulthandler calls.
+`HARNESS_PLAN seed=<seed> profile=<name>` to stderr.
+Only if HARNESS_EXPOSURE is set (the runner sets it unless the trial turns exposure off): install
+the exposure probes (harness.faults.exposure), which count the races' windows into that file;
+after the plan, so that a probe's region opens inside the plan's delays at the same point.
+Without either variable nothing of the harness is imported and nothing is patched, so the cost is
+two faulthandler calls.
 """
 
 import faulthandler
@@ -21,10 +25,10 @@ def _enable_faulthandler() -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, variable: str = "HARNESS_PLAN") -> None:
     # sys.exit inside sitecustomize becomes "Fatal Python error: init_import_site" with rc 1;
     # exit 2 is the contract's "bad input" (harness.trial.runner classifies it HARNESS_ERROR).
-    sys.stderr.write(f"HARNESS_PLAN error: {message}\n")
+    sys.stderr.write(f"{variable} error: {message}\n")
     sys.stderr.flush()
     os._exit(2)
 
@@ -63,3 +67,11 @@ if os.environ.get("HARNESS_PLAN"):
     except ImportError as e:  # PYTHONPATH lacks the repo root: say so instead of running unplanned
         _fail(f"cannot import harness.faults.scheduler: {e}")
     _install_plan(scheduler, os.environ["HARNESS_PLAN"])
+if os.environ.get("HARNESS_EXPOSURE"):
+    try:
+        from harness.faults import exposure
+    except ImportError as e:
+        _fail(f"cannot import harness.faults.exposure: {e}", "HARNESS_EXPOSURE")
+    # Taken out of the environment: a process the workload starts (Inductor's compile workers)
+    # would otherwise install its own probes and overwrite the trial's file with its zeros.
+    exposure.install(os.environ.pop("HARNESS_EXPOSURE"))
