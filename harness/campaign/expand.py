@@ -36,6 +36,7 @@ def expand(spec: MatrixSpec) -> list[TrialSpec]:
                 workload=WorkloadSpec(kind=cell.workload.kind, argv=argv), fixes=cell.strategy.fixes,
                 plan=plan_json(cell.plan, spec.seed + i), env=dict(cell.workload.env),
                 timeout_s=cell.workload.timeout_s, hang_s=cell.workload.hang_s, trial_index=i,
+                python=spec.python,
             ))
     return trials
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.campaign.cells import cell_name
-from harness.trial.spec import WORKLOAD_KINDS
+from harness.trial.runner import interpreter_versions
+from harness.trial.spec import WORKLOAD_KINDS, InvalidSpec
 
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_HANG_S = 60.0
@@ -133,7 +134,10 @@ class MatrixSpec:
     seed: int = 0
     """Trial i of every cell gets plan seed `seed + i`."""
     store: str | None = None
-    """Store folder; None = results/<name>."""
+    """Store folder; None = results/<name>. `{torch}` in it stands for the torch version the
+    trials run on (the same matrix under two torch versions needs two stores: ids repeat)."""
+    python: str | None = None
+    """Interpreter the trials run under (another venv's torch); None = the harness's own."""
     only: tuple[str, ...] = ()
     """Glob patterns over cell names (`fnmatch`, e.g. `*:no-cudagraphs*@dflash-stages`): run and
     show only the cells matching one; () = every cell. Ids and seeds do not change, so a subset
@@ -169,7 +173,14 @@ class MatrixSpec:
 
     @property
     def store_dir(self) -> Path:
-        return Path(self.store) if self.store else Path("results") / self.name
+        store = self.store or str(Path("results") / self.name)
+        if "{torch}" in store:
+            try:
+                torch = interpreter_versions(self.python)[0] or "none"
+            except InvalidSpec as e:
+                raise MatrixError(str(e)) from None
+            store = store.replace("{torch}", torch)
+        return Path(store)
 
     def cells(self) -> list[Cell]:
         """The cells to run, in group order: every cell, or those `only` selects."""

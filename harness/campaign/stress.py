@@ -53,6 +53,8 @@ class StressOptions:
     failure: re.Pattern | None = None
     ignore: re.Pattern | None = None
     plan: str | None = None
+    python: str | None = None
+    """Interpreter that replaces CMD's own `python` (TrialSpec.python)."""
     out_dir: Path
     own_dir: bool = False
     """out_dir is a temp folder of ours: removed at the end when no run failed."""
@@ -75,10 +77,15 @@ def options_from_args(a: argparse.Namespace) -> StressOptions:
             raise MatrixError(f"--{name.replace('_', '-')} must be > 0")
     if a.plan is not None:
         plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> MatrixError
+    python = getattr(a, "python", None)
+    if python is not None and not Path(cmd[0]).name.startswith("python"):
+        raise MatrixError(f"--python: CMD starts with {cmd[0]!r}, not a Python interpreter to replace")
+    if python is not None and not Path(python).is_file():
+        raise MatrixError(f"--python: no interpreter at {python}")
     return StressOptions(
         cmd=tuple(cmd), parallel=a.parallel, timeout_s=a.timeout, hang_s=a.hang or a.timeout,
         max_runs=a.max_runs, max_fails=a.max_fails, max_time_s=a.max_time,
-        failure=_regexp(a.failure, "--failure"), ignore=_regexp(a.ignore, "--ignore"), plan=a.plan,
+        failure=_regexp(a.failure, "--failure"), ignore=_regexp(a.ignore, "--ignore"), plan=a.plan, python=python,
         out_dir=Path(a.output) if a.output else Path(tempfile.mkdtemp(prefix="harness-stress-")),
         own_dir=not a.output, interval_s=a.interval,
     )
@@ -150,7 +157,7 @@ class _StressLoop:
                 plan = plan_json(PlanChoice(name=self.opts.plan, profile=self.opts.plan), i) if self.opts.plan else None
                 spec = TrialSpec(trial_id=f"stress/{i}", cell="stress", workload=WorkloadSpec(
                     kind="command", argv=self.opts.cmd), plan=plan, timeout_s=self.opts.timeout_s,
-                    hang_s=self.opts.hang_s, trial_index=i, cwd=os.getcwd())
+                    hang_s=self.opts.hang_s, trial_index=i, cwd=os.getcwd(), python=self.opts.python)
                 folder = self.opts.out_dir / str(i)
                 result = run_trial(spec, folder)
                 output = (folder / OUTPUT_NAME).read_text(errors="replace") if (folder / OUTPUT_NAME).exists() else ""

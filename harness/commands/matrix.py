@@ -63,6 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay-last", type=positive_int, metavar="N",
                    help="run nothing: replay the store's last N records (one run's) as the pool packs them, "
                         "strict order against bounded backfill, at their recorded durations")
+    p.add_argument("--python", metavar="PATH",
+                   help="run the trials under this interpreter (another venv's torch); its torch version "
+                        "is recorded with every trial and fills a store named with {torch}")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-live", action="store_true", help="plain progress lines even on a terminal")
 
@@ -72,7 +75,7 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
     changes = {k: v for k, v in (("store", opts.store), ("workers", opts.workers), ("per_gpu", opts.per_gpu),
                                   ("max_failures", opts.max_failures), ("max_time_s", opts.max_time),
                                   ("finish_by_s", opts.finish_by),
-                                  ("gpu_mem_gib", opts.pack_by_memory))
+                                  ("gpu_mem_gib", opts.pack_by_memory), ("python", opts.python))
                if v is not None}
     if opts.cells:
         changes["only"] = tuple(comma_list(opts.cells))

@@ -23,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--failure", help="count a failing run only if its output matches this regexp")
     p.add_argument("--ignore", help="do not count failing runs whose output matches this regexp")
     p.add_argument("--plan", help="scheduler profile for a Python CMD (run i gets seed i)")
+    p.add_argument("--python", metavar="PATH",
+                   help="run CMD's Python (`python ...`) as this interpreter instead (another venv's torch)")
     p.add_argument("-o", "--output", help="folder for failing runs' artefacts (default: a new temp folder)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between status lines")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

@@ -109,13 +109,14 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
         (out / name).unlink(missing_ok=True)
     result = TrialResult(
         trial_id=str(spec.trial_id), cell=str(spec.cell), trial_index=spec.trial_index,
-        outcome=Outcome.HARNESS_ERROR, artefacts=str(out), torch_version=installed_torch(),
-        python=platform.python_version(), host=socket.gethostname(), replay_of=replay_of,
+        outcome=Outcome.HARNESS_ERROR, artefacts=str(out), host=socket.gethostname(), replay_of=replay_of,
         started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     try:
         spec.validate()
         argv = argv_for(spec)
+        result.torch_version, result.python = interpreter_versions(spec.python)
     except InvalidSpec as exc:
+        result.torch_version, result.python = installed_torch(), platform.python_version()
         result.detail = f"invalid spec: {exc}"
         return _finish(result, out, after_exit)
     result.plan_seed = spec.plan_seed
@@ -457,6 +458,26 @@ def _finish(result: TrialResult, out: Path, after_exit: AfterExit | None) -> Tri
     if after_exit is not None:
         after_exit(result)
     return result
+
+
+@functools.lru_cache(maxsize=None)
+def interpreter_versions(python: str | None) -> tuple[str | None, str]:
+    """(torch, Python) versions of the interpreter a trial runs under: the record says what ran,
+    not what the harness has. Another interpreter is asked once (its metadata, not an import of
+    torch); one that cannot answer is bad input."""
+    if python is None:
+        return installed_torch(), platform.python_version()
+    probe = ("import importlib.metadata as m, platform\n"
+             "try: v = m.version('torch')\nexcept m.PackageNotFoundError: v = ''\n"
+             "print(v); print(platform.python_version())")
+    try:
+        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InvalidSpec(f"python: {python} does not run: {exc}") from None
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or len(lines) < 2:
+        raise InvalidSpec(f"python: {python} does not run: {done.stderr.strip()[-200:]}")
+    return lines[0] or None, lines[1]
 
 
 @functools.lru_cache(maxsize=1)

@@ -54,6 +54,9 @@ class TrialSpec:
     """Working directory of the child; None = the repository root."""
     exposure: bool = True
     """Count the races' windows in the child (harness.faults.exposure); False installs nothing."""
+    python: str | None = None
+    """Interpreter of a `dflash` or `repro` child (another venv's, i.e. another torch); None = the
+    harness's own. The project must be importable there with its dependencies (repro: torch)."""
 
     def validate(self) -> None:
         """Raise InvalidSpec with one clear line for the first bad field."""
@@ -77,6 +80,11 @@ class TrialSpec:
             raise InvalidSpec(f"trial_index: must be >= 0, got {self.trial_index}")
         if not isinstance(self.exposure, bool):
             raise InvalidSpec(f"exposure: expected true or false, got {self.exposure!r}")
+        if self.python is not None and not (isinstance(self.python, str) and Path(self.python).is_file()):
+            raise InvalidSpec(f"python: {self.python!r} is not an interpreter file")
+        if (self.python is not None and self.workload.kind == "command"
+                and not Path(self.workload.argv[0]).name.startswith("python")):
+            raise InvalidSpec(f"python: the command {self.workload.argv[0]!r} is not a Python interpreter to replace")
         if self.cwd is not None and not Path(self.cwd).is_dir():
             raise InvalidSpec(f"cwd: {self.cwd!r} is not a directory")
 
@@ -98,6 +106,7 @@ class TrialSpec:
             "trial_index": self.trial_index,
             "cwd": self.cwd,
             "exposure": self.exposure,
+            **({"python": self.python} if self.python is not None else {}),
         }
 
     @classmethod
@@ -121,15 +130,16 @@ class TrialSpec:
 def argv_for(spec: TrialSpec) -> list[str]:
     """The child's argv (a list: the runner never uses a shell)."""
     wl = spec.workload
+    python = spec.python or sys.executable
     if wl.kind == "dflash":
         # Always pass fixes, even empty: the raw cell must not inherit a preset's fixes.
-        return [sys.executable, "-m", "dflash", "train", *wl.argv, "--set",
-                "fixes=" + ",".join(spec.fixes)]
+        return [python, "-m", "dflash", "train", *wl.argv, "--set", "fixes=" + ",".join(spec.fixes)]
     if wl.kind == "repro":
         script = wl.argv[0] if wl.argv[0].endswith(".py") else wl.argv[0] + ".py"
         fix_args = [arg for name in spec.fixes for arg in ("--fix", name)]
-        return [sys.executable, str(REPO_ROOT / "repro" / script), *wl.argv[1:], *fix_args]
-    return list(wl.argv)
+        return [python, str(REPO_ROOT / "repro" / script), *wl.argv[1:], *fix_args]
+    # A command's own interpreter (`python my_program.py`) is swapped for the one asked for.
+    return [spec.python, *wl.argv[1:]] if spec.python else list(wl.argv)
 
 
 def _check_text(name: str, value: object) -> None:
