@@ -1,12 +1,20 @@
-"""Lift benchmark: per-trial reproduction probability of F2 and R5, plain vs under scheduler plans.
+"""Lift benchmark: per-trial reproduction probability of CPU races, plain vs under scheduler plans.
 
-`python -m harness lift [--trials N] [--workers W] [--replays M]`.
-Every trial is a fresh process run by harness.trial.runner.run_trial. Configurations are interleaved
-trial by trial (plain, plan A, plan B, plain, ...) so that load from other processes on the
-machine drifts over all of them alike. A trial counts as reproduced by the target's own rule
-(F2: its RuntimeError text in the output; R5: the process died of a fatal signal). Rates are k/n
-with Wilson 95% intervals (harness.stats); lift = p(plan) / p(plain), and the conservative lift
-= low(plan) / high(plain) from the interval ends.
+`python -m harness lift [--trials N] [--workers W] [--targets F2,R5,F3] [--profiles ...]`.
+Every trial is a fresh process run by harness.trial.runner.run_trial and kept in a result store
+(`<out>/trials.jsonl` + `artefacts/`, so `harness replay ID --store OUT` reruns one; a rerun into
+the same folder resumes). Configurations are interleaved trial by trial (plain, plan A, plan B,
+plain, ...) so that load from other processes on the machine drifts over all of them alike. A trial
+counts as reproduced by the target's own rule (F2: its RuntimeError text in the output; R5: the
+process died of a fatal signal; F3: the repro's CURRENT_PATCHER line). Rates are k/n with Wilson
+95% intervals (harness.stats); lift = p(plan) / p(plain), the conservative lift = low(plan) /
+high(plain) from the interval ends; ttff is the median serial wall time to the first reproducing
+trial (harness.stats.median_time_to_first_failure: start-up included).
+
+The pct profiles (harness.faults.pct) need k, the point hits of a plain run of the workload:
+before the cells, `--calibrate N` counting runs per target (profile `pct-count`) measure k and n
+(harness.campaign.calibration), every pct trial's plan carries that k, and the table prints PCT's
+bound 1/(n k^(d-1)) beside the measured rate.
 
 Reference points (cpu-experiments.md, torch 2.13 CPU, hand-made pressure): F2 1/10 plain vs
 10/10 with switch interval 1e-6; R5 1/20 plain vs 10/10.
@@ -17,8 +25,10 @@ the same signature and the same decision sequence: measured, never assumed.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
+import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,19 +36,26 @@ from pathlib import Path
 from typing import Callable
 
 from harness import stats
-from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import OUTPUT_NAME, run_trial
+from harness.campaign import calibration
+from harness.campaign.calibration import Calibration
+from harness.faults import pct
 from harness.faults.profiles import plan_from_seed
 from harness.faults.scheduler import decisions
+from harness.stores.store import Store
+from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.runner import OUTPUT_NAME, run_trial
 from harness.trial.spec import REPO_ROOT, TrialSpec, WorkloadSpec
 
 F2_TEXT = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
+F3_LINE = re.compile(r"^REPRODUCED: .*CURRENT_PATCHER", re.M)
+PCT_PROFILES = ("pct1", "pct2", "pct3")
+COUNT_PROFILE = "pct-count"
 
 
 @dataclass(kw_only=True, slots=True)
 class Target:
     name: str
-    """Failure mode id (F2, R5)."""
+    """Failure mode id (F2, R5, F3)."""
     workload: WorkloadSpec
     """What each trial runs."""
     profiles: tuple[str, ...]
@@ -54,6 +71,8 @@ class Cell:
     profile: str
     results: list[TrialResult] = field(default_factory=list)
     hits: list[bool] = field(default_factory=list)
+    pct: list[dict | None] = field(default_factory=list)
+    """Each trial's pct summary (steps, waits, timeouts), for the pct profiles."""
 
 
 def _f2_reproduced(result: TrialResult, text: str) -> bool:
@@ -64,10 +83,14 @@ def _r5_reproduced(result: TrialResult, text: str) -> bool:
     return result.outcome is Outcome.ABORT
 
 
+def _f3_reproduced(result: TrialResult, text: str) -> bool:
+    return F3_LINE.search(text) is not None
+
+
 def _workload(repro: str, script: str, args: tuple[str, ...], prefer_repro: bool) -> WorkloadSpec:
     """The catalogue repro when asked for and present, else the tests/scripts workload."""
     if prefer_repro and (REPO_ROOT / "repro" / f"{repro}.py").exists():
-        return WorkloadSpec(kind="repro", argv=(repro,))
+        return WorkloadSpec(kind="repro", argv=(repro, *args))
     return WorkloadSpec(kind="command", argv=(sys.executable, str(REPO_ROOT / script), *args))
 
 
@@ -81,49 +104,99 @@ def targets(*, f2_repro: bool = False) -> dict[str, Target]:
             name="F2",
             workload=_workload("r06_fx_tracing_flag", "tests/scripts/sched_f2.py",
                                ("--calls", "100", "--pause-ms", "10"), f2_repro),
-            profiles=("switch", "fx-widen"),
+            profiles=("switch", "fx-widen", *PCT_PROFILES),
             reproduced=_f2_reproduced,
         ),
+        # R5 runs 2 s (r16's default is 5 s) and F3 makes 20 calls per compiled function (300):
+        # the failures need the resets and the compiles, and a trial of 2 cores' lift costs less.
         "R5": Target(
             name="R5",
-            workload=_workload("r16_reset_segfault", "tests/scripts/sched_r5.py", (), True),
-            profiles=("switch", "reset-pressure"),
+            workload=_workload("r16_reset_segfault", "tests/scripts/sched_r5.py", ("--secs", "2"), True),
+            profiles=("switch", "reset-pressure", *PCT_PROFILES),
             reproduced=_r5_reproduced,
+        ),
+        # F3 is an FX race like F2 (two traces' save/restore of CURRENT_PATCHER interleave), so
+        # fx-widen, which widens traces, is its race-specific plan.
+        "F3": Target(
+            name="F3",
+            workload=WorkloadSpec(kind="repro", argv=("r07_current_patcher", "--calls", "20")),
+            profiles=("switch", "fx-widen", *PCT_PROFILES),
+            reproduced=_f3_reproduced,
         ),
     }
 
 
-def _spec(target: Target, profile: str, seed: int, index: int, trial_id: str) -> TrialSpec:
-    plan = None if profile == "plain" else plan_from_seed(seed, profile).to_dict()
-    return TrialSpec(trial_id=trial_id, cell=f"lift-{target.name}-{profile}",
-                     workload=target.workload, plan=plan, timeout_s=target.timeout_s,
-                     hang_s=60.0, trial_index=index)
+def plan_for(profile: str, seed: int, cal: Calibration | None = None) -> dict | None:
+    """The plan of one trial; a pct plan takes the target's calibrated k."""
+    if profile == "plain":
+        return None
+    plan = plan_from_seed(seed, profile)
+    if plan.pct is not None and cal is not None and plan.pct.depth:
+        plan.pct = dataclasses.replace(plan.pct, steps=cal.k)
+    return plan.validate().to_dict()
 
 
-def _run_one(target: Target, spec: TrialSpec, out: Path) -> tuple[TrialResult, bool]:
-    result = run_trial(spec, out / spec.trial_id)
-    text = (out / spec.trial_id / OUTPUT_NAME).read_text(errors="replace")
+def _spec(target: Target, profile: str, seed: int, index: int, cal: Calibration | None) -> TrialSpec:
+    return TrialSpec(trial_id=f"{target.name}-{profile}-{index:03d}",
+                     cell=f"lift-{target.name}-{profile}", workload=target.workload,
+                     plan=plan_for(profile, seed, cal), timeout_s=target.timeout_s, hang_s=60.0,
+                     trial_index=index)
+
+
+def _run_one(target: Target, spec: TrialSpec, store: Store, done: dict[str, TrialResult],
+             replay_of: str | None = None) -> tuple[TrialResult, bool]:
+    """Run (or, resuming, read back) one trial; append it to the store."""
+    result = done.get(spec.trial_id)
+    if result is None:
+        result = run_trial(spec, store.artefacts_dir(spec.trial_id), replay_of=replay_of)
+        store.append(result)
+    art = store.artefacts_of(result)
+    text = (art / OUTPUT_NAME).read_text(errors="replace") if art is not None else ""
     return result, target.reproduced(result, text)
 
 
-def run_cells(chosen: list[Target], trials: int, workers: int, seed: int,
-              out: Path) -> list[Cell]:
-    cells = {(t.name, p): Cell(target=t.name, profile=p)
-             for t in chosen for p in ("plain", *t.profiles)}
+def _run_jobs(jobs: list[tuple[Target, TrialSpec]], workers: int, store: Store):
+    done = {r.trial_id: r for r in store.load() if r.replay_of is None}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [(t, s, pool.submit(_run_one, t, s, store, done)) for t, s in jobs]
+        for t, s, fut in futures:
+            result, hit = fut.result()
+            print(f"  {result.trial_id}: {result.outcome.value} reproduced={hit} "
+                  f"{result.duration_s:.1f}s", flush=True)
+            yield t, s, result, hit
+
+
+def calibrate(chosen: list[Target], runs: int, workers: int, seed: int,
+              store: Store) -> dict[str, Calibration]:
+    """k and n per target from `runs` counting runs each (none: the stated default)."""
+    jobs = [(t, _spec(t, COUNT_PROFILE, seed + i, i, None)) for i in range(runs) for t in chosen]
+    summaries: dict[str, list] = {t.name: [] for t in chosen}
+    for t, _, result, _ in _run_jobs(jobs, workers, store):
+        art = store.artefacts_of(result)
+        summaries[t.name].append(calibration.pct_summary(art) if art is not None else None)
+    return {name: calibration.calibrate(s) for name, s in summaries.items()}
+
+
+def run_cells(chosen: list[Target], profiles: dict[str, tuple[str, ...]], trials: int,
+              workers: int, seed: int, store: Store,
+              cals: dict[str, Calibration]) -> list[Cell]:
+    cells = {(t.name, p): Cell(target=t.name, profile=p) for t in chosen for p in profiles[t.name]}
     jobs = []
     for i in range(trials):  # interleaved: trial i of every cell before trial i + 1 of any
         for t in chosen:
-            for p in ("plain", *t.profiles):
-                jobs.append((t, p, _spec(t, p, seed + i, i, f"{t.name}-{p}-{i:03d}")))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [(t, p, pool.submit(_run_one, t, s, out)) for t, p, s in jobs]
-        for t, p, fut in futures:
-            result, hit = fut.result()
-            cells[(t.name, p)].results.append(result)
-            cells[(t.name, p)].hits.append(hit)
-            print(f"  {result.trial_id}: {result.outcome.value} reproduced={hit} "
-                  f"{result.duration_s:.1f}s", flush=True)
+            for p in profiles[t.name]:
+                jobs.append((t, _spec(t, p, seed + i, i, cals.get(t.name))))
+    for t, s, result, hit in _run_jobs(jobs, workers, store):
+        cell = cells[(t.name, _profile_of(s, t))]
+        cell.results.append(result)
+        cell.hits.append(hit)
+        art = store.artefacts_of(result)
+        cell.pct.append(calibration.pct_summary(art) if art is not None and s.plan else None)
     return list(cells.values())
+
+
+def _profile_of(spec: TrialSpec, target: Target) -> str:
+    return spec.cell.removeprefix(f"lift-{target.name}-")
 
 
 def _rate(cell: Cell) -> tuple[int, int, stats.Interval]:
@@ -131,19 +204,41 @@ def _rate(cell: Cell) -> tuple[int, int, stats.Interval]:
     return k, n, stats.wilson(k, n)
 
 
-def format_table(cells: list[Cell]) -> str:
+def ttff(cell: Cell) -> float | None:
+    """Median serial seconds to the first reproducing trial (a reproducing trial counts up to its
+    failure where the runner saw one, else its whole run)."""
+    times = [r.time_to_failure_s if hit and r.time_to_failure_s is not None else r.duration_s
+             for r, hit in zip(cell.results, cell.hits)]
+    return stats.median_time_to_first_failure(times, cell.hits) if times else None
+
+
+def depth_of(profile: str) -> int | None:
+    return int(profile[3:]) if profile in PCT_PROFILES else None
+
+
+def pct_bound(profile: str, cal: Calibration | None) -> float | None:
+    d = depth_of(profile)
+    return pct.bound(cal.n, cal.k, d) if d is not None and cal is not None else None
+
+
+def format_table(cells: list[Cell], cals: dict[str, Calibration] | None = None) -> str:
+    cals = cals or {}
     lines = [f"{'target':6} {'plan':16} {'k/n':>7} {'p':>5} {'wilson95':>13} {'lift':>6} "
-             f"{'lift_low':>8} {'mean_s':>6}"]
+             f"{'lift_low':>8} {'mean_s':>6} {'ttff_s':>7} {'pct_bound':>9}"]
     for cell in cells:
         k, n, ci = _rate(cell)
-        plain = next(c for c in cells if c.target == cell.target and c.profile == "plain")
-        pk, pn, pci = _rate(plain)
+        plain = next((c for c in cells if c.target == cell.target and c.profile == "plain"), None)
+        pk, pn, pci = _rate(plain) if plain is not None else (0, 0, stats.wilson(0, 0))
         p, pp = k / n if n else 0.0, pk / pn if pn else 0.0
-        lift = "-" if cell is plain else ("inf" if pp == 0 and p > 0 else f"{p / pp:.1f}" if pp else "-")
-        low = "-" if cell is plain else f"{ci.low / pci.high:.1f}" if pci.high else "-"
+        lift = "-" if cell is plain or plain is None else (
+            "inf" if pp == 0 and p > 0 else f"{p / pp:.1f}" if pp else "-")
+        low = "-" if cell is plain or plain is None else f"{ci.low / pci.high:.1f}" if pci.high else "-"
         mean_s = sum(r.duration_s for r in cell.results) / max(n, 1)
+        t = ttff(cell)
+        b = pct_bound(cell.profile, cals.get(cell.target))
         lines.append(f"{cell.target:6} {cell.profile:16} {f'{k}/{n}':>7} {p:5.2f} "
-                     f"{f'[{ci.low:.2f},{ci.high:.2f}]':>13} {lift:>6} {low:>8} {mean_s:6.1f}")
+                     f"{f'[{ci.low:.2f},{ci.high:.2f}]':>13} {lift:>6} {low:>8} {mean_s:6.1f} "
+                     f"{'-' if t is None else f'{t:.1f}':>7} {'-' if b is None else f'{b:.2g}':>9}")
     return "\n".join(lines)
 
 
@@ -153,8 +248,26 @@ def best_plan(cells: list[Cell], target: str) -> str:
     return ranked[0].profile if ranked else "-"
 
 
+def pct_versus(cells: list[Cell], target: str, other: str = "switch") -> str | None:
+    """The best pct profile against `other` on one target: above, below or overlapping (Wilson)."""
+    mine = [c for c in cells if c.target == target and c.profile in PCT_PROFILES]
+    theirs = next((c for c in cells if c.target == target and c.profile == other), None)
+    if not mine or theirs is None:
+        return None
+    best = max(mine, key=lambda c: (sum(c.hits) / max(len(c.hits), 1), _rate(c)[2].low))
+    (k, n, ci), (ok, on, oci) = _rate(best), _rate(theirs)
+    if ci.low > oci.high:
+        verdict = "beats"
+    elif ci.high < oci.low:
+        verdict = "loses to"
+    else:
+        verdict = "overlaps"
+    return (f"{target}: best pct ({best.profile}) {k}/{n} [{ci.low:.2f},{ci.high:.2f}] {verdict} "
+            f"{other} {ok}/{on} [{oci.low:.2f},{oci.high:.2f}]")
+
+
 def measure_replays(target: Target, cell: Cell, replays: int, workers: int,
-                    out: Path) -> str:
+                    store: Store) -> str:
     """Rerun the first reproducing trial's exact spec; count same signature / same decisions."""
     first = next((r for r, hit in zip(cell.results, cell.hits) if hit), None)
     if first is None:
@@ -167,13 +280,31 @@ def measure_replays(target: Target, cell: Cell, replays: int, workers: int,
         s.trial_id = f"{first.trial_id}-replay{j:02d}"
         specs.append(s)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        done = list(pool.map(lambda s: _run_one(target, s, out), specs))
+        done = list(pool.map(lambda s: _run_one(target, s, store, {}, first.trial_id), specs))
     same_sig = sum(r.signature == first.signature for r, _ in done)
     same_dec = sum(decisions(str(Path(r.artefacts) / "plan_log.jsonl")) == want for r, _ in done)
     reproduced = sum(hit for _, hit in done)
     return (f"replay {first.trial_id} (seed {spec.plan_seed}, {cell.profile}) x{replays}: "
             f"reproduced {reproduced}/{replays}, same signature {same_sig}/{replays}, "
             f"same decision sequence {same_dec}/{replays} ({len(want)} decisions)")
+
+
+def to_json(cells: list[Cell], cals: dict[str, Calibration], meta: dict) -> dict:
+    """The lift's data: the run, each target's calibration, each cell's rate and each trial."""
+    out_cells = []
+    for c in cells:
+        k, n, ci = _rate(c)
+        out_cells.append({
+            "target": c.target, "profile": c.profile, "k": k, "n": n, "p": k / n if n else None,
+            "wilson_low": ci.low, "wilson_high": ci.high, "ttff_s": ttff(c),
+            "pct_bound": pct_bound(c.profile, cals.get(c.target)),
+            "trials": [{"id": r.trial_id, "plan_seed": r.plan_seed, "outcome": r.outcome.value,
+                        "reproduced": hit, "duration_s": r.duration_s,
+                        "time_to_failure_s": r.time_to_failure_s,
+                        "signature_summary": r.signature_summary, "pct": s}
+                       for r, hit, s in zip(c.results, c.hits, c.pct)]})
+    return {**meta, "calibration": {name: cal.to_json() for name, cal in cals.items()},
+            "cells": out_cells}
 
 
 def torch_version() -> str:

@@ -6,6 +6,10 @@ the replay has the same workload, fixes, plan and plan seed. Whether a failure r
 measured, never assumed: the answer is k/N with a Wilson interval. Replays are stored, with
 `replay_of` set, in `<store>/replays` (a separate store, so matrix tables are not mixed with
 them) under ids `<trial id>~replay<j>`, j counting on from earlier replays.
+
+A PCT plan's change points fall on steps of the process's hit count, which the interleaving moves;
+the replay pins them to the thread, point and hit the original's plan log names
+(harness.faults.pct.pinned_from_log), so the same thread is demoted at the same hit.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from harness.campaign import specfile
 from harness.campaign.expand import expand
 from harness.campaign.pool import with_run_dir
 from harness.campaign.spec import MatrixError
+from harness.faults.pct import pinned_from_log
 from harness.stores.store import ARTEFACTS_NAME, ArtefactPath, Store, StoreError, safe_name
 from harness.trial.outcome import TrialResult
 from harness.trial.runner import run_trial
@@ -59,6 +64,22 @@ def load_trial_spec(record: TrialResult, store_dir: Path) -> TrialSpec:
         raise ReplayError(f"{path}: {e}") from None
 
 
+def pin_pct_changes(spec: TrialSpec, record: TrialResult, store_dir: Path) -> TrialSpec:
+    """`spec` with its PCT change points pinned to those the original's plan log recorded;
+    unchanged without a PCT plan or without the log (a lean store)."""
+    if not spec.plan or not spec.plan.get("pct"):
+        return spec
+    try:
+        art = Store(store_dir).artefacts_of(record)
+    except StoreError as e:
+        raise ReplayError(str(e)) from None
+    log = art / "plan_log.jsonl" if art is not None else None
+    if log is None or not log.is_file():
+        return spec
+    plan = {**spec.plan, "pct": {**spec.plan["pct"], "pinned": pinned_from_log(log.read_text(encoding="ascii"))}}
+    return dataclasses.replace(spec, plan=plan)
+
+
 def spec_from_matrix(record: TrialResult, store_dir: Path) -> TrialSpec | None:
     """A stored trial whose artefacts were not kept (a lean committed store, e.g.
     results/catalogue-cpu), rebuilt from the matrix that ran it: a `spec.json` in the store (a
@@ -92,7 +113,7 @@ def same_failure(original: TrialResult, replay: TrialResult) -> bool:
 def replay(record: TrialResult, store_dir: Path, times: int, *, stream=None) -> list[TrialResult]:
     stream = stream or sys.stderr
 
-    spec = load_trial_spec(record, store_dir)
+    spec = pin_pct_changes(load_trial_spec(record, store_dir), record, store_dir)
     store = Store(store_dir / REPLAYS_NAME)
     first = sum(1 for r in store.load() if r.replay_of == record.trial_id)
     results = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+from harness.faults.pct import Pct
 from harness.faults.points import STAGE_POINTS
 from harness.faults.scheduler import InvalidPlan, Plan, Rule
 
@@ -106,6 +107,25 @@ def _raise_at(seed: int, rng: random.Random) -> Plan:
     return Plan(seed=seed, profile="raise-at", rules=[rule])
 
 
+PCT_STEPS = 4000
+"""k of the pct profiles when nothing is calibrated: near the point hits of a plain run of the
+lift's F2 workload (4,834; R5's 564, F3's 13,144 on the CPU box, docs/log/2026-12-02-pct-lift.md).
+`python -m harness lift` calibrates k per workload with `pct-count` runs and puts it in each
+trial's plan."""
+
+
+def _pct_count(seed: int, rng: random.Random) -> Plan:
+    # Depth 0: every point counts its hits and threads and nothing waits (calibrating k and n).
+    return Plan(seed=seed, profile="pct-count", pct=Pct(depth=0, steps=1))
+
+
+def _pct(depth: int):
+    def make(seed: int, rng: random.Random) -> Plan:
+        # No switch interval and no rules: the priorities and their waits are the whole plan.
+        return Plan(seed=seed, profile=f"pct{depth}", pct=Pct(depth=depth, steps=PCT_STEPS))
+    return make
+
+
 PROFILES = {
     "plain": _plain,
     "switch": _switch,
@@ -114,6 +134,10 @@ PROFILES = {
     "compile-chaos": _compile_chaos,
     "dflash-stages": _dflash_stages,
     "raise-at": _raise_at,
+    "pct-count": _pct_count,
+    "pct1": _pct(1),
+    "pct2": _pct(2),
+    "pct3": _pct(3),
 }
 
 

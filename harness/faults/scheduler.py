@@ -18,6 +18,8 @@ trainer's `stage.event` points). `harness.faults.profiles.plan_from_seed(seed, p
   (seed, thread name), and only low-priority threads are starved, for a duration picked from
   doublings of 1 ms.
 - Every injected or skipped decision is appended to the HARNESS_PLAN_LOG jsonl file.
+- A plan's `pct` runs PCT over the named points (harness.faults.pct): priorities, change points
+  and bounded waits at every point hit, besides the rules.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 from dflash.errors import InjectedFault
 from harness.faults import points
+from harness.faults.pct import Pct, PctEngine
 from harness.faults.points import STAGE_POINTS, TORCH_POINTS
 
 ENV_PLAN = "HARNESS_PLAN"
@@ -132,6 +135,8 @@ class Plan:
     """What to inject where."""
     budget_fraction: float = 0.2
     """Cap on injected sleep time as a fraction of elapsed time (rr chaos: 20%)."""
+    pct: Pct | None = None
+    """PCT over the named points (harness.faults.pct); its waits are not budgeted: each is bounded."""
 
     def validate(self) -> Plan:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
@@ -145,10 +150,18 @@ class Plan:
             raise InvalidPlan("start_barrier needs count >= 1 and 0 < timeout_s <= 600")
         for rule in self.rules:
             rule.validate()
+        if self.pct is not None:
+            try:
+                self.pct.validate(all_points())
+            except ValueError as e:
+                raise InvalidPlan(str(e)) from None
         return self
 
     def torch_points(self) -> list[str]:
-        return sorted({r.point for r in self.rules if r.point in TORCH_POINTS})
+        wanted = {r.point for r in self.rules}
+        if self.pct is not None:
+            wanted |= set(self.pct.points or TORCH_POINTS)
+        return sorted(wanted & set(TORCH_POINTS))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -165,6 +178,8 @@ class Plan:
             d["rules"] = [Rule(**r) for r in d.get("rules", [])]
             if d.get("start_barrier") is not None:
                 d["start_barrier"] = StartBarrier(**d["start_barrier"])
+            if d.get("pct") is not None:
+                d["pct"] = Pct(**d["pct"])
             plan = cls(**d)
         except TypeError as e:
             raise InvalidPlan(f"bad plan field: {e}") from None
@@ -185,6 +200,8 @@ class Plan:
             parts.append(f"switch={self.switch_interval:g}")
         if self.start_barrier is not None:
             parts.append(f"barrier={self.start_barrier.threads}x{self.start_barrier.count}")
+        if self.pct is not None:
+            parts.append(self.pct.describe())
         parts += [f"{r.action}@{r.point}:{r.when}(p={r.probability:g})" for r in self.rules]
         return " ".join(parts)
 
@@ -213,6 +230,8 @@ class Scheduler:
         self.num_injected = 0
         self.num_skipped_budget = 0
         self._log = open(log_path, "a", buffering=1, encoding="ascii") if log_path else None
+        self.pct = (PctEngine(plan.pct, plan.seed, all_points(), log=self.log, elapsed=self.elapsed,
+                              clock=clock) if plan.pct is not None else None)
 
     def elapsed(self) -> float:
         return self._clock() - self._t0
@@ -222,6 +241,8 @@ class Scheduler:
             self._log.write(json.dumps(record, sort_keys=True) + "\n")
 
     def hit(self, point: str, when: str = "before") -> None:
+        if self.pct is not None and when in WHENS and point in self.pct.points:
+            self.pct.step(point, when)
         rules = self._by_key.get((point, when))
         if when == "before":
             self.hits[point] = self.hits.get(point, 0) + 1
@@ -306,7 +327,8 @@ class Scheduler:
                 # the program (not reached) or none of its targets exists (unavailable).
                 "not_installed": sorted(wanted - set(points.installed())),
                 "injected": self.num_injected, "injected_s": round(self.injected_s, 6),
-                "skipped_budget": self.num_skipped_budget, "elapsed_s": round(self.elapsed(), 6)}
+                "skipped_budget": self.num_skipped_budget, "elapsed_s": round(self.elapsed(), 6)} | (
+                    {"pct": self.pct.summary()} if self.pct is not None else {})
 
     def close(self) -> None:
         self.log(self.summary())
@@ -380,6 +402,8 @@ def _install_start_barrier(cfg: StartBarrier, sched: Scheduler) -> None:
             run = self.run
 
             def run_after_barrier():
+                if sched.pct is not None:  # PCT: a thread's priority is set as it reaches the barrier
+                    sched.pct.arrive()
                 try:
                     barrier.wait()
                 except threading.BrokenBarrierError:
