@@ -142,3 +142,17 @@ def test_the_warm_up_table_is_what_the_logs_say():
     cold = warmup.break_even(warmup.read(logs / "rec3-cold.log"), base)
     warm = warmup.break_even(warmup.read(logs / "rec3-warm.log"), base)
     assert f"pays off against eager after about {cold:,} steps" in REPORT and f"{warm:,} on a warm one" in REPORT
+
+
+def test_the_pct_line_is_what_the_lift_measured():
+    import json
+
+    lift = json.loads((RESULTS / "lift-pct-cpu-2026-12-02" / "lift.json").read_text())
+    cells = {(c["target"], c["profile"]): (c["k"], c["n"]) for c in lift["cells"]}
+    for race in ("F2", "R5", "F3"):
+        best = max((cells[(race, p)] for p in ("pct1", "pct2", "pct3")), key=lambda kn: kn[0] / kn[1])
+        switch = cells[(race, "switch")]
+        assert best[1] == switch[1] == 10
+        line = f"{race} in {best[0]}/{best[1]}"
+        assert line in REPORT.replace("\n  ", " "), line
+        assert f"against {switch[0]}/{switch[1]}" in REPORT.replace("\n  ", " ")
