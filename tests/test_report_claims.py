@@ -156,3 +156,15 @@ def test_the_pct_line_is_what_the_lift_measured():
         line = f"{race} in {best[0]}/{best[1]}"
         assert line in REPORT.replace("\n  ", " "), line
         assert f"against {switch[0]}/{switch[1]}" in REPORT.replace("\n  ", " ")
+
+
+def test_the_versions_claim_holds_in_their_stores():
+    # F2 gone on 2.14.1 and 2.15.0 while its window opened in every raw trial of r06 and r14.
+    text = REPORT.replace("\n", " ")
+    assert "window still opened in every 2.14.1 and 2.15.0 trial of r06 and r14" in text
+    for version in ("2.14.1", "2.15.0"):
+        records = Store(RESULTS / f"versions-cpu-torch{version}").load()
+        for cell in ("r06:raw@fx-widen", "r14:raw@fx-widen"):
+            mine = [r for r in records if r.cell == cell]
+            assert len(mine) == 10 and not any(r.outcome.is_failure for r in mine), (version, cell)
+            assert all((r.exposures or {}).get("F2", 0) > 0 for r in mine), (version, cell)

@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.analysis import bench_records, benches, recommend
+from harness.analysis import bench_records, benches, recommend, versions
 from harness.analysis.cell_plots import plot_paths, write_plots
 from harness.analysis.cell_tables import family_legend, has_memory, markdown_table, pivot_table, signature_lines
 from harness.analysis.excerpts import hang_excerpts, native_excerpts
@@ -234,7 +234,8 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
         text = replace_block(text, OVERVIEW_BLOCK, overview_body(observed))
         text = replace_block(text, tables.RACES_BLOCK, tables.race_table(records_of=RecordSource(out.parent)))
         text = replace_block(text, STORES_BLOCK, stores_body(index, out.parent))
-        names += [OVERVIEW_BLOCK, tables.RACES_BLOCK, STORES_BLOCK]
+        text = replace_block(text, versions.BLOCK, versions.body(loaded))
+        names += [OVERVIEW_BLOCK, tables.RACES_BLOCK, STORES_BLOCK, versions.BLOCK]
         writes.append((out, text))
         if repro_readme.is_file():
             readme = replace_block(repro_readme.read_text(encoding="utf-8"), tables.REPROS_BLOCK, tables.repro_table())

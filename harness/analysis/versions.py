@@ -1,0 +1,88 @@
+"""The same repro cells across torch versions: per race, raw and fixed k/n on each version and what
+changed (REPORT.md's `torch-versions` block).
+
+A cell's records are gathered over every store by the torch version each trial ran on (a trial
+records its interpreter's torch: `harness matrix --python`), so the CPU catalogue's store (2.13)
+and the versions-cpu stores (one per torch) meet in one row. Verdicts per version:
+`reproduces` / `not reproduced`, and for the fix `holds` / `fails`, or, where the race no longer
+reproduces, `no longer needed` / `now harmful` (the fixed cell fails where raw does not).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.campaign.cells import split_cell
+from harness.trial.outcome import TrialResult
+
+BLOCK = "torch-versions"
+MATRICES = ("catalogue-cpu", "versions-cpu")
+"""Matrices whose cells are compared across versions (they share cell names)."""
+
+
+def _version(r: TrialResult) -> str | None:
+    return (r.torch_version or "").split("+")[0] or None
+
+
+def _key(v: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in v.split("."))
+
+
+def counts(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> dict[tuple[str, str], tuple[int, int]]:
+    """(cell, torch version) -> (failing, counted) over every store's records of MATRICES."""
+    out: dict[tuple[str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
+    for _, records in loaded:
+        for r in records:
+            version = _version(r)
+            if r.matrix not in MATRICES or r.replay_of is not None or version is None:
+                continue
+            if not r.outcome.counts_as_trial:
+                continue
+            kn = out[(r.cell, version)]
+            kn[0] += r.outcome.is_failure
+            kn[1] += 1
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _verdict(raw: tuple[int, int] | None, fix: tuple[int, int] | None) -> str:
+    if raw is None or raw[1] == 0:
+        return "-"
+    reproduces = raw[0] > 0
+    words = ["reproduces" if reproduces else "not reproduced"]
+    if fix is not None and fix[1]:
+        if reproduces:
+            words.append("fix holds" if fix[0] == 0 else "fix fails")
+        else:
+            words.append("fix no longer needed" if fix[0] == 0 else "fix now harmful")
+    return ", ".join(words)
+
+
+def body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
+    found = counts(loaded)
+    versions = sorted({v for _, v in found}, key=_key)
+    # The cells a later version ran (versions-cpu): each race under its plan, raw and with its fix.
+    later = {cell for (cell, v) in found if v != versions[0]} if len(versions) > 1 else {c for c, _ in found}
+    races: dict[str, dict[str, str]] = collections.defaultdict(dict)
+    for cell in sorted(later):
+        workload, strategy, plan = split_cell(cell)
+        races[workload]["raw" if strategy == "raw" else "fix"] = cell
+    lines = [f"Regenerate with `python -m harness report`. Repro cells of `{MATRICES[0]}` and `{MATRICES[1]}` by the "
+             "torch each trial ran on (`harness matrix --preset versions-cpu --python ENV/bin/python`): failing/"
+             "counted trials, raw and with the race's fix, under the race's plan.", "",
+             "| race | raw cell | fix | " + " | ".join(f"torch {v}" for v in versions) + " |",
+             "|---|---|---|" + "---|" * len(versions)]
+    for workload, cells in sorted(races.items()):
+        raw, fix = cells.get("raw"), cells.get("fix")
+        entries = []
+        for v in versions:
+            r, f = found.get((raw, v)), found.get((fix, v)) if fix else None
+            if r is None:
+                entries.append("not run")
+                continue
+            text = f"{r[0]}/{r[1]}" + (f", fix {f[0]}/{f[1]}" if f else "")
+            entries.append(f"{text}: {_verdict(r, f)}")
+        fix_name = split_cell(fix)[1] if fix else "-"
+        lines.append(f"| {workload} | `{raw}` | `{fix_name}` | " + " | ".join(entries) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,29 @@
+"""The torch-versions table: a repro's cells by the torch each trial ran on, and what changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.analysis import versions
+from harness.trial.outcome import Outcome, TrialResult
+
+
+def _r(matrix: str, cell: str, i: int, failed: bool, torch: str) -> TrialResult:
+    return TrialResult(trial_id=f"{matrix}/{cell}/{i}", cell=cell, trial_index=i,
+                       outcome=Outcome.CRASH if failed else Outcome.OK, torch_version=torch,
+                       signature="s" if failed else None)
+
+
+def test_a_race_that_stops_reproducing_and_a_fix_that_turns_harmful_are_said():
+    old = [_r("catalogue-cpu", "r06:raw@fx-widen", i, True, "2.13.0+cpu") for i in range(3)]
+    old += [_r("catalogue-cpu", "r06:nested-fx-fallback@fx-widen", i, False, "2.13.0+cpu") for i in range(3)]
+    old += [_r("catalogue-cpu", "r06:raw@-", i, True, "2.13.0+cpu") for i in range(2)]      # not in the later runs
+    new = [_r("versions-cpu", "r06:raw@fx-widen", i, False, "2.14.1") for i in range(2)]
+    new += [_r("versions-cpu", "r06:nested-fx-fallback@fx-widen", i, i == 0, "2.14.1") for i in range(2)]
+    new += [_r("versions-cpu", "r07:raw@fx-widen", 0, True, "2.14.1"), _r("other", "r07:raw@fx-widen", 1, True, "2.14.1")]
+    text = versions.body([(Path("a"), old), (Path("b"), new)])
+    assert "| torch 2.13.0 | torch 2.14.1 |" in text
+    assert ("| r06 | `r06:raw@fx-widen` | `nested-fx-fallback` | 3/3, fix 0/3: reproduces, fix holds | "
+            "0/2, fix 1/2: not reproduced, fix now harmful |") in text
+    assert "| r07 | `r07:raw@fx-widen` | `-` | not run | 1/1: reproduces |" in text      # other matrices left out
+    assert "r06:raw@-" not in text
