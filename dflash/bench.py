@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import statistics
 import sys
 import tempfile
 
@@ -96,7 +97,7 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS, oracle_every: int = 0) -> int
     best = {k: max(v, key=lambda f: f["tokens_per_s"]) for k, v in results.items() if v}
     absent = best[False]["tokens_per_s"]
     if oracle_every:
-        return _report_oracle(cfg, oracle_every, best, off_ns)
+        return _report_oracle(cfg, oracle_every, results, off_ns)
     idle = best[True]["tokens_per_s"] if True in best else None
     record = {
         "event": "bench",
@@ -123,13 +124,24 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS, oracle_every: int = 0) -> int
     return 0
 
 
-def _report_oracle(cfg: RunConfig, every: int, best: dict[bool, dict], off_ns: float) -> int:
-    """The oracle bench's record: the best round of each condition, whole-run and steady rates."""
-    off, on = best[False], best.get(True)
+def _report_oracle(cfg: RunConfig, every: int, results: dict[bool, list[dict]], off_ns: float) -> int:
+    """The oracle bench's record: the best round of each condition, whole-run and steady rates,
+    and the median of the paired steady ratios (round 2k+1 over round 2k, run next to each
+    other: on a shared machine the load drifts more between the rounds than within a pair)."""
+    off = max(results[False], key=lambda f: f["tokens_per_s"])
+    on = max(results[True], key=lambda f: f["tokens_per_s"]) if results[True] else None
 
     def ratio(key: str) -> float | None:
         return round(on[key] / off[key], 4) if on and on[key] and off[key] else None
 
+    paired = sorted(b["tokens_per_s_steady"] / a["tokens_per_s_steady"]
+                    for a, b in zip(results[False], results[True])
+                    if a["tokens_per_s_steady"] and b["tokens_per_s_steady"])
+    share = None
+    if on and on["oracle"] and on["elapsed_s"]:
+        # The checks' own time over the drafter threads' time: what the oracle takes of a
+        # drafter thread, whichever stage bounds the throughput.
+        share = round(on["oracle"]["seconds"] / (on["elapsed_s"] * cfg.pipeline.num_drafter_threads), 4)
     record = {
         "event": "bench",
         "preset": cfg.preset,
@@ -141,6 +153,9 @@ def _report_oracle(cfg: RunConfig, every: int, best: dict[bool, dict], off_ns: f
         "tokens_per_s_steady_oracle": on["tokens_per_s_steady"] if on else None,
         "oracle_over_off": ratio("tokens_per_s"),
         "oracle_over_off_steady": ratio("tokens_per_s_steady"),
+        "oracle_over_off_paired": [round(r, 4) for r in paired],
+        "oracle_over_off_paired_median": round(statistics.median(paired), 4) if paired else None,
+        "oracle_share_of_drafter": share,
         "oracle": on["oracle"] if on else None,
         "busy": off["busy"],
         "busy_oracle": on["busy"] if on else None,
@@ -152,7 +167,9 @@ def _report_oracle(cfg: RunConfig, every: int, best: dict[bool, dict], off_ns: f
     on_text = "not measured" if on is None else (f"{on['tokens_per_s']:.1f} (steady "
                                                  f"{on['tokens_per_s_steady']})")
     print(f"tokens/s {off['tokens_per_s']:.1f} (steady {off['tokens_per_s_steady']}) oracle off; "
-          f"{on_text} oracle every {every}; ratio {record['oracle_over_off']} "
-          f"(steady {record['oracle_over_off_steady']})", file=sys.stderr)
+          f"{on_text} oracle every {every}; best over best {record['oracle_over_off']} (steady "
+          f"{record['oracle_over_off_steady']}), paired steady median "
+          f"{record['oracle_over_off_paired_median']}; checks take {share} of the drafter threads' time",
+          file=sys.stderr)
     print(json.dumps(record), flush=True)
     return 0

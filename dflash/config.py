@@ -200,16 +200,17 @@ class TrainConfig:
     its batch eagerly under no_grad and a disagreement with the compiled step ends the run as a
     wrong result (exit 3); 0 = off. Costs one eager forward per checked step and thread."""
     oracle_rtol: float = 1e-4
-    """Relative loss tolerance of the oracle. Compiled against eager on clean CPU runs (torch
-    2.13, 1,920 checks per backend): inductor differed by at most 6.6e-7 relative (2.9e-6
-    absolute at a loss near 5), aot_eager and eager by 0; 1e-4 leaves a 150x margin. Measured on
-    CPU only: a CUDA step compiles flex attention where the eager one runs SDPA, in other kernels."""
+    """Relative loss tolerance of the oracle. On clean CPU runs (torch 2.13, 7,360 checks with
+    inductor, 8,320 with aot_eager, 7,360 eager) compiled and eager losses differed by at most
+    7.4e-7 relative (3.3e-6 absolute, losses 4-5.5) with inductor and not at all otherwise: 1e-4
+    leaves a margin over 100x (docs/log/2026-12-02-loss-oracle.md). CPU only: a CUDA step
+    compiles flex attention where the eager one runs SDPA, so a GPU run needs its own figure."""
     oracle_atol: float = 1e-5
-    """Absolute loss tolerance of the oracle: what decides for a loss near 0 (3.5x the largest
+    """Absolute loss tolerance of the oracle, which decides for a loss near 0 (3x the largest
     absolute difference measured); at a loss near 5 rtol allows 5e-4."""
     oracle_flips: int = 2
-    """Greedy hits per step that may differ from eager: none did in the clean CPU runs; two
-    allow an argmax near-tie rounded the other way by a compiled kernel."""
+    """Greedy hits per step that may differ from eager: none did in those runs; two allow an
+    argmax near-tie that a compiled kernel rounds the other way."""
     stop_at_step: int = 0
     """Stop cleanly (checkpoint, final line) once this many steps are done, keeping the schedule
     of train.steps; 0 = run to train.steps. For time-sliced jobs and the bit-exact resume test."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -89,6 +90,8 @@ class Oracle:
         self.max_abs = 0.0
         self.max_rel = 0.0
         self.max_flips = 0
+        self.seconds = 0.0
+        """Time spent in checks, all threads together (the oracle's own share of a run)."""
 
     def due(self, step: int) -> bool:
         """Steps 0, N, 2N, ... (0-based): the first step, where compiles land, is always checked."""
@@ -102,9 +105,12 @@ class Oracle:
         # frame, no Inductor code and no CUDA-graph replay, so it shares none of the state the
         # races are in (the target threads run the same kind of eager work beside the compiled
         # drafter), and needs no fix's lock; no_grad leaves the real step's gradients alone.
+        t0 = time.perf_counter()
         diff = compare(result, reference(objective, inputs))
+        spent = time.perf_counter() - t0
         with self._lock:
             self.checked += 1
+            self.seconds += spent
             if not math.isnan(diff.abs_diff):
                 self.max_abs = max(self.max_abs, diff.abs_diff)
                 self.max_rel = max(self.max_rel, diff.rel_diff)
@@ -119,5 +125,5 @@ class Oracle:
         if not self.every:
             return None
         with self._lock:
-            return {"every": self.every, "checked": self.checked, "max_abs": self.max_abs,
-                    "max_rel": self.max_rel, "max_flips": self.max_flips}
+            return {"every": self.every, "checked": self.checked, "seconds": round(self.seconds, 3),
+                    "max_abs": self.max_abs, "max_rel": self.max_rel, "max_flips": self.max_flips}

@@ -70,3 +70,13 @@ def test_bench_with_one_round_measures_the_absent_condition_only():
     assert "warm-up round" not in proc.stderr and "round 1:" not in proc.stderr
     bad = run_dflash(["bench", "--rounds", "0"])
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "error: --rounds must be >= 1, got 0"
+
+
+def test_bench_with_the_oracle_alternates_it_off_and_on():
+    proc = run_dflash(["bench", "--steps", "4", "--rounds", "2", "--oracle-every", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = [r for r in json_lines(proc.stdout) if r["event"] == "bench"]
+    assert record["tokens_per_s"] > 0 and record["tokens_per_s_oracle"] > 0
+    assert record["oracle_every"] == 1 and record["oracle"]["checked"] == 4 * 2
+    assert len(record["oracle_over_off_paired"]) == 1 and 0 < record["oracle_share_of_drafter"] < 1
+    assert "round 0: oracle off" in proc.stderr and "round 1: oracle every 1" in proc.stderr
