@@ -26,7 +26,6 @@ the same signature and the same decision sequence: measured, never assumed.
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import json
 import re
 import sys
@@ -43,7 +42,7 @@ from harness.faults.profiles import plan_from_seed
 from harness.faults.scheduler import decisions
 from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import OUTPUT_NAME, run_trial
+from harness.trial.runner import OUTPUT_NAME, installed_torch, run_trial
 from harness.trial.spec import REPO_ROOT, TrialSpec, WorkloadSpec
 
 F2_TEXT = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
@@ -308,8 +307,4 @@ def to_json(cells: list[Cell], cals: dict[str, Calibration], meta: dict) -> dict
 
 
 def torch_version() -> str:
-    # From the installed metadata: importing torch here would cost seconds (the trials import it).
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+    return installed_torch() or "not installed"

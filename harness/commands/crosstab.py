@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
 
 from harness.analysis import crosstab
 from harness.analysis.crosstab import CrosstabError
@@ -13,7 +12,7 @@ from harness.analysis.recommend import holds
 from harness.args import comma_list
 from harness.campaign.cells import split_cell
 from harness.diagnosis import families
-from harness.stores.discovery import default_stores
+from harness.stores.discovery import stores_given
 from harness.stores.store import Store
 
 HELP = "does a fix go with a failure family: trials with it vs without"
@@ -37,10 +36,7 @@ def run(opts: argparse.Namespace) -> int:
     if unknown:
         raise CrosstabError(f"unknown family {unknown[0]!r}; known: {', '.join(families.DESCRIPTIONS)}")
     wanted = frozenset(names) or None
-    dirs = [Path(s) for s in opts.store] if opts.store else default_stores(Path("results"))
-    for d in dirs:
-        if not (d / "trials.jsonl").is_file():
-            raise CrosstabError(f"no result store at {d} (no trials.jsonl)")
+    dirs = stores_given(opts.store, existing=True)
     loaded = [(d.name, Store(d).load()) for d in dirs]
     seen = {split_cell(r.cell)[1] for _, rs in loaded for r in rs}
     if not any(holds(s, opts.fix) for s in seen):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from harness.args import positive_int
 from harness.campaign import replay
-from harness.stores.discovery import find_trial, trial_stores
+from harness.stores.discovery import find_trial, trial_stores_given
 
 HELP = "rerun a stored trial N times and count its signature"
 
@@ -21,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(opts: argparse.Namespace) -> int:
-    stores = [Path(s) for s in opts.store] if opts.store else trial_stores()
+    stores = trial_stores_given(opts.store)
     record, store_dir = find_trial(opts.trial_id, stores)
     results = replay.replay(record, store_dir, opts.times)
     s = replay.summary(record, results)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from harness.analysis import show
-from harness.stores.discovery import find_trial, trial_stores
+from harness.stores.discovery import find_trial, trial_stores_given
 from harness.stores.retire import with_retired
 
 HELP = "one stored trial, readable: failure, family, tracebacks, native and hang dumps"
@@ -18,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(opts: argparse.Namespace) -> int:
-    stores = [Path(s) for s in opts.store] if opts.store else trial_stores()
+    stores = trial_stores_given(opts.store)
     record, store_dir = find_trial(opts.trial_id, with_retired(stores))
     print(show.render(record, store_dir))
     return 0

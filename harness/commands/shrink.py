@@ -7,11 +7,10 @@ import dataclasses
 import json
 import os
 import sys
-from pathlib import Path
 
 from harness.args import positive_int
 from harness.campaign.shrink import Shrinker, describe, minimal_plan
-from harness.stores.discovery import find_trial, trial_stores
+from harness.stores.discovery import find_trial, trial_stores_given
 from harness.stores.store import safe_name, write_atomic
 from harness.trial.spec import TrialSpec
 
@@ -27,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(opts: argparse.Namespace) -> int:
-    stores = [Path(s) for s in opts.store] if opts.store else trial_stores()
+    stores = trial_stores_given(opts.store)
     record, store_dir = find_trial(opts.trial_id, stores)
     shrinker = Shrinker(record, store_dir, opts.times, opts.workers or min(opts.times, os.cpu_count() or 1),
                         sys.stderr)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from harness.campaign.cells import strategy_of
 from harness.diagnosis.catalogue import Catalogue, Count, Race, RecordSource, count, load, major_minor
-from harness.stores.discovery import TrialNotFound, find_trial, trial_stores
+from harness.stores.discovery import TrialNotFound, find_trial, trial_stores_given
 from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
 from harness.text import clip
@@ -419,7 +419,7 @@ def _from_store(store_dir: Path) -> list[Failure]:
 
 def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> Failure:
     try:
-        record, store_dir = find_trial(trial_id, with_retired(list(stores) or trial_stores()))
+        record, store_dir = find_trial(trial_id, with_retired(trial_stores_given(list(stores))))
     except TrialNotFound as e:
         raise DiagnoseError(f"{trial_id}: not a file, a folder or a stored trial ({e})") from None
     if not record.outcome.is_failure:

@@ -28,6 +28,11 @@ def trial_stores() -> list[Path]:
     return [*default_stores(Path("runs")), *default_stores(Path("results"))]
 
 
+def trial_stores_given(names: list[str] | None) -> list[Path]:
+    """The --store folders a trial id is looked up in, else `trial_stores()`."""
+    return [Path(s) for s in names] if names else trial_stores()
+
+
 def find_trial(trial_id: str, store_dirs: list[Path]) -> tuple[TrialResult, Path]:
     """The stored record of `trial_id` and the store holding it."""
     for d in store_dirs:
