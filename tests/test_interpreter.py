@@ -4,7 +4,6 @@ and Python it ran, and a store named with {torch} keeps one version's trials apa
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import venv
 
@@ -21,9 +20,7 @@ def other_python(tmp_path_factory):
     # A second interpreter that sees the same packages: what another venv is, minus the torch.
     root = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(root)
-    python = root / "bin" / "python"
-    assert subprocess.run([str(python), "-c", "import harness"], capture_output=True).returncode in (0, 1)
-    return str(python)
+    return str(root / "bin" / "python")
 
 
 def test_a_trial_runs_under_the_interpreter_asked_for_and_records_its_versions(other_python, tmp_path):
