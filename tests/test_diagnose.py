@@ -46,6 +46,7 @@ FIXTURE_RACES = {
     "r5_reset_fpe": "R5",
     "r5_reset_segfault": "R5",
     "r5_reset_segfault_after_nameerror": "R5",
+    "r5_reset_typeerror_then_segfault": "R5",
     # Generic: a native crash or a hang with nothing that names a race (no stash in the output,
     # a deadlock of the program's own locks) is "unknown", never a guess.
     "gpu_segv_during_gc": None,
