@@ -24,6 +24,11 @@
 #             workaround, cublas-handle-init and single-thread-autograd hold (before a campaign)
 #   corpora:P,Q  the same for the named presets only
 #   spec:FILE[:S]  the matrix of a JSON spec file (its own store), for at most S seconds
+#   lift[:S]  (env LIFT_ARGS) `python -m harness lift` on the GPU targets into
+#             results/lift-pct-h200-<date>, for at most S seconds (until 25 s before the end);
+#             its lift.json also comes back as $OUT/lift.json
+#   versions:S  the versions-cpu matrix on this host's torch and CPUs (store
+#             results/versions-cpu-torch<version>), env VERSIONS_ARGS (e.g. "--workers 3")
 #   bg:PHASE  PHASE in the background, beside the phases after it (their GPU slots add up: keep a
 #             bg matrix small); the run waits for it before packing
 # Env MATRIX_ARGS: extra `harness matrix` arguments (e.g. "--max-failures 1 --trials 30") for the
@@ -155,6 +160,12 @@ for kv in seed_topology(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 70 )) ;;
     topology|topology-4|topology-2) matrix gpu-$phase $(( $(left) - 70 )) ;;   # the seed topology, on 8 / 4 / 2 H200s
     diag:*) matrix gpu-diag ${phase#diag:} ;;
+    versions:*) MATRIX_ARGS=${VERSIONS_ARGS:-} matrix versions-cpu ${phase#versions:} ;;
+    lift|lift:*) ls=${phase#lift}; ls=${ls#:}; [ -n "$ls" ] || ls=$(( $(left) - 25 )); s=$(date +%s)
+           lo=results/lift-pct-h200-$(date -u +%F); read -ra la <<< "${LIFT_ARGS:-}"
+           timeout -k 15 -s TERM "$ls" python3 -m harness lift "${la[@]}" --out "$lo" > "$X/lift.out" 2> "$X/lift.err"
+           echo "lift rc=$? $(( $(date +%s) - s ))s"; grep -v "^  " "$X/lift.out" | tail -n 40; tail -n 20 "$X/lift.err"
+           [ -f "$lo/lift.json" ] && cp "$lo/lift.json" "$OUT/lift.json" ;;
     verify:*) matrix gpu-verify ${phase#verify:} ;;
     # A spec file's cells are mostly new (diag, verify): no stored median for --finish-by to go
     # by, so the wider margin stays.
@@ -174,6 +185,6 @@ tar czf "$OUT/run.tgz" -C /tmp x
 # Packed trials (harness pack, `<trial>.zip`) are the checkout's own, older than this run: only
 # the folders of trials run here come back, which keeps stores.tgz under the 16 MB a file may have.
 tar czf "$OUT/stores.tgz" --exclude='*/run/*' --no-wildcards-match-slash --exclude='artefacts/*.zip' \
-  $(ls -d results/gpu-*/ 2>/dev/null)
+  $(ls -d results/gpu-*/ results/versions-cpu-torch2.11*/ results/lift-pct-h200-*/ 2>/dev/null)
 tar czf "$OUT/corpora.tgz" .cache/dflash 2>/dev/null
 ls -la "$OUT"; echo "== done after $(( $(date +%s) - t0 ))s"

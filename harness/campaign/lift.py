@@ -1,6 +1,9 @@
-"""Lift benchmark: per-trial reproduction probability of CPU races, plain vs under scheduler plans.
+"""Lift benchmark: per-trial reproduction probability of races, plain vs under scheduler plans.
 
 `python -m harness lift [--trials N] [--workers W] [--targets F2,R5,F3] [--profiles ...]`.
+CPU targets F2, R5, F3; GPU targets (a CUDA host) capture-r05, capture-r23 and G2, the catalogue
+repros whose plain rate leaves room for a lift (r05 3/10, r23 7/10, r20 5/10 on the H200,
+results/gpu-repros; r01, r02, r04 fail 10/10 plain, so no plan can lift them).
 Every trial is a fresh process run by harness.trial.runner.run_trial and kept in a result store
 (`<out>/trials.jsonl` + `artefacts/`, so `harness replay ID --store OUT` reruns one; a rerun into
 the same folder resumes). Configurations are interleaved trial by trial (plain, plan A, plan B,
@@ -62,6 +65,7 @@ class Target:
     reproduced: Callable[[TrialResult, str], bool]
     """Does this trial (result, output text) show the failure?"""
     timeout_s: float = 180.0
+    hang_s: float = 60.0
 
 
 @dataclass(kw_only=True, slots=True)
@@ -84,6 +88,11 @@ def _r5_reproduced(result: TrialResult, text: str) -> bool:
 
 def _f3_reproduced(result: TrialResult, text: str) -> bool:
     return F3_LINE.search(text) is not None
+
+
+def _failed(result: TrialResult, text: str) -> bool:
+    """A GPU repro fails only by its race (it prints SKIP and exits 0 where it cannot run)."""
+    return result.outcome.is_failure
 
 
 def _workload(repro: str, script: str, args: tuple[str, ...], prefer_repro: bool) -> WorkloadSpec:
@@ -122,6 +131,23 @@ def targets(*, f2_repro: bool = False) -> dict[str, Target]:
             profiles=("switch", "fx-widen", *PCT_PROFILES),
             reproduced=_f3_reproduced,
         ),
+        # GPU targets: the capture race from two scripts (r05: two threads record graphs that
+        # draw RNG; r23: a device-wide synchronize during another thread's capture) and G2 (r20,
+        # its own deadline cut to 45 s: a deadlock never ends by itself, and 180 s per hung
+        # trial would spend the lift on waiting). compile-chaos is measured in gpu-repros.
+        "capture-r05": Target(
+            name="capture-r05", workload=WorkloadSpec(kind="repro", argv=("r05_concurrent_record_rng",)),
+            profiles=("switch", "pct2", "pct3"), reproduced=_failed, timeout_s=240.0, hang_s=120.0,
+        ),
+        "capture-r23": Target(
+            name="capture-r23", workload=WorkloadSpec(kind="repro", argv=("r23_device_sync_during_capture",)),
+            profiles=("switch", "pct2", "pct3"), reproduced=_failed, timeout_s=240.0, hang_s=120.0,
+        ),
+        "G2": Target(
+            name="G2",
+            workload=WorkloadSpec(kind="repro", argv=("r20_flex_backward_compile_deadlock", "--deadline", "45")),
+            profiles=("switch", "pct2"), reproduced=_failed, timeout_s=240.0, hang_s=120.0,
+        ),
     }
 
 
@@ -138,7 +164,7 @@ def plan_for(profile: str, seed: int, cal: Calibration | None = None) -> dict | 
 def _spec(target: Target, profile: str, seed: int, index: int, cal: Calibration | None) -> TrialSpec:
     return TrialSpec(trial_id=f"{target.name}-{profile}-{index:03d}",
                      cell=f"lift-{target.name}-{profile}", workload=target.workload,
-                     plan=plan_for(profile, seed, cal), timeout_s=target.timeout_s, hang_s=60.0,
+                     plan=plan_for(profile, seed, cal), timeout_s=target.timeout_s, hang_s=target.hang_s,
                      trial_index=index)
 
 
@@ -222,7 +248,8 @@ def pct_bound(profile: str, cal: Calibration | None) -> float | None:
 
 def format_table(cells: list[Cell], cals: dict[str, Calibration] | None = None) -> str:
     cals = cals or {}
-    lines = [f"{'target':6} {'plan':16} {'k/n':>7} {'p':>5} {'wilson95':>13} {'lift':>6} "
+    w = max([6, *(len(c.target) for c in cells)])
+    lines = [f"{'target':{w}} {'plan':16} {'k/n':>7} {'p':>5} {'wilson95':>13} {'lift':>6} "
              f"{'lift_low':>8} {'mean_s':>6} {'ttff_s':>7} {'pct_bound':>9}"]
     for cell in cells:
         k, n, ci = _rate(cell)
@@ -235,7 +262,7 @@ def format_table(cells: list[Cell], cals: dict[str, Calibration] | None = None) 
         mean_s = sum(r.duration_s for r in cell.results) / max(n, 1)
         t = ttff(cell)
         b = pct_bound(cell.profile, cals.get(cell.target))
-        lines.append(f"{cell.target:6} {cell.profile:16} {f'{k}/{n}':>7} {p:5.2f} "
+        lines.append(f"{cell.target:{w}} {cell.profile:16} {f'{k}/{n}':>7} {p:5.2f} "
                      f"{f'[{ci.low:.2f},{ci.high:.2f}]':>13} {lift:>6} {low:>8} {mean_s:6.1f} "
                      f"{'-' if t is None else f'{t:.1f}':>7} {'-' if b is None else f'{b:.2g}':>9}")
     return "\n".join(lines)

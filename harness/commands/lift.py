@@ -1,4 +1,4 @@
-"""`python -m harness lift`: lift benchmark: per-trial reproduction probability of CPU races (F2, R5, F3), plain vs under scheduler plans."""
+"""`python -m harness lift`: lift benchmark: per-trial reproduction probability of races (CPU: F2, R5, F3; GPU: capture-r05, capture-r23, G2), plain vs under scheduler plans."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from harness.faults.profiles import PROFILES
 from harness.stores.store import Store
 from harness.trial.spec import REPO_ROOT
 
-HELP = "per-trial reproduction probability of CPU races, plain vs under scheduler plans (pct included)"
+HELP = "per-trial reproduction probability of races, plain vs under scheduler plans (pct included)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=10, help="trials per configuration (10)")
     p.add_argument("--workers", type=int, default=1, help="trials run at once (1)")
-    p.add_argument("--targets", default="F2,R5", help="comma list of F2, R5, F3 (F2,R5)")
+    p.add_argument("--targets", default="F2,R5", help="comma list of F2, R5, F3 (CPU), capture-r05, capture-r23, G2 (GPU) (F2,R5)")
     p.add_argument("--profiles", action="append", default=None,
                    help="plans compared with plain, comma list (default: each target's own: "
                         "switch, its race-specific plan, pct1, pct2, pct3)")
