@@ -177,3 +177,21 @@ def test_cli_doctor_json_and_bad_input(monkeypatch, capsys):
     assert cli.main(["doctor", "--timeout", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_each_race_says_what_was_measured_on_this_torch_or_that_nothing_was():
+    # The real catalogue and committed stores (results/catalogue-cpu, results/versions-cpu-torch*):
+    # F2 is gone on 2.14 (PR #168999), R5 is not; a torch nobody ran has no record, said as such.
+    def races_on(version):
+        results = {"torch_version": ProbeResult("torch_version", "x", value=version),
+                   "cuda_available": ProbeResult("cuda_available", "x", value=False)}
+        return {r.id: r.on_this_torch for r in doctor.race_expectations(results).races}
+
+    on_214 = races_on("2.14.1")
+    assert on_214["F2"].startswith("torch 2.14 measured: not reproduced 0/20, fix no longer needed (0/20 failed)")
+    assert "PR #168999" in on_214["F2"]
+    assert on_214["R5"].startswith("torch 2.14 measured: reproduces ") and "fix holds (0/10 failed)" in on_214["R5"]
+    assert races_on("2.13.0+cpu")["F1"].startswith("torch 2.13 not measured: predicted (source)")
+    assert races_on("2.16.0")["R4"] == ("torch 2.16: no record (the catalogue has 2.13, 2.14, 2.15): "
+                                        "`harness matrix --preset versions-cpu` measures the CPU rows")
+    assert races_on("2.16.0")["segv"] == ""  # a generic family has no versions to speak of

@@ -75,6 +75,8 @@ class FixEvidence(Evidence):
 class VersionEvidence(Evidence):
     torch: str = ""
     """major.minor."""
+    fix_cells: tuple[str, ...] = ()
+    """The same store's cells of the race's fixes on this torch (any failure counts against them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +200,16 @@ def _evidence(cls, raw: dict, where: str, **extra):
     return cls(store=store, cells=cells, note=raw.get("note", ""), **extra)
 
 
+def _fix_cells(raw: dict, where: str) -> tuple[str, ...]:
+    cells = _strs(raw, "fix_cells", where)
+    if cells and raw.get("store") is None:
+        raise CatalogueError(f"{where}: fix_cells need a store")
+    unknown = set(raw) - {"torch", "store", "cells", "fix_cells", "note"}
+    if unknown:
+        raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
+    return cells
+
+
 def _race(raw: dict) -> Race:
     where = f"race {raw.get('id', '?')}"
     unknown = set(raw) - {"id", "title", "kind", "needs_cuda", "summary", "messages", "native", "probe",
@@ -226,7 +238,8 @@ def _race(raw: dict) -> Race:
                                  "not this race")
     fixes = tuple(_evidence(FixEvidence, f, f"{where} fix {f.get('name', '?')}", name=f.get("name", ""))
                   for f in raw.get("fixes", []))
-    versions = tuple(_evidence(VersionEvidence, v, f"{where} torch {v.get('torch', '?')}", torch=v.get("torch", ""))
+    versions = tuple(_evidence(VersionEvidence, v, f"{where} torch {v.get('torch', '?')}", torch=v.get("torch", ""),
+                               fix_cells=_fix_cells(v, f"{where} torch {v.get('torch', '?')}"))
                      for v in raw.get("versions", []))
     return Race(id=raw["id"], title=raw["title"], kind=raw["kind"], needs_cuda=bool(raw.get("needs_cuda")),
                 summary=_strs(raw, "summary", where), messages=_strs(raw, "messages", where),
@@ -331,6 +344,20 @@ class RecordSource:
 
     def exists(self, store: str) -> bool:
         return (self.root / store / "trials.jsonl").is_file()
+
+
+def fix_count(evidence: VersionEvidence, records_of: "RecordSource") -> tuple[int, int] | None:
+    """(failed, counted) over a version's fix cells: a fix that fails in any way does not hold."""
+    if evidence.store is None or not evidence.fix_cells:
+        return None
+    failed = n = 0
+    for r in records_of(evidence.store):
+        if r.replay_of is not None or not r.outcome.counts_as_trial:
+            continue
+        if any(fnmatch.fnmatchcase(r.cell, g) for g in evidence.fix_cells):
+            n += 1
+            failed += r.outcome.is_failure
+    return failed, n
 
 
 def major_minor(version: str) -> str:

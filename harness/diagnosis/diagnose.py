@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.campaign.cells import strategy_of
-from harness.diagnosis.catalogue import Catalogue, Count, Race, RecordSource, count, load, major_minor
+from harness.diagnosis.catalogue import (Catalogue, Count, Race, RecordSource, VersionEvidence, count, fix_count, load,
+                                        major_minor)
 from harness.stores.discovery import TrialNotFound, find_trial, trial_stores_given
 from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
@@ -289,14 +290,25 @@ def diagnose(failures: Iterable[Failure], *, catalogue: Catalogue | None = None,
     return sorted(findings, key=lambda f: -f.runs)
 
 
+def version_verdict(race: Race, v: VersionEvidence, records_of: RecordSource) -> str:
+    """One torch's verdict: measured (k/n of the race, and its fixes' failures) or the source's word."""
+    c = count(v, race, records_of)
+    seen = ""
+    if c is not None:
+        seen = f"{'reproduces' if c.k else 'not reproduced'} {c.k}/{c.n}"
+        f = fix_count(v, records_of)
+        if f is not None and f[1]:
+            # Where the race is gone a fix can only be unneeded or, failing, harmful.
+            word = (("fix holds" if c.k else "fix no longer needed") if f[0] == 0
+                    else ("fix fails" if c.k else "fix now harmful"))
+            seen += f", {word} ({f[0]}/{f[1]} failed)"
+        seen += f" ({v.where()}{'; ' + ', '.join(v.fix_cells) if v.fix_cells else ''})"
+    return "; ".join(x for x in (seen, v.note) if x)
+
+
 def version_lines(race: Race, records_of: RecordSource) -> list[str]:
     """Per torch: where the race was seen (k/n now) or what the source says."""
-    out = []
-    for v in race.versions:
-        c = count(v, race, records_of)
-        seen = (f"{'reproduces' if c.k else 'not reproduced'} {c.k}/{c.n} ({v.where()})" if c is not None else "")
-        out.append(f"torch {v.torch}: " + "; ".join(x for x in (seen, v.note) if x))
-    return out
+    return [f"torch {v.torch}: {version_verdict(race, v, records_of)}" for v in race.versions]
 
 
 # --------------------------------------------------------------------------------------- inputs

@@ -4,8 +4,11 @@ mean for threads.
 Every fact comes from a probe run in a subprocess (`harness.diagnosis.probes`); a probe that
 crashes, hangs or prints no result is reported as `unknown (probe failed: ...)`, never guessed.
 Then the fix sets `dflash.fixes.recommended` gives for this torch (cpu; cuda with and without
-CUDA graphs when a GPU is present), and which catalogued races (`harness.diagnosis.catalogue`)
-are expected here, from each race's `needs_cuda` and the probe it names.
+CUDA graphs when a GPU is present), which catalogued races (`harness.diagnosis.catalogue`)
+are expected here, from each race's `needs_cuda` and the probe it names, and what was measured on
+this torch's major.minor (the catalogue's `[[race.versions]]`, counted from the committed stores:
+reproduces / not reproduced, its fixes hold / no longer needed / now harmful), or that it was
+predicted from the source, or that nothing was recorded for this torch.
 
 Text output is one line per fact: `<key>: <value>  (<what it means for threads>)`.
 """
@@ -18,7 +21,8 @@ from typing import Any
 
 from dflash.fixes import recommended
 from harness.diagnosis import probes
-from harness.diagnosis.catalogue import load
+from harness.diagnosis.catalogue import RecordSource, load, major_minor
+from harness.diagnosis.diagnose import version_verdict
 from harness.diagnosis.probes import ProbeResult
 
 
@@ -39,6 +43,8 @@ class RaceExpectation:
     status: str
     """expected, not expected, possible (no probe decides) or unknown."""
     reason: str
+    on_this_torch: str = ""
+    """The catalogue's verdict for this torch's major.minor, or that it has none ("" if no torch)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +92,28 @@ def race_expectations(results: Mapping[str, ProbeResult],
     except Exception as e:  # a missing or malformed catalogue must not cost the facts
         return Races(False, f"{type(e).__name__}: {' '.join(str(e).split())}", ())
     cuda = results.get("cuda_available")
+    version = results.get("torch_version")
+    torch = str(version.value) if version is not None and version.ok else None
+    records_of = RecordSource()
     out = []
     for race in catalogue.races:
-        out.append(RaceExpectation(race.id, race.title, *_expect(race, results, cuda)))
+        out.append(RaceExpectation(race.id, race.title, *_expect(race, results, cuda),
+                                   on_this_torch=_on_torch(race, torch, records_of)))
     return Races(True, None, tuple(out))
+
+
+def _on_torch(race: Any, torch: str | None, records_of: RecordSource) -> str:
+    if not torch or not race.versions:
+        return ""
+    here = major_minor(torch)
+    for v in race.versions:
+        if v.torch == here:
+            kind = "measured" if v.store is not None else "not measured"
+            return f"torch {here} {kind}: {version_verdict(race, v, records_of)}"
+    known = ", ".join(sorted({v.torch for v in race.versions}))
+    how = ("`harness matrix --preset gpu-repros` on a GPU host measures it" if race.needs_cuda
+           else "`harness matrix --preset versions-cpu` measures the CPU rows")
+    return f"torch {here}: no record (the catalogue has {known}): {how}"
 
 
 def _expect(race: Any, results: Mapping[str, ProbeResult], cuda: ProbeResult | None) -> tuple[str, str]:
@@ -132,6 +156,8 @@ def format_text(report: DoctorReport) -> str:
         lines.append("expected races (harness.diagnosis.catalogue):")
         for race in report.races.races:
             lines.append(f"race {race.id}: {race.status}  ({race.title}; {race.reason})")
+            if race.on_this_torch:
+                lines.append(f"  {race.on_this_torch}")
     return "\n".join(lines) + "\n"
 
 

@@ -29,7 +29,9 @@ holds it to (tests/race/racecheck.py `check_exposure`).
 
 from __future__ import annotations
 
-from harness.diagnosis.catalogue import Catalogue, Repro, load
+import dataclasses
+
+from harness.diagnosis.catalogue import Catalogue, RecordSource, Repro, load, major_minor
 from tests.race.racecheck import REPRO_MAX_TRIALS, Race
 
 CPU_TORCH = "2.13.0+cpu"
@@ -62,9 +64,53 @@ stash loses a reference per thread exit and stash-incref gives it back. Elsewher
 stands (a known negative there) and says when an upgrade brings the race back."""
 
 
-def installed(race: Race) -> Race:
-    """The row to check on the installed torch: its ON_TORCH record if there is one, else `race`."""
+UNRECORDED: dict[str, str] = {}
+"""Rows checked on the installed torch against another torch's record: id -> the torch recorded
+(tests/race/conftest.py lists them at the end of the run)."""
+
+
+def measured_on(race: Race, major_minor: str) -> Race | None:
+    """The row as the catalogue's version evidence measured it on `major_minor` (`[[race.versions]]`
+    whose store holds this row's cells, e.g. results/versions-cpu-torch2.14.1), or None. A race at
+    0/n there is checked as absent over as many trials as its record (a regression brings it back);
+    otherwise the suite's reproduction check starts from that version's rate."""
+    from tests.race.racecheck import matches_family
+
+    source = RecordSource()
+    fix_cell = f"{race.id}:{race.fix}@{race.plan or '-'}" if race.fix else None
+    for candidate in load().races_of_repro(race.id):
+        for v in candidate.versions:
+            if v.torch != major_minor or v.store is None:
+                continue
+            records = [r for r in source(v.store) if r.replay_of is None and r.outcome.counts_as_trial]
+            raw = [r for r in records if r.cell == race.cell]
+            if not raw:
+                continue
+            fixed = [r for r in records if r.cell == fix_cell]
+            k = sum(matches_family(race, r) for r in raw)
+            torch = sorted({r.torch_version or "?" for r in raw})[-1]
+            return dataclasses.replace(
+                race, recorded=(k, len(raw)), recorded_plain=None, torch=torch,
+                source=f"{v.store}/trials.jsonl cells {race.cell}" + (f", {fix_cell}" if fixed else ""),
+                expect="reproduces" if k else "absent", repro_cap=len(raw) if not k else race.repro_cap,
+                fix_recorded=(sum(r.outcome.is_failure for r in fixed), len(fixed)) if fixed else race.fix_recorded)
+    return None
+
+
+def installed(race: Race, version: str | None = None) -> Race:
+    """The row to check on the installed torch (or `version`): its ON_TORCH record, else what the
+    catalogue's version evidence measured on this major.minor, else `race` itself (noted in
+    UNRECORDED when `race` was recorded on another torch)."""
     from tests.race.racecheck import torch_version
 
-    major_minor = ".".join(torch_version().split(".")[:2])
-    return ON_TORCH.get((race.id, major_minor), race)
+    here = major_minor(version or torch_version())
+    if (race.id, here) in ON_TORCH:
+        return ON_TORCH[(race.id, here)]
+    if major_minor(race.torch) == here:
+        return race
+    measured = measured_on(race, here)
+    if measured is not None:
+        return measured
+    if version is None:
+        UNRECORDED[race.id] = race.torch
+    return race

@@ -238,7 +238,10 @@ class Windows:
 
 
 def check_reproduces(race: Race, artefacts: Path) -> None:
-    """At least one failure with the race's signature family within `repro_trials` trials."""
+    """At least one failure with the race's signature family within `repro_trials` trials (for a row
+    whose installed torch no longer shows the race, `expect = absent`: check_absent)."""
+    if race.expect == "absent":
+        return check_absent(race, artefacts)
     n, miss = repro_trials(race)
     k0, n0 = race.recorded
     version = torch_version()

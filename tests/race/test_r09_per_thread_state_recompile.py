@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from tests.race import racecheck
-from tests.race.catalogue import CPU
+from tests.race.catalogue import CPU, installed
 
 pytestmark = pytest.mark.race
-RACE = CPU["r09"]
+RACE = installed(CPU["r09"])
 
 
 @pytest.mark.timeout(racecheck.repro_timeout_s(RACE))

@@ -1,0 +1,60 @@
+"""The race suite on another torch: a row checks what the catalogue's version evidence measured on the
+installed torch's major.minor (results/versions-cpu-torch*), and a row with no record for it says so
+at the end of the run instead of passing as if measured there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.diagnosis.catalogue import CatalogueError, parse
+from tests.race import catalogue, racecheck
+from tests.race.catalogue import CPU, installed
+from tests.race.conftest import coverage_lines
+
+
+def test_a_race_gone_on_a_later_torch_is_checked_as_absent_over_its_record():
+    row = installed(CPU["r06"], "2.14.1")
+    assert (row.expect, row.recorded, row.repro_cap, row.torch) == ("absent", (0, 10), 10, "2.14.1")
+    assert row.source.startswith("results/versions-cpu-torch2.14.1/trials.jsonl cells r06:raw@fx-widen")
+    assert row.fix_recorded == (0, 10)
+
+
+def test_a_race_still_there_starts_from_that_torchs_rate():
+    row = installed(CPU["r16"], "2.15.0")
+    assert row.expect == "reproduces" and row.recorded[0] > 0 and row.recorded[1] == 10
+    assert row.torch == "2.15.0" and row.fix_recorded == (0, 10)
+
+
+def test_the_recorded_torch_and_an_unrecorded_one_keep_the_row():
+    assert installed(CPU["r06"], "2.13.0+cpu") is CPU["r06"]
+    assert installed(CPU["r06"], "2.16.0") is CPU["r06"]
+    assert installed(CPU["r22"], "2.11.0+cu130") is catalogue.ON_TORCH[("r22", "2.11")]
+
+
+def test_the_run_ends_by_naming_the_rows_without_a_record():
+    lines = coverage_lines("2.16.0")
+    assert lines[0] == "race rows on torch 2.16.0: 0 checked against a record of torch 2.16"
+    assert lines[1].startswith("CPU rows with no record for torch 2.16, checked against another torch's: "
+                               "r06, r07, r08, r09, r11, r13, r14, r15, r16, r17, r18, r22 (recorded on 2.13.0+cpu)")
+    assert coverage_lines("2.14.1")[0].startswith("race rows on torch 2.14.1: 12 checked against a record of torch 2.14")
+
+
+def test_an_absent_row_is_checked_for_absence(monkeypatch, tmp_path: Path):
+    seen = []
+    monkeypatch.setattr(racecheck, "check_absent", lambda race, art: seen.append(race.id))
+    racecheck.check_reproduces(installed(CPU["r14"], "2.15.0"), tmp_path)
+    assert seen == ["r14"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('fix_cells = ["r06:x@*"]\nnote = "n"\n', "fix_cells need a store"),
+    ('store = "s"\ncells = ["c"]\nbogus = 1\n', "unknown keys ['bogus']"),
+])
+def test_a_malformed_version_entry_is_one_line_naming_it(extra, message):
+    text = ('[[race]]\nid = "X"\ntitle = "t"\nkind = "race"\nsummary = ["x"]\n'
+            f'[[race.versions]]\ntorch = "2.14"\n{extra}')
+    with pytest.raises(CatalogueError, match=re.escape(message)):
+        parse(text)
