@@ -16,6 +16,8 @@ from dflash.errors import ConfigError
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 ATTENTION_BACKENDS = ("auto", "flex", "sdpa")
+LAYER_TYPES = ("full_attention", "sliding_attention")
+PRECISIONS = ("fp32", "bf16-autocast")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -108,6 +110,12 @@ class DrafterConfig:
     attention: str = "auto"
     """auto = flex_attention on CUDA, dense SDPA mask on CPU (flex backward is CUDA-only)."""
     init_seed: int = 0
+    layer_types: tuple[str, ...] | None = None
+    """Per draft layer, full_attention or sliding_attention (the `layer_types` of DFlash
+    checkpoints); None = every layer full_attention."""
+    sliding_window: int | None = None
+    """Window of the sliding_attention layers, in positions: a query at position p sees keys at
+    positions within p - (window - 1) .. p + (window - 1) (the config field of Qwen3/z-lab)."""
 
     def __post_init__(self) -> None:
         if self.block_size < 2:
@@ -116,6 +124,14 @@ class DrafterConfig:
             raise ConfigError("drafter.num_anchors and drafter.num_layers must be >= 1")
         if self.attention not in ATTENTION_BACKENDS:
             raise ConfigError(f"drafter.attention must be one of {ATTENTION_BACKENDS}, got {self.attention!r}")
+        if self.layer_types is not None and (len(self.layer_types) != self.num_layers
+                                             or not set(self.layer_types) <= set(LAYER_TYPES)):
+            raise ConfigError(f"drafter.layer_types must name one of {LAYER_TYPES} per layer "
+                              f"({self.num_layers}), got {self.layer_types}")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ConfigError(f"drafter.sliding_window must be >= 1, got {self.sliding_window}")
+        if "sliding_attention" in (self.layer_types or ()) and self.sliding_window is None:
+            raise ConfigError("drafter.layer_types has sliding_attention layers: set drafter.sliding_window")
 
     def resolved_gamma(self) -> float:
         if self.gamma is not None:
@@ -226,7 +242,14 @@ class TrainConfig:
     CUDA-graph recording (a cold Inductor cache took 80 s at step 1 on one H200 with three
     drafter threads); as pipeline.startup_timeout_s. 0 = the first step is not watched."""
 
+    precision: str = "fp32"
+    """fp32, or bf16-autocast: the drafter forward and LM head run under torch.autocast(bfloat16)
+    while parameters, gradients and optimizer state stay float32 (the master weights); the loss
+    is computed in float32 either way."""
+
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"train.precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.steps < 1:
             raise ConfigError(f"train.steps must be >= 1, got {self.steps}")
         if self.stall_s < 0 or self.first_step_stall_s < 0:

@@ -13,6 +13,12 @@ Data flow of one forward (shapes: B batch, S context rows, Q block rows, H hidde
              per-head q/k RMSNorm; RoPE at absolute positions (queries use the last Q rows)
   final RMSNorm -> [B, Q, H]; the caller applies the frozen target LM head.
 
+Layers are full_attention or sliding_attention (`layer_types`, as in DFlash checkpoints). A sliding
+layer sees only keys whose position is within `sliding_window - 1` of the query's, both ways: what
+z-lab's inference gets from flash-attn (non-causal, window_size (w-1, w-1), bottom-right aligned,
+transformers `_flash_attention_forward`), so the block stays bidirectional as long as the window
+holds it. Training ANDs the same rule into the anchor-block mask (masks.py).
+
 The embedding and LM head are NOT parameters here: they belong to the target (frozen, shared).
 """
 
@@ -26,6 +32,8 @@ from torch import nn
 
 from dflash.config import DrafterConfig
 from dflash.errors import ConfigError
+
+FULL, SLIDING = "full_attention", "sliding_attention"
 
 try:  # flex_attention is the CUDA training path; CPU uses the dense SDPA mask.
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
@@ -76,6 +84,19 @@ class DenseMask(NamedTuple):
 
     allowed: torch.Tensor
     row_valid: torch.Tensor
+
+
+def in_window(q_pos: torch.Tensor, kv_pos: torch.Tensor, window: int) -> torch.Tensor:
+    """Whether a key at kv_pos lies in the sliding window of a query at q_pos (tensor ops only:
+    it runs inside mask_mods, under vmap and broadcasting)."""
+    return (q_pos - kv_pos < window) & (kv_pos - q_pos < window)
+
+
+def window_mask(positions: torch.Tensor, q_len: int, window: int) -> DenseMask:
+    """DenseMask of a sliding layer at inference: positions [B, KV] of the keys, the queries are
+    the last q_len of them."""
+    allowed = in_window(positions[:, None, -q_len:, None], positions[:, None, None, :], window)
+    return DenseMask(allowed=allowed, row_valid=allowed.any(dim=-1, keepdim=True))
 
 
 class RMSNorm(nn.Module):
@@ -130,9 +151,10 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Ten
 
 
 class DraftAttention(nn.Module):
-    def __init__(self, cfg: DrafterConfig, hidden_size: int) -> None:
+    def __init__(self, cfg: DrafterConfig, hidden_size: int, layer_type: str = FULL) -> None:
         super().__init__()
         d = cfg.head_dim
+        self.sliding_window = cfg.sliding_window if layer_type == SLIDING else None
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, d
         self.q_proj = nn.Linear(hidden_size, cfg.num_heads * d, bias=False)
         self.k_proj = nn.Linear(hidden_size, cfg.num_kv_heads * d, bias=False)
@@ -153,6 +175,9 @@ class DraftAttention(nn.Module):
         # Queries take the last Q rows of the position table (z-lab apply_rotary_pos_emb).
         q = _apply_rope(q, cos[:, -q_len:], sin[:, -q_len:])
         k = _apply_rope(k, cos, sin)
+        # Under autocast v is the projection's bf16 while the fp32 norm weights and rope table
+        # promote q and k to fp32; flex_attention needs one dtype. A no-op without autocast.
+        q, k = q.to(v.dtype), k.to(v.dtype)
         out = attend(q, k, v, mask)  # [B, heads, Q, D]
         return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
 
@@ -169,9 +194,9 @@ class DraftMLP(nn.Module):
 
 
 class DraftLayer(nn.Module):
-    def __init__(self, cfg: DrafterConfig, hidden_size: int) -> None:
+    def __init__(self, cfg: DrafterConfig, hidden_size: int, layer_type: str = FULL) -> None:
         super().__init__()
-        self.self_attn = DraftAttention(cfg, hidden_size)
+        self.self_attn = DraftAttention(cfg, hidden_size, layer_type)
         self.mlp = DraftMLP(hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(hidden_size, cfg.rms_norm_eps)
@@ -198,7 +223,9 @@ class DFlashDrafter(nn.Module):
         self.layer_ids = tuple(int(i) for i in layer_ids)
         self.fc = nn.Linear(len(self.layer_ids) * hidden_size, hidden_size, bias=False)
         self.hidden_norm = RMSNorm(hidden_size, cfg.rms_norm_eps)
-        self.layers = nn.ModuleList(DraftLayer(cfg, hidden_size) for _ in range(cfg.num_layers))
+        self.layer_types = tuple(cfg.layer_types or (FULL,) * cfg.num_layers)
+        self.sliding_window = cfg.sliding_window if SLIDING in self.layer_types else None
+        self.layers = nn.ModuleList(DraftLayer(cfg, hidden_size, t) for t in self.layer_types)
         self.norm = RMSNorm(hidden_size, cfg.rms_norm_eps)
         self.reset_parameters(cfg.init_seed)
 
@@ -219,14 +246,27 @@ class DFlashDrafter(nn.Module):
                 positions: torch.Tensor, mask=None) -> torch.Tensor:
         """block_hidden [B,Q,H] (embedded block tokens), context [B,S,k*H] (tapped target
         states), positions [B,S+Q] (absolute: context rows then block rows), mask None |
-        DenseMask | BlockMask over (Q, S+Q). Returns normed hidden states [B,Q,H]."""
+        DenseMask | BlockMask over (Q, S+Q), or a dict of them by layer type (training a drafter
+        with sliding layers). None = inference: full layers see everything, sliding layers their
+        window. Returns normed hidden states [B,Q,H]."""
         dtype = self.fc.weight.dtype
         ctx = self.hidden_norm(self.fc(context.to(dtype)))  # [B, S, H]
         x = block_hidden.to(dtype)
         cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta, dtype)
-        for layer in self.layers:
-            x = layer(x, ctx, cos, sin, mask)
+        for layer, layer_mask in zip(self.layers, self._layer_masks(mask, positions, x.shape[1])):
+            x = layer(x, ctx, cos, sin, layer_mask)
         return self.norm(x)
+
+    def _layer_masks(self, mask, positions: torch.Tensor, q_len: int) -> list:
+        if isinstance(mask, dict):
+            return [mask[t] for t in self.layer_types]
+        if mask is None:
+            window = window_mask(positions, q_len, self.sliding_window) if self.sliding_window is not None else None
+            return [window if t == SLIDING else None for t in self.layer_types]
+        if self.sliding_window is not None:
+            # One training mask for every layer would silently drop the window.
+            raise ValueError("a drafter with sliding_attention layers takes its masks by layer type")
+        return [mask] * len(self.layers)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

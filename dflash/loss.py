@@ -4,7 +4,8 @@ Block position k (k = 1..B-1) of the block anchored at a predicts input_ids[a + 
 "same-position" convention of z-lab/dflash; an off-by-one label shift was the bug fixed in
 sgl-project/SpecForge#473). Position 0 holds the anchor token itself and is not predicted.
 
-Weight of a prediction = keep(block) x in-bounds(a + k < L) x loss_mask[a + k] x w_k with
+Weight of a prediction = keep(block) x in-bounds(a + k < L) x loss_mask[a + k] (x, in packed
+rows, doc(a + k) == doc(a): inference never drafts across a document end) x w_k with
 w_k = exp(-(k - 1) / gamma) (paper Eq. 4 as quoted by SpecForge `train_dflash.py`: an error at k
 invalidates every later position). The loss is sum(w * CE) / sum(w).
 
@@ -49,8 +50,10 @@ def position_weights(block_size: int, gamma: float, *, device=None,
 
 
 def block_labels(input_ids: torch.Tensor, loss_mask: torch.Tensor, anchors: torch.Tensor,
-                 keep: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(labels [B, N, B_s-1] int64, valid [B, N, B_s-1] bool) for block positions 1..B_s-1."""
+                 keep: torch.Tensor, block_size: int,
+                 doc_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(labels [B, N, B_s-1] int64, valid [B, N, B_s-1] bool) for block positions 1..B_s-1;
+    doc_ids [B, L] (packed rows) drops labels outside the anchor's document."""
     seq_len = input_ids.shape[1]
     k = torch.arange(1, block_size, device=input_ids.device)
     pos = anchors[:, :, None] + k  # [B, N, B_s-1]
@@ -59,6 +62,9 @@ def block_labels(input_ids: torch.Tensor, loss_mask: torch.Tensor, anchors: torc
     labels = input_ids.gather(1, flat).view_as(pos)
     supervised = loss_mask.gather(1, flat).view_as(pos).bool()
     valid = keep[:, :, None] & in_bounds & supervised
+    if doc_ids is not None:
+        same_doc = doc_ids.gather(1, flat).view_as(pos) == doc_ids.gather(1, anchors)[:, :, None]
+        valid = valid & same_doc
     return labels, valid
 
 

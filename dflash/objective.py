@@ -5,8 +5,14 @@ through ONE drafter forward (Q_LEN = N*B_s, KV_LEN = S + N*B_s, SpecForge `Onlin
   block tokens  [token[a], MASK x (B_s-1)] embedded with the frozen target embedding
   positions     context rows 0..S-1, block rows a..a+B_s-1
   mask          anchor-block mask (masks.py): dense SDPA form, or a flex BlockMask built INSIDE
-                the forward from the anchor tensors (no per-step recompile; see masks.py)
+                the forward from the anchor tensors (no per-step recompile; see masks.py); one
+                per layer kind present (full, sliding window); with doc_ids [B, L] (packed
+                rows) blocks see only their anchor's document, and score only its labels
   logits        frozen target LM head on block rows 1..B_s-1
+Positions stay absolute within a packed row: RoPE scores depend only on position differences,
+and attention never crosses a document, so per-document positions would change nothing.
+`precision="bf16-autocast"` runs the drafter and the LM head under torch.autocast(bfloat16); the
+parameters stay float32 (master weights) and the loss is float32.
 Anchors are sampled outside (anchors.py) with a generator seeded by (train.seed, batch.seq), so
 the result does not depend on which thread took the batch.
 
@@ -20,8 +26,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dflash.config import ATTENTION_BACKENDS
-from dflash.drafter import DFlashDrafter
+from dflash.config import ATTENTION_BACKENDS, PRECISIONS
+from dflash.drafter import SLIDING, DFlashDrafter
 from dflash.errors import ConfigError
 from dflash.loss import LossOut, block_labels, block_loss, position_weights
 from dflash.masks import flex_block_mask, sdpa_mask
@@ -29,10 +35,13 @@ from dflash.masks import flex_block_mask, sdpa_mask
 
 class DFlashObjective(nn.Module):
     def __init__(self, drafter: DFlashDrafter, embed: nn.Embedding, lm_head: nn.Linear,
-                 block_size: int, mask_token_id: int, gamma: float, attention: str = "auto") -> None:
+                 block_size: int, mask_token_id: int, gamma: float, attention: str = "auto",
+                 precision: str = "fp32") -> None:
         super().__init__()
         if attention not in ATTENTION_BACKENDS:
             raise ConfigError(f"attention must be one of {ATTENTION_BACKENDS}, got {attention!r}")
+        if precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if not 0 <= mask_token_id < embed.num_embeddings:
             raise ConfigError(f"mask_token_id {mask_token_id} is not a row of the target embedding")
         if block_size < 2:
@@ -43,6 +52,7 @@ class DFlashObjective(nn.Module):
         self.block_size = block_size
         self.mask_token_id = mask_token_id
         self.attention = attention
+        self.precision = precision
         # On the drafter's device: a CPU buffer beside CUDA activations fails the first compiled
         # step on a GPU ("Tensor on device cpu is not on the expected device cuda:0", H200 run
         # of 2026-11-29), and draft_logits takes its device from this buffer.
@@ -70,20 +80,32 @@ class DFlashObjective(nn.Module):
         ctx_pos = torch.arange(seq_len, device=input_ids.device).expand(b, seq_len)
         return ids.flatten(1), torch.cat([ctx_pos, block_pos], dim=1)
 
+    def _masks(self, anchors: torch.Tensor, keep: torch.Tensor, seq_len: int,
+               doc_ids: torch.Tensor | None, flex: bool):
+        """One mask for an all-full drafter, else one per layer kind (a dict by layer type)."""
+        build = flex_block_mask if flex else sdpa_mask
+        kinds = sorted(set(self.drafter.layer_types))
+        masks = {kind: build(anchors, keep, self.block_size, seq_len, doc_ids,
+                             self.drafter.sliding_window if kind == SLIDING else None)
+                 for kind in kinds}
+        return masks if SLIDING in masks else masks[kinds[0]]
+
+    def _autocast(self, device: torch.device):
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16-autocast")
+
     def forward(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, context: torch.Tensor,
-                anchors: torch.Tensor, keep: torch.Tensor) -> LossOut:
-        """input_ids/loss_mask [B, L], context [B, L, k*H], anchors/keep [B, N] -> LossOut."""
+                anchors: torch.Tensor, keep: torch.Tensor, doc_ids: torch.Tensor | None = None) -> LossOut:
+        """input_ids/loss_mask [B, L], context [B, L, k*H], anchors/keep [B, N], doc_ids None or
+        [B, L] (document of each token of a packed row) -> LossOut."""
         b, seq_len = input_ids.shape
         num_anchors = anchors.shape[1]
         block_ids, positions = self._block_inputs(input_ids, anchors)
-        if self._use_flex(input_ids.device):
-            mask = flex_block_mask(anchors, keep, self.block_size, seq_len)
-        else:
-            mask = sdpa_mask(anchors, keep, self.block_size, seq_len)
-        hidden = self.drafter(self.embed(block_ids), context, positions, mask)  # [B, N*B_s, H]
-        hidden = hidden.view(b, num_anchors, self.block_size, -1)[:, :, 1:]
-        logits = self.lm_head(hidden.to(self.lm_head.weight.dtype))  # [B, N, B_s-1, V]
-        labels, valid = block_labels(input_ids, loss_mask, anchors, keep, self.block_size)
+        mask = self._masks(anchors, keep, seq_len, doc_ids, self._use_flex(input_ids.device))
+        with self._autocast(input_ids.device):
+            hidden = self.drafter(self.embed(block_ids), context, positions, mask)  # [B, N*B_s, H]
+            hidden = hidden.view(b, num_anchors, self.block_size, -1)[:, :, 1:]
+            logits = self.lm_head(hidden.to(self.lm_head.weight.dtype))  # [B, N, B_s-1, V]
+        labels, valid = block_labels(input_ids, loss_mask, anchors, keep, self.block_size, doc_ids)
         return block_loss(logits, labels, valid, self.pos_weights)
 
     @torch.no_grad()
@@ -97,5 +119,6 @@ class DFlashObjective(nn.Module):
         offs = torch.arange(self.block_size, device=dev)
         ids = torch.where(offs == 0, anchor_tokens[:, None], self.mask_token_id)  # [b, B_s]
         positions = torch.arange(seq_len + self.block_size, device=dev).expand(b, -1)
-        hidden = self.drafter(self.embed(ids), context, positions, None)
-        return self.lm_head(hidden[:, 1:].to(self.lm_head.weight.dtype))
+        with self._autocast(dev):
+            hidden = self.drafter(self.embed(ids), context, positions, None)
+            return self.lm_head(hidden[:, 1:].to(self.lm_head.weight.dtype))

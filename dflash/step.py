@@ -32,9 +32,11 @@ class StepInputs:
     context: torch.Tensor  # [B, L, k*H]
     anchors: torch.Tensor  # [B, N] int64
     keep: torch.Tensor  # [B, N] bool
+    doc_ids: torch.Tensor | None = None  # [B, L] int64, packed rows only
 
     def as_args(self) -> tuple[torch.Tensor, ...]:
-        return (self.input_ids, self.loss_mask, self.context, self.anchors, self.keep)
+        args = (self.input_ids, self.loss_mask, self.context, self.anchors, self.keep)
+        return args if self.doc_ids is None else (*args, self.doc_ids)
 
 
 @dataclass(slots=True)
@@ -66,12 +68,15 @@ def make_inputs(hb: HiddenBatch, dcfg: DrafterConfig, *, seed: int, device: torc
     if extra:  # padding rows: no anchors kept, so they add nothing to the loss
         anchors = torch.cat([anchors, anchors.new_zeros((extra, anchors.shape[1]))])
         keep = torch.cat([keep, keep.new_zeros((extra, keep.shape[1]))])
+    # Only a batch of packed rows carries document ids; without them the step is as before.
+    doc_ids = getattr(tok, "doc_ids", None)
     return StepInputs(
         input_ids=tok.input_ids.to(device),
         loss_mask=tok.loss_mask.to(device),
         context=hb.context.to(device=device, dtype=dtype),
         anchors=anchors.to(device),
         keep=keep.to(device),
+        doc_ids=None if doc_ids is None else doc_ids.to(device),
     )
 
 

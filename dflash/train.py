@@ -108,7 +108,7 @@ def build_models(cfg: RunConfig, plan: DevicePlan) -> Models:
              for dev in plan.drafter_devices()}
     objectives = [
         DFlashObjective(copy.deepcopy(base).to(dev), *heads[dev], cfg.drafter.block_size, mask_id,
-                        cfg.drafter.resolved_gamma(), cfg.drafter.attention)
+                        cfg.drafter.resolved_gamma(), cfg.drafter.attention, cfg.train.precision)
         for dev in plan.drafter
     ]
     return Models(targets=targets, objectives=objectives, layer_ids=layer_ids,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.nn.attention.flex_attention import create_mask
 
 from dflash.anchors import sample_anchors, valid_anchor_mask
@@ -16,22 +18,25 @@ BS = 4
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
 
-def hand_mask(anchors, keep, block_size, seq_len, doc_ids=None):
-    """The rule written as plain loops, independent of the mask_mod."""
+def hand_mask(anchors, keep, block_size, seq_len, doc_ids=None, window=None):
+    """The rule written as plain loops, independent of the mask_mod. With a window, a query at
+    position a + o sees a key at position p only if |a + o - p| <= window - 1."""
     b, n = anchors.shape
     q_len = n * block_size
     out = torch.zeros(b, 1, q_len, seq_len + q_len, dtype=torch.bool)
+    near = (lambda qp, kp: True) if window is None else (lambda qp, kp: abs(qp - kp) <= window - 1)
     for r in range(b):
         for blk in range(n):
             if not keep[r, blk]:
                 continue
             a = int(anchors[r, blk])
-            for qi in range(blk * block_size, (blk + 1) * block_size):
+            for o in range(block_size):
+                qi = blk * block_size + o
                 for kv in range(a):
-                    if doc_ids is None or doc_ids[r, kv] == doc_ids[r, a]:
+                    if (doc_ids is None or doc_ids[r, kv] == doc_ids[r, a]) and near(a + o, kv):
                         out[r, 0, qi, kv] = True
-                lo = seq_len + blk * block_size
-                out[r, 0, qi, lo:lo + block_size] = True
+                for j in range(block_size):
+                    out[r, 0, qi, seq_len + blk * block_size + j] = near(a + o, a + j)
     return out
 
 
@@ -57,6 +62,54 @@ def test_dense_mask_with_document_ids_matches_hand_loop():
     got = dense_mask(anchors, keep, BS, seq_len, doc_ids)
     assert torch.equal(got, hand_mask(anchors, keep, BS, seq_len, doc_ids))
     assert not torch.equal(got, dense_mask(anchors, keep, BS, seq_len))
+
+
+@st.composite
+def mask_cases(draw):
+    """Random anchors/keep/doc ids and a window, small enough for the hand loop."""
+    block_size = draw(st.integers(2, 5))
+    seq_len = draw(st.integers(block_size + 2, 24))
+    b, n = draw(st.integers(1, 2)), draw(st.integers(1, 4))
+    anchors = torch.tensor([sorted(draw(st.lists(st.integers(1, seq_len - 2), min_size=n, max_size=n)))
+                            for _ in range(b)])
+    keep = torch.tensor([draw(st.lists(st.booleans(), min_size=n, max_size=n)) for _ in range(b)])
+    doc_ids = None
+    if draw(st.booleans()):  # packed rows: non-decreasing document ids
+        cuts = [draw(st.lists(st.integers(1, seq_len - 1), max_size=3)) for _ in range(b)]
+        doc_ids = torch.tensor([[sum(p >= c for c in row) for p in range(seq_len)] for row in cuts])
+    window = draw(st.integers(1, seq_len + block_size + 2))
+    return anchors, keep, block_size, seq_len, doc_ids, window
+
+
+@settings(max_examples=80, deadline=None)
+@given(mask_cases())
+def test_windowed_dense_mask_matches_hand_loop_and_lies_inside_the_full_mask(case):
+    anchors, keep, block_size, seq_len, doc_ids, window = case
+    got = dense_mask(anchors, keep, block_size, seq_len, doc_ids, window)
+    assert torch.equal(got, hand_mask(anchors, keep, block_size, seq_len, doc_ids, window))
+    full = dense_mask(anchors, keep, block_size, seq_len, doc_ids)
+    assert not (got & ~full).any()  # the window only takes away
+    if window >= seq_len + block_size:  # a window longer than any distance takes nothing away
+        assert torch.equal(got, full)
+
+
+def test_window_bounds_context_and_keeps_the_block_bidirectional():
+    anchors, keep = torch.tensor([[10]]), torch.tensor([[True]])
+    m = dense_mask(anchors, keep, BS, 16, window=5)[0, 0]  # queries at positions 10..13
+    assert m[0, 6:10].all() and not m[0, :6].any()  # position 10 sees context 6..9 only
+    assert m[3, 9] and not m[3, 8]  # position 13 sees context down to 9
+    assert m[:, 16:16 + BS].all()  # a window of 5 holds the whole block of 4, both ways
+    narrow = dense_mask(anchors, keep, BS, 16, window=2)[0, 0]
+    assert narrow[1, 16:19].all() and not narrow[1, 19] and not narrow[0, 18]
+
+
+def test_windowed_dense_mask_equals_flex_create_mask():
+    anchors, keep, seq_len = _case(10)
+    b, n = anchors.shape
+    mod = anchor_block_mask_mod(anchors, keep, BS, seq_len, window=6)
+    ref = create_mask(mod, b, 1, n * BS, seq_len + n * BS, device="cpu")
+    assert torch.equal(dense_mask(anchors, keep, BS, seq_len, window=6), ref)
+    assert not torch.equal(ref, dense_mask(anchors, keep, BS, seq_len))
 
 
 def test_dense_mask_equals_flex_create_mask():
@@ -114,6 +167,17 @@ def test_flex_forward_matches_sdpa_with_document_ids():
     q, k, v = _qkv(anchors, seq_len, seed=2)
     dense_out = attend(q, k, v, sdpa_mask(anchors, keep, BS, seq_len, doc_ids))
     flex_out = attend(q, k, v, flex_block_mask(anchors, keep, BS, seq_len, doc_ids))
+    torch.testing.assert_close(flex_out, dense_out, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("window", [1, 3, 7])
+def test_flex_forward_matches_sdpa_with_a_window(window):
+    anchors, keep, seq_len = _case(11)
+    doc_ids = (torch.arange(seq_len) // 9).expand(anchors.shape[0], -1).contiguous()
+    q, k, v = _qkv(anchors, seq_len, seed=3)
+    dense_out = attend(q, k, v, sdpa_mask(anchors, keep, BS, seq_len, doc_ids, window))
+    flex_out = attend(q, k, v, flex_block_mask(anchors, keep, BS, seq_len, doc_ids, window))
+    assert torch.isfinite(dense_out).all()
     torch.testing.assert_close(flex_out, dense_out, atol=1e-5, rtol=1e-5)
 
 
