@@ -1,5 +1,5 @@
 """`python -m dflash train [--preset NAME] [--steps N] [--set k=v ...] [--out DIR]`,
-`python -m dflash bench`, `python -m dflash prepare ...`, `python -m dflash export ...`.
+`python -m dflash bench`, `python -m dflash plan ...`, `python -m dflash prepare ...`, `python -m dflash export ...`.
 
 Thin entry point: all parsing and the exit-code contract live in dflash.cli.
 """

@@ -1,4 +1,4 @@
-"""`python -m dflash train|bench|prepare|export`: argument parsing and the exit-code contract.
+"""`python -m dflash train|bench|plan|prepare|export`: argument parsing and the exit-code contract.
 
 Exit codes (docs/DESIGN.md, workload process): 0 ok; 1 a thread failed (one
 `=== thread <name> failed: ... ===` report per failed thread on stderr); 2 bad input (one line
@@ -21,6 +21,7 @@ from dflash import presets
 from dflash.config import RunConfig, apply_overrides, from_dict
 from dflash.errors import UserInputError
 from dflash.fixes import parse_names
+from dflash.plan import run as plan_text
 from dflash.prepare import main as prepare_main
 
 
@@ -52,6 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--oracle-every", type=int, default=0, metavar="N",
                             help="alternate oracle off / oracle on every N steps instead "
                                  "(train.oracle_every; fault points absent in both)")
+    pl = sub.add_parser("plan", help="one epoch's batch plan per bucket, beside the seeds' figures")
+    pl.add_argument("--preset", default="seeds", help=f"one of: {', '.join(presets.PRESETS)} (default seeds)")
+    pl.add_argument("--lengths", default=None, metavar="FILE",
+                    help="a .npy of lengths or a tokenized dataset (default: data.path, else the shipped index)")
+    pl.add_argument("--seed", type=int, default=None, help="shuffle seed (default data.shuffle_seed)")
+    pl.add_argument("--epoch", type=int, default=0, help="epoch to plan (default 0)")
+    pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V",
+                    help="config override section.field=value (repeatable)")
+    pl.set_defaults(steps=None)
     # `prepare` is dispatched before parsing (dflash.prepare owns its flags); listed for --help.
     sub.add_parser("prepare", help="tokenize JSON lines: prepare IN.jsonl --tokenizer DIR --out F")
     exp = sub.add_parser("export", help="export a checkpoint in the z-lab HF layout")
@@ -133,7 +143,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "bench": cmd_bench, "export": cmd_export}
+def cmd_plan(args: argparse.Namespace) -> int:
+    if args.epoch < 0 or (args.seed is not None and args.seed < 0):
+        raise UsageError("--seed and --epoch must be >= 0")
+    cfg = config_from_args(args)
+    seed = cfg.data.shuffle_seed if args.seed is None else args.seed
+    print(plan_text(cfg, lengths_path=args.lengths, seed=seed, epoch=args.epoch), flush=True)
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "bench": cmd_bench, "plan": cmd_plan, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune-no-cudagrap
 ATTENTION_BACKENDS = ("auto", "flex", "sdpa")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 PRECISIONS = ("fp32", "bf16-autocast")
+BATCHING_RULES = ("fixed", "token-budget")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -40,7 +41,13 @@ class DataConfig:
     bucket_boundaries: tuple[int, ...] = (32, 64, 128)
     """Upper bounds (inclusive) of the length buckets; a longer sample is a bad-input error."""
     token_budget: int = 1024
-    """Padded tokens per batch: batch size in a bucket = token_budget // bucket bound."""
+    """Tokens per batch. batching=fixed: padded tokens, batch size in a bucket = token_budget //
+    bucket bound; batching=token-budget: the real lengths of a batch's rows sum to at most this."""
+    batching: str = "fixed"
+    """How a bucket is cut into batches (dflash.buckets): fixed (one batch size per bucket) or
+    token-budget (rows filled by their real lengths, so batch sizes follow the data and the shuffle)."""
+    max_batch_rows: int = 64
+    """Most rows of a token-budget batch (the seeds' trainer capped its batches at 64); fixed ignores it."""
     min_loss_tokens: int = 8
     """Samples with fewer supervised tokens are dropped (SpecForge drops < 2 * block_size)."""
     shuffle_seed: int = 0
@@ -57,6 +64,10 @@ class DataConfig:
                 f"data.token_budget ({self.token_budget}) must hold at least one sample of the largest "
                 f"bucket ({self.bucket_boundaries[-1]})"
             )
+        if self.batching not in BATCHING_RULES:
+            raise ConfigError(f"data.batching must be one of {BATCHING_RULES}, got {self.batching!r}")
+        if self.max_batch_rows < 1:
+            raise ConfigError(f"data.max_batch_rows must be >= 1, got {self.max_batch_rows}")
         if self.synthetic_min_len > self.synthetic_max_len:
             raise ConfigError("data.synthetic_min_len must be <= data.synthetic_max_len")
         if self.synthetic_prompt_quantum < 1 or self.synthetic_generate_batch < 1:

@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from dflash.buckets import Batch, plan_epoch
+from dflash.buckets import Batch, max_rows, plan_epoch
 from dflash.channel import Channel
 from dflash.collate import collate
 from dflash.config import DataConfig
@@ -38,8 +38,9 @@ class EpochPlanner:
     def _plan(self, epoch: int) -> list[Batch]:
         plan = self._plans.get(epoch)
         if plan is None:
-            plan = plan_epoch(self._lengths, self._cfg.bucket_boundaries, self._cfg.token_budget,
-                              self._cfg.shuffle_seed, epoch)
+            c = self._cfg
+            plan = plan_epoch(self._lengths, c.bucket_boundaries, c.token_budget, c.shuffle_seed, epoch,
+                              batching=c.batching, max_batch_rows=c.max_batch_rows)
             if not plan:
                 raise ValueError("epoch plan is empty: no training rows")
             self._plans[epoch] = plan
@@ -57,8 +58,14 @@ class EpochPlanner:
                     return epoch, self._plan(epoch)[seq - self._starts[epoch]]
                 epoch += 1
 
+    def max_rows(self) -> int:
+        """The most rows a batch of any epoch can have: what one-shape runs pad to."""
+        c = self._cfg
+        return max_rows(c.bucket_boundaries, c.token_budget, c.batching, c.max_batch_rows)
+
     def shapes(self, pad_to: int | None = None, pad_rows: int | None = None) -> list[tuple[int, int]]:
-        """Distinct (rows, length) batch shapes of one epoch (every epoch has the same ones)."""
+        """Distinct (rows, length) batch shapes of epoch 0. Under batching=fixed every epoch has
+        the same ones; under token-budget a later epoch may add row counts."""
         with self._lock:
             plan = self._plan(0)
         return sorted({(pad_rows or len(b.indices), pad_to or b.bucket) for b in plan})

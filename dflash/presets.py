@@ -16,6 +16,7 @@ from dflash.config import (CompileConfig, DataConfig, DeviceConfig, DrafterConfi
                            RunConfig, TargetConfig, TrainConfig)
 from dflash.errors import ConfigError
 from dflash.fixes import RECOMMENDED
+from dflash.seeds import SEEDS
 
 DEFAULT_PRESET = "tiny-cpu"
 
@@ -38,6 +39,36 @@ def cpu_compile() -> RunConfig:
     return dataclasses.replace(cfg, preset="cpu-compile",
                                compile=CompileConfig(mode="default", backend="inductor"),
                                train=dataclasses.replace(cfg.train, out_dir="runs/cpu-compile"))
+
+
+SEEDS_TOKEN_BUDGET = 37_888
+"""dflash.lengths.calibrate_budget(shipped index, the seeds' buckets, 18.3, max_batch_rows=64): the
+multiple of 256 whose seed-0 epoch-0 plan of the shipped index averages nearest the seeds' 18.3
+samples a batch (tests/test_plan.py recomputes it)."""
+
+
+def seeds() -> RunConfig:
+    """The seeds' batching: their six buckets, a real-length token budget, at most 64 rows a batch.
+
+    Real: the bucket bounds (dflash.seeds, converted to inclusive bounds), the batching rule and
+    the row cap. Stand-ins: the token budget (calibrated on the shipped synthetic length index,
+    dflash.lengths, since their lengths were not logged) and everything that trains, which is
+    tiny-cpu's: its models and its embedded corpus (shared with it, built once). Its samples are
+    short, so they all fall in the first bucket and the 64-row cap binds before the budget (as in
+    the seeds' first bucket): a CPU run trains on 64 x 769 padded batches, the last of an epoch
+    smaller. `python -m dflash plan --preset seeds` plans all six buckets over the shipped index,
+    where the budget binds.
+    """
+    cfg = tiny_cpu()
+    return dataclasses.replace(
+        cfg, preset="seeds",
+        data=dataclasses.replace(cfg.data, bucket_boundaries=SEEDS.bucket_boundaries(),
+                                 token_budget=SEEDS_TOKEN_BUDGET, batching="token-budget",
+                                 max_batch_rows=SEEDS.max_batch),
+        # Two epochs of the corpus (4 steps each with 2 drafter threads): every batch pads to
+        # 64 x 769 tokens where tiny-cpu's hold its 1,024-token budget, so fewer steps.
+        train=dataclasses.replace(cfg.train, steps=8, out_dir="runs/seeds"),
+    )
 
 
 def _gpu(name: str, *, target: TargetConfig, drafter: DrafterConfig, data: DataConfig,
@@ -127,6 +158,7 @@ PRESETS: dict[str, Callable[[], RunConfig]] = {
     "gpu-launch-bound": gpu_launch_bound,
     "gpu-gpu-bound": gpu_gpu_bound,
     "gpu-multi": gpu_multi,
+    "seeds": seeds,
 }
 
 

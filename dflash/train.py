@@ -133,8 +133,8 @@ def load_data(cfg: RunConfig, target: TargetModel, err: TextIO) -> tuple[TokenDa
     train_ds, heldout = split_for_training(ds, min_loss_tokens=cfg.data.min_loss_tokens,
                                            heldout_samples=cfg.data.heldout_samples,
                                            seed=cfg.data.shuffle_seed)
-    print(summarize(train_ds.lengths, cfg.data.bucket_boundaries, cfg.data.token_budget),
-          file=err, flush=True)
+    print(summarize(train_ds.lengths, cfg.data.bucket_boundaries, cfg.data.token_budget,
+                    batching=cfg.data.batching, max_batch_rows=cfg.data.max_batch_rows), file=err, flush=True)
     return train_ds, heldout
 
 
@@ -287,7 +287,7 @@ class Trainer:
             group.load(self.resume.drafter, self.resume.optimizer, self.resume.scheduler)
         persistent = self.fs.active("persistent-buffers")
         pad_to = cfg.data.bucket_boundaries[-1] if persistent else None
-        pad_rows = cfg.data.token_budget // cfg.data.bucket_boundaries[0] if persistent else None
+        pad_rows = self.planner.max_rows() if persistent else None
         prefetch = BatchPrefetcher(
             ds=self.train_ds, planner=self.planner, out=tokens, num_threads=p.num_prefetch_threads,
             start_seq=start_step * p.num_drafter_threads,
