@@ -38,9 +38,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """Bottom first. `dflash` (the trainer) imports nothing of the harness."""
 
-DEFERRED = ("torch", "triton", "transformers", "safetensors", "datasets", "matplotlib", "scipy")
+DEFERRED = ("torch", "triton", "transformers", "safetensors", "datasets", "matplotlib", "scipy", "ray")
 """Imports a function may defer, with a one-line reason: each costs a second or more at start,
-and most commands never need them (the harness parent process does not import torch)."""
+and most commands never need them (the harness parent process does not import torch). Ray is
+also an optional extra (`--backend ray`), absent where it is not installed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,21 @@ import time
 from pathlib import Path
 
 from harness.campaign import slots
+from harness.trial import lifeline
 from harness.trial.outcome import TrialResult
+from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
+
+class TrialNotRun(Exception):
+    """Raised by a pool's `run_fn` for a trial that has no record to store: its worker or node was
+    lost mid-trial (harness.campaign.ray_backend), or it reached a worker only after --max-time
+    or --finish-by (`late`). The pool stores nothing for it, goes on with the others, and a
+    resumed run runs it (never a half-written record)."""
+
+    def __init__(self, why: str, *, late: bool = False) -> None:
+        super().__init__(why)
+        self.late = late
+
 
 JOIN_MARGIN_S = 60.0
 """Past a trial's own deadline, how long a worker may take to return before it counts as stuck."""
@@ -126,6 +139,11 @@ class GpuSlots:
             self._cond.notify_all()
 
 
+def run_local(trial: TrialSpec, artefacts: Path) -> TrialResult:
+    """The local pool's `run_fn`: the trial in a subprocess of this process, its folder `artefacts`."""
+    return run_trial(with_run_dir(trial, artefacts), artefacts)
+
+
 def with_run_dir(trial: TrialSpec, artefacts: Path) -> TrialSpec:
     """A dflash trial writes its checkpoints and export under its own artefacts folder: presets
     share one `train.out_dir`, and concurrent trials must not overwrite each other's files."""
@@ -137,15 +155,16 @@ def with_run_dir(trial: TrialSpec, artefacts: Path) -> TrialSpec:
 
 def kill_child_groups() -> int:
     """SIGKILL the process group of every direct child that leads its own group (the runner
-    starts each trial with start_new_session=True); Linux /proc. Returns how many."""
-    me, killed = os.getpid(), 0
+    starts each trial with start_new_session=True) but the trials' reaper, which must outlive
+    us (harness.trial.lifeline); Linux /proc. Returns how many."""
+    me, killed, spare = os.getpid(), 0, lifeline.reaper_pid()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
         pid, ppid, pgid = int(stat.parent.name), int(fields[1]), int(fields[2])
-        if ppid == me and pgid == pid:
+        if ppid == me and pgid == pid and pid != spare:
             try:
                 os.killpg(pgid, signal.SIGKILL)
                 killed += 1
@@ -155,10 +174,14 @@ def kill_child_groups() -> int:
 
 
 class WorkerPool:
-    """Named worker threads pulling trials from one queue; first worker exception stops the rest."""
+    """Named worker threads pulling trials from one queue; first worker exception stops the rest.
+
+    `run_fn(trial, artefacts)` runs one trial and returns its record (`run_local`: a subprocess
+    here; a Ray backend's: a task on a cluster); on Ctrl-C or SIGTERM `kill_running()` ends every
+    trial in flight (`kill_child_groups`: the local trials' process groups)."""
 
     def __init__(self, *, spec, pending, states, store, gpus, lines, need_gpus, run_fn, attempts=None,
-                 expected_s=None) -> None:
+                 expected_s=None, kill_running=None) -> None:
         self.spec = spec
         self.pending = collections.deque(pending)
         self.states = states
@@ -167,6 +190,7 @@ class WorkerPool:
         self.lines = lines
         self.need_gpus = need_gpus
         self.run_fn = run_fn
+        self.kill_running = kill_running or kill_child_groups
         self.attempts = collections.Counter(attempts or ())
         """Stored records per trial id: a rerun (an out-of-memory trial) gets its own artefacts."""
         self.lock = threading.Lock()
@@ -178,6 +202,8 @@ class WorkerPool:
         self.left_by_time = 0
         """Of `left`, those not started because --max-time passed (or the pool was stopped: then
         run() raises, and nobody reads it)."""
+        self.lost = 0
+        """Trials whose run_fn raised TrialNotRun (not late): nothing stored, a resume runs them."""
         self.running = 0
         self.interrupted = False
         self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
@@ -205,7 +231,7 @@ class WorkerPool:
             # run of the same command runs it again (resume).
             self.interrupted = True   # a plain store: see above for why not under the lock
             self.stop.set()
-            killed = kill_child_groups()
+            killed = self.kill_running()
             print(f"interrupted: killed {killed} running trial(s); they will rerun on resume",
                   file=sys.stderr, flush=True)
             self._join(threads, keep_killing=True)
@@ -225,7 +251,7 @@ class WorkerPool:
             while t.is_alive() and time.monotonic() < deadline:
                 t.join(timeout=0.2)
                 if keep_killing and t.is_alive():
-                    kill_child_groups()
+                    self.kill_running()
         stuck = [t.name for t in threads if t.is_alive()]
         if stuck:
             raise RuntimeError(f"matrix workers still running after their deadline: {stuck}")
@@ -249,6 +275,16 @@ class WorkerPool:
             self.states[trial.cell].skipped_by_rule += 1
         else:
             self.left_by_time += 1
+
+    def _not_run(self, trial: TrialSpec, e: TrialNotRun) -> None:
+        """A trial run_fn gave back without a record (under self.lock): late ones count as left
+        by the clock, lost ones apart; either reruns on resume."""
+        if e.late:
+            self._leave(trial)
+            return
+        self.lost += 1
+        print(f"{trial.trial_id}: not run to the end, nothing stored ({e}); it reruns on resume",
+              file=sys.stderr, flush=True)
 
     def _next(self) -> tuple[TrialSpec, Ticket | None] | None:
         """The next trial to run, already in GpuSlots' queue (in pop order: `GpuSlots.enqueue`)."""
@@ -290,13 +326,18 @@ class WorkerPool:
                     if ids:
                         trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
                     artefacts = self.store.artefacts_dir(trial.trial_id, self.attempts.get(trial.trial_id, 0))
-                    result = self.run_fn(with_run_dir(trial, artefacts), artefacts)
+                    result = self.run_fn(trial, artefacts)
+                except TrialNotRun as e:
+                    result, not_run = None, e
                 finally:
                     self.gpus.release(ids, weight)
                 with self.lock:
                     self.running -= 1
                     if self.interrupted:
                         return
+                    if result is None:
+                        self._not_run(trial, not_run)
+                        continue
                     self.store.append(result)
                     self.results.append(result)
                     self.states[trial.cell].add(result)

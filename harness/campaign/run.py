@@ -4,6 +4,7 @@ the pool's order, and append every finished trial to the store (resumable after 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -13,13 +14,13 @@ from typing import TextIO
 
 from harness.campaign.expand import expand
 from harness.campaign.planning import cell_slots, median_duration_s, memory_warnings, pool_order
-from harness.campaign.pool import GpuSlots, WorkerPool, host_gpu_count
+from harness.campaign.pool import GpuSlots, WorkerPool, host_gpu_count, run_local
 from harness.campaign.progress import CellState, LiveLines
+from harness.campaign.ray_backend import RayBackend
 from harness.campaign.spec import MatrixSpec
 from harness.stores.store import Store, done_ids
 from harness.trial import native
 from harness.trial.outcome import TrialResult
-from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec
 
 
@@ -38,14 +39,19 @@ class MatrixRun:
     left_by_time: int = 0
     """Of `left`, those --max-time left unstarted: an H200 run's summary said "106 left by stop
     rules" of trials no rule had stopped, only the run's time limit (runs 39-41, 2026-12-01)."""
+    lost: int = 0
+    """Trials whose worker or node was lost mid-trial (a Ray backend's): nothing stored, a resume
+    runs them."""
 
 
 def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | None = None,
                num_gpus: int | None = None, run_fn: Callable[[TrialSpec, Path], TrialResult] | None = None,
-               ) -> MatrixRun:
+               backend: RayBackend | None = None, workers: int | None = None) -> MatrixRun:
     """Run every planned trial not already in the store; returns all of this matrix's records.
 
     Validation (expand) happens before the store is opened, so bad input leaves it untouched.
+    With `backend`, the trials run as its tasks (a Ray cluster: harness.campaign.ray_backend), on
+    `workers` in flight (default: the cluster's CPUs), and Ray hands out the GPUs.
     """
     trials = expand(spec)
     stream = stream or sys.stderr
@@ -61,6 +67,8 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
         states[r.cell].add(r)
     key = pool_order(list(cells))
     pending = sorted((t for t in trials if t.trial_id not in done), key=lambda t: key(t.cell, t.trial_index))
+    if backend is not None:
+        num_gpus = 0   # the cluster's scheduler admits GPU trials, not this host's slots
     gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
     for line in memory_warnings(spec, existing, {cells[t.cell].workload.name for t in pending}):
         stream.write(line + "\n")
@@ -70,9 +78,18 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     for r in existing:
         by_cell[r.cell].append(r)
     expected = {n: median_duration_s(rs) for n, rs in by_cell.items()} if spec.finish_by_s is not None else {}
+    kill_running = None
+    if backend is not None:
+        for line in backend.plan({n: (c.workload.cpus, c.workload.gpus, slots[n]) for n, c in cells.items()},
+                                 spec.per_gpu, max_time_s=spec.max_time_s, finish_by_s=spec.finish_by_s,
+                                 expected_s=expected):
+            stream.write(line + "\n")
+        spec = dataclasses.replace(spec, workers=workers or backend.workers())
+        run_fn, kill_running = backend.run, backend.kill_running
     pool = WorkerPool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
-                 need_gpus={n: (c.workload.gpus, slots[n]) for n, c in cells.items()}, run_fn=run_fn or run_trial,
-                 attempts=collections.Counter(r.trial_id for r in existing), expected_s=expected)
+                 need_gpus={n: (c.workload.gpus, slots[n]) for n, c in cells.items()}, run_fn=run_fn or run_local,
+                 attempts=collections.Counter(r.trial_id for r in existing), expected_s=expected,
+                 kill_running=kill_running)
     start = time.monotonic()
     try:
         new = pool.run()
@@ -80,4 +97,4 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
         live_lines.close()
     return MatrixRun(spec=spec, records=existing + new, ran=len(new), resumed=len(trials) - len(pending),
                      left=pool.left, elapsed_s=time.monotonic() - start,
-                     left_by_time=pool.left_by_time)
+                     left_by_time=pool.left_by_time, lost=pool.lost)

@@ -46,6 +46,9 @@ class Workload:
     """Of each of its GPUs' `per_gpu` slots, how many one trial takes: a trial of 20 GiB on a GPU
     shared 12 ways takes 3, so that the GPU's memory, not only its trial count, bounds the packing
     (the H200 campaign lost 23/115 trials to out-of-memory with one slot each; REPORT.md)."""
+    cpus: int = 1
+    """Cores one trial takes, where a scheduler counts them: a Ray task asks for this many CPUs
+    (harness.campaign.ray_backend). The local pool counts trials (`workers`), not cores."""
 
     def __post_init__(self) -> None:
         if self.kind not in WORKLOAD_KINDS:
@@ -58,6 +61,8 @@ class Workload:
             raise MatrixError(f"workload {self.name!r}: gpus must be >= 0")
         if self.gpu_slots < 1:
             raise MatrixError(f"workload {self.name!r}: gpu_slots must be >= 1")
+        if self.cpus < 1:
+            raise MatrixError(f"workload {self.name!r}: cpus must be >= 1")
         check_name(self.name, "workload")
 
 

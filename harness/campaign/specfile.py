@@ -12,7 +12,7 @@ from harness.campaign.spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanC
 
 _SPEC_KEYS = {"name", "workloads", "strategies", "groups", "trials", "workers", "per_gpu",
               "max_failures", "max_time_s", "finish_by_s", "seed", "store"}
-_WORKLOAD_KEYS = {"kind", "argv", "timeout_s", "hang_s", "env", "gpus", "gpu_slots"}
+_WORKLOAD_KEYS = {"kind", "argv", "timeout_s", "hang_s", "env", "gpus", "gpu_slots", "cpus"}
 _STRATEGY_KEYS = {"fixes", "sets"}
 _GROUP_KEYS = {"workloads", "strategies", "plans", "trials"}
 
@@ -92,11 +92,11 @@ def _workload(name: str, w: Any) -> Workload:
     env = _mapping(w.get("env", {}), f"workload {name!r} env")
     if not all(isinstance(v, str) for v in env.values()):
         raise MatrixError(f"workload {name!r}: env values must be strings")
-    nums = {k: w[k] for k in ("timeout_s", "hang_s", "gpus", "gpu_slots") if k in w}
+    nums = {k: w[k] for k in ("timeout_s", "hang_s", "gpus", "gpu_slots", "cpus") if k in w}
     for k, v in nums.items():
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise MatrixError(f"workload {name!r}: {k} must be a number, got {v!r}")
-        if k in ("gpus", "gpu_slots") and not isinstance(v, int):
+        if k in ("gpus", "gpu_slots", "cpus") and not isinstance(v, int):
             raise MatrixError(f"workload {name!r}: {k} must be a whole number, got {v!r}")
     return Workload(name=name, kind=w["kind"], argv=tuple(argv), env=tuple(sorted(env.items())), **nums)
 

@@ -4,7 +4,7 @@
                              [--trials N [--every-group]]
                              [--workers N] [--per-gpu N] [--gpus N] [--pack-by-memory GIB] [--max-failures N]
                              [--max-time S] [--finish-by S] [--json] [--no-live]
-                             [--pending | --replay-last N]
+                             [--pending | --replay-last N] [--backend local|ray [--address ADDR]]
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from harness.analysis.cell_tables import (NOT_MEASURED_NOTE, exposure_lines, has
 from harness.analysis.excerpts import native_excerpts
 from harness.analysis.summary import summarize
 from harness.args import UsageError, comma_list, positive_float, positive_int
-from harness.campaign import slots
-from harness.campaign import presets
+from harness.campaign import presets, ray_backend, slots
+from harness.campaign.expand import expand
 from harness.campaign.planning import memory_peaks, pending_plan, pool_order, replay_last
 from harness.campaign.run import MatrixRun, run_matrix
 from harness.campaign.spec import MatrixSpec
@@ -66,6 +66,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", metavar="PATH",
                    help="run the trials under this interpreter (another venv's torch); its torch version "
                         "is recorded with every trial and fills a store named with {torch}")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="where trials run: this host's worker pool (default), or Ray tasks on a cluster's nodes "
+                        "(the optional extra: pip install '.[ray]'; docs/operations.md)")
+    p.add_argument("--address", metavar="ADDR",
+                   help="with --backend ray: the cluster (HOST:PORT, ray://HOST:PORT or auto; default RAY_ADDRESS, "
+                        "else a new local cluster); --workers is then trials in flight (default: the cluster's CPUs)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-live", action="store_true", help="plain progress lines even on a terminal")
 
@@ -109,13 +115,18 @@ def run(opts: argparse.Namespace) -> int:
     if opts.replay_last is not None:
         _print_replay(spec, opts.replay_last, gpus=opts.gpus or 1)
         return 0
-    done = run_matrix(spec, live=False if opts.no_live else None, num_gpus=opts.gpus)
+    if opts.backend != "ray":
+        if opts.address is not None:
+            raise UsageError("--address needs --backend ray")
+        done = run_matrix(spec, live=False if opts.no_live else None, num_gpus=opts.gpus)
+    else:
+        done = _run_on_ray(spec, opts)
     cells = summarize(done.records)
     findings = diagnose.diagnose(diagnose.from_records(done.records, spec.store_dir))
     if opts.json:
         print(json.dumps(summary_json(cells, matrix=spec.name, store=str(spec.store_dir), ran=done.ran,
                                       resumed=done.resumed, left=done.left,
-                                      left_by_time=done.left_by_time,
+                                      left_by_time=done.left_by_time, lost=done.lost,
                                       elapsed_s=round(done.elapsed_s, 3),
                                       diagnosis=[f.to_json() for f in findings]), indent=2))
     else:
@@ -123,6 +134,19 @@ def run(opts: argparse.Namespace) -> int:
         if findings:
             print("\n" + diagnose.render(findings, brief=True))
     return 1 if any(r.outcome is Outcome.HARNESS_ERROR for r in done.records) else 0
+
+
+def _run_on_ray(spec: MatrixSpec, opts: argparse.Namespace) -> MatrixRun:
+    """The matrix as Ray tasks; bad input (no Ray, a bad spec or address) fails before any trial."""
+    if opts.gpus is not None:
+        raise UsageError("--gpus counts this host's GPUs; with --backend ray the cluster's scheduler hands them out")
+    ray_backend.require()
+    expand(spec)
+    backend = ray_backend.RayBackend(opts.address)
+    try:
+        return run_matrix(spec, live=False if opts.no_live else None, backend=backend, workers=opts.workers)
+    finally:
+        backend.close()
 
 
 def _print_pending(spec, *, gpus: int = 1) -> None:
@@ -164,12 +188,14 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
 
 
 def _left_words(done: MatrixRun) -> str:
-    """'N left (k by the failure rule, m not started before --max-time)': what ended them."""
+    """'N left (k by the failure rule, m not started before --max-time)': what ended them; and the
+    trials lost with their worker or node, if any."""
     by_rule = done.left - done.left_by_time
     parts = [f"{by_rule} by the failure rule"] if by_rule else []
     clock = "before --max-time" + (" or to end by --finish-by" if done.spec.finish_by_s is not None else "")
     parts += [f"{done.left_by_time} not started {clock}"] if done.left_by_time else []
-    return f"{done.left} left" + (f" ({', '.join(parts)})" if parts else "")
+    lost = f", {done.lost} lost with their worker or node (rerun to run them)" if done.lost else ""
+    return f"{done.left} left" + (f" ({', '.join(parts)})" if parts else "") + lost
 
 
 def _print_matrix_table(done: MatrixRun, cells) -> None:

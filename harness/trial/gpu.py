@@ -110,6 +110,32 @@ def total_memory_gib() -> list[float] | None:
     return sizes or None
 
 
+@functools.lru_cache(maxsize=64)
+def names(visible: str | None) -> str | None:
+    """The GPUs a process with CUDA_VISIBLE_DEVICES=`visible` (None: unset, every GPU) sees, by
+    nvidia-smi's names: `NVIDIA H200`, `8x NVIDIA H200`, or the names joined by `, `; None when it
+    sees none or nvidia-smi cannot tell. Asked once per value: a record says where it ran (a Ray
+    cluster's nodes may differ), not what the GPU did."""
+    text = _query(("--query-gpu=index,uuid,name", "--format=csv,noheader"))
+    if text is None:
+        return None
+    gpus = [[f.strip() for f in line.split(",", 2)] for line in text.splitlines() if line.count(",") >= 2]
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        # Ids (index or UUID, a prefix of one allowed) in the order given; CUDA stops at the first bad one.
+        chosen = []
+        for v in wanted:
+            match = [g for g in gpus if g[0] == v or (v.startswith("GPU-") and g[1].startswith(v))]
+            if not match:
+                break
+            chosen.append(match[0])
+        gpus = chosen
+    seen = [g[2] for g in gpus]
+    if not seen:
+        return None
+    return f"{len(seen)}x {seen[0]}" if len(seen) > 1 and len(set(seen)) == 1 else ", ".join(seen)
+
+
 def held_by(pids: set[int]) -> set[int] | None:
     """Which of `pids` hold GPU memory now (None: cannot tell)."""
     held = compute_pids()

@@ -119,6 +119,10 @@ class TrialResult:
     torch_version: str | None = None
     python: str = ""
     host: str = ""
+    gpu: str | None = None
+    """The GPUs the trial could see, by name (`NVIDIA H200`, `2x NVIDIA H200`; trial.gpu.names):
+    None on a host without nvidia-smi. With `host` and `torch_version`, where it ran: the nodes of
+    a Ray cluster (harness.campaign.ray_backend) need not be alike."""
     started_at: str = ""
     replay_of: str | None = None
     """trial_id this trial replays (same spec and plan), if any."""

@@ -9,7 +9,9 @@ growth of the output file; none for `hang_s` -> dump the stacks (hangs.py), then
 Whatever the ending, no process of the group survives: the group is killed while the child is
 still an unreaped zombie (os.waitid WNOWAIT), so its pid -- which is the group id -- cannot be
 reused by an unrelated process before the kill; then we wait until `killpg(pgid, 0)` reports the
-group empty (orphaned grandchildren are reaped by pid 1, about 1 s later on this machine).
+group empty (orphaned grandchildren are reaped by pid 1, about 1 s later on this machine). Nor
+does any survive the runner's own death, SIGKILL included: every trial carries the token of the
+runner process's reaper (harness.trial.lifeline), which kills them when that process is gone.
 
 On a GPU host (nvidia-smi on PATH; looked up once per process, so a CPU host pays nothing) the
 runner also notes every group member it sees (the child's pid, a /proc scan every
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.faults import exposure
-from harness.trial import gpu, hangs, native, signature, tracebacks
+from harness.trial import gpu, hangs, lifeline, native, signature, tracebacks
 from harness.trial.outcome import Outcome, TrialResult, mark_resource
 from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
@@ -122,6 +124,7 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     result.plan_seed = spec.plan_seed
     (out / "spec.json").write_text(json.dumps(spec.to_json(), indent=2) + "\n")
     env = child_env(spec, out)
+    result.gpu = gpu.names(env.get("CUDA_VISIBLE_DEVICES")) if gpu.available() else None
     output_path = out / OUTPUT_NAME
     with open(output_path, "wb") as fh:
         try:
@@ -159,6 +162,7 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env["HARNESS_PLAN_LOG"] = str(out / "plan_log.jsonl")
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"
+    env[lifeline.ENV] = lifeline.token()   # the trial dies with us, even after our SIGKILL
     env = native.with_preload(env)   # a native crash also prints its C/C++ frames (harness.trial.native)
     env.pop("HARNESS_PLAN", None)
     if exposure_on(spec):
