@@ -24,6 +24,18 @@ def test_a_race_that_stops_reproducing_and_a_fix_that_turns_harmful_are_said():
     text = versions.body([(Path("a"), old), (Path("b"), new)])
     assert "| torch 2.13.0 | torch 2.14.1 |" in text
     assert ("| r06 | `r06:raw@fx-widen` | `nested-fx-fallback` | 3/3, fix 0/3: reproduces, fix holds | "
-            "0/2, fix 1/2: not reproduced, fix now harmful |") in text
+            "0/2, fix 1/2: no longer reproduces, fix now harmful |") in text
     assert "| r07 | `r07:raw@fx-widen` | `-` | not run | 1/1: reproduces |" in text      # other matrices left out
     assert "r06:raw@-" not in text
+
+
+def test_an_older_torch_that_never_had_the_race_is_not_said_to_have_lost_it():
+    # 2.11's CPU cells of a race that 2.13 brought (F14's per-thread config): "not reproduced", not
+    # "no longer"; the version that drops it again after reproducing is the one that changed.
+    rs = [_r("versions-cpu", "r13:raw@switch", 0, False, "2.11.0"),
+          _r("versions-cpu", "r13:nested-fx-fallback@switch", 0, False, "2.11.0"),
+          _r("catalogue-cpu", "r13:raw@switch", 0, True, "2.13.0+cpu"),
+          _r("versions-cpu", "r13:raw@switch", 1, False, "2.14.1")]
+    text = versions.body([(Path("a"), rs)])
+    assert ("| r13 | `r13:raw@switch` | `nested-fx-fallback` | 0/1, fix 0/1: not reproduced, fix not needed | "
+            "1/1: reproduces | 0/1: no longer reproduces |") in text

@@ -46,24 +46,29 @@ def counts(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> dict[tuple[s
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def _verdict(raw: tuple[int, int] | None, fix: tuple[int, int] | None) -> str:
+def _verdict(raw: tuple[int, int] | None, fix: tuple[int, int] | None, *, earlier: bool = True) -> str:
+    """`earlier`: an older torch reproduced it, so a clean raw cell here is a change ("no longer");
+    where none did (2.11's CPU cells of races that 2.13 introduced) it is only "not reproduced"."""
     if raw is None or raw[1] == 0:
         return "-"
     reproduces = raw[0] > 0
-    words = ["reproduces" if reproduces else "not reproduced"]
+    words = ["reproduces" if reproduces else ("no longer reproduces" if earlier else "not reproduced")]
     if fix is not None and fix[1]:
         if reproduces:
             words.append("fix holds" if fix[0] == 0 else "fix fails")
-        else:
+        elif earlier:
             words.append("fix no longer needed" if fix[0] == 0 else "fix now harmful")
+        else:
+            words.append("fix not needed" if fix[0] == 0 else "fix harmful")
     return ", ".join(words)
 
 
 def body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
     found = counts(loaded)
     versions = sorted({v for _, v in found}, key=_key)
-    # The cells a later version ran (versions-cpu): each race under its plan, raw and with its fix.
-    later = {cell for (cell, v) in found if v != versions[0]} if len(versions) > 1 else {c for c, _ in found}
+    # The cells versions-cpu runs (each race under its plan, raw and with its fix), not the catalogue
+    # store's others (its plain cells): the rows every version is compared on.
+    later = {r.cell for _, records in loaded for r in records if r.matrix == MATRICES[1]} or {c for c, _ in found}
     races: dict[str, dict[str, str]] = collections.defaultdict(dict)
     for cell in sorted(later):
         workload, strategy, plan = split_cell(cell)
@@ -75,14 +80,15 @@ def body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
              "|---|---|---|" + "---|" * len(versions)]
     for workload, cells in sorted(races.items()):
         raw, fix = cells.get("raw"), cells.get("fix")
-        entries = []
+        entries, seen = [], False
         for v in versions:
             r, f = found.get((raw, v)), found.get((fix, v)) if fix else None
             if r is None:
                 entries.append("not run")
                 continue
             text = f"{r[0]}/{r[1]}" + (f", fix {f[0]}/{f[1]}" if f else "")
-            entries.append(f"{text}: {_verdict(r, f)}")
+            entries.append(f"{text}: {_verdict(r, f, earlier=seen)}")
+            seen = seen or r[0] > 0
         fix_name = split_cell(fix)[1] if fix else "-"
         lines.append(f"| {workload} | `{raw}` | `{fix_name}` | " + " | ".join(entries) + " |")
     return "\n".join(lines)
