@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -130,7 +131,7 @@ def plan_epoch(
     for bound, rows, ends in _cut(np.asarray(lengths, dtype=np.int64), boundaries, token_budget, rng,
                                   batching, max_batch_rows):
         order, starts = rows.tolist(), [0, *ends.tolist()]
-        batches.extend(Batch(bucket=bound, indices=tuple(order[s:e])) for s, e in zip(starts, starts[1:]))
+        batches.extend(Batch(bucket=bound, indices=tuple(order[s:e])) for s, e in pairwise(starts))
     order = rng.permutation(len(batches))
     return [batches[i] for i in order]
 

@@ -3,8 +3,9 @@ budget that gives a chosen average batch over one of them.
 
 The shipped index (`shipped_lengths`) stands in for the seeds' 1,095,082 samples, whose lengths
 their log did not give. It is generated, not stored: `SHIPPED_SAMPLES` draws of a lognormal
-truncated to [1, 8192], numpy PCG64 seeded with `SHIPPED_SEED`, in about a tenth of a second, so
-the same index comes back on any machine and nothing is cached.
+truncated to [1, 8192], numpy PCG64 seeded with `SHIPPED_SEED`, in well under a second
+(tests/test_plan.py holds it under one), so the same index comes back on any machine and nothing
+is stored or cached.
 
 Its two parameters come from the seeds' bucket layout as a whole, not from their per-bucket
 figures (those are what a plan is compared against, `python -m dflash plan`). Assumption: six

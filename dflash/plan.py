@@ -22,8 +22,7 @@ import numpy as np
 
 from dflash.buckets import plan_epoch
 from dflash.config import RunConfig
-from dflash.lengths import (BUDGET_QUANTUM, LOG_MU, LOG_SIGMA, MAX_LENGTH, SHIPPED_SEED, read_lengths,
-                            shipped_lengths)
+from dflash.lengths import BUDGET_QUANTUM, LOG_MU, LOG_SIGMA, MAX_LENGTH, SHIPPED_SEED, read_lengths, shipped_lengths
 from dflash.presets import SEEDS_TOKEN_BUDGET
 from dflash.seeds import SEEDS
 
@@ -69,7 +68,7 @@ def plan_table(lengths: np.ndarray, cfg: RunConfig, seed: int, epoch: int) -> Pl
         per[batch.bucket].append(len(batch.indices))
     return PlanTable(bounds=half_open(d.bucket_boundaries),
                      buckets=tuple(Sizes.of(per[bound]) for bound in d.bucket_boundaries),
-                     total=Sizes.of([len(b.indices) for b in plan]), samples=int(len(lengths)))
+                     total=Sizes.of([len(b.indices) for b in plan]), samples=len(lengths))
 
 
 def _n(v: int | None) -> str:

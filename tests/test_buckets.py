@@ -131,7 +131,7 @@ def test_token_budget_plan_holds_every_sample_exactly_once(args) -> None:
 @settings(max_examples=150, deadline=None)
 @given(budget_plans())
 def test_token_budget_batches_fit_the_budget_and_the_row_cap(args) -> None:
-    lengths, bounds, budget, seed, epoch, cap = args
+    lengths, bounds, budget, _, _, cap = args
     for batch in _plan(*args):
         assert 1 <= len(batch.indices) <= cap
         assert sum(int(lengths[i]) for i in batch.indices) <= budget

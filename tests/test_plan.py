@@ -67,8 +67,6 @@ def test_two_shuffles_give_different_batch_counts_per_bucket(shipped) -> None:
     first = _counts(shipped, cfg, 0, 0)
     assert _counts(shipped, cfg, 1, 0) != first
     assert _counts(shipped, cfg, 0, 1) != first
-    assert sum(first) == sum(s.size for s in batch_sizes(shipped, SEEDS.bucket_boundaries(), cfg.data.token_budget,
-                                                          0, 0, batching="token-budget"))
 
 
 def test_batch_sizes_vary_with_the_data_up_to_the_cap(shipped) -> None:
@@ -155,11 +153,11 @@ def test_plan_bad_input_is_one_error_line_and_exit_2(case, tmp_path, capsys) -> 
 
 def test_plan_bad_input_exits_2_in_a_fresh_process_without_torch(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-m", "dflash", "plan", "--lengths", str(tmp_path / "nope.npy")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {tmp_path / 'nope.npy'}: no such file" and "Traceback" not in proc.stderr
     probe = "import sys, dflash.cli, dflash.plan; assert 'torch' not in sys.modules"
-    assert subprocess.run([sys.executable, "-c", probe], cwd=ROOT, timeout=120).returncode == 0
+    assert subprocess.run([sys.executable, "-c", probe], cwd=ROOT, timeout=120, check=False).returncode == 0
 
 
 def test_plan_reads_only_the_lengths_of_a_dataset(tmp_path, monkeypatch, capsys) -> None:
