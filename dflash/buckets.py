@@ -13,9 +13,11 @@ holds it. Samples are shuffled within their bucket and cut into batches by one o
 Why the sum of real lengths and not rows x longest: the DFlash trainer that batches by a token
 budget (speculators' multipack sampler, dflash.md section 3) counts each sample's real tokens
 against `total_seq_len`; SpecForge and TorchSpec use a fixed batch and pad to its longest row, with
-no budget at all. The budget so bounds the tokens the target prefills and the drafter's context,
-which is what a DFlash step's cost follows. `collate` still pads a batch to its bucket bound, so
-a padded token-budget batch may exceed the budget by the bucket's width (at most rows x bound).
+no budget at all. Real tokens are what the budget should bound: the target's prefill and the
+context K/V the drafter attends to grow with them (the anchors, fixed per row, set the rest;
+dflash.md section 7). The seeds' log does not say which rule they used. `collate` still pads a
+batch to its bucket bound, so the padded tensor (rows x bound) may exceed the budget by up to the
+bucket's width.
 
 The plan reads only the lengths (the list offsets of the Arrow data, `TokenDataset.lengths`);
 no token is touched and nothing is copied but an index per sample.
