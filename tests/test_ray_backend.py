@@ -240,3 +240,22 @@ def test_landing_refuses_a_file_outside_the_trials_folder(tmp_path):
     with pytest.raises(RuntimeError, match="outside its folder"):
         ray_backend.land({"record": record.to_json(), "zip": buf.getvalue()}, tmp_path)
     assert not (tmp_path.parent / "evil.txt").exists()
+
+
+def test_a_record_names_the_gpus_its_trial_could_see(tmp_path, monkeypatch):
+    from harness.trial import gpu
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '0, GPU-aaa, NVIDIA H200\\n1, GPU-bbb, NVIDIA H200\\n2, GPU-ccc, NVIDIA L4\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    gpu.nvidia_smi.cache_clear()
+    gpu.names.cache_clear()
+    try:
+        assert gpu.names("0") == "NVIDIA H200"
+        assert gpu.names("1,0") == "2x NVIDIA H200"
+        assert gpu.names("GPU-ccc,0") == "NVIDIA L4, NVIDIA H200"
+        assert gpu.names(None) == "NVIDIA H200, NVIDIA H200, NVIDIA L4"
+        assert gpu.names("") is None and gpu.names("7") is None
+    finally:
+        gpu.nvidia_smi.cache_clear()
+        gpu.names.cache_clear()

@@ -39,7 +39,8 @@ def render(record: TrialResult, store_dir: Path) -> str:
                + (f", {record.tokens_per_s:,.0f} tokens/s" if record.tokens_per_s else "")
                + _held(record)
                + f"; torch {record.torch_version or '?'}, Python {record.python or '?'}, host "
-                 f"{record.host or '?'}, started {record.started_at or '?'}")
+                 f"{record.host or '?'}" + (f", GPU {record.gpu}" if record.gpu else "")
+               + f", started {record.started_at or '?'}")
     if store_dir.name == RETIRED_NAME:
         mine = [e["reason"] for e in reasons(store_dir.parent)
                 if any(fnmatch.fnmatchcase(record.cell, g) for g in e["cells"])]

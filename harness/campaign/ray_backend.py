@@ -36,6 +36,7 @@ import logging
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -134,6 +135,10 @@ class RayBackend:
 
     def __init__(self, address: str | None = None, *, stream: TextIO | None = None) -> None:
         require()
+        if not (REPO_ROOT / "pyproject.toml").is_file() or not (REPO_ROOT / "repro").is_dir():
+            # The job ships the folder the harness runs from; an installed copy is not a checkout.
+            raise UsageError(f"--backend ray ships the checkout the harness runs from, and {REPO_ROOT} is not one "
+                             "(run from a checkout, installed with pip install -e)")
         import ray  # deferred: an optional extra, and a second to import
         self._ray = ray
         self._stream = stream or sys.stderr
@@ -141,14 +146,25 @@ class RayBackend:
         self._in_flight: set[Any] = set()
         self._need: dict[str, Need] = {}
         self._not_after: dict[str, float | None] = {}
+        # Ray's core installs a C++ handler that dies on SIGTERM; the CLI's own handler kills the
+        # trials in flight and leaves them for resume (exit 143), as with the local pool.
+        main = threading.current_thread() is threading.main_thread()
+        on_term = signal.getsignal(signal.SIGTERM) if main else None
         try:
             ray.init(address=address, runtime_env={"working_dir": str(REPO_ROOT), "excludes": EXCLUDES},
                      logging_level=logging.ERROR, log_to_driver=False)
         except (ConnectionError, ValueError, RuntimeError) as e:
             raise UsageError(f"cannot start or reach a Ray cluster at {address or 'RAY_ADDRESS or a new local one'}: "
                              f"{_brief(e)}") from None
+        finally:
+            if callable(on_term):
+                signal.signal(signal.SIGTERM, on_term)
         # A plain function, wrapped here: the module has no Ray at import time.
         self._task = ray.remote(run_remote)
+        total = ray.cluster_resources()
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        self._stream.write(f"Ray cluster at {ray.get_runtime_context().gcs_address}: {nodes} node(s), "
+                           f"{total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs\n")
 
     def workers(self) -> int:
         """Trials in flight by default: the cluster's CPUs (each trial takes at least one)."""
