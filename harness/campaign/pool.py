@@ -10,6 +10,7 @@ them.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -25,6 +26,7 @@ from harness.trial import lifeline
 from harness.trial.outcome import TrialResult
 from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
+
 
 class TrialNotRun(Exception):
     """Raised by a pool's `run_fn` for a trial that has no record to store: its worker or node was
@@ -329,6 +331,8 @@ class WorkerPool:
                     result = self.run_fn(trial, artefacts)
                 except TrialNotRun as e:
                     result, not_run = None, e
+                    with contextlib.suppress(OSError):   # its folder stays only if a file came back
+                        artefacts.rmdir()
                 finally:
                     self.gpus.release(ids, weight)
                 with self.lock:

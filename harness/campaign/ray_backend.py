@@ -130,8 +130,9 @@ def land(value: dict[str, Any], artefacts: Path) -> TrialResult:
 class RayBackend:
     """The Ray cluster a matrix runs on: `run` is the pool's run_fn, `kill_running` its kill switch.
 
-    Connects on construction: to `address` (a `ray://` or `HOST:PORT` address, or `auto`), else to
-    RAY_ADDRESS or the cluster `ray start` left on this machine, else a new local one."""
+    Connects on construction: to `address` (the head's `HOST:PORT`, or `auto`: this machine must be
+    a node of the cluster, whose raylet the driver attaches to), else to RAY_ADDRESS or the cluster
+    `ray start` left on this machine, else a new local one."""
 
     def __init__(self, address: str | None = None, *, stream: TextIO | None = None) -> None:
         require()

@@ -70,8 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where trials run: this host's worker pool (default), or Ray tasks on a cluster's nodes "
                         "(the optional extra: pip install '.[ray]'; docs/operations.md)")
     p.add_argument("--address", metavar="ADDR",
-                   help="with --backend ray: the cluster (HOST:PORT, ray://HOST:PORT or auto; default RAY_ADDRESS, "
-                        "else a new local cluster); --workers is then trials in flight (default: the cluster's CPUs)")
+                   help="with --backend ray: the cluster this machine is a node of (the head's HOST:PORT, or auto; "
+                        "default RAY_ADDRESS, else a new local cluster); --workers is then trials in flight "
+                        "(default: the cluster's CPUs)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-live", action="store_true", help="plain progress lines even on a terminal")
 
