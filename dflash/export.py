@@ -1,11 +1,15 @@
-"""Export the drafter in the z-lab HF layout (config.json + model.safetensors).
+"""Export the drafter in the z-lab HF layout (config.json + model.safetensors + modelling file).
 
 Layout as in the z-lab/dflash checkpoints (`DFlashDraftModel`, Qwen3 config fields plus
 `block_size`, `num_target_layers`, `dflash_config{mask_token_id, target_layer_ids}`,
-`layer_types`). Weights hold only the drafter (fc, hidden_norm, layers, norm): the embedding and
-LM head are the target's (sgl-project/SpecForge#604: serving reads mask_token_id from
-dflash_config, so it must match training). No `auto_map`: the z-lab modelling file is not
-shipped with the export.
+`layer_types`, and `sliding_window` with `use_sliding_window` when a layer slides: Qwen3Config
+drops sliding_window unless use_sliding_window is true). Weights hold only the drafter (fc,
+hidden_norm, layers, norm): the embedding and LM head are the target's
+(sgl-project/SpecForge#604: serving reads mask_token_id from dflash_config, so it must match
+training). `modeling_dflash.py` (dflash/modeling_dflash.py, torch + transformers only) goes into
+the folder and `auto_map` names its classes, so `AutoModel.from_pretrained(path,
+trust_remote_code=True)` builds the draft model; without them AutoModel builds a plain Qwen3Model
+and drops fc and hidden_norm.
 
 Atomicity: everything is written into a temporary directory next to `out_dir` and renamed into
 place; an existing `out_dir` is moved aside first and removed after the rename, so a failed export
@@ -28,6 +32,9 @@ from dflash.errors import UserInputError
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+MODELING_NAME = "modeling_dflash.py"
+MODELING_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), MODELING_NAME)
+AUTO_MAP = {"AutoConfig": "modeling_dflash.DFlashConfig", "AutoModel": "modeling_dflash.DFlashDraftModel"}
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
@@ -36,11 +43,14 @@ def hf_config(drafter: DFlashDrafter, *, block_size: int, mask_token_id: int) ->
     c = drafter.cfg
     return {
         "architectures": ["DFlashDraftModel"],
+        "auto_map": dict(AUTO_MAP),
         "model_type": "qwen3",
         "block_size": block_size,
         "num_target_layers": drafter.num_target_layers,
         "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": list(drafter.layer_ids)},
-        "layer_types": ["full_attention"] * c.num_layers,
+        "layer_types": list(drafter.layer_types),
+        "sliding_window": drafter.sliding_window,
+        "use_sliding_window": drafter.sliding_window is not None,
         "hidden_size": drafter.hidden_size,
         "num_hidden_layers": c.num_layers,
         "num_attention_heads": c.num_heads,
@@ -66,6 +76,7 @@ def _write_dir(tmp: str, config: dict, state: dict[str, torch.Tensor]) -> None:
         f.flush()
         os.fsync(f.fileno())
     save_file(state, os.path.join(tmp, WEIGHTS_NAME), metadata={"format": "pt"})
+    shutil.copyfile(MODELING_SOURCE, os.path.join(tmp, MODELING_NAME))
 
 
 def _replace_dir(tmp: str, out_dir: str) -> None:
@@ -127,6 +138,8 @@ def drafter_from_hf(path: str) -> DFlashDrafter:
         rms_norm_eps=config["rms_norm_eps"], rope_theta=config["rope_theta"],
         mask_token_id=config["dflash_config"]["mask_token_id"],
         target_layer_ids=tuple(config["dflash_config"]["target_layer_ids"]),
+        layer_types=tuple(config["layer_types"]),
+        sliding_window=config.get("sliding_window") if config.get("use_sliding_window") else None,
     )
     dcfg = DrafterConfig(**values)
     drafter = DFlashDrafter(dcfg, hidden_size=config["hidden_size"],

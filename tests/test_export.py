@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,6 +37,26 @@ def test_export_writes_the_zlab_config(tmp_path):
     assert config["layer_types"] == ["full_attention"] * 2
     assert (config["hidden_size"], config["num_hidden_layers"], config["head_dim"]) == (64, 2, 16)
     assert config["vocab_size"] == 256
+
+
+def test_export_writes_layer_types_window_and_auto_map(tmp_path):
+    cfg = _run_cfg(layer_types=("sliding_attention", "full_attention"), sliding_window=16)
+    drafter = _drafter(cfg)
+    export.export_hf(drafter, cfg, str(tmp_path / "d"))
+    config = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert config["layer_types"] == ["sliding_attention", "full_attention"]
+    assert config["sliding_window"] == 16 and config["use_sliding_window"] is True
+    assert config["auto_map"] == {"AutoConfig": "modeling_dflash.DFlashConfig",
+                                  "AutoModel": "modeling_dflash.DFlashDraftModel"}
+    shipped = (tmp_path / "d" / "modeling_dflash.py").read_text()
+    assert shipped == Path(export.MODELING_SOURCE).read_text()
+    rebuilt = export.drafter_from_hf(str(tmp_path / "d"))
+    assert rebuilt.layer_types == drafter.layer_types and rebuilt.sliding_window == 16
+    x, ctx, pos = torch.randn(1, 4, 64), torch.randn(1, 20, 128), torch.arange(24)[None]
+    with torch.no_grad():
+        assert torch.equal(rebuilt(x, ctx, pos), drafter(x, ctx, pos))
+    full = json.loads(json.dumps(export.hf_config(_drafter(_run_cfg()), block_size=4, mask_token_id=3)))
+    assert full["sliding_window"] is None and full["use_sliding_window"] is False
 
 
 def test_weights_round_trip_without_embedding_or_head(tmp_path):
