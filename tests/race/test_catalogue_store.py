@@ -38,11 +38,19 @@ def records():
     return _load(STORE)
 
 
+def family_counts(records, race, cell: str) -> tuple[int, int]:
+    runs = [r for r in records if r.cell == cell and r.outcome.counts_as_trial]
+    return sum(racecheck.matches_family(race, r) for r in runs), len(runs)
+
+
 @pytest.mark.parametrize("race_id", sorted(CPU))
 def test_race_catalogue_counts_are_the_stores(race_id, records):
+    # Raw cells count the race's own family (r24's tracer thread also dies of F3 at times: another
+    # race, not this row's); a fix's cell counts every failure, since a fix that fails otherwise
+    # does not hold.
     race = CPU[race_id]
-    assert counts(records, f"{race.id}:raw@{race.plan}") == race.recorded
-    assert counts(records, f"{race.id}:raw@-") == race.recorded_plain
+    assert family_counts(records, race, f"{race.id}:raw@{race.plan}") == race.recorded
+    assert family_counts(records, race, f"{race.id}:raw@-") == race.recorded_plain
     if race.fix is not None:
         assert counts(records, f"{race.id}:{race.fix}@{race.plan}") == race.fix_recorded
     torches = {r.torch_version for r in records if r.cell.startswith(f"{race.id}:")}
