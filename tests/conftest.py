@@ -45,3 +45,15 @@ def no_leaked_threads():
             break
         time.sleep(0.05)
     assert not leaked, f"test leaked threads: {[t.name for t in leaked]}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    # After any race test: the rows checked against this torch's own record and those with none.
+    ran = any("race" in getattr(r, "keywords", {}) for reports in terminalreporter.stats.values()
+              for r in reports if hasattr(r, "keywords"))
+    if ran:
+        from tests.race.conftest import coverage_lines
+        from tests.race.racecheck import torch_version
+
+        for line in coverage_lines(torch_version()):
+            terminalreporter.write_line(line)

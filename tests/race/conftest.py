@@ -1,6 +1,7 @@
 """The race suite's last word: which rows were checked against a record of the installed torch and
 which against another torch's (a row with no record for it says so, rather than passing as if
-measured here)."""
+measured here). tests/conftest.py prints it: under pytest-xdist only the top conftest reaches the
+controller, which writes the summary."""
 
 from __future__ import annotations
 
@@ -30,11 +31,3 @@ def coverage_lines(version: str) -> list[str]:
                          + "; ".join(f"{', '.join(ids)} (recorded on {t})" for t, ids in sorted(by.items()))
                          + f"; {hints[device]}")
     return lines
-
-
-def pytest_terminal_summary(terminalreporter):
-    ran = any("race" in getattr(r, "keywords", {}) for reports in terminalreporter.stats.values()
-              for r in reports if hasattr(r, "keywords"))
-    if ran:
-        for line in coverage_lines(torch_version()):
-            terminalreporter.write_line(line)
