@@ -159,6 +159,20 @@ def test_the_pct_line_is_what_the_lift_measured():
         assert f"against {switch[0]}/{switch[1]}" in REPORT.replace("\n  ", " ")
 
 
+def test_the_h200_pct_line_is_what_the_lift_measured():
+    import json
+
+    lift = json.loads((RESULTS / "lift-pct-h200-2026-12-02" / "lift.json").read_text())
+    cells = {(c["target"], c["profile"]): (c["k"], c["n"]) for c in lift["cells"]}
+    text = REPORT.replace("\n  ", " ")
+    best = max((cells[("capture-r05", p)] for p in ("pct2", "pct3")), key=lambda kn: kn[0] / kn[1])
+    switch, plain = cells[("capture-r05", "switch")], cells[("capture-r05", "plain")]
+    assert f"capture-r05 in {best[0]}/{best[1]} at best against {switch[0]}/{switch[1]} under `switch` (plain {plain[0]}/{plain[1]})" in text
+    for target in ("capture-r23", "G2"):
+        assert cells[(target, "plain")] == (5, 5), target
+    assert "capture-r23 and G2 already fail in 5/5 plain" in text
+
+
 def test_the_versions_claim_holds_in_their_stores():
     # F2 gone on 2.14.1 and 2.15.0 while its window opened in every raw trial of r06 and r14.
     text = REPORT.replace("\n", " ")
@@ -169,3 +183,20 @@ def test_the_versions_claim_holds_in_their_stores():
             mine = [r for r in records if r.cell == cell]
             assert len(mine) == 10 and not any(r.outcome.is_failure for r in mine), (version, cell)
             assert all((r.exposures or {}).get("F2", 0) > 0 for r in mine), (version, cell)
+
+
+def test_the_windows_paragraph_is_what_the_probes_recorded():
+    # The recommended cell's probed trials: race windows 0, the drafters' first-step window 2 each.
+    cell = "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync@dflash-stages"
+    records = Store(RESULTS / "gpu-campaign").load()
+    probed = [r for r in records if r.cell == f"gpu-bound:{cell}" and r.exposures is not None]
+    assert len(probed) == 2 and not any(r.outcome.is_failure for r in probed)
+    for r in probed:
+        assert all(r.exposures[w] == 0 for w in ("F1", "F1c", "capture", "G2")), r.exposures
+        assert r.exposures["drafter-first-step"] == 2
+    fixes = cell.split("@")[0]
+    launch = [r for r in records if r.cell.startswith(f"launch-bound:{fixes}@")]
+    assert len(launch) == 39 and all(r.exposures is None for r in launch)
+    text = REPORT.replace("\n", " ")
+    assert "opened the F1, F1c, capture and G2 windows 0 times in 2 of 2 trials" in text
+    assert "Its 39 launch-bound trials predate the exposure probes" in text
