@@ -200,3 +200,23 @@ def test_the_windows_paragraph_is_what_the_probes_recorded():
     text = REPORT.replace("\n", " ")
     assert "opened the F1, F1c, capture and G2 windows 0 times in 2 of 2 trials" in text
     assert "Its 39 launch-bound trials predate the exposure probes" in text
+
+
+def test_the_r24_claim_is_what_its_stores_hold():
+    # 2.13 from the catalogue store, 2.14.1 and 2.15.0 from the versions stores: raw failures as R4,
+    # the lock clean, and R4's window openings summed over the raw trials.
+    text = REPORT.replace("\n", " ")
+    stores = {"2.13": RESULTS / "catalogue-cpu", "2.14.1": RESULTS / "versions-cpu-torch2.14.1",
+              "2.15.0": RESULTS / "versions-cpu-torch2.15.0"}
+    seen = {}
+    for version, store in stores.items():
+        records = Store(store).load()
+        raw = [r for r in records if r.cell == "r24:raw@fx-widen"]
+        fixed = [r for r in records if r.cell == "r24:global-lock@fx-widen"]
+        k = sum("fx-module-not-submodule" in (r.signature or "") for r in raw)
+        assert len(raw) == len(fixed) == 10 and not any(r.outcome.is_failure for r in fixed)
+        seen[version] = (k, sum((r.exposures or {}).get("R4", 0) for r in raw))
+    assert seen["2.13"][0] == 6 and seen["2.14.1"][0] == seen["2.15.0"][0] == 10
+    assert "6/10 under fx-widen on 2.13, 10/10 on 2.14.1 and on 2.15.0" in text
+    assert (f"The R4 window opened {seen['2.13'][1]} times in 10 trials on 2.13 and {seen['2.14.1'][1]:,} "
+            f"and {seen['2.15.0'][1]:,} times on 2.14.1 and 2.15.0") in text
