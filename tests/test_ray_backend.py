@@ -145,7 +145,7 @@ def test_a_killed_driver_then_a_killed_worker_lose_no_trial_and_store_none_twice
     pids.mkdir()
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"name": "t", "store": str(tmp_path / "store"), "trials": 5,
-                                "workloads": {"s": _cmd(SLEEPER, str(pids), "1.0")}}))
+                                "workloads": {"s": _cmd(SLEEPER, str(pids), "1.5")}}))
     trials = tmp_path / "store" / "trials.jsonl"
     first = _run_cli(spec, cluster.address, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -116,7 +116,10 @@ def land(value: dict[str, Any], artefacts: Path) -> TrialResult:
     local trial's does."""
     record = TrialResult.from_json(value["record"])
     for child in artefacts.iterdir():
-        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
     with zipfile.ZipFile(io.BytesIO(value["zip"])) as z:
         for name in z.namelist():
             if name.startswith("/") or ".." in Path(name).parts:
