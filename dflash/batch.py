@@ -30,6 +30,10 @@ class TokenBatch:
     """[B, L] int64, 1 on supervised tokens, 0 on prompt tokens and on padding."""
     lengths: torch.Tensor
     """[B] int64 real lengths (0 for padding rows)."""
+    doc_ids: torch.Tensor | None = None
+    """[B, L] int64 document of each token when the dataset packs several documents per row (its
+    `doc_ids` column), -1 on padding (a padding token belongs to no document); None otherwise.
+    The target and the drafter objective attend only within a document when it is set."""
 
     @property
     def num_tokens(self) -> int:
@@ -45,6 +49,7 @@ class TokenBatch:
             input_ids=self.input_ids.to(device, non_blocking=non_blocking),
             loss_mask=self.loss_mask.to(device, non_blocking=non_blocking),
             lengths=self.lengths.to(device, non_blocking=non_blocking),
+            doc_ids=None if self.doc_ids is None else self.doc_ids.to(device, non_blocking=non_blocking),
         )
 
     def pin_memory(self) -> TokenBatch:
@@ -57,6 +62,7 @@ class TokenBatch:
             input_ids=self.input_ids.pin_memory(),
             loss_mask=self.loss_mask.pin_memory(),
             lengths=self.lengths.pin_memory(),
+            doc_ids=None if self.doc_ids is None else self.doc_ids.pin_memory(),
         )
 
 

@@ -4,7 +4,8 @@ Rows are right-padded with token 0 to the bucket bound (or to `pad_to`); `loss_m
 padding. The persistent-buffers fix wants one shape for every batch (static buffers, one compiled
 graph: cudagraph trees record per shape, torch-compile-races.md F1/F11), so it passes `pad_to` = the
 largest bucket and `pad_rows` = the largest batch size; extra rows are all padding with
-`loss_mask` 0 and length 0, so they add nothing to the loss.
+`loss_mask` 0 and length 0, so they add nothing to the loss. A dataset with a `doc_ids` column
+(packed documents) gives `doc_ids` of the same shape, -1 on padding; otherwise it is None.
 
 The arrays are built fresh from the (memory-mapped) dataset on every call: the tensors own their
 memory and may cross a channel without a clone (style guide rule 6).
@@ -38,6 +39,8 @@ def collate(
     input_ids = np.zeros((num_rows, length), dtype=np.int64)  # [B, L]
     loss_mask = np.zeros((num_rows, length), dtype=np.int64)  # [B, L]
     lengths = np.zeros(num_rows, dtype=np.int64)  # [B]
+    # -1 on padding: a padding token shares no document with a real one.
+    doc_ids = np.full((num_rows, length), -1, dtype=np.int64) if ds.has_doc_ids else None  # [B, L]
     for r, index in enumerate(batch.indices):
         ids, mask = ds.row(index)
         n = ids.shape[0]
@@ -47,6 +50,8 @@ def collate(
         input_ids[r, :n] = ids
         loss_mask[r, :n] = mask != 0
         lengths[r] = n
+        if doc_ids is not None:
+            doc_ids[r, :n] = ds.doc_ids(index)  # same length as ids: checked when the data opened
     return TokenBatch(
         seq=seq,
         epoch=epoch,
@@ -55,4 +60,5 @@ def collate(
         input_ids=torch.from_numpy(input_ids),
         loss_mask=torch.from_numpy(loss_mask),
         lengths=torch.from_numpy(lengths),
+        doc_ids=None if doc_ids is None else torch.from_numpy(doc_ids),
     )

@@ -38,6 +38,10 @@ class DataConfig:
     quantum (a 768-token corpus at 4 meant ~90 small calls, minutes on an H200)."""
     synthetic_generate_batch: int = 32
     """Prompts per batched greedy `generate` call (GPU presets use more)."""
+    synthetic_pack_len: int = 0
+    """0 = one sample per row. N > 0: consecutive samples of the synthetic corpus are packed into
+    rows of at most N tokens with a `doc_ids` column (dflash.data.pack_documents), so the run
+    trains on packed documents; N must hold the longest sample and fit the largest bucket."""
     bucket_boundaries: tuple[int, ...] = (32, 64, 128)
     """Upper bounds (inclusive) of the length buckets; a longer sample is a bad-input error."""
     token_budget: int = 1024
@@ -72,6 +76,12 @@ class DataConfig:
             raise ConfigError("data.synthetic_min_len must be <= data.synthetic_max_len")
         if self.synthetic_prompt_quantum < 1 or self.synthetic_generate_batch < 1:
             raise ConfigError("data.synthetic_prompt_quantum and data.synthetic_generate_batch must be >= 1")
+        pack = self.synthetic_pack_len
+        if pack and not self.synthetic_max_len <= pack <= self.bucket_boundaries[-1]:
+            raise ConfigError(
+                f"data.synthetic_pack_len ({pack}) must be 0 or between data.synthetic_max_len "
+                f"({self.synthetic_max_len}) and the largest bucket ({self.bucket_boundaries[-1]})"
+            )
 
 
 @dataclass(kw_only=True, slots=True)

@@ -4,7 +4,13 @@
 - a `datasets.save_to_disk` folder: `state.json` lists `_data_files`, each an Arrow IPC *stream*;
 - a single Arrow IPC file, in file format (magic `ARROW1`) or stream format;
 - a `.parquet` file.
-Columns: `input_ids` and `loss_mask`, both list<integer> (list or large_list, any int width).
+Columns: `input_ids` and `loss_mask`, both list<integer> (list or large_list, any int width), and
+optionally `doc_ids`, list<integer> with one entry per token (same length as the row's
+`input_ids`): the document each token belongs to when several documents are packed into one row
+(`prepare --pack-docs`, `data.synthetic_pack_len`). Tokens with equal ids are one document; ids
+need not start at 0 or be contiguous. With it, neither the target forward nor the drafter
+objective attends across a document, and no label is taken from another document. Without it,
+a row is one document.
 
 Properties:
 - Arrow data is memory-mapped and read zero-copy: opening costs the metadata plus one pass over
@@ -36,6 +42,8 @@ import pyarrow.parquet as pq
 from dflash.errors import DataError
 
 COLUMNS = ("input_ids", "loss_mask")
+DOC_IDS = "doc_ids"
+"""The optional per-token document-id column of packed rows (see the module docstring)."""
 ARROW_FILE_MAGIC = b"ARROW1"
 # Stream end-of-stream marker: continuation token 0xFFFFFFFF + zero metadata length. A stream cut
 # exactly at a message boundary reads back without error but with fewer rows; the missing marker is
@@ -53,6 +61,8 @@ class _Chunk:
     mask_offsets: np.ndarray  # [n + 1] into mask
     ids: np.ndarray
     mask: np.ndarray
+    doc_offsets: np.ndarray | None = None  # [n + 1] into docs; None when the data has no doc_ids
+    docs: np.ndarray | None = None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -64,34 +74,57 @@ def _check_schema(schema: pa.Schema, where: str) -> None:
     missing = [c for c in COLUMNS if c not in schema.names]
     if missing:
         raise DataError(f"{where}: missing column(s) {', '.join(missing)} (found: {', '.join(schema.names) or 'none'})")
-    for name in COLUMNS:
+    for name in COLUMNS + ((DOC_IDS,) if DOC_IDS in schema.names else ()):
         tp = schema.field(name).type
         if not (pa.types.is_list(tp) or pa.types.is_large_list(tp)) or not pa.types.is_integer(tp.value_type):
             raise DataError(f"{where}: column {name} must be a list of integers, got {tp}")
 
 
-def _numpy_chunk(batch: pa.RecordBatch, start: int, where: str) -> _Chunk:
-    ids_arr, mask_arr = batch.column("input_ids"), batch.column("loss_mask")
-    for name, arr in (("input_ids", ids_arr), ("loss_mask", mask_arr)):
-        if arr.null_count or arr.values.null_count:
-            raise DataError(f"{where}: column {name} contains nulls")
-    # .offsets honours the array's slice offset and indexes into the unsliced .values.
-    ids_off = ids_arr.offsets.to_numpy().astype(np.int64, copy=False)
-    mask_off = mask_arr.offsets.to_numpy().astype(np.int64, copy=False)
-    diff = np.flatnonzero(np.diff(ids_off) != np.diff(mask_off))
+def _same_lengths(ids_off: np.ndarray, other_off: np.ndarray, other: str, start: int, where: str) -> None:
+    diff = np.flatnonzero(np.diff(ids_off) != np.diff(other_off))
     if diff.size:
         row = int(diff[0])
         raise DataError(
             f"{where}: row {start + row}: input_ids has {int(ids_off[row + 1] - ids_off[row])} tokens "
-            f"but loss_mask has {int(mask_off[row + 1] - mask_off[row])}"
+            f"but {other} has {int(other_off[row + 1] - other_off[row])}"
         )
+
+
+def _numpy_chunk(batch: pa.RecordBatch, start: int, where: str) -> _Chunk:
+    names = COLUMNS + ((DOC_IDS,) if DOC_IDS in batch.schema.names else ())
+    arrs = {name: batch.column(name) for name in names}
+    for name, arr in arrs.items():
+        if arr.null_count or arr.values.null_count:
+            raise DataError(f"{where}: column {name} contains nulls")
+    # .offsets honours the array's slice offset and indexes into the unsliced .values.
+    offs = {name: arr.offsets.to_numpy().astype(np.int64, copy=False) for name, arr in arrs.items()}
+    for name in names[1:]:
+        # Checked here, once per record batch: a bad row must fail at open, not deep in collate.
+        _same_lengths(offs["input_ids"], offs[name], name, start, where)
+    docs = arrs.get(DOC_IDS)
     return _Chunk(
         start=start,
-        offsets=ids_off,
-        mask_offsets=mask_off,
-        ids=ids_arr.values.to_numpy(zero_copy_only=True),
-        mask=mask_arr.values.to_numpy(zero_copy_only=True),
+        offsets=offs["input_ids"],
+        mask_offsets=offs["loss_mask"],
+        ids=arrs["input_ids"].values.to_numpy(zero_copy_only=True),
+        mask=arrs["loss_mask"].values.to_numpy(zero_copy_only=True),
+        doc_offsets=offs.get(DOC_IDS),
+        docs=None if docs is None else docs.values.to_numpy(zero_copy_only=True),
     )
+
+
+def _chunk_docs(c: _Chunk, j: int) -> np.ndarray | None:
+    """Document ids of row j of chunk c (int64), or None without the column."""
+    if c.docs is None or c.doc_offsets is None:
+        return None
+    return c.docs[c.doc_offsets[j] : c.doc_offsets[j + 1]].astype(np.int64)
+
+
+def _has_doc_ids(chunks: list[_Chunk], where: str) -> bool:
+    with_docs = {c.docs is not None for c in chunks}
+    if len(with_docs) > 1:
+        raise DataError(f"{where}: some record batches or shards have a {DOC_IDS} column and others do not")
+    return with_docs == {True}
 
 
 def _chunks_from_batches(batches: list[pa.RecordBatch], start: int, where: str) -> list[_Chunk]:
@@ -149,13 +182,21 @@ class _ArrowSource:
             np.concatenate([np.diff(c.offsets) for c in self.chunks]) if self.chunks else np.zeros(0, np.int64)
         )
         self._starts = np.array([c.start for c in self.chunks], dtype=np.int64)
+        self.has_doc_ids = _has_doc_ids(self.chunks, files[0] if len(files) == 1 else os.path.dirname(files[0]))
+
+    def _chunk(self, i: int) -> _Chunk:
+        return self.chunks[int(np.searchsorted(self._starts, i, side="right")) - 1]
 
     def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        c = self.chunks[int(np.searchsorted(self._starts, i, side="right")) - 1]
+        c = self._chunk(i)
         j = i - c.start
         ids = c.ids[c.offsets[j] : c.offsets[j + 1]]
         mask = c.mask[c.mask_offsets[j] : c.mask_offsets[j + 1]]
         return ids.astype(np.int64), mask.astype(np.int64)
+
+    def doc_ids(self, i: int) -> np.ndarray | None:
+        c = self._chunk(i)
+        return _chunk_docs(c, i - c.start)
 
     def iter_chunks(self) -> Iterator[_Chunk]:
         return iter(self.chunks)
@@ -171,6 +212,8 @@ class _ParquetSource:
         try:
             self._file = pq.ParquetFile(path, memory_map=True)
             _check_schema(self._file.schema_arrow, path)
+            self.has_doc_ids = DOC_IDS in self._file.schema_arrow.names
+            self._columns = list(COLUMNS) + ([DOC_IDS] if self.has_doc_ids else [])
             lengths, starts, start = [], [], 0
             for g in range(self._file.num_row_groups):
                 chunk = self._decode(g, start)
@@ -186,12 +229,14 @@ class _ParquetSource:
         self._starts = np.array(starts, dtype=np.int64)
 
     def _decode(self, group: int, start: int) -> _Chunk:
-        table = self._file.read_row_group(group, columns=list(COLUMNS)).combine_chunks()
+        table = self._file.read_row_group(group, columns=self._columns).combine_chunks()
         chunks = _chunks_from_batches(table.to_batches(), start, self.path)
         if chunks:
             return chunks[0]
         empty = np.zeros(1, np.int64)  # a row group with no rows
-        return _Chunk(start=start, offsets=empty, mask_offsets=empty, ids=empty[:0], mask=empty[:0])
+        return _Chunk(start=start, offsets=empty, mask_offsets=empty, ids=empty[:0], mask=empty[:0],
+                      doc_offsets=empty if self.has_doc_ids else None,
+                      docs=empty[:0] if self.has_doc_ids else None)
 
     def _group(self, group: int) -> _Chunk:
         with self._lock:
@@ -214,6 +259,10 @@ class _ParquetSource:
         ids = c.ids[c.offsets[j] : c.offsets[j + 1]]
         mask = c.mask[c.mask_offsets[j] : c.mask_offsets[j + 1]]
         return ids.astype(np.int64), mask.astype(np.int64)
+
+    def doc_ids(self, i: int) -> np.ndarray | None:
+        c = self._group(int(np.searchsorted(self._starts, i, side="right")) - 1)
+        return _chunk_docs(c, i - c.start)
 
     def iter_chunks(self) -> Iterator[_Chunk]:
         # Bypasses the cache: a full scan would only evict the groups training is using.
@@ -273,6 +322,17 @@ class TokenDataset:
         if not 0 <= i < len(self):
             raise IndexError(f"row {i} out of range for {len(self)} rows")
         return self._source.row(int(i) if self._rows is None else int(self._rows[i]))
+
+    @property
+    def has_doc_ids(self) -> bool:
+        """Whether the rows carry a `doc_ids` column (packed documents)."""
+        return self._source.has_doc_ids
+
+    def doc_ids(self, i: int) -> np.ndarray | None:
+        """Document id of each token of row i (fresh int64 array), or None without the column."""
+        if not 0 <= i < len(self):
+            raise IndexError(f"row {i} out of range for {len(self)} rows")
+        return self._source.doc_ids(int(i) if self._rows is None else int(self._rows[i]))
 
     def _row_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         with self._stats_lock:
@@ -351,11 +411,17 @@ def validate_vocab(ds: TokenDataset, vocab_size: int) -> None:
 
 
 SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.int8()))])
+DOC_SCHEMA = SCHEMA.append(pa.field(DOC_IDS, pa.list_(pa.int32())))
 WRITE_BATCH_ROWS = 1024
 
+Row = tuple[list[int], list[int]]
+PackedRow = tuple[list[int], list[int], list[int]]
 
-def write_token_file(path: str, rows: Iterator[tuple[list[int], list[int]]], *, metadata: dict | None = None) -> int:
+
+def write_token_file(path: str, rows: Iterator[Row] | Iterator[PackedRow], *, metadata: dict | None = None,
+                     doc_ids: bool = False) -> int:
     """Write (input_ids, loss_mask) rows as an Arrow IPC file, atomically; returns the row count.
+    With `doc_ids` the rows are (input_ids, loss_mask, doc_ids) and the file gets that column.
 
     The rows go to `<path>.tmp-<pid>-<thread>` first and are renamed over `path` only when the
     writer closed cleanly, so a reader (or a crash) never sees a half-written file.
@@ -363,28 +429,59 @@ def write_token_file(path: str, rows: Iterator[tuple[list[int], list[int]]], *, 
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    schema = SCHEMA.with_metadata({k: json.dumps(v) for k, v in (metadata or {}).items()})
+    base = DOC_SCHEMA if doc_ids else SCHEMA
+    schema = base.with_metadata({k: json.dumps(v) for k, v in (metadata or {}).items()})
+    width = len(schema.names)
     count = 0
     try:
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            ids_buf: list[list[int]] = []
-            mask_buf: list[list[int]] = []
-            for ids, mask in rows:
-                if len(ids) != len(mask):
-                    raise ValueError(f"row {count}: {len(ids)} input_ids but {len(mask)} loss_mask values")
-                ids_buf.append(list(ids))
-                mask_buf.append(list(mask))
+            bufs: list[list[list[int]]] = [[] for _ in range(width)]
+            for row in rows:
+                if len(row) != width:
+                    raise ValueError(f"row {count}: {len(row)} columns, the file has {width} ({', '.join(schema.names)})")
+                for name, col in zip(schema.names[1:], row[1:]):
+                    if len(col) != len(row[0]):
+                        raise ValueError(f"row {count}: {len(row[0])} input_ids but {len(col)} {name} values")
+                for buf, col in zip(bufs, row):
+                    buf.append(list(col))
                 count += 1
-                if len(ids_buf) == WRITE_BATCH_ROWS:
-                    writer.write_batch(pa.record_batch([ids_buf, mask_buf], schema=schema))
-                    ids_buf, mask_buf = [], []
-            if ids_buf:
-                writer.write_batch(pa.record_batch([ids_buf, mask_buf], schema=schema))
+                if len(bufs[0]) == WRITE_BATCH_ROWS:
+                    writer.write_batch(pa.record_batch(bufs, schema=schema))
+                    bufs = [[] for _ in range(width)]
+            if bufs[0]:
+                writer.write_batch(pa.record_batch(bufs, schema=schema))
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return count
+
+
+def pack_documents(rows: Iterator[Row], max_len: int) -> Iterator[PackedRow]:
+    """Pack consecutive (input_ids, loss_mask) documents into rows of at most `max_len` tokens,
+    greedily in order (a row is closed when the next document does not fit). Each packed row gets
+    doc_ids 0, 1, ... per document. Deterministic: the input order alone decides the rows.
+
+    A document longer than `max_len` is a ValueError: callers drop those first (prepare skips
+    them, the synthetic corpus never makes one), since a packed row must fit the largest bucket.
+    """
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    ids: list[int] = []
+    mask: list[int] = []
+    docs: list[int] = []
+    for n, (doc_ids_, doc_mask) in enumerate(rows):
+        if len(doc_ids_) > max_len:
+            raise ValueError(f"document {n} has {len(doc_ids_)} tokens, more than the packed row length {max_len}")
+        if ids and len(ids) + len(doc_ids_) > max_len:
+            yield ids, mask, docs
+            ids, mask, docs = [], [], []
+        doc = docs[-1] + 1 if docs else 0
+        ids.extend(int(t) for t in doc_ids_)
+        mask.extend(int(m) for m in doc_mask)
+        docs.extend([doc] * len(doc_ids_))
+    if ids:
+        yield ids, mask, docs
 
 
 def split_for_training(ds: TokenDataset, *, min_loss_tokens: int, heldout_samples: int, seed: int) -> tuple[TokenDataset, TokenDataset]:

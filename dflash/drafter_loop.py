@@ -52,8 +52,9 @@ class PersistentInputs:
 
 
 def warmup_inputs(rows: int, length: int, *, cfg: RunConfig, vocab_size: int, context_dim: int,
-                  device: torch.device, dtype: torch.dtype) -> StepInputs:
-    """A synthetic full batch of one shape (random ids, every token supervised)."""
+                  device: torch.device, dtype: torch.dtype, doc_ids: bool = False) -> StepInputs:
+    """A synthetic full batch of one shape (random ids, every token supervised); with `doc_ids`,
+    one document per row, so the step is warmed up with the inputs packed batches bring."""
     # Own generator: warm-up must not consume any RNG stream that training uses.
     g = torch.Generator(device="cpu").manual_seed(WARMUP_SEED + rows * 100_003 + length)
     input_ids = torch.randint(1, vocab_size - 1, (rows, length), generator=g)
@@ -64,14 +65,16 @@ def warmup_inputs(rows: int, length: int, *, cfg: RunConfig, vocab_size: int, co
                                    cfg.drafter.block_size, g)
     return StepInputs(input_ids=input_ids.to(device), loss_mask=loss_mask.to(device),
                       context=context.to(device=device, dtype=dtype), anchors=anchors.to(device),
-                      keep=keep.to(device))
+                      keep=keep.to(device),
+                      doc_ids=torch.zeros(rows, length, dtype=torch.int64, device=device) if doc_ids else None)
 
 
 class DrafterTrainLoop:
     def __init__(self, *, objectives: list[nn.Module], devices: tuple[torch.device, ...],
                  receiver: OrderedReceiver, group: ReplicaGroup, gate: StartupGate, turns: Turns,
                  cfg: RunConfig, fs, metrics: Metrics, warmup_shapes: list[tuple[int, int]],
-                 vocab_size: int, context_dim: int, oracle: Oracle | None = None) -> None:
+                 vocab_size: int, context_dim: int, oracle: Oracle | None = None,
+                 doc_ids: bool = False) -> None:
         self.objectives = objectives
         self.devices = devices
         self.receiver = receiver
@@ -85,6 +88,8 @@ class DrafterTrainLoop:
         self.vocab_size = vocab_size
         self.context_dim = context_dim
         self.oracle = oracle
+        self.doc_ids = doc_ids
+        """Whether batches carry document ids: the warm-up must compile the same signature."""
 
     def _dtype(self, m: int) -> torch.dtype:
         return self.objectives[m].drafter.fc.weight.dtype
@@ -107,7 +112,7 @@ class DrafterTrainLoop:
         for rows, length in self.warmup_shapes:
             inputs = warmup_inputs(rows, length, cfg=self.cfg, vocab_size=self.vocab_size,
                                    context_dim=self.context_dim, device=self.devices[m],
-                                   dtype=self._dtype(m))
+                                   dtype=self._dtype(m), doc_ids=self.doc_ids)
             if buffers is not None:
                 inputs = buffers.fill(inputs)
             grad_step(step_fn, replica, inputs, self.fs, cudagraphs=self.cfg.compile.cudagraphs)

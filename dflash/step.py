@@ -68,7 +68,8 @@ def make_inputs(hb: HiddenBatch, dcfg: DrafterConfig, *, seed: int, device: torc
     if extra:  # padding rows: no anchors kept, so they add nothing to the loss
         anchors = torch.cat([anchors, anchors.new_zeros((extra, anchors.shape[1]))])
         keep = torch.cat([keep, keep.new_zeros((extra, keep.shape[1]))])
-    # Only a batch of packed rows carries document ids; without them the step is as before.
+    # Only a batch of packed rows carries document ids (TokenBatch.doc_ids, from the data's
+    # doc_ids column); without them the step is as before.
     doc_ids = getattr(tok, "doc_ids", None)
     return StepInputs(
         input_ids=tok.input_ids.to(device),

@@ -14,10 +14,14 @@ Properties:
   the prompt takes 1/4 to 1/2 of a sample and `loss_mask` is 1 on the completion only.
 - The file is written atomically (tmp + rename, `data.write_token_file`) under `cfg.cache_dir`,
   named from `cache_key` and a digest of every input, and reused when present.
+- `data.synthetic_pack_len` > 0 packs the samples of the unpacked corpus (generated or reused
+  first: packing only regroups rows, the target is not run again) in order into rows of at most
+  that many tokens, with a `doc_ids` column; a file of its own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dflash.config import DataConfig
-from dflash.data import write_token_file
+from dflash.data import open_dataset, pack_documents, write_token_file
 
 FORMAT_VERSION = 2
 GENERATE_BATCH = 32
@@ -57,6 +61,8 @@ def corpus_path(cfg: DataConfig, vocab_size: int, cache_key: str) -> str:
         key["prompt_quantum"] = cfg.synthetic_prompt_quantum
     if cfg.synthetic_generate_batch != GENERATE_BATCH:
         key["generate_batch"] = cfg.synthetic_generate_batch
+    if cfg.synthetic_pack_len:
+        key["pack_len"] = cfg.synthetic_pack_len
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", cache_key)[:40] or "target"
     return os.path.join(cfg.cache_dir, f"synthetic-{slug}-{digest}.arrow")
@@ -127,6 +133,14 @@ def ensure_synthetic_corpus(cfg: DataConfig, generate: Generate, vocab_size: int
         raise ValueError("data.synthetic_samples must be >= 1")
     path = corpus_path(cfg, vocab_size, cache_key)
     if os.path.isfile(path):
+        return path
+    if cfg.synthetic_pack_len:
+        plain = open_dataset(ensure_synthetic_corpus(dataclasses.replace(cfg, synthetic_pack_len=0),
+                                                     generate, vocab_size, cache_key))
+        docs = (plain.row(i) for i in range(len(plain)))
+        write_token_file(path, pack_documents(docs, cfg.synthetic_pack_len), doc_ids=True,
+                         metadata={"source": "dflash.synthetic", "cache_key": cache_key,
+                                   "pack_len": cfg.synthetic_pack_len})
         return path
     prompts, needs = _prompts(cfg, vocab_size)
     completions = _complete(prompts, needs, generate, vocab_size, cfg.synthetic_generate_batch)

@@ -7,6 +7,18 @@ its `embed_tokens` and `lm_head` are shared (read-only) with the drafter objecti
 
 Token conventions of the embedded tiny target: id 0 is padding, the mask token defaults to
 `vocab_size - 1` (it must exist in the target embedding: the drafter ships none).
+
+Packed rows (several documents per row, `TokenBatch.doc_ids`): `document_inputs` turns the
+document ids into a block-diagonal causal 4D mask AND per-document position ids, passed to the
+forward together. The mask is what keeps a document's hidden states free of the others: it is an
+explicit input that transformers (masking_utils `_preprocess_mask_arguments`) hands to attention
+as-is for every model built on its mask utilities, instead of relying on its packed-sequence
+guess from position ids (made only when no other mask is given). The positions restart at 0 for
+each document, as when the document runs alone at inference: Llama/Qwen3's RoPE would not need
+it (attention scores depend on position differences), but a target with absolute or
+length-dependent position encodings would, and the states then equal the document run alone up
+to float rounding (tests/test_packed_docs.py). The mask is [B, 1, L, L] bool (what transformers
+builds for SDPA itself); linear-attention layers (hybrid targets) are not isolated by it.
 """
 
 from __future__ import annotations
@@ -132,11 +144,13 @@ class TargetModel:
 
     @torch.no_grad()
     def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-               layer_ids: tuple[int, ...] | list[int]) -> torch.Tensor:
-        """Tapped hidden states, concatenated on the feature axis: [B, L, k*H]."""
+               layer_ids: tuple[int, ...] | list[int],
+               position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Tapped hidden states, concatenated on the feature axis: [B, L, k*H]. Packed rows pass
+        the mask and positions of `document_inputs`."""
         # base_model skips the LM head: only the tapped states are needed here.
         out = self.model.base_model(
-            input_ids=input_ids, attention_mask=attention_mask,
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
             output_hidden_states=True, use_cache=False,
         )
         return _tap(out.hidden_states, layer_ids)
@@ -160,14 +174,16 @@ class TargetModel:
 
     @torch.no_grad()
     def hidden_hooked(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                      layer_ids: tuple[int, ...] | list[int]) -> torch.Tensor:
+                      layer_ids: tuple[int, ...] | list[int],
+                      position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """`hidden` without transformers' output capture: per-thread layer hooks. Equal to
         `hidden` (HF's last hidden state is the final-normed one, so that index gets the norm)."""
         self._install_taps()
         sink: dict[int, torch.Tensor | None] = {i: None for i in layer_ids}
         self._taps.sink = sink
         try:
-            self.model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            self.model.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                  position_ids=position_ids, use_cache=False)
         finally:
             self._taps.sink = None
         last = self.num_layers - 1
@@ -219,6 +235,21 @@ class TargetModel:
         if not tokens:
             return ids.new_zeros((ids.shape[0], 0))
         return torch.stack(tokens, dim=1)
+
+
+def document_inputs(doc_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(attention mask [B, 1, L, L] bool, position ids [B, L] int64) for rows of packed documents.
+
+    Token q may see token k when k <= q and doc_ids[q] == doc_ids[k] (True = attend, the SDPA
+    convention); a token's position is the number of earlier tokens of its document, so each
+    document starts at 0. Padding (-1) forms its own document, which real tokens never see.
+    """
+    seq_len = doc_ids.shape[1]
+    causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=doc_ids.device).tril()
+    allowed = (doc_ids[:, :, None] == doc_ids[:, None, :]) & causal  # [B, L, L]
+    # Counting what a token sees (itself included) gives its position within its document.
+    position_ids = allowed.sum(dim=-1) - 1
+    return allowed[:, None], position_ids
 
 
 def _tap(hidden_states, layer_ids) -> torch.Tensor:

@@ -22,7 +22,7 @@ from dflash.faults import fault_point
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
 from dflash.step import compile_fn
-from dflash.target import TargetModel
+from dflash.target import TargetModel, document_inputs
 
 STAGE = "target"
 
@@ -54,10 +54,17 @@ class TargetForwardLoop:
         device = self.devices[n]
         input_ids = tb.input_ids.to(device, non_blocking=True)  # [B, L]
         fault_point("target.before_forward")
+        doc_ids = None if tb.doc_ids is None else tb.doc_ids.to(device, non_blocking=True)
         with self.fs.around_call():
-            # No attention mask: padding is on the right and the target is causal, so real
-            # positions never attend to padding (and one fewer input keeps compiles simple).
-            context = fwd(input_ids, None, self.layer_ids)  # [B, L, k*H], fresh per forward
+            if doc_ids is None:
+                # No attention mask: padding is on the right and the target is causal, so real
+                # positions never attend to padding (and one fewer input keeps compiles simple).
+                context = fwd(input_ids, None, self.layer_ids)  # [B, L, k*H], fresh per forward
+            else:
+                # Packed documents: a document's states must not depend on the others, or the
+                # drafter learns from context it never has at inference (dflash.target).
+                mask, positions = document_inputs(doc_ids)
+                context = fwd(input_ids, mask, self.layer_ids, positions)
             self.fs.note("target-hook-taps")
         fault_point("target.after_forward")
         # synchronize (not an event): the drafter thread reads `context` on another stream.

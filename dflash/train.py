@@ -301,7 +301,7 @@ class Trainer:
             gate=gate, turns=Turns(p.num_drafter_threads, stop, p.poll_s), cfg=cfg, fs=self.fs,
             metrics=self.metrics, warmup_shapes=self.planner.shapes(pad_to, pad_rows),
             vocab_size=m.vocab_size, context_dim=m.context_dim,
-            oracle=self.oracle if self.oracle.every else None)
+            oracle=self.oracle if self.oracle.every else None, doc_ids=self.train_ds.has_doc_ids)
         sup = Supervisor(stop=stop, fs=self.fs, shutdown_deadline_s=p.shutdown_deadline_s,
                          poll_s=p.poll_s)
         sup.on_stop(group.abort)
