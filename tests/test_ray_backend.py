@@ -13,6 +13,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -208,6 +209,22 @@ def test_address_without_the_ray_backend_is_bad_input(tmp_path, capsys):
     assert main(["matrix", "--file", str(spec), "--address", "127.0.0.1:6379"]) == 2
     assert capsys.readouterr().err == "error: --address needs --backend ray\n"
     assert not (tmp_path / "store").exists()
+
+
+def test_an_address_nothing_listens_on_is_bad_input_at_once():
+    # Ray itself retries such an address for many minutes; the backend checks it first.
+    from harness.args import UsageError
+    with socket.socket() as sock:   # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(UsageError, match=f"cannot reach a Ray cluster at 127.0.0.1:{port}: "):
+        ray_backend.check_reachable(f"127.0.0.1:{port}")
+    assert time.monotonic() - start < ray_backend.CONNECT_TIMEOUT_S
+    with pytest.raises(UsageError, match="expected the head's HOST:PORT, or auto"):
+        ray_backend.check_reachable("no-port")
+    for fine in (None, "auto", "ray://head:10001"):
+        ray_backend.check_reachable(fine)   # left to Ray
 
 
 def test_a_trials_gpu_share_is_a_fraction_of_one_gpu_or_whole_gpus():

@@ -37,6 +37,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -56,6 +57,8 @@ from harness.trial.spec import REPO_ROOT, TrialSpec
 EXCLUDES = ["results/", "runs/", "docs/", ".git/", ".venv/", ".cache/", "__pycache__/", "*.pyc", ".whl/", ".gl/"]
 """Left out of the working directory a job ships to its nodes: stores and logs are data, not code
 (results/ alone is most of the checkout)."""
+CONNECT_TIMEOUT_S = 10.0
+"""How long the head's port may take to accept a connection before the address counts as wrong."""
 MISSING = "--backend ray needs Ray, an optional extra: pip install '.[ray]' (or pip install ray)"
 
 
@@ -76,6 +79,20 @@ def gpu_share(gpus: int, slots: int, per_gpu: int) -> float:
     if gpus > 1:
         return float(gpus)
     return math.floor(min(slots, per_gpu) / per_gpu * 1e4) / 1e4
+
+
+def check_reachable(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """UsageError when a `HOST:PORT` address does not accept a connection: Ray itself retries an
+    unreachable one for many minutes before it gives up (2.60, seen here with a wrong port)."""
+    if not address or address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UsageError(f"--address {address!r}: expected the head's HOST:PORT, or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise UsageError(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +160,7 @@ class RayBackend:
             # The job ships the folder the harness runs from; an installed copy is not a checkout.
             raise UsageError(f"--backend ray ships the checkout the harness runs from, and {REPO_ROOT} is not one "
                              "(run from a checkout, installed with pip install -e)")
+        check_reachable(address or os.environ.get("RAY_ADDRESS"))
         import ray  # deferred: an optional extra, and a second to import
         self._ray = ray
         self._stream = stream or sys.stderr
