@@ -8,9 +8,9 @@ Columns: `input_ids` and `loss_mask`, both list<integer> (list or large_list, an
 optionally `doc_ids`, list<integer> with one entry per token (same length as the row's
 `input_ids`): the document each token belongs to when several documents are packed into one row
 (`prepare --pack-docs`, `data.synthetic_pack_len`). Tokens with equal ids are one document; ids
-need not start at 0 or be contiguous. With it, neither the target forward nor the drafter
-objective attends across a document, and no label is taken from another document. Without it,
-a row is one document.
+need not start at 0 (-1 is what collate pads with: keep it out of the data). With it, neither
+the target forward nor the drafter objective attends across a document, and no label is taken
+from another document. Without it, a row is one document.
 
 Properties:
 - Arrow data is memory-mapped and read zero-copy: opening costs the metadata plus one pass over

@@ -466,6 +466,8 @@ class Trainer:
 
 def heldout_prompts(ds: TokenDataset, limit: int) -> list[list[int]]:
     """Prompt part (tokens before the first supervised one) of up to `limit` held-out rows."""
+    # prepare and the synthetic corpus pack only samples with a supervised token, so in their
+    # packed rows this prompt lies inside the first document.
     prompts = []
     for i in range(len(ds)):
         ids, mask = ds.row(i)
