@@ -470,16 +470,16 @@ def pack_documents(rows: Iterator[Row], max_len: int) -> Iterator[PackedRow]:
     ids: list[int] = []
     mask: list[int] = []
     docs: list[int] = []
-    for n, (doc_ids_, doc_mask) in enumerate(rows):
-        if len(doc_ids_) > max_len:
-            raise ValueError(f"document {n} has {len(doc_ids_)} tokens, more than the packed row length {max_len}")
-        if ids and len(ids) + len(doc_ids_) > max_len:
+    for n, (doc_tokens, doc_mask) in enumerate(rows):
+        if len(doc_tokens) > max_len:
+            raise ValueError(f"document {n} has {len(doc_tokens)} tokens, more than the packed row length {max_len}")
+        if ids and len(ids) + len(doc_tokens) > max_len:
             yield ids, mask, docs
             ids, mask, docs = [], [], []
         doc = docs[-1] + 1 if docs else 0
-        ids.extend(int(t) for t in doc_ids_)
+        ids.extend(int(t) for t in doc_tokens)
         mask.extend(int(m) for m in doc_mask)
-        docs.extend([doc] * len(doc_ids_))
+        docs.extend([doc] * len(doc_tokens))
     if ids:
         yield ids, mask, docs
 
