@@ -220,3 +220,17 @@ def test_the_r24_claim_is_what_its_stores_hold():
     assert "6/10 under fx-widen on 2.13, 10/10 on 2.14.1 and on 2.15.0" in text
     assert (f"The R4 window opened {seen['2.13'][1]} times in 10 trials on 2.13 and {seen['2.14.1'][1]:,} "
             f"and {seen['2.15.0'][1]:,} times on 2.14.1 and 2.15.0") in text
+
+
+def test_the_batching_line_is_what_cpu_batching_holds():
+    records = Store(RESULTS / "cpu-batching").load()
+    def kn(cell):
+        rs = [r for r in records if r.cell == cell]
+        return sum(r.outcome.is_failure for r in rs), len(rs)
+    for suffix in ("", "-tb"):
+        assert kn(f"tiny{suffix}:raw@dflash-stages") == (0, 6)
+        assert kn(f"tiny{suffix}:global-lock@dflash-stages") == (0, 6)
+        assert kn(f"tiny-ro{suffix}:raw@-") == (6, 6)
+        assert kn(f"tiny-ro{suffix}:target-hook-taps@-") == (0, 6)
+    text = REPORT.replace("\n  ", " ")
+    assert "stays 0/6 raw and 0/6 under `global-lock`, and with a compiled target fails 6/6 raw by r19 and 0/6" in text
