@@ -24,7 +24,8 @@ CATALOGUE = {
     "r17_recompile_limit_eager_fallback": "CPU", "r18_is_compiling_leak_adam": "CPU",
     "r19_hf_output_capture_under_compile": "CPU", "r20_flex_backward_compile_deadlock": "GPU",
     "r21_inductor_mix_order_workspace": "GPU", "r22_stash_tls_refcount": "CPU",
-    "r23_device_sync_during_capture": "GPU",
+    "r23_device_sync_during_capture": "GPU", "r24_compiled_graph_under_tracer": "CPU",
+    "r25_double_block_mask": "CPU",
 }
 GPU = sorted(k for k, v in CATALOGUE.items() if v == "GPU")
 SECTIONS = ("Symptom:", "Mechanism:", "Trigger:", "Affected versions:", "Fix:", "Upstream:")
