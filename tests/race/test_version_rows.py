@@ -19,13 +19,13 @@ def test_a_race_gone_on_a_later_torch_is_checked_as_absent_over_its_record():
     row = installed(CPU["r06"], "2.14.1")
     assert (row.expect, row.recorded, row.repro_cap, row.torch) == ("absent", (0, 10), 10, "2.14.1")
     assert row.source.startswith("results/versions-cpu-torch2.14.1/trials.jsonl cells r06:raw@fx-widen")
-    assert row.fix_recorded == (0, 10)
+    assert row.fix_recorded == (0, 29)  # the store's fix cell, run to 29 trials on 2026-12-02
 
 
 def test_a_race_still_there_starts_from_that_torchs_rate():
     row = installed(CPU["r16"], "2.15.0")
     assert row.expect == "reproduces" and row.recorded[0] > 0 and row.recorded[1] == 10
-    assert row.torch == "2.15.0" and row.fix_recorded == (0, 10)
+    assert row.torch == "2.15.0" and row.fix_recorded == (0, 29)
 
 
 def test_the_recorded_torch_and_an_unrecorded_one_keep_the_row():
