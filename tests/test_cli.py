@@ -127,7 +127,7 @@ def test_export_roundtrip_from_a_checkpoint(tmp_path):
     assert train.returncode == 0, train.stderr[-2000:]
     proc = _subprocess(["export", "--checkpoint", str(run_dir), "--out", str(exp)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert sorted(os.listdir(exp)) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(exp)) == ["config.json", "model.safetensors", "modeling_dflash.py"]
     again = _subprocess(["export", "--checkpoint", str(run_dir), "--out", str(exp)], tmp_path)
     assert again.returncode == 2 and "already exists" in again.stderr
 

@@ -44,7 +44,7 @@ def test_embedded_default_learns_and_exports(tmp_path):
     assert len(final["position_accuracy"]) == 3  # block_size 4 -> positions 1..3
     assert final["device_plan"] == {"target": ["cpu"], "drafter": ["cpu", "cpu"]}
     assert final["gpu_mem_peak_gib"] is None          # no CUDA device in the plan
-    assert sorted(os.listdir(out_dir / "export")) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(out_dir / "export")) == ["config.json", "model.safetensors", "modeling_dflash.py"]
     assert os.path.isfile(out_dir / "checkpoints" / "LATEST")
     assert "samples loaded:" in proc.stderr  # bucket summary printed at start
 
