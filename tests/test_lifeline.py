@@ -20,7 +20,7 @@ from harness.trial import lifeline
 PY = sys.executable
 REPO = Path(__file__).resolve().parent.parent
 
-# A trial that starts a grandchild in its own group and one in a new session, writes the three pids
+# A trial that starts a grandchild in its own group and one under setsid, writes the three pids
 # and its group to a file named by its pid, and sleeps.
 FAMILY = ("import os, subprocess, sys, time\n"
           "sleep = [sys.executable, '-c', 'import time; time.sleep(120)']\n"

@@ -1,7 +1,7 @@
 """Trials die with the process that runs them, even one killed with SIGKILL.
 
-The runner starts each trial in a new session (so that a hang can be dumped and its whole group
-killed), and a new session does not die with its parent: after `kill -9` of a `harness matrix`, a
+The runner starts each trial with setsid (so that a hang can be dumped and its whole group
+killed), and a setsid'd process does not die with its parent: after `kill -9` of a `harness matrix`, a
 trainer trial ran on as an orphan (parent pid 1) until it finished by itself, and on a GPU it
 would have held memory while the resumed matrix started.
 
@@ -9,7 +9,7 @@ A parent-death signal (prctl PR_SET_PDEATHSIG) would not do: it reaches only the
 not the compile workers and other grandchildren of the trial's group, and it fires when the
 parent *thread* that forked ends, not the process (the pool's worker threads start the trials).
 So each process that runs trials starts one reaper (`token()`, lazily, once): a small process in
-its own session that holds the read end of a pipe whose write end only the runner's process
+its own setsid group that holds the read end of a pipe whose write end only the runner's process
 holds. The pipe reads EOF when that process is gone, however it died; the reaper then kills
 every process whose environment carries the runner's token (`ENV`, which `runner.child_env` puts
 in every trial's environment and every descendant inherits, also one that left the trial's
@@ -51,8 +51,8 @@ def token() -> str:
     with _lock:
         if _reaper is None or _reaper[0] != os.getpid() or _reaper[2].poll() is not None:
             tok = f"{os.getpid()}-{secrets.token_hex(8)}"
-            # stdin is the lifeline: its write end stays here (not inheritable, PEP 446); its own
-            # session keeps a terminal's Ctrl-C or a kill of our process group from reaching it.
+            # stdin is the lifeline: its write end stays here (not inheritable, PEP 446); setsid
+            # keeps a terminal's Ctrl-C or a kill of our process group from reaching it.
             proc = subprocess.Popen([sys.executable, "-I", "-S", __file__, tok], stdin=subprocess.PIPE,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             _reaper = (os.getpid(), tok, proc)
