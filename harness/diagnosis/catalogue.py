@@ -346,20 +346,6 @@ class RecordSource:
         return (self.root / store / "trials.jsonl").is_file()
 
 
-def fix_count(evidence: VersionEvidence, records_of: "RecordSource") -> tuple[int, int] | None:
-    """(failed, counted) over a version's fix cells: a fix that fails in any way does not hold."""
-    if evidence.store is None or not evidence.fix_cells:
-        return None
-    failed = n = 0
-    for r in records_of(evidence.store):
-        if r.replay_of is not None or not r.outcome.counts_as_trial:
-            continue
-        if any(fnmatch.fnmatchcase(r.cell, g) for g in evidence.fix_cells):
-            n += 1
-            failed += r.outcome.is_failure
-    return failed, n
-
-
 def major_minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.campaign.cells import strategy_of
-from harness.diagnosis.catalogue import (Catalogue, Count, Race, RecordSource, VersionEvidence, count, fix_count, load,
+from harness.diagnosis.catalogue import (Catalogue, Count, Evidence, Race, RecordSource, VersionEvidence, count, load,
                                         major_minor)
 from harness.stores.discovery import TrialNotFound, find_trial, trial_stores_given
 from harness.stores.retire import with_retired
@@ -296,12 +296,13 @@ def version_verdict(race: Race, v: VersionEvidence, records_of: RecordSource) ->
     seen = ""
     if c is not None:
         seen = f"{'reproduces' if c.k else 'not reproduced'} {c.k}/{c.n}"
-        f = fix_count(v, records_of)
-        if f is not None and f[1]:
+        # The fix cells counted as any cells are; any failure there (Count.failed) counts against it.
+        f = count(Evidence(store=v.store, cells=v.fix_cells), race, records_of) if v.fix_cells else None
+        if f is not None and f.n:
             # Where the race is gone a fix can only be unneeded or, failing, harmful.
-            word = (("fix holds" if c.k else "fix no longer needed") if f[0] == 0
+            word = (("fix holds" if c.k else "fix no longer needed") if f.failed == 0
                     else ("fix fails" if c.k else "fix now harmful"))
-            seen += f", {word} ({f[0]}/{f[1]} failed)"
+            seen += f", {word} ({f.failed}/{f.n} failed)"
         seen += f" ({v.where()}{'; ' + ', '.join(v.fix_cells) if v.fix_cells else ''})"
     return "; ".join(x for x in (seen, v.note) if x)
 

@@ -40,7 +40,7 @@ CPU_STORE = "results/catalogue-cpu/trials.jsonl"
 GPU_STORE = "results/gpu-repros/trials.jsonl"
 
 
-def _race(row: Repro, catalogue: Catalogue | None = None) -> Race:
+def _race(row: Repro, catalogue: Catalogue) -> Race:
     plan = row.plan or "-"
     cells = [f"{row.id}:raw@{plan}"] + ([f"{row.id}:{row.fix}@{plan}"] if row.fix else [])
     source = f"{row.store}/trials.jsonl cells {', '.join(cells)}"
@@ -50,14 +50,17 @@ def _race(row: Repro, catalogue: Catalogue | None = None) -> Race:
                 recorded=row.recorded, recorded_plain=row.recorded_plain, torch=row.torch, source=source,
                 expect=row.expect, fix=row.fix, fix_args=row.fix_args, fix_recorded=row.fix_recorded,
                 fix_trials=row.fix_trials, repro_cap=row.repro_cap or REPRO_MAX_TRIALS, native=row.native,
-                windows=tuple(r.id for r in (catalogue or load()).races_of_repro(row.id) if r.exposure),
+                windows=tuple(r.id for r in catalogue.races_of_repro(row.id) if r.exposure),
                 fix_window=row.fix_window, fix_exposed=row.fix_exposed)
 
 
-_ROWS = load().repros
-CPU: dict[str, Race] = {r.id: _race(r) for r in _ROWS if r.device == "CPU" and r.on_torch is None}
-GPU: dict[str, Race] = {r.id: _race(r) for r in _ROWS if r.device == "GPU" and r.on_torch is None}
-ON_TORCH: dict[tuple[str, str], Race] = {(r.id, r.on_torch): _race(r) for r in _ROWS if r.on_torch}
+_CATALOGUE = load()
+_ROWS = _CATALOGUE.repros
+_RECORDS = RecordSource()
+"""Store records read once per process: every row's version lookup reads the same few stores."""
+CPU: dict[str, Race] = {r.id: _race(r, _CATALOGUE) for r in _ROWS if r.device == "CPU" and r.on_torch is None}
+GPU: dict[str, Race] = {r.id: _race(r, _CATALOGUE) for r in _ROWS if r.device == "GPU" and r.on_torch is None}
+ON_TORCH: dict[tuple[str, str], Race] = {(r.id, r.on_torch): _race(r, _CATALOGUE) for r in _ROWS if r.on_torch}
 """Rows recorded on another torch than their table's, checked in its place where that torch
 (major.minor) is installed: r22 measured on the H200's 2.11 through the harness runner, where the
 stash loses a reference per thread exit and stash-incref gives it back. Elsewhere the 2.13 row
@@ -76,13 +79,12 @@ def measured_on(race: Race, major_minor: str) -> Race | None:
     otherwise the suite's reproduction check starts from that version's rate."""
     from tests.race.racecheck import matches_family
 
-    source = RecordSource()
     fix_cell = f"{race.id}:{race.fix}@{race.plan or '-'}" if race.fix else None
-    for candidate in load().races_of_repro(race.id):
+    for candidate in _CATALOGUE.races_of_repro(race.id):
         for v in candidate.versions:
             if v.torch != major_minor or v.store is None:
                 continue
-            records = [r for r in source(v.store) if r.replay_of is None and r.outcome.counts_as_trial]
+            records = [r for r in _RECORDS(v.store) if r.replay_of is None and r.outcome.counts_as_trial]
             raw = [r for r in records if r.cell == race.cell]
             if not raw:
                 continue
