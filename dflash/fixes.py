@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from dflash import thread_exit
 from dflash.errors import ConfigError
 
 # One process-wide lock for the global-lock fix: reentrant because a compiled forward may run a
@@ -398,6 +399,27 @@ def _balanced_stash(stash: Callable[[str, Any], None]) -> Callable[[str, Any], N
     return balanced_stash
 
 
+class AwaitThreadExit(Fix):
+    """Make interpreter exit wait until every thread that started under it has left the OS.
+
+    join() returns before a thread's C++ thread_local destructors run; torch's C stash
+    (`_stash_obj_in_tls`: CUDAGraph Trees' per-thread dicts, cstash-tls-init) drops its objects
+    there under the GIL, and a destructor that asks for the GIL after finalization has begun is
+    ended inside a noexcept frame: SIGABRT at exit, `terminate called without an active exception`
+    (race stash-exit-finalize, repro r26). An atexit hook (run before finalization) waits for those OS threads, 5 s at most
+    (dflash.thread_exit; Linux). PR #89169 (the stash); #38228 and #117762 (a thread taking the
+    GIL during finalization aborts); CPython gh-87135 (3.14 blocks such a thread instead).
+    """
+
+    name = "await-thread-exit"
+    targets = ("stash-exit-finalize",)
+    upstream = ("#89169", "#38228", "#117762", "cpython#87135")
+
+    def thread_start(self, role: str) -> bool:
+        thread_exit.watch_current()
+        return True
+
+
 class NestedFxFallback(Fix):
     """Set torch._dynamo.config.error_on_nested_fx_trace = False inside each worker thread.
 
@@ -474,6 +496,7 @@ FIXES: dict[str, Fix] = {
         CudagraphLock(),
         StashIncref(),
         StreamSync(),
+        AwaitThreadExit(),
     )
 }
 

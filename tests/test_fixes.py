@@ -39,6 +39,7 @@ def test_registry_names_and_docstrings():
         "global-lock", "sequential-startup", "thread-local-warmup", "local-tls-init", "cstash-tls-init",
         "persistent-buffers", "single-thread-autograd", "nested-fx-fallback", "graph-isolation",
         "cublas-handle-init", "target-hook-taps", "cudagraph-lock", "stash-incref", "stream-sync",
+        "await-thread-exit",
     }
     for fix in FIXES.values():
         doc = type(fix).__doc__ or ""

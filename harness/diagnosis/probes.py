@@ -261,7 +261,10 @@ def fresh():
 
 t = threading.Thread(target=fresh)
 t.start()
-t.join(30)
+# fresh() stashed in C++ TLS: exiting before its OS thread has dropped that stash aborts the
+# probe at interpreter exit (race stash-exit-finalize, repro r26; seen once in CI).
+from dflash import thread_exit
+thread_exit.join(t, 30)
 emit({"cudagraph_trees_capture_lock": capture_lock,
       "cudagraph_trees_per_thread_state": out.get("own") is True,
       "cudagraph_trees_fresh_thread_asserts": out.get("asserts") is True,

@@ -1,0 +1,80 @@
+"""dflash.thread_exit and the await-thread-exit fix: a thread whose C++ TLS stash is dropped after
+join() returned aborts the process at exit unless exit waits for the OS thread (race
+stash-exit-finalize). The stashed object's finaliser sleeps, which holds the destructor past the
+start of finalization every time: without the fix each run aborts, with it none does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash import thread_exit
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not thread_exit.supported(), reason="needs /proc/self/task (Linux)")
+
+SCRIPT = """
+import sys, threading, time
+import torch
+from dflash.fixes import FixSet
+
+class SlowRelease:
+    def __del__(self):
+        time.sleep(0.2)   # releases the GIL inside the thread's C++ TLS destructor
+
+fs = FixSet.from_names(sys.argv[1:])
+
+def body():
+    fs.thread_start("exiter")
+    torch._C._stash_obj_in_tls("thread_exit_test", SlowRelease())
+
+t = threading.Thread(target=body, name="exiter")
+t.start()
+t.join()
+print("joined", flush=True)
+"""
+
+
+def _run(*fixes: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", SCRIPT, *fixes], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+
+
+def test_exit_aborts_while_a_joined_thread_drops_its_stash():
+    runs = [_run() for _ in range(2)]
+    assert all(r.stdout.strip() == "joined" for r in runs)
+    assert all(r.returncode == -6 for r in runs), [(r.returncode, r.stderr[-300:]) for r in runs]
+    assert all("finalizing" in r.stderr or "terminate called without an active exception" in r.stderr
+               for r in runs)
+
+
+def test_await_thread_exit_lets_the_stash_go_before_finalization():
+    runs = [_run("await-thread-exit") for _ in range(2)]
+    assert [(r.returncode, r.stdout.strip()) for r in runs] == [(0, "joined")] * 2, runs[0].stderr[-500:]
+
+
+def test_join_waits_for_the_os_thread():
+    release = threading.Event()
+
+    def body():
+        release.wait(5)
+
+    t = threading.Thread(target=body, name="os-exit")
+    t.start()
+    assert thread_exit.os_thread_alive(t.native_id)
+    assert not thread_exit.join(t, 0.05)   # still running: not gone
+    release.set()
+    assert thread_exit.join(t, 5)
+    assert not thread_exit.os_thread_alive(t.native_id)
+
+
+def test_wait_gone_reports_what_outlived_the_deadline():
+    start = time.monotonic()
+    assert thread_exit.wait_gone({threading.get_native_id()}, 0.05) == {threading.get_native_id()}
+    assert time.monotonic() - start < 2
+    assert thread_exit.wait_gone(set()) == set()
