@@ -201,8 +201,9 @@ class CstashTlsInit(Fix):
 
     Reference 2.4 fix 2: the autograd engine copies the C stash into its worker threads, so the
     backward of this thread's cudagraphed graph finds this thread's manager (F1 via backward) and
-    reset_cudagraph_trees() on this thread really resets it (F1b). Issues #123177, #126934,
-    PR #136735, PR #184357.
+    reset_cudagraph_trees() on this thread really resets it (F1b). The stash is dropped after the
+    thread's join() returns, so interpreter exit waits for such threads as await-thread-exit does
+    (r26). Issues #123177, #126934, PR #136735, PR #184357.
     """
 
     name = "cstash-tls-init"
@@ -219,6 +220,9 @@ class CstashTlsInit(Fix):
             if not torch._C._is_key_in_tls(key):
                 torch._C._stash_obj_in_tls(key, getattr(cgt.local, key))
                 acted = True
+        if acted:
+            # What it stashed is dropped after join() returns; exit waits for that (r26).
+            thread_exit.watch_current()
         return acted
 
 

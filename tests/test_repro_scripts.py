@@ -25,7 +25,7 @@ CATALOGUE = {
     "r19_hf_output_capture_under_compile": "CPU", "r20_flex_backward_compile_deadlock": "GPU",
     "r21_inductor_mix_order_workspace": "GPU", "r22_stash_tls_refcount": "CPU",
     "r23_device_sync_during_capture": "GPU", "r24_compiled_graph_under_tracer": "CPU",
-    "r25_double_block_mask": "CPU",
+    "r25_double_block_mask": "CPU", "r26_stash_exit_finalize": "CPU",
 }
 GPU = sorted(k for k, v in CATALOGUE.items() if v == "GPU")
 SECTIONS = ("Symptom:", "Mechanism:", "Trigger:", "Affected versions:", "Fix:", "Upstream:")

@@ -351,6 +351,20 @@ def test_cpp_terminate_is_keyed_by_what():
     assert sig.frames == ("dflash.pipeline:run",)
 
 
+def test_terminate_without_an_exception_is_its_own_message():
+    # A thread ended by CPython while it takes the GIL during finalization (repro r26): with and
+    # without faulthandler's report after it, one key; the thread that was current stays in it.
+    bare = "joined\nterminate called without an active exception\n"
+    reported = ("terminate called without an active exception\nFatal Python error: Aborted\n\n"
+                "Current thread 0x00007f (most recent call first):\n"
+                '  File "/repo/dflash/pipeline.py", line 5 in run\n')
+    a, b = crash_signature(bare, rc=-6), crash_signature(reported, rc=-6)
+    assert a.kind == b.kind == "fatal" and a.exc_type == b.exc_type == "std::terminate"
+    assert a.message == b.message == "terminate called without an active exception"
+    assert a.frames == () and b.frames == ("dflash.pipeline:run",)
+    assert crash_signature(bare + "REPRODUCED: x\n", rc=1).key == a.key
+
+
 def test_killed_without_report_is_keyed_by_signal():
     assert crash_signature("partial output\n", rc=-9).key.startswith("SIGKILL-")
 

@@ -78,3 +78,20 @@ def test_wait_gone_reports_what_outlived_the_deadline():
     assert thread_exit.wait_gone({threading.get_native_id()}, 0.05) == {threading.get_native_id()}
     assert time.monotonic() - start < 2
     assert thread_exit.wait_gone(set()) == set()
+
+
+def test_cstash_tls_init_makes_exit_wait_for_the_threads_it_stashed_in():
+    # The fix stashes in every pipeline thread: it closes the window it opens.
+    from dflash.fixes import FixSet
+
+    fs = FixSet.from_names(["cstash-tls-init"])
+    seen = {}
+
+    def body():
+        fs.thread_start("drafter")
+        seen["id"] = threading.get_native_id()
+
+    t = threading.Thread(target=body, name="cstash-exit")
+    t.start()
+    t.join(30)
+    assert seen["id"] in thread_exit._watched and fs.counts["cstash-tls-init"] == 1

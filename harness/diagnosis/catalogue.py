@@ -127,6 +127,8 @@ class Repro:
     recorded_plain: tuple[int, int] | None = None
     expect: str = "reproduces"
     fix: str | None = None
+    args: tuple[str, ...] = ()
+    """Script arguments of every trial: the store workload's argv after the script (r26's widening)."""
     fix_args: tuple[str, ...] = ()
     fix_recorded: tuple[int, int] | None = None
     fix_trials: int = 29
@@ -265,7 +267,7 @@ def _repro(raw: dict, races: dict[str, Race]) -> Repro:
     except re.error as e:
         raise CatalogueError(f"{where}: bad family regex: {e}") from None
     keys = {"id", "script", "device", "family", "recorded", "torch", "store", "plan", "recorded_plain",
-            "expect", "fix", "fix_args", "fix_recorded", "fix_trials", "repro_cap", "native", "on_torch",
+            "expect", "fix", "args", "fix_args", "fix_recorded", "fix_trials", "repro_cap", "native", "on_torch",
             "fix_source", "fix_window", "fix_exposed"}
     if set(raw) - keys:
         raise CatalogueError(f"{where}: unknown keys {sorted(set(raw) - keys)}")
@@ -280,6 +282,7 @@ def _repro(raw: dict, races: dict[str, Race]) -> Repro:
                  recorded=_pair(raw["recorded"], where), torch=raw["torch"], store=raw["store"],
                  plan=raw.get("plan"), recorded_plain=_pair(raw.get("recorded_plain"), where),
                  expect=raw.get("expect", "reproduces"), fix=raw.get("fix"),
+                 args=_strs(raw, "args", where),
                  fix_args=_strs(raw, "fix_args", where), fix_recorded=_pair(raw.get("fix_recorded"), where),
                  fix_trials=raw.get("fix_trials", 29), repro_cap=raw.get("repro_cap"),
                  native=raw.get("native"), on_torch=raw.get("on_torch"), fix_source=raw.get("fix_source", ""),

@@ -256,7 +256,8 @@ def repro_commands(race: Race, catalogue: Catalogue) -> list[str]:
         row = rows.get(rid)
         script = row.script if row else next((p.stem for p in sorted(_REPRO_DIR.glob(f"{rid}_*.py"))), rid)
         plan = f" --plan {row.plan}" if row and row.plan else ""
-        out.append(f"python -m harness stress -p 2 --max-runs 10{plan} -- python repro/{script}.py")
+        args = "".join(f" {a}" for a in row.args) if row else ""
+        out.append(f"python -m harness stress -p 2 --max-runs 10{plan} -- python repro/{script}.py{args}")
     return out
 
 

@@ -272,9 +272,32 @@ emit({"cudagraph_trees_capture_lock": capture_lock,
 """
 
 _STASH = _PRELUDE + """
+import threading
 import torch
+from dflash import thread_exit
 from dflash.fixes import _stash_steals
-emit({"stash_steals_reference": _stash_steals(torch._C._stash_obj_in_tls)})
+
+def late():
+    # Who drops a thread's stash: its Python thread (before join() returns) or its OS thread's C++
+    # destructor afterwards, seen from the finaliser as a thread threading no longer knows.
+    seen = {}
+
+    class Dropped:
+        def __del__(self):
+            seen["by"] = threading.current_thread().name
+
+    t = threading.Thread(target=lambda: torch._C._stash_obj_in_tls("doctor_exit_probe", Dropped()),
+                         name="doctor-exiter")
+    t.start()
+    if not thread_exit.join(t, 30):  # also keeps this probe clear of the race it measures
+        raise SystemExit("the stashing thread did not leave the OS within 30 s")
+    if "by" not in seen:
+        raise SystemExit("the stashed object was never dropped")
+    return {"stash_dropped_after_join": seen["by"] != "doctor-exiter"}
+
+part(("stash_steals_reference",), lambda: {"stash_steals_reference": _stash_steals(torch._C._stash_obj_in_tls)})
+part(("stash_dropped_after_join",), late)
+emit()
 """
 
 SCRIPTS: tuple[Script, ...] = (
@@ -286,7 +309,7 @@ SCRIPTS: tuple[Script, ...] = (
     Script("fx", ("fx_tracing_flag_global", "current_patcher_global", "fx_module_patch_global"), _FX),
     Script("cudagraph", ("cudagraph_trees_capture_lock", "cudagraph_trees_per_thread_state",
                          "cudagraph_trees_fresh_thread_asserts", "cudagraph_callables_shared"), _CUDAGRAPH),
-    Script("stash", ("stash_steals_reference",), _STASH),
+    Script("stash", ("stash_steals_reference", "stash_dropped_after_join"), _STASH),
 )
 
 
@@ -373,6 +396,12 @@ PROBES: tuple[Fact, ...] = (
           true="a thread that stashes and exits frees the object twice (r22; heap corruption, SIGSEGV): "
                "stash-incref",
           false="the binding takes its own reference: stash-incref is a no-op here"),
+    _fact("stash_dropped_after_join",
+          "a thread's C stash is dropped by its C++ destructor after join() has returned (measured)",
+          "stash",
+          true="a program that exits right after joining such threads can die at exit (SIGABRT, "
+               "'terminate called without an active exception'; r26) on Python <= 3.13: await-thread-exit",
+          false="the stash is dropped before join() returns"),
     _fact("reset_locked", "torch._dynamo.reset() takes convert_frame.compile_lock (source read)", "dynamo",
           true="reset waits for compiles, but compiled calls and cache lookups take no lock: a reset "
                "while another thread runs compiled code can segfault (R5/R6, r16); global-lock around both",

@@ -136,6 +136,10 @@ def thread_role(name: str | None) -> str:
 
 _FATAL = re.compile(r"Fatal Python error: ([^\n]+?)[ \t]*$", re.M)
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+)'")
+# std::terminate with no exception: a forced unwind (pthread_exit) met a noexcept frame, as when
+# a thread takes the GIL during finalization (race stash-exit-finalize, #38228). No stored trial's
+# output held it before it was recognised, so no stored signature changes.
+_TERMINATE_BARE = re.compile(r"terminate called without an active exception")
 _WHAT = re.compile(r"^\s*what\(\):\s*(.+)$", re.M)
 _CUDA = re.compile(r"CUDA error: ([^\n]+)")
 _WRONG = re.compile(r"^WRONG_RESULT: ?(.*)$", re.M)
@@ -203,23 +207,29 @@ def _raised_with(tb: PyTraceback, pattern: str) -> PyTraceback:
 
 def _native_start(text: str) -> int:
     """Where the native crash report starts (`Fatal Python error` or C++'s terminate message)."""
-    starts = [m.start() for m in (_FATAL.search(text), _TERMINATE.search(text)) if m]
+    starts = [m.start() for m in (_FATAL.search(text), _TERMINATE.search(text), _TERMINATE_BARE.search(text)) if m]
     return min(starts) if starts else len(text)
 
 
 def _native_signature(text: str) -> Signature | None:
     fatal = _FATAL.search(text)
     thrown = _TERMINATE.search(text)
-    if fatal is None and thrown is None:
+    bare = None if thrown else _TERMINATE_BARE.search(text)
+    if fatal is None and thrown is None and bare is None:
         return None
     what = _WHAT.search(text) if thrown else None
     message = normalise_message(what.group(1)) if what else ""
+    if bare is not None and (fatal is None or bare.start() <= fatal.start()):
+        # faulthandler's `Fatal Python error: Aborted` follows it: the terminate is the message.
+        message = bare.group(0)
+        if fatal is None or fatal.group(1) == "Aborted":
+            fatal = None
     cuda = _CUDA.search(what.group(1)) if what else None
     if cuda:
         msg = normalise_message(cuda.group(1))
         return Signature(kind="cuda", exc_type=thrown.group(1), message=msg, keyed=(msg,))
-    kind = fatal.group(1) if fatal else thrown.group(1)
-    start = fatal.start() if fatal else thrown.start()
+    kind = fatal.group(1) if fatal else thrown.group(1) if thrown else "std::terminate"
+    start = fatal.start() if fatal else (thrown or bare).start()
     current = [t for t in parse_faulthandler(text[start:]) if t.status == "current"]
     frames = top_frames(current[0].frames, limit=1) if current else ()
     if _IN_GC.search(text, start):
@@ -228,7 +238,7 @@ def _native_signature(text: str) -> Signature | None:
         # out of the key (v4); a crash in a frame's own code has no GC marker and keeps its frame.
         message = "; ".join(filter(None, (message, "during garbage collection")))
         frames = ()
-    exc_type = kind if not thrown else thrown.group(1)
+    exc_type = thrown.group(1) if thrown else kind
     return Signature(kind="fatal", exc_type=exc_type, message=message, frames=frames,
                      keyed=(exc_type, message, *frames))
 

@@ -48,7 +48,7 @@ def _race(row: Repro, catalogue: Catalogue) -> Race:
         source += f"; fix: {row.fix_source}"
     return Race(id=row.id, script=row.script, device=row.device, family=row.family, plan=row.plan,
                 recorded=row.recorded, recorded_plain=row.recorded_plain, torch=row.torch, source=source,
-                expect=row.expect, fix=row.fix, fix_args=row.fix_args, fix_recorded=row.fix_recorded,
+                expect=row.expect, fix=row.fix, args=row.args, fix_args=row.fix_args, fix_recorded=row.fix_recorded,
                 fix_trials=row.fix_trials, repro_cap=row.repro_cap or REPRO_MAX_TRIALS, native=row.native,
                 windows=tuple(r.id for r in catalogue.races_of_repro(row.id) if r.exposure),
                 fix_window=row.fix_window, fix_exposed=row.fix_exposed)
