@@ -69,6 +69,12 @@ local-tls-init          thread (F1/F1b, pytorch#123177): needed on builds whose 
 stash-incref            `torch._C._stash_obj_in_tls` keeps a reference it did not take on some
                         builds (r22: double free when a stashing thread exits); patched once,
                         a no-op where the binding increfs (measured on 2.13).
+await-thread-exit       Interpreter exit waits until every guarded thread has left the OS: a
+                        thread that ran `reduce-overhead` (2.13+) or cstash-tls-init drops its
+                        C TLS stash after join() returns, and during finalization that kills
+                        the process (SIGABRT `terminate called without an active exception`,
+                        or SIGSEGV; r26). Costs only the wait at exit (5 s at most; Linux).
+                        cstash-tls-init does it for the threads it stashes in.
 cudagraph-lock          Serialises CUDAGraphTreeManager.run (record/warm-up/replay; F1c/F1d),
                         the narrow form of PR #184357's graph_capture_lock. Candidate.
 single-thread-autograd  Backward on the calling thread (F1 via backward, lazy backward compile
