@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.faults import exposure
-from harness.trial import gpu, hangs, lifeline, native, signature, tracebacks
+from harness.trial import gpu, hangs, kernel_cache, lifeline, native, signature, tracebacks
 from harness.trial.outcome import Outcome, TrialResult, mark_resource
 from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
@@ -126,6 +126,7 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     env = child_env(spec, out)
     result.gpu = gpu.names(env.get("CUDA_VISIBLE_DEVICES")) if gpu.available() else None
     output_path = out / OUTPUT_NAME
+    started = time.time()
     with open(output_path, "wb") as fh:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh,
@@ -135,10 +136,17 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
             result.detail = f"cannot start {argv[0]!r}: {exc}"
             return _finish(result, out, after_exit)
     ending = _supervise(proc, spec, out)
+    # The group is gone: a compile it was linking when killed left a truncated kernel that every
+    # later process would load (catalogue row inductor-cache).
+    removed = kernel_cache.remove_unfinished(kernel_cache.cache_dir(env), started - 1.0)
     result.rc = proc.returncode
     result.duration_s = round(ending.elapsed_s, 3)
     text = _read_output(output_path)
     _classify(result, ending, text, out)
+    if removed:
+        note = (f"removed {len(removed)} unfinished kernel(s) from Inductor's cache: "
+                f"{', '.join(p.name for p in removed)}")
+        result.detail = "; ".join(filter(None, (result.detail, note)))
     _keep_native_stack(out, text)
     _read_exposure(result, out)
     if ending.members is not None:
