@@ -281,3 +281,19 @@ def test_trial_result_json_round_trip_and_failure_predicates():
     assert {o for o in Outcome if o.is_failure} == {
         Outcome.CRASH, Outcome.ABORT, Outcome.HANG, Outcome.WRONG_RESULT}
     assert not Outcome.TIMEOUT.counts_as_trial and Outcome.OK.counts_as_trial
+
+
+def test_a_hang_the_workload_reports_itself_is_a_hang(tmp_path):
+    # repro/README.md's contract: a repro whose threads outlive its deadline prints `HANG:` and
+    # every stack (faulthandler), then exits 1; that is a HANG keyed by the stuck thread's frame.
+    code = ("import faulthandler, os, sys, threading\n"
+            "def stuck():\n    threading.Event().wait()\n"
+            "t = threading.Thread(target=stuck, name='repro-stuck', daemon=True); t.start(); t.join(0.2)\n"
+            "print('HANG: threads still alive after 0.2 s', file=sys.stderr, flush=True)\n"
+            "faulthandler.dump_traceback(all_threads=True)\nos._exit(1)\n")
+    spec = TrialSpec(trial_id="h", cell="h", timeout_s=60, hang_s=QUIET_S,
+                     workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)))
+    first, second = (run_trial(spec, tmp_path / f"h{i}") for i in range(2))
+    assert first.outcome is Outcome.HANG and first.rc == 1
+    assert first.detail.startswith("the workload reported a hang: threads still alive after 0.2 s")
+    assert first.signature == second.signature and "stuck" in first.signature_summary

@@ -344,7 +344,7 @@ def _classify(result: TrialResult, ending: _Ending, text: str, out: Path | None 
              f"dump by {ending.dump.method if ending.dump else 'none'}")
     elif ending.how == "timeout":
         _set(result, Outcome.TIMEOUT, None, f"still progressing at {ending.elapsed_s:.1f} s")
-    elif _stalled(result, out):
+    elif _stalled(result, out) or _reported_hang(result, text):
         pass                        # a HANG the workload reported itself
     else:
         _classify_exit(result, text)
@@ -371,6 +371,24 @@ def _stalled(result: TrialResult, out: Path | None) -> bool:
         threads = hangs.parse_dump_text(text)
     _set(result, Outcome.HANG, signature.hang_signature(threads),
          f"the workload stalled: no step for {stalled.get('waited_s', '?')} s; dump by {stalled.get('dump_method', 'none')}")
+    return True
+
+
+_HANG_LINE = re.compile(r"^HANG:.*$", re.M)
+
+
+def _reported_hang(result: TrialResult, text: str) -> bool:
+    """A workload that gave up on its own threads' deadline (repro/README.md's contract: `HANG:`,
+    all stacks by faulthandler, exit 1) hung: HANG, keyed by the threads of that dump. Before this,
+    such a trial was a CRASH keyed by its last line (2.15.0's first r25 trial 0, retired)."""
+    if not result.rc or result.rc < 0:
+        return False
+    line = _HANG_LINE.search(text)
+    if line is None:
+        return False
+    threads = hangs.parse_dump_text(text[line.end():])
+    _set(result, Outcome.HANG, signature.hang_signature(threads),
+         f"the workload reported a hang: {line.group(0)[len('HANG:'):].strip()}; dump by faulthandler")
     return True
 
 
