@@ -5,6 +5,7 @@ diagnosis count is held by tests/test_diagnose.py)."""
 from __future__ import annotations
 
 import functools
+import json
 import statistics
 from pathlib import Path
 
@@ -234,3 +235,25 @@ def test_the_batching_line_is_what_cpu_batching_holds():
         assert kn(f"tiny-ro{suffix}:target-hook-taps@-") == (0, 6)
     text = REPORT.replace("\n  ", " ")
     assert "stays 0/6 raw and 0/6 under `global-lock`, and with a compiled target fails 6/6 raw by r19 and 0/6" in text
+
+
+def test_the_r26_claim_is_what_its_stores_hold():
+    # Widened raw and await-thread-exit per torch; the bare cells (60 exits a trial) on 2.13.
+    text = REPORT.replace("\n", " ")
+    stores = {"2.13.0": (RESULTS / "catalogue-cpu", 29), "2.14.1": (RESULTS / "versions-cpu-torch2.14.1", 10),
+              "2.15.0": (RESULTS / "versions-cpu-torch2.15.0", 10)}
+    for version, (store, n_fix) in stores.items():
+        records = Store(store).load()
+        raw = [r for r in records if r.cell == "r26:raw@-"]
+        fixed = [r for r in records if r.cell == "r26:await-thread-exit@-"]
+        assert sum("terminate called without an active exception" in (r.signature_summary or "")
+                   for r in raw) == len(raw) == 10, version
+        assert len(fixed) == n_fix and not any(r.outcome.is_failure for r in fixed), version
+        assert {r.torch_version.split("+")[0] for r in raw + fixed} == {version}
+    bare = [r for r in Store(RESULTS / "catalogue-cpu").load() if r.cell.startswith("r26-bare:raw@")]
+    assert len(bare) == 20 and not any(r.outcome.is_failure for r in bare)
+    spec = json.loads((ROOT / "harness" / "campaign" / "specs" / "catalogue-cpu.json").read_text())
+    argv = spec["workloads"]["r26-bare"]["argv"]
+    assert len(bare) * int(argv[argv.index("--rounds") + 1]) == 1200
+    assert ("holds: 0/29 on 2.13.0, 0/10 on 2.14.1 and 2.15.0, against 10/10 raw on each" in text
+            and "bare through the runner 0/20 trials (1,200 exits)" in text)
