@@ -214,14 +214,16 @@ def test_overview_counts_failure_families_per_torch_version_over_every_store(tmp
     out.write_text("# Report\n")
     stores = discovery.default_stores(tmp_path / "results")
     assert report.OVERVIEW_BLOCK in report.rebuild(stores, out, overview=True)
-    text = out.read_text()
+    modes = tmp_path / "results" / report.FAILURE_MODES_NAME   # beside the stores, linked from REPORT
+    text = modes.read_text()
     assert "Trials that count: torch 2.13.0+cpu: 2 trials; torch 2.11.0: 2 trials." in text
     assert "| F1 | " in text and "| - | 1 (gpu) |" in text
     assert "| F2 | " in text and "| 2 (cpu) | - |" in text
+    assert report.OVERVIEW_BLOCK not in out.read_text() and "[REPORT.md](../REPORT.md)" in text
     # Without the flag (a --store subset) the overview is left as it was.
-    out.write_text("# Report\n")
+    modes.unlink()
     report.rebuild(stores[:1], out)
-    assert report.OVERVIEW_BLOCK not in out.read_text()
+    assert not modes.exists()
 
 
 def test_families_counts_only_the_stores_named_with_their_retired_records(tmp_path, capsys, monkeypatch):

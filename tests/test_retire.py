@@ -99,7 +99,8 @@ def test_the_report_names_retired_records_and_still_counts_their_failures(tmp_pa
     assert ("Retired (`python -m harness retire`; kept in `results/s/retired`, not in the tables above): "
             "3 records of 2 cells; failures by family: mix-order 2. Why:") in block
     assert "cells `gb:*`, 3 records: trainer now disables mix-order reduction" in block
-    overview = text[:text.index("harness:end failure-modes")]
+    modes = (tmp_path / "results" / report.FAILURE_MODES_NAME).read_text()
+    overview = modes[:modes.index("harness:end failure-modes")]
     assert "| mix-order |" in overview and "| 3 (m) |" in overview     # 2 retired + 1 kept
 
 

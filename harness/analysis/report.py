@@ -1,8 +1,8 @@
 """The generated tables: the markers that fence them, the text of each and `rebuild`, which
 regenerates every block and plot from the stores. A store's tables (one block per matrix) go to
-`<store>/SUMMARY.md` beside its plots, the bench tables to `results/BENCHES.md`, and REPORT.md
-keeps the tables a reader of the findings needs: the failure modes by torch version, the race
-catalogue and the index of stores.
+`<store>/SUMMARY.md` beside its plots, the bench tables to `results/BENCHES.md`, the failure-modes
+overview to `results/FAILURE-MODES.md`, and REPORT.md keeps the tables a reader of the findings
+needs: the race catalogue, the races per torch version and the index of stores.
 
 Everything here is a function of the stored records alone (no clock, no spec), so regenerating a
 report from the same store gives byte-identical text and plots; text outside the markers is kept
@@ -35,6 +35,9 @@ STORES_BLOCK = "stores"
 SUMMARY_NAME = "SUMMARY.md"
 """A store's generated tables, beside its trials.jsonl and plots/."""
 BENCHES_NAME = "BENCHES.md"
+FAILURE_MODES_NAME = "FAILURE-MODES.md"
+"""The failure-modes overview (every store's families by torch version), beside REPORT.md's
+`results/`: a reference table, too long for the findings."""
 """The bench tables, in the folder that holds the stores."""
 
 
@@ -231,7 +234,11 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
         text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
         # Retired records count here: their failures were observed (under an older workload).
         observed = loaded + list(retired.items())
-        text = replace_block(text, OVERVIEW_BLOCK, overview_body(observed))
+        modes = out.parent / "results" / FAILURE_MODES_NAME
+        modes_text = modes.read_text(encoding="utf-8") if modes.exists() else (
+            "# Failure modes by torch version\n\nWritten by `python -m harness report`; the findings are in "
+            f"[REPORT.md]({_rel(out, modes.parent)}).\n\n")
+        writes.append((modes, replace_block(modes_text, OVERVIEW_BLOCK, overview_body(observed))))
         text = replace_block(text, tables.RACES_BLOCK, tables.race_table(records_of=RecordSource(out.parent)))
         text = replace_block(text, STORES_BLOCK, stores_body(index, out.parent))
         text = replace_block(text, versions.BLOCK, versions.body(loaded))

@@ -17,8 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(opts: argparse.Namespace) -> int:
-    """REPORT's failure-modes table for the stores named (e.g. the trainer's stores without the
-    repros'): retired records count, as there (their failures were observed)."""
+    """The failure-modes table (results/FAILURE-MODES.md) for the stores named (e.g. the trainer's
+    stores without the repros'): retired records count, as there (their failures were observed)."""
 
     stores = stores_given(opts.store, existing=True)
     rows, totals = family_table([(s, Store(s).load()) for s in with_retired(stores)])
