@@ -220,9 +220,9 @@ class CstashTlsInit(Fix):
             if not torch._C._is_key_in_tls(key):
                 torch._C._stash_obj_in_tls(key, getattr(cgt.local, key))
                 acted = True
-        if acted:
-            # What it stashed is dropped after join() returns; exit waits for that (r26).
-            thread_exit.watch_current()
+        # The stash (this fix's, or cudagraph_trees' module body's when this thread imported it)
+        # is dropped after join() returns; exit waits for that (r26).
+        thread_exit.watch_current()
         return acted
 
 

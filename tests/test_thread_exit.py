@@ -1,7 +1,8 @@
 """dflash.thread_exit and the await-thread-exit fix: a thread whose C++ TLS stash is dropped after
 join() returned aborts the process at exit unless exit waits for the OS thread (race
-stash-exit-finalize). The stashed object's finaliser sleeps, which holds the destructor past the
-start of finalization every time: without the fix each run aborts, with it none does."""
+stash-exit-finalize). The stashed object's finaliser keeps giving the GIL up, which holds the
+destructor past the start of finalization every time: without the fix each run aborts, with it
+none does."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ from dflash.fixes import FixSet
 
 class SlowRelease:
     def __del__(self):
-        time.sleep(0.2)   # releases the GIL inside the thread's C++ TLS destructor
+        # Gives the GIL up every millisecond for 2 s inside the thread's C++ TLS destructor: the
+        # first retake after finalization has begun meets it, however slowly the main thread exits.
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            time.sleep(0.001)
 
 fs = FixSet.from_names(sys.argv[1:])
 
@@ -94,4 +99,6 @@ def test_cstash_tls_init_makes_exit_wait_for_the_threads_it_stashed_in():
     t = threading.Thread(target=body, name="cstash-exit")
     t.start()
     t.join(30)
-    assert seen["id"] in thread_exit._watched and fs.counts["cstash-tls-init"] == 1
+    # Whether this thread stashed or cudagraph_trees' module body did (the first import of it
+    # seeds the importing thread), its exit is waited for.
+    assert seen["id"] in thread_exit._watched
