@@ -53,7 +53,9 @@ def _run(*fixes: str) -> subprocess.CompletedProcess:
 def test_exit_aborts_while_a_joined_thread_drops_its_stash():
     runs = [_run() for _ in range(2)]
     assert all(r.stdout.strip() == "joined" for r in runs)
-    assert all(r.returncode == -6 for r in runs), [(r.returncode, r.stderr[-300:]) for r in runs]
+    # SIGABRT from std::terminate; under load the abort can itself fault (SIGSEGV after the same
+    # message: seen once in the full suite).
+    assert all(r.returncode in (-6, -11) for r in runs), [(r.returncode, r.stderr[-300:]) for r in runs]
     assert all("finalizing" in r.stderr or "terminate called without an active exception" in r.stderr
                for r in runs)
 
