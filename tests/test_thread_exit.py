@@ -57,7 +57,7 @@ def test_exit_aborts_while_a_joined_thread_drops_its_stash():
     # message: seen once in the full suite).
     assert all(r.returncode in (-6, -11) for r in runs), [(r.returncode, r.stderr[-300:]) for r in runs]
     assert all("finalizing" in r.stderr or "terminate called without an active exception" in r.stderr
-               for r in runs)
+               or r.returncode == -11 for r in runs)   # several faulting threads can print nothing
 
 
 def test_await_thread_exit_lets_the_stash_go_before_finalization():
