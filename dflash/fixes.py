@@ -410,8 +410,8 @@ class AwaitThreadExit(Fix):
     (`_stash_obj_in_tls`: CUDAGraph Trees' per-thread dicts, cstash-tls-init) drops its objects
     there under the GIL, and a destructor that asks for the GIL after finalization has begun is
     ended inside a noexcept frame: SIGABRT at exit, `terminate called without an active exception`
-    (race stash-exit-finalize, repro r26). An atexit hook (run before finalization) waits for those OS threads, 5 s at most
-    (dflash.thread_exit; Linux). PR #89169 (the stash); #38228 and #117762 (a thread taking the
+    (race stash-exit-finalize, repro r26). An atexit hook (run before finalization) waits for those
+    OS threads, 5 s at most (dflash.thread_exit; Linux). PR #89169 (the stash); #38228 and #117762 (a thread taking the
     GIL during finalization aborts); CPython gh-87135 (3.14 blocks such a thread instead).
     """
 

@@ -22,7 +22,7 @@ DEFAULT_TIMEOUT_S = 5.0
 
 _lock = threading.Lock()
 _watched: set[int] = set()
-_hook_registered = False
+"""Native ids of the threads exit waits for; the atexit hook is registered with the first."""
 
 
 def supported() -> bool:
@@ -36,8 +36,7 @@ def os_thread_alive(native_id: int) -> bool:
 def wait_gone(native_ids: set[int] | frozenset[int], timeout_s: float = DEFAULT_TIMEOUT_S) -> set[int]:
     """Wait until none of the OS threads `native_ids` exists; the ones still there at the deadline.
     Sleeps between looks, which releases the GIL the exiting threads' destructors need."""
-    if not supported():
-        return set()
+    # Without /proc no thread reads as alive: nothing to wait for.
     deadline = time.monotonic() + timeout_s
     left = {n for n in native_ids if os_thread_alive(n)}
     while left and time.monotonic() < deadline:
@@ -57,17 +56,14 @@ def join(thread: threading.Thread, timeout_s: float | None = None) -> bool:
     return thread.native_id is None or not wait_gone({thread.native_id}, rest)
 
 
-def watch_current() -> bool:
+def watch_current() -> None:
     """Make interpreter exit wait for this thread's OS exit (an atexit hook, registered once; it
-    runs before finalization starts). Whether the hook was new."""
-    global _hook_registered
+    runs before finalization starts)."""
     with _lock:
+        first = not _watched
         _watched.add(threading.get_native_id())
-        new = not _hook_registered
-        _hook_registered = True
-    if new:
+    if first:
         atexit.register(_wait_watched)
-    return new
 
 
 def _wait_watched() -> None:

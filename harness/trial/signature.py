@@ -222,7 +222,7 @@ def _native_signature(text: str) -> Signature | None:
     if bare is not None and (fatal is None or bare.start() <= fatal.start()):
         # faulthandler's `Fatal Python error: Aborted` follows it: the terminate is the message.
         message = bare.group(0)
-        if fatal is None or fatal.group(1) == "Aborted":
+        if fatal is not None and fatal.group(1) == "Aborted":
             fatal = None
     cuda = _CUDA.search(what.group(1)) if what else None
     if cuda:

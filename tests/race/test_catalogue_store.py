@@ -4,6 +4,7 @@ repro/README.md, which quotes them) is typed in by hand. Cheap: reads the JSONL 
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from tests.race.catalogue import CPU, CPU_TORCH, GPU, ON_TORCH
 pytestmark = pytest.mark.race
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "results" / "catalogue-cpu"
+SPEC = json.loads((ROOT / "harness" / "campaign" / "specs" / "catalogue-cpu.json").read_text())
 
 
 def counts(records, cell: str) -> tuple[int, int]:
@@ -49,11 +51,13 @@ def test_race_catalogue_counts_are_the_stores(race_id, records):
     # race, not this row's); a fix's cell counts every failure, since a fix that fails otherwise
     # does not hold.
     race = CPU[race_id]
-    plan = race.plan or "-"  # r26's row runs without a plan (its widening is a script argument)
-    assert family_counts(records, race, f"{race.id}:raw@{plan}") == race.recorded
+    assert family_counts(records, race, race.cell) == race.recorded
     assert family_counts(records, race, f"{race.id}:raw@-") == race.recorded_plain
     if race.fix is not None:
-        assert counts(records, f"{race.id}:{race.fix}@{plan}") == race.fix_recorded
+        # r26's row runs without a plan (its widening is a script argument): cell `r26:<fix>@-`.
+        assert counts(records, f"{race.id}:{race.fix}@{race.plan or '-'}") == race.fix_recorded
+    # The suite runs the row's script with the arguments the store's trials ran with.
+    assert tuple(SPEC["workloads"][race.id]["argv"]) == (race.script, *race.args)
     torches = {r.torch_version for r in records if r.cell.startswith(f"{race.id}:")}
     assert torches == {CPU_TORCH}
 
