@@ -94,6 +94,9 @@ def main():
     p.add_argument("--release-s", type=float, default=0.0,
                    help="seconds the stashed object's finaliser keeps giving the GIL up (widens the window)")
     args, fs = setup(p)
+    if args.rounds < 1 or args.threads < 1 or args.release_s < 0:
+        print("error: --rounds and --threads must be >= 1, --release-s >= 0", file=sys.stderr)
+        return 2
     import torch  # noqa: F401
 
     import torch._inductor.cudagraph_trees as cgt  # its module body stashes for this thread only

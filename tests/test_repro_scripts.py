@@ -124,6 +124,13 @@ def test_unknown_fix_is_one_error_line_exit_2():
     assert proc.stderr.startswith("error: unknown fix 'no-such-fix'")
 
 
+def test_r26_rejects_an_empty_run_in_one_line():
+    # 0 rounds would print NOT REPRODUCED (0/0): a count of nothing.
+    proc = run("r26_stash_exit_finalize", "--rounds", "0")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == "error: --rounds and --threads must be >= 1, --release-s >= 0"
+
+
 def test_gpu_scripts_skip_cleanly_without_cuda():
     import torch
 
