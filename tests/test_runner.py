@@ -159,11 +159,53 @@ def test_deadlock_is_hang_with_dump_of_both_threads(tmp_path):
     assert "locker@deadlock:take_b_then_a" in first.signature_summary
 
 
-def test_busy_loop_without_progress_is_hang(tmp_path):
-    result = _run(tmp_path, "busy_hang", hang_s=HANG_S)
-    assert result.outcome is Outcome.HANG
-    assert "spinner@busy_hang:spin" in result.signature_summary
+def test_deadlock_says_it_is_the_programs_own_lock_cycle(tmp_path):
+    result = _run(tmp_path, "deadlock", hang_s=HANG_S)
+    assert result.outcome is Outcome.HANG and result.hang_kind == "own-lock-cycle", result.detail
+    assert "a deadlock in the program's own locks" in result.detail
+    assert "locker-0 on a lock at take_a_then_b" in result.detail
+
+
+def test_a_deadlock_that_printed_a_line_is_a_hang_at_the_deadline_too(tmp_path):
+    # hang_s as long as the deadline (stress's old default): the line printed at start used to
+    # make it TIMEOUT "still progressing".
+    result = _run(tmp_path, "deadlock", hang_s=4.0, timeout_s=4.0)
+    assert result.outcome is Outcome.HANG, result.detail
+
+
+def test_lost_wakeup_is_a_hang_of_the_programs_own_queue(tmp_path):
+    result = _run(tmp_path, "lost_wakeup", hang_s=HANG_S)
+    assert result.outcome is Outcome.HANG and result.hang_kind == "own-lost-wakeup", result.detail
+    assert "consumer-0 on Queue.get at consume" in result.detail
+
+
+def test_busy_loop_past_its_deadline_is_timeout_saying_where_it_spins(tmp_path):
+    result = _run(tmp_path, "busy_hang", hang_s=HANG_S, timeout_s=5.0)
+    assert result.outcome is Outcome.TIMEOUT, result.detail
+    assert "cores busy" in result.detail and "spinner-0 in busy_hang:spin" in result.detail
     _assert_group_gone(result)
+
+
+def test_silent_program_waiting_on_a_busy_child_is_never_a_hang(tmp_path):
+    result = _run(tmp_path, "busy_child", hang_s=HANG_S, timeout_s=6.0)
+    assert result.outcome is Outcome.TIMEOUT, result.detail
+    assert "busiest: pid" in result.detail
+    _assert_group_gone(result)
+
+
+def test_thread_exceptions_at_exit_0_are_a_crash_with_every_thread_counted(tmp_path):
+    result = _run(tmp_path, "thread_dies_exit0")
+    assert result.rc == 0 and result.outcome is Outcome.CRASH, result.detail
+    assert result.thread_errors == 2
+    assert result.detail.startswith("exit 0, but 2 uncaught exception(s) in thread(s) worker-0, worker-1")
+    assert result.signature_summary.startswith("RuntimeError in worker at")
+    assert [f["count"] for f in result.failures] == [2]
+
+
+def test_every_distinct_failure_of_a_run_is_kept(tmp_path):
+    result = _run(tmp_path, "two_failures")
+    assert result.outcome is Outcome.CRASH
+    assert [f["exc_type"] for f in result.failures] == ["KeyError", "ValueError"]
 
 
 def test_progress_past_deadline_is_timeout_not_failure(tmp_path):

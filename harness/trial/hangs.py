@@ -136,6 +136,29 @@ def _try_pyspy(exe: str, pid: int, out: Path, errors: list[str]) -> HangDump | N
     return None
 
 
+def snapshot(pid: int, pyspy: str | None) -> tuple[ThreadStack, ...] | None:
+    """A second, quick look (py-spy without native frames, nothing written): the threads, or None
+    when py-spy is missing or failed. The watcher compares it with the first dump to confirm a hang."""
+    if not pyspy:
+        return None
+    try:
+        proc = subprocess.run([pyspy, "dump", "--pid", str(pid), "--json"], capture_output=True,
+                              timeout=PYSPY_TIMEOUT_S, check=False)
+        return parse_pyspy_json(json.loads(proc.stdout)) if proc.returncode == 0 else None
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        return None
+
+
+def python_stacks(threads: tuple[ThreadStack, ...]) -> dict[str, tuple[Frame, ...]]:
+    """Each thread's Python frames by thread id: what two dumps of a hung process share."""
+    return {t.thread_id: tuple(f for f in t.frames if f.is_python) for t in threads}
+
+
+def same_stacks(a: tuple[ThreadStack, ...], b: tuple[ThreadStack, ...]) -> bool:
+    """Every thread of both dumps stands at the same Python frames (lines included)."""
+    return bool(a) and python_stacks(a) == python_stacks(b)
+
+
 def read_pyspy_json(path: str | os.PathLike[str] | zipfile.Path) -> tuple[ThreadStack, ...]:
     """The threads of a stored `pyspy.json` (a trial's artefact, in its folder or packed:
     harness.stores.zips): report excerpts, resign."""

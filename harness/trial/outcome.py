@@ -55,11 +55,11 @@ _FAILURES = frozenset({Outcome.CRASH, Outcome.ABORT, Outcome.HANG, Outcome.WRONG
 
 _DESCRIPTIONS = {
     Outcome.OK: "exited 0",
-    Outcome.CRASH: "exited non-zero with a Python exception",
+    Outcome.CRASH: "a Python exception failed it (non-zero exit, or a thread's uncaught exception at exit 0)",
     Outcome.ABORT: "killed by a signal or a fatal (native) error",
-    Outcome.HANG: "no progress for hang_s; dumped and killed",
+    Outcome.HANG: "idle, silent and at the same stacks for hang_s; dumped twice and killed",
     Outcome.WRONG_RESULT: "finished with a wrong answer (exit 3 or WRONG_RESULT: line)",
-    Outcome.TIMEOUT: "still progressing at the deadline; dumped and killed",
+    Outcome.TIMEOUT: "still working (busy or printing) at the deadline; dumped and killed",
     Outcome.HARNESS_ERROR: "invalid spec, rejected input or harness failure",
     Outcome.RESOURCE: "ran out of device memory (an out-of-memory error or a failed cuBLAS allocation)",
 }
@@ -143,6 +143,14 @@ class TrialResult:
     exposure off, or before the probes existed): a clean trial then says nothing of its window."""
     exposure_first_s: dict[str, float] | None = None
     """Seconds from the child's start-up to each opened window's first opening."""
+    failures: list[dict] | None = None
+    """Every distinct failure the run printed (signature.RunFailure.to_json: key, summary,
+    exc_type, count, threads), in order of first appearance; `signature` is the run's first. A run
+    may show several races. None for a run that printed none (or stored before this existed)."""
+    thread_errors: int | None = None
+    """Uncaught thread exceptions the child's thread hook recorded (None: none, or not recorded)."""
+    hang_kind: str | None = None
+    """A HANG's kind (trial.blocking): own-lock-cycle, own-lost-wakeup, own-wait or torch-wait."""
     exposure_eager: dict[str, int] | None = None
     """Openings whose compiled call took Dynamo's eager fallback instead (nested-fx-fallback):
     the window opened, but not on the compiled path the race needs."""

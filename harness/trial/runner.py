@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Callable
 
 from harness.faults import exposure
-from harness.trial import gpu, hangs, kernel_cache, lifeline, native, signature, tracebacks
+from harness.trial import blocking, gpu, hangs, kernel_cache, lifeline, native, progress, signature, tracebacks
+from harness.trial.frames import top_frames
 from harness.trial.outcome import Outcome, TrialResult, mark_resource
 from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
@@ -66,6 +67,14 @@ NATIVE_STACK_NAME = "native_stack.txt"
 STALL_DUMP_NAME = "stall-dump.txt"
 """A workload's own all-thread dump of a stall (dflash's watchdog), kept with the trial."""
 """The crashing thread's native frames, names resolved here, where the trial's libraries are."""
+THREAD_ERRORS_NAME = "thread_errors.jsonl"
+"""Uncaught thread exceptions, one JSON line each, written by the bootstrap's thread hook."""
+HANG_CONFIRM_S = 2.0
+"""A suspected hang is dumped, then looked at again this much later: HANG only when the tree
+stayed idle and silent and every thread stood at the same Python frames both times."""
+DEADLINE_IDLE_S = 10.0
+"""At the deadline, a tree idle for this long (or hang_s, or half its run, if shorter) is checked
+for a hang instead of being called busy."""
 EXPOSURE_NAME = "exposure.json"
 """The child's window counts (harness.faults.exposure), read into the TrialResult."""
 EXPOSURE_OFF = ("0", "off", "false", "no")
@@ -73,7 +82,7 @@ EXPOSURE_OFF = ("0", "off", "false", "no")
 every trial it runs (a spec turns them off for its own with `exposure: false`)."""
 _TRIAL_FILES = (OUTPUT_NAME, "spec.json", "result.json", "heartbeat", "plan.json",
                 "plan_log.jsonl", "pyspy.json", "hang_dump.txt", NATIVE_STACK_NAME, STALL_DUMP_NAME,
-                EXPOSURE_NAME)
+                EXPOSURE_NAME, THREAD_ERRORS_NAME)
 BOOTSTRAP_DIR = REPO_ROOT / "harness" / "trial" / "bootstrap"
 
 _FATAL_SIGNALS = {
@@ -100,6 +109,12 @@ class _Ending:
     """GPU hosts only: the most the group's pids held on one GPU in the samples."""
     gpu_mem_error: str | None = None
     """The sampler's exception, if it stopped on one (`MemorySampler.error`)."""
+    cores: float | None = None
+    """Cores the tree used on average over the last progress.WINDOW_S before the end."""
+    busiest: str = ""
+    """The busiest process of the tree over the last sample (`pid 123 cc1plus`)."""
+    resolved: int = 0
+    """Suspected hangs that the second look showed moving (idle, then busy or at other frames)."""
 
 
 def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
@@ -142,7 +157,7 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     result.rc = proc.returncode
     result.duration_s = round(ending.elapsed_s, 3)
     text = _read_output(output_path)
-    _classify(result, ending, text, out)
+    _classify(result, ending, text, out, thread_errors(out))
     if removed:
         note = (f"removed {len(removed)} unfinished kernel(s) from Inductor's cache: "
                 f"{', '.join(p.name for p in removed)}")
@@ -170,6 +185,7 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env["HARNESS_PLAN_LOG"] = str(out / "plan_log.jsonl")
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"
+    env["HARNESS_THREAD_ERRORS"] = str(out / THREAD_ERRORS_NAME)
     env[lifeline.ENV] = lifeline.token()   # the trial dies with us, even after our SIGKILL
     env = native.with_preload(env)   # a native crash also prints its C/C++ frames (harness.trial.native)
     env.pop("HARNESS_PLAN", None)
@@ -213,7 +229,8 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
         if ending.how != "exited":
             if sampler is not None:     # what a hung trial holds, before the kill frees it
                 sampler.sample_now()
-            ending.dump = hangs.dump(proc.pid, out, output_path=str(out / OUTPUT_NAME))
+            if ending.dump is None:
+                ending.dump = hangs.dump(proc.pid, out, output_path=str(out / OUTPUT_NAME))
             if _has_exited(proc):       # it ended on its own while we were deciding: an exit
                 ending.how = "exited"
     finally:
@@ -235,29 +252,64 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
 
 def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path,
            members: set[int] | None = None) -> _Ending:
-    """`members`, when given, collects the group's live pids every MEMBERS_POLL_S."""
+    """Until exit, a confirmed hang or the deadline. Progress is output, a heartbeat, or the
+    tree's CPU (trial.progress); `members`, when given, collects the group's live pids every
+    MEMBERS_POLL_S."""
     start = time.monotonic()
     last_progress, last_seen = start, None
-    next_members = start
+    next_members = next_sample = start
+    clock = progress.TreeClock(pgid=proc.pid)
+    resolved = 0
     while True:
         now = time.monotonic()
         if members is not None and now >= next_members:
             members.update(live_members(proc.pid))
             next_members = now + MEMBERS_POLL_S
         if _has_exited(proc):
-            return _Ending(how="exited", elapsed_s=now - start,
-                           last_progress_s=last_progress - start)
+            return _Ending(how="exited", elapsed_s=now - start, last_progress_s=last_progress - start,
+                           resolved=resolved)
         seen = _progress_marker(out)
         if seen != last_seen:
             last_seen, last_progress = seen, now
-        how = None
-        if now - last_progress >= spec.hang_s:
-            how = "hang"
-        elif now - start >= spec.timeout_s:
-            how = "timeout"
-        if how:
-            return _Ending(how=how, elapsed_s=now - start, last_progress_s=last_progress - start)
+        if now >= next_sample:
+            if clock.sample(now):
+                last_progress = now
+            next_sample = now + progress.SAMPLE_S
+        idle = now - last_progress
+        at_deadline = now - start >= spec.timeout_s
+        if idle >= spec.hang_s or at_deadline:
+            ending = _Ending(how="timeout", elapsed_s=now - start, last_progress_s=last_progress - start,
+                             resolved=resolved)
+            if idle >= min(spec.hang_s, DEADLINE_IDLE_S, (now - start) / 2):
+                ending.dump, hung = _second_look(proc, out, clock)
+                if hung:
+                    ending.how = "hang"
+                elif not at_deadline:
+                    # It moved between the two looks: slow, not hung; keep watching.
+                    resolved += 1
+                    last_progress, last_seen = time.monotonic(), _progress_marker(out)
+                    continue
+            ending.cores, ending.busiest = clock.recent_fraction(), clock.busiest()
+            ending.elapsed_s = time.monotonic() - start
+            return ending
         time.sleep(POLL_S)
+
+
+def _second_look(proc: subprocess.Popen, out: Path, clock: progress.TreeClock) -> tuple[hangs.HangDump, bool]:
+    """Dump the idle tree, wait HANG_CONFIRM_S, look again: hung when it stayed idle and silent
+    and (with py-spy) every thread stood at the same frames. The first dump is kept either way."""
+    first = hangs.dump(proc.pid, out, output_path=str(out / OUTPUT_NAME))
+    marker = _progress_marker(out)          # the faulthandler fallback writes into the output
+    clock.sample(time.monotonic())
+    time.sleep(HANG_CONFIRM_S)
+    busy = clock.sample(time.monotonic())
+    if _has_exited(proc) or busy or _progress_marker(out) != marker:
+        return first, False
+    if first.method.startswith("py-spy"):
+        again = hangs.snapshot(proc.pid, hangs.find_pyspy())
+        if again is not None:
+            return first, hangs.same_stacks(first.threads, again)
+    return first, True
 
 
 def _progress_marker(out: Path) -> tuple:
@@ -326,8 +378,32 @@ def live_members(pgid: int) -> list[int]:
 
 # ------------------------------------------------------------------------------ classification
 
-def _classify(result: TrialResult, ending: _Ending, text: str, out: Path | None = None) -> None:
+def thread_errors(out: Path) -> list[dict]:
+    """The uncaught thread exceptions the bootstrap's hook recorded (THREAD_ERRORS_NAME)."""
+    path = out / THREAD_ERRORS_NAME
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def hooked_blocks(hooked: list[dict]) -> list[str]:
+    """The hook's records as printed tracebacks, each under its thread's header."""
+    return [f"Exception in thread {h.get('thread')}:\n{h.get('traceback', '')}" for h in hooked]
+
+
+def _classify(result: TrialResult, ending: _Ending, text: str, out: Path | None = None,
+              hooked: list[dict] | None = None) -> None:
     """DESIGN.md "Outcome rules", in order of precedence."""
+    hooked = hooked or []
+    result.thread_errors = len(hooked) or None
     # A workload that failed may still say what it held (dflash's `failed` event: its GPU memory).
     result.final = _final_json(text) or _final_json(text, event="failed")
     if result.final is not None:
@@ -339,20 +415,42 @@ def _classify(result: TrialResult, ending: _Ending, text: str, out: Path | None 
                 break
     if ending.how == "hang":
         threads = ending.dump.threads if ending.dump else ()
+        kind = blocking.classify(threads)
+        result.hang_kind = kind.kind if kind else None
         _set(result, Outcome.HANG, signature.hang_signature(threads),
-             f"no progress for {ending.elapsed_s - ending.last_progress_s:.1f} s; "
-             f"dump by {ending.dump.method if ending.dump else 'none'}")
+             f"no progress for {ending.elapsed_s - ending.last_progress_s:.1f} s (idle, silent, the same "
+             f"stacks {HANG_CONFIRM_S:g} s apart); dump by {ending.dump.method if ending.dump else 'none'}"
+             + (f"; {kind.text()}" if kind else ""))
     elif ending.how == "timeout":
-        _set(result, Outcome.TIMEOUT, None, f"still progressing at {ending.elapsed_s:.1f} s")
+        _set(result, Outcome.TIMEOUT, None, _busy_detail(ending))
     elif _stalled(result, out) or _reported_hang(result, text):
         pass                        # a HANG the workload reported itself
     else:
-        _classify_exit(result, text)
+        _classify_exit(result, text, hooked)
         mark_resource(result)
+    if result.outcome is not Outcome.OK or hooked:
+        result.failures = [f.to_json() for f in signature.run_failures(text, extra=hooked_blocks(hooked))] or None
     if ending.survivors:
         result.outcome = Outcome.HARNESS_ERROR
         result.detail = f"processes {list(ending.survivors)} survived SIGKILL; {result.detail}"
 
+
+
+def _busy_detail(ending: _Ending) -> str:
+    """Why a trial past its deadline is slow, not hung: how busy its tree was and where."""
+    parts = [f"still working at the deadline ({ending.elapsed_s:.1f} s)"]
+    if ending.cores is not None:
+        parts.append(f"{ending.cores:.2f} cores busy over the last {progress.WINDOW_S:g} s")
+    if ending.busiest:
+        parts.append(f"busiest: {ending.busiest}")
+    active = [t for t in (ending.dump.threads if ending.dump else ()) if t.status.startswith("active")]
+    where = [f"{t.name} in {frames[0]}" for t in active
+             if (frames := top_frames(t.frames, limit=1))]
+    if where:
+        parts.append("running: " + ", ".join(where[:3]))
+    if ending.resolved:
+        parts.append(f"{ending.resolved} idle spell(s) that moved on")
+    return "; ".join(parts)
 
 
 def _stalled(result: TrialResult, out: Path | None) -> bool:
@@ -402,7 +500,7 @@ def _check_gpu_released(result: TrialResult, members: frozenset[int]) -> None:
                          f"{GPU_RELEASE_TIMEOUT_S:g} s after the trial")
 
 
-def _classify_exit(result: TrialResult, text: str) -> None:
+def _classify_exit(result: TrialResult, text: str, hooked: list[dict] = ()) -> None:
     rc = result.rc
     fatal = re.search(r"Fatal Python error: (.+?)[ \t]*$", text, re.M)
     if rc == 2:
@@ -421,11 +519,28 @@ def _classify_exit(result: TrialResult, text: str) -> None:
         sig = signature.crash_signature(text, rc=rc)
         _set(result, Outcome.CRASH, sig, f"exit {rc}")
     else:
-        skip = re.search(r"^SKIP: ?(.*)$", text, re.M)
-        result.skipped = skip is not None
-        failed = len(tracebacks.parse_tracebacks(text))
-        detail = f"skipped: {skip.group(1)}" if skip else "exit 0"
-        _set(result, Outcome.OK, None, detail + (f" ({failed} tracebacks printed)" if failed else ""))
+        _classify_exit_0(result, text, hooked)
+
+
+def _classify_exit_0(result: TrialResult, text: str, hooked: list[dict]) -> None:
+    """Exit 0 is not success when a thread died: Python's default hook prints an uncaught thread
+    exception and the program goes on to exit 0. Uncaught (the hook's records, or `Exception in
+    thread` blocks when the program replaced the hook) or printed at error level, each is a
+    failure; a finaliser's (`Exception ignored in`) or a warning's traceback is not."""
+    printed = [tb for tb in tracebacks.parse_tracebacks(text)
+               if not tb.unraisable and not tb.handled and tb.short_type not in ("SystemExit", "KeyboardInterrupt")]
+    if hooked or printed:
+        found = signature.run_failures(text, extra=hooked_blocks(hooked))
+        sig = found[0].signature if found else signature.crash_signature(text, rc=1)
+        threads = sorted({str(h.get("thread")) for h in hooked})
+        what = (f"{len(hooked)} uncaught exception(s) in thread(s) {', '.join(threads[:4])}"
+                + (f" and {len(threads) - 4} more" if len(threads) > 4 else "")) if hooked else \
+            f"{len(printed)} exception(s) printed"
+        _set(result, Outcome.CRASH, sig, f"exit 0, but {what}")
+        return
+    skip = re.search(r"^SKIP: ?(.*)$", text, re.M)
+    result.skipped = skip is not None
+    _set(result, Outcome.OK, None, f"skipped: {skip.group(1)}" if skip else "exit 0")
 
 
 def _signal_name(signum: int) -> str | None:

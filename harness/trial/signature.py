@@ -75,7 +75,8 @@ from typing import Iterable
 from harness.trial.frames import frame_id, top_frames, torch_entry
 from harness.trial.hangs import ThreadStack, parse_faulthandler
 from harness.trial.messages import KNOWN_MESSAGES, normalise_message
-from harness.trial.tracebacks import PyTraceback, bare_exception, first_failure, parse_tracebacks, primary_traceback
+from harness.trial.tracebacks import (SECONDARY_TYPES, PyTraceback, bare_exception, first_failure, parse_tracebacks,
+                                      primary_traceback)
 
 SIGNATURE_VERSION = 7
 
@@ -175,6 +176,52 @@ def crash_signature(text: str, *, rc: int | None = None) -> Signature | None:
         msg = normalise_message(last)
         return Signature(kind="exit", exc_type=f"exit {rc}", message=msg, keyed=(str(rc), msg))
     return None
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RunFailure:
+    """One distinct failure of a run: its signature, how often it was printed, by which threads."""
+
+    signature: Signature
+    count: int
+    threads: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"key": self.signature.key, "summary": self.signature.summary, "exc_type": self.signature.exc_type,
+                "count": self.count, "threads": list(self.threads)}
+
+
+def run_failures(text: str, *, extra: Iterable[str] = ()) -> list[RunFailure]:
+    """Every distinct failure a run printed, in order of first appearance: each thread's own
+    exception (not a consequence of another's, not a finaliser's, not a warning), and a native
+    crash, which keeps its own entry even after an exception (a run may show F2 and then R5's
+    segfault). `extra`: tracebacks the run's thread hook recorded that the output may lack (a
+    program that replaced sys.stderr or threading.excepthook after start-up)."""
+    found: dict[str, list] = {}
+
+    def add(sig: Signature, thread: str | None) -> None:
+        entry = found.setdefault(sig.key, [sig, 0, []])
+        entry[1] += 1
+        if thread and thread not in entry[2]:
+            entry[2].append(thread)
+
+    # The hook's records first: exact, where tracebacks printed at once interleave in the output.
+    hooked = [tb for block in extra for tb in parse_tracebacks(block) if tb.short_type not in SECONDARY_TYPES]
+    for tb in hooked:
+        add(exception_signature(tb), tb.thread)
+    covered = {(tb.thread, tb.exc_type) for tb in hooked}
+    for tb in parse_tracebacks(text):
+        if (tb.short_type not in SECONDARY_TYPES and not tb.unraisable and not tb.handled
+                and (tb.thread, tb.exc_type) not in covered):
+            add(exception_signature(tb), tb.thread)
+    native = _native_signature(text)
+    if native is not None:
+        add(native, None)
+    if not found:
+        bare = bare_exception(text, known_only=True)
+        if bare is not None:
+            add(exception_signature(bare), bare.thread)
+    return [RunFailure(signature=sig, count=n, threads=tuple(threads)) for sig, n, threads in found.values()]
 
 
 def exception_signature(tb: PyTraceback) -> Signature:

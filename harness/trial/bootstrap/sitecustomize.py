@@ -1,7 +1,9 @@
 """Child-process bootstrap: on PYTHONPATH first (harness.trial.runner), so Python runs it at start-up.
 
 Always: faulthandler for all threads on fatal signals, and SIGUSR1 dumps every thread's stack
-(the hang fallback when py-spy cannot attach).
+(the hang fallback when py-spy cannot attach). If HARNESS_THREAD_ERRORS names a file, every
+uncaught exception of a thread is appended to it (one JSON line) before the hook in place prints
+it: Python's default prints and carries on, and most threaded programs then exit 0.
 Only if HARNESS_PLAN is set: load the plan, install the scheduler (switch interval, start barrier,
 lazy torch point wrappers, dflash.faults handler) and print one line
 `HARNESS_PLAN seed=<seed> profile=<name>` to stderr.
@@ -43,6 +45,30 @@ def _install_plan(scheduler: ModuleType, value: str) -> None:
     sys.stderr.flush()
 
 
+def _record_thread_errors(path: str) -> None:
+    import threading
+
+    previous = threading.excepthook
+
+    def recording_hook(args) -> None:
+        # SystemExit in a thread is a quiet exit (the default hook ignores it too).
+        if args.exc_type is not SystemExit:
+            try:
+                import json
+                import traceback
+
+                text = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
+                record = {"thread": getattr(args.thread, "name", None), "type": args.exc_type.__qualname__,
+                          "message": str(args.exc_value)[:2000], "traceback": text[-20000:]}
+                with open(path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(record) + "\n")
+            except Exception:  # the record is evidence, never a second failure
+                pass
+        previous(args)
+
+    threading.excepthook = recording_hook
+
+
 def _chain_next_sitecustomize() -> None:
     """Python runs only the first sitecustomize on sys.path; ours shadows any later one (e.g. a
     distribution's), so run that one too, once, as it would have run without us."""
@@ -59,6 +85,8 @@ def _chain_next_sitecustomize() -> None:
 
 
 _enable_faulthandler()
+if os.environ.get("HARNESS_THREAD_ERRORS"):
+    _record_thread_errors(os.environ["HARNESS_THREAD_ERRORS"])
 _chain_next_sitecustomize()
 if os.environ.get("HARNESS_PLAN"):
     # Only under a plan: without one, nothing of the harness is imported.

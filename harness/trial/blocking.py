@@ -1,0 +1,125 @@
+"""What a hung process's threads wait on: the program's own locks, queues and events, or torch.
+
+A user whose threaded program hangs first needs to know whose hang it is. Threads blocked in
+`acquire`, `Queue.get`, `Event.wait` or `Condition.wait` with no torch frame between their own
+code and the wait are a deadlock of the program (two or more lock waiters: a lock-order cycle;
+otherwise a wake-up that never came: a lost notify, a sentinel never sent). A thread whose wait
+sits under a torch frame (a compile lock, the autograd engine, a CUDA sync) is a wait inside
+torch, which is where the catalogued hangs live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.trial.frames import module_of
+from harness.trial.hangs import Frame, ThreadStack
+from harness.trial.signature import in_hang_key
+
+OWN_LOCK_CYCLE = "own-lock-cycle"
+OWN_LOST_WAKEUP = "own-lost-wakeup"
+TORCH_WAIT = "torch-wait"
+OWN_WAIT = "own-wait"
+"""Blocked in the program's code on something else (a join, a sleep, a pipe)."""
+
+_SYNC_WAITS = {
+    ("threading", "wait"): "a Condition/Event wait",
+    ("threading", "acquire"): "a lock",
+    ("threading", "_wait_for_tstate_lock"): "a thread's end (join)",
+    ("threading", "join"): "a thread's end (join)",
+    ("queue", "get"): "Queue.get",
+    ("queue", "put"): "Queue.put",
+    ("concurrent.futures._base", "result"): "a future",
+    ("concurrent.futures._base", "wait"): "futures",
+    ("concurrent.futures.thread", "shutdown"): "an executor's shutdown",
+}
+_LOCK_NATIVE = ("acquire", "lock_PyThread", "sem_", "futex", "pthread_cond", "pthread_mutex")
+_LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "<frozen")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Blocked:
+    thread: str
+    waits_on: str
+    """What it waits on, in words (`a lock`, `Queue.get`, `torch._inductor.async_compile:wait`)."""
+    at: str
+    """The program's own frame it waits from (`app.py:31 in handle`), or the torch frame."""
+    in_torch: bool
+    lock: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HangKind:
+    kind: str
+    """OWN_LOCK_CYCLE, OWN_LOST_WAKEUP, OWN_WAIT or TORCH_WAIT."""
+    blocked: tuple[Blocked, ...]
+
+    def text(self) -> str:
+        what = {
+            OWN_LOCK_CYCLE: "a deadlock in the program's own locks (a lock-order cycle?)",
+            OWN_LOST_WAKEUP: "a lost wake-up in the program's own code (a notify, item or event that never came)",
+            OWN_WAIT: "the program's own threads wait (no torch frame between their code and the wait)",
+            TORCH_WAIT: "a wait inside torch",
+        }[self.kind]
+        shown = "; ".join(f"{b.thread} on {b.waits_on} at {b.at}" for b in self.blocked[:4])
+        more = f"; and {len(self.blocked) - 4} more" if len(self.blocked) > 4 else ""
+        return f"{what}: {shown}{more}" if shown else what
+
+
+def _is_torch(frame: Frame) -> bool:
+    module = module_of(frame.filename)
+    return module == "torch" or module.startswith("torch.")
+
+
+def _is_library(frame: Frame) -> bool:
+    name = frame.filename.replace("\\", "/")
+    return any(m in name for m in _LIBRARY_MARKERS) or name.startswith("<")
+
+
+def blocked_on(t: ThreadStack) -> Blocked | None:
+    """Where one thread waits: the innermost frames down to the first frame of the program's own
+    code. None for a thread with no Python frame."""
+    python = [f for f in t.frames if f.is_python]
+    if not python:
+        return None
+    # The native frames above the innermost Python frame (py-spy --native): what the C call waits in.
+    native = []
+    for f in t.frames:
+        if f.is_python:
+            break
+        native.append(f.name)
+    waits_on = ""
+    for f in python:
+        if _is_torch(f):
+            return Blocked(thread=t.name, waits_on=f"{module_of(f.filename)}:{f.name.rsplit('.', 1)[-1]}",
+                           at=f"{f}", in_torch=True, lock=False)
+        if not _is_library(f):
+            if not waits_on:
+                lock = any(any(m in n for m in _LOCK_NATIVE) for n in native)
+                waits_on = "a lock" if lock else "a call it made (a C-level wait, a sleep or a lock)"
+            return Blocked(thread=t.name, waits_on=waits_on, at=f"{f}", in_torch=False,
+                           lock=waits_on == "a lock")
+        key = (module_of(f.filename), f.name.rsplit(".", 1)[-1])
+        if key in _SYNC_WAITS:          # the outermost one names it (Queue.get, not its Condition.wait)
+            waits_on = _SYNC_WAITS[key]
+    # Only library frames (a pool's worker idling in its own loop): an idle helper.
+    return None
+
+
+def classify(threads: tuple[ThreadStack, ...]) -> HangKind | None:
+    """The kind of a hang from one dump (None when no thread of the program shows in it)."""
+    blocked = [b for t in threads if in_hang_key(t) and (b := blocked_on(t)) is not None]
+    if not blocked:
+        return None
+    # A thread joining others waits on them, not on the bug: it comes last in the words.
+    blocked.sort(key=lambda b: (b.waits_on == "a thread's end (join)", b.thread))
+    if any(b.in_torch for b in blocked):
+        torch_first = sorted(blocked, key=lambda b: not b.in_torch)
+        return HangKind(kind=TORCH_WAIT, blocked=tuple(torch_first))
+    lockers = [b for b in blocked if b.lock]
+    if len(lockers) >= 2:
+        return HangKind(kind=OWN_LOCK_CYCLE, blocked=tuple(blocked))
+    if any(b.waits_on in ("Queue.get", "Queue.put", "a Condition/Event wait", "a future", "futures")
+           for b in blocked):
+        return HangKind(kind=OWN_LOST_WAKEUP, blocked=tuple(blocked))
+    return HangKind(kind=OWN_WAIT, blocked=tuple(blocked))
