@@ -197,7 +197,8 @@ def test_a_stress_folder_and_a_trial_folder(tmp_path):
              sys.executable, str(ROOT / "tests" / "scripts" / "deadlock.py"))
     assert p.returncode == 1, p.stdout + p.stderr
     assert "diagnosis: 0 of 1 failing runs matched a catalogued race" in p.stdout
-    assert "unknown: a generic failure (hang" in p.stdout
+    assert "a hang of the program's own code, not a torch race" in p.stdout
+    assert "a deadlock in the program's own locks" in p.stdout
     d = _cli("diagnose", str(out / "0"))
     assert d.returncode == 0 and "1 run HANG: hang:" in d.stdout, d.stdout + d.stderr
 

@@ -27,12 +27,12 @@ are not listed."""
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shared helpers", ("harness.args", "harness.stats", "harness.text")),
     ("fault injection", ("harness.faults",)),
+    ("fix API", ("harness.guard", "harness.inject")),
     ("one trial", ("harness.trial",)),
     ("result stores", ("harness.stores",)),
     ("many trials", ("harness.campaign",)),
     ("naming failures", ("harness.diagnosis",)),
     ("reading stores", ("harness.analysis",)),
-    ("fix API", ("harness.guard",)),
     ("commands", ("harness.commands",)),
     ("command line", ("harness.cli", "harness.__main__", "harness")),
 )

@@ -7,31 +7,62 @@ import argparse
 import os
 from pathlib import Path
 
-from harness.campaign.stress import run_stress
+from harness.campaign.spec import MatrixError
+from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, run_stress
 from harness.diagnosis import diagnose
+from harness.faults.profiles import PROFILES
+from harness.guard import Guard, GuardError
 
 HELP = "run a command over and over in parallel (like Go's stress)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-p", "--parallel", type=int, default=os.cpu_count() or 1, help="runs at once")
-    p.add_argument("--timeout", type=float, default=600.0, help="deadline of one run, seconds (Go: 10 min)")
-    p.add_argument("--hang", type=float, help="no output for this long -> HANG (default: the timeout)")
-    p.add_argument("--max-runs", type=int, help="stop after this many runs")
+    p.add_argument("-p", "--parallel", type=int, default=os.cpu_count() or 1,
+                   help="runs at once (default: the cores, %(default)s here)")
+    p.add_argument("--timeout", type=float, default=600.0, help="deadline of one run, seconds (default 600, as Go's)")
+    p.add_argument("--hang", type=float,
+                   help=f"idle this long (no CPU in the process tree, no output, the same stacks) -> HANG "
+                        f"(default {DEFAULT_HANG_S:g} s or the timeout, if shorter); a busy run is never a hang")
+    p.add_argument("--max-runs", type=int, help="stop after this many runs (per fix set; default: until Ctrl-C)")
     p.add_argument("--max-fails", type=int, help="stop after this many failures")
     p.add_argument("--max-time", type=float, help="start no run after this many seconds")
     p.add_argument("--failure", help="count a failing run only if its output matches this regexp")
     p.add_argument("--ignore", help="do not count failing runs whose output matches this regexp")
-    p.add_argument("--plan", help="scheduler profile for a Python CMD (run i gets seed i)")
+    p.add_argument("--plan", help=f"scheduler profile for a Python CMD, run i gets seed i ({', '.join(PROFILES)})")
     p.add_argument("--python", metavar="PATH",
-                   help="run CMD's Python (`python ...`) as this interpreter instead (another venv's torch)")
+                   help="run CMD's `python` as this interpreter (another venv's torch); default: the harness's own")
+    p.add_argument("--fix", action="append", metavar="NAMES", dest="fix",
+                   help="apply these registry fixes (comma-separated; `none`) to the unmodified Python program; "
+                        "give it several times to compare the sets side by side on the same seeds")
+    p.add_argument("--keep-going", action="store_true",
+                   help=f"run on when each of the first {DETERMINISTIC_RUNS} runs fails the same way (a deterministic failure)")
     p.add_argument("-o", "--output", help="folder for failing runs' artefacts (default: a new temp folder)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between status lines")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
 
 def run(opts: argparse.Namespace) -> int:
-    return run_stress(opts, explain=_diagnose_folder)
+    opts.fix_sets = tuple(_fix_set(f) for f in opts.fix or ())
+    return run_stress(opts, explain=_diagnose_folder, inspect=diagnose.faces, known=_known)
+
+
+def _fix_set(names: str) -> tuple[str, ...]:
+    """One --fix value as fix names; a name that is not a fix, or a policy, is bad input."""
+    try:
+        guard = Guard(names)
+    except GuardError as e:
+        raise MatrixError(f"--fix: {e}") from None
+    if guard.policies:
+        raise MatrixError(f"--fix: {', '.join(guard.policies)} act only in a program that reads them (policies)")
+    return guard.names
+
+
+def _known(folder: Path) -> bool:
+    """Whether a failing run's folder shows a catalogued race."""
+    try:
+        return any(f.race is not None for f in diagnose.diagnose(diagnose.collect([str(folder)])))
+    except diagnose.DiagnoseError:
+        return False
 
 
 def _diagnose_folder(out_dir: Path) -> str:

@@ -98,6 +98,9 @@ class Race:
     faces: tuple[str, ...] = ()
     """Generic families (segv, ...) this race may show as, when `context` matches the run."""
     context: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """Regexes over the output of a run that did not fail: the race's face at warning level (a
+    recompile limit hit, an eager fallback), a finding even at exit 0."""
     fixes: tuple[FixEvidence, ...] = ()
     versions: tuple[VersionEvidence, ...] = ()
     summary_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
@@ -161,7 +164,14 @@ class Catalogue:
         """The first race whose summary patterns match; `other` for none, `?` without a summary."""
         if not summary:
             return "?"
-        return next((r.id for r in self.races if r.summary_re.search(summary)), "other")
+        # A failure's own part first: `...; then <native crash>` is its aftermath (signature v5),
+        # and a daemon thread's std::terminate at exit must not rename an R4 crash.
+        head = summary.split("; then ", 1)[0]
+        for text in dict.fromkeys((head, summary)):
+            found = next((r.id for r in self.races if r.summary_re.search(text)), None)
+            if found is not None:
+                return found
+        return "other"
 
     def races_of_repro(self, repro_id: str) -> tuple[Race, ...]:
         return tuple(r for r in self.races if repro_id in r.repros)
@@ -216,12 +226,12 @@ def _race(raw: dict) -> Race:
     where = f"race {raw.get('id', '?')}"
     unknown = set(raw) - {"id", "title", "kind", "needs_cuda", "summary", "messages", "native", "probe",
                           "exposure", "repros", "upstream", "reference", "hint", "faces", "context", "fixes",
-                          "versions"}
+                          "versions", "warnings"}
     if unknown:
         raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
     if raw.get("kind") not in KINDS:
         raise CatalogueError(f"{where}: kind must be one of {KINDS}")
-    for key in ("summary", "messages", "native", "context"):
+    for key in ("summary", "messages", "native", "context", "warnings"):
         for p in _strs(raw, key, where):
             try:
                 re.compile(p)
@@ -249,7 +259,8 @@ def _race(raw: dict) -> Race:
                 repros=_strs(raw, "repros", where),
                 upstream=_strs(raw, "upstream", where), reference=raw.get("reference", ""),
                 hint=raw.get("hint", ""), faces=_strs(raw, "faces", where),
-                context=_strs(raw, "context", where), fixes=fixes, versions=versions)
+                context=_strs(raw, "context", where), warnings=_strs(raw, "warnings", where),
+                fixes=fixes, versions=versions)
 
 
 def _repro(raw: dict, races: dict[str, Race]) -> Repro:

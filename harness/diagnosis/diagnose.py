@@ -34,14 +34,18 @@ from harness.stores.discovery import TrialNotFound, find_trial, trial_stores_giv
 from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
 from harness.text import clip
-from harness.trial import hangs, native, signature
-from harness.trial.outcome import TrialResult
+from harness.trial import blocking, hangs, native, signature, tracebacks
+from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME, installed_torch
 
 SUMMARY_SCORE = 1.0
 MESSAGE_SCORE = 0.5
 NATIVE_SCORE = 0.5
 SUSPECT_SCORE = 0.4
+WARNING_SCORE = 0.8
+OWN_HANG = re.compile(r"a deadlock in the program's own locks|a lost wake-up in the program's own code|"
+                      r"the program's own threads wait")
+"""trial.blocking's words for a hang in the program's own code (no torch frame in the way)."""
 
 
 class DiagnoseError(ValueError):
@@ -61,6 +65,16 @@ class Failure:
     torch: str | None = None
     fixes: tuple[str, ...] = ()
     """The fixes the run held (a stored trial's strategy), part of the context a face needs."""
+    run: str = ""
+    """The run it came from (several failures of one run share it); `source` when empty."""
+    count: int = 1
+    """How often the run printed it (each thread's traceback counts)."""
+    detail: str = ""
+    """The run's outcome detail (a HANG's kind, a TIMEOUT's busy cores)."""
+
+    @property
+    def run_id(self) -> str:
+        return self.run or self.source
 
 
 @dataclass(kw_only=True, slots=True)
@@ -89,7 +103,9 @@ class FixLine:
     def text(self) -> str:
         if self.count is None:
             return f"{self.name}: {self.note}"
-        verdict = "held" if self.held() else ("no trials" if not self.count.n else "did not hold")
+        if not self.count.n:
+            return f"{self.name}: no record ({self.where} holds no trials here)"
+        verdict = "held" if self.held() else "did not hold"
         on = f"torch {self.torch}" if self.torch else "torch ?"
         note = f"; {self.note}" if self.note else ""
         return f"{self.name}: {verdict}, {self.count.text()} ({on}; {self.where}){note}"
@@ -105,6 +121,9 @@ class Finding:
     runs: int
     sources: list[str]
     torch: str | None
+    count: int = 0
+    """Tracebacks (or dumps) in all: a run may print one failure from several threads."""
+    detail: str = ""
     matches: list[Match] = field(default_factory=list)
     fixes: list[FixLine] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)
@@ -117,6 +136,10 @@ class Finding:
         return self.matches[0].race if self.matches and self.matches[0].kind != "generic" else None
 
     def verdict(self) -> str:
+        if self.outcome == "TIMEOUT":
+            return f"slow, not hung: {self.detail or 'still working at its deadline'}"
+        if self.outcome == "HANG" and not self.race and OWN_HANG.search(self.detail):
+            return f"a hang of the program's own code, not a torch race: {self.detail.split('; ', 2)[-1]}"
         if not self.matches:
             return "unknown: no catalogued race matches (possibly new)"
         top = self.matches[0]
@@ -141,6 +164,10 @@ class Finding:
 def match(failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> list[Match]:
     """Catalogue races that fit the failure, best first: the race its summary names (the
     families' first-match rule), else races suspected behind its generic family."""
+    if failure.outcome == "OK":
+        return _warning_faces(failure, catalogue)
+    if failure.outcome == "TIMEOUT":
+        return []
     family = catalogue.family(failure.summary)
     matches: list[Match] = []
     if family not in ("other", "?"):
@@ -156,6 +183,27 @@ def match(failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> l
         if family in ("other", "?"):
             matches += _by_text(failure, catalogue)
     return matches
+
+
+def _warning_faces(failure: Failure, catalogue: Catalogue) -> list[Match]:
+    """A run that did not fail but whose output shows a race: its warning-level face (F10's
+    recompile limit: those threads ran eagerly) or a race's message logged and carried on."""
+    out = []
+    for race in catalogue.races:
+        if race.kind == "generic":
+            continue
+        hit = _first_hit(race.warnings, failure.text) or _first_hit(race.messages, failure.text)
+        if hit is not None:
+            out.append(Match(race=race.id, title=race.title, kind=race.kind, score=WARNING_SCORE,
+                             evidence=[f"at {failure.detail or 'exit 0'}, the output shows {hit!r}"]))
+    return out
+
+
+def faces(text: str, catalogue: Catalogue | None = None) -> list[str]:
+    """`RACE (title)` for each race an OK run's output shows (stress keeps such runs)."""
+    catalogue = catalogue or load()
+    return [f"{m.race} ({m.title})" for m in _warning_faces(Failure(source="", outcome="OK", key=None, summary=None,
+                                                                    text=text), catalogue)]
 
 
 def _which(patterns: Sequence[str], text: str) -> str:
@@ -272,13 +320,17 @@ def diagnose(failures: Iterable[Failure], *, catalogue: Catalogue | None = None,
     for f in failures:
         matches = match(f, catalogue, records_of)
         top = matches[0].race if matches else None
+        if f.outcome == "OK" and not matches:
+            continue                            # a clean run: nothing to say
         groups.setdefault((f.key or f.summary or f.outcome, top), []).append((f, matches))
     findings = []
     for runs in groups.values():
         # The richest run of the group speaks for it (a trial whose artefacts were kept).
         first, matches = max(runs, key=lambda fm: (len(fm[1][0].evidence) if fm[1] else 0, bool(fm[0].text)))
-        finding = Finding(key=first.key, summary=first.summary, outcome=first.outcome, runs=len(runs),
-                          sources=[f.source for f, _ in runs], torch=first.torch, matches=matches)
+        sources = list(dict.fromkeys(f.run_id for f, _ in runs))
+        finding = Finding(key=first.key, summary=first.summary, outcome=first.outcome, runs=len(sources),
+                          sources=sources, torch=first.torch, matches=matches,
+                          count=sum(f.count for f, _ in runs), detail=first.detail)
         if finding.race is not None:
             race = catalogue.race(finding.race)
             finding.fixes = fix_lines(race, first.torch, records_of)
@@ -295,7 +347,9 @@ def version_verdict(race: Race, v: VersionEvidence, records_of: RecordSource) ->
     """One torch's verdict: measured (k/n of the race, and its fixes' failures) or the source's word."""
     c = count(v, race, records_of)
     seen = ""
-    if c is not None:
+    if c is not None and not c.n:
+        seen = f"no record ({v.where()} holds no trials here)"
+    elif c is not None:
         seen = f"{'reproduces' if c.k else 'not reproduced'} {c.k}/{c.n}"
         # The fix cells counted as any cells are; any failure there (Count.failed) counts against it.
         f = count(Evidence(store=v.store, cells=v.fix_cells), race, records_of) if v.fix_cells else None
@@ -316,11 +370,25 @@ def version_lines(race: Race, records_of: RecordSource) -> list[str]:
 # --------------------------------------------------------------------------------------- inputs
 
 def from_record(record: TrialResult, art=None) -> Failure:
-    """A stored trial; its artefacts (a folder or a packed zip) add the output and native stack."""
+    """A stored trial's first failure; its artefacts (a folder or a packed zip) add the output and
+    native stack. `failures_of` gives every failure of the run."""
+    return failures_of(record, art)[0]
+
+
+def failures_of(record: TrialResult, art=None) -> list[Failure]:
+    """Every distinct failure of a stored run (TrialResult.failures), each with the run's output;
+    one for a run stored before failures were kept, or whose failure printed no traceback (a hang,
+    a signal)."""
     strategy = strategy_of(record.cell)
-    return Failure(source=record.trial_id, outcome=record.outcome.name, key=record.signature,
+    base = Failure(source=record.trial_id, outcome=record.outcome.name, key=record.signature,
                    summary=record.signature_summary, text=_read(art, OUTPUT_NAME), native=_read(art, NATIVE_STACK_NAME),
-                   torch=record.torch_version, fixes=tuple(s for s in strategy.split("+") if s))
+                   torch=record.torch_version, fixes=tuple(s for s in strategy.split("+") if s and s != "raw"),
+                   run=record.trial_id, detail=record.detail)
+    entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
+    if record.outcome.name not in ("CRASH", "ABORT") or len(entries) < 2:
+        return [base]
+    return [dataclasses.replace(base, key=e["key"], summary=e.get("summary"), count=int(e.get("count") or 1))
+            for e in entries]
 
 
 def _read(art, name: str) -> str:
@@ -333,8 +401,17 @@ def _read(art, name: str) -> str:
 
 
 def from_text(text: str, *, source: str, rc: int | None = None, torch: str | None = None) -> Failure | None:
-    """A plain log: a crash, a wrong result, or an all-thread dump of a hung process. None when
-    nothing in it failed."""
+    """A plain log's first failure (`failures_in_text` gives them all)."""
+    found = failures_in_text(text, source=source, rc=rc, torch=torch)
+    return found[0] if found else None
+
+
+def failures_in_text(text: str, *, source: str, rc: int | None = None, torch: str | None = None) -> list[Failure]:
+    """Every failure of a plain log: each distinct traceback (threads that printed at once, several
+    races in one run), a native crash, a wrong result, a bare error line (a bug report's "Error
+    logs", pytest's `E   ...` lines), or an all-thread dump of a hung process (py-spy's text or
+    JSON, faulthandler's, or the harness's own `hang_dump.txt`); [] when nothing in it failed.
+    GitHub issue text is read as is: code fences do not hide a traceback."""
     torch = torch or _torch_in(text) or installed_torch()
     stripped = text.lstrip()
     if stripped.startswith("[") and '"thread_name"' in text[:4000]:
@@ -343,34 +420,50 @@ def from_text(text: str, *, source: str, rc: int | None = None, torch: str | Non
         except ValueError:
             threads = ()
         if threads:
-            return _hang(threads, text, source, torch)
+            return [_hang(threads, text, source, torch)]
+    native_text = _native_part(text)
+    found = [Failure(source=source, outcome=_outcome_of(f.signature), key=f.signature.key, summary=f.signature.summary,
+                     text=text, native=native_text, torch=torch, run=source, count=f.count)
+             for f in signature.run_failures(text)]
+    if found:
+        return found
     sig = signature.crash_signature(text, rc=rc)
     if sig is None and re.search(r"^WRONG_RESULT:", text, re.M):
         sig = signature.wrong_result_signature(text, rc=rc)
+    if sig is None and (bare := tracebacks.bare_exception(text)) is not None:
+        sig = signature.exception_signature(bare)
     if sig is not None:
-        outcome = "ABORT" if sig.kind in ("fatal", "signal") else (
-            "WRONG_RESULT" if sig.kind == "wrong_result" else "CRASH")
-        return Failure(source=source, outcome=outcome, key=sig.key, summary=sig.summary, text=text,
-                       native=_native_part(text), torch=torch)
-    threads = hangs.parse_dump_text(text)
+        return [Failure(source=source, outcome=_outcome_of(sig), key=sig.key, summary=sig.summary, text=text,
+                        native=native_text, torch=torch, run=source)]
+    threads = hangs.parse_dump_text(text) or hangs.parse_rendered(text)
     if threads:
-        return _hang(threads, text, source, torch)
-    return None
+        return [_hang(threads, text, source, torch)]
+    return []
 
 
-_TORCH_LINE = re.compile(r'^torch (\d+\.\d+\.\d+\S*?),? |"torch": "(\d+\.\d+\.\d+[^"]*)"', re.M)
+def _outcome_of(sig: signature.Signature) -> str:
+    return ("ABORT" if sig.kind in ("fatal", "signal") else "WRONG_RESULT" if sig.kind == "wrong_result"
+            else "CRASH")
+
+
+_TORCH_LINE = re.compile(r'^torch (\d+\.\d+\.\d+\S*?),? |"torch": "(\d+\.\d+\.\d+[^"]*)"|'
+                         r"^PyTorch version: (\d+\.\d+\.\d+\S*)|^(?:\[pip3?\] )?torch[=]=(\d+\.\d+\.\d+\S*)|"
+                         r"^torch\s*(?:version)?\s*[:=]\s*(\d+\.\d+\.\d+\S*)", re.M | re.I)
 
 
 def _torch_in(text: str) -> str | None:
     """The torch a log names (a trainer's stall dump header `torch X, Python Y`, its JSON events'
-    `"torch": "X"`): a log read on another machine is judged on the torch it ran on."""
+    `"torch": "X"`, collect_env's `PyTorch version: X` and `[pip3] torch==X`, a report's
+    `torch: X`): a log read on another machine is judged on the torch it ran on."""
     m = _TORCH_LINE.search(text)
-    return (m.group(1) or m.group(2)) if m else None
+    return next((g for g in m.groups() if g), None) if m else None
 
 
 def _hang(threads, text: str, source: str, torch: str | None) -> Failure:
     sig = signature.hang_signature(threads)
-    return Failure(source=source, outcome="HANG", key=sig.key, summary=sig.summary, text=text, torch=torch)
+    kind = blocking.classify(threads)
+    return Failure(source=source, outcome="HANG", key=sig.key, summary=sig.summary, text=text, torch=torch,
+                   run=source, detail=f"dump; {kind.text()}" if kind else "")
 
 
 def _native_part(text: str) -> str:
@@ -384,8 +477,8 @@ def collect(targets: Sequence[str], *, stores: Sequence[Path] = (), torch: str |
     for target in targets:
         path = Path(target)
         if path.is_file() and path.suffix != ".zip":
-            failure = from_text(path.read_text(encoding="utf-8", errors="replace"), source=str(path), torch=torch)
-            failures += [failure] if failure else []
+            failures += failures_in_text(path.read_text(encoding="utf-8", errors="replace"), source=str(path),
+                                         torch=torch)
         elif path.is_dir() and (path / "trials.jsonl").is_file():
             failures += _from_store(path)
         elif path.is_dir() and (path / "result.json").is_file():
@@ -397,7 +490,7 @@ def collect(targets: Sequence[str], *, stores: Sequence[Path] = (), torch: str |
             for run in runs:
                 failures += _from_folder(run)
         else:
-            failures += [_from_trial_id(target, stores)]
+            failures += _from_trial_id(target, stores)
     return failures
 
 
@@ -410,17 +503,34 @@ def _from_folder(folder: Path) -> list[Failure]:
         record = TrialResult.from_json(json.loads((folder / "result.json").read_text()))
     except (ValueError, KeyError, TypeError) as e:
         raise DiagnoseError(f"{folder}/result.json: not a trial result: {e}") from None
-    if not record.outcome.is_failure:
+    if record.outcome is Outcome.TIMEOUT:
+        return [_timeout(record, folder)]
+    if not record.outcome.is_failure and record.outcome is not Outcome.OK:
         return []
-    failure = from_record(record, folder)
-    failure.source = str(folder)
+    failures = failures_of(record, folder)
     spec = folder / "spec.json"
+    for failure in failures:
+        failure.source = failure.run = str(folder)
     if spec.is_file():
         try:
-            failure.fixes = tuple(json.loads(spec.read_text()).get("fixes") or failure.fixes)
-        except ValueError:
-            pass
-    return [failure]
+            data = json.loads(spec.read_text())
+            fixes = tuple(data.get("fixes") or ()) or tuple(
+                f for f in str((data.get("env") or {}).get("HARNESS_FIXES", "")).split(",") if f and f != "none")
+        except (ValueError, AttributeError):
+            fixes = ()
+        for failure in failures:
+            failure.fixes = fixes or failure.fixes
+    return failures
+
+
+def _timeout(record: TrialResult, folder: Path) -> Failure:
+    """A run past its deadline: slow, not hung; its dump says where it was busy."""
+    dump = folder / "pyspy.json"
+    threads = hangs.read_pyspy_json(dump) if dump.is_file() else ()
+    key = signature.hang_signature(threads).key if threads else None
+    return Failure(source=str(folder), outcome="TIMEOUT", key=key, summary=f"slow: {record.detail}",
+                   text=_read(folder, "hang_dump.txt"), torch=record.torch_version, run=str(folder),
+                   detail=record.detail)
 
 
 def _from_store(store_dir: Path) -> list[Failure]:
@@ -431,14 +541,14 @@ def _from_store(store_dir: Path) -> list[Failure]:
     return from_records(records, store_dir)
 
 
-def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> Failure:
+def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> list[Failure]:
     try:
         record, store_dir = find_trial(trial_id, with_retired(trial_stores_given(list(stores))))
     except TrialNotFound as e:
         raise DiagnoseError(f"{trial_id}: not a file, a folder or a stored trial ({e})") from None
     if not record.outcome.is_failure:
         raise DiagnoseError(f"{trial_id}: ended {record.outcome.name}, nothing to diagnose")
-    return from_record(record, Store(store_dir).artefacts_of(record))
+    return failures_of(record, Store(store_dir).artefacts_of(record))
 
 
 # -------------------------------------------------------------------------------------- output
@@ -448,9 +558,11 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
     on the failure's torch and the repro, one line each."""
     if not findings:
         return "diagnosis: no failing run"
-    out = [summary_line(findings)] if brief else []
+    out = [summary_line(findings)]
     for f in findings:
-        head = f"{f.runs} run{'s' if f.runs != 1 else ''} {f.outcome}: {f.summary or f.key or '?'}"
+        outcome = "OK, but" if f.outcome == "OK" else f.outcome
+        times = f" ({f.count} tracebacks)" if f.count > f.runs else ""
+        head = f"{f.runs} run{'s' if f.runs != 1 else ''}{times} {outcome}: {f.summary or f.key or f.detail or '?'}"
         if brief:
             held = [x.name for x in f.fixes if x.same_torch and x.held()]
             out += [f"  {clip(head, 160)}", f"    {f.verdict()}"]
@@ -479,12 +591,25 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
 def from_records(records: Iterable[TrialResult], store_dir: Path) -> list[Failure]:
     """The failing trials of a matrix run, with their artefacts."""
     store = Store(store_dir)
-    return [from_record(r, store.artefacts_of(r)) for r in records
-            if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial]
+    return [f for r in records if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial
+            for f in failures_of(r, store.artefacts_of(r))]
 
 
 def summary_line(findings: Sequence[Finding]) -> str:
-    runs = sum(f.runs for f in findings)
-    known = sum(f.runs for f in findings if f.race is not None)
-    return f"diagnosis: {known} of {runs} failing runs matched a catalogued race"
-
+    """How many failing runs showed a catalogued race, then each race's runs and tracebacks (a run
+    showing two races counts under both), and the runs that exited OK with a race's face."""
+    failing = [f for f in findings if f.outcome != "OK"]
+    runs = set().union(*(f.sources for f in failing)) if failing else set()
+    known = set().union(*(f.sources for f in failing if f.race is not None)) if failing else set()
+    line = f"diagnosis: {len(known)} of {len(runs)} failing runs matched a catalogued race"
+    per: dict[str, list] = {}
+    for f in findings:
+        if f.race is not None:
+            entry = per.setdefault(f"{f.race}{' at exit 0' if f.outcome == 'OK' else ''}", [set(), 0])
+            entry[0].update(f.sources)
+            entry[1] += f.count
+    if per:
+        line += "; " + ", ".join(f"{race} in {len(r)} run{'s' if len(r) != 1 else ''}"
+                                 + (f" ({n} tracebacks)" if n > len(r) else "")
+                                 for race, (r, n) in sorted(per.items(), key=lambda kv: -len(kv[1][0])))
+    return line

@@ -352,3 +352,41 @@ def parse_pyspy_text(text: str) -> tuple[ThreadStack, ...]:
 def parse_dump_text(text: str) -> tuple[ThreadStack, ...]:
     """The threads of an all-thread dump printed as text: py-spy's `dump`, else faulthandler's."""
     return parse_pyspy_text(text) or parse_faulthandler(text)
+
+
+_RENDER_HEAD = re.compile(r"^(\d+) threads?: (.*?)\s*$")
+_RENDER_FRAME = re.compile(r"^    (.+?) \((.+?)(?::(\d+))?\)\s*$")
+_RENDER_STATUS = re.compile(r"^(.*) \(([\w+?]*)\)$")
+
+
+def parse_rendered(text: str) -> tuple[ThreadStack, ...]:
+    """The harness's own `hang_dump.txt` (render_text: `2 threads: a, b (idle)` then indented
+    frames): one ThreadStack per named thread, so a dump kept with a trial diagnoses as it did."""
+    threads: list[ThreadStack] = []
+    names: list[tuple[str, str]] = []
+    frames: list[Frame] = []
+
+    def close() -> None:
+        threads.extend(ThreadStack(name=n, thread_id=f"{n}#{len(threads) + i}", status=st, frames=tuple(frames))
+                       for i, (n, st) in enumerate(names))
+
+    for line in text.splitlines():
+        head = _RENDER_HEAD.match(line)
+        if head:
+            close()
+            frames = []
+            listed = head.group(2)
+            common = _RENDER_STATUS.match(listed)
+            status = ""
+            if common and "," not in common.group(2):
+                listed, status = common.group(1), common.group(2)
+            names = []
+            for part in listed.split(", "):
+                own = _RENDER_STATUS.match(part)
+                names.append((own.group(1), own.group(2)) if own and not status else (part, status))
+            continue
+        f = _RENDER_FRAME.match(line) if names else None
+        if f:
+            frames.append(Frame(name=f.group(1), filename=f.group(2), line=int(f.group(3) or 0)))
+    close()
+    return tuple(threads)

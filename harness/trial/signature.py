@@ -194,8 +194,7 @@ class RunFailure:
 def run_failures(text: str, *, extra: Iterable[str] = ()) -> list[RunFailure]:
     """Every distinct failure a run printed, in order of first appearance: each thread's own
     exception (not a consequence of another's, not a finaliser's, not a warning), and a native
-    crash, which keeps its own entry even after an exception (a run may show F2 and then R5's
-    segfault). `extra`: tracebacks the run's thread hook recorded that the output may lack (a
+    crash (after an exception, shown as the first one's `then`, as crash_signature keys it). `extra`: tracebacks the run's thread hook recorded that the output may lack (a
     program that replaced sys.stderr or threading.excepthook after start-up)."""
     found: dict[str, list] = {}
 
@@ -215,7 +214,11 @@ def run_failures(text: str, *, extra: Iterable[str] = ()) -> list[RunFailure]:
                 and (tb.thread, tb.exc_type) not in covered):
             add(exception_signature(tb), tb.thread)
     native = _native_signature(text)
-    if native is not None:
+    if native is not None and found:
+        # A native crash after a thread's exception is its aftermath (v5): shown, not a failure of its own.
+        first = next(iter(found.values()))
+        first[0] = dataclasses.replace(first[0], then=native.summary)
+    elif native is not None:
         add(native, None)
     if not found:
         bare = bare_exception(text, known_only=True)

@@ -10,14 +10,19 @@ lazy torch point wrappers, dflash.faults handler) and print one line
 Only if HARNESS_EXPOSURE is set (the runner sets it unless the trial turns exposure off): install
 the exposure probes (harness.faults.exposure), which count the races' windows into that file;
 after the plan, so that a probe's region opens inside the plan's delays at the same point.
-Without either variable nothing of the harness is imported and nothing is patched, so the cost is
-two faulthandler calls.
+Only if HARNESS_FIXES is set (`harness stress --fix`): apply those registry fixes to the unmodified
+program (harness.inject), print `HARNESS_FIXES <names>` at start and how often each acted at exit.
+Without these variables nothing of the harness is imported and nothing is patched, so the cost is
+two faulthandler calls and a thread hook.
 """
 
 import faulthandler
+import json
 import os
 import signal
 import sys
+import threading
+import traceback
 from types import ModuleType
 
 
@@ -46,17 +51,12 @@ def _install_plan(scheduler: ModuleType, value: str) -> None:
 
 
 def _record_thread_errors(path: str) -> None:
-    import threading
-
     previous = threading.excepthook
 
     def recording_hook(args) -> None:
         # SystemExit in a thread is a quiet exit (the default hook ignores it too).
         if args.exc_type is not SystemExit:
             try:
-                import json
-                import traceback
-
                 text = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
                 record = {"thread": getattr(args.thread, "name", None), "type": args.exc_type.__qualname__,
                           "message": str(args.exc_value)[:2000], "traceback": text[-20000:]}
@@ -95,6 +95,21 @@ if os.environ.get("HARNESS_PLAN"):
     except ImportError as e:  # PYTHONPATH lacks the repo root: say so instead of running unplanned
         _fail(f"cannot import harness.faults.scheduler: {e}")
     _install_plan(scheduler, os.environ["HARNESS_PLAN"])
+if os.environ.get("HARNESS_FIXES"):
+    try:
+        from harness import inject
+        from harness.guard import GuardError
+    except ImportError as e:
+        _fail(f"cannot import harness.inject: {e}", "HARNESS_FIXES")
+    try:
+        _guard = inject.install(os.environ["HARNESS_FIXES"])
+    except GuardError as e:
+        _fail(str(e), "HARNESS_FIXES")
+    sys.stderr.write(f"HARNESS_FIXES {','.join(_guard.names) or 'none'}\n")
+    sys.stderr.flush()
+    import atexit
+
+    atexit.register(lambda: sys.stderr.write(f"HARNESS_FIXES acted: {_guard.describe()}\n"))
 if os.environ.get("HARNESS_EXPOSURE"):
     try:
         from harness.faults import exposure
