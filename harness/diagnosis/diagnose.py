@@ -23,11 +23,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.campaign.cells import strategy_of
+from harness.guard import Guard, GuardError
 from harness.diagnosis.catalogue import (Catalogue, Count, Evidence, Race, RecordSource, VersionEvidence, count, load,
                                         major_minor)
 from harness.stores.discovery import TrialNotFound, find_trial, trial_stores_given
@@ -71,6 +73,8 @@ class Failure:
     """How often the run printed it (each thread's traceback counts)."""
     detail: str = ""
     """The run's outcome detail (a HANG's kind, a TIMEOUT's busy cores)."""
+    command: tuple[str, ...] = ()
+    """The user's command (a stress run's), for the `stress --fix` line."""
 
     @property
     def run_id(self) -> str:
@@ -124,6 +128,8 @@ class Finding:
     count: int = 0
     """Tracebacks (or dumps) in all: a run may print one failure from several threads."""
     detail: str = ""
+    try_fixes: str = ""
+    """`harness stress --fix ...` on the user's own command: the measured fixes, raw beside them."""
     matches: list[Match] = field(default_factory=list)
     fixes: list[FixLine] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)
@@ -309,6 +315,28 @@ def repro_commands(race: Race, catalogue: Catalogue) -> list[str]:
     return out
 
 
+def try_fixes_command(fixes: Sequence[FixLine], command: Sequence[str], limit: int = 3) -> str:
+    """`stress --fix none --fix A ...` on the user's command: the fixes with hooks that held against
+    the race (on this torch first), raw beside them on the same seeds."""
+    sets: list[str] = []
+    for line in sorted(fixes, key=lambda f: (not f.same_torch, f.held() is not True)):
+        if line.held() is not True:
+            continue
+        names = tuple(line.name.replace("+", ",").split(","))
+        try:
+            guard = Guard(names)
+        except GuardError:
+            continue                            # a script argument (`--x`), not a registry fix
+        if guard.policies or ",".join(guard.names) in sets:
+            continue
+        sets.append(",".join(guard.names))
+    if not sets:
+        return ""
+    cmd = " ".join(shlex.quote(a) for a in command) if command else "python YOUR_PROGRAM.py"
+    return (f"python -m harness stress -p 2 --max-runs 20 --fix none "
+            + " ".join(f"--fix {s}" for s in sets[:limit]) + f" -- {cmd}")
+
+
 def diagnose(failures: Iterable[Failure], *, catalogue: Catalogue | None = None,
              records_of: RecordSource | None = None) -> list[Finding]:
     """One finding per distinct signature and race, most runs first. Runs of one signature split
@@ -337,6 +365,7 @@ def diagnose(failures: Iterable[Failure], *, catalogue: Catalogue | None = None,
             finding.versions = version_lines(race, records_of)
             finding.repros = repro_commands(race, catalogue)
             finding.hint = race.hint
+            finding.try_fixes = try_fixes_command(finding.fixes, first.command)
         elif matches:
             finding.hint = catalogue.race(matches[0].race).hint
         findings.append(finding)
@@ -516,10 +545,13 @@ def _from_folder(folder: Path) -> list[Failure]:
             data = json.loads(spec.read_text())
             fixes = tuple(data.get("fixes") or ()) or tuple(
                 f for f in str((data.get("env") or {}).get("HARNESS_FIXES", "")).split(",") if f and f != "none")
+            workload = data.get("workload") or {}
+            command = tuple(workload.get("argv") or ()) if workload.get("kind") == "command" else ()
         except (ValueError, AttributeError):
-            fixes = ()
+            fixes, command = (), ()
         for failure in failures:
             failure.fixes = fixes or failure.fixes
+            failure.command = command
     return failures
 
 
@@ -569,6 +601,8 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
             if f.race is not None:
                 out.append(f"    held on this torch: {', '.join(held) if held else 'no measured fix'}"
                            + (f"; reproduce: {f.repros[0]}" if f.repros else ""))
+            if f.try_fixes:
+                out.append(f"    try on your program: {f.try_fixes}")
             continue
         out += [head, f"  {f.verdict()}" + (f" on torch {f.torch}" if f.torch else "")]
         for m in f.matches[:width]:
@@ -579,6 +613,8 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
             out += [f"    {line.text()}" for line in f.fixes]
         out += [f"  {line}" for line in f.versions]
         out += [f"  reproduce: {c}" for c in f.repros]
+        if f.try_fixes:
+            out.append(f"  try the fixes on your program (no edit): {f.try_fixes}")
         if f.hint:
             out.append(f"  hint: {f.hint}")
         shown = ", ".join(f.sources[:3]) + (f" and {len(f.sources) - 3} more" if len(f.sources) > 3 else "")
