@@ -23,8 +23,9 @@ from harness.analysis.crosstab import CrosstabError
 from harness.args import Parser, UsageError
 from harness.campaign.spec import MatrixError
 from harness.campaign.replay import ReplayError
-from harness.commands import (benches, crosstab, diagnose, doctor, exposure_cost, families, lift, matrix, merge,
-                              pack, price, replay, report, resign, retire, run, show, shrink, stress, warmup)
+from harness.commands import (benches, crosstab, diagnose, doctor, evidence, exposure_cost, families, lift, matrix,
+                              merge, pack, price, replay, repro, report, resign, retire, run, show, shrink, stress,
+                              warmup)
 from harness.diagnosis.catalogue import CatalogueError
 from harness.diagnosis.diagnose import DiagnoseError
 from harness.faults.scheduler import InvalidPlan
@@ -35,7 +36,7 @@ COMMANDS: dict[str, ModuleType] = {
     # running trials
     "matrix": matrix, "stress": stress, "replay": replay, "shrink": shrink, "run": run, "lift": lift,
     # naming failures
-    "diagnose": diagnose, "doctor": doctor, "show": show,
+    "diagnose": diagnose, "doctor": doctor, "show": show, "repro": repro, "evidence": evidence,
     # reading stores
     "report": report, "families": families, "crosstab": crosstab, "price": price, "benches": benches,
     "warmup": warmup, "exposure-cost": exposure_cost,

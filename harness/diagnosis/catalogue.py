@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import json
 import re
 import tomllib
 from collections.abc import Sequence
@@ -22,6 +23,8 @@ from harness.faults.exposure import PROBES
 from harness.stores.store import Store
 
 CATALOGUE_PATH = Path(__file__).with_name("races.toml")
+EVIDENCE_PATH = Path(__file__).with_name("evidence.json")
+"""The counts the catalogue cites, for an installation without the stores (harness.diagnosis.evidence)."""
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: store paths in the catalogue are relative to it."""
 KINDS = ("race", "compiler-bug", "generic")
@@ -328,6 +331,10 @@ def count(evidence: Evidence, race: Race, records_of: "RecordSource") -> Count |
     count: no replays, only trials that count (not timeouts, out-of-memory or harness errors)."""
     if evidence.store is None:
         return None
+    exists = getattr(records_of, "exists", None)
+    if exists is not None and not exists(evidence.store):
+        # An installed package has no results/: the counts it ships (harness.diagnosis.evidence).
+        return shipped().get(evidence_key(evidence, race), Count(k=0, n=0, failed=0, torch=()))
     k = n = failed = 0
     torches: set[str] = set()
     for r in records_of(evidence.store):
@@ -341,6 +348,19 @@ def count(evidence: Evidence, race: Race, records_of: "RecordSource") -> Count |
             failed += 1
             k += race.summary_re.search(r.signature_summary or "") is not None
     return Count(k=k, n=n, failed=failed, torch=tuple(sorted(torches)))
+
+
+def evidence_key(evidence: Evidence, race: Race) -> str:
+    return f"{race.id}|{evidence.store}|{','.join(evidence.cells)}"
+
+
+@functools.cache
+def shipped(path: Path = EVIDENCE_PATH) -> dict[str, Count]:
+    """The counts shipped in the package, by evidence_key ({} without the file)."""
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return {k: Count(k=v[0], n=v[1], failed=v[2], torch=tuple(v[3])) for k, v in data.get("counts", {}).items()}
 
 
 class RecordSource:

@@ -301,6 +301,17 @@ def fix_lines(race: Race, torch: str | None, records_of: RecordSource) -> list[F
 
 
 _REPRO_DIR = Path(__file__).resolve().parents[2] / "repro"
+"""The checkout's repro/, or the one an installed package carries beside harness/."""
+
+
+def _script_path(script: str) -> str:
+    """The script as a user types it from here: relative inside the current folder, else absolute
+    (an installed package's scripts live in site-packages)."""
+    path = _REPRO_DIR / f"{script}.py"
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def repro_commands(race: Race, catalogue: Catalogue) -> list[str]:
@@ -311,7 +322,7 @@ def repro_commands(race: Race, catalogue: Catalogue) -> list[str]:
         script = row.script if row else next((p.stem for p in sorted(_REPRO_DIR.glob(f"{rid}_*.py"))), rid)
         plan = f" --plan {row.plan}" if row and row.plan else ""
         args = "".join(f" {a}" for a in row.args) if row else ""
-        out.append(f"python -m harness stress -p 2 --max-runs 10{plan} -- python repro/{script}.py{args}")
+        out.append(f"python -m harness stress -p 2 --max-runs 10{plan} -- python {_script_path(script)}{args}")
     return out
 
 
