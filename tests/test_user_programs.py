@@ -155,3 +155,16 @@ def test_a_deadlock_is_a_hang_under_every_plan(tmp_path, plan):
     p = _cli("stress", "-p", "1", "--max-runs", "1", "--timeout", "8", *args, "--", "python",
              str(SCRIPTS / "deadlock.py"))
     assert "outcomes: HANG:1" in p.stdout, p.stdout + p.stderr[-1500:]
+
+
+def test_the_caching_allocators_graph_pool_abort_is_the_shared_pool_race():
+    """A reduce-overhead graph warmed in the main thread, then called from three threads (H200,
+    torch 2.11): besides F1c's Python faces, some runs abort in the allocator's graph-pool code."""
+    failure = diagnose.Failure(
+        source="run", outcome="ABORT", key="c10-Error-x", summary="c10::Error at ?: invalid device pointer: <hex>",
+        text="terminate called after throwing an instance of 'c10::Error'\n  what():  invalid device pointer: 0x7f2c\n",
+        native="#0 c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::free (libc10_cuda.so)\n"
+               "#1 c10::cuda::CUDACachingAllocator::Native::(anonymous namespace)::GraphReuseContext::release "
+               "(libc10_cuda.so)\n", torch="2.11.0+cu130")
+    (finding,) = diagnose.diagnose([failure])
+    assert finding.race == "F1c", finding.verdict()

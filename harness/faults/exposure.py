@@ -98,13 +98,15 @@ PROBES: dict[str, Probe] = {
               why="a CUDAGraph-Trees manager looked up from a thread whose TLS holds no tree "
               "containers (pytorch#123177); counted once per thread"),
         Probe(name="cudagraph-record-overlap", window="F1c", points=("cudagraph.record",), cuda=True,
-              why="a thread starts recording a CUDA graph while another is recording: one tree "
-              "manager's state, without a lock on 2.11 (PR #184357); any two trees count, so "
-              "per-thread trees are not told apart"),
+              why="two threads inside cudagraph trees at once: one starts recording while another "
+              "records, or enters a tree's run (warm-up, record or replay) while another is in one: "
+              "one manager's state and pool, without a lock on 2.11 (PR #184357). Any two trees "
+              "count, so per-thread trees are not told apart; a program whose trees are per-thread "
+              "reads as exposed. cudagraph.run adds its openings where it resolves"),
         Probe(name="compiled-call-during-record", window="capture",
               points=("cudagraph.record", "compiled.call"), cuda=True,
-              why="a compiled call starts while another thread records a CUDA graph: its kernels "
-              "meet the capture (pytorch#172390)"),
+              why="a compiled call or a tree's run starts while another thread records a CUDA "
+              "graph: its kernels meet the capture (pytorch#172390)"),
         Probe(name="drafter-first-step", window=FIRST_STEP, stages="dflash.step",
               why="two drafter threads inside their first compiled step (drafter.before_forward "
               "to drafter.after_backward) at once, where their compiles meet"),
@@ -112,8 +114,8 @@ PROBES: dict[str, Probe] = {
 }
 
 # Regions, named after the points that open them.
-TRACE, CONVERT, RESET, BACKWARD, RECORD = ("fx.trace", "dynamo.convert_frame", "dynamo.reset",
-                                           "aot.backward_compile", "cudagraph.record")
+TRACE, CONVERT, RESET, BACKWARD, RECORD, RUN = ("fx.trace", "dynamo.convert_frame", "dynamo.reset",
+                                                "aot.backward_compile", "cudagraph.record", "cudagraph.run")
 
 
 class Exposure:
@@ -142,8 +144,9 @@ class Exposure:
             (BACKWARD, "before"): self._backward_start,
             ("cudagraph.get_container", "before"): self._get_container,
             (RECORD, "before"): self._record_start,
+            (RUN, "before"): self._run_start,
         }
-        for region in (TRACE, CONVERT, RESET, BACKWARD, RECORD):
+        for region in (TRACE, CONVERT, RESET, BACKWARD, RECORD, RUN):
             self._on[(region, "after")] = self._on[(region, "raise")] = self._leaver(region)
 
     # --------------------------------------------------------------------------- entry points
@@ -217,6 +220,14 @@ class Exposure:
         if self.regions.others_inside(RECORD, thread):
             self.opened("F1c")
         self.regions.enter(RECORD, thread)
+
+    def _run_start(self, thread: int) -> None:
+        regions = self.regions
+        if regions.others_inside(RUN, thread):
+            self.opened("F1c")
+        if regions.others_inside(RECORD, thread):
+            self.opened("capture")
+        regions.enter(RUN, thread)
 
     def _get_container(self, thread: int) -> None:
         if thread in self._tls_checked:
@@ -309,8 +320,12 @@ def _cuda_initialised() -> bool:
 _active: Exposure | None = None
 
 
+OPTIONAL_POINTS = (RUN,)
+"""Points that add openings where they resolve but do not decide whether a window is measured."""
+
+
 def needed_points() -> list[str]:
-    return sorted({name for p in PROBES.values() for name in p.points})
+    return sorted({name for p in PROBES.values() for name in p.points} | set(OPTIONAL_POINTS))
 
 
 def install(path: str | None) -> Exposure:

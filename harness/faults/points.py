@@ -120,6 +120,13 @@ TORCH_POINTS: dict[str, Point] = {
             why="graph recording, with no lock around the manager's runtime (F1c/F1d)",
         ),
         Point(
+            name="cudagraph.run",
+            targets=("torch._inductor.cudagraph_trees:CUDAGraphTreeManager.run",),
+            why="every call of a cudagraph-tree function (warm-up, record or replay) goes through its "
+            "manager's run: two threads inside one tree's runs share its pool and its current node "
+            "(F1c, recording or replaying)",
+        ),
+        Point(
             name="compiled.call",
             targets=(
                 "torch._dynamo.eval_frame:is_fx_symbolic_tracing",
