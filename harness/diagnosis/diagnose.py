@@ -178,6 +178,12 @@ def match(failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> l
     matches: list[Match] = []
     if family not in ("other", "?"):
         race = catalogue.race(family)
+        if race.native and failure.native and _first_hit(race.native, failure.native) is None:
+            # The message is the race's, its own native frames are not there, another's are: that
+            # other (a daemon thread ended at exit prints stash-exit-finalize's terminate message).
+            other = [m for m in _by_native(failure, catalogue) if m.race != race.id]
+            if other:
+                return other
         ev = [f"signature summary matches /{_which(race.summary, failure.summary or '')}/"]
         score = SUMMARY_SCORE + _extra(race, failure, ev)
         matches.append(Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=ev))
@@ -425,6 +431,11 @@ def failures_of(record: TrialResult, art=None) -> list[Failure]:
                    torch=record.torch_version, fixes=tuple(s for s in strategy.split("+") if s and s != "raw"),
                    run=record.trial_id, detail=record.detail)
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
+    if record.outcome.name == "HANG" and entries:
+        # A thread died before the rest hung (a producer whose consumer then waits forever): the
+        # hang and each printed failure are findings of the run.
+        return [base] + [dataclasses.replace(base, outcome="CRASH", key=e["key"], summary=e.get("summary"),
+                                             count=int(e.get("count") or 1), detail="") for e in entries]
     if record.outcome.name not in ("CRASH", "ABORT") or len(entries) < 2:
         return [base]
     return [dataclasses.replace(base, key=e["key"], summary=e.get("summary"), count=int(e.get("count") or 1))

@@ -1,12 +1,13 @@
 """A silent, CPU-bound compiled training loop that runs past a short deadline: busy, not hung.
 
 User program: a hyper-parameter sweep trial. Two threads each train their own small MLP with a
-torch.compile'd loss (backend="eager", compiled and warmed once in the main thread), for a fixed time budget of 25 s (a "train for N seconds"
-trial), printing nothing until the end; the main thread joins them and prints both final losses.
+shared torch.compile'd loss (backend="eager", compiled and warmed once in the main thread), for
+a fixed time budget of 25 s (a "train for N seconds" trial), printing nothing until the end; the
+main thread joins them and prints both final losses.
 What should happen: no failure, no race; the program is simply slower than the deadline its
 entry gives it (timeout = 12 s). The CPU is busy the whole time (both cores), the output silent,
 so a run killed at the deadline must be called TIMEOUT (busy past its deadline), not HANG.
-Given 60 s it exits 0 after ~27 s.
+Given 60 s it exits 0 after ~29 s here.
 Expected classification: TIMEOUT (under the entry's 12 s deadline).
 """
 

@@ -8,7 +8,8 @@ compiled call recompiles for the new shape and Dynamo raises `torch._dynamo.exc.
 RuntimeError when making fake tensor call` (`a and b must have same reduction dim, but got
 [8, s27] X [32, 16]`, after an `E... fake_tensor.py ... failed while attempting to run meta for
 aten.mm.default` log block) in the producer; the producer does not catch it,
-threading.excepthook prints `Exception in thread producer:`, and the sentinel is never sent. The main thread prints `pipeline started` and joins the consumer.
+threading.excepthook prints `Exception in thread producer:`, and the sentinel is never sent.
+The main thread prints `pipeline started` and joins the consumer.
 What should happen: a hang after a deterministic error, no torch race: the same batch fails every
 run (a shape bug, not a race), then the consumer blocks in queue.get() and the main thread in
 join(), CPU idle. Expected classification: HANG (a traceback was printed, but the run's end is a

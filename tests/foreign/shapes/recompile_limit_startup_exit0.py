@@ -8,9 +8,10 @@ and each serves 20 requests of the same shape. Nothing fails; the program prints
 What should happen: F10, silently. Every worker that finds no cache entry compiles the frame
 again and adds another cache entry to the same code object (duplicate compiles); after
 config.recompile_limit (8) entries Dynamo gives up on the frame and the remaining workers run
-the function eagerly, with a `torch._dynamo hit config.recompile_limit (8)` warning naming
-`last reason: ... Unexpected recompilation: runtime guards failed even though they passed during
-recompilation-reason analysis` printed once to stderr. No exception, exit 0: the finding is the
+the function eagerly. Each of those workers logs a `W... torch/_dynamo/convert_frame.py ...]
+[0/N] torch._dynamo hit config.recompile_limit (8)` warning block (N = 8..15: 8 blocks with 16
+workers) naming `last reason: 0/7: Unexpected recompilation: runtime guards failed even though
+they passed during recompilation-reason analysis`. No exception, exit 0: the finding is the
 warning (duplicate compiles, a compiled path silently lost for some threads).
 Expected classification: OK at exit 0 with an F10 warning (harness should surface F10 as a
 finding, not a crash).
