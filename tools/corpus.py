@@ -34,7 +34,8 @@ CORPUS = ROOT / "tests" / "foreign" / "corpus.toml"
 OUTCOMES = ("OK", "CRASH", "ABORT", "HANG", "TIMEOUT", "WRONG_RESULT", "DETERMINISTIC")
 FAILING = ("CRASH", "ABORT", "HANG", "TIMEOUT", "WRONG_RESULT")
 OWN_CODE = "own-code"
-"""A hang of the program's own code, or a slow run: no race, and said so."""
+"""A hang of the program's own code, one that followed a thread's failure, or a slow run: no race of
+its own, and said so."""
 
 
 class CorpusError(ValueError):
@@ -130,7 +131,8 @@ def run_one(p: Program, *, python: str, runs: int | None = None, parallel: int =
                                   capture_output=True, text=True, cwd=ROOT, timeout=300)
             findings = json.loads(diag.stdout)["findings"] if diag.returncode == 0 else []
             for f in findings:
-                own = f.get("verdict", "").startswith(("a hang of the program's own code", "slow, not hung"))
+                own = f.get("verdict", "").startswith(("a hang of the program's own code", "slow, not hung",
+                                                        "a hang that followed a thread's failure"))
                 race = f.get("race") or (OWN_CODE if own else "unknown")
                 target = found.found_warnings if f.get("outcome") == "OK" else found.found_races
                 if race not in target:
@@ -220,11 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     text = table(found, torch=torch, host=host)
     print(text)
     if a.out:
-        stem = Path(a.out).with_suffix("")
+        stem = Path(a.out)
         stem.parent.mkdir(parents=True, exist_ok=True)
-        stem.with_suffix(".md").write_text(text + "\n\nCommand: python -m tools.corpus "
+        Path(f"{stem}.md").write_text(text + "\n\nCommand: python -m tools.corpus "
                                            + " ".join(argv if argv is not None else sys.argv[1:]) + "\n")
-        stem.with_suffix(".json").write_text(json.dumps({"torch": torch, "host": host,
+        Path(f"{stem}.json").write_text(json.dumps({"torch": torch, "host": host,
                                                          "programs": [asdict(f) for f in found]}, indent=1) + "\n")
     judged = [f for f in found if not f.verdict.startswith("skipped")]
     return 0 if all(f.ok for f in judged) else 1

@@ -101,6 +101,8 @@ class Race:
     faces: tuple[str, ...] = ()
     """Generic families (segv, ...) this race may show as, when `context` matches the run."""
     context: tuple[str, ...] = ()
+    reports: tuple[str, ...] = ()
+    """Public reports of this failure (`project#N (year): what reproduced where`), from the corpus."""
     warnings: tuple[str, ...] = ()
     """Regexes over the output of a run that did not fail: the race's face at warning level (a
     recompile limit hit, an eager fallback), a finding even at exit 0."""
@@ -229,7 +231,7 @@ def _race(raw: dict) -> Race:
     where = f"race {raw.get('id', '?')}"
     unknown = set(raw) - {"id", "title", "kind", "needs_cuda", "summary", "messages", "native", "probe",
                           "exposure", "repros", "upstream", "reference", "hint", "faces", "context", "fixes",
-                          "versions", "warnings"}
+                          "versions", "warnings", "reports"}
     if unknown:
         raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
     if raw.get("kind") not in KINDS:
@@ -263,6 +265,7 @@ def _race(raw: dict) -> Race:
                 upstream=_strs(raw, "upstream", where), reference=raw.get("reference", ""),
                 hint=raw.get("hint", ""), faces=_strs(raw, "faces", where),
                 context=_strs(raw, "context", where), warnings=_strs(raw, "warnings", where),
+                reports=_strs(raw, "reports", where),
                 fixes=fixes, versions=versions)
 
 

@@ -45,6 +45,7 @@ MESSAGE_SCORE = 0.5
 NATIVE_SCORE = 0.5
 SUSPECT_SCORE = 0.4
 WARNING_SCORE = 0.8
+AFTER_FAILURE = "after a thread of the run failed"
 OWN_HANG = re.compile(r"a deadlock in the program's own locks|a lost wake-up in the program's own code|"
                       r"the program's own threads wait")
 """trial.blocking's words for a hang in the program's own code (no torch frame in the way)."""
@@ -128,6 +129,8 @@ class Finding:
     count: int = 0
     """Tracebacks (or dumps) in all: a run may print one failure from several threads."""
     detail: str = ""
+    reports: list[str] = field(default_factory=list)
+    """Public reports of the race (catalogue `reports`)."""
     try_fixes: str = ""
     """`harness stress --fix ...` on the user's own command: the measured fixes, raw beside them."""
     matches: list[Match] = field(default_factory=list)
@@ -144,6 +147,9 @@ class Finding:
     def verdict(self) -> str:
         if self.outcome == "TIMEOUT":
             return f"slow, not hung: {self.detail or 'still working at its deadline'}"
+        if self.outcome == "HANG" and not self.race and self.detail.startswith(AFTER_FAILURE):
+            return ("a hang that followed a thread's failure in the same run (a consumer waiting for what the "
+                    "failed thread never sent): that failure, named on its own line, is the cause")
         if self.outcome == "HANG" and not self.race and OWN_HANG.search(self.detail):
             return f"a hang of the program's own code, not a torch race: {self.detail.split('; ', 2)[-1]}"
         if not self.matches:
@@ -383,6 +389,7 @@ def diagnose(failures: Iterable[Failure], *, catalogue: Catalogue | None = None,
             finding.repros = repro_commands(race, catalogue)
             finding.hint = race.hint
             finding.try_fixes = try_fixes_command(finding.fixes, first.command)
+            finding.reports = list(race.reports)
         elif matches:
             finding.hint = catalogue.race(matches[0].race).hint
         findings.append(finding)
@@ -434,6 +441,7 @@ def failures_of(record: TrialResult, art=None) -> list[Failure]:
     if record.outcome.name == "HANG" and entries:
         # A thread died before the rest hung (a producer whose consumer then waits forever): the
         # hang and each printed failure are findings of the run.
+        base.detail = f"{AFTER_FAILURE}; {record.detail}"
         return [base] + [dataclasses.replace(base, outcome="CRASH", key=e["key"], summary=e.get("summary"),
                                              count=int(e.get("count") or 1), detail="") for e in entries]
     if record.outcome.name not in ("CRASH", "ABORT") or len(entries) < 2:
@@ -637,6 +645,7 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
         out += [f"  reproduce: {c}" for c in f.repros]
         if f.try_fixes:
             out.append(f"  try the fixes on your program (no edit): {f.try_fixes}")
+        out += [f"  reported: {r}" for r in f.reports]
         if f.hint:
             out.append(f"  hint: {f.hint}")
         shown = ", ".join(f.sources[:3]) + (f" and {len(f.sources) - 3} more" if len(f.sources) > 3 else "")
