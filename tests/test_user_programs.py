@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.diagnosis import catalogue as catalogue_module
 from harness.diagnosis import diagnose
 from harness.trial import hangs
 
@@ -104,12 +105,14 @@ def test_a_recompile_limit_at_exit_0_is_a_finding(tmp_path):
     assert "F10 at exit 0 in 1 run" in diagnose.summary_line([finding])
 
 
-def test_no_record_is_not_read_as_not_reproduced(tmp_path):
+def test_no_record_is_not_read_as_not_reproduced(tmp_path, monkeypatch):
+    monkeypatch.setattr(catalogue_module, "shipped", lambda: {})   # neither the stores nor their counts
     catalogue = diagnose.load()
     empty = diagnose.RecordSource(root=tmp_path)        # an installation without the stores
     race = catalogue.race("F2")
     lines = diagnose.version_lines(race, empty) + [f.text() for f in diagnose.fix_lines(race, "2.13.0", empty)]
     assert lines and not any("0/0" in line or "not reproduced" in line for line in lines), lines
+    assert any("no record" in line for line in lines)
 
 
 # ---------------------------------------------------------------------------------- stress

@@ -64,6 +64,7 @@ stored v7 failures with artefacts keep their keys.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -208,11 +209,16 @@ def run_failures(text: str, *, extra: Iterable[str] = ()) -> list[RunFailure]:
     hooked = [tb for block in extra for tb in parse_tracebacks(block) if tb.short_type not in SECONDARY_TYPES]
     for tb in hooked:
         add(exception_signature(tb), tb.thread)
-    covered = {(tb.thread, tb.exc_type) for tb in hooked}
+    # The output prints the hooked ones again, possibly interleaved past telling their threads
+    # apart: each hooked exception type stands for that many printed ones.
+    covered = collections.Counter(tb.exc_type for tb in hooked)
     for tb in parse_tracebacks(text):
-        if (tb.short_type not in SECONDARY_TYPES and not tb.unraisable and not tb.handled
-                and (tb.thread, tb.exc_type) not in covered):
-            add(exception_signature(tb), tb.thread)
+        if tb.short_type in SECONDARY_TYPES or tb.unraisable or tb.handled:
+            continue
+        if covered[tb.exc_type] > 0:
+            covered[tb.exc_type] -= 1
+            continue
+        add(exception_signature(tb), tb.thread)
     native = _native_signature(text)
     if native is not None and found:
         # A native crash after a thread's exception is its aftermath (v5): shown, not a failure of its own.
