@@ -15,11 +15,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(opts: argparse.Namespace) -> int:
-    data = evidence.build()
     if opts.check:
-        fresh = evidence.EVIDENCE_PATH.is_file() and evidence.EVIDENCE_PATH.read_text() == evidence.render(data)
-        print(f"{evidence.EVIDENCE_PATH}: {'up to date' if fresh else 'stale: run python -m harness evidence'}")
-        return 0 if fresh else 1
+        stale = evidence.stale()
+        print(f"{evidence.EVIDENCE_PATH}: {'stale: run python -m harness evidence' if stale else 'up to date'}")
+        return 1 if stale else 0
+    data = evidence.build()
     evidence.write(data)
     print(f"{evidence.EVIDENCE_PATH}: {len(data['counts'])} counts from {len(data['stores'])} stores")
     return 0

@@ -356,7 +356,7 @@ def try_fixes_command(fixes: Sequence[FixLine], command: Sequence[str], limit: i
     if not sets:
         return ""
     cmd = " ".join(shlex.quote(a) for a in command) if command else "python YOUR_PROGRAM.py"
-    return (f"python -m harness stress -p 2 --max-runs 20 --fix none "
+    return ("python -m harness stress -p 2 --max-runs 20 --fix none "
             + " ".join(f"--fix {s}" for s in sets[:limit]) + f" -- {cmd}")
 
 

@@ -32,13 +32,12 @@ def build(catalogue: Catalogue | None = None, records_of: RecordSource | None = 
     """The file's content, counted from the stores now."""
     catalogue = catalogue or load()
     records_of = records_of or RecordSource()
+    present = [(e, race) for e, race in cited(catalogue) if records_of.exists(e.store)]
     counts = {}
-    for evidence, race in cited(catalogue):
-        if not records_of.exists(evidence.store):
-            continue
+    for evidence, race in present:
         c = count(evidence, race, records_of)
         counts[evidence_key(evidence, race)] = [c.k, c.n, c.failed, list(c.torch)]
-    stores = sorted({e.store for e, _ in cited(catalogue) if records_of.exists(e.store)})
+    stores = sorted({e.store for e, _ in present})
     return {"about": "k/n per race and store cells, counted from these stores by `python -m harness evidence`",
             "stores": stores, "counts": dict(sorted(counts.items()))}
 

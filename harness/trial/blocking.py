@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.trial.frames import module_of
-from harness.trial.hangs import Frame, ThreadStack
+from harness.trial.frames import is_library, is_torch, module_of
+from harness.trial.hangs import ThreadStack
 from harness.trial.signature import in_hang_key
 
 OWN_LOCK_CYCLE = "own-lock-cycle"
@@ -34,7 +34,6 @@ _SYNC_WAITS = {
     ("concurrent.futures.thread", "shutdown"): "an executor's shutdown",
 }
 _LOCK_NATIVE = ("acquire", "lock_PyThread", "sem_", "futex", "pthread_cond", "pthread_mutex")
-_LIBRARY_MARKERS = ("site-packages/", "dist-packages/", "/lib/python3", "<frozen")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,16 +65,6 @@ class HangKind:
         return f"{what}: {shown}{more}" if shown else what
 
 
-def _is_torch(frame: Frame) -> bool:
-    module = module_of(frame.filename)
-    return module == "torch" or module.startswith("torch.")
-
-
-def _is_library(frame: Frame) -> bool:
-    name = frame.filename.replace("\\", "/")
-    return any(m in name for m in _LIBRARY_MARKERS) or name.startswith("<")
-
-
 def blocked_on(t: ThreadStack) -> Blocked | None:
     """Where one thread waits: the innermost frames down to the first frame of the program's own
     code. None for a thread with no Python frame."""
@@ -90,10 +79,10 @@ def blocked_on(t: ThreadStack) -> Blocked | None:
         native.append(f.name)
     waits_on = ""
     for f in python:
-        if _is_torch(f):
+        if is_torch(f):
             return Blocked(thread=t.name, waits_on=f"{module_of(f.filename)}:{f.name.rsplit('.', 1)[-1]}",
                            at=f"{f}", in_torch=True, lock=False)
-        if not _is_library(f):
+        if not is_library(f):
             if not waits_on:
                 lock = any(any(m in n for m in _LOCK_NATIVE) for n in native)
                 waits_on = "a lock" if lock else "a call it made (a C-level wait, a sleep or a lock)"

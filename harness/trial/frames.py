@@ -78,6 +78,18 @@ def top_frames(frames: Iterable[Frame], limit: int = MAX_FRAMES) -> tuple[str, .
     return tuple(frame_id(f) for f in frames if is_meaningful(f))[:limit]
 
 
+def is_torch(frame: Frame) -> bool:
+    module = module_of(frame.filename)
+    return module == "torch" or module.startswith("torch.")
+
+
+def is_library(frame: Frame) -> bool:
+    """A frame of the standard library or an installed package: not the program's own code."""
+    path = frame.filename.replace("\\", "/")
+    return (path.startswith("<frozen") or "/site-packages/" in path or "/dist-packages/" in path
+            or re.search(r"/lib/python\d+\.\d+/", path) is not None)
+
+
 def torch_entry(frames: tuple[Frame, ...]) -> str | None:
     """Outermost meaningful torch frame: where the caller entered torch."""
     for frame in reversed(frames):

@@ -5,8 +5,8 @@ A trial's process tree is busy when its processes together burn CPU: a compile, 
 thread is blocked. Output and the heartbeat file say progress too, but a silent busy tree is not
 hung (a 50-thread compile program sat 66-117 s without a line) and a deadlocked one that printed
 a line at start is not progressing. `TreeClock` samples the CPU seconds of the trial's process
-group from /proc (Linux; elsewhere it reads 0 and only output counts); `busy_since` tells the
-watcher whether the tree used at least BUSY_FRACTION of one core since the last sample.
+group from /proc (Linux; elsewhere it reads 0 and only output counts); `sample` tells the watcher
+whether the tree used at least BUSY_FRACTION of one core since the previous sample.
 """
 
 from __future__ import annotations
@@ -27,10 +27,18 @@ WINDOW_S = 30.0
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def group_cpu(pgid: int, proc: Path = Path("/proc")) -> dict[int, tuple[float, str]]:
-    """pid -> (CPU seconds, command name) for the live processes of group `pgid`. The seconds are
-    user + system plus what the process collected from its waited-for children: a child that ran
-    and was reaped still counts."""
+@dataclass(frozen=True, slots=True)
+class Proc:
+    state: str
+    """/proc's state letter (`Z`: a zombie, waiting to be reaped)."""
+    cpu_s: float
+    """User + system seconds, plus what it collected from its waited-for children: a child that
+    ran and was reaped still counts."""
+    name: str
+
+
+def group_processes(pgid: int, proc: Path = Path("/proc")) -> dict[int, Proc]:
+    """pid -> Proc for the processes of group `pgid`, from /proc (Linux); {} elsewhere."""
     found = {}
     for entry in proc.glob("[0-9]*/stat"):
         try:
@@ -40,12 +48,9 @@ def group_cpu(pgid: int, proc: Path = Path("/proc")) -> dict[int, tuple[float, s
             continue
         # After the command name: state(0) ppid(1) pgrp(2) ... utime(11) stime(12) cutime(13) cstime(14)
         if len(fields) > 14 and int(fields[2]) == pgid:
-            found[int(entry.parent.name)] = (sum(int(x) for x in fields[11:15]) / _TICK, head.split("(", 1)[-1])
+            found[int(entry.parent.name)] = Proc(state=fields[0], cpu_s=sum(int(x) for x in fields[11:15]) / _TICK,
+                                                 name=head.split("(", 1)[-1])
     return found
-
-
-def group_cpu_s(pgid: int, proc: Path = Path("/proc")) -> float:
-    return sum(s for s, _ in group_cpu(pgid, proc).values())
 
 
 @dataclass(kw_only=True, slots=True)
@@ -57,12 +62,12 @@ class TreeClock:
     """(monotonic time, CPU seconds), oldest first, WINDOW_S long."""
     last: dict = field(default_factory=dict)
     before: dict = field(default_factory=dict)
-    """Per-process readings of the last two samples (group_cpu)."""
+    """Per-process readings of the last two samples (group_processes)."""
 
     def sample(self, now: float) -> bool:
         """Take a sample; True when the tree was busy since the previous one."""
-        self.before, self.last = self.last, group_cpu(self.pgid)
-        cpu = sum(s for s, _ in self.last.values())
+        self.before, self.last = self.last, group_processes(self.pgid)
+        cpu = sum(p.cpu_s for p in self.last.values())
         busy = False
         if self.samples:
             t0, c0 = self.samples[-1]
@@ -82,11 +87,9 @@ class TreeClock:
 
     def busiest(self) -> str:
         """The process that used the most CPU between the last two samples (`pid 7 cc1plus`)."""
-        deltas = [(s - self.before.get(pid, (0.0, ""))[0], pid, name) for pid, (s, name) in self.last.items()]
+        deltas = [(p.cpu_s - (self.before[pid].cpu_s if pid in self.before else 0.0), pid, p.name)
+                  for pid, p in self.last.items()]
         if not deltas or max(deltas)[0] <= 0:
             return ""
         _, pid, name = max(deltas)
         return f"pid {pid} {name}"
-
-    def window_s(self) -> float:
-        return self.samples[-1][0] - self.samples[0][0] if len(self.samples) >= 2 else 0.0

@@ -365,15 +365,7 @@ def _wait_group_gone(pgid: int) -> list[int]:
 
 def live_members(pgid: int) -> list[int]:
     """Non-zombie processes of a group, from /proc (Linux); [] elsewhere."""
-    pids = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = entry.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry.parent.name))
-    return pids
+    return [pid for pid, p in progress.group_processes(pgid).items() if p.state != "Z"]
 
 
 # ------------------------------------------------------------------------------ classification
@@ -428,7 +420,8 @@ def _classify(result: TrialResult, ending: _Ending, text: str, out: Path | None 
     else:
         _classify_exit(result, text, hooked)
         mark_resource(result)
-    if result.outcome is not Outcome.OK or hooked:
+    # _classify_exit_0 has read them already for a run that exited 0.
+    if result.failures is None and (result.outcome is not Outcome.OK or hooked):
         result.failures = [f.to_json() for f in signature.run_failures(text, extra=hooked_blocks(hooked))] or None
     if ending.survivors:
         result.outcome = Outcome.HARNESS_ERROR
@@ -531,6 +524,7 @@ def _classify_exit_0(result: TrialResult, text: str, hooked: list[dict]) -> None
                if not tb.unraisable and not tb.handled and tb.short_type not in ("SystemExit", "KeyboardInterrupt")]
     if hooked or printed:
         found = signature.run_failures(text, extra=hooked_blocks(hooked))
+        result.failures = [f.to_json() for f in found] or None
         sig = found[0].signature if found else signature.crash_signature(text, rc=1)
         threads = sorted({str(h.get("thread")) for h in hooked})
         what = (f"{len(hooked)} uncaught exception(s) in thread(s) {', '.join(threads[:4])}"

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from harness.trial.frames import frame_id, module_of
+from harness.trial.frames import frame_id, is_library, is_torch, module_of
 from harness.trial.hangs import Frame
 from harness.trial.messages import KNOWN_MESSAGES
 
@@ -407,7 +407,7 @@ def _pool_reraise(frames: tuple[Frame, ...]) -> Reraise | None:
             continue
         outer = [module_of(f.filename) for f in frames[k + 1:]]
         caller = next((f for f, m in zip(frames[k + 1:], outer) if not m.startswith(("concurrent.", "asyncio."))), None)
-        if caller is not None and _is_torch(caller):
+        if caller is not None and is_torch(caller):
             return None
         # asyncio's default executor names its threads `asyncio_<n>`.
         return Reraise(cut=k + 1, thread="asyncio" if any(m.startswith("asyncio.") for m in outer) else POOL_WORKER)
@@ -421,21 +421,10 @@ def _user_reraise(frames: tuple[Frame, ...], sources: tuple[str, ...]) -> Rerais
     Python then prints that function's frame twice, so the next frame inward is the same."""
     for k in range(1, min(len(frames), len(sources))):
         f, inner = frames[k], frames[k - 1]
-        if (sources[k].startswith("raise ") and not _is_library(f)
+        if (sources[k].startswith("raise ") and not is_library(f)
                 and (inner.filename, inner.name) != (f.filename, f.name)):
             return Reraise(cut=k, thread=None)
     return None
-
-
-def _is_torch(frame: Frame) -> bool:
-    module = module_of(frame.filename)
-    return module == "torch" or module.startswith("torch.")
-
-
-def _is_library(frame: Frame) -> bool:
-    path = frame.filename.replace("\\", "/")
-    return (path.startswith("<frozen") or "/site-packages/" in path or "/dist-packages/" in path
-            or re.search(r"/lib/python\d+\.\d+/", path) is not None)
 
 
 _GROUP_RULE = re.compile(r"^\s*\+[-+]")
