@@ -114,6 +114,8 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS, oracle_every: int = 0) -> int
         "device_plan": best[False]["device_plan"],
         "torch": best[False]["torch"],
         "fixes": best[False]["fixes"],  # resolved: a GPU preset's default is `recommended`
+        "fix_stats": best[False].get("fix_stats"),
+        "phases": best[False].get("phases"),
     }
     idle_text = "not measured" if idle is None else f"{idle:.1f}"
     print(f"tokens/s {absent:.1f} (fault points idle: {idle_text}, ratio "

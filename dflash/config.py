@@ -172,6 +172,10 @@ class CompileConfig:
     dynamic: bool | None = None
     inductor_workarounds: bool = True
     """Pass step.INDUCTOR_WORKAROUNDS (known compiler bugs, not races) to inductor."""
+    cache_artifacts: str | None = None
+    """A file of torch's portable compile caches (torch.compiler.save_cache_artifacts): loaded
+    before the first compile when it exists, rewritten after training; carries compiled kernels
+    to a fresh host (dflash.compile_cache)."""
 
     @property
     def cudagraphs(self) -> bool:

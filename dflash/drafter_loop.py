@@ -14,6 +14,7 @@ ends the run as a wrong result when the compiled step disagrees (dflash.oracle).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 
 import torch
@@ -74,7 +75,7 @@ class DrafterTrainLoop:
                  receiver: OrderedReceiver, group: ReplicaGroup, gate: StartupGate, turns: Turns,
                  cfg: RunConfig, fs, metrics: Metrics, warmup_shapes: list[tuple[int, int]],
                  vocab_size: int, context_dim: int, oracle: Oracle | None = None,
-                 doc_ids: bool = False) -> None:
+                 doc_ids: bool = False, timeline=None) -> None:
         self.objectives = objectives
         self.devices = devices
         self.receiver = receiver
@@ -90,6 +91,12 @@ class DrafterTrainLoop:
         self.oracle = oracle
         self.doc_ids = doc_ids
         """Whether batches carry document ids: the warm-up must compile the same signature."""
+        self.timeline = timeline
+        """dflash.timeline.Timeline: each thread's warm-up and first step, in seconds."""
+
+    def _timed(self, m: int, what: str, since: float) -> None:
+        if self.timeline is not None:
+            self.timeline.thread(f"dflash-train-{m} {what}", time.monotonic() - since)
 
     def _dtype(self, m: int) -> torch.dtype:
         return self.objectives[m].drafter.fc.weight.dtype
@@ -109,7 +116,10 @@ class DrafterTrainLoop:
 
     def _warmup(self, m: int, step_fn: Callable, buffers: PersistentInputs | None) -> None:
         replica = self.objectives[m].drafter
-        for rows, length in self.warmup_shapes:
+        for k, (rows, length) in enumerate(self.warmup_shapes):
+            if self.timeline is not None:
+                self.timeline.note(f"dflash-train-{m}: warming up shape {k + 1} of "
+                                   f"{len(self.warmup_shapes)} ({rows}x{length})")
             inputs = warmup_inputs(rows, length, cfg=self.cfg, vocab_size=self.vocab_size,
                                    context_dim=self.context_dim, device=self.devices[m],
                                    dtype=self._dtype(m), doc_ids=self.doc_ids)
@@ -144,6 +154,7 @@ class DrafterTrainLoop:
 
     def run(self, m: int) -> None:
         """Body of thread dflash-train-m."""
+        t = time.monotonic()
         bind_thread(self.devices[m])
         self.fs.on_device(self.devices[m])
         step_fn = compile_step(self.objectives[m], self.cfg.compile, self.fs)
@@ -153,11 +164,18 @@ class DrafterTrainLoop:
             with self._first_call(m, first):
                 self._warmup(m, step_fn, buffers)
             first = False
+        self._timed(m, "warmup", t)
         self.gate.ready()
         self.gate.wait()
-        step = self.group.step
+        step = start = self.group.step
         while not self.group.done:
+            t = time.monotonic()
+            if step == start and self.timeline is not None:
+                self.timeline.note(f"dflash-train-{m}: first step (compiles the step without a warm-up)")
             result = self._train_one(m, step_fn, step, first, buffers)
+            if step == start:
+                # without a warm-up this is the thread's compile (and its wait for a batch)
+                self._timed(m, "first step", t)
             first = False
             fault_point("drafter.before_step")
             more = self.group.sync(m, result)

@@ -46,6 +46,8 @@ class Fix:
     targets: tuple[str, ...] = ()
     upstream: tuple[str, ...] = ()
     early = False
+    keyed = False
+    """Whether `enter` takes the call's key (FixSet.around_call(key))."""
 
     def thread_start(self, role: str) -> bool:
         return False
@@ -83,6 +85,105 @@ class GlobalLock(Fix):
 
     def exit(self, token: Any) -> None:
         GLOBAL_LOCK.release()
+
+
+class ReadersWriterLock:
+    """Shared or exclusive; a waiting writer stops new readers (steady calls never starve a compile)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    def acquire(self, exclusive: bool) -> None:
+        with self._cond:
+            if exclusive:
+                self._writers_waiting += 1
+                while self._writer or self._readers:
+                    self._cond.wait()
+                self._writers_waiting -= 1
+                self._writer = True
+            else:
+                while self._writer or self._writers_waiting:
+                    self._cond.wait()
+                self._readers += 1
+
+    def release(self, exclusive: bool) -> None:
+        with self._cond:
+            if exclusive:
+                self._writer = False
+            else:
+                self._readers -= 1
+            self._cond.notify_all()
+
+
+PHASE_LOCK = ReadersWriterLock()
+PHASE_WARM_CALLS = 3
+"""Calls of one callable and input signature that run exclusive: the first compiles (Dynamo,
+AOTAutograd's lazy backward, Inductor), and with CUDA-graph trees the first warms up and the
+second records; from the third on it replays."""
+_phase_local = threading.local()
+
+
+def _graphs_compiled() -> int:
+    """Dynamo's process-wide count of graphs compiled (0 before Dynamo is loaded)."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    return 0 if dynamo_utils is None else dynamo_utils.counters["stats"]["unique_graphs"]
+
+
+class PhaseLock(Fix):
+    """Exclusive while a call may compile, shared once it has run: steady-state compiled calls
+    run concurrently; traces, compiles, CUDA-graph warm-up and recording run alone.
+
+    The phase-scoped form of global-lock. A call's key is its callable and input signature
+    (shapes, dtypes); its first PHASE_WARM_CALLS calls take the lock exclusive, later ones
+    shared, so an eager forward never meets another thread's trace (F2, F3, R4, r19), first
+    compiles and the lazy backward compile never overlap (F7, F8, F10, G2), and no steady call
+    waits for another. A compile Dynamo starts during a shared call (a guard that failed on a
+    known signature) is counted in `stats()` and sends that key back to exclusive. Upstream
+    PR #184357 serialises CUDA-graph capture the same way (graph_capture_lock).
+    """
+
+    name = "phase-lock"
+    targets = ("F2", "F3", "F7", "F8", "F10")
+    upstream = ("#184357",)
+    keyed = True
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[Any, int] = defaultdict(int)
+        self._stats = {"exclusive": 0, "shared": 0, "compiles_while_shared": 0}
+
+    def enter(self, key: Any = None) -> Any:
+        if getattr(_phase_local, "depth", 0):
+            # Nested in a call this thread already holds the lock for (a compiled forward that
+            # runs a backward): already ordered; taking it again could wait on itself.
+            _phase_local.depth += 1
+            return None
+        with self._lock:
+            exclusive = key is None or self._calls[key] < PHASE_WARM_CALLS
+            self._stats["exclusive" if exclusive else "shared"] += 1
+        PHASE_LOCK.acquire(exclusive)
+        _phase_local.depth = 1
+        return exclusive, key, _graphs_compiled()
+
+    def exit(self, token: Any) -> None:
+        _phase_local.depth -= 1
+        if token is None:
+            return
+        exclusive, key, graphs = token
+        with self._lock:
+            if exclusive:
+                self._calls[key] += 1
+            elif _graphs_compiled() != graphs:
+                self._stats["compiles_while_shared"] += 1
+                self._calls[key] = 0
+        PHASE_LOCK.release(exclusive)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._stats)
 
 
 class Policy(Fix):
@@ -487,6 +588,7 @@ FIXES: dict[str, Fix] = {
     f.name: f
     for f in (
         GlobalLock(),
+        PhaseLock(),
         SequentialStartup(),
         ThreadLocalWarmup(),
         LocalTlsInit(),
@@ -503,6 +605,15 @@ FIXES: dict[str, Fix] = {
         AwaitThreadExit(),
     )
 }
+
+
+def call_key(fn: Any, *args: Any) -> tuple:
+    """A compiled call's key for keyed fixes: the callable and each argument's shape and dtype
+    (None and non-tensors by value)."""
+    sig = tuple((tuple(a.shape), a.dtype, a.device.type) if hasattr(a, "shape") and hasattr(a, "dtype")
+                else a if a is None or isinstance(a, (int, float, str, bool)) else type(a).__name__
+                for a in args)
+    return (id(fn), sig)
 
 
 class FixSet:
@@ -549,14 +660,15 @@ class FixSet:
                 self.note(fix.name)
 
     @contextlib.contextmanager
-    def around_call(self) -> Iterator[None]:
-        """Wrap one compiled call (forward, or forward + backward) with the call-level fixes."""
+    def around_call(self, key: Any = None) -> Iterator[None]:
+        """Wrap one compiled call (forward, or forward + backward) with the call-level fixes;
+        `key` names the callable and its input signature (call_key) for the keyed ones."""
         if not self._call_fixes:
             yield
             return
         with contextlib.ExitStack() as stack:
             for fix in self._call_fixes:
-                token = fix.enter()
+                token = fix.enter(key) if fix.keyed else fix.enter()
                 stack.callback(fix.exit, token)
                 self.note(fix.name)
             yield

@@ -87,6 +87,15 @@ class Metrics:
             self._last_log = now
             self.emit({"event": "metrics", **self.snapshot()})
 
+    def opened_at(self) -> float | None:
+        """time.monotonic() when the startup gate opened (None before)."""
+        return self._t0
+
+    def step_times(self) -> list[float]:
+        """time.monotonic() after each step of this run."""
+        with self._lock:
+            return [t for t, _ in self._marks]
+
     def elapsed(self) -> float:
         return 0.0 if self._t0 is None else time.monotonic() - self._t0
 

@@ -18,6 +18,7 @@ from dflash.anchors import sample_anchors
 from dflash.batch import HiddenBatch
 from dflash.config import CompileConfig, DrafterConfig
 from dflash.faults import fault_point, fault_value
+from dflash.fixes import call_key
 
 # Large odd multiplier: distinct (seed, seq) pairs give distinct generator seeds.
 _SEED_STRIDE = 1_000_003
@@ -152,8 +153,9 @@ def grad_step(step_fn: Callable, replica: nn.Module, inputs: StepInputs, fs, *,
     # set_to_none: reduce-overhead replays must not see a stale grad buffer from the last step.
     replica.zero_grad(set_to_none=True)
     fault_point("drafter.before_forward")
-    with fs.around_call():
-        out = fault_value("drafter.after_forward", step_fn(*inputs.as_args()))
+    args = inputs.as_args()
+    with fs.around_call(call_key(step_fn, *args)):
+        out = fault_value("drafter.after_forward", step_fn(*args))
         fault_point("drafter.before_backward")
         out.loss.backward()
         fault_point("drafter.after_backward")

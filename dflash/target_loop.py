@@ -19,6 +19,7 @@ from dflash.channel import Channel, ChannelClosed
 from dflash.config import CompileConfig
 from dflash.devices import bind_thread, synchronize
 from dflash.faults import fault_point
+from dflash.fixes import call_key
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
 from dflash.step import compile_fn
@@ -55,7 +56,7 @@ class TargetForwardLoop:
         input_ids = tb.input_ids.to(device, non_blocking=True)  # [B, L]
         fault_point("target.before_forward")
         doc_ids = None if tb.doc_ids is None else tb.doc_ids.to(device, non_blocking=True)
-        with self.fs.around_call():
+        with self.fs.around_call(call_key(fwd, input_ids, doc_ids)):
             if doc_ids is None:
                 # No attention mask: padding is on the right and the target is causal, so real
                 # positions never attend to padding (and one fewer input keeps compiles simple).

@@ -112,7 +112,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, overload
 
 from dflash.errors import ConfigError
-from dflash.fixes import FIXES, FixSet, Policy, Recommendation, recommended
+from dflash.fixes import FIXES, FixSet, Policy, Recommendation, call_key, recommended
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -257,11 +257,13 @@ class Guard:
         self._fixes.on_device(device)
 
     @contextlib.contextmanager
-    def call(self) -> Iterator[None]:
+    def call(self, key: Any = None) -> Iterator[None]:
         """Context manager around one compiled call (or forward + backward, or a trace/reset that
-        must not overlap with compiled calls)."""
+        must not overlap with compiled calls). `key` (dflash.fixes.call_key) names the callable
+        and its input signature for phase-lock, which runs a key's first calls alone and later
+        ones concurrently; without a key a call always runs alone."""
         self.enter_thread()
-        with self._fixes.around_call():
+        with self._fixes.around_call(key):
             yield
 
     @overload
@@ -321,8 +323,10 @@ class GuardedCallable:
         return mine
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with self.guard.call():
-            return self.for_this_thread()(*args, **kwargs)
+        self.guard.enter_thread()      # the thread's fixes before its first compiled callable
+        fn = self.for_this_thread()
+        with self.guard.call(call_key(fn, *args, *kwargs.values())):
+            return fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<guarded {getattr(self._fn, '__qualname__', self._fn)!r} under {self.guard!r}>"

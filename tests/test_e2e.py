@@ -47,6 +47,17 @@ def test_embedded_default_learns_and_exports(tmp_path):
     assert sorted(os.listdir(out_dir / "export")) == ["config.json", "model.safetensors", "modeling_dflash.py"]
     assert os.path.isfile(out_dir / "checkpoints" / "LATEST")
     assert "samples loaded:" in proc.stderr  # bucket summary printed at start
+    # Where the wall time went: every phase in order, the moments, and the last line says so.
+    phases = final["phases"]
+    order = [k for k in phases if isinstance(phases[k], float) and k not in ("total", "outside_training_frac")
+             and not k.endswith("_at")]
+    assert order[:4] == ["imports", "setup", "target_load", "corpus"], phases
+    assert {"warmup", "first_step", "training", "checkpoint", "export", "evaluation"} <= set(order), phases
+    assert 0 < phases["training"] < phases["total"] and 0 < phases["outside_training_frac"] < 1
+    assert phases["gate_open_at"] < phases["first_step_at"] < phases["total"]
+    assert set(phases["warmup_by_thread"]) >= {"dflash-train-0 warmup", "dflash-train-1 first step"}
+    assert sum(v for k, v in phases.items() if k in order) <= phases["total"] + 0.5
+    assert proc.stderr.rstrip().splitlines()[-1].startswith("timeline: imports ")
 
 
 def test_bench_reports_throughput_and_fault_point_cost():

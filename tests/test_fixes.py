@@ -39,7 +39,7 @@ def test_registry_names_and_docstrings():
         "global-lock", "sequential-startup", "thread-local-warmup", "local-tls-init", "cstash-tls-init",
         "persistent-buffers", "single-thread-autograd", "nested-fx-fallback", "graph-isolation",
         "cublas-handle-init", "target-hook-taps", "cudagraph-lock", "stash-incref", "stream-sync",
-        "await-thread-exit",
+        "await-thread-exit", "phase-lock",
     }
     for fix in FIXES.values():
         doc = type(fix).__doc__ or ""
@@ -404,3 +404,77 @@ def test_stash_incref_does_not_read_a_shared_objects_count_around_the_call(monke
     while sys.getrefcount(obj) != base and time.monotonic() < deadline:
         time.sleep(0.01)
     assert sys.getrefcount(obj) - base == 0, "the thread's exit took a reference the stash never got"
+
+
+# ------------------------------------------------------------------------------ phase-lock
+
+def test_readers_writer_lock_lets_readers_share_and_a_writer_wait_for_them():
+    lock = fixes.ReadersWriterLock()
+    lock.acquire(False)
+    got, exc = run_thread("reader", lambda: (lock.acquire(False), lock.release(False), True)[-1])
+    assert exc is None and got is True                  # a second reader got in beside the first
+    entered = threading.Event()
+
+    def writer():
+        lock.acquire(True)
+        entered.set()
+        lock.release(True)
+
+    t = threading.Thread(target=writer, name="writer")
+    t.start()
+    assert not entered.wait(0.2)                        # the reader still holds it
+    lock.release(False)
+    assert entered.wait(5)
+    t.join(5)
+
+
+def test_phase_lock_runs_a_keys_first_calls_alone_and_later_ones_side_by_side(monkeypatch):
+    monkeypatch.setattr(fixes, "PHASE_LOCK", fixes.ReadersWriterLock())
+    fix = fixes.PhaseLock()
+    fs = FixSet([fix])
+    key = fixes.call_key(len, torch.zeros(2, 3))
+    assert key == fixes.call_key(len, torch.ones(2, 3)) != fixes.call_key(len, torch.zeros(3, 3))
+    inside = threading.Barrier(2, timeout=5)
+
+    def call(k):
+        with fs.around_call(k):
+            inside.wait()                                # both threads inside at once, or BrokenBarrierError
+
+    for _ in range(fixes.PHASE_WARM_CALLS):
+        with fs.around_call(key):
+            # exclusive: another thread cannot share it now
+            t = threading.Thread(target=lambda: (fixes.PHASE_LOCK.acquire(False), fixes.PHASE_LOCK.release(False)),
+                                 name="reader")
+            t.start()
+            t.join(0.2)
+            assert t.is_alive()
+        t.join(5)
+    threads = [threading.Thread(target=call, args=(key,), name=f"steady-{i}") for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not inside.broken
+    assert fix.stats() == {"exclusive": 3, "shared": 2, "compiles_while_shared": 0}
+    with fs.around_call(None):                          # no key: always alone
+        pass
+    assert fix.stats()["exclusive"] == 4
+
+
+def test_phase_lock_sends_a_key_back_to_exclusive_when_dynamo_compiled_during_a_shared_call(monkeypatch):
+    monkeypatch.setattr(fixes, "PHASE_LOCK", fixes.ReadersWriterLock())
+    compiled = iter(range(100))
+    graphs = [0]
+    monkeypatch.setattr(fixes, "_graphs_compiled", lambda: graphs[0])
+    fix = fixes.PhaseLock()
+    fs = FixSet([fix])
+    for _ in range(fixes.PHASE_WARM_CALLS + 1):
+        with fs.around_call("k"):
+            pass
+    with fs.around_call("k"):                           # shared; a guard failed: Dynamo compiled
+        graphs[0] = next(compiled) + 1
+    assert fix.stats()["compiles_while_shared"] == 1
+    with fs.around_call("k"):                           # exclusive again, and a nested call on the same
+        with fs.around_call("other"):                   # thread does not wait for itself
+            pass
+    assert fix.stats()["exclusive"] == fixes.PHASE_WARM_CALLS + 1

@@ -239,3 +239,19 @@ def test_recommended_is_a_configuration_a_bench_resolves_and_its_extra_names_are
     assert [c.fixes for c in plan.configs][:2] == ["recommended", "recommended,global-lock"]
     with pytest.raises(pricing.PriceError, match="unknown fix 'bogus'"):
         pricing.make_plan("tiny-cpu", ["recommended,bogus"], rounds=1, steps=5)
+
+
+def test_a_configuration_may_name_its_drafter_thread_count_and_is_priced_as_its_own_strategy():
+    c = pricing.parse_config(":none@1", "default")
+    assert (c.fixes, c.mode, c.drafters) == ("", "none", 1)
+    assert c.sets() == ["pipeline.num_drafter_threads=1"]
+    assert c.phase("default") == "bench:default::none@1"
+    assert c.strategy("default") == "eager@1"
+    assert pricing.parse_config("global-lock", "default").strategy("default") == "no-cudagraphs+global-lock"
+    with pytest.raises(pricing.PriceError, match="drafter threads after @"):
+        pricing.parse_config(":none@0", "default")
+    plan = pricing.make_plan("tiny-cpu", [":none@1", ":none@2"], rounds=1, steps=2)
+    argvs = []
+    pricing.run(plan, bench=lambda p, cfg: argvs.append(cfg.sets()) or {"event": "bench", "tokens_per_s_steady": 1.0},
+                log=lambda s: None)
+    assert argvs == [["pipeline.num_drafter_threads=1"], ["pipeline.num_drafter_threads=2"]]

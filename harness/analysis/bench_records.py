@@ -89,21 +89,26 @@ class Bench:
 
 
 def strategy_of(phase: str) -> tuple[str, str]:
-    """(preset, strategy) of a phase `bench:PRESET:FIXES[:MODE[:GPUS]]`."""
+    """(preset, strategy) of a phase `bench:PRESET:FIXES[:MODE[@DRAFTERS][:GPUS]]` (`@N`: N drafter
+    threads, named `STRATEGY@N`)."""
     parts = phase.split(":")
     if (len(parts) < 3 or len(parts) > 5 or parts[0] != "bench" or not parts[1]
             or (len(parts) == 5 and not parts[4].isdigit())):
         raise BenchError(f"not a bench phase: {phase!r} (want bench:PRESET:FIXES[:MODE[:GPUS]])")
     # `--set fixes=` takes commas, the campaign's cells join with `+`: one name for one cell.
     preset, fixes = parts[1], parts[2].replace(",", "+")
-    mode = parts[3] if len(parts) > 3 and parts[3] else DEFAULT_MODE
+    mode, at, drafters = (parts[3] if len(parts) > 3 else "").partition("@")
+    if at and not drafters.isdigit():
+        raise BenchError(f"not a bench phase: {phase!r} (@ takes a drafter thread count)")
+    mode = mode or DEFAULT_MODE
     if mode == "none":
         # Fixes under eager (a lock's own cost, `harness price`) name a configuration of their own.
-        return preset, f"eager+{fixes}" if fixes else "eager"
-    name = fixes or "raw"
-    if mode == "default":
+        name = f"eager+{fixes}" if fixes else "eager"
+    elif mode == "default":
         name = "no-cudagraphs" if not fixes else f"no-cudagraphs+{fixes}"
-    return preset, name
+    else:
+        name = fixes or "raw"
+    return preset, f"{name}@{drafters}" if at else name
 
 
 def parse_log(text: str, host_run: int) -> list[dict]:

@@ -65,9 +65,15 @@ class Config:
     """Comma-separated fix names as `--set fixes=` takes them ('' for none)."""
     mode: str
     """compile.mode ('none' = eager)."""
+    drafters: int | None = None
+    """pipeline.num_drafter_threads for this configuration (None: the preset's)."""
 
     def phase(self, workload: str) -> str:
-        return f"bench:{workload}:{self.fixes}:{self.mode}"
+        at = f"@{self.drafters}" if self.drafters is not None else ""
+        return f"bench:{workload}:{self.fixes}:{self.mode}{at}"
+
+    def sets(self) -> list[str]:
+        return [] if self.drafters is None else [f"pipeline.num_drafter_threads={self.drafters}"]
 
     def strategy(self, workload: str) -> str:
         return strategy_of(self.phase(workload))[1]
@@ -101,9 +107,16 @@ class Plan:
 
 
 def parse_config(text: str, default_mode: str) -> Config:
-    """`FIXES[:MODE]`: `global-lock,stash-incref`, `global-lock:default`, `:none` (eager)."""
+    """`FIXES[:MODE][@N]`: `global-lock,stash-incref`, `global-lock:default`, `:none` (eager),
+    `:none@1` (eager with one drafter thread: is the threading worth it at all?)."""
+    text, at, n = text.partition("@")
+    drafters = None
+    if at:
+        if not n.isdigit() or int(n) < 1:
+            raise PriceError(f"drafter threads after @ must be a number >= 1, got {n!r}")
+        drafters = int(n)
     fixes, _, mode = text.partition(":")
-    return Config(fixes=fixes.replace("+", ","), mode=mode or default_mode)
+    return Config(fixes=fixes.replace("+", ","), mode=mode or default_mode, drafters=drafters)
 
 
 def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, sets: Sequence[str] = (),
@@ -131,7 +144,7 @@ def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, s
         base = presets.get(preset)
         parsed = [parse_config(c, base.compile.mode) for c in configs]
         for c in parsed:
-            cfg = apply_overrides(base, [*sets, f"fixes={c.fixes}", f"compile.mode={c.mode}"])
+            cfg = apply_overrides(base, [*sets, f"fixes={c.fixes}", f"compile.mode={c.mode}", *c.sets()])
             # `recommended` resolves per machine in the bench itself; validate its extra names here.
             names, _ = parse_names(cfg.fixes)
             FixSet.from_names(names)
@@ -150,7 +163,7 @@ def bench_once(plan: Plan, config: Config) -> dict:
     """One `dflash bench` in a fresh process: its JSON record, or {exit_code, signature} if it died."""
     argv = [sys.executable, "-m", "dflash", "bench", "--preset", plan.preset, "--steps", str(plan.steps),
             "--rounds", "1", "--set", f"fixes={config.fixes}", "--set", f"compile.mode={config.mode}"]
-    for kv in plan.sets:
+    for kv in (*plan.sets, *config.sets()):
         argv += ["--set", kv]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
