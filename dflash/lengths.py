@@ -2,19 +2,24 @@
 budget that gives a chosen average batch over one of them.
 
 The shipped index (`shipped_lengths`) stands in for the seeds' 1,095,082 samples, whose lengths
-their log did not give. It is generated, not stored: `SHIPPED_SAMPLES` draws of a lognormal
-truncated to [1, 8192], numpy PCG64 seeded with `SHIPPED_SEED`, in well under a second
-(tests/test_plan.py holds it under one), so the same index comes back on any machine and nothing
-is stored or cached.
+their log did not give. It is generated, not stored: per bucket, `SHIPPED_BUCKET_SAMPLES` draws of
+a lognormal truncated to the bucket, then shuffled, numpy PCG64 seeded with `SHIPPED_SEED`, in
+about a second (tests/test_plan.py holds it under a few), so the same index comes back on any
+machine and nothing is stored or cached.
 
-Its two parameters come from the seeds' bucket layout as a whole, not from their per-bucket
-figures (those are what a plan is compared against, `python -m dflash plan`). Assumption: six
-buckets spread over the samples put the end of the first bucket (770) near the 1/6 quantile of
-the lengths and the start of the last (3296) near the 5/6 quantile. Two quantiles fix a
+The lognormal gives the shape of the lengths inside each bucket. Its two parameters come from the
+seeds' bucket layout: six buckets spread over the samples put the end of the first bucket (770)
+near the 1/6 quantile and the start of the last (3296) near the 5/6 quantile; two quantiles fix a
 lognormal: mu is the mean of their logs (median about 1593 tokens) and sigma is half the distance
-of their logs over z(5/6) (about 0.75). The seeds' buckets end at 8192 tokens, so a longer draw is
-redrawn; lengths are rounded to whole tokens. The inner bounds and the shares of batches are not
-used, so how far the plan lands from the seeds' table per bucket is a real distance.
+of their logs over z(5/6) (about 0.75). Lengths are rounded to whole tokens.
+
+How many samples each bucket holds is fitted (`fit_bucket_samples`): the lognormal alone put
+37.4% of the batches in the last bucket where the seeds had 46.6%, because long samples make
+small batches and the plain lognormal has too few of them. The fit moves samples between buckets
+until the seed-0 epoch-0 plan, at the budget that averages the seeds' 18.3 samples a batch, has
+the seeds' share of batches in every bucket and their batch count. Those two figures are then
+matched by construction, not checked; what stays a check against the seeds' log is the smallest
+and largest batch and the last bucket's batch count per launch.
 
 `calibrate_budget` picks a token budget for a target average batch size by bisection over
 multiples of `BUDGET_QUANTUM` (the average grows with the budget); the `seeds` preset's budget is
@@ -48,6 +53,11 @@ BUDGET_QUANTUM = 256
 """Token budgets are searched in these steps: finer would claim a precision the stand-in lacks."""
 
 
+SHIPPED_BUCKET_SAMPLES = (145_615, 191_349, 183_189, 184_994, 147_783, 242_152)
+"""Samples per seeds' bucket in the shipped index: `fit_bucket_samples()`'s answer (its seed-0
+epoch-0 plan at SEEDS_TOKEN_BUDGET: 59,830 batches, shares 3.8/7.4/10.5/15.0/16.6/46.6%)."""
+
+
 def synthetic_lengths(samples: int = SHIPPED_SAMPLES, *, seed: int = SHIPPED_SEED, mu: float = LOG_MU,
                       sigma: float = LOG_SIGMA, max_length: int = MAX_LENGTH) -> np.ndarray:
     """[samples] int64 lengths: round(exp(N(mu, sigma))), draws outside [1, max_length] redrawn."""
@@ -64,9 +74,58 @@ def synthetic_lengths(samples: int = SHIPPED_SAMPLES, *, seed: int = SHIPPED_SEE
     return out
 
 
+def bucketed_lengths(counts: Sequence[int], boundaries: Sequence[int], *, seed: int = SHIPPED_SEED,
+                     mu: float = LOG_MU, sigma: float = LOG_SIGMA) -> np.ndarray:
+    """counts[b] lengths per bucket b (inclusive upper `boundaries`, the first from 1), each drawn
+    as round(exp(N(mu, sigma))) and redrawn until it falls in its bucket; then shuffled."""
+    rng = np.random.default_rng([seed, 0x4C454E53])  # a stream of its own ("LENS")
+    parts = []
+    for lo, hi, n in zip([1, *(b + 1 for b in boundaries[:-1])], boundaries, counts, strict=True):
+        have = 0
+        while have < n:
+            x = np.rint(np.exp(rng.normal(mu, sigma, size=2 * (n - have) + 1024)))
+            kept = x[(x >= lo) & (x <= hi)].astype(np.int64)[: n - have]
+            parts.append(kept)
+            have += kept.size
+    out = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    out = out[rng.permutation(out.size)]
+    out.setflags(write=False)
+    return out
+
+
 def shipped_lengths() -> np.ndarray:
     """The shipped length index (module docstring): the stand-in for the seeds' samples."""
-    return synthetic_lengths()
+    return bucketed_lengths(SHIPPED_BUCKET_SAMPLES, SEEDS.bucket_boundaries())
+
+
+def fit_bucket_samples(iterations: int = 8) -> tuple[tuple[int, ...], int]:
+    """(samples per bucket, token budget) whose seed-0 epoch-0 plan comes nearest the seeds' batch
+    shares and batch count: start from the lognormal's own bucket masses; each round calibrates
+    the budget to the seeds' average batch, reads each bucket's average batch a_b, and asks for
+    share_b x batches x a_b samples in bucket b (scaled to the seeds' sample count). Converges
+    in about three rounds; later rounds move a few dozen samples (the draws' noise). About 5 s a
+    round."""
+    bounds = SEEDS.bucket_boundaries()
+    plain = synthetic_lengths(seed=SHIPPED_SEED)
+    which = np.searchsorted(np.asarray(bounds), plain, side="left")
+    counts = np.rint(np.bincount(which, minlength=len(bounds)) * SEEDS.samples / plain.size).astype(np.int64)
+    counts[-1] += SEEDS.samples - counts.sum()
+    share = np.asarray(SEEDS.share_pct) / sum(SEEDS.share_pct)
+    best: tuple[float, tuple[int, ...], int] | None = None
+    for _ in range(iterations):
+        lengths = bucketed_lengths(counts, bounds)
+        budget = calibrate_budget(lengths, bounds, SEEDS.avg_batch, max_batch_rows=SEEDS.max_batch)
+        sizes = batch_sizes(lengths, bounds, budget, 0, 0, batching="token-budget", max_batch_rows=SEEDS.max_batch)
+        batches = np.array([s.size for s in sizes])
+        miss = (np.abs(100 * batches / batches.sum() - 100 * share).max(), abs(int(batches.sum()) - SEEDS.batches))
+        score = miss[0] + miss[1] / SEEDS.batches
+        if best is None or score < best[0]:
+            best = (score, tuple(int(c) for c in counts), budget)
+        want = share * SEEDS.batches * counts / batches
+        counts = np.rint(want * SEEDS.samples / want.sum()).astype(np.int64)
+        counts[-1] += SEEDS.samples - counts.sum()
+    assert best is not None
+    return best[1], best[2]
 
 
 def read_lengths(path: str) -> np.ndarray:

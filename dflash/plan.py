@@ -22,7 +22,8 @@ import numpy as np
 
 from dflash.buckets import plan_epoch
 from dflash.config import RunConfig
-from dflash.lengths import BUDGET_QUANTUM, LOG_MU, LOG_SIGMA, MAX_LENGTH, SHIPPED_SEED, read_lengths, shipped_lengths
+from dflash.lengths import (BUDGET_QUANTUM, LOG_MU, LOG_SIGMA, MAX_LENGTH, SHIPPED_BUCKET_SAMPLES, SHIPPED_SEED,
+                            read_lengths, shipped_lengths)
 from dflash.presets import SEEDS_TOKEN_BUDGET
 from dflash.seeds import SEEDS
 
@@ -93,8 +94,10 @@ def _launches(values: Sequence[float], digits: int = 0) -> str:
 def source_line(path: str | None, lengths: np.ndarray) -> str:
     if path is None:
         return (f"lengths: the shipped synthetic index (dflash.lengths), {len(lengths):,} lengths: "
-                f"round(exp(N({LOG_MU:.3f}, {LOG_SIGMA:.3f}^2))), median {np.exp(LOG_MU):,.0f}, "
-                f"redrawn outside [1, {MAX_LENGTH}], generator seed {SHIPPED_SEED}")
+                f"round(exp(N({LOG_MU:.3f}, {LOG_SIGMA:.3f}^2))) truncated to each bucket up to "
+                f"{MAX_LENGTH}, {'/'.join(f'{n:,}' for n in SHIPPED_BUCKET_SAMPLES)} samples per seeds' "
+                f"bucket (fitted to their batch shares and count: those two are matched, not checked), "
+                f"generator seed {SHIPPED_SEED}")
     return f"lengths: {path}, {len(lengths):,} rows (all planned; plan reads no token)"
 
 
