@@ -729,11 +729,20 @@ _RECOMMENDED: dict[tuple[str, bool], tuple[str, tuple[str, ...], str]] = {
 }
 
 
-def recommended(torch_version: str, device_type: str, *, cudagraphs: bool) -> Recommendation:
+# An eager GPU trainer (compile.mode=none) needs no fix: both campaign presets' eager cells ran
+# clean, 64 of them under the dflash-stages scheduler plan.
+_EAGER_CUDA = ("2.11", (), "results/gpu-campaign launch-bound:eager 0/40, gpu-bound:eager 0/44 "
+                          "(9 out of memory left out)")
+
+
+def recommended(torch_version: str, device_type: str, *, cudagraphs: bool,
+                compiled: bool = True) -> Recommendation:
     """The recommended fix set for a run: measured where the store's torch (major.minor) is the
-    installed one, else the nearest measured set, labelled a prediction."""
+    installed one, else the nearest measured set, labelled a prediction. `compiled=False` (an
+    eager drafter step) on CUDA: none."""
     kind = "cuda" if device_type == "cuda" else "cpu"
-    measured_on, names, evidence = _RECOMMENDED[(kind, cudagraphs)]
+    rule = _EAGER_CUDA if kind == "cuda" and not compiled else _RECOMMENDED[(kind, cudagraphs)]
+    measured_on, names, evidence = rule
     here = ".".join(torch_version.split("+")[0].split(".")[:2])
     if here == measured_on:
         return Recommendation(names, f"torch {measured_on}, {evidence}", True)
@@ -763,11 +772,11 @@ def parse_names(names: Iterable[str]) -> tuple[list[str], bool]:
 
 
 def resolve_names(names: Iterable[str], torch_version: str, device_type: str, *,
-                  cudagraphs: bool) -> tuple[tuple[str, ...], Recommendation | None]:
+                  cudagraphs: bool, compiled: bool = True) -> tuple[tuple[str, ...], Recommendation | None]:
     """The registry names a run uses, and the Recommendation if `recommended` was among `names`
     (its set first, then any extra names)."""
     explicit, wants = parse_names(names)
     if not wants:
         return tuple(explicit), None
-    rec = recommended(torch_version, device_type, cudagraphs=cudagraphs)
+    rec = recommended(torch_version, device_type, cudagraphs=cudagraphs, compiled=compiled)
     return tuple(dict.fromkeys((*rec.names, *explicit))), rec

@@ -241,7 +241,8 @@ class Trainer:
         cfg = self.cfg
         kind = "cuda" if any(d.type == "cuda" for d in (*self.plan.target, *self.plan.drafter)) else "cpu"
         names, self.recommendation = resolve_names(cfg.fixes, torch.__version__, kind,
-                                                   cudagraphs=cfg.compile.cudagraphs)
+                                                   cudagraphs=cfg.compile.cudagraphs,
+                                                   compiled=cfg.compile.mode != "none")
         fs = FixSet.from_names(names)
         self.cfg = dataclasses.replace(cfg, fixes=fs.names())
         return fs

@@ -27,14 +27,16 @@ def test_rounds_alternate_the_order_so_a_drift_weighs_on_every_configuration_ali
 
 
 def test_gpu_presets_record_the_campaigns_workload_names():
-    plan = pricing.make_plan("gpu-launch-bound", ["global-lock,stash-incref:reduce-overhead", "global-lock"],
+    plan = pricing.make_plan("gpu-launch-bound", ["global-lock,stash-incref:default", "global-lock"],
                              rounds=1, steps=5, cuda_count=1)
     assert plan.workload == "launch-bound"
-    assert plan.configs[0].phase(plan.workload) == "bench:launch-bound:global-lock,stash-incref:reduce-overhead"
-    assert bench_records.strategy_of(plan.configs[0].phase(plan.workload)) == ("launch-bound", "global-lock+stash-incref")
-    # Without a mode, the preset's own (default: no CUDA graphs), named as the campaign names it.
-    assert plan.configs[1] == Config(fixes="global-lock", mode="default")
-    assert plan.configs[1].strategy(plan.workload) == "no-cudagraphs+global-lock"
+    assert plan.configs[0].phase(plan.workload) == "bench:launch-bound:global-lock,stash-incref:default"
+    assert bench_records.strategy_of(plan.configs[0].phase(plan.workload)) == (
+        "launch-bound", "no-cudagraphs+global-lock+stash-incref")
+    # Without a mode, the preset's own (reduce-overhead, what REPORT recommends there), named as
+    # the campaign names it.
+    assert plan.configs[1] == Config(fixes="global-lock", mode="reduce-overhead")
+    assert plan.configs[1].strategy(plan.workload) == "global-lock"
 
 
 @pytest.mark.parametrize("preset, configs, rounds, message", [

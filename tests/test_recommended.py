@@ -110,3 +110,15 @@ def test_fixes_none_prepares_the_raw_pipeline(tmp_path):
     trainer.prepare()
     assert trainer.fs.names() == () and trainer.cfg.fixes == () and trainer.recommendation is None
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_gpu_presets_compile_as_report_recommends_and_resolve_its_fix_set():
+    """launch-bound: reduce-overhead with the five-fix set; gpu-bound: eager, no fix."""
+    lb, gb = presets.get("gpu-launch-bound"), presets.get("gpu-gpu-bound")
+    assert lb.compile.mode == "reduce-overhead" and gb.compile.mode == "none"
+    names, rec = resolve_names(lb.fixes, "2.11.0+cu130", "cuda", cudagraphs=lb.compile.cudagraphs)
+    assert names == ("global-lock", "cstash-tls-init", "cublas-handle-init", "stash-incref", "stream-sync")
+    assert rec is not None and rec.measured
+    names, rec = resolve_names(gb.fixes, "2.11.0+cu130", "cuda", cudagraphs=False, compiled=False)
+    assert names == () and rec is not None and "gpu-bound:eager 0/44" in rec.evidence
+    assert rec.line().startswith("fixes=recommended -> none (measured")
