@@ -12,7 +12,7 @@ Trigger: thread `repro-caller` re-traces `fn(mapping, value) = value * mapping["
   --traces times (torch._dynamo.reset(), then a call) on a --items-item OrderedDict, while thread
   `repro-mutator` inserts and pops one key in a loop. Public report: a 512-item dict under
   `sys.setswitchinterval(1e-6)` (the harness's `switch` plan).
-Affected versions: 2.13.0 CPU (measured by the harness: catalogue row r27).
+Affected versions: 2.13.0 and 2.14.1 CPU (measured by the harness: catalogue row r27, versions-cpu).
 Fix: global-lock, with every mutation of the dict under the lock too (the mutator's
   `fs.around_call()`): the trace then never sees the dict change; or pass the compiled call a copy.
 Upstream: #196208 (the report; open).

@@ -15,10 +15,10 @@ Trigger: `f(x, k) = x * k` compiled (backend eager) and warmed up once with k=1 
   thread (one cache entry, guarded on k == 1); thread `repro-unsafe` loops `f(x, 1)` inside
   `set_stance(skip_guard_eval_unsafe=True)`; thread `repro-checker` calls `f(x, 2)` --calls times
   and compares each output with eager `x * 2`.
-Affected versions: 2.13.0 CPU (measured by the harness: catalogue row r28).
+Affected versions: 2.13.0 and 2.14.1 CPU (measured by the harness: catalogue row r28, versions-cpu).
 Fix: thread-local-stance (the stance read per thread, compiled calls under the global lock);
   global-lock alone does not hold (the stance stays set for the other thread's locked calls).
-Upstream: PR #196637 (makes Dynamo's per-region eval-frame flags thread-local; not in 2.13.0).
+Upstream: PR #196637 (makes Dynamo's per-region eval-frame flags thread-local; not in 2.14.1).
 """
 
 import argparse
