@@ -50,8 +50,10 @@ global-lock             One process-wide RLock around every guarded call. Holds 
                         `CURRENT_PATCHER` F3/R3, r07), plain eager module calls vs a tracer
                         (R4, r15: `NameError: module is not installed as a submodule`),
                         `torch._dynamo.reset()` vs compiled calls (segfault R5, r16), eager Adam
-                        during a compile (R8, r18), concurrent CUDA graph recording (F1d). Put
-                        the tracer / resetter under `guard.call()` too, or it does not hold.
+                        during a compile (R8, r18), concurrent CUDA graph recording (F1d), a dict
+                        argument mutated by another thread mid-trace (pytorch#196208, r27). Put
+                        the tracer / resetter / mutator under `guard.call()` too, or it does not
+                        hold.
                         Cost: guarded calls no longer overlap.
 nested-fx-fallback      `torch._dynamo.config.error_on_nested_fx_trace = False` in each thread
                         (per thread: F14). A compiled call made while ANOTHER thread is inside
@@ -75,6 +77,10 @@ await-thread-exit       Interpreter exit waits until every guarded thread has le
                         the process (SIGABRT `terminate called without an active exception`,
                         or SIGSEGV; r26). Costs only the wait at exit (5 s at most; Linux).
                         cstash-tls-init does it for the threads it stashes in.
+thread-local-stance     global-lock, plus `set_stance(skip_guard_eval_unsafe=True)` read per
+                        thread: on 2.13 one thread inside that stance makes every thread's
+                        compiled calls skip guards, silently wrong results (r28, PR #196637);
+                        global-lock alone does not help (the stance is a module global).
 cudagraph-lock          Serialises CUDAGraphTreeManager.run (record/warm-up/replay; F1c/F1d),
                         the narrow form of PR #184357's graph_capture_lock. Candidate.
 single-thread-autograd  Backward on the calling thread (F1 via backward, lazy backward compile

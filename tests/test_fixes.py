@@ -39,7 +39,7 @@ def test_registry_names_and_docstrings():
         "global-lock", "sequential-startup", "thread-local-warmup", "local-tls-init", "cstash-tls-init",
         "persistent-buffers", "single-thread-autograd", "nested-fx-fallback", "graph-isolation",
         "cublas-handle-init", "target-hook-taps", "cudagraph-lock", "stash-incref", "stream-sync",
-        "await-thread-exit", "phase-lock",
+        "await-thread-exit", "phase-lock", "thread-local-stance",
     }
     for fix in FIXES.values():
         doc = type(fix).__doc__ or ""
@@ -478,3 +478,45 @@ def test_phase_lock_sends_a_key_back_to_exclusive_when_dynamo_compiled_during_a_
         with fs.around_call("other"):                   # thread does not wait for itself
             pass
     assert fix.stats()["exclusive"] == fixes.PHASE_WARM_CALLS + 1
+
+
+def test_thread_local_stance_keeps_skip_guard_eval_unsafe_in_the_thread_that_set_it(monkeypatch):
+    # On 2.13 the stance is one module global: a thread inside set_stance(skip_guard_eval_unsafe=True)
+    # makes every thread's compiled calls skip guards (race stance-leak, repro r28, PR #196637).
+    from torch._dynamo import decorators, eval_frame
+
+    # Restored after the test: the fix patches these once per process.
+    monkeypatch.setattr(decorators, "_set_stance", decorators._set_stance)
+    monkeypatch.setattr(eval_frame, "_is_skip_guard_eval_unsafe_stance", eval_frame._is_skip_guard_eval_unsafe_stance)
+
+    def with_unsafe_stance_elsewhere(read):
+        """What `read()` returns here while another thread is inside the unsafe stance, and what
+        that thread's own reader returned there."""
+        inside, release, box = threading.Event(), threading.Event(), {}
+
+        def unsafe():
+            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                box["there"] = eval_frame._is_skip_guard_eval_unsafe_stance()
+                inside.set()
+                release.wait(JOIN_S)
+
+        t = threading.Thread(target=unsafe, name="unsafe-stance")
+        t.start()
+        try:
+            assert inside.wait(JOIN_S)
+            here = read()
+        finally:
+            release.set()
+            t.join(timeout=JOIN_S)
+        return here, box["there"]
+
+    assert with_unsafe_stance_elsewhere(lambda: eval_frame._is_skip_guard_eval_unsafe_stance()) == (True, True)
+    fs = FixSet.from_names(["thread-local-stance"])
+    fs.thread_start("main")
+    assert fs.counts["thread-local-stance"] == 1
+    assert with_unsafe_stance_elsewhere(lambda: eval_frame._is_skip_guard_eval_unsafe_stance()) == (False, True)
+    assert FIXES["thread-local-stance"].thread_start("main") is False      # patched once
+    # Compiled calls still run one at a time: the C flag they save and restore is process-wide.
+    with fs.around_call():
+        assert fixes.GLOBAL_LOCK._is_owned()
+    assert not fixes.GLOBAL_LOCK._is_owned()

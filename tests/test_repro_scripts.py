@@ -26,6 +26,7 @@ CATALOGUE = {
     "r21_inductor_mix_order_workspace": "GPU", "r22_stash_tls_refcount": "CPU",
     "r23_device_sync_during_capture": "GPU", "r24_compiled_graph_under_tracer": "CPU",
     "r25_double_block_mask": "CPU", "r26_stash_exit_finalize": "CPU",
+    "r27_dict_mutation": "CPU", "r28_stance_leak": "CPU",
 }
 GPU = sorted(k for k, v in CATALOGUE.items() if v == "GPU")
 SECTIONS = ("Symptom:", "Mechanism:", "Trigger:", "Affected versions:", "Fix:", "Upstream:")
@@ -129,6 +130,17 @@ def test_r26_rejects_an_empty_run_in_one_line():
     proc = run("r26_stash_exit_finalize", "--rounds", "0")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == "error: --rounds and --threads must be >= 1, --release-s >= 0"
+
+
+@pytest.mark.parametrize("name, args, line", [
+    ("r27_dict_mutation", ("--traces", "0"), "error: --traces must be >= 1 and --items >= 0"),
+    ("r28_stance_leak", ("--calls", "0"), "error: --calls must be >= 1"),
+])
+def test_an_empty_run_is_one_error_line(name, args, line):
+    # 0 traces or calls would print NOT REPRODUCED over nothing.
+    proc = run(name, *args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == line
 
 
 def test_gpu_scripts_skip_cleanly_without_cuda():

@@ -18,7 +18,7 @@ the reproduction check's trial count is computed from the rate of that family.
 
 `fix_trials` is what the suite runs per fix on every `pytest -k race`: 29 (a 10% failure rate is
 caught with 95% probability) for the two fixes cpu-quick also checks (r06 nested-fx-fallback, r16
-global-lock); 10 for r07, r14, r15, r18 and 2 for the deterministic triggers (r11, r13, r17), to
+global-lock); 10 for r07, r14, r15, r18, r27, r28 and 2 for the deterministic triggers (r11, r13, r17), to
 keep CI within its budget -- those checks print their weaker bound. `RACE_FIX_TRIALS=29` runs every
 fix check with 29 trials.
 

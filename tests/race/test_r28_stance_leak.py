@@ -1,0 +1,28 @@
+"""Race regression suite: r28_stance_leak.
+
+One thread's `set_stance(skip_guard_eval_unsafe=True)` gives another thread's compiled calls wrong
+results (PR pytorch#196637).
+
+Counts and thresholds: tests/race/catalogue.py (recorded in results/catalogue-cpu/); checks:
+tests/race/racecheck.py. Selected by `pytest -k race`."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.race import racecheck
+from tests.race.catalogue import CPU, installed
+
+pytestmark = pytest.mark.race
+RACE = installed(CPU["r28"])
+
+
+@pytest.mark.timeout(racecheck.repro_timeout_s(RACE))
+def test_race_r28_still_reproduces_under_switch(tmp_path):
+    racecheck.check_reproduces(RACE, tmp_path)
+
+
+@pytest.mark.timeout(racecheck.fix_timeout_s(RACE))
+@pytest.mark.parametrize("chunk", racecheck.fix_chunks(RACE), ids=racecheck.chunk_id)
+def test_race_r28_thread_local_stance_holds_under_switch(chunk, tmp_path):
+    racecheck.check_fix_holds(RACE, tmp_path, chunk)
