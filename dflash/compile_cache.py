@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 
+import torch
+import torch.compiler
+
 from dflash.errors import ConfigError
 
 
@@ -31,8 +34,6 @@ def _describe(info) -> str:
 
 def load(path: str) -> str:
     """Load `path` into torch's caches if it exists; a line saying what was loaded."""
-    import torch.compiler
-
     if not os.path.isfile(path):
         return f"{path} not found: compiling cold (written after training)"
     with open(path, "rb") as f:
@@ -51,8 +52,6 @@ def load(path: str) -> str:
 
 def save(path: str) -> str | None:
     """Write what this process compiled to `path`; a line saying what, or None if nothing."""
-    import torch.compiler
-
     got = torch.compiler.save_cache_artifacts()
     if got is None:
         return None

@@ -14,6 +14,7 @@ ends the run as a wrong result when the compiled step disagrees (dflash.oracle).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -93,10 +94,23 @@ class DrafterTrainLoop:
         """Whether batches carry document ids: the warm-up must compile the same signature."""
         self.timeline = timeline
         """dflash.timeline.Timeline: each thread's warm-up and first step, in seconds."""
+        self._first_steps: set[int] = set()
+        self._first_lock = threading.Lock()
 
     def _timed(self, m: int, what: str, since: float) -> None:
         if self.timeline is not None:
             self.timeline.thread(f"dflash-train-{m} {what}", time.monotonic() - since)
+
+    def _first_step(self, m: int, running: bool) -> None:
+        """Tell the timeline which threads are still in their first step (their compile, without a
+        warm-up): the ticker's line names them all, not the last one that started."""
+        if self.timeline is None:
+            return
+        with self._first_lock:
+            (self._first_steps.add if running else self._first_steps.discard)(m)
+            names = ", ".join(f"dflash-train-{k}" for k in sorted(self._first_steps))
+        self.timeline.note(f"first step (compiles the step without a warm-up) in {names}" if names else
+                           "waiting for the first step's batches")
 
     def _dtype(self, m: int) -> torch.dtype:
         return self.objectives[m].drafter.fc.weight.dtype
@@ -170,12 +184,13 @@ class DrafterTrainLoop:
         step = start = self.group.step
         while not self.group.done:
             t = time.monotonic()
-            if step == start and self.timeline is not None:
-                self.timeline.note(f"dflash-train-{m}: first step (compiles the step without a warm-up)")
+            if step == start:
+                self._first_step(m, True)
             result = self._train_one(m, step_fn, step, first, buffers)
             if step == start:
                 # without a warm-up this is the thread's compile (and its wait for a batch)
                 self._timed(m, "first step", t)
+                self._first_step(m, False)
             first = False
             fault_point("drafter.before_step")
             more = self.group.sync(m, result)

@@ -96,12 +96,21 @@ def test_the_four_gpu_and_cpu_rows_are_what_their_stores_say():
     assert {t.k for t in totals("cpu-trainer")["dflash-tiny"].values()} == {0}
     assert f"`raw` {kn('cpu-trainer', 'dflash-tiny', 'raw')}" in r
     taps = totals("cpu-target-taps")["tiny-ro"]
-    assert f"fails {taps['raw'].k}/{taps['raw'].n} (r19): `target-hook-taps` {taps['target-hook-taps'].k}/{taps['target-hook-taps'].n}" in r
-    cpu = [p for name, pr in price_runs().items() if pr.preset == "cpu-compile" for p in pr.prices()
-           if p.strategy == "no-cudagraphs+global-lock"]
-    assert "the global lock " + ", ".join(x(p.ratio.median) for p in cpu) in r
+    assert (f"fails {taps['raw'].k}/{taps['raw'].n} (r19): `target-hook-taps` {taps['target-hook-taps'].k}/"
+            f"{taps['target-hook-taps'].n}, `phase-lock` {kn('cpu-target-taps', 'tiny-ro', 'phase-lock')}") in r
+    cpu_runs = [pr for pr in price_runs().values() if pr.preset == "cpu-compile"]
+    cpu = [p for pr in cpu_runs for p in pr.prices() if p.strategy == "no-cudagraphs+global-lock"]
+    assert "on `cpu-compile` the global lock " + ", ".join(x(p.ratio.median) for p in cpu) in r
     assert f"98% intervals {x(min(p.ratio.low for p in cpu))}-{x(max(p.ratio.high for p in cpu))}" in r
     assert {round(p.ratio.coverage, 2) for p in cpu} == {0.98}
+    eager = [p for pr in cpu_runs for p in pr.prices() if p.strategy == "eager"]
+    assert "eager runs " + ", ".join(x(p.ratio.median) for p in eager) + " the compiled trainer" in r
+    # phase-lock over global-lock on tiny-ro: the price run of that workload (tiny-cpu + its --set's)
+    ro = next(pr for pr in price_runs().values() if pr.preset == "tiny-cpu"
+              and any(p.strategy == "phase-lock" for p in pr.prices()))
+    by = {p.strategy: p for p in ro.prices()}
+    m = median_interval(paired_ratios(by["phase-lock"], by["global-lock"]))
+    assert f"which runs {x(m.median)} `global-lock` there ({interval(m)}, 5 paired rounds)" in r
 
 
 def test_the_evidence_bullets_count_what_the_commands_print():
