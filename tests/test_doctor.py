@@ -197,3 +197,21 @@ def test_each_race_says_what_was_measured_on_this_torch_or_that_nothing_was():
     assert races_on("2.16.0")["R4"] == ("torch 2.16: no record (the catalogue has 2.11, 2.13, 2.14, 2.15): "
                                         "`harness matrix --preset versions-cpu` measures the CPU rows")
     assert races_on("2.16.0")["segv"] == ""  # a generic family has no versions to speak of
+
+
+def test_without_cuda_the_cuda_facts_and_races_are_one_line_each_and_the_trainer_comes_last():
+    ok = lambda key, value: ProbeResult(key, "x", value=value)  # noqa: E731
+    results = {k: ok(k, v) for k, v in (("torch_version", "2.13.0+cpu"), ("cuda_available", False),
+                                        ("gpu_count", 0), ("cudagraph_callables_shared", True))}
+    catalogue = FakeCatalogue((FakeRace("F1", "tls", True, None), FakeRace("F2", "fx flag", False, None)))
+    report = doctor.build_report({k: results[k] for k in ("cuda_available", "gpu_count", "cudagraph_callables_shared")},
+                                 load=lambda: catalogue)
+    recs = doctor.recommended_sets(results)[0]
+    text = doctor.format_text(doctor.DoctorReport(report.facts, recs, None, report.races))
+    lines = text.splitlines()
+    assert "gpu_count: 0" not in text and not any(ln.startswith("cudagraph_") for ln in lines)
+    assert ("not on this build (no CUDA device): 2 facts about GPUs and CUDA graphs "
+            "(gpu_count, cudagraph_callables_shared; `--json` has each)") in lines
+    assert "race F1" not in text and "races that need CUDA, not expected here: F1" in lines
+    assert lines[-2] == "for the bundled trainer (python -m dflash train --set fixes=recommended):"
+    assert lines[-1].startswith("recommended_cpu: fixes=recommended -> ")

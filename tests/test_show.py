@@ -6,6 +6,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import run_trial
@@ -82,3 +84,15 @@ def test_show_gives_both_memory_figures_where_a_trial_has_both(tmp_path, capsys)
 def test_show_an_unknown_trial_is_one_error_line_and_exit_2(tmp_path, capsys):
     assert main(["show", "nope/x:raw@-/0", "--store", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("error: trial 'nope/x:raw@-/0' not found")
+
+
+def test_a_trial_not_found_names_three_stores_and_counts_the_rest(tmp_path):
+    from harness.stores.discovery import TrialNotFound, find_trial
+
+    stores = [tmp_path / f"s{i}" for i in range(5)]
+    with pytest.raises(TrialNotFound) as e:
+        find_trial("nope/0", stores)
+    msg = str(e.value)
+    assert msg == f"trial 'nope/0' not found in 5 stores ({stores[0]}, {stores[1]}, {stores[2]} and 2 more)"
+    with pytest.raises(TrialNotFound, match="not found in no stores"):
+        find_trial("nope/0", [])

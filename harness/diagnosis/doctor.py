@@ -10,7 +10,8 @@ this torch's major.minor (the catalogue's `[[race.versions]]`, counted from the 
 reproduces / not reproduced, its fixes hold / no longer needed / now harmful), or that it was
 predicted from the source, or that nothing was recorded for this torch.
 
-Text output is one line per fact: `<key>: <value>  (<what it means for threads>)`.
+Text output is one line per fact: `<key>: <value>  (<what it means for threads>)`; on a machine
+without CUDA the CUDA-only facts and races are named on one line each.
 """
 
 from __future__ import annotations
@@ -141,23 +142,49 @@ def build_report(results: Mapping[str, ProbeResult], load: Callable[[], Any] = _
     return DoctorReport(tuple(results.values()), recs, rec_error, race_expectations(results, load))
 
 
+CUDA_FACTS = ("gpu_count", "gpu_names")
+"""Facts that say something only where a CUDA device is (with every `cudagraph_*` one)."""
+
+
+def _cuda_only(key: str) -> bool:
+    return key in CUDA_FACTS or key.startswith("cudagraph_")
+
+
 def format_text(report: DoctorReport) -> str:
-    lines = []
+    """One line per fact; where no CUDA device is, the facts and races that need one are named on
+    one line each (`--json` keeps them all), and the bundled trainer's fix set comes last."""
+    by_key = {r.key: r for r in report.facts}
+    cuda = by_key.get("cuda_available")
+    no_cuda = cuda is not None and cuda.ok and cuda.value is False
+    lines, skipped = [], []
     for r in report.facts:
+        if no_cuda and _cuda_only(r.key):
+            skipped.append(r.key)
+            continue
         meaning = probes.fact(r.key).meaning_of(r.value) if r.ok and r.key in _KEYS else ""
         lines.append(f"{r.key}: {r.shown()}" + (f"  ({meaning})" if meaning else ""))
-    if report.recommended_error:
-        lines.append(f"recommended: unknown ({report.recommended_error})")
-    for rec in report.recommended:
-        lines.append(f"{rec.key}: {rec.line}  ({rec.meaning}; from dflash.fixes.recommended)")
+    if skipped:
+        lines.append(f"not on this build (no CUDA device): {len(skipped)} facts about GPUs and CUDA graphs "
+                     f"({', '.join(skipped)}; `--json` has each)")
     if not report.races.available:
         lines.append(f"expected races: unknown (catalogue not available: {report.races.error})")
     else:
         lines.append("expected races (harness.diagnosis.catalogue):")
+        cuda_races = [r.id for r in report.races.races if r.reason.startswith("needs CUDA;")]
         for race in report.races.races:
+            if race.id in cuda_races:
+                continue
             lines.append(f"race {race.id}: {race.status}  ({race.title}; {race.reason})")
             if race.on_this_torch:
                 lines.append(f"  {race.on_this_torch}")
+        if cuda_races:
+            lines.append(f"races that need CUDA, not expected here: {', '.join(cuda_races)}")
+    if report.recommended_error or report.recommended:
+        lines.append("for the bundled trainer (python -m dflash train --set fixes=recommended):")
+    if report.recommended_error:
+        lines.append(f"recommended: unknown ({report.recommended_error})")
+    for rec in report.recommended:
+        lines.append(f"{rec.key}: {rec.line}  ({rec.meaning}; from dflash.fixes.recommended)")
     return "\n".join(lines) + "\n"
 
 

@@ -39,8 +39,17 @@ def find_trial(trial_id: str, store_dirs: list[Path]) -> tuple[TrialResult, Path
         for r in Store(d).load():
             if r.trial_id == trial_id and r.replay_of is None:
                 return r, d
-    where = ", ".join(str(d) for d in store_dirs) or "no stores"
-    raise TrialNotFound(f"trial {trial_id!r} not found in {where}")
+    raise TrialNotFound(f"trial {trial_id!r} not found in {_stores_named(store_dirs)}")
+
+
+def _stores_named(store_dirs: list[Path], shown: int = 3) -> str:
+    """The stores looked in, the first `shown` by name and the rest as a count (an error is one
+    short line, not a list of every folder)."""
+    if not store_dirs:
+        return "no stores"
+    names = ", ".join(str(d) for d in store_dirs[:shown])
+    more = len(store_dirs) - shown
+    return f"{len(store_dirs)} stores ({names}{f' and {more} more' if more > 0 else ''})"
 
 
 def stores_given(names: list[str] | None, *, existing: bool = False) -> list[Path]:
