@@ -204,8 +204,8 @@ def test_without_cuda_the_cuda_facts_and_races_are_one_line_each_and_the_trainer
     results = {k: ok(k, v) for k, v in (("torch_version", "2.13.0+cpu"), ("cuda_available", False),
                                         ("gpu_count", 0), ("cudagraph_callables_shared", True))}
     catalogue = FakeCatalogue((FakeRace("F1", "tls", True, None), FakeRace("F2", "fx flag", False, None)))
-    report = doctor.build_report({k: results[k] for k in ("cuda_available", "gpu_count", "cudagraph_callables_shared")},
-                                 load=lambda: catalogue)
+    probed = {k: results[k] for k in ("cuda_available", "gpu_count", "cudagraph_callables_shared")}
+    report = doctor.build_report(probed, load=lambda: catalogue)
     recs = doctor.recommended_sets(results)[0]
     text = doctor.format_text(doctor.DoctorReport(report.facts, recs, None, report.races))
     lines = text.splitlines()

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
-from harness.stores.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SCRIPTS = Path(__file__).parent / "scripts"
