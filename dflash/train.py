@@ -33,8 +33,7 @@ import numpy as np
 import torch
 
 from dflash import checkpoint as ckpt_io
-from dflash import compile_cache
-from dflash import faults
+from dflash import compile_cache, faults
 from dflash.buckets import summarize
 from dflash.channel import Channel, OrderedReceiver, StartupGate, Turns
 from dflash.config import RunConfig
@@ -195,23 +194,33 @@ class Trainer:
         self.err = err if err is not None else sys.stderr
         self.signals = SignalStop()
         self.handle_signals = handle_signals
-        self.watchdog: Watchdog | None = None
-        self.oracle = Oracle(cfg.train)
-        self.recommendation: Recommendation | None = None
         self.timeline = Timeline(self.err)
+        with self.timeline.phase("setup"):
+            faults.install_from_env()
+            p = cfg.pipeline
+            self.plan: DevicePlan = resolve(cfg.devices, num_target_threads=p.num_target_threads,
+                                            num_drafter_threads=p.num_drafter_threads)
+            names, self.recommendation = self._resolve_fixes(cfg)
+            self.fs = FixSet.from_names(names)
+            # The resolved names, so that checkpoints and records store what ran.
+            self.cfg: RunConfig = dataclasses.replace(cfg, fixes=self.fs.names())
+        self.oracle = Oracle(self.cfg.train)
+        self.watchdog: Watchdog | None = None
         self.cache_loaded: str | None = None
+        # Built by prepare() (reads data and models), then by the pipeline run:
+        self.resume: ckpt_io.Checkpoint | None = None
+        self.models: Models | None = None
+        self.train_ds: TokenDataset | None = None
+        self.heldout: TokenDataset | None = None
+        self.planner: EpochPlanner | None = None
+        self.metrics: Metrics | None = None
+        self.group: ReplicaGroup | None = None
 
     def prepare(self) -> None:
         """Everything that can be bad input; writes nothing under train.out_dir."""
         cfg, tl = self.cfg, self.timeline
         tl.start_ticker()
         with tl.phase("setup"):
-            faults.install_from_env()
-            p = cfg.pipeline
-            self.plan = resolve(cfg.devices, num_target_threads=p.num_target_threads,
-                                num_drafter_threads=p.num_drafter_threads)
-            self.fs = self._resolve_fixes()
-            cfg = self.cfg
             if cfg.drafter.attention == "flex" and any(d.type == "cpu" for d in self.plan.drafter):
                 # FlexAttention has no backward on CPU (NotImplementedError at the first backward);
                 # refuse up front rather than after the target has built the corpus.
@@ -233,19 +242,13 @@ class Trainer:
             # After every input check: bad input still prints exactly one `error:` line.
             print(self.recommendation.line(), file=self.err, flush=True)
 
-    def _resolve_fixes(self) -> FixSet:
-        """The run's FixSet; `recommended` becomes the set for the installed torch, the plan's
+    def _resolve_fixes(self, cfg: RunConfig) -> tuple[tuple[str, ...], Recommendation | None]:
+        """The run's fix names; `recommended` becomes the set for the installed torch, the plan's
         device kind and whether the drafter step records CUDA graphs (its line is printed once the
-        input is checked). The config then holds the resolved names, so checkpoints and records
-        store what ran."""
-        cfg = self.cfg
+        input is checked)."""
         kind = "cuda" if any(d.type == "cuda" for d in (*self.plan.target, *self.plan.drafter)) else "cpu"
-        names, self.recommendation = resolve_names(cfg.fixes, torch.__version__, kind,
-                                                   cudagraphs=cfg.compile.cudagraphs,
-                                                   compiled=cfg.compile.mode != "none")
-        fs = FixSet.from_names(names)
-        self.cfg = dataclasses.replace(cfg, fixes=fs.names())
-        return fs
+        return resolve_names(cfg.fixes, torch.__version__, kind, cudagraphs=cfg.compile.cudagraphs,
+                             compiled=cfg.compile.mode != "none")
 
     def run(self) -> RunOutcome:
         try:
@@ -291,8 +294,9 @@ class Trainer:
         stop_at = self.cfg.train.stop_at_step
         return self.signals.requested or bool(stop_at and self.group.step >= stop_at)
 
-    def _save(self, step: int) -> str:
-        st = self.group.state()
+    def _save(self, step: int, state: dict | None = None) -> str:
+        """Write the checkpoint of `step` from the replica group's `state` (read now if None)."""
+        st = self.group.state() if state is None else state
         return ckpt_io.save(self.cfg.train.out_dir, ckpt_io.Checkpoint(
             step=step, data_seq=step * self.group.num_replicas, config=self.cfg.to_dict(),
             drafter=st["drafter"], optimizer=st["optimizer"], scheduler=st["scheduler"]))
@@ -447,10 +451,7 @@ class Trainer:
                 if got is None:
                     box["why"] = "the replica leader is stuck inside an optimizer update"
                     return
-                step, st = got
-                box["path"] = ckpt_io.save(self.cfg.train.out_dir, ckpt_io.Checkpoint(
-                    step=step, data_seq=step * self.group.num_replicas, config=self.cfg.to_dict(),
-                    drafter=st["drafter"], optimizer=st["optimizer"], scheduler=st["scheduler"]))
+                box["path"] = self._save(*got)
             except Exception as e:  # noqa: BLE001  reported; the run is ending either way
                 box["why"] = f"{type(e).__name__}: {e}"
 
