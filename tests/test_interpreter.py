@@ -11,7 +11,8 @@ import pytest
 
 from harness.campaign.specfile import spec_from_dict
 from harness.cli import main
-from harness.trial.runner import interpreter_versions, run_trial
+from harness.trial.interpreter import interpreter_versions
+from harness.trial.runner import run_trial
 from harness.trial.spec import InvalidSpec, TrialSpec, WorkloadSpec
 
 

@@ -44,8 +44,9 @@ from harness.faults import pct
 from harness.faults.profiles import plan_from_seed
 from harness.faults.scheduler import decisions
 from harness.stores.store import Store
+from harness.trial.interpreter import installed_torch
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import OUTPUT_NAME, installed_torch, run_trial
+from harness.trial.runner import OUTPUT_NAME, run_trial
 from harness.trial.spec import REPO_ROOT, TrialSpec, WorkloadSpec
 
 F2_TEXT = "Detected that you are using FX to symbolically trace a dynamo-optimized function"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.campaign.cells import cell_name
-from harness.trial.runner import interpreter_versions
+from harness.trial.interpreter import interpreter_versions
 from harness.trial.spec import WORKLOAD_KINDS, InvalidSpec
 
 DEFAULT_TIMEOUT_S = 300.0

@@ -45,8 +45,9 @@ from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
 from harness.campaign.progress import format_elapsed
 from harness.campaign.spec import MatrixError, PlanChoice
 from harness.trial import native
+from harness.trial.interpreter import interpreter_versions
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME, interpreter_versions, run_trial
+from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME, run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
 ECHO_BYTES = 2048

@@ -29,16 +29,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.campaign.cells import strategy_of
+from harness.diagnosis.catalogue import (
+    Catalogue,
+    Count,
+    Evidence,
+    Race,
+    RecordSource,
+    VersionEvidence,
+    count,
+    load,
+    major_minor,
+)
 from harness.guard import Guard, GuardError
-from harness.diagnosis.catalogue import (Catalogue, Count, Evidence, Race, RecordSource, VersionEvidence, count, load,
-                                        major_minor)
 from harness.stores.discovery import TrialNotFound, find_trial, trial_stores_given
 from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
 from harness.text import clip
 from harness.trial import blocking, hangs, native, signature, tracebacks
+from harness.trial.interpreter import installed_torch
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME, installed_torch
+from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME
 
 SUMMARY_SCORE = 1.0
 MESSAGE_SCORE = 0.5

@@ -26,8 +26,6 @@ that stopped on an exception says so in `detail` (its figure is then from fewer 
 from __future__ import annotations
 
 import datetime
-import functools
-import importlib.metadata
 import json
 import os
 import platform
@@ -43,6 +41,7 @@ from typing import Callable
 from harness.faults import exposure
 from harness.trial import blocking, gpu, hangs, kernel_cache, lifeline, native, progress, signature, tracebacks
 from harness.trial.frames import top_frames
+from harness.trial.interpreter import installed_torch, interpreter_versions
 from harness.trial.outcome import Outcome, TrialResult, mark_resource
 from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
@@ -597,32 +596,3 @@ def _finish(result: TrialResult, out: Path, after_exit: AfterExit | None) -> Tri
     if after_exit is not None:
         after_exit(result)
     return result
-
-
-@functools.lru_cache(maxsize=None)
-def interpreter_versions(python: str | None) -> tuple[str | None, str]:
-    """(torch, Python) versions of the interpreter a trial runs under: the record says what ran,
-    not what the harness has. Another interpreter is asked once (its metadata, not an import of
-    torch); one that cannot answer is bad input."""
-    if python is None:
-        return installed_torch(), platform.python_version()
-    probe = ("import importlib.metadata as m, platform\n"
-             "try: v = m.version('torch')\nexcept m.PackageNotFoundError: v = ''\n"
-             "print(v); print(platform.python_version())")
-    try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InvalidSpec(f"python: {python} does not run: {exc}") from None
-    lines = done.stdout.splitlines()
-    if done.returncode != 0 or len(lines) < 2:
-        raise InvalidSpec(f"python: {python} does not run: {done.stderr.strip()[-200:]}")
-    return lines[0] or None, lines[1]
-
-
-@functools.lru_cache(maxsize=1)
-def installed_torch() -> str | None:
-    # From the installed metadata: importing torch here would cost seconds per harness start.
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return None
