@@ -15,10 +15,10 @@ import re
 import sys
 from pathlib import Path
 
-from harness.campaign.cells import split_cell
-from harness.diagnosis.families import family
 from harness.analysis.recommend import holds
+from harness.diagnosis.families import family
 from harness.stores.store import Store
+from harness.trial.cells import split_cell
 
 DUMP = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$", re.M)
 PROGRESS = re.compile(r"(\d+)/(\d+) \[")

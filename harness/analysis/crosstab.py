@@ -21,12 +21,11 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.diagnosis import families
-
 from harness import stats
-from harness.campaign.cells import split_cell
-from harness.trial.outcome import TrialResult
 from harness.analysis.recommend import holds
+from harness.diagnosis import families
+from harness.trial.cells import split_cell
+from harness.trial.outcome import TrialResult
 
 
 class CrosstabError(ValueError):

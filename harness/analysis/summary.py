@@ -23,9 +23,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from harness import stats
-from harness.campaign.cells import split_cell
 from harness.diagnosis import families
 from harness.diagnosis.catalogue import load as load_catalogue
+from harness.trial.cells import split_cell
 from harness.trial.outcome import Outcome, TrialResult
 
 

@@ -14,7 +14,7 @@ import collections
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.campaign.cells import split_cell
+from harness.trial.cells import split_cell
 from harness.trial.outcome import TrialResult
 
 BLOCK = "torch-versions"

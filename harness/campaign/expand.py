@@ -16,10 +16,10 @@ from typing import Any
 
 from dflash.fixes import FIXES
 from dflash.presets import PRESETS
-from harness.campaign.cells import trial_id
 from harness.campaign.spec import Cell, MatrixError, MatrixSpec, PlanChoice, Workload
 from harness.faults.profiles import plan_from_seed
 from harness.faults.scheduler import InvalidPlan, Plan
+from harness.trial.cells import trial_id
 from harness.trial.spec import REPO_ROOT, TrialSpec, WorkloadSpec
 
 

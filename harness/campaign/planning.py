@@ -12,12 +12,12 @@ from datetime import datetime
 
 from harness import stats
 from harness.campaign import slots
-from harness.campaign.cells import split_cell
 from harness.campaign.expand import expand
 from harness.campaign.progress import CellState
 from harness.campaign.spec import MatrixError, MatrixSpec
 from harness.stores.store import Store, done_ids
 from harness.trial import gpu
+from harness.trial.cells import split_cell
 from harness.trial.outcome import Outcome, TrialResult
 
 MEMORY_HEADROOM = 1.1

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.campaign.cells import cell_name
+from harness.trial.cells import cell_name
 from harness.trial.interpreter import interpreter_versions
 from harness.trial.spec import WORKLOAD_KINDS, InvalidSpec
 

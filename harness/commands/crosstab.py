@@ -10,10 +10,10 @@ from harness.analysis import crosstab
 from harness.analysis.crosstab import CrosstabError
 from harness.analysis.recommend import holds
 from harness.args import comma_list
-from harness.campaign.cells import split_cell
 from harness.diagnosis import families
 from harness.stores.discovery import stores_given
 from harness.stores.store import Store
+from harness.trial.cells import split_cell
 
 HELP = "does a fix go with a failure family: trials with it vs without"
 

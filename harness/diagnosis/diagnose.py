@@ -28,7 +28,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.campaign.cells import strategy_of
 from harness.diagnosis.catalogue import (
     Catalogue,
     Count,
@@ -46,6 +45,7 @@ from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
 from harness.text import clip
 from harness.trial import blocking, hangs, native, signature, tracebacks
+from harness.trial.cells import strategy_of
 from harness.trial.interpreter import installed_torch
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME
