@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from harness.analysis import bench_records, benches, pricing, prices
-from harness.analysis.pricing import Config, PriceError
+from harness.analysis import bench_records, benches, prices
+from harness.bench import pricing
+from harness.bench.pricing import Config, PriceError
 from harness.commands import price
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]

@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("naming failures", ("harness.diagnosis",)),
     ("many trials", ("harness.campaign",)),
     ("reading stores", ("harness.analysis",)),
+    ("benchmarks", ("harness.bench",)),
     ("commands", ("harness.commands",)),
     ("command line", ("harness.cli", "harness.__main__", "harness")),
 )

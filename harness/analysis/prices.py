@@ -1,7 +1,7 @@
 """Paired prices: each configuration's per-round tokens/s over the base configuration's.
 
 A `harness price` run benches every configuration once per round, in alternating order
-(harness.analysis.pricing), so two benches of one round ran minutes apart and their ratio cancels
+(harness.bench.pricing), so two benches of one round ran minutes apart and their ratio cancels
 what drifts over the run. A configuration's price is the median of those ratios with the
 sign test's interval for it (harness.stats.median_interval); these are its rows, whether the
 benches come from the run's own records or from a bench file (harness.analysis.benches).

@@ -6,10 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.analysis import bench_records, pricing
+from harness.analysis import bench_records
 from harness.analysis.bench_records import BenchError
-from harness.analysis.pricing import PriceError, make_plan, prices, save
 from harness.args import positive_float, positive_int
+from harness.bench import pricing
+from harness.bench.pricing import PriceError, make_plan, prices, save
 
 HELP = "what fixes cost alone on the machine: interleaved benches, paired ratios"
 
