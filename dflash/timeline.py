@@ -55,7 +55,8 @@ class Timeline:
 
     def start_ticker(self) -> None:
         if self._ticker is None and self.tick_s > 0:
-            self._ticker = threading.Thread(target=self._tick, name="dflash-timeline", daemon=True)
+            # Not a `dflash-` name: the watchdog's stall report lists those as the pipeline's threads.
+            self._ticker = threading.Thread(target=self._tick, name="timeline-ticker", daemon=True)
             self._ticker.start()
 
     def close(self) -> None:
