@@ -67,7 +67,7 @@ class DFlashObjective(nn.Module):
         if self.attention != "auto":
             return self.attention == "flex"
         # auto: flex only when compiled on CUDA. Eager flex is an unfused reference that
-        # materialises the scores, and flex has no backward on CPU (reference dflash.md sec. 5).
+        # materialises the scores, and flex has no backward on CPU (NotImplementedError).
         return device.type == "cuda" and torch.compiler.is_compiling()
 
     def _block_inputs(self, input_ids: torch.Tensor, anchors: torch.Tensor):

@@ -41,8 +41,8 @@ from dflash.topology import paired_topology, seed_topology
 from harness.campaign.spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload
 from harness.campaign.specfile import load_spec, strategy_from_name
 
-# Trial budgets, sized from cpu-experiments.md exp 5 (3-6 s per eager/aot_eager trial, 5-7 s warm
-# inductor) on 2 cores shared by the runs.
+# Trial budgets, sized from compile times measured on the 2-core CPU box (3-6 s per eager/aot_eager
+# trial, 5-7 s warm inductor) with the cores shared by the runs.
 REPRO_CPU_TIMEOUT_S = 120.0
 DFLASH_CPU_TIMEOUT_S = 420.0
 CAMPAIGN_TIMEOUT_S = 300.0
@@ -62,8 +62,7 @@ def _strategies(*names: str) -> dict[str, Strategy]:
 
 CPU_ENV = (("OMP_NUM_THREADS", "1"),)
 """One intra-op thread per trial: two trials share two cores, and oversubscribed OpenMP threads
-made the trainer's corpus generation ~10x slower under load (measured; cpu-experiments.md runs
-all trials with torch.set_num_threads(1) for the same reason). The races are between Python
+made the trainer's corpus generation ~10x slower under load (measured). The races are between Python
 threads and do not depend on intra-op threads."""
 
 
@@ -225,7 +224,7 @@ CUDA-graph cell without cstash-tls-init died of F1 and every cell with it segfau
 (Python heap corruption in any thread): whether the C stash or cudagraph trees on several devices
 corrupt the heap, those cells cannot tell. This one reaches cudagraph trees without the stash:
 local-tls-init seeds each thread's `local` (the forward's get_obj) and single-thread-autograd runs
-the backward on that thread instead of the device's autograd thread (reference 2.4, fix 2b)."""
+the backward on that thread instead of the device's autograd thread."""
 
 
 def _campaign(name: str, *, gpus: int = 1, topology: tuple[str, ...] = (),
