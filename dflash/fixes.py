@@ -357,11 +357,12 @@ class CublasHandleInit(Fix):
     that matmul is inside a CUDA graph capture (a thread whose first compiled call records
     rather than warms up), `cublasCreate` fails there: "CUBLAS_STATUS_NOT_INITIALIZED when calling
     `cublasCreate(handle)`" at capture_end. H200, torch 2.11: r04 under global-lock 4/4 and the
-    trainer under global-lock + cstash-tls-init + persistent-buffers 1/1 (REPORT.md 2026-11-29,
-    results/gpu-diag), the lock ruling out a second thread's interleaving. Catalogued as G1 (first
-    seen on the GPU trainer). PyTorch's CUDA graphs notes ask for warm-up iterations before
-    capture for the same reason (https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs).
-    Candidate fix from that reading; not yet run on a GPU.
+    trainer under global-lock + cstash-tls-init + persistent-buffers 1/1 (results/gpu-diag,
+    docs/log/2026-11-29-dflash-trainer-on-h200.md), the lock ruling out a second thread's
+    interleaving. Catalogued as G1 (first seen on the GPU trainer). PyTorch's CUDA graphs notes
+    ask for warm-up iterations before capture for the same reason
+    (https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs). One of the five fixes of the
+    configuration REPORT.md recommends on one H200.
     """
 
     name = "cublas-handle-init"
@@ -387,15 +388,15 @@ class CudagraphLock(Fix):
     every cudagraph tree, the device thread's backward included, one at a time.
 
     The narrow form of PR #184357's `graph_capture_lock` ("serializing graph capture and
-    private-pool warmup paths"), which torch 2.11 lacks. On the H200 campaign (REPORT.md
-    2026-11-29, third entry) the C-stash init got the trainer past F1, then concurrent recordings
-    collided: `beginAllocateToPool: already recording to mempool_id` (F1c) and one thread's
-    `synchronize` inside another's capture (`operation not permitted when stream is capturing`,
-    F1d's message). Unlike global-lock it leaves Dynamo, the eager parts of a step and the
-    optimizer concurrent; a replay holds it only while launching. Does not answer F1 itself (pair
-    with cstash-tls-init) nor outputs overwritten by another thread's later replay (F1c: pair with
-    graph-isolation). Installed once per process by the first thread that starts. Candidate fix;
-    not yet run on a GPU.
+    private-pool warmup paths"), which torch 2.11 lacks. On the H200 campaign
+    (docs/log/2026-11-29-h200-campaign-first-115-trials.md) the C-stash init got the trainer past
+    F1, then concurrent recordings collided: `beginAllocateToPool: already recording to mempool_id`
+    (F1c) and one thread's `synchronize` inside another's capture (`operation not permitted when
+    stream is capturing`, F1d's message). Unlike global-lock it leaves Dynamo, the eager parts of a
+    step and the optimizer concurrent; a replay holds it only while launching. Does not answer F1
+    itself (pair with cstash-tls-init) nor outputs overwritten by another thread's later replay
+    (F1c: pair with graph-isolation). Installed once per process by the first thread that starts.
+    Part of the concurrent configuration REPORT.md measured clean on launch-bound (one H200).
     """
 
     name = "cudagraph-lock"
@@ -436,19 +437,19 @@ class StashIncref(Fix):
     """Give every `torch._C._stash_obj_in_tls(key, obj)` a reference of its own to obj.
 
     The binding wraps the borrowed argument in a c10::SafePyObject, whose constructor "steals a
-    reference", without an incref (torch/csrc/Module.cpp at pytorch commit 00029b2949c9; its release not established); the
-    SafePyObject decrefs once when the thread's C++ TLS map dies (thread exit) or the key is
-    stashed again. So when a thread that stashed exits, the object loses a reference it never
-    got: cudagraph_trees' per-thread dicts, owned only by that thread's `local`, are freed twice
-    (repro r22), and the heap corruption surfaces later as a native crash anywhere (families
+    reference", without an incref (torch/csrc/Module.cpp at pytorch commit 00029b2949c9; its release
+    not established); the SafePyObject decrefs once when the thread's C++ TLS map dies (thread exit)
+    or the key is stashed again. So when a thread that stashed exits, the object loses a reference
+    it never got: cudagraph_trees' per-thread dicts, owned only by that thread's `local`, are freed
+    twice (repro r22), and the heap corruption surfaces later as a native crash anywhere (families
     segv and segv-gc). The hypothesis behind the heap corruption of cstash-tls-init's cells: they
     stash in every pipeline thread, and the prefetch and target threads exit before the drafters
     finish (r22 confirmed the lost reference on the H200's 2.11, 20/20, 2026-12-01). The patch
     measures the binding once, on a private probe object: if it keeps a reference it did not take,
     every stash gets one first (Py_IncRef); where the binding increfs (2.13, measured) the binding
-    stays as it is. Patched once per process, by the first thread that starts; FixSet runs it
-    before the other fixes so that their imports of cudagraph_trees (whose module body stashes)
-    go through it. PR #89169 (the stash), #126934 (stashed TLS "gc'd"), PR #180295.
+    stays as it is. Patched once per process, by the first thread that starts; FixSet runs it before
+    the other fixes so that their imports of cudagraph_trees (whose module body stashes) go through
+    it. PR #89169 (the stash), #126934 (stashed TLS "gc'd"), PR #180295.
     """
 
     name = "stash-incref"
