@@ -14,7 +14,8 @@ Trigger: thread repro-trace calls a compiled function with a long prefix (--pref
   tensors that require grad; thread repro-bwd has run the forward of another compiled function
   and calls backward --delay seconds after repro-trace started. Seen 1/1 in the DFlash trainer
   on an H200 (torch 2.11, 3 drafter threads, compile.dynamic=false; results/gpu-diag,
-  docs/log/2026-11-29-dflash-trainer-on-h200.md). This script's own rate is not measured yet.
+  docs/log/2026-11-29-dflash-trainer-on-h200.md); this script through the runner: 5/10 plain
+  (results/gpu-repros).
 Affected versions: 2.11 (trainer run); any version whose compile_fx_backward takes compile_lock.
 Fix: single-thread-autograd (both threads run their autograd work on themselves) or global-lock
   (the trace and the backward never overlap).
