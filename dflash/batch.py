@@ -1,10 +1,10 @@
 """The tensors that cross the pipeline's channels.
 
-`TokenBatch` goes from a prefetch thread to a target thread, `HiddenBatch` from a target thread to
-a drafter thread. Both are plain records: every tensor in them is owned by the batch (collate builds
+`TokenBatch` goes from a prefetch thread to a target thread, `HiddenBatch` from a target thread to a
+drafter thread. Both are plain records: every tensor in them is owned by the batch (collate builds
 fresh arrays; the target allocates a fresh context per forward), so a consumer may keep or modify
-them without racing the producer (style guide rule 6). `.to()` returns a new object and never
-mutates the original, which another thread may still be reading.
+them without racing the producer (no reused buffer is ever handed to another thread). `.to()`
+returns a new object and never mutates the original, which another thread may still be reading.
 """
 
 from __future__ import annotations

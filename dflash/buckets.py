@@ -11,13 +11,13 @@ holds it. Samples are shuffled within their bucket and cut into batches by one o
   bucket gets (the seeds' trainer: 27,881 and 27,889 batches in its last bucket on two launches).
 
 Why the sum of real lengths and not rows x longest: the DFlash trainer that batches by a token
-budget (speculators' multipack sampler, dflash.md section 3) counts each sample's real tokens
-against `total_seq_len`; SpecForge and TorchSpec use a fixed batch and pad to its longest row, with
-no budget at all. Real tokens are what the budget should bound: the target's prefill and the
-context K/V the drafter attends to grow with them (the anchors, fixed per row, set the rest;
-dflash.md section 7). The seeds' log does not say which rule they used. `collate` still pads a
-batch to its bucket bound, so the padded tensor (rows x bound) may exceed the budget by up to the
-bucket's width.
+budget (speculators' MultipackDistributedBatchSamplerV2, after imoneoi/multipack_sampler) counts
+each sample's real tokens against `total_seq_len`; SpecForge and TorchSpec use a fixed batch and pad
+to its longest row, with no budget at all. Real tokens are what the budget should bound: the
+target's prefill and the context K/V the drafter attends to grow with them (the anchors, fixed per
+row, set the rest). The seeds' logged figures (dflash/seeds.py) do not say which rule they used.
+`collate` still pads a batch to its bucket bound, so the padded tensor (rows x bound) may exceed the
+budget by up to the bucket's width.
 
 The plan reads only the lengths (the list offsets of the Arrow data, `TokenDataset.lengths`);
 no token is touched and nothing is copied but an index per sample.
@@ -32,9 +32,9 @@ Properties (tested with Hypothesis in tests/test_buckets.py):
   a different epoch gives a different order. So any number of prefetch threads agree on `seq`.
 
 Bucketing by length with a batch size per bucket follows NeMo speech's `bucket_duration_bins` /
-`bucket_batch_size`; DFlash trainers pack instead (dflash.md, section 3). Few distinct shapes also
-bound the number of torch.compile recompiles (one per bucket with dynamic=False under `fixed`; a
-token-budget plan has up to `max_batch_rows` row counts per bucket).
+`bucket_batch_size`; DFlash trainers pack (speculators) or pad a fixed batch (SpecForge) instead.
+Few distinct shapes also bound the number of torch.compile recompiles (one per bucket with
+dynamic=False under `fixed`; a token-budget plan has up to `max_batch_rows` row counts per bucket).
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ COMMANDS = {"train": cmd_train, "bench": cmd_bench, "plan": cmd_plan, "export": 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # A native crash (several of the races end in SIGSEGV/SIGABRT) then prints every thread's
-    # Python stack instead of a bare "Segmentation fault" (two H200 warm-up runs, 2026-11-29).
+    # Python stack instead of a bare "Segmentation fault".
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
     if argv[:1] == ["prepare"]:

@@ -2,13 +2,13 @@
 
 Rows are right-padded with token 0 to the bucket bound (or to `pad_to`); `loss_mask` is 0 on
 padding. The persistent-buffers fix wants one shape for every batch (static buffers, one compiled
-graph: cudagraph trees record per shape, torch-compile-races.md F1/F11), so it passes `pad_to` = the
-largest bucket and `pad_rows` = the largest batch size; extra rows are all padding with
-`loss_mask` 0 and length 0, so they add nothing to the loss. A dataset with a `doc_ids` column
-(packed documents) gives `doc_ids` of the same shape, -1 on padding; otherwise it is None.
+graph: cudagraph trees record a graph per shape), so it passes `pad_to` = the largest bucket and
+`pad_rows` = the largest batch size; extra rows are all padding with `loss_mask` 0 and length 0, so
+they add nothing to the loss. A dataset with a `doc_ids` column (packed documents) gives `doc_ids`
+of the same shape, -1 on padding; otherwise it is None.
 
 The arrays are built fresh from the (memory-mapped) dataset on every call: the tensors own their
-memory and may cross a channel without a clone (style guide rule 6).
+memory and may cross a channel without a clone (no reused buffer reaches another thread).
 """
 
 from __future__ import annotations

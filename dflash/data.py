@@ -488,7 +488,8 @@ def split_for_training(ds: TokenDataset, *, min_loss_tokens: int, heldout_sample
     """(train, heldout) views: rows with < min_loss_tokens supervised tokens dropped, then
     `heldout_samples` rows picked by `seed` kept out of training (they are the tau prompts).
 
-    SpecForge drops samples with fewer than 2 * block_size supervised tokens (dflash.md, Data).
+    SpecForge drops samples with fewer than 2 * block_size supervised tokens (its `build_dataloader`;
+    TorchSpec's `min_loss_tokens: 32`).
     """
     keep = np.flatnonzero(ds.loss_counts() >= min_loss_tokens)
     if keep.size <= heldout_samples:

@@ -1,7 +1,7 @@
 """Registry of named fix strategies for multi-threaded torch.compile, toggled by name.
 
 Each fix is a small object (like Hypothesis' ShrinkPass) whose docstring says what it does, which
-failure modes of docs/../shared/reference/torch-compile-races.md (F1..F14) it targets, and the
+failure modes it targets (catalogue ids F1..F14, R1..R9, G1, G2, rNN: docs/glossary.md), and the
 upstream issue/PR. A `FixSet` holds the active ones and counts how often each acted.
 
 Hooks a fix may implement:
@@ -193,9 +193,10 @@ class Policy(Fix):
 class SequentialStartup(Policy):
     """Policy: compile and run the first training step of each model one thread at a time.
 
-    Startup gate order, before any thread goes concurrent (reference section 6 rec. 1): avoids
-    concurrent first compiles, duplicate compiles and the lazy backward compile on the autograd
-    thread (F7, F8, F10, R7). Not enough for F1c/F1d (re-records later). Issue #123177.
+    Compile serially, then go concurrent: each model's first compile and step (forward and lazy
+    backward) finish before the next thread starts its own. Avoids concurrent first compiles,
+    duplicate compiles and the lazy backward compile on the autograd thread (F7, F8, F10, R7). Not
+    enough for F1c/F1d (re-records later). Issue #123177.
     """
 
     name = "sequential-startup"
@@ -206,7 +207,7 @@ class SequentialStartup(Policy):
 class ThreadLocalWarmup(Policy):
     """Policy: each thread warms up (compiles/records) its own model on itself.
 
-    Reference 2.4 fix 4: records graphs in the thread's own tree manager; helps F1/F1c only with
+    Records graphs in the thread's own tree manager; helps F1/F1c only with
     local-tls-init or cstash-tls-init and only if the graph is not shared with another thread.
     Issue #123177 (flexivtrainer-style per-thread warm-up).
     """
@@ -264,8 +265,8 @@ class StreamSync(Policy):
 
 
 def _cudagraph_trees() -> Any:
-    # Imports on CPU builds too (cpu-experiments exp 4); the import runs the TLS init for the
-    # importing thread only, which is the root of F1.
+    # Importable on CPU builds too; the import runs the TLS init for the importing thread only,
+    # which is the root of F1.
     import torch._inductor.cudagraph_trees as cgt
 
     return cgt
@@ -284,9 +285,9 @@ def _seed_local(cgt: Any) -> bool:
 class LocalTlsInit(Fix):
     """Seed cudagraph_trees.local (tree_manager_containers/locks) in the thread if missing.
 
-    Reference 2.4 fix 1: a fresh thread gets its own tree manager, so a reduce-overhead forward
-    no longer asserts at `torch._C._is_key_in_tls` (F1). Not enough for backward on the autograd
-    device thread (it reads the C stash). Issue #123177, PR #184357.
+    The common partial workaround: a fresh thread gets its own tree manager, so a reduce-overhead
+    forward no longer asserts at `torch._C._is_key_in_tls` (F1). Not enough for backward on the
+    autograd device thread (it reads the C stash). Issue #123177, PR #184357.
     """
 
     name = "local-tls-init"
@@ -300,9 +301,9 @@ class LocalTlsInit(Fix):
 class CstashTlsInit(Fix):
     """local-tls-init plus `torch._C._stash_obj_in_tls` for both keys (if missing).
 
-    Reference 2.4 fix 2: the autograd engine copies the C stash into its worker threads, so the
-    backward of this thread's cudagraphed graph finds this thread's manager (F1 via backward) and
-    reset_cudagraph_trees() on this thread really resets it (F1b). The stash is dropped after the
+    The thread then looks like the importing one: the autograd engine copies the C stash into its
+    worker threads, so the backward of this thread's cudagraphed graph finds this thread's manager
+    (F1 via backward) and reset_cudagraph_trees() on this thread really resets it (F1b). The stash is dropped after the
     thread's join() returns, so interpreter exit waits for such threads as await-thread-exit does
     (r26). Issues #123177, #126934, PR #136735, PR #184357.
     """
@@ -330,7 +331,7 @@ class CstashTlsInit(Fix):
 class SingleThreadAutograd(Fix):
     """Run backward on the calling thread: torch.autograd.set_multithreading_enabled(False).
 
-    Applied (thread-locally) inside around_call. Reference 2.4 fix 2b: with local-tls-init the
+    Applied (thread-locally) inside around_call. With local-tls-init the
     backward then sees the thread's `local` (F1 via backward); the lazy backward compile then runs
     on the worker thread, not the autograd device thread (F8). PR #192004.
     """
@@ -356,11 +357,12 @@ class CublasHandleInit(Fix):
     that matmul is inside a CUDA graph capture (a thread whose first compiled call records
     rather than warms up), `cublasCreate` fails there: "CUBLAS_STATUS_NOT_INITIALIZED when calling
     `cublasCreate(handle)`" at capture_end. H200, torch 2.11: r04 under global-lock 4/4 and the
-    trainer under global-lock + cstash-tls-init + persistent-buffers 1/1 (REPORT.md 2026-11-29,
-    results/gpu-diag), the lock ruling out a second thread's interleaving. Named G1 in REPORT.md
-    (not in the reference's F-list). PyTorch's CUDA graphs notes ask for warm-up iterations before
-    capture for the same reason (https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs).
-    Candidate fix from that reading; not yet run on a GPU.
+    trainer under global-lock + cstash-tls-init + persistent-buffers 1/1 (results/gpu-diag,
+    docs/log/2026-11-29-dflash-trainer-on-h200.md), the lock ruling out a second thread's
+    interleaving. Catalogued as G1 (first seen on the GPU trainer). PyTorch's CUDA graphs notes
+    ask for warm-up iterations before capture for the same reason
+    (https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs). One of the five fixes of the
+    configuration REPORT.md recommends on one H200.
     """
 
     name = "cublas-handle-init"
@@ -386,15 +388,15 @@ class CudagraphLock(Fix):
     every cudagraph tree, the device thread's backward included, one at a time.
 
     The narrow form of PR #184357's `graph_capture_lock` ("serializing graph capture and
-    private-pool warmup paths"), which torch 2.11 lacks. On the H200 campaign (REPORT.md
-    2026-11-29, third entry) the C-stash init got the trainer past F1, then concurrent recordings
-    collided: `beginAllocateToPool: already recording to mempool_id` (F1c) and one thread's
-    `synchronize` inside another's capture (`operation not permitted when stream is capturing`,
-    F1d's message). Unlike global-lock it leaves Dynamo, the eager parts of a step and the
-    optimizer concurrent; a replay holds it only while launching. Does not answer F1 itself (pair
-    with cstash-tls-init) nor outputs overwritten by another thread's later replay (F1c: pair with
-    graph-isolation). Installed once per process by the first thread that starts. Candidate fix;
-    not yet run on a GPU.
+    private-pool warmup paths"), which torch 2.11 lacks. On the H200 campaign
+    (docs/log/2026-11-29-h200-campaign-first-115-trials.md) the C-stash init got the trainer past
+    F1, then concurrent recordings collided: `beginAllocateToPool: already recording to mempool_id`
+    (F1c) and one thread's `synchronize` inside another's capture (`operation not permitted when
+    stream is capturing`, F1d's message). Unlike global-lock it leaves Dynamo, the eager parts of a
+    step and the optimizer concurrent; a replay holds it only while launching. Does not answer F1
+    itself (pair with cstash-tls-init) nor outputs overwritten by another thread's later replay
+    (F1c: pair with graph-isolation). Installed once per process by the first thread that starts.
+    Part of the concurrent configuration REPORT.md measured clean on launch-bound (one H200).
     """
 
     name = "cudagraph-lock"
@@ -435,19 +437,19 @@ class StashIncref(Fix):
     """Give every `torch._C._stash_obj_in_tls(key, obj)` a reference of its own to obj.
 
     The binding wraps the borrowed argument in a c10::SafePyObject, whose constructor "steals a
-    reference", without an incref (torch/csrc/Module.cpp at pytorch commit 00029b2949c9; its release not established); the
-    SafePyObject decrefs once when the thread's C++ TLS map dies (thread exit) or the key is
-    stashed again. So when a thread that stashed exits, the object loses a reference it never
-    got: cudagraph_trees' per-thread dicts, owned only by that thread's `local`, are freed twice
-    (repro r22), and the heap corruption surfaces later as a native crash anywhere (families
+    reference", without an incref (torch/csrc/Module.cpp at pytorch commit 00029b2949c9; its release
+    not established); the SafePyObject decrefs once when the thread's C++ TLS map dies (thread exit)
+    or the key is stashed again. So when a thread that stashed exits, the object loses a reference
+    it never got: cudagraph_trees' per-thread dicts, owned only by that thread's `local`, are freed
+    twice (repro r22), and the heap corruption surfaces later as a native crash anywhere (families
     segv and segv-gc). The hypothesis behind the heap corruption of cstash-tls-init's cells: they
     stash in every pipeline thread, and the prefetch and target threads exit before the drafters
     finish (r22 confirmed the lost reference on the H200's 2.11, 20/20, 2026-12-01). The patch
     measures the binding once, on a private probe object: if it keeps a reference it did not take,
     every stash gets one first (Py_IncRef); where the binding increfs (2.13, measured) the binding
-    stays as it is. Patched once per process, by the first thread that starts; FixSet runs it
-    before the other fixes so that their imports of cudagraph_trees (whose module body stashes)
-    go through it. PR #89169 (the stash), #126934 (stashed TLS "gc'd"), PR #180295.
+    stays as it is. Patched once per process, by the first thread that starts; FixSet runs it before
+    the other fixes so that their imports of cudagraph_trees (whose module body stashes) go through
+    it. PR #89169 (the stash), #126934 (stashed TLS "gc'd"), PR #180295.
     """
 
     name = "stash-incref"

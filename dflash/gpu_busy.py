@@ -70,7 +70,7 @@ class GpuBusy:
     def fraction_between(self, t0: float, t1: float) -> float | None:
         """Mean of the samples read in [t0, t1]: the busy fraction of a steady window without
         the compiles before it (a 60-step launch-bound bench spent most of its 76 s compiling
-        and read 1% over the whole run, REPORT.md 2026-11-30)."""
+        and read 1% over the whole run, docs/log/2026-11-30-gpu-busy-steady-state.md)."""
         return _mean([v for t, v in zip(self.times, self.samples) if t0 <= t <= t1])
 
 

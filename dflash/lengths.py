@@ -18,8 +18,8 @@ How many samples each bucket holds is fitted (`fit_bucket_samples`): the lognorm
 small batches and the plain lognormal has too few of them. The fit moves samples between buckets
 until the seed-0 epoch-0 plan, at the budget that averages the seeds' 18.3 samples a batch, has
 the seeds' share of batches in every bucket and their batch count. Those two figures are then
-matched by construction, not checked; what stays a check against the seeds' log is the smallest
-and largest batch and the last bucket's batch count per launch.
+matched by construction, not checked; what stays a check against the seeds' logged figures
+(dflash/seeds.py) is the smallest and largest batch and the last bucket's batch count per launch.
 
 `calibrate_budget` picks a token budget for a target average batch size by bisection over
 multiples of `BUDGET_QUANTUM` (the average grows with the budget); the `seeds` preset's budget is

@@ -54,8 +54,8 @@ class DFlashObjective(nn.Module):
         self.attention = attention
         self.precision = precision
         # On the drafter's device: a CPU buffer beside CUDA activations fails the first compiled
-        # step on a GPU ("Tensor on device cpu is not on the expected device cuda:0", H200 run
-        # of 2026-11-29), and draft_logits takes its device from this buffer.
+        # step on a GPU ("Tensor on device cpu is not on the expected device cuda:0"), and
+        # draft_logits takes its device from this buffer.
         self.register_buffer("pos_weights", position_weights(block_size, gamma, device=embed.weight.device),
                              persistent=False)
 
@@ -67,7 +67,7 @@ class DFlashObjective(nn.Module):
         if self.attention != "auto":
             return self.attention == "flex"
         # auto: flex only when compiled on CUDA. Eager flex is an unfused reference that
-        # materialises the scores, and flex has no backward on CPU (reference dflash.md sec. 5).
+        # materialises the scores, and flex has no backward on CPU (NotImplementedError).
         return device.type == "cuda" and torch.compiler.is_compiling()
 
     def _block_inputs(self, input_ids: torch.Tensor, anchors: torch.Tensor):

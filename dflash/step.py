@@ -147,8 +147,9 @@ def grad_step(step_fn: Callable, replica: nn.Module, inputs: StepInputs, fs, *,
     without graph-isolation) that replay is another thread's and comes before the replica leader
     reads them. H200, torch 2.11: 3/3 launch-bound global-lock+cstash-tls-init+cublas-handle-init
     trials failed reading a loss "accessing tensor output of CUDAGraphs that has been overwritten
-    by a subsequent run" in ReplicaGroup.sync (REPORT.md 2026-11-30); PyTorch's CUDA-graph-trees
-    notes ask callers to clone outputs they keep past the next invocation.
+    by a subsequent run" in ReplicaGroup.sync (docs/log/2026-11-30-launch-bound-verdict.md);
+    PyTorch's CUDA-graph-trees notes ask callers to clone outputs they keep past the next
+    invocation.
     """
     # set_to_none: reduce-overhead replays must not see a stale grad buffer from the last step.
     replica.zero_grad(set_to_none=True)

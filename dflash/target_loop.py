@@ -70,7 +70,7 @@ class TargetForwardLoop:
         fault_point("target.after_forward")
         # synchronize (not an event): the drafter thread reads `context` on another stream.
         # Device-wide unless stream-sync: a drafter capturing on this device makes the device-wide
-        # one fail (launch-bound, global-lock cell, 1/29 on the H200, torch 2.11, 2026-12-01).
+        # one fail (r23).
         stream_only = self.fs.active("stream-sync")
         synchronize(device, stream_only=stream_only)
         if stream_only and device.type == "cuda":     # on CPU there is no wait to change

@@ -465,7 +465,7 @@ class Trainer:
     def _failed(self, extra: dict | None = None) -> None:
         """A failed run's last event: the GPU memory it held by then. Packing trials onto a GPU is
         planned from stored peaks (harness.campaign.planning.memory_peaks), and the campaign's failing
-        gpu-bound cells never finish, so without this they leave no figure (H200, 2026-12-01)."""
+        gpu-bound cells never finish, so without this they leave no figure."""
         try:
             peak = self.plan.peak_reserved_gib()
         except Exception:  # noqa: BLE001  after a sticky CUDA error every CUDA call raises: no figure

@@ -23,9 +23,9 @@ from harness.analysis.crosstab import CrosstabError
 from harness.args import Parser, UsageError
 from harness.campaign.spec import MatrixError
 from harness.campaign.replay import ReplayError
-from harness.commands import (benches, crosstab, diagnose, doctor, evidence, exposure_cost, families, lift, matrix,
-                              merge, pack, price, replay, repro, report, resign, retire, run, show, shrink, stress,
-                              warmup)
+from harness.commands import (benches, crosstab, diagnose, doctor, evidence, exposure_cost, families, glossary, lift,
+                              matrix, merge, pack, price, replay, repro, report, resign, retire, run, show, shrink,
+                              stress, warmup)
 from harness.diagnosis.catalogue import CatalogueError
 from harness.diagnosis.diagnose import DiagnoseError
 from harness.faults.scheduler import InvalidPlan
@@ -37,6 +37,7 @@ COMMANDS: dict[str, ModuleType] = {
     "matrix": matrix, "stress": stress, "replay": replay, "shrink": shrink, "run": run, "lift": lift,
     # naming failures
     "diagnose": diagnose, "doctor": doctor, "show": show, "repro": repro, "evidence": evidence,
+    "glossary": glossary,
     # reading stores
     "report": report, "families": families, "crosstab": crosstab, "price": price, "benches": benches,
     "warmup": warmup, "exposure-cost": exposure_cost,

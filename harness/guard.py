@@ -40,8 +40,8 @@ The hooks:
 * `guard.on_device(device)`: call after a thread binds its CUDA device (cublas-handle-init).
 * `guard.counts()`, `guard.describe()`, `guard.active(name)`, `guard.note(name)`.
 
-Which fix for which race (F-numbers: shared/reference/torch-compile-races.md; R-numbers:
-cpu-experiments.md; rNN: repro/ scripts and their measured rates in repro/README.md):
+Which fix for which race (F-, R- and G-numbers: the race catalogue, harness/diagnosis/races.toml,
+defined in docs/glossary.md; rNN: repro/ scripts and their measured rates in repro/README.md):
 
 ======================  ====================================================================
 global-lock             One process-wide RLock around every guarded call. Holds wherever every

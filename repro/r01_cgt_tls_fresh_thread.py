@@ -5,7 +5,7 @@ Symptom: `AssertionError` with an EMPTY message at `assert torch._C._is_key_in_t
   a `mode="reduce-overhead"` (or max-autotune / backend="cudagraphs") function in a new thread.
 Mechanism: the tree-manager containers live on a module-level `threading.local()` populated only
   in the thread that imported cudagraph_trees, plus a C++ TLS stash that autograd propagates but
-  a new `threading.Thread` does not get (reference F1, section 2.3).
+  a new `threading.Thread` does not get (F1).
 Trigger: the main thread imports torch._inductor.cudagraph_trees (as any earlier compile would);
   --threads workers then make their first call of one compiled function behind a Barrier.
   #123177 repro agent (2.13 nightly, 32 threads): 8/32 failed; H200 probe on 2.11: an unseeded

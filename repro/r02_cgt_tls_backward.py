@@ -7,7 +7,7 @@ Symptom: the forward of a reduce-overhead training step works in a worker thread
 Mechanism: the widespread workaround seeds `cudagraph_trees.local.tree_manager_containers/locks`
   in the worker (fixes the forward), but backward runs on the autograd engine's device thread,
   which resolves the tree manager through the C++ TLS stash copied from the caller -- empty here
-  (reference F1 via backward, section 2.3 step 5).
+  (F1 via backward).
 Trigger: main imports cudagraph_trees; a worker seeds the Python local only (default; --no-seed
   drops it, then the forward asserts as in r01) and trains nn.Linear with mode="reduce-overhead"
   for --steps steps. H200 probe on 2.11 ("train" B): forward ok, backward asserted on Dummy-1.
@@ -39,7 +39,7 @@ def tls_assert(exc):
 
 
 def seed_python_local():
-    """The common partial workaround (reference 2.4 fix 1): Python TLS only, no C stash."""
+    """The common partial workaround (as local-tls-init does): Python TLS only, no C stash."""
     import collections
 
     import torch._inductor.cudagraph_trees as cgt

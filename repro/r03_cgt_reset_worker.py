@@ -6,7 +6,7 @@ Symptom: 2.10: `AssertionError` (empty) at cudagraph_trees `get_obj` from
   private memory pool are NOT freed: a silent no-op reset (a leak across rollouts / models).
 Mechanism: 2.11 `reset_cudagraph_trees` starts with `if not torch._C._is_key_in_tls(
   "tree_manager_containers"): return`; a thread seeded through the Python `local` only has no C
-  stash key, so its containers survive the reset (reference F1b, section 2.3 step 6).
+  stash key, so its containers survive the reset (F1b).
 Trigger: main imports cudagraph_trees; a worker seeds the Python local (common workaround),
   runs a reduce-overhead function (creates its own tree manager), then calls
   `torch.compiler.reset()` on itself. Deterministic by reading the code (2.11); 2.10 reports:

@@ -6,7 +6,7 @@ Symptom: concurrent reduce-overhead training steps fail with CUDA capture errors
 Mechanism: two instances of one module class share one Dynamo graph (guards do not pin the
   instance); the recorded callable in `fn_cache` is bound to the first thread's tree manager, the
   other thread's parameters have other addresses, so that manager re-records while the first
-  thread launches work: two threads inside one manager and one private pool (reference F1c).
+  thread launches work: two threads inside one manager and one private pool (F1c).
 Trigger: --threads threads, each seeded (Python local + C stash, so F1 is out of the way), each
   with its own instance of one class on the same GPU, train --steps steps concurrently.
   H200 probe on 2.11: `unique_graphs 1`, capture errors; sequential warm-up of 4 steps did not
@@ -33,7 +33,7 @@ def need_cuda(torch):
         sys.exit(0)
 
 
-# Concurrent-capture failures seen on 2.11 (reference F1c/F1d and the H200 runs of this script).
+# Concurrent-capture failures seen on 2.11: F1c/F1d's messages as this script's H200 runs printed them.
 CAPTURE = (
     "stream is capturing", "during capture", "uncaptured work", "Offset increment outside graph capture",
     "already recording to mempool", "cudaStreamCaptureStatusActive",
@@ -41,7 +41,7 @@ CAPTURE = (
 
 
 def seed_tls():
-    """Python local + C stash (reference 2.4 fix 2), so F1 does not mask the race."""
+    """Python local + C stash (as cstash-tls-init does), so F1 does not mask the race."""
     import collections
 
     import torch

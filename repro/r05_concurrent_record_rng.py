@@ -6,7 +6,7 @@ Symptom: training steps in two threads with DISTINCT graphs (and distinct tree m
   steps, later: `RuntimeError: Offset increment outside graph capture encountered unexpectedly.`
 Mechanism: stream-capture RNG state is kept per device generator, registered unconditionally for
   the device's default generator, and only one capture may be in flight per generator; the
-  allocator's capture gates are device-wide too (reference F1d; #172390, #137844).
+  allocator's capture gates are device-wide too (F1d; #172390, #137844).
 Trigger: --threads threads, each seeded (local + C stash), each compiling its OWN forward code
   (distinct graphs) of a model with nn.Dropout, mode="reduce-overhead", same GPU, --steps
   concurrent steps. H200 probe on 2.11: 59/60 steps failed in both threads; no Dropout: 0/60.
@@ -31,7 +31,7 @@ def need_cuda(torch):
         sys.exit(0)
 
 
-# Concurrent-capture failures seen on 2.11 (reference F1c/F1d and the H200 runs of this script).
+# Concurrent-capture failures seen on 2.11: F1c/F1d's messages as this script's H200 runs printed them.
 CAPTURE = (
     "stream is capturing", "during capture", "uncaptured work", "Offset increment outside graph capture",
     "already recording to mempool", "cudaStreamCaptureStatusActive",
@@ -39,7 +39,7 @@ CAPTURE = (
 
 
 def seed_tls():
-    """Python local + C stash (reference 2.4 fix 2), so F1 does not mask the race."""
+    """Python local + C stash (as cstash-tls-init does), so F1 does not mask the race."""
     import collections
 
     import torch

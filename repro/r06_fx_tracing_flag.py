@@ -5,10 +5,10 @@ Symptom: `RuntimeError: Detected that you are using FX to symbolically trace a d
   already compiled function (torch/_dynamo/eval_frame.py compile_wrapper).
 Mechanism: `torch.fx._symbolic_trace._is_fx_tracing_flag` is a plain module global set by
   `Tracer.trace` (symbolic_trace, make_fx) for the whole trace; every compiled callable's wrapper
-  checks `is_fx_symbolic_tracing()` and raises when `config.error_on_nested_fx_trace` (reference
-  F2, cpu-experiments R1).
+  checks `is_fx_symbolic_tracing()` and raises when `config.error_on_nested_fx_trace` (F2, its
+  R1 face).
 Trigger: thread `repro-tracer` loops `torch.fx.symbolic_trace` of a small module (optionally
-  sleeping --hold-ms inside the traced forward, like the reference's F2 probe); thread
+  sleeping --hold-ms inside the traced forward, which holds the flag longer); thread
   `repro-caller` calls a compiled function (backend=eager, warmed up first) --iters times.
 Affected versions: 2.4 CPU (#126024), 2.11 (H200 probe, 100 % with a 2 s hold), 2.13.0 CPU (R1).
 Fix: nested-fx-fallback (error_on_nested_fx_trace=False in the caller thread: runs eagerly

@@ -6,10 +6,10 @@ Symptom: `AssertionError: CURRENT_PATCHER is None in finally block` (torch/fx/_s
   block`; or `CURRENT_PATCHER was changed during a revert_all_patches`; or silent graph corruption.
 Mechanism: `_new_patcher()` saves the module-global CURRENT_PATCHER, installs its own and
   restores the saved one in `finally`; two threads' save/restore pairs interleave, so one of them
-  finds None (reference F3, cpu-experiments R3).
-Trigger: --mode compile (default; the reference's fxrace setup): thread `repro-compiler` compiles
+  finds None (F3, its R3 face).
+Trigger: --mode compile (default: a compile beside a user trace): thread `repro-compiler` compiles
   --k fresh functions with backend=aot_eager (make_fx -> Tracer.trace) while thread `repro-tracer`
-  loops `torch.fx.symbolic_trace`; cpu-experiments: inductor default 1/10, sw 4/10.
+  loops `torch.fx.symbolic_trace`; first measured on 2.13 CPU: inductor 1/10, 4/10 at a 1e-6 switch.
   --mode trace: two threads both loop `symbolic_trace` (the same global, no compile).
 Affected versions: 2.13 nightly (#168042 "Error #1"), 2.13.0 CPU (R3); all versions with the
   global patcher.
@@ -42,7 +42,7 @@ def main():
     p.add_argument("--mode", choices=("compile", "trace"), default="compile")
     p.add_argument("--k", type=int, default=3, help="fresh functions compiled (--mode compile)")
     p.add_argument("--iters", type=int, default=300, help="traces per tracer (--mode trace)")
-    p.add_argument("--calls", type=int, default=300, help="calls per compiled function (reference: 300)")
+    p.add_argument("--calls", type=int, default=300, help="calls per compiled function")
     args, fs = setup(p)
     import torch
     import torch.nn as nn

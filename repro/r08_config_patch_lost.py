@@ -7,7 +7,7 @@ Symptom: no error; a function compiled with `torch.compile(..., dynamic=False)` 
 Mechanism: the `dynamic=` kwarg is applied by patching the Dynamo config around each call
   (automatic_dynamic_shapes=False, assume_static_by_default=True); on versions where the config
   is one global object, two threads' enter/exit pairs interleave and restore the wrong values
-  (reference F4). On torch 2.13 overrides are thread-local (F14), so this should NOT reproduce.
+  (F4). On torch 2.13 overrides are thread-local (F14), so this should NOT reproduce.
 Trigger: two threads call the shared compiled function with --sizes distinct sizes each
   (thread 0: 1..n, thread 1: n+1..2n), recompile_limit raised in each thread. H200 probe on 2.11
   (recompile_limit=200, sw 1e-6, 5 trials): trial 0 had 39 static + 1 dynamic graph.

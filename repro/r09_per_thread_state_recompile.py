@@ -6,7 +6,7 @@ Symptom: no error; a function compiled and warmed up in the main thread compiles
   recompile_limit -- extra compile time in the middle of a run.
 Mechanism: Dynamo's GLOBAL_STATE guard includes values that are per-thread or that another
   thread changed: `torch.set_num_threads()` called in one thread is seen by threads started
-  later but not by the main thread; grad mode is per thread (reference F5, #111569).
+  later but not by the main thread; grad mode is per thread (F5, #111569).
 Trigger: --state num_threads (default): a setter thread calls `torch.set_num_threads(n + 1)`,
   then a fresh worker calls the compiled function. --state grad: a worker calls it under
   `torch.no_grad()`. Deterministic (H200 probe on 2.11: 1 -> 2 -> 3 compiles).

@@ -6,7 +6,7 @@ Symptom: `RuntimeError: TODO: graph recording observed an input tensor deallocat
   `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`.
 Mechanism: the non-reentrant checkpoint frees and recomputes the saved activations around the
   compiled region, so the tree manager sees an input deallocated during recording that does not
-  happen at replay (reference F9). Thread angle: with use_reentrant=True the recomputation runs on
+  happen at replay (F9). Thread angle: with use_reentrant=True the recomputation runs on
   the autograd worker thread, which then needs the C TLS stash (F1) -- not tested upstream.
 Trigger: a worker thread (seeded local + C stash so F1 is out of the way) trains a block whose
   compiled (reduce-overhead) MLP runs inside checkpoint(use_reentrant=False), --steps steps.
@@ -34,7 +34,7 @@ SIGNATURE = "graph recording observed an input tensor deallocate"
 
 
 def seed_tls():
-    """Python local + C stash (reference 2.4 fix 2), so F1 does not mask the race."""
+    """Python local + C stash (as cstash-tls-init does), so F1 does not mask the race."""
     import collections
 
     import torch

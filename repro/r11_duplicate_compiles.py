@@ -6,9 +6,9 @@ Symptom: N threads making their first call of ONE shared `torch.compile(f)` at t
   runtime guards failed even though they passed during recompilation-reason analysis`.
 Mechanism: the C++ eval-frame hook looks up the cache and evaluates guards BEFORE the Python
   callback takes `compile_lock`, and nothing re-checks the cache once the lock is held
-  (reference F10, cpu-experiments R7 / exp 1 "duplicate compilation", exp 4).
+  (F10, its R7 face).
 Trigger: --threads threads wait on a Barrier, then call the shared compiled function once.
-  cpu-experiments: deterministic, N threads -> N compiles for N <= 8.
+  Deterministic on 2.13 CPU: N threads -> N compiles for N <= 8.
 Affected versions: 2.11 (H200 probe: `unique_graphs 2` for two threads), 2.13.0 CPU.
 Fix: sequential-startup (first call of each thread behind a start-up lock) or global-lock.
 Upstream: Dynamo devlog "Isolate Recompiles" (2026-05-04), PR #195355 (ExtraState lock), #118260.

@@ -6,7 +6,7 @@ Symptom: `AssertionError` at `assert dst.data_ptr() == src.data_ptr()` (2.11
 Mechanism: with `torch._inductor.config.triton.cudagraph_trees = False` each graph is recorded
   once with the first instance's parameter addresses as static inputs; both instances share one
   Dynamo graph (same code object), so the other instance's parameters violate the static-input
-  assumption (reference F11). Legacy mode has no TLS, so it avoids F1 but not this.
+  assumption (F11). Legacy mode has no TLS, so it avoids F1 but not this.
 Trigger: --threads threads, one instance each of one class, same GPU, reduce-overhead with
   cudagraph_trees=False set in each thread (thread-local on 2.13, global on 2.11), --steps
   forward calls. H200 probe on 2.11: `unique_graphs 2` (duplicate compile), one thread failed

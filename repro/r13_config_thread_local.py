@@ -5,7 +5,7 @@ Symptom: a worker thread reads `torch._dynamo.config.error_on_nested_fx_trace ==
   fallback, recompile limits, cudagraph switches) is silently ineffective in workers. No error.
 Mechanism: torch 2.13 keeps config user overrides in a `contextvars.ContextVar`
   (torch/utils/_config_module.py: "User overrides are thread-local"); a new threading.Thread starts
-  with an empty context and sees the defaults (reference F14, cpu-experiments R9 / exp 3c).
+  with an empty context and sees the defaults (F14, its R9 face).
 Trigger: main assigns the flag, then a fresh thread reads it. Deterministic.
 Affected versions: torch 2.13 (ContextVar overrides, PR #170468 "thread-local config layer" era);
   on 2.11 the config is one global object, so this does NOT reproduce there (the other side is F4).

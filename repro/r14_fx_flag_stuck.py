@@ -6,10 +6,10 @@ Symptom: after both threads finish, `torch.fx._symbolic_trace._is_fx_tracing_fla
   at the moment.` -- including a brand-new `torch.compile(..., backend="eager")` in the main thread.
 Mechanism: `Tracer.trace` does `old = flag; flag = True; ... finally: flag = old` on a module
   global; a compile's make_fx and a user `symbolic_trace` in another thread interleave, so the
-  last restore writes the other thread's True back (reference F2/F3, cpu-experiments R2).
+  last restore writes the other thread's True back (F2's stuck face, R2; F3 races the same way).
 Trigger: thread `repro-compiler` compiles --k fresh functions with --backend (aot_eager runs
   make_fx; eager does not, and did not reproduce: 0/10) while `repro-tracer` loops
-  `torch.fx.symbolic_trace`. cpu-experiments (inductor): default 1/10, sw 5/10.
+  `torch.fx.symbolic_trace`. First measured on 2.13 CPU (inductor): 1/10, 5/10 at a 1e-6 switch.
 Affected versions: 2.11 and 2.13.0 CPU (global flag); PR #168999 makes the flag thread-local
   (in 2.14.1: 0 failures, the flag is `_is_fx_tracing_tls`).
 Fix: global-lock (every trace and compiled call under one lock: the save/restore pairs nest).
@@ -28,7 +28,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--k", type=int, default=3, help="fresh functions compiled while tracing")
     p.add_argument("--backend", default="aot_eager", choices=("aot_eager", "inductor", "eager"))
-    p.add_argument("--calls", type=int, default=300, help="calls per compiled function (reference: 300)")
+    p.add_argument("--calls", type=int, default=300, help="calls per compiled function")
     args, fs = setup(p)
     import torch
     import torch.fx._symbolic_trace as st

@@ -5,11 +5,12 @@ Symptom: `NameError: module is not installed as a submodule` from an ordinary ea
   that never traces or compiles anything.
 Mechanism: `Tracer.trace` patches `torch.nn.Module.__call__` / `__getattr__` on the class,
   process-wide, for the whole trace (`_new_patcher`); every other thread's module call goes
-  through the tracing thread's `module_call_wrapper` (reference F2 second half, cpu-experiments R4).
+  through the tracing thread's `module_call_wrapper` (R4).
   A plain inductor compile does the same once per process (`_inductor/loop_body.py`
   `symbolic_trace(identity)`), which is how eager `checkpoint` in another thread was hit.
 Trigger: thread `repro-tracer` loops `torch.fx.symbolic_trace(m)`; the main thread makes
-  --iters plain eager calls of another instance. cpu-experiments: default 9/10 runs, sw 5/5.
+  --iters plain eager calls of another instance. First measured on 2.13 CPU: 9/10 runs, 5/5 at
+  a 1e-6 switch interval.
 Affected versions: 2.11 (global patcher), 2.13.0 (CPU, observed); PR #187589 isolates patches.
 Fix: global-lock (the trace and the eager calls under one lock; no registry fix is narrower).
 Upstream: PR #187589 "Isolate FX tracing patches from unrelated threads", PR #168999, #126024.

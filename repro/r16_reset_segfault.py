@@ -9,13 +9,13 @@ Symptom: the process dies with SIGSEGV (sometimes SIGFPE): `Fatal Python error: 
   cache entry into the code's ExtraState), not in the lookup.
 Mechanism: reset() holds compile_lock and clears every code object's cache entries, but another
   thread's cache-entry insertion after a compile, its cache lookup / guard evaluation and the
-  transformed bytecode run outside that lock (reference F6/F10, cpu-experiments R5, R6).
+  transformed bytecode run outside that lock (R5, and R6 for the NameError).
 Trigger: thread `repro-caller` calls one compiled function (backend --backend) for --secs;
-  thread `repro-resetter` loops `torch._dynamo.reset(); sleep(1 ms)`. cpu-experiments: eager
-  default 1/20 (NameError 2/10), sw 10/10; aot_eager sw 5/5; inductor sw 3/5.
+  thread `repro-resetter` loops `torch._dynamo.reset(); sleep(1 ms)`. First measured on 2.13 CPU:
+  eager 1/20 (NameError 2/10), 10/10 at a 1e-6 switch; aot_eager 5/5 and inductor 3/5 at that switch.
 Affected versions: 2.13.0 CPU (observed); 2.11 takes the same lock only in reset (not verified).
 Fix: global-lock (reset and every compiled call under one lock). Best fix: never reset while
-  other threads run compiled code (reference section 6 rec. 5).
+  other threads run compiled code.
 Upstream: PR #195355 (ExtraState lock; notes reset inside guard evaluation), PR #196637.
 """
 

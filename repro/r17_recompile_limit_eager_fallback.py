@@ -7,9 +7,9 @@ Symptom: no error; --threads (> 8) threads make their first call of one shared c
   analysis`). Later calls with new shapes stay eager too: silent loss of the compiled path.
 Mechanism: every thread that missed the cache compiles again and adds a cache entry for the same
   code object (duplicate compiles, r11); after recompile_limit entries the frame is marked to
-  run eagerly (reference F10, cpu-experiments R7).
+  run eagerly (F10, its R7 face).
 Trigger: --threads threads wait on a Barrier, then call the shared compiled function once.
-  cpu-experiments: 12 threads -> 8 compiles and 4 eager fallbacks, every run.
+  On 2.13 CPU: 12 threads -> 8 compiles and 4 eager fallbacks, every run.
 Affected versions: 2.13.0 CPU (observed); 2.11 shares the mechanism (duplicate compile seen).
 Fix: sequential-startup (first call behind a start-up lock: one compile) or global-lock.
 Upstream: Dynamo devlog "Isolate Recompiles" (2026-05-04, isolate_recompiles), PR #195355.

@@ -6,11 +6,11 @@ Symptom: no error; eager `torch.optim.Adam(foreach=False)` steps in one thread a
 Mechanism: `torch.compiler._is_compiling_flag` is a process global that Dynamo sets for the
   whole compile session (convert_frame `_compile_session_context`); the single-tensor Adam path
   calls `_get_value(step_t)`, which returns the float32 step tensor instead of a Python float when
-  `is_compiling()` is True, so the bias corrections are computed in float32 (cpu-experiments R8;
+  `is_compiling()` is True, so the bias corrections are computed in float32 (R8;
   single-thread control: forcing the flag gives exactly the same 4.02e-07).
 Trigger: thread `repro-compiler` compiles --k fresh functions (backend --backend) while thread
   `repro-optimizer` repeats --steps eager Adam steps and compares bitwise with a reference made
-  before the compiler started. cpu-experiments: 20/20 runs, ~98 % of iterations.
+  before the compiler started. First measured on 2.13 CPU: 20/20 runs, ~98 % of iterations.
 Affected versions: 2.13.0 CPU (observed); any version whose _get_value reads is_compiling().
 Fix: global-lock (the optimizer steps and the compiles under one lock).
 Upstream: none found for this leak; related: PR #196637 (process-global eval-frame flags), #118390.

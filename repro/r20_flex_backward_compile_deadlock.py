@@ -5,7 +5,7 @@ Symptom: the process hangs with no error. py-spy shows the CUDA autograd device 
   trace of `flex_attention` blocked in `torch.autograd.grad` (`ReadyQueue::pop`) under
   `create_fw_bw_graph`, and the backward caller waiting in `Tensor.backward`.
 Mechanism: a compiled function whose backward is compiled lazily (static shapes save no SymInts
-  for backward, reference F8) compiles it on the autograd device thread, which takes Dynamo's
+  for backward; F8) compiles it on the autograd device thread, which takes Dynamo's
   `compile_lock` in `compile_fx_backward`. Another thread holds that lock while Dynamo traces
   `flex_attention`; the HOP builds its joint graph with `torch.autograd.grad` on fake CUDA
   tensors, whose work the engine queues to the same device thread. Each waits for the other.
@@ -13,12 +13,13 @@ Trigger: thread repro-trace calls a compiled function with a long prefix (--pref
   elementwise ops, so its trace holds compile_lock for a while) and then flex_attention on CUDA
   tensors that require grad; thread repro-bwd has run the forward of another compiled function
   and calls backward --delay seconds after repro-trace started. Seen 1/1 in the DFlash trainer
-  on an H200 (torch 2.11, 3 drafter threads, compile.dynamic=false; REPORT.md 2026-11-29 G2,
-  results/gpu-diag). This script's own rate is not measured yet.
+  on an H200 (torch 2.11, 3 drafter threads, compile.dynamic=false; results/gpu-diag,
+  docs/log/2026-11-29-dflash-trainer-on-h200.md); this script through the runner: 5/10 plain
+  (results/gpu-repros).
 Affected versions: 2.11 (trainer run); any version whose compile_fx_backward takes compile_lock.
 Fix: single-thread-autograd (both threads run their autograd work on themselves) or global-lock
   (the trace and the backward never overlap).
-Upstream: lazy backward compilation #104971, #141790 (reference F8).
+Upstream: lazy backward compilation #104971, #141790 (F8).
 """
 
 import argparse

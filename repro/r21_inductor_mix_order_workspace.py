@@ -17,9 +17,8 @@ Trigger: the trainer's per-head k_norm (gpu-gpu-bound drafter: 8 KV heads of hea
   asserts first otherwise), forward + backward over --shapes (batch x context length; the
   defaults are the two faces of results/gpu-shape2 and results/gpu-shape). On the H200 (2.11)
   it failed 21 gpu-gpu-bound trainer trials (results/gpu-campaign, gpu-shape, gpu-shape2), with
-  one thread per pipeline stage as with three. This script has not reproduced it yet: an H200
-  run (2.11) of a draft with the block size an input dim (symbolic, so nsplit was no sum) fused
-  the mix-order kernel but ran clean; the block size is now a constant, as in the trainer.
+  one thread per pipeline stage as with three. This script has not reproduced it: 0/20 on 2.11
+  (docs/log/2026-12-01-r21-mix-order-repro.md).
 Affected versions: 2.11 + CUDA (Triton backend only; CPU codegen never fuses mix-order
   reductions); 2.13 parenthesises the bounds.
 Fix: none in dflash.fixes (it is not a race); --no-mix-order compiles with

@@ -2,13 +2,13 @@
 
 Symptom: `torch.AcceleratorError: CUDA error: operation not permitted when stream is capturing`
   raised by `torch.cuda.synchronize` in the thread that is not capturing (in the trainer:
-  dflash-target at dflash.devices:synchronize, H200 run 21, 2026-12-01), and possibly the recording thread's
-  `operation failed due to a previous error during capture` after it.
+  dflash-target at dflash.devices:synchronize, results/gpu-campaign), and possibly the recording
+  thread's `operation failed due to a previous error during capture` after it.
 Mechanism: a device-wide synchronize waits on every stream of the device, the capturing one
   included, which CUDA refuses whatever the capture mode (NVIDIA/TensorRT#2888). cudagraph trees
   capture in "thread_local" mode (PR #107407), which spares other threads' unsafe calls, not a
   device-wide wait. A global lock around compiled calls does not help when the synchronize sits
-  outside the lock, as the trainer's target loop's does (reference F1d's message, a new cause).
+  outside the lock, as the trainer's target loop's does (F1d's message, a new cause).
 Trigger: thread repro-capture runs a function compiled with mode="reduce-overhead",
   dynamic=True on --shapes input sizes (cudagraph trees record one graph per new size); thread
   repro-sync runs a small eager op and then synchronizes the device, in a loop, until the

@@ -4,7 +4,7 @@ Symptom: `NameError: module is not installed as a submodule` raised inside a tor
   call (aot_eager): eval_frame.py compile_wrapper -> the compiled graph's `_lazy_forward` ->
   graph_module.py `__call__` -> _symbolic_trace.py module_call_wrapper -> call_module ->
   path_of_module, in a thread that only calls compiled functions.
-Mechanism: R4's (cpu-experiments R4, r15): `Tracer.trace` patches `torch.nn.Module.__call__` on the
+Mechanism: R4's (r15): `Tracer.trace` patches `torch.nn.Module.__call__` on the
   class, process-wide, for the whole trace, so every module call in every thread goes through the
   tracing thread's `module_call_wrapper`. The compiled graph is itself an nn.Module (a
   GraphModule) called through `Module.__call__`, so it lands in the other thread's tracer, which

@@ -17,7 +17,7 @@ from harness.diagnosis.probes import ProbeResult, Script
 ON_CPU_213 = torch.__version__.startswith("2.13.") and not torch.cuda.is_available()
 
 KNOWN_CPU_213 = {
-    # Each value was read off this machine's probes and matches cpu-experiments.md / the source.
+    # Each value was read off this machine's probes and matches the installed torch's source.
     "torch_build": "cpu",
     "cuda_available": False,
     "gpu_count": 0,
@@ -29,7 +29,7 @@ KNOWN_CPU_213 = {
     "fx_module_patch_global": True,  # R4
     "is_compiling_global": True,  # R8
     "cudagraph_trees_capture_lock": True,  # graph_capture_lock (PR #184357) is in 2.13
-    "cudagraph_trees_per_thread_state": True,  # exp 4: get_obj seeds a fresh thread lazily
+    "cudagraph_trees_per_thread_state": True,  # 2.13's get_obj seeds a fresh thread lazily
     "cudagraph_trees_fresh_thread_asserts": False,
     "cudagraph_callables_shared": True,
     "stash_steals_reference": False,  # 2.13's binding increfs (dflash.fixes.StashIncref)

@@ -181,7 +181,7 @@ def test_compiled_objective_has_no_graph_break_nor_recompile_on_new_anchors(targ
 
 
 def test_compiled_flex_objective_builds_its_mask_inside_without_recompiling(target):
-    # Forward only: flex_attention has no backward on CPU (reference dflash.md sec. 5).
+    # Forward only: flex_attention has no backward on CPU (NotImplementedError).
     flex, sdpa = make_objective(target, attention="flex"), make_objective(target, attention="sdpa")
     b1, b2 = make_batch(target, seed=0), make_batch(target, seed=1)
     with torch.no_grad():

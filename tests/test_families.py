@@ -1,4 +1,4 @@
-"""harness.diagnosis.families: real failure outputs land in the failure mode the reference names."""
+"""harness.diagnosis.families: real failure outputs land in the failure mode the catalogue names."""
 
 from __future__ import annotations
 

@@ -405,8 +405,8 @@ def test_gpu_slots_serve_waiters_in_order_so_a_big_trial_is_not_starved_by_small
 
 
 def test_gpu_slots_backfill_a_slot_the_head_cannot_use_but_only_max_bypass_times():
-    # 6 + 1 of 12 slots in use and a 6-slot trial at the head: 5 slots idle under strict order
-    # (H200 runs 39-40). Up to max_bypass later 1-slot trials start in them; then they wait.
+    # 6 + 1 of 12 slots in use and a 6-slot trial at the head: 5 slots idle under strict order.
+    # Up to max_bypass later 1-slot trials start in them; then they wait.
     slots = GpuSlots(1, per_gpu=12, max_bypass=2)
     stop = threading.Event()
     try:

@@ -17,8 +17,8 @@ from harness.faults.points import STAGE_POINTS, TORCH_POINTS, Point
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Points that the CPU compile path reaches (cpu-experiments.md exp 2 hit counts); the cudagraph
-# ones resolve on a CPU build too (the module imports without CUDA, exp 4).
+# Points that the CPU compile path reaches (hit counts on 2.13 CPU); the cudagraph ones resolve on
+# a CPU build too (the module imports without CUDA).
 CPU_POINTS = ("fx.trace", "fx.create_node", "make_fx.dispatch_trace", "dynamo.convert_frame",
               "inductor.compile_fx", "aot.backward_compile", "compiled.call", "dynamo.reset")
 

@@ -58,8 +58,9 @@ def test_without_throughput_every_qualifying_strategy_is_listed():
 
 
 def test_a_lock_variant_can_win_and_the_concurrent_one_is_priced_against_it():
-    # The H200 launch-bound shape (REPORT.md 2026-11-30): global-lock itself never finished a trial,
-    # the no-cudagraphs lock variant and a lock-free one are both clean, the lock variant faster.
+    # The H200 launch-bound shape (docs/log/2026-11-30-launch-bound-verdict.md): global-lock itself
+    # never finished a trial, the no-cudagraphs lock variant and a lock-free one are both clean, the
+    # lock variant faster.
     rs = (_cell("w:global-lock@-", 2, k=2) + _cell("w:eager@-", 8, tok=16661.0)
           + _cell("w:no-cudagraphs+global-lock@-", 2, tok=24897.0)
           + _cell("w:no-cudagraphs+global-lock@plan", 29, tok=19078.0)

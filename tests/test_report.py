@@ -227,7 +227,7 @@ def test_overview_counts_failure_families_per_torch_version_over_every_store(tmp
 
 
 def test_families_counts_only_the_stores_named_with_their_retired_records(tmp_path, capsys, monkeypatch):
-    # REPORT's table of the reference's modes counts the trainer's failures apart from the repros'
+    # REPORT's table of failure modes counts the trainer's failures apart from the repros'
     # (an F1 count there once took the repros' 40 in with the trainer's).
     from harness.cli import main
     from harness.stores.retire import retired_store

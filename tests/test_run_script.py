@@ -189,7 +189,7 @@ def test_a_bench_phase_with_a_gpu_count_runs_the_seed_topology(tmp_path):
 
 def test_unpacking_packs_the_runs_new_trials_and_an_empty_shell_does_not_shadow_a_zip(tmp_path):
     """The checkout's trials are zips (harness pack); the GPU host's copy of an uncommitted pack
-    held their folders empty (run 44, 2026-12-01): stores.tgz leaves zips out, the merge keeps the
+    held their folders empty: stores.tgz leaves zips out, the merge keeps the
     checkout's zip, and the run's new trial comes in packed."""
     import sys
 

@@ -17,8 +17,8 @@ def _run(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.Co
 
 def test_runs_45_to_47_as_the_report_quotes_them():
     out = _run("45", "46", "47").stdout
-    # REPORT.md, 2026-12-01: 16, 37 and 38 trials; 1,551, 1,694 and 1,824 trial-seconds; a cold
-    # cache in run 45 and F1 reached sooner on the warm machine of runs 46-47.
+    # docs/log/2026-12-01-finish-by.md: 16, 37 and 38 trials; 1,551, 1,694 and 1,824
+    # trial-seconds; a cold cache in run 45 and F1 reached sooner on the warm machine of runs 46-47.
     assert "run 45: 16 trials, 1,551 trial-seconds; Inductor cache at the start 3.0M" in out
     assert "run 46: 37 trials, 1,694 trial-seconds; Inductor cache at the start 396M" in out
     assert "run 47: 38 trials, 1,824 trial-seconds; Inductor cache at the start 414M" in out
@@ -93,8 +93,9 @@ def test_a_run_with_no_trials_says_so(tmp_path):
 
 
 def test_memory_lines_give_runs_39_to_41s_sample_against_allocator_figures():
-    # REPORT.md, 2026-12-01: over runs 39-41, 49 trials with both figures, the sample higher
-    # by a median 0.88 GiB and lower by 4.39 in one trial; the G2 hangs held 2.9 to 24.5 GiB.
+    # docs/log/2026-12-01-runner-gpu-memory-samples.md: over runs 39-41, 49 trials with both
+    # figures, the sample higher by a median 0.88 GiB and lower by 4.39 in one trial; the G2 hangs
+    # held 2.9 to 24.5 GiB.
     out = _run("39", "40", "41").stdout
     assert out.splitlines()[-1] == ("runs 39, 40, 41 together, memory: sampled in 58 of 58 trials; sample minus "
                                     "allocator peak over the 49 with both: median +0.88 GiB, -4.39 to +1.07")
@@ -104,8 +105,9 @@ def test_memory_lines_give_runs_39_to_41s_sample_against_allocator_figures():
 
 
 def test_seeds_counts_the_distinct_schedules_of_each_stressed_cell():
-    # REPORT.md, 2026-12-01: run 37 started from a store without run 36's trials and
-    # handed out the same seeds, so 9 trials of a stressed cell ran under 5 or 6 schedules.
+    # docs/log/2026-12-01-launch-bound-cells-10-trials.md: run 37 started from a store without
+    # run 36's trials and handed out the same seeds, so 9 trials of a stressed cell ran under 5 or
+    # 6 schedules.
     out = _run("36", "37", "38", "--seeds").stdout
     seeds = out[out.index("scheduler seeds, runs 36, 37, 38:"):].splitlines()[1:]
     assert "  launch-bound:raw@dflash-stages: 9 trials, 5 distinct scheduler seeds" in seeds

@@ -112,7 +112,8 @@ def test_abort_signature_names_crashing_frame(tmp_path):
 
 @pytest.mark.parametrize("kind, exc_type", [("oom", "torch.OutOfMemoryError"), ("cublas", "RuntimeError")])
 def test_device_memory_exhaustion_is_resource_not_a_race(tmp_path, kind, exc_type):
-    # H200 campaign: 23/115 trials crashed so with 12 trials on the GPU (REPORT.md 2026-11-29).
+    # H200 campaign: 23/115 trials crashed so with 12 trials on the GPU
+    # (docs/log/2026-11-29-h200-campaign-first-115-trials.md).
     result = _run(tmp_path, "oom", kind)
     assert result.outcome is Outcome.RESOURCE, result.detail
     assert not result.outcome.is_failure and not result.outcome.counts_as_trial

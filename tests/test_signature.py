@@ -392,8 +392,9 @@ PYSPY = [
 
 
 def test_g2_hang_names_the_autograd_device_thread_and_drops_helper_threads():
-    # H200 trainer hang (REPORT.md 2026-11-29, G2): py-spy gives the autograd device thread no
-    # name; its C++ entry frame identifies it. tqdm's monitor and Inductor's reader are left out.
+    # H200 trainer hang (G2, docs/log/2026-11-29-dflash-trainer-on-h200.md): py-spy gives the
+    # autograd device thread no name; its C++ entry frame identifies it. tqdm's monitor and
+    # Inductor's reader are left out.
     data = json.loads((FIXTURES / "gpu_hang_flex_backward_compile" / "1.pyspy.json").read_text())
     threads = parse_pyspy_json(data)
     assert {t.name for t in threads} >= {"?", "tqdm_monitor", "InductorSubproc"}

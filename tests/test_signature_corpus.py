@@ -1,15 +1,15 @@
 """Programs written the way users write threads fail for real and group by race.
 
-Each tests/scripts/user_*.py hits a CPU race of torch 2.13 (F2/R1, R4, R5 of
-shared/reference/cpu-experiments.md) from a different program shape: Thread subclasses,
-ThreadPoolExecutor and `future.result()`, asyncio.to_thread, daemon threads, logging.exception,
-`traceback.format_exc()` behind a log prefix, a worker pool fed by a queue, errors kept in a list
-and raised again, ExceptionGroup, chained exceptions, a printed error followed by a segfault. Each
-runs through the harness's own runner (`harness.trial.runner.run_trial`, as `harness stress` runs a
-user's command) until it fails, at most MAX_RUNS times, and must give the signature key of the
-project's own real output of its race (tests/fixtures/tracebacks), the race's family, the failing
-thread's role (empty where the output does not say which thread) and the frames where torch
-raised it, never the frames of the thread that printed or re-raised it.
+Each tests/scripts/user_*.py hits a CPU race of torch 2.13 (F2/R1, R4, R5: docs/glossary.md) from a
+different program shape: Thread subclasses, ThreadPoolExecutor and `future.result()`,
+asyncio.to_thread, daemon threads, logging.exception, `traceback.format_exc()` behind a log prefix,
+a worker pool fed by a queue, errors kept in a list and raised again, ExceptionGroup, chained
+exceptions, a printed error followed by a segfault. Each runs through the harness's own runner
+(`harness.trial.runner.run_trial`, as `harness stress` runs a user's command) until it fails, at
+most MAX_RUNS times, and must give the signature key of the project's own real output of its race
+(tests/fixtures/tracebacks), the race's family, the failing thread's role (empty where the output
+does not say which thread) and the frames where torch raised it, never the frames of the thread that
+printed or re-raised it.
 """
 
 from __future__ import annotations

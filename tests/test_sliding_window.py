@@ -126,7 +126,7 @@ def test_a_mixed_layer_objective_trains_on_the_sdpa_path(target):
 
 
 def test_compiled_flex_objective_with_mixed_layers_matches_sdpa_without_recompiling(target):
-    # Forward only: flex_attention has no backward on CPU (reference dflash.md sec. 5).
+    # Forward only: flex_attention has no backward on CPU (NotImplementedError).
     flex, sdpa = make_objective(target, attention="flex"), make_objective(target, attention="sdpa")
     b1, b2 = make_batch(target, flex.layer_ids, seed=0), make_batch(target, flex.layer_ids, seed=1)
     torch._dynamo.reset()

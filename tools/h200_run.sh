@@ -40,8 +40,7 @@
 # $OUT/stores.tgz; bring them in with `bash tools/unpack_run.sh FOLDER N`, which merges each
 # store rather than unpacking it over the checkout's. Unpack a run before starting the next
 # (about 15 s): a run started from a store without the previous run's trials hands out the same
-# trial indices and so reruns the same scheduler seeds (runs 36 and 37, 2026-12-01; `harness
-# merge` counts them).
+# trial indices and so reruns the same scheduler seeds (`harness merge` counts them).
 set -u
 budget=$1; shift; t0=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - t0) )); }
@@ -49,8 +48,8 @@ export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
   && export PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site
 [ -f .cache/corpora.tgz ] && tar xzf .cache/corpora.tgz && rm .cache/corpora.tgz
-# The launch-bound and gpu-bound corpora the H200 generated in run 5 (3 MB, 270 KB packed): a
-# run that finds no copied ones starts from them instead of ~200 s of generation. A config
+# The launch-bound and gpu-bound corpora the H200 generated once (3 MB, 270 KB packed): a run
+# that finds no copied ones starts from them instead of ~200 s of generation. A config
 # change changes the corpus digest, and the trainer then generates a fresh one as before.
 [ -d .cache/dflash ] || { [ -f results/h200-campaign/corpora.tgz ] && tar xzf results/h200-campaign/corpora.tgz; }
 # gpu-default's corpus (2,048 samples, 106 s of generation on a fresh host, 2026-12-03): beside them.
@@ -81,13 +80,13 @@ matrix() {  # preset (or a spec file), seconds to start trials in[, cap]: SIGTER
   # read -a, not a bare ${MATRIX_ARGS}: a --cells glob must reach the harness unexpanded.
   # A spec file carries its own trials and stop rules: MATRIX_ARGS are for the presets.
   local extra=(); [ -f "$1" ] || read -ra extra <<< "${MATRIX_ARGS:-}"; [ -n "${CELLS:-}" ] && extra+=("--cells=$CELLS")
-  # --finish-by: a trial its cell's median would not end before the SIGTERM is not started (run
-  # 42 lost a no-cudagraphs trial that way); 15 s for Python's start and the summary.
+  # --finish-by: a trial its cell's median would not end before the SIGTERM is not started (it
+  # would be killed for no record); 15 s for Python's start and the summary.
   timeout -k 10 -s TERM $stop python3 -m harness matrix $src --max-time $start --finish-by $(( stop - 15 )) \
     --no-live "${extra[@]}" \
     > "$X/matrix-$preset.out" 2> "$X/matrix-$preset.err"
-  # The first line is the matrix's summary (ran N, M left and why): the tail alone cut it off a
-  # campaign's table (runs 45-47), and only run.tgz, which is not committed, kept it.
+  # The first line is the matrix's summary (ran N, M left and why): the tail alone cuts it off a
+  # campaign's table.
   echo "matrix $preset rc=$?"; head -n 1 "$X/matrix-$preset.out"
   grep -v "^\[" "$X/matrix-$preset.err" | tail -n 40; tail -n +2 "$X/matrix-$preset.out" | tail -n 70
 }
@@ -120,11 +119,10 @@ run_phase() {
     warm+repros:*) warm & w=$!; MATRIX_ARGS=${REPROS_ARGS:-} matrix gpu-repros ${phase#warm+repros:} 150; wait $w ;;
     repros:*) MATRIX_ARGS=${REPROS_ARGS:-} matrix gpu-repros ${phase#repros:} 150 ;;
     # r22's row is a CPU script, but its 2.11 record (catalogue ON_TORCH) is checkable only here.
-    # pytest[:S[:N]]: at most S seconds (240), N xdist workers (1). Run 26 ran 2 of its 12 tests in
-    # 240 s beside a repros matrix: each test runs its trials one after another; run 27 ran 12 of
-    # 13 in 500 s on 4 workers, and its `-q` dots did not say which one failed: -v names each test
-    # as it ends, -rfE prints the failures' reasons if pytest gets to its end, and the trials'
-    # artefacts (output.txt, result.json: ~30 KB each) come back in run.tgz under pytest-tmp/.
+    # pytest[:S[:N]]: at most S seconds (240), N xdist workers (1); each test runs its trials one
+    # after another, so the GPU suite needs minutes and several workers. -v names each test as it
+    # ends (`-q` dots do not say which failed), -rfE prints the failures' reasons if pytest gets to
+    # its end, and the trials' artefacts (~30 KB each) come back in run.tgz under pytest-tmp/.
     pytest|pytest:*) IFS=: read -r _ ps pn <<< "$phase"; s=$(date +%s); xd=(); [ "${pn:-1}" -gt 1 ] && xd=(-n "$pn")
             # Env PYTEST_K: a -k expression (one test, e.g. a changed row, without the whole suite).
             kx=(); [ -n "${PYTEST_K:-}" ] && kx=(-k "$PYTEST_K")
@@ -154,10 +152,9 @@ for kv in seed_topology(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            timeout -k 15 -s TERM $(( $(left) - 25 )) python3 -m harness price "${pa[@]}" --into "$OUT/price.jsonl" \
              > "$X/price.out" 2> "$X/price.err"
            echo "price rc=$? $(( $(date +%s) - s ))s"; cat "$X/price.out"; grep -v "^train:" "$X/price.err" | tail -n 60 ;;
-    # Start window: until 70 s before the end (SIGTERM at 25, --finish-by at 40), not 130: with
-    # --finish-by keeping out any trial its cell's median would not end in time, the wider margin
-    # only idled the GPU (runs 45-47 stopped starting trials 105 s before the SIGTERM and ran down
-    # to one trial in their last minute). A cell with no stored median can still be cut by the stop.
+    # Start window: until 70 s before the end (SIGTERM at 25, --finish-by at 40): --finish-by keeps
+    # out any trial its cell's median would not end in time, so a wider margin only idles the GPU
+    # (docs/log/2026-12-01-finish-by.md). A cell with no stored median can still be cut by the stop.
     campaign) matrix gpu-campaign $(( $(left) - 70 )) ;;
     campaign:*) # campaign:GLOB[,GLOB]: only those cells (harness matrix --cells), same store
            CELLS=${phase#campaign:} matrix gpu-campaign $(( $(left) - 70 )) ;;

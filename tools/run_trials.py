@@ -1,4 +1,4 @@
-"""What each H200 run added to a store: the figures REPORT.md quotes per run.
+"""What each H200 run added to a store: the figures the log (docs/log/) quotes per run.
 
     python -m tools.run_trials N [N ...] [--store STORE] [--logs DIR] [--all] [--seeds]
 
@@ -14,7 +14,7 @@ trial's tokens/s, GPU memory and duration (`--all`: every trial's). Also the siz
 cache the run found (tools/h200_run.sh's `du -sh .cache` line): 3 MB is a cold machine.
 `--seeds`: over the runs named, each stressed cell's trials and how many distinct scheduler seeds
 they ran under (runs started from a store without the last run's trials hand out the same seeds
-again: runs 36 and 37, 2026-12-01).
+again).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def trial_line(r: TrialResult) -> str:
 def memory_line(rs: list[TrialResult], label: str) -> str:
     """The runner's sampled GPU memory (every 2 s, what the trial's processes held) against the
     workload's allocator peak: the sample adds the CUDA context and cuBLAS workspaces, and can miss
-    a short peak (runs 39-41 on the H200, 2026-12-01)."""
+    a short peak (docs/log/2026-12-01-runner-gpu-memory-samples.md)."""
     sampled = sum(r.gpu_mem_gib is not None for r in rs)
     diffs = sorted(r.gpu_mem_gib - r.reported_gpu_peak_gib for r in rs
                    if r.gpu_mem_gib is not None and r.reported_gpu_peak_gib is not None)

@@ -5,7 +5,7 @@
 # Every run returns its whole copy of each results/gpu-* store. A copy is merged into the
 # checkout's store (`python -m harness merge`), never unpacked over it: a run started before the
 # previous run was unpacked holds trial ids that run also handed out, and unpacking one over the
-# other loses records (runs 12 and 13, 2026-11-30). The log's `dflash
+# other loses records (docs/log/2026-11-30-store-merge.md). The log's `dflash
 # bench` records (and a price phase's price.jsonl) go to results/h200-campaign/benches.jsonl
 # (harness.analysis.bench_records), the log becomes
 # results/h200-campaign/run<N>-log.txt, and REPORT.md is regenerated. Bad input: one line, exit 2,
@@ -28,7 +28,7 @@ for store in "$tmp"/results/*/; do
   [ -f "results/$(basename "$store")/trials.jsonl" ] && packs+=(--store "results/$(basename "$store")")
 done
 # The new trials' folders, one zip each (harness pack): the checkout travels to the GPU host whole,
-# under 64 MiB, and thousands of small files had filled it (2026-12-01).
+# under 64 MiB, and thousands of small files fill it.
 [ ${#packs[@]} = 0 ] || "$py" -m harness pack "${packs[@]}"
 # A `price` phase's records (harness price) come back as price.jsonl, without a run number.
 rec=(); [ -f "$src/price.jsonl" ] && rec=(--records "$src/price.jsonl")
@@ -38,7 +38,7 @@ cp "$src/log.txt" "$log"
 "$py" -m harness report
 # What the next run ships, said here where it can still be packed or ignored rather than by a
 # refused run: the GPU host takes at most 64 MiB of checkout (tracked and untracked, unignored files;
-# counted on disk, it seems: 51 MB of files in 4-KiB blocks, 77 MiB, were refused on 2026-12-01).
+# counted on disk, it seems: 51 MB of files in 4-KiB blocks, 77 MiB on disk, were refused).
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   kib=$(git ls-files -z --cached --others --exclude-standard | du -c -k --files0-from=- 2>/dev/null | tail -1 | cut -f1 || true)
   echo "the checkout a GPU-host run ships: about $(( ${kib:-0} / 1024 )) MiB on disk of the 64 MiB limit (paths copied beside it, such as .whl, come on top)"

@@ -1,10 +1,9 @@
 """The record format of `dflash bench` runs, one configuration alone on the machine.
 
 A campaign trial shares the GPU with other trials and its tokens/s move with its neighbours (one
-gpu-bound cell ran 9,882-42,922 tokens/s: REPORT.md, 2026-11-30, H200, torch 2.11.0+cu130); a
-bench runs alone, so costs come from here. Ratios are taken only between benches of one GPU
-host's run: the same bench moved 18-22% from one run to another.
-
+gpu-bound cell of the H200 campaign ran 9,882-42,922 tokens/s); a bench runs alone, so costs come
+from here. Ratios are taken only between benches of one GPU host's run: the same bench moved 18-22%
+from one run to another.
 A record is the bench's JSON line plus the phase it ran under (`bench:PRESET:FIXES[:MODE[:GPUS]]`,
 as tools/h200_run.sh names it; GPUS runs the seed trainer's device plan on that many GPUs) and
 the run's number, kept as JSONL beside the stores (`results/<folder>/bench-<date>.jsonl` or
@@ -60,8 +59,8 @@ class Bench:
     its workload's trials took (a 4-GPU topology cell is not costed by a one-GPU bench)."""
     exit_code: int = 0
     """Non-zero for a bench that died (it has no figures): a configuration that failed alone on the
-    GPU is not clean, whatever its matrix cells say (harness.analysis.recommend; H200 run 26,
-    2026-12-01: a cell clean at 29 stressed trials died of F2 in a bench)."""
+    GPU is not clean, whatever its matrix cells say (harness.analysis.recommend): a cell clean at
+    29 stressed trials has died of F2 in a bench."""
     signature: str | None = None
     """The died bench's failure (harness.trial.signature's summary of the stderr tail h200_run.sh prints)."""
     round: int | None = None
@@ -79,8 +78,8 @@ class Bench:
 
     @property
     def failed(self) -> bool:
-        """Died of an error. A bench past h200_run.sh's limit is not counted as one: run 6's ran out of
-        time in its second round, still running (the matrix leaves TIMEOUT out of k/n alike)."""
+        """Died of an error. A bench past h200_run.sh's limit is not counted as one: it was still
+        running (the matrix leaves TIMEOUT out of k/n alike)."""
         return self.exit_code != 0 and not self.timed_out
 
     @property

@@ -67,9 +67,8 @@ def price_runs(runs: Sequence[Run], order: Sequence[str]) -> list[Price]:
 def pairwise(ps: Sequence[Price]) -> list[str]:
     """With three configurations or more, every one over every other, paired by round as the base
     column is: a run prices the lock-free configuration against the lock and the lock against the
-    no-cudagraphs lock at once (H200 run 35, 2026-12-01: the lock-free configuration ran
-    1.13x the no-cudagraphs lock in each of its three rounds, a figure the base column does not
-    show). Row over column; the median of the per-round ratios and its interval."""
+    no-cudagraphs lock at once, and the lock-free one over the no-cudagraphs lock is a figure the
+    base column does not show. Row over column; the median of the per-round ratios and its interval."""
     if len(ps) < 3:
         return []
     letters = [chr(ord("A") + i) for i in range(len(ps))]

@@ -143,8 +143,8 @@ def totals(cells: Sequence) -> dict[str, dict[str, StrategyTotals]]:
 
 def recommend(cells: Sequence, *, min_stressed: int = MIN_STRESSED, bench_runs: Sequence = ()) -> list[Verdict]:
     """`bench_runs` (harness.analysis.bench_records.Bench): a strategy whose bench of the workload died of an error
-    is failing, whatever its cells say (H200 run 26, 2026-12-01: a cell clean at 29 stressed trials
-    died of F2 alone on the GPU). Pass only benches on as many GPUs as the workload's trials."""
+    is failing, whatever its cells say (a cell clean at 29 stressed trials has died of F2 alone on
+    the GPU). Pass only benches on as many GPUs as the workload's trials."""
     verdicts = []
     for workload, by_strategy in sorted(totals(cells).items()):
         for b in bench_runs:
@@ -234,8 +234,8 @@ def _run_label(n: int) -> str:
 
 def _figure(benches: Sequence) -> float:
     """A run's figure for one strategy: the median of its benches. A run may bench one strategy
-    several times (run 30 ran each of two in both orders, to separate their order from their
-    speed; `harness price` benches each once per round): not the last one."""
+    several times (two in both orders, to separate order from speed; `harness price` once per
+    round): not the last one."""
     return statistics.median(x.tokens_steady for x in benches)
 
 
@@ -244,8 +244,7 @@ def _over(a: Sequence, b: Sequence) -> tuple[float, int]:
     a ratio of the two medians). Where a `harness price` run benched both in rounds (the latest, if
     several did), the figure is the median of its per-round ratios, as `harness price` prints it:
     a bench drifting within the run moves both of a round alike, and one fast bench does not move
-    the median (run 35: the lock cell's rounds ran 39,890, 49,826 and 40,818 tokens/s; over the
-    no-cudagraphs lock the medians say 1.07x, the rounds 1.00x, 1.31x and 1.19x: 1.19x)."""
+    the median (on the H200 one moved a ratio of medians to 1.07x where the rounds' said 1.19x)."""
     rounds_b = {(x.run, x.round): x.tokens_steady for x in b if x.round is not None}
     by_run: dict[str, list[float]] = collections.defaultdict(list)
     for x in a:
@@ -322,7 +321,7 @@ def _alone(v: Verdict, bench_runs: Sequence) -> str:
     """The recommended strategy alone on the GPU, per run that benched it: tokens/s (the median
     where the run benched it more than once), against that run's eager bench and each other
     clean serialised strategy it benched (the price of a lock when the plain `global-lock` cell
-    itself fails: H200 runs 24-27, 2026-12-01), and the fastest concurrent strategy's bench against it.
+    itself fails), and the fastest concurrent strategy's bench against it.
     Benches are matched to a workload by name; the caller passes only those on as many GPUs as the
     workload's trials (harness.analysis.report.benches_for), so a topology verdict is not priced by one-GPU
     benches."""
@@ -375,7 +374,7 @@ def _noisy(v: Verdict) -> str:
 def _concurrency(v: Verdict, min_stressed: int, bench_runs: Sequence = ()) -> str:
     """Whether running the compiled calls concurrently is clean, and whether it pays: judged alone
     on the GPU where a run benched both (the campaign's medians move with the trials that shared
-    the GPU: H200 run 30, 2026-12-01, 0.95x there and 1.07x alone), else by the medians."""
+    the GPU: one pair on the H200 read 0.95x there and 1.07x alone), else by the medians."""
     c, base = v.concurrent, v.serial
     if c is None:
         return (f"No concurrent configuration qualifies (each failed or has under {min_stressed} "

@@ -35,10 +35,10 @@ STORES_BLOCK = "stores"
 SUMMARY_NAME = "SUMMARY.md"
 """A store's generated tables, beside its trials.jsonl and plots/."""
 BENCHES_NAME = "BENCHES.md"
+"""The bench tables, in the folder that holds the stores."""
 FAILURE_MODES_NAME = "FAILURE-MODES.md"
 """The failure-modes overview (every store's families by torch version), beside REPORT.md's
-`results/`: a reference table, too long for the findings."""
-"""The bench tables, in the folder that holds the stores."""
+`results/`: a lookup table, too long for the findings."""
 
 
 def begin_marker(name: str) -> str:

@@ -10,10 +10,10 @@ repro's the windows of its catalogued races, any other workload's every window i
 tracer and the call) or defuse it (nested-fx-fallback runs the call eagerly), which reads as
 "window never opened", not as clean; records from before the probes read "not measured".
 
-Rates follow concurrency-anchors.md section 4.3: k/n with a Wilson 95% interval, and at k = 0 the
-rule-of-three bound 3/n as well ("p < 3/n (95%)"); TIMEOUT and HARNESS_ERROR trials are counted
-apart and are not in n. tokens/s is compared with the fastest clean (k = 0) cell of the same
-workload, because workloads differ in size.
+Rates are k/n with a Wilson 95% interval (Wilson 1927), and at k = 0 the rule-of-three bound 3/n as
+well ("p < 3/n (95%)"; Jovanovic & Levy, "A look at the Rule of Three", 1997); TIMEOUT and
+HARNESS_ERROR trials are counted apart and are not in n. tokens/s is compared with the fastest clean
+(k = 0) cell of the same workload, because workloads differ in size.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class CellSummary:
     costs in memory."""
     fisher_p: float | None = None
     """One-sided Fisher exact p that this strategy fails less often than `raw` under the same
-    workload and plan (concurrency-anchors.md 4.3, before/after a fix); None for raw itself."""
+    workload and plan (the before/after test of a fix); None for raw itself."""
     windows: tuple[str, ...] | None = None
     """The exposure windows the cell is judged by (catalogue.windows_of): None = every window its
     trials measured; () = its races have no probe."""

@@ -2,9 +2,9 @@
 
 A campaign trial shares the GPU with other trials, so its tokens/s move with its neighbours; a
 `dflash bench` runs one configuration alone. One bench per configuration is still not enough to
-price a fix: on the H200 (torch 2.11, 2026-12-01) the same configuration benched 35,841 and 30,406
-tokens/s within run 30 and 44,455 / 38,242 in runs 25 and 26, as far apart as the
-two configurations it was compared with. So the price is measured the way a drift is cancelled:
+price a fix: on the H200 (torch 2.11) the same configuration benched 35,841 and 30,406 tokens/s
+within one run and 44,455 / 38,242 in two others, as far apart as the two configurations it was
+compared with. So the price is measured the way a drift is cancelled:
 
 - R rounds; each round benches every configuration once, each in a fresh process
   (`python -m dflash bench --rounds 1`), one after another, nothing else on the machine.

@@ -19,8 +19,8 @@ before the cells, `--calibrate N` counting runs per target (profile `pct-count`)
 (harness.campaign.calibration), every pct trial's plan carries that k, and the table prints PCT's
 bound 1/(n k^(d-1)) beside the measured rate.
 
-Reference points (cpu-experiments.md, torch 2.13 CPU, hand-made pressure): F2 1/10 plain vs
-10/10 with switch interval 1e-6; R5 1/20 plain vs 10/10.
+For comparison, hand-made pressure before the harness (torch 2.13 CPU, a 1e-6 switch interval):
+F2 1/10 plain vs 10/10; R5 1/20 plain vs 10/10.
 
 `--replays M` reruns the first reproducing F2 trial's exact plan M times and counts how many give
 the same signature and the same decision sequence: measured, never assumed.
@@ -105,7 +105,7 @@ def _workload(repro: str, script: str, args: tuple[str, ...], prefer_repro: bool
 
 def targets(*, f2_repro: bool = False) -> dict[str, Target]:
     # F2 defaults to tests/scripts/sched_f2.py: its tracer thread traces occasionally (every
-    # 10 ms), so the plain rate is low as in the reference (1/10) and a lift can show. The
+    # 10 ms), so the plain rate is low (1/10 before the harness) and a lift can show. The
     # catalogue repro r06 traces back to back and reproduced 4/6 plain here even with --iters 5,
     # which leaves no room for a lift; `--f2-repro` measures it anyway.
     return {

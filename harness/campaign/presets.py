@@ -41,8 +41,8 @@ from dflash.topology import paired_topology, seed_topology
 from harness.campaign.spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload
 from harness.campaign.specfile import load_spec, strategy_from_name
 
-# Trial budgets, sized from cpu-experiments.md exp 5 (3-6 s per eager/aot_eager trial, 5-7 s warm
-# inductor) on 2 cores shared by the runs.
+# Trial budgets, sized from compile times measured on the 2-core CPU box (3-6 s per eager/aot_eager
+# trial, 5-7 s warm inductor) with the cores shared by the runs.
 REPRO_CPU_TIMEOUT_S = 120.0
 DFLASH_CPU_TIMEOUT_S = 420.0
 CAMPAIGN_TIMEOUT_S = 300.0
@@ -62,8 +62,7 @@ def _strategies(*names: str) -> dict[str, Strategy]:
 
 CPU_ENV = (("OMP_NUM_THREADS", "1"),)
 """One intra-op thread per trial: two trials share two cores, and oversubscribed OpenMP threads
-made the trainer's corpus generation ~10x slower under load (measured; cpu-experiments.md runs
-all trials with torch.set_num_threads(1) for the same reason). The races are between Python
+made the trainer's corpus generation ~10x slower under load (measured). The races are between Python
 threads and do not depend on intra-op threads."""
 
 
@@ -130,39 +129,29 @@ GPU_FIX_STRATEGIES = (
     "thread-local-warmup+persistent-buffers+local-tls-init+sequential-startup",
     "cstash-tls-init", "graph-isolation", "cstash-tls-init+graph-isolation+sequential-startup",
     "single-thread-autograd",
-    # After the first H200 trainer runs (REPORT.md 2026-11-29): G1 (cuBLAS handle created inside a
-    # capture), G2 (lazy backward compile deadlocked against a Dynamo trace of flex_attention on
-    # the autograd device thread, which single-thread-autograd keeps off that thread) and r19 in
-    # the trainer's two target threads (target-hook-taps).
+    # Against G1, G2 and r19, the trainer's own failures (docs/log/2026-11-29-dflash-trainer-on-h200.md):
+    # single-thread-autograd keeps the lazy backward compile off the autograd device thread.
     "cstash-tls-init+graph-isolation+sequential-startup+cublas-handle-init+single-thread-autograd"
     "+target-hook-taps",
-    # After the first 115 campaign trials: every reduce-overhead cell without a C-stash init died of
-    # F1 (get_obj's TLS assert, one drafter thread, 100%: not a race but a per-thread gap), and with
-    # it of F1c or of one thread's capture meeting another's synchronize. One lock around the
-    # compiled step serializes the captures; cublas-handle-init answers G1, which the lock met.
+    # Without a C-stash init every reduce-overhead cell dies of F1 (a per-thread gap), with it of
+    # F1c or a capture beside a synchronize: one lock serialises the captures, plus G1's fix.
     "global-lock+cstash-tls-init+cublas-handle-init",
     # The narrow lock (cudagraph-lock: record, warm-up and replay of cudagraph trees only) in
     # place of the global one, without and with per-thread graphs against F1c's shared outputs.
     "cstash-tls-init+cudagraph-lock+cublas-handle-init",
     "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init",
-    # The two C-stash cells that got furthest, with stash-incref (H200, 2026-12-01): if
-    # cstash-tls-init's segfaults (30/48 on 4 H200s, global lock or not) are its stash freeing
-    # per-thread dicts twice when the prefetch and target threads exit (repro r22), these stop
-    # segfaulting and the global-lock one may be the first clean CUDA-graph configuration.
+    # The two C-stash cells that got furthest, with stash-incref against their segfaults (r22: the
+    # stash frees per-thread dicts twice when a stashing thread exits).
     "global-lock+cstash-tls-init+cublas-handle-init+stash-incref",
     "cstash-tls-init+cudagraph-lock+cublas-handle-init+stash-incref",
-    # With stash-incref no native crash in 42 one-GPU trials, but the global-lock cell failed 1/29:
-    # a target thread's device-wide synchronize beside a drafter's capture (results/gpu-campaign,
-    # 2026-12-01; repro r23). stream-sync waits on the target's own stream. The second cell is the
-    # lock-free candidate: per-thread graphs (the shared tree freed an input mid-recording), the
-    # backward on the drafter's thread (G2 hung the cudagraph-lock cells) and the narrow lock.
+    # stream-sync against a target's device-wide synchronize beside a drafter's capture (r23); the
+    # lock-free candidate adds per-thread graphs, the backward on the drafter's thread (G2) and the
+    # narrow lock.
     "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync",
     "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd+stash-incref"
     "+stream-sync",
-    # Both clean at 29 stressed trials (results/gpu-campaign, 2026-12-01), but a bench of the
-    # lock-free one died of F2 (H200 run 26): a drafter's compiled call while another drafter's
-    # compile traced with FX (the narrow lock leaves compiles concurrent). nested-fx-fallback runs
-    # that call eagerly instead.
+    # The narrow lock leaves compiles concurrent, so a compiled call can meet another drafter's FX
+    # trace (F2, seen in a bench): nested-fx-fallback runs that call eagerly instead.
     "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd+stash-incref"
     "+stream-sync+nested-fx-fallback",
 )
@@ -184,20 +173,14 @@ trials took 120-146 s to reach their compile crash with 9 at once."""
 CAMPAIGN_MAX_FAILURES = 1
 """One failure takes a cell out of the running: a configuration that crashed, hung or corrupted
 once is not the safe one the campaign looks for, and its 1/1 (95% Wilson lower bound 21%) says
-so. 30 minutes of the H200 hold ~150 trainer trials; the first 115 (2026-11-29; runs 5-6 ran
-with --max-failures 1) put every reduce-overhead cell out at n = 1-2,
-so the later rounds go to cells still clean. A failing cell's k/n is the evidence that ruled it
-out, not a rate estimate at n = 10."""
+so. GPU time is short (about 150 trainer trials in 30 minutes of one H200), so it goes to cells
+still clean. A failing cell's k/n is the evidence that ruled it out, not a rate estimate at n = 10."""
 
 CAMPAIGN_GPU_SLOTS = {"launch-bound": 1, "gpu-bound": 6}
-"""Slots of the GPU's 12 one trial takes. Measured on the H200 (torch 2.11, the out-of-memory
-messages of the campaign): launch-bound trials held 1.6-4.3 GiB (runs 5-6). gpu-bound trials were
-first seen at 18.9-21.3 GiB (runs 5-6), and 3 slots (4 at once) were chosen from that; but those
-trials were compiled cells dying early of F1 or the mix-order bug. Once the gpu-bound cells ran to
-the end (runs 11-13, 2026-11-30: eager, no-cudagraphs, the mix-order workaround), 8 of their 56
-trials died of memory with 4 at once, and the messages show trials holding up to 60.5 GiB (eager
-44.5, no-cudagraphs+single-thread-autograd 29.5, cudagraph cells 58.3). 6 slots: at most 2
-gpu-bound trials at once (2 x 60.5 of 139.8 GiB), beside launch-bound ones of 1 slot."""
+"""Slots of the GPU's 12 one trial takes, from the memory trials held on the H200 (torch 2.11):
+launch-bound 1.6-4.3 GiB, gpu-bound up to 60.5 GiB when run to the end. 6 slots: at most 2
+gpu-bound trials at once (2 x 60.5 of 139.8 GiB), beside launch-bound ones of 1 slot
+(docs/log/2026-11-30-gpu-bound-mix-order-workaround.md: 4 at once lost 8 of 56 to memory)."""
 
 CAMPAIGN_ENV = (("TORCHINDUCTOR_COMPILE_THREADS", "1"),)
 """Up to 12 trials share the host's 16 cores; each spawning a 16-process compile pool would
@@ -208,9 +191,8 @@ def _campaign_strategies(extra: tuple[str, ...] = ()) -> dict[str, Strategy]:
     """The campaign's strategies, then `extra` ones, eager last."""
     strategies = _strategies(*GPU_FIX_STRATEGIES)
     strategies["no-cudagraphs"] = Strategy(name="no-cudagraphs", sets=("compile.mode=default",))
-    # After the campaign's first 115 H200 trials (2026-11-29): without
-    # CUDA graphs the trainer deadlocks in G2 (lazy backward compile on the autograd device thread),
-    # so pair it with the two fixes that keep that thread out of the lock order.
+    # Without CUDA graphs the trainer deadlocks in G2 (lazy backward compile on the autograd device
+    # thread): pair it with the two fixes that keep that thread out of the lock order.
     for fix in CAMPAIGN_NO_CUDAGRAPHS_FIXES:
         strategies[f"no-cudagraphs+{fix}"] = Strategy(name=f"no-cudagraphs+{fix}", fixes=(fix,),
                                                       sets=("compile.mode=default",))
@@ -225,7 +207,7 @@ CUDA-graph cell without cstash-tls-init died of F1 and every cell with it segfau
 (Python heap corruption in any thread): whether the C stash or cudagraph trees on several devices
 corrupt the heap, those cells cannot tell. This one reaches cudagraph trees without the stash:
 local-tls-init seeds each thread's `local` (the forward's get_obj) and single-thread-autograd runs
-the backward on that thread instead of the device's autograd thread (reference 2.4, fix 2b)."""
+the backward on that thread instead of the device's autograd thread."""
 
 
 def _campaign(name: str, *, gpus: int = 1, topology: tuple[str, ...] = (),
@@ -288,7 +270,7 @@ GPU_REPRO_FIXES = {
     "r05_concurrent_record_rng": ("global-lock", "cudagraph-lock"),
     "r10_checkpoint_cudagraphs": (),
     "r12_legacy_cudagraphs_ptr": ("graph-isolation", "global-lock"),
-    # G2, from a trainer hang on the H200 (REPORT.md 2026-11-29); the script is not yet measured.
+    # G2, from a trainer hang on the H200 (docs/log/2026-11-29-dflash-trainer-on-h200.md).
     "r20_flex_backward_compile_deadlock": ("single-thread-autograd", "global-lock"),
     # Not a race: 2.11's mix-order workspace slice with dynamic shapes (pytorch#174379); its
     # workaround is an argument (--no-mix-order), not a registry fix. Here so that the next
@@ -297,8 +279,8 @@ GPU_REPRO_FIXES = {
     # Not a GPU script: the C stash's refcount across thread exits (r22), here to measure the
     # H200's torch 2.11, which the CPU box lacks (2.13 is balanced); stash-incref must hold.
     "r22_stash_tls_refcount": ("stash-incref",),
-    # The trainer's 1/29 in the global-lock cell (H200 run 21, 2026-12-01): a device-wide synchronize beside
-    # another thread's recording. global-lock is the expected negative (the wait is outside it).
+    # The trainer's 1/29 in the global-lock cell: a device-wide synchronize beside another thread's
+    # recording. global-lock is the expected negative (the wait is outside it).
     "r23_device_sync_during_capture": ("stream-sync", "global-lock"),
 }
 

@@ -37,8 +37,8 @@ class MatrixRun:
     """Planned trials not run because a stop rule (max failures, max time) ended them."""
     elapsed_s: float
     left_by_time: int = 0
-    """Of `left`, those --max-time left unstarted: an H200 run's summary said "106 left by stop
-    rules" of trials no rule had stopped, only the run's time limit (runs 39-41, 2026-12-01)."""
+    """Of `left`, those --max-time left unstarted, told apart from the ones a stop rule ended (a
+    summary once counted trials only the time limit had left as "left by stop rules")."""
     lost: int = 0
     """Trials whose worker or node was lost mid-trial (a Ray backend's): nothing stored, a resume
     runs them."""

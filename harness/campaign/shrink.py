@@ -4,9 +4,9 @@ failure needs.
 A matrix cell's plan is a profile's whole bundle (a switch interval, several rules at several
 points); when it reproduces a race, the question a user asks next is which of them matter, i.e.
 where the window is. Shrinking answers it by ablation, as Hypothesis shrinks an example and
-ploom minimises a schedule (concurrency-anchors.md 2.6), but with a probabilistic oracle: each
-candidate plan is rerun N times and the failure counts only with the original's outcome and
-signature (replay.same_failure).
+ploom minimises a schedule (a DFS with a preemption bound, minimised JSON traces), but with a
+probabilistic oracle: each candidate plan is rerun N times and the failure counts only with the
+original's outcome and signature (replay.same_failure).
 
 - First the full plan (baseline k0/N; 0/N -> nothing to shrink, exit 1) and no plan at all (if
   that still reproduces at least half as often, the plan is not needed and shrinking stops).

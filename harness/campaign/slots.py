@@ -3,8 +3,7 @@
 `GpuSlots` (harness/campaign/pool.py) asks `admit` under its lock each time a waiter wakes; `simulate`
 runs the same rule over trials of known length on a virtual clock, so that `--pending` can say how
 long a run's pending trials will take as the pool will actually pack them, not only the bound
-perfect packing gives (the H200 fill's first runs, 39-41 on 2026-12-01, ran at 2 at once against
-an estimate that assumed 4-6).
+perfect packing gives (runs planned for 4-6 trials at once ran 2 at once).
 """
 
 from __future__ import annotations

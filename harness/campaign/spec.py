@@ -45,7 +45,7 @@ class Workload:
     gpu_slots: int = 1
     """Of each of its GPUs' `per_gpu` slots, how many one trial takes: a trial of 20 GiB on a GPU
     shared 12 ways takes 3, so that the GPU's memory, not only its trial count, bounds the packing
-    (the H200 campaign lost 23/115 trials to out-of-memory with one slot each; REPORT.md)."""
+    (the H200 campaign's first 115 trials lost 23 to out-of-memory with one slot each)."""
     cpus: int = 1
     """Cores one trial takes, where a scheduler counts them: a Ray task asks for this many CPUs
     (harness.campaign.ray_backend). The local pool counts trials (`workers`), not cores."""
@@ -134,8 +134,8 @@ class MatrixSpec:
     """Start a trial only if its cell's stored median duration ends it within this many seconds of
     the matrix's start (None = no limit; a cell with no stored duration always may). For a caller
     that kills the matrix at a hard deadline, as an H200 run's budget does: a trial still running
-    then is GPU time spent for no record (H200 run 42, 2026-12-01, killed a `no-cudagraphs`
-    trial its 213-s hangs could not have finished). Shorter cells' trials still start meanwhile."""
+    then is GPU time spent for no record (a `no-cudagraphs` trial whose hangs take 213 s, started
+    too late). Shorter cells' trials still start meanwhile."""
     seed: int = 0
     """Trial i of every cell gets plan seed `seed + i`."""
     store: str | None = None

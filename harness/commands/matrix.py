@@ -88,12 +88,11 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
         changes["only"] = tuple(comma_list(opts.cells))
     if opts.trials is not None:
         # The matrix default only: a group with its own count keeps it (gpu-campaign's eager
-        # control stays at 10 while --trials 30 goes to the candidates; an H200 run spent 8 eager
-        # trials past 10 before this).
+        # control stays at 10 while --trials 30 goes to the candidates).
         changes["trials"] = opts.trials
         if opts.every_group:
-            # On gpu-bound eager is the fastest clean cell (H200, 2026-11-30): the control became
-            # a candidate and needs the campaign's 29 stressed trials.
+            # Where eager is the fastest clean cell (gpu-bound), the control is a candidate and
+            # needs the campaign's 29 stressed trials.
             changes["groups"] = tuple(dataclasses.replace(g, trials=None) for g in spec.groups)
     elif opts.every_group:
         raise UsageError("--every-group needs --trials")

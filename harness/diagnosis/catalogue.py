@@ -96,7 +96,8 @@ class Race:
     """harness.faults.exposure probe that counts this race's window (its key: this race's id)."""
     repros: tuple[str, ...] = ()
     upstream: tuple[str, ...] = ()
-    reference: str = ""
+    aliases: tuple[str, ...] = ()
+    """Other ids the docs use for this race (R1/R2 for F2's faces, F8 for G2's cause, ...)."""
     hint: str = ""
     faces: tuple[str, ...] = ()
     """Generic families (segv, ...) this race may show as, when `context` matches the run."""
@@ -230,7 +231,7 @@ def _fix_cells(raw: dict, where: str) -> tuple[str, ...]:
 def _race(raw: dict) -> Race:
     where = f"race {raw.get('id', '?')}"
     unknown = set(raw) - {"id", "title", "kind", "needs_cuda", "summary", "messages", "native", "probe",
-                          "exposure", "repros", "upstream", "reference", "hint", "faces", "context", "fixes",
+                          "exposure", "repros", "upstream", "aliases", "hint", "faces", "context", "fixes",
                           "versions", "warnings", "reports"}
     if unknown:
         raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
@@ -262,7 +263,7 @@ def _race(raw: dict) -> Race:
                 summary=_strs(raw, "summary", where), messages=_strs(raw, "messages", where),
                 native=_strs(raw, "native", where), probe=raw.get("probe"), exposure=exposure,
                 repros=_strs(raw, "repros", where),
-                upstream=_strs(raw, "upstream", where), reference=raw.get("reference", ""),
+                upstream=_strs(raw, "upstream", where), aliases=_strs(raw, "aliases", where),
                 hint=raw.get("hint", ""), faces=_strs(raw, "faces", where),
                 context=_strs(raw, "context", where), warnings=_strs(raw, "warnings", where),
                 reports=_strs(raw, "reports", where),

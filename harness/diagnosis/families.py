@@ -1,5 +1,5 @@
-"""Failure families: which known failure mode a signature belongs to (F1..F14 of
-torch-compile-races.md, G1/G2 and r19 of REPORT.md), read from its one-line summary.
+"""Failure families: which known failure mode a signature belongs to (the catalogue's F1..F14,
+G1/G2, r19, ...: docs/glossary.md), read from its one-line summary.
 
 A signature key says "these trials failed the same way"; a family says which documented bug that
 way is, so that a table can read "F1 2/2" instead of a 140-character assertion path, and so that

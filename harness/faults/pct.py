@@ -1,6 +1,6 @@
 """PCT over the named points: the plan data (`Pct`) and the engine that runs it in the child
 (`PctEngine`), after Burckhardt, Kothari, Musuvathi and Nagarakatte, "A randomized scheduler with
-probabilistic guarantees of finding bugs" (ASPLOS 2010; concurrency-anchors.md 1.1).
+probabilistic guarantees of finding bugs" (ASPLOS 2010).
 
 PCT gives every thread a random distinct priority, draws d-1 change points uniformly over the
 first k steps, always runs the highest-priority enabled thread, and at the i-th change point drops

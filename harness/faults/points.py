@@ -7,11 +7,10 @@ other torch versions. A point none of whose targets resolves is reported unavail
 Key properties:
 - Lazy: `install_lazily` wraps a target right after its module finishes executing (an import hook),
   so nothing is imported early and later `from module import f` statements already see the
-  wrapper. This sidesteps the import-order trap of cpu-experiments.md exp 2 (importing
-  `_aot_autograd.runtime_wrappers` before `torch._dynamo` raises a circular ImportError).
+  wrapper. This sidesteps an import-order trap (importing `_aot_autograd.runtime_wrappers`
+  before `torch._dynamo` raises a circular ImportError).
 - Patches are made where lookups happen at call time (class attributes, module globals used by
-  their own module); functions imported by name into other modules earlier cannot be reached
-  (cpu-experiments.md exp 2, "Good injection points").
+  their own module); functions imported by name into other modules earlier cannot be reached.
 - `uninstall_all()` restores every original (tests).
 """
 
@@ -47,9 +46,8 @@ class Point:
     """Why this point is on the race path, with the evidence."""
 
 
-# The race-path points. Evidence: cpu-experiments.md (exp 2 "Good injection points", exp 3, exp 4)
-# and torch-compile-races.md (F1-F14). Hit counts in exp 2 show each is reached on CPU except the
-# cudagraph ones, which need CUDA.
+# The race-path points, each with the race it widens (ids: docs/glossary.md). Hit counts on
+# torch 2.13 CPU show each is reached there except the cudagraph ones, which need CUDA.
 TORCH_POINTS: dict[str, Point] = {
     p.name: p
     for p in (
@@ -57,13 +55,13 @@ TORCH_POINTS: dict[str, Point] = {
             name="fx.trace",
             targets=("torch.fx._symbolic_trace:Tracer.trace",),
             why="sets the process-global _is_fx_tracing_flag and patches nn.Module.__call__ for "
-            "the whole trace (F2, F3, R1-R4); a sleep here took R1 from 1/10 to 5/10 (exp 2)",
+            "the whole trace (F2, F3, R1-R4); a sleep here took R1 from 1/10 to 5/10 (2.13 CPU)",
         ),
         Point(
             name="fx.create_node",
             targets=("torch.fx.graph:Graph.create_node",),
             why="runs inside every trace while the FX flag is live; sleeps here took R1 to "
-            "10/10 (exp 2), the most effective lever found",
+            "10/10 (2.13 CPU), the most effective lever found",
         ),
         Point(
             name="fx.call_module",
@@ -82,7 +80,7 @@ TORCH_POINTS: dict[str, Point] = {
             name="dynamo.convert_frame",
             targets=("torch._dynamo.convert_frame:CatchErrorsWrapper.__call__",),
             why="runs after the C++ cache lookup and before compile_lock is taken: widens the "
-            "lookup -> lock window behind duplicate compiles (R7/F10, exp 4)",
+            "lookup -> lock window behind duplicate compiles (R7/F10)",
         ),
         Point(
             name="inductor.compile_fx",
@@ -90,7 +88,7 @@ TORCH_POINTS: dict[str, Point] = {
                 "torch._inductor.compile_fx:fx_codegen_and_compile",
                 "torch._inductor.compile_fx:compile_fx",
             ),
-            why="Inductor lowering + codegen of one graph (F7); hit once per graph (exp 2 IND)",
+            why="Inductor lowering + codegen of one graph (F7); hit once per graph",
         ),
         Point(
             name="aot.backward_compile",
@@ -102,14 +100,14 @@ TORCH_POINTS: dict[str, Point] = {
                 # factory, so the hook fires as that compile starts ("after" = CM created).
                 "torch._functorch._aot_autograd.runtime_wrappers:track_graph_compiling",
             ),
-            why="lazy first-backward compile, outside compile_lock for aot_eager (F8, exp 4); "
+            why="lazy first-backward compile, outside compile_lock for aot_eager (F8); "
             "2.13: hit on every backward, compiles on the first; 2.11: hit on the compile only",
         ),
         Point(
             name="cudagraph.get_container",
             targets=("torch._inductor.cudagraph_trees:get_container",),
-            why="per-thread TLS container lookup behind the CUDAGraph Trees assertion (F1, "
-            "torch-compile-races.md section 2); importable on CPU, only exercised with CUDA",
+            why="per-thread TLS container lookup behind the CUDAGraph Trees assertion (F1); "
+            "importable on CPU, only exercised with CUDA",
         ),
         Point(
             name="cudagraph.record",
@@ -141,13 +139,13 @@ TORCH_POINTS: dict[str, Point] = {
             name="dynamo.reset",
             targets=("torch._dynamo:reset",),
             why="reset() under compile_lock while other threads run cache lookup without it: "
-            "the R5 segfault and R6 NameError (exp 3d)",
+            "the R5 segfault and R6 NameError",
         ),
     )
 }
 
 
-# Imported first by `install_now` so that runtime_wrappers resolves (exp 2 import-order trap).
+# Imported first by `install_now` so that runtime_wrappers resolves (the import-order trap above).
 PRELOAD = ("torch._dynamo", "torch._functorch.aot_autograd", "torch._inductor.compile_fx")
 
 

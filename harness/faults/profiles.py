@@ -14,7 +14,7 @@ from harness.faults.points import STAGE_POINTS
 from harness.faults.scheduler import InvalidPlan, Plan, Rule
 
 
-# Points hit on every CPU compile (exp 2 hit counts); cudagraph points need CUDA to be reached.
+# Points hit on every CPU compile (counted on 2.13 CPU); cudagraph points need CUDA to be reached.
 COMPILE_POINTS = (
     "fx.trace",
     "make_fx.dispatch_trace",
@@ -32,13 +32,13 @@ def _plain(seed: int, rng: random.Random) -> Plan:
 
 
 def _switch(seed: int, rng: random.Random) -> Plan:
-    # pytest-run-parallel and the py-free-threading guide use 1e-6 (concurrency-anchors.md 2.4).
+    # pytest-run-parallel and the py-free-threading guide (py-free-threading.github.io/testing) use 1e-6.
     return Plan(seed=seed, profile="switch", switch_interval=1e-6)
 
 
 def _fx_widen(seed: int, rng: random.Random) -> Plan:
     # Sleeps inside a trace keep the process-global FX flag and Module.__call__ patch live while
-    # other threads run: 1/10 -> 10/10 for R1 (cpu-experiments.md exp 2, exp 3b.1).
+    # other threads run: sleeps in Graph.create_node took R1 from 1/10 to 10/10 (2.13 CPU).
     # The flag is set inside Tracer.trace, so only time spent past its start widens the window:
     # the delays go on create_node (inside); fx.trace gets a free yield that shuffles who starts.
     # A first version also slept before fx.trace and reached 12/20 on torch 2.11 (16 cores).
@@ -60,8 +60,8 @@ def _fx_widen(seed: int, rng: random.Random) -> Plan:
 
 def _reset_pressure(seed: int, rng: random.Random) -> Plan:
     # R5: reset() in one thread while another is between compile_wrapper's check and the C++
-    # frame evaluation (exp 3d). A yield right after the check hands the GIL to the resetter
-    # inside that window; the 1e-6 interval alone crashed 10/10 in exp 3d.
+    # frame evaluation. A yield right after the check hands the GIL to the resetter inside that
+    # window, though the 1e-6 interval alone already crashes 3/5 (docs/log/2026-11-30-fault-plan-shrink.md).
     rules = [
         Rule(point="compiled.call", when="after", action="yield", probability=rng.choice((0.3, 0.5))),
         Rule(point="dynamo.reset", when="after", action="yield", probability=0.5),

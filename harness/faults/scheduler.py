@@ -9,8 +9,8 @@ trainer's `stage.event` points). `harness.faults.profiles.plan_from_seed(seed, p
 
 - Every decision draws from `random.Random(f"{seed}:{point}:{thread}:{hit}")`, with `hit` the
   per-(point, thread) hit index, so a replay makes the same decisions wherever the interleaving
-  delivers the same hits to the same thread names (Shuttle's RandomDataSource idea; concurrency-
-  anchors.md 1.4). String seeds hash with SHA-512, so PYTHONHASHSEED does not matter.
+  delivers the same hits to the same thread names (the idea of Shuttle's RandomDataSource,
+  awslabs/shuttle). String seeds hash with SHA-512, so PYTHONHASHSEED does not matter.
 - Injected time is budgeted as in rr chaos mode ("Deeper Into Chaos": perturbation capped at 20%
   of the run so it does not cause false timeouts): a delay or starvation that would push the total
   over `budget_fraction * elapsed + BUDGET_GRACE_S` is skipped and counted.

@@ -5,8 +5,7 @@ previous run's store has been unpacked here, the two come back holding the same 
 plus new trials under the same trial ids: ids are `matrix/cell/index` and the index is handed out
 from what the store held, so both runs ran a `.../0` of the cells neither had. Unpacking the
 second over the first then drops the first's new records and writes two trials' files into one
-artefacts folder (runs 12 and 13 of the H200 campaign, 2026-11-30). Stores from
-two machines meet the same way.
+artefacts folder (docs/log/2026-11-30-store-merge.md). Stores from two machines meet the same way.
 
 Rules: a source record that DEST already holds (same cell, start time and duration: the same run)
 is skipped, so repeating a merge changes nothing. A record whose trial id DEST holds for another
@@ -53,8 +52,7 @@ class Merged:
 
     def line(self) -> str:
         # Said only when it happens: two copies that each ran a cell's next trials ran the same
-        # schedules (seed + index, harness.campaign.expand), so the cell has sampled fewer schedules than
-        # its n says (runs 36 and 37 of the H200 campaign, 2026-12-01).
+        # schedules (seed + index, harness.campaign.expand), so the cell sampled fewer than its n says.
         repeated = (f"; {self.repeated_seeds} of them repeat a scheduler seed their cell already held "
                     f"(the same fault plan run again)") if self.repeated_seeds else ""
         return (f"{self.source} -> {self.dest}: {self.added} records added ({self.renumbered} under a new "

@@ -102,9 +102,8 @@ class Store:
         `artefacts/` (the recorded path may be relative to another working folder), or that
         folder packed as `<name>.zip`; None if the record has none. The zip wins where both are
         there: it is written whole before its folder goes (harness.stores.zips), and a folder beside it
-        is one a pack stopped before removing, or an empty shell (the GPU host's copy of a checkout
-        whose packing was not yet committed had every packed trial's folder, empty: H200 run 44,
-        2026-12-01)."""
+        is one a pack stopped before removing, or an empty shell (a GPU host's copy of a checkout
+        whose packing was not yet committed holds every packed trial's folder, empty)."""
         if not record.artefacts:
             return None
         folder = self.root / ARTEFACTS_NAME / Path(record.artefacts).name

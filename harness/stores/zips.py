@@ -3,8 +3,8 @@
 A trial leaves five to nine small files (output, spec, result, heartbeat, plan, plan log, dumps).
 Over a campaign that is thousands of files, most smaller than a disk block: the committed stores
 had grown to 9,650 artefact files, 43 MB of text taking 68 MiB of disk (77 MiB with the rest of the
-checkout), and an H200 run ships the whole checkout under a 64 MiB limit (the GPU host refused
-the 77 MiB one on 2026-12-01). One zip per trial keeps every file (`harness
+checkout), and an H200 run ships the whole checkout under a 64 MiB limit, which the 77 MiB one
+exceeded. One zip per trial keeps every file (`harness
 show`, `replay`, `resign` and the report read it through `Store.artefacts_of`), compresses the
 text, and, one file per finished trial that never changes again, keeps git's history from
 storing a store-wide archive again on every run.

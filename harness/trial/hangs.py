@@ -4,7 +4,7 @@
 `hang_dump.txt` (human: threads with identical stacks grouped, frames innermost first, like
 py-spy's own text). py-spy reads the target's memory and runs no code in it, so it works on a
 process whose threads are all blocked; `--native` adds C frames but takes longer on torch
-processes (0.45 s vs 0.02 s for a compile_lock hang here, cpu-experiments.md exp 6) and can
+processes (0.45 s vs 0.02 s for a compile_lock hang on the 2-core CPU box) and can
 stall on many OS threads (benfred/py-spy#872), hence a timeout and a retry without it.
 
 Fallback when py-spy is missing or fails: the harness bootstrap registers

@@ -9,9 +9,10 @@ separately: the workload kept making progress until the deadline, so it says the
 small, not that a race happened (counting it would inflate failure rates on a loaded machine).
 HARNESS_ERROR (bad spec, workload rejected its input, harness bug) is not a trial at all and is
 left out of rates. RESOURCE is a crash of device-memory exhaustion (an out-of-memory error, a cuBLAS
-workspace that could not be allocated): on the H200 campaign (REPORT.md 2026-11-29, third entry)
-12 trials sharing the GPU (gpu-bound ones 19-21 GiB each): 23 of 115 trials died so; that measured the
-harness's packing, not a race, so it is counted apart and left out of rates like TIMEOUT.
+workspace that could not be allocated): with 12 trials sharing the H200 (gpu-bound ones 19-21 GiB
+each) 23 of the campaign's first 115 trials died so
+(docs/log/2026-11-29-h200-campaign-first-115-trials.md); that measured the harness's packing, not
+a race, so it is counted apart and left out of rates like TIMEOUT.
 """
 
 from __future__ import annotations

@@ -63,9 +63,9 @@ assert POLL_S < 1.0 <= GROUP_GONE_TIMEOUT_S
 
 OUTPUT_NAME = "output.txt"
 NATIVE_STACK_NAME = "native_stack.txt"
+"""The crashing thread's native frames, names resolved here, where the trial's libraries are."""
 STALL_DUMP_NAME = "stall-dump.txt"
 """A workload's own all-thread dump of a stall (dflash's watchdog), kept with the trial."""
-"""The crashing thread's native frames, names resolved here, where the trial's libraries are."""
 THREAD_ERRORS_NAME = "thread_errors.jsonl"
 """Uncaught thread exceptions, one JSON line each, written by the bootstrap's thread hook."""
 HANG_CONFIRM_S = 2.0

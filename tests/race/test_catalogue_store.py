@@ -90,7 +90,7 @@ FAMILY_ROWS = [*((r, STORE) for r in CPU.values()), *((race, _store_of(race)) fo
 def test_recorded_failures_are_the_races_family(race, store):
     """Every failure a row counts has the row's signature family, as the reproduction check
     matches it: a family regex that no stored failure matches is a check that cannot pass (r04's
-    message-text regex against its known-message signature, H200 run 31)."""
+    message-text regex against its known-message signature, once)."""
     runs = [r for r in _load(store) if r.cell == race.cell and r.outcome.counts_as_trial]
     matching = [r for r in runs if racecheck.matches_family(race, r)]
     assert (len(matching), len(runs)) == race.recorded, (

@@ -35,7 +35,7 @@ def test_race_gpu_still_absent(race_id, tmp_path):
 
 
 # One test item per chunk of a fix check's trials (as the CPU rows): 10 GPU trials one after another
-# ran past H200 run 27's 500 s; chunks let `-n 4` spread them.
+# outlast a 500-s test phase; chunks let `-n 4` spread them.
 FIX_ITEMS = [(race_id, chunk) for race_id in FIXED for chunk in racecheck.fix_chunks(GPU[race_id])]
 
 

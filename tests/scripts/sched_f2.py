@@ -4,7 +4,7 @@ Thread A compiles K fresh functions (new code objects, so each really compiles) 
 CALLS times; thread B runs `torch.fx.symbolic_trace` of a two-Linear module every PAUSE_MS. When A's
 call lands while B's trace holds the process-global `_is_fx_tracing_flag`, compile_wrapper raises
 `RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function`
-(torch-compile-races.md F2; cpu-experiments.md exp 3b.1, "symtrace" scenario).
+(F2, its R1 face).
 Exit 1 and print `REPRODUCED: F2 ...` when it reproduces, 0 otherwise. Stand-in for
 repro/r06_fx_tracing_flag.py until that lands.
 """

@@ -1,11 +1,11 @@
 """R5 workload for the scheduler: torch._dynamo.reset() in one thread while another runs compiled code.
 
-Thread A calls one compiled function for SECS seconds; thread B loops `torch._dynamo.reset()`
-with a 1 ms sleep. `reset()` holds compile_lock, but the C++ cache lookup and guard evaluation in
-A do not take it, so A can run on freed cache entries: SIGSEGV (sometimes SIGFPE) in
-compile_wrapper, or `NameError: name '__compiled_fn_...'` (cpu-experiments.md exp 3d; default
-interval 1/20, 1e-6 interval 10/10 with the eager backend). A crash kills the process (faulthandler
-prints both stacks); a clean run exits 0. Stand-in for repro/r16_reset_segfault.py.
+Thread A calls one compiled function for SECS seconds; thread B loops `torch._dynamo.reset()` with a
+1 ms sleep. `reset()` holds compile_lock, but the C++ cache lookup and guard evaluation in A do not
+take it, so A can run on freed cache entries: SIGSEGV (sometimes SIGFPE) in compile_wrapper, or
+`NameError: name '__compiled_fn_...'` (R6; first measured on 2.13 CPU with the eager backend:
+default interval 1/20, 1e-6 interval 10/10). A crash kills the process (faulthandler prints both
+stacks); a clean run exits 0. Stand-in for repro/r16_reset_segfault.py.
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """A torch process that hangs: one thread holds Dynamo's compile_lock forever, another makes the
-first call of a compiled function and blocks on the lock (cpu-experiments.md exp 6: the blocked
-thread shows convert_frame's __call__ innermost). No heartbeat, no output after start-up.
+first call of a compiled function and blocks on the lock (py-spy shows the blocked thread with
+convert_frame's __call__ innermost). No heartbeat, no output after start-up.
 """
 
 import os

@@ -2,8 +2,8 @@
 
 `torch.fx._symbolic_trace._is_fx_tracing_flag` is a process-wide global set by Tracer.trace; the
 compiled function's wrapper checks it and raises "Detected that you are using FX to symbolically
-trace a dynamo-optimized function" (pytorch/pytorch#126024; torch-compile-races.md F2 probe: the
-tracer sleeps inside the traced function to hold the flag). The failure is reported in the
+trace a dynamo-optimized function" (pytorch/pytorch#126024; the tracer sleeps inside the traced
+function to hold the flag). The failure is reported in the
 trainer's format (`=== thread <name> failed: ... ===` + traceback); exit 1.
 """
 

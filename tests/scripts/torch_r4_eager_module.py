@@ -2,7 +2,7 @@
 
 The tracer patches nn.Module.__call__ on the class (process-wide), so the eager thread's module
 call enters the tracer's call_module -> path_of_module -> NameError "module is not installed as
-a submodule" (cpu-experiments.md R4; fixed upstream by pytorch/pytorch PR #187589). The eager
+a submodule" (fixed upstream by pytorch/pytorch PR #187589). The eager
 thread's exception reaches threading.excepthook ("Exception in thread eager-0:"); exit 1.
 """
 

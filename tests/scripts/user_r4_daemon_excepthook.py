@@ -4,7 +4,7 @@ the thread is gone and exits 1 (R4).
 threading.excepthook prints `Exception in thread server-0:`. The serving thread's eager module
 calls run while a model-export thread runs torch.fx.symbolic_trace, which patches
 nn.Module.__call__ process-wide: `NameError: module is not installed as a submodule`
-(cpu-experiments R4; PR pytorch/pytorch#187589).
+(PR pytorch/pytorch#187589).
 """
 
 import sys

@@ -2,7 +2,7 @@
 
 An eager evaluation thread logs its failure and the main thread exits 1. A second thread runs
 torch.fx.symbolic_trace, which patches nn.Module.__call__ process-wide, so the eager call raises
-`NameError: module is not installed as a submodule` (cpu-experiments R4; PR pytorch/pytorch#187589).
+`NameError: module is not installed as a submodule` (PR pytorch/pytorch#187589).
 """
 
 import logging

@@ -3,7 +3,7 @@ model with torch.fx.symbolic_trace (R4).
 
 The tracer patches nn.Module.__call__ on the class, process-wide, so a pool worker's plain eager
 call enters the tracer and raises `NameError: module is not installed as a submodule`
-(cpu-experiments R4; PR pytorch/pytorch#187589). `list(pool.map(...))` re-raises it in the main
+(PR pytorch/pytorch#187589). `list(pool.map(...))` re-raises it in the main
 thread; uncaught: exit 1.
 """
 

@@ -3,7 +3,7 @@ main thread keeps serving compiled calls (R5).
 
 reset() takes compile_lock, but the calling thread's cache lookup and guard evaluation do not, so
 the C++ eval frame reads freed cache entries: SIGSEGV (sometimes SIGFPE) in `compile_wrapper`
-(cpu-experiments R5; PRs pytorch/pytorch#193697, #195355). faulthandler prints the crash
+(PRs pytorch/pytorch#193697, #195355). faulthandler prints the crash
 report. Runs at most RUN_FOR_S; exit 0 if it survived.
 """
 

@@ -2,9 +2,10 @@
 output's parser.
 
 faulthandler shows the Python frames of a segfault; the H200 campaign's eight segfaults during
-garbage collection showed "Garbage-collecting" and no more (REPORT.md, 2026-11-29), so their
-cause stayed unknown. `preload()` builds segv_stack.c once per source version with the host's C
-compiler (Inductor's CPU backend and Triton need one anyway) into the user cache; the runner puts
+garbage collection showed "Garbage-collecting" and no more, so their cause stayed unknown
+(docs/log/2026-11-30-native-stacks-r5-crash-site.md). `preload()` builds segv_stack.c once per
+source version with the host's C compiler (Inductor's CPU backend and Triton need one anyway) into
+the user cache; the runner puts
 it on the trial's LD_PRELOAD, and a crashing trial's output then ends with the native frames of
 the crashing thread. Without a compiler, or with HARNESS_NATIVE_STACKS=0, trials run as before.
 """
