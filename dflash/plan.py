@@ -22,8 +22,16 @@ import numpy as np
 
 from dflash.buckets import plan_epoch
 from dflash.config import RunConfig
-from dflash.lengths import (BUDGET_QUANTUM, LOG_MU, LOG_SIGMA, MAX_LENGTH, SHIPPED_BUCKET_SAMPLES, SHIPPED_SEED,
-                            read_lengths, shipped_lengths)
+from dflash.lengths import (
+    BUDGET_QUANTUM,
+    LOG_MU,
+    LOG_SIGMA,
+    MAX_LENGTH,
+    SHIPPED_BUCKET_SAMPLES,
+    SHIPPED_SEED,
+    read_lengths,
+    shipped_lengths,
+)
 from dflash.presets import SEEDS_TOKEN_BUDGET
 from dflash.seeds import SEEDS
 

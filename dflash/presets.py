@@ -12,8 +12,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from dflash.config import (CompileConfig, DataConfig, DeviceConfig, DrafterConfig, PipelineConfig,
-                           RunConfig, TargetConfig, TrainConfig)
+from dflash.config import (
+    CompileConfig,
+    DataConfig,
+    DeviceConfig,
+    DrafterConfig,
+    PipelineConfig,
+    RunConfig,
+    TargetConfig,
+    TrainConfig,
+)
 from dflash.errors import ConfigError
 from dflash.fixes import RECOMMENDED
 from dflash.seeds import SEEDS

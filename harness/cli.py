@@ -21,11 +21,33 @@ from dflash.errors import UserInputError
 from harness.analysis.bench_records import BenchError
 from harness.analysis.crosstab import CrosstabError
 from harness.args import Parser, UsageError
-from harness.campaign.spec import MatrixError
 from harness.campaign.replay import ReplayError
-from harness.commands import (benches, crosstab, diagnose, doctor, evidence, exposure_cost, families, glossary, lift,
-                              matrix, merge, pack, price, replay, repro, report, resign, retire, run, show, shrink,
-                              stress, warmup)
+from harness.campaign.spec import MatrixError
+from harness.commands import (
+    benches,
+    crosstab,
+    diagnose,
+    doctor,
+    evidence,
+    exposure_cost,
+    families,
+    glossary,
+    lift,
+    matrix,
+    merge,
+    pack,
+    price,
+    replay,
+    report,
+    repro,
+    resign,
+    retire,
+    run,
+    show,
+    shrink,
+    stress,
+    warmup,
+)
 from harness.diagnosis.catalogue import CatalogueError
 from harness.diagnosis.diagnose import DiagnoseError
 from harness.faults.scheduler import InvalidPlan

@@ -24,7 +24,6 @@ import traceback
 
 from _common import beat, run_threads, setup
 
-
 SIGNATURE = "CURRENT_PATCHER"
 
 

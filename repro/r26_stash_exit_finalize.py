@@ -98,7 +98,6 @@ def main():
         print("error: --rounds and --threads must be >= 1, --release-s >= 0", file=sys.stderr)
         return 2
     import torch  # noqa: F401
-
     import torch._inductor.cudagraph_trees as cgt  # its module body stashes for this thread only
 
     signals, hangs, other, first_output = [], 0, 0, ""

@@ -8,6 +8,8 @@ import pytest
 
 from harness.analysis import bench_records, benches
 from harness.cli import main
+
+
 def _line(tok: float, steady_busy: float | None = None) -> str:
     d = {"event": "bench", "preset": "gpu-launch-bound", "steps": 60, "tokens_per_s": 600.0,
          "tokens_per_s_steady": tok, "busy": {"prefetch": 0.0, "target": 0.99, "drafter": 0.44},

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from dflash.fixes import FIXES
-from harness.diagnosis import families
-from harness.diagnosis import tables
-from harness.diagnosis.catalogue import CatalogueError, RecordSource, count, load, parse
 from harness.analysis.report import begin_marker, end_marker
+from harness.diagnosis import families, tables
+from harness.diagnosis.catalogue import CatalogueError, RecordSource, count, load, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN_TOKENS = {"no-cudagraphs", "eager"}

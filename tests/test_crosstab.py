@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from harness.cli import main
-from harness.trial.outcome import Outcome, TrialResult
 from harness.stores.store import Store
+from harness.trial.outcome import Outcome, TrialResult
 
 SEGV = "Segmentation fault: during garbage collection"
 F1 = ("AssertionError in dflash-train at torch._inductor.cudagraph_trees:get_obj < "

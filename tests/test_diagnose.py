@@ -109,7 +109,7 @@ def test_committed_stores_failures_are_matched_to_their_race():
         len(stored) - len(unmatched), len(stored)), "REPORT.md's diagnosis counts are stale"
     wrong = []
     catalogue = load()
-    for name, r, _ in stored:
+    for _name, r, _ in stored:
         rid, _, rest = r.cell.partition(":")
         race = by_source[r.trial_id].race
         if rid not in rows or not rest.startswith("raw@") or race is None:

@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
+from dflash.errors import ConfigError
 from dflash.evaluate import acceptance_length, speculative_generate
 from dflash.masks import sdpa_mask
 from dflash.objective import DFlashObjective
-from dflash.errors import ConfigError
 from dflash.target import build_target
 
 BS = 4

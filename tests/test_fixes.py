@@ -84,7 +84,7 @@ def test_local_tls_init_seeds_python_local_only():
 
     def worker():
         fs.thread_start("train")
-        return tls_state(), cgt.local.tree_manager_containers is not getattr(cgt, "_main_containers")
+        return tls_state(), cgt.local.tree_manager_containers is not cgt._main_containers
 
     cgt._main_containers = cgt.local.tree_manager_containers
     try:

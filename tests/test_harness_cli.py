@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.trial.outcome import Outcome, TrialResult
 from harness.stores import discovery
 from harness.stores.store import Store
+from harness.trial.outcome import Outcome, TrialResult
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parent.parent
@@ -231,8 +231,8 @@ def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path
     from harness.campaign import presets
     from harness.cli import build_parser
     from harness.commands.matrix import matrix_from_options
-    from harness.trial.outcome import Outcome, TrialResult
     from harness.stores.store import Store
+    from harness.trial.outcome import Outcome, TrialResult
 
     spec = matrix_from_options(build_parser().parse_args(["matrix"]))
     assert str(spec.store_dir) == "runs/cpu-quick" == str(presets.get("cpu-quick").store_dir)
@@ -254,7 +254,7 @@ def test_matrix_summary_says_which_trials_the_clock_left_and_which_the_failure_r
                        groups=[{"workloads": ["bad"], "strategies": ["raw"]},
                                {"workloads": ["slow"], "strategies": ["raw"]}])
     assert main(["matrix", "--file", str(spec), "--no-live", "--max-time", "1.5"]) == 0
-    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("matrix c: ran"))
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("matrix c: ran"))
     ran = int(line.split("ran ")[1].split()[0])
     by_time = 12 - ran - 5   # bad's 5 after its first failure go to the rule
     assert by_time > 0, line
@@ -277,7 +277,7 @@ def test_matrix_finish_by_leaves_a_cell_whose_median_would_overrun_and_says_so(t
     Store(tmp_path / "store").append(TrialResult(trial_id="c/w:raw@-/0", cell="w:raw@-", trial_index=0,
                                                  outcome=Outcome.OK, duration_s=600.0))
     assert main(["matrix", "--file", str(spec), "--no-live", "--finish-by", "60"]) == 0
-    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("matrix c: ran"))
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("matrix c: ran"))
     assert line.endswith("1 left (1 not started before --max-time or to end by --finish-by)"), line
     assert main(["matrix", "--file", str(spec), "--no-live", "--finish-by", "0"]) == 2
     assert capsys.readouterr().err.startswith("error: argument --finish-by")

@@ -20,15 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign import pool, progress
-from harness.campaign import planning
+from harness.campaign import planning, pool, progress
 from harness.campaign.expand import expand
+from harness.campaign.pool import GpuSlots
 from harness.campaign.run import run_matrix
 from harness.campaign.spec import MatrixError
-from harness.campaign.pool import GpuSlots
 from harness.campaign.specfile import spec_from_dict
-from harness.trial.outcome import Outcome, TrialResult
 from harness.stores.store import Store
+from harness.trial.outcome import Outcome, TrialResult
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parent.parent
@@ -446,6 +445,7 @@ def test_gpu_slots_backfill_a_slot_the_head_cannot_use_but_only_max_bypass_times
         assert order2 == [("late", [0])]
         slots2.release([0], weight=3)                        # 1 in use: the head fits
         head.join(timeout=5)
+        late.join(timeout=5)
         assert order2[1] == ("head", [0])
         # ...never one that fits (its thread has been woken and takes the slots next): a head
         # queued by hand, never served, keeps a later waiter out of slots both would fit in.
@@ -501,8 +501,8 @@ def test_pending_packs_the_estimate_as_the_pool_would(tmp_path, capsys):
 
 
 def test_pending_replays_backfill_where_strict_order_would_leave_slots_idle(tmp_path, capsys):
-    from harness.commands.matrix import _print_pending
     from harness.campaign.slots import Job, simulate
+    from harness.commands.matrix import _print_pending
 
     # small (1 of 4 slots, 10 min) before big (3 slots, 1 min) in cell order; 4 pending each, run
     # as index 1 small, index 1 big, index 2 small, ...: strict order leaves slots idle behind a

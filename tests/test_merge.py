@@ -10,9 +10,9 @@ import pytest
 
 from harness.cli import main
 from harness.stores.merge import MergeError, merge
-from harness.trial.outcome import Outcome, TrialResult
 from harness.stores.retire import reasons, retire, retired_store
 from harness.stores.store import Store, safe_name
+from harness.trial.outcome import Outcome, TrialResult
 
 
 def _add(root: Path, cell: str, index: int, started: str, text: str, *, outcome=Outcome.OK, attempt="") -> None:

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.trial import native, signature
-
 from harness.analysis import excerpts
+from harness.stores.store import Store
+from harness.trial import native, signature
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import NATIVE_STACK_NAME, child_env, run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
-from harness.stores.store import Store
 
 FIXTURE = Path(__file__).parent / "fixtures" / "native" / "r16_reset_segfault.txt"
 SCRIPTS = Path(__file__).parent / "scripts"

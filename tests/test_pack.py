@@ -12,17 +12,16 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import excerpts
-
-from harness.stores import resign
-from harness.cli import main
-from harness.stores.merge import merge
-from harness.trial.outcome import Outcome, TrialResult
-from harness.stores.zips import pack_store
-from harness.campaign.replay import load_trial_spec
-from harness.stores.retire import retire, retired_store
 from harness.analysis.show import render
-from harness.trial.spec import TrialSpec, WorkloadSpec
+from harness.campaign.replay import load_trial_spec
+from harness.cli import main
+from harness.stores import resign
+from harness.stores.merge import merge
+from harness.stores.retire import retire, retired_store
 from harness.stores.store import Store, StoreError, safe_name
+from harness.stores.zips import pack_store
+from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.spec import TrialSpec, WorkloadSpec
 
 TRACEBACKS = Path(__file__).parent / "fixtures" / "tracebacks"
 NATIVE = "# h: 2 frames\nlibtorch_python.so(+0x1) std::x::operator[]\nlibtorch_python.so(+0x2) create_cache_entry\n"

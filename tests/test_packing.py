@@ -67,9 +67,9 @@ def test_a_job_that_can_never_start_is_an_error_not_a_wall_time():
 
 
 def test_replay_last_packs_a_runs_records_at_the_slots_the_store_before_it_gave(tmp_path):
-    from harness.trial.outcome import Outcome, TrialResult
     from harness.campaign.planning import replay_last
     from harness.campaign.specfile import spec_from_dict
+    from harness.trial.outcome import Outcome, TrialResult
     spec = spec_from_dict({"name": "t", "store": str(tmp_path / "s"), "trials": 4, "workers": 4, "per_gpu": 4,
                            "workloads": {"big": {"kind": "command", "argv": ["true"], "gpus": 1, "gpu_slots": 3},
                                          "small": {"kind": "command", "argv": ["true"], "gpus": 1, "gpu_slots": 1}}})

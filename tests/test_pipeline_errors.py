@@ -20,8 +20,7 @@ import time
 import pytest
 
 from dflash import faults
-from dflash.config import (DataConfig, DrafterConfig, PipelineConfig, RunConfig, TargetConfig,
-                           TrainConfig)
+from dflash.config import DataConfig, DrafterConfig, PipelineConfig, RunConfig, TargetConfig, TrainConfig
 from dflash.errors import InjectedFault
 from dflash.train import train
 

@@ -16,8 +16,15 @@ import pytest
 from dflash import cli, presets
 from dflash.buckets import batch_sizes, bucket_of
 from dflash.data import TokenDataset, write_token_file
-from dflash.lengths import (MAX_LENGTH, SHIPPED_BUCKET_SAMPLES, SHIPPED_SAMPLES, calibrate_budget, fit_bucket_samples,
-                            shipped_lengths, synthetic_lengths)
+from dflash.lengths import (
+    MAX_LENGTH,
+    SHIPPED_BUCKET_SAMPLES,
+    SHIPPED_SAMPLES,
+    calibrate_budget,
+    fit_bucket_samples,
+    shipped_lengths,
+    synthetic_lengths,
+)
 from dflash.plan import half_open, plan_table
 from dflash.seeds import SEEDS
 
@@ -103,7 +110,7 @@ def test_plan_command_prints_the_table_beside_the_seeds(shipped, capsys) -> None
     table = plan_table(shipped, presets.get("seeds"), seed=0, epoch=0)
     rows = {ln.split()[0]: ln for ln in lines if ln.startswith("[")}
     assert list(rows) == ["[0,770)", "[770,1216)", "[1216,1728)", "[1728,2432)", "[2432,3296)", "[3296,8193)"]
-    for b, (name, line) in enumerate(rows.items()):
+    for b, line in enumerate(rows.values()):
         s = table.buckets[b]
         mine, seeds, dist = (part.split() for part in line.split("|"))
         assert mine[1:] == [f"{s.batches:,}", f"{table.share_pct(b):.1f}", str(s.min), str(s.max), f"{s.avg:.1f}"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.faults import points
-from harness.faults.points import STAGE_POINTS, TORCH_POINTS, Point
+from harness.faults.points import TORCH_POINTS, Point
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.diagnosis.families import family
-from harness.trial.signature import crash_signature
 from harness.stores.store import Store
+from harness.trial.signature import crash_signature
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "repro" / "r21_inductor_mix_order_workspace.py"

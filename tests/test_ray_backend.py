@@ -24,7 +24,6 @@ import pytest
 from test_lifeline import alive, assert_all_gone
 
 from harness.campaign import ray_backend
-from harness.campaign.pool import TrialNotRun
 from harness.campaign.run import run_matrix
 from harness.campaign.specfile import spec_from_dict
 from harness.stores.store import Store

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness.analysis import cell_plots, cell_tables, excerpts, family_table, report
+from harness.analysis import cell_plots, cell_tables, excerpts, report
 from harness.analysis.plots import CLEAN_COLOR, FAILED_COLOR
 from harness.analysis.summary import summarize
-from harness.trial.outcome import Outcome, TrialResult
 from harness.stores import discovery
 from harness.stores.store import Store
+from harness.trial.outcome import Outcome, TrialResult
 
 
 def _r(cell: str, i: int, outcome: Outcome, *, sig: str | None = None, tok: float | None = None,

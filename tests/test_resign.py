@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from harness.cli import main
+from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.signature import SIGNATURE_VERSION, crash_signature
-from harness.stores.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from harness.analysis import report
 from harness.cli import main
-from harness.trial.outcome import Outcome, TrialResult
 from harness.stores.retire import reasons, retire, retired_store
 from harness.stores.store import Store
+from harness.trial.outcome import Outcome, TrialResult
 
 
 def _store(tmp_path: Path) -> Path:
@@ -92,7 +91,6 @@ def test_the_report_names_retired_records_and_still_counts_their_failures(tmp_pa
     out = tmp_path / "REPORT.md"
     out.write_text("# R\n")
     report.rebuild([root], out, overview=True)
-    text = out.read_text()
     summary = (root / report.SUMMARY_NAME).read_text()   # a store's tables sit beside it
     block = summary[summary.index("harness:begin m"):]
     assert "| lb:x@- | 1/1 |" in block and "gb:x@-" not in block.split("Retired")[0]

@@ -113,8 +113,8 @@ def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_pat
     import shutil
     import sys
 
-    from harness.trial.outcome import Outcome, TrialResult
     from harness.stores.store import Store
+    from harness.trial.outcome import Outcome, TrialResult
 
     def add(root, i, started):
         Store(root).append(TrialResult(trial_id=f"gpu-x/a@-/{i}", cell="a@-", trial_index=i, outcome=Outcome.OK,
@@ -193,9 +193,9 @@ def test_unpacking_packs_the_runs_new_trials_and_an_empty_shell_does_not_shadow_
     checkout's zip, and the run's new trial comes in packed."""
     import sys
 
-    from harness.trial.outcome import Outcome, TrialResult
-    from harness.stores.zips import pack_store
     from harness.stores.store import Store, safe_name
+    from harness.stores.zips import pack_store
+    from harness.trial.outcome import Outcome, TrialResult
 
     def add(root, i, started, text):
         tid = f"gpu-x/a@-/{i}"

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.faults.profiles import PROFILES
-from harness.faults.profiles import plan_from_seed
+from harness.faults.profiles import PROFILES, plan_from_seed
 from harness.faults.scheduler import (
     STARVE_MS,
     InvalidPlan,

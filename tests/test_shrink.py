@@ -10,11 +10,11 @@ import pytest
 
 from harness.campaign import shrink
 from harness.cli import main
+from harness.faults.scheduler import Plan, Rule
+from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import run_trial
-from harness.faults.scheduler import Plan, Rule
 from harness.trial.spec import TrialSpec, WorkloadSpec
-from harness.stores.store import Store
 
 SCRIPT = Path(__file__).parent / "scripts" / "needs_one_rule.py"
 
@@ -87,7 +87,8 @@ def test_a_candidate_still_reproduces_at_half_the_baseline_rate(k, baseline, ok)
 
 
 def test_without_removes_exactly_the_named_components_and_describe_names_the_rest():
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     points = ["prefetch.before_put", "drafter.before_forward", "target.after_get"]
     rule = st.builds(lambda p, a, pr: {"point": p, "action": a, "when": "before", "probability": pr},

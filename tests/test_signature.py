@@ -9,18 +9,22 @@ from __future__ import annotations
 import json
 import re
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from dataclasses import replace
 
 from harness.trial.frames import module_of
 from harness.trial.hangs import parse_pyspy_json
 from harness.trial.messages import normalise_message
 from harness.trial.signature import (
-    SIGNATURE_VERSION, crash_signature, exception_signature, hang_signature, thread_role,
-    wrong_result_signature)
+    SIGNATURE_VERSION,
+    crash_signature,
+    exception_signature,
+    hang_signature,
+    thread_role,
+    wrong_result_signature,
+)
 from harness.trial.tracebacks import _run_together, first_failure, parse_tracebacks, primary_traceback
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks"

@@ -7,6 +7,8 @@ import math
 import pytest
 
 from harness import stats
+
+
 def _wilson_closed_form(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)

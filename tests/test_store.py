@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from harness.trial.outcome import Outcome, TrialResult
 from harness.stores.store import Store, StoreError, safe_name
+from harness.trial.outcome import Outcome, TrialResult
 
 
 def _result(i: int, outcome: Outcome = Outcome.OK) -> TrialResult:

@@ -13,7 +13,6 @@ from dflash.errors import DevicePlanError
 from dflash.topology import paired_topology, seed_topology, topology
 from harness.campaign import presets
 from harness.campaign.expand import expand
-from harness.campaign.spec import MatrixError
 from harness.trial.spec import TrialSpec
 
 

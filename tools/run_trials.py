@@ -28,8 +28,8 @@ import sys
 from pathlib import Path
 
 from harness.diagnosis.families import family
-from harness.trial.outcome import Outcome, TrialResult
 from harness.stores.store import Store, StoreError
+from harness.trial.outcome import Outcome, TrialResult
 
 # The defaults are the checkout's data, found from this file so that they do not depend on the
 # folder the command runs in.

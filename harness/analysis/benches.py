@@ -68,7 +68,7 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt  # deferred with matplotlib, once the Agg backend is chosen
 
     paths = []
-    for path, preset, gpus, group in _plotted(benches, plots_dir):
+    for path, preset, _gpus, group in _plotted(benches, plots_dir):
         colors = [FAILED_COLOR if b.failed else "#999999" if b.timed_out else CLEAN_COLOR for b in group]
         paths.append(_bar_plot(plt, path, [f"run {b.host_run}: {b.strategy}" for b in group],
                                [b.tokens_steady or 0.0 for b in group], None,

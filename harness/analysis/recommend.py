@@ -341,7 +341,7 @@ def _alone(v: Verdict, bench_runs: Sequence) -> str:
                   for s in others]
         if v.concurrent is not None and v.concurrent.strategy != t.strategy and v.concurrent.strategy in here:
             c = v.concurrent.strategy
-            ratios.append((lambda r: f"`{c}` {r:.2f}x it", *_over(here[c], mine)))
+            ratios.append((lambda r, c=c: f"`{c}` {r:.2f}x it", *_over(here[c], mine)))
         # Ratios over rounds of one `harness price` run are medians of paired ratios, not ratios
         # of the medians beside them: said once per run, or per ratio where a run has both kinds.
         counts = {rounds for _, _, rounds in ratios}

@@ -13,15 +13,14 @@ import fnmatch
 import shlex
 from pathlib import Path
 
+from harness.campaign.replay import ReplayError, load_trial_spec
 from harness.diagnosis import families
-
+from harness.stores.retire import RETIRED_NAME, reasons
+from harness.stores.store import ArtefactPath, PackedArtefacts, Store
 from harness.trial import hangs, native, signature, tracebacks
 from harness.trial.outcome import TrialResult
-from harness.campaign.replay import ReplayError, load_trial_spec
-from harness.stores.retire import RETIRED_NAME, reasons
 from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME
 from harness.trial.spec import TrialSpec
-from harness.stores.store import ArtefactPath, PackedArtefacts, Store
 
 TRACEBACK_FRAMES = 8
 NATIVE_FRAMES = 10

@@ -156,7 +156,7 @@ def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, s
         raise PriceError(f"a configuration is named twice: {' '.join(configs)}")
     return Plan(preset=preset, configs=parsed, rounds=rounds, steps=steps, sets=list(sets),
                 timeout_s=timeout_s, host_run=host_run,
-                run_id=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+                run_id=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
 
 
 def bench_once(plan: Plan, config: Config) -> dict:

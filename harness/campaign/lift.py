@@ -32,10 +32,10 @@ import dataclasses
 import json
 import re
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from harness import stats
 from harness.campaign import calibration

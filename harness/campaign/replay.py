@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 
 from harness import stats
-from harness.campaign import presets
-from harness.campaign import specfile
+from harness.campaign import presets, specfile
 from harness.campaign.expand import expand
 from harness.campaign.pool import with_run_dir
 from harness.campaign.spec import MatrixError

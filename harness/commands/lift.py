@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown profile(s) {', '.join(sorted(bad))} (known: {', '.join(PROFILES)})")
     chosen = [all_targets[name] for name in names]
     profiles = {t.name: ("plain", *(p for p in (wanted or t.profiles) if p != "plain")) for t in chosen}
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     out = Path(args.out or REPO_ROOT / "runs" / "lift" / now.strftime("%Y%m%dT%H%M%SZ"))
     store = Store(out)
     print(f"lift: torch {lift.torch_version()}, python {sys.version.split()[0]}, "

@@ -15,18 +15,24 @@ import json
 import sys
 
 from harness import stats
-from harness.analysis.cell_tables import (NOT_MEASURED_NOTE, exposure_lines, has_exposure, signature_lines,
-                                          summary_json, text_table)
+from harness.analysis.cell_tables import (
+    NOT_MEASURED_NOTE,
+    exposure_lines,
+    has_exposure,
+    signature_lines,
+    summary_json,
+    text_table,
+)
 from harness.analysis.excerpts import native_excerpts
 from harness.analysis.summary import summarize
 from harness.args import UsageError, comma_list, positive_float, positive_int
 from harness.campaign import presets, ray_backend, slots
 from harness.campaign.expand import expand
 from harness.campaign.planning import memory_peaks, pending_plan, pool_order, replay_last
+from harness.campaign.progress import format_elapsed
 from harness.campaign.run import MatrixRun, run_matrix
 from harness.campaign.spec import MatrixSpec
 from harness.campaign.specfile import load_spec
-from harness.campaign.progress import format_elapsed
 from harness.diagnosis import diagnose
 from harness.stores.store import Store
 from harness.text import clip

@@ -7,7 +7,6 @@ import argparse
 from harness.args import UsageError
 from harness.stores import retire
 
-
 HELP = "take a store's records of some cells out of the count (kept in <store>/retired)"
 
 

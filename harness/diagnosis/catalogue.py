@@ -330,7 +330,7 @@ def load(path: Path = CATALOGUE_PATH) -> Catalogue:
     return parse(path.read_text())
 
 
-def count(evidence: Evidence, race: Race, records_of: "RecordSource") -> Count | None:
+def count(evidence: Evidence, race: Race, records_of: RecordSource) -> Count | None:
     """k/n of `race` over the evidence's cells (None for a note). Counted as the matrix tables
     count: no replays, only trials that count (not timeouts, out-of-memory or harness errors)."""
     if evidence.store is None:

@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import json
 
-from harness.diagnosis.catalogue import (EVIDENCE_PATH, Catalogue, Evidence, Race, RecordSource, count, evidence_key,
-                                        load)
+from harness.diagnosis.catalogue import (
+    EVIDENCE_PATH,
+    Catalogue,
+    Evidence,
+    Race,
+    RecordSource,
+    count,
+    evidence_key,
+    load,
+)
 
 
 def cited(catalogue: Catalogue) -> list[tuple[Evidence, Race]]:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 # The trainer's named points: one list, owned by dflash.faults (stdlib-only, cheap to import).
-from dflash.faults import POINTS as STAGE_POINTS
+from dflash.faults import POINTS as STAGE_POINTS  # noqa: F401  (re-exported: the harness names them here)
 
 Hook = Callable[[str, str], None]
 """hook(point, when): when is "before" the call, "after" it returned, or "raise" when it (or a

@@ -13,7 +13,6 @@ from harness.faults.pct import Pct
 from harness.faults.points import STAGE_POINTS
 from harness.faults.scheduler import InvalidPlan, Plan, Rule
 
-
 # Points hit on every CPU compile (counted on 2.13 CPU); cudagraph points need CUDA to be reached.
 COMPILE_POINTS = (
     "fx.trace",

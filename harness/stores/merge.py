@@ -27,11 +27,19 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.trial.outcome import Outcome, TrialResult
-from harness.stores.store import done_ids
-from harness.stores.zips import unpack_into
 from harness.stores.retire import REASONS_NAME, RETIRED_NAME
-from harness.stores.store import ARTEFACTS_NAME, TRIALS_NAME, PackedArtefacts, Store, StoreError, packed_path, safe_name
+from harness.stores.store import (
+    ARTEFACTS_NAME,
+    TRIALS_NAME,
+    PackedArtefacts,
+    Store,
+    StoreError,
+    done_ids,
+    packed_path,
+    safe_name,
+)
+from harness.stores.zips import unpack_into
+from harness.trial.outcome import Outcome, TrialResult
 
 
 class MergeError(ValueError):

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.stores.store import Store
 from harness.trial import signature
 from harness.trial.hangs import read_pyspy_json
 from harness.trial.outcome import Outcome, TrialResult
-from harness.stores.store import Store
 
 
 @dataclass(kw_only=True, slots=True)

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.trial.outcome import TrialResult
 from harness.stores.store import ARTEFACTS_NAME, TRIALS_NAME, PackedArtefacts, Store, StoreError, packed_path
+from harness.trial.outcome import TrialResult
 
 RETIRED_NAME = "retired"
 REASONS_NAME = "reasons.jsonl"
@@ -87,7 +87,7 @@ def retire(store_dir: str | os.PathLike[str], globs: Sequence[str], reason: str,
         if (record.trial_id, record.started_at) in done:
             continue
         dest.append(_move_artefacts(store, dest, record))
-    entry = {"at": (now or datetime.datetime.now(datetime.timezone.utc)).isoformat(timespec="seconds"),
+    entry = {"at": (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="seconds"),
              "cells": list(globs), "records": len(moving), "reason": reason.strip()}
     with open(dest.root / REASONS_NAME, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, sort_keys=True) + "\n")

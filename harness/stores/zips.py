@@ -31,7 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.stores.retire import RETIRED_NAME
-from harness.stores.store import ARTEFACTS_NAME, TRIALS_NAME, ZIP_ERRORS, PackedArtefacts, Store, StoreError, packed_path
+from harness.stores.store import (
+    ARTEFACTS_NAME,
+    TRIALS_NAME,
+    ZIP_ERRORS,
+    PackedArtefacts,
+    Store,
+    StoreError,
+    packed_path,
+)
 
 RUN_DIR = "run"
 

@@ -10,7 +10,7 @@ moves a key bumps SIGNATURE_VERSION there.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from harness.trial.hangs import Frame
 

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 QUERY = ("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
 MEMORY_QUERY = ("--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits")

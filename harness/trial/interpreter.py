@@ -11,7 +11,7 @@ import subprocess
 from harness.trial.spec import InvalidSpec
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def interpreter_versions(python: str | None) -> tuple[str | None, str]:
     """(torch, Python) versions of the interpreter a trial runs under: the record says what ran,
     not what the harness has. Another interpreter is asked once (its metadata, not an import of

@@ -20,9 +20,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from collections.abc import Collection
-from typing import Any, Mapping
+from typing import Any
 
 
 class Outcome(enum.Enum):

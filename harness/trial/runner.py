@@ -34,9 +34,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from harness.faults import exposure
 from harness.trial import blocking, gpu, hangs, kernel_cache, lifeline, native, progress, signature, tracebacks
@@ -126,7 +126,7 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     result = TrialResult(
         trial_id=str(spec.trial_id), cell=str(spec.cell), trial_index=spec.trial_index,
         outcome=Outcome.HARNESS_ERROR, artefacts=str(out), host=socket.gethostname(), replay_of=replay_of,
-        started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+        started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
     try:
         spec.validate()
         argv = argv_for(spec)

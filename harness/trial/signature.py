@@ -70,14 +70,20 @@ import hashlib
 import json
 import re
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from harness.trial.frames import frame_id, top_frames, torch_entry
 from harness.trial.hangs import ThreadStack, parse_faulthandler
 from harness.trial.messages import KNOWN_MESSAGES, normalise_message
-from harness.trial.tracebacks import (SECONDARY_TYPES, PyTraceback, bare_exception, first_failure, parse_tracebacks,
-                                      primary_traceback)
+from harness.trial.tracebacks import (
+    SECONDARY_TYPES,
+    PyTraceback,
+    bare_exception,
+    first_failure,
+    parse_tracebacks,
+    primary_traceback,
+)
 
 SIGNATURE_VERSION = 7
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from harness.trial.frames import frame_id, is_library, is_torch, module_of
 from harness.trial.hangs import Frame
@@ -37,7 +37,7 @@ class PyTraceback:
     frames: tuple[Frame, ...]
     exc_type: str
     message: str
-    chain: tuple["PyTraceback", ...] = ()
+    chain: tuple[PyTraceback, ...] = ()
     sources: tuple[str, ...] = ()
     """Each frame's source line as printed (empty where none was), in the order of `frames`."""
     unraisable: bool = False

@@ -6,7 +6,6 @@ controller, which writes the summary."""
 from __future__ import annotations
 
 from tests.race import catalogue
-from tests.race.racecheck import torch_version
 
 
 def coverage_lines(version: str) -> list[str]:

@@ -8,8 +8,7 @@ import dataclasses
 import pytest
 
 from harness.trial.outcome import Outcome, TrialResult
-from tests.race import racecheck
-from tests.race import catalogue
+from tests.race import catalogue, racecheck
 from tests.race.catalogue import CPU
 
 pytestmark = pytest.mark.race

@@ -50,7 +50,7 @@ def main():
     threading.Thread(target=graph_capture, name="graph-capture", daemon=True).start()
 
     print("training...", flush=True)
-    for step in range(1200):
+    for _ in range(1200):
         x, y = torch.randn(32, 16), torch.randn(32, 1)
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()

@@ -54,7 +54,7 @@ def main():
         threading.Thread(target=metrics, args=(i,), name=f"metrics-{i}", daemon=True).start()
 
     print("training...", flush=True)
-    for step in range(300):
+    for _ in range(300):
         x, y = torch.randn(32, 64), torch.randn(32, 1)
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
