@@ -25,6 +25,7 @@ import threading
 import types
 from typing import Any
 
+from dflash.fixes import call_key
 from harness.faults.points import on_module_loaded
 from harness.guard import Guard, GuardError
 
@@ -82,7 +83,7 @@ def guarded(guard: Guard, compiled: Any, torch: Any) -> Any:
     if isinstance(compiled, torch.nn.Module):
         cls = type(compiled)
         sub = type(f"Guarded{cls.__name__}", (cls,), {
-            "__call__": lambda self, *a, **k: _call(guard, super(sub, self).__call__, a, k)})
+            "__call__": lambda self, *a, **k: _call(guard, super(sub, self).__call__, a, k, owner=self)})
         compiled.__class__ = sub
         return compiled
 
@@ -93,8 +94,10 @@ def guarded(guard: Guard, compiled: Any, torch: Any) -> Any:
     return call
 
 
-def _call(guard: Guard, fn: Any, args: tuple, kwargs: dict) -> Any:
-    with guard.call():
+def _call(guard: Guard, fn: Any, args: tuple, kwargs: dict, owner: Any = None) -> Any:
+    # Keyed by the compiled callable (a compiled module, not its per-call bound __call__) and the
+    # inputs' signature: phase-lock runs a key's first calls alone and later ones side by side.
+    with guard.call(call_key(fn if owner is None else owner, *args, *kwargs.values())):
         return fn(*args, **kwargs)
 
 

@@ -171,3 +171,23 @@ def test_the_caching_allocators_graph_pool_abort_is_the_shared_pool_race():
                "(libc10_cuda.so)\n", torch="2.11.0+cu130")
     (finding,) = diagnose.diagnose([failure])
     assert finding.race == "F1c", finding.verdict()
+
+
+def test_phase_lock_put_into_a_program_runs_a_compiled_calls_first_calls_alone_and_the_rest_shared():
+    """`stress --fix phase-lock` keys each compiled call by the callable and its inputs: a compiled
+    function's and a compiled module's steady calls share the lock (a key of None would run them
+    all alone, as global-lock does)."""
+    program = (
+        "import torch\n"
+        "from harness import inject\n"
+        "from dflash.fixes import FIXES\n"
+        "inject.install('phase-lock')\n"
+        "f = torch.compile(lambda x: x * 2, backend='eager')\n"
+        "m = torch.compile(torch.nn.Linear(3, 3), backend='eager')\n"
+        "for _ in range(5):\n"
+        "    f(torch.ones(4)); m(torch.ones(2, 3))\n"
+        "print(FIXES['phase-lock'].stats())\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "{'exclusive': 6, 'shared': 4, 'compiles_while_shared': 0}"
