@@ -65,6 +65,19 @@ def test_ok_run_reports_final_json(tmp_path):
     _assert_group_gone(result)
 
 
+def test_a_record_says_its_workload_fixes_and_plan_as_fields(tmp_path):
+    result = run_trial(dataclasses.replace(_spec("ok"), cell="w:raw@switch"), tmp_path / "t")
+    assert result.outcome is Outcome.OK
+    assert (result.workload, result.fixes, result.plan) == ("w", [], "switch")
+    # a spec the runner refuses (fixes on a plain command) still says what was asked for
+    refused = run_trial(dataclasses.replace(_spec("ok", fixes=("global-lock",)), cell="w:global-lock@-"),
+                        tmp_path / "u")
+    assert refused.outcome is Outcome.HARNESS_ERROR
+    stored = TrialResult.from_json(json.loads(json.dumps(refused.to_json())))
+    assert (stored.workload, stored.fixes, stored.plan) == ("w", ["global-lock"], "-")
+    assert TrialResult.from_json({"trial_id": "x", "cell": "c", "trial_index": 0, "outcome": "ok"}).fixes is None
+
+
 def test_a_failed_runs_last_event_stands_in_for_final_and_gives_no_throughput():
     from harness.trial.runner import _classify, _Ending
 

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dflash.fixes import FIXES
 from harness.diagnosis.catalogue import (
     Catalogue,
     Count,
@@ -445,7 +446,7 @@ def failures_of(record: TrialResult, art=None) -> list[Failure]:
     strategy = strategy_of(record.cell)
     base = Failure(source=record.trial_id, outcome=record.outcome.name, key=record.signature,
                    summary=record.signature_summary, text=_read(art, OUTPUT_NAME), native=_read(art, NATIVE_STACK_NAME),
-                   torch=record.torch_version, fixes=tuple(s for s in strategy.split("+") if s and s != "raw"),
+                   torch=record.torch_version, fixes=_fixes_of(record, strategy),
                    run=record.trial_id, detail=record.detail)
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
     if record.outcome.name == "HANG" and entries:
@@ -690,3 +691,11 @@ def summary_line(findings: Sequence[Finding]) -> str:
                                  + (f" ({n} tracebacks)" if n > len(r) else "")
                                  for race, (r, n) in sorted(per.items(), key=lambda kv: -len(kv[1][0])))
     return line
+
+
+def _fixes_of(record: TrialResult, strategy: str) -> tuple[str, ...]:
+    """The fixes a stored trial ran: its record's field, or for a record stored before it the
+    registry names in its strategy (`raw`, `eager` and `no-cudagraphs` are not fixes)."""
+    if record.fixes is not None:
+        return tuple(record.fixes)
+    return tuple(s for s in strategy.split("+") if s in FIXES)

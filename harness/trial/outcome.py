@@ -155,6 +155,11 @@ class TrialResult:
     exposure_eager: dict[str, int] | None = None
     """Openings whose compiled call took Dynamo's eager fallback instead (nested-fx-fallback):
     the window opened, but not on the compiled path the race needs."""
+    workload: str | None = None
+    """The cell's workload, strategy's fixes and fault plan as fields (None in records stored
+    before they existed: readers then fall back to the cell's name, harness.trial.cells)."""
+    fixes: list[str] | None = None
+    plan: str | None = None
 
     def exposed(self, windows: Collection[str] | None = None) -> bool | None:
         """Whether a window (any of `windows`; every measured one if None) opened on the compiled

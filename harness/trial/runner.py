@@ -40,6 +40,7 @@ from pathlib import Path
 
 from harness.faults import exposure
 from harness.trial import blocking, gpu, hangs, kernel_cache, lifeline, native, progress, signature, tracebacks
+from harness.trial.cells import split_cell
 from harness.trial.frames import top_frames
 from harness.trial.interpreter import installed_torch, interpreter_versions
 from harness.trial.outcome import Outcome, TrialResult, mark_resource
@@ -127,6 +128,9 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
         trial_id=str(spec.trial_id), cell=str(spec.cell), trial_index=spec.trial_index,
         outcome=Outcome.HARNESS_ERROR, artefacts=str(out), host=socket.gethostname(), replay_of=replay_of,
         started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+    # What ran, as fields, so that no reader parses the cell's name for it.
+    result.workload, _, result.plan = split_cell(str(spec.cell))
+    result.fixes = list(spec.fixes)
     try:
         spec.validate()
         argv = argv_for(spec)
