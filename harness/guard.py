@@ -55,6 +55,11 @@ global-lock             One process-wide RLock around every guarded call. Holds 
                         the tracer / resetter / mutator under `guard.call()` too, or it does not
                         hold.
                         Cost: guarded calls no longer overlap.
+phase-lock              global-lock for the phases that race only: a key's (callable and input
+                        signature's) first 3 calls run alone (trace, compile, lazy backward,
+                        CUDA-graph warm-up and recording), later calls side by side; a trace or
+                        reset under `guard.call()` (no key) always runs alone. Measured on the
+                        CPU trainer against r19: 0/39, as global-lock, priced 1.17x it.
 nested-fx-fallback      `torch._dynamo.config.error_on_nested_fx_trace = False` in each thread
                         (per thread: F14). A compiled call made while ANOTHER thread is inside
                         FX tracing then runs the original function EAGERLY instead of raising
