@@ -178,6 +178,11 @@ class CompileConfig:
     to a fresh host (dflash.compile_cache)."""
 
     @property
+    def cache_file(self) -> str | None:
+        """cache_artifacts where the drafter step compiles (an eager run has nothing to carry)."""
+        return self.cache_artifacts if self.mode != "none" else None
+
+    @property
     def cudagraphs(self) -> bool:
         """Whether the drafter step's outputs live in a CUDA-graph pool (modes that record)."""
         return self.mode in ("reduce-overhead", "max-autotune")

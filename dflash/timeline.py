@@ -74,8 +74,9 @@ class Timeline:
                       file=self.err, flush=True)
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Time `name` (added to what it already had: a phase may come back)."""
+    def phase(self, name: str, *, record: bool = True) -> Iterator[None]:
+        """Time `name` (added to what it already had: a phase may come back); `record=False`: only
+        name it to the ticker while it runs (its caller records the parts it splits into)."""
         t = time.monotonic()
         with self._lock:
             outer, self._current, self._detail = self._current, (name, t), ""
@@ -83,7 +84,8 @@ class Timeline:
             yield
         finally:
             with self._lock:
-                self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - t, 2)
+                if record:
+                    self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - t, 2)
                 self._current, self._detail = outer, ""
 
     def note(self, detail: str) -> None:

@@ -219,7 +219,6 @@ class Trainer:
     def prepare(self) -> None:
         """Everything that can be bad input; writes nothing under train.out_dir."""
         cfg, tl = self.cfg, self.timeline
-        tl.start_ticker()
         with tl.phase("setup"):
             if cfg.drafter.attention == "flex" and any(d.type == "cpu" for d in self.plan.drafter):
                 # FlexAttention has no backward on CPU (NotImplementedError at the first backward);
@@ -228,9 +227,9 @@ class Trainer:
                                   "is not implemented on CPU); use auto or sdpa")
             self.resume = _resume_state(cfg, self.err)
             compile_cache.check(cfg.compile.cache_artifacts)
-        if cfg.compile.cache_artifacts and cfg.compile.mode != "none":
+        if cfg.compile.cache_file:
             with tl.phase("compile_cache_load"):
-                self.cache_loaded = compile_cache.load(cfg.compile.cache_artifacts)
+                self.cache_loaded = compile_cache.load(cfg.compile.cache_file)
             print(f"compile cache: {self.cache_loaded}", file=self.err, flush=True)
         with tl.phase("target_load"):
             self.models = build_models(cfg, self.plan)
@@ -251,6 +250,8 @@ class Trainer:
                              compiled=cfg.compile.mode != "none")
 
     def run(self) -> RunOutcome:
+        # Started here, not in prepare(), so that it is always closed below.
+        self.timeline.start_ticker()
         try:
             self.prepare()
             if self.handle_signals:
@@ -350,7 +351,7 @@ class Trainer:
         self.watchdog.start()
         t_pipe = time.monotonic()
         try:
-            with self.timeline.phase("pipeline"):
+            with self.timeline.phase("pipeline", record=False):
                 return sup.run(lambda: self._should_abort(gate), self._join_by), group
         finally:
             self._pipeline_phases(t_pipe, time.monotonic())
@@ -361,7 +362,6 @@ class Trainer:
         """Split the pipeline's time at the startup gate and the first and last steps: warm-up
         (every drafter thread compiling and warming up), first step, training, shutdown."""
         tl, opened, marks = self.timeline, self.metrics.opened_at(), self.metrics.step_times()
-        tl.phases.pop("pipeline", None)
         if opened is None:
             tl.span("warmup", start, end)
             return
@@ -483,9 +483,9 @@ class Trainer:
             with self.timeline.phase("export"):
                 export_hf(m.objectives[0].drafter, cfg, export_dir)
         cache = None
-        if cfg.compile.cache_artifacts and cfg.compile.mode != "none":
+        if cfg.compile.cache_file:
             with self.timeline.phase("compile_cache_save"):
-                cache = compile_cache.save(cfg.compile.cache_artifacts)
+                cache = compile_cache.save(cfg.compile.cache_file)
         with self.timeline.phase("evaluation"):
             tau = self._tau()
         snap = self.metrics.snapshot()
