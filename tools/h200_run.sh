@@ -11,8 +11,8 @@
 #   pytest[:S[:N]]  (env PYTEST_K: a -k expression) the GPU race suite through the runner, r22's 2.11 record (tests/race/catalogue.py) and r23's test,
 #             for at most S seconds (240) on N pytest-xdist workers (1)
 #   default   `python -m dflash train --preset gpu-default` alone on the GPU (the trainer's GPU smoke run)
-#   startup   gpu-default (300 steps, phase-lock+target-hook-taps) three times alone on the GPU: cold
-#             (empty Inductor cache; the shipped corpus), warm (the same cache again) and preloaded
+#   startup   gpu-default (STARTUP_STEPS, 300, phase-lock+target-hook-taps) three times alone on the GPU: cold
+#             (the run's Inductor cache emptied; the shipped corpus), warm (the same cache again) and preloaded
 #             (a new, empty cache + the cold run's compile.cache_artifacts file); each run's
 #             `timeline:` line in the log, its records in run.tgz
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
@@ -135,12 +135,14 @@ run_phase() {
               > "$X/pytest-race-cuda.txt" 2>&1; echo "pytest race+cuda rc=$? $(( $(date +%s) - s ))s"
             tail -n 15 "$X/pytest-race-cuda.txt" ;;
     default) train gpu-default --preset gpu-default --steps 120 --out /tmp/gd ;;
+    # Cold and warm use the run's own Inductor cache (emptied first: the phases after this one
+    # start warm from it); env STARTUP_STEPS (300) steps each.
     startup) c=$X/cc-gpu-default.bin; rm -f "$c"
              for label in cold warm preloaded; do
-               case $label in cold) d=/tmp/ind-s1; rm -rf $d ;; warm) d=/tmp/ind-s1 ;; preloaded) d=/tmp/ind-s2; rm -rf $d ;; esac
+               case $label in cold) d=$TORCHINDUCTOR_CACHE_DIR; rm -rf $d ;; warm) d=$TORCHINDUCTOR_CACHE_DIR ;; preloaded) d=/tmp/ind-s2; rm -rf $d ;; esac
                s=$(date +%s)
                TORCHINDUCTOR_CACHE_DIR=$d timeout -k 15 -s TERM 300 python3 -m dflash train --preset gpu-default \
-                 --steps 300 --set fixes=phase-lock,target-hook-taps --set compile.cache_artifacts="$c" \
+                 --steps ${STARTUP_STEPS:-300} --set fixes=phase-lock,target-hook-taps --set compile.cache_artifacts="$c" \
                  --set train.progress=false --out /tmp/st-$label > "$X/startup-$label.out" 2> "$X/startup-$label.err"
                echo "startup $label rc=$? $(( $(date +%s) - s ))s: $(grep -h '^timeline:' "$X/startup-$label.err")"
              done; rm -f "$c" ;;   # the file (~60 MB) is over what a returned file may have
