@@ -21,11 +21,11 @@ import statistics
 import sys
 import tempfile
 
-from dflash import faults
 from dflash.config import RunConfig
 from dflash.devices import resolve
 from dflash.gpu_busy import GpuBusy
 from dflash.train import train
+from harness.runtime import faults
 
 ROUNDS = 4
 MICRO_CALLS = 200_000

@@ -20,7 +20,7 @@ import time
 from typing import Generic, TypeVar
 
 from dflash.errors import StageStopped
-from dflash.faults import fault_point
+from harness.runtime.faults import fault_point
 
 T = TypeVar("T")
 _CLOSED = object()

@@ -20,9 +20,9 @@ import threading
 from dflash import presets
 from dflash.config import RunConfig, apply_overrides, from_dict
 from dflash.errors import UserInputError
-from dflash.fixes import parse_names
 from dflash.plan import run as plan_text
 from dflash.prepare import main as prepare_main
+from harness.runtime.fixes import parse_names
 
 
 class UsageError(UserInputError):

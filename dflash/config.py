@@ -303,7 +303,7 @@ class RunConfig:
     devices: DeviceConfig = field(default_factory=DeviceConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     fixes: tuple[str, ...] = ()
-    """Names from dflash.fixes.FIXES; () or ('none',) = raw; 'recommended' = the measured set for
+    """Names from harness.runtime.fixes.FIXES; () or ('none',) = raw; 'recommended' = the measured set for
     the installed torch, the plan's device kind and the compile mode (resolved by the trainer,
     which then stores the resolved names here)."""
 

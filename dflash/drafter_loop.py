@@ -25,12 +25,12 @@ from dflash.anchors import sample_anchors
 from dflash.channel import OrderedReceiver, StartupGate, Turns
 from dflash.config import RunConfig
 from dflash.devices import bind_thread
-from dflash.faults import fault_point
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
 from dflash.oracle import Oracle
 from dflash.replicas import ReplicaGroup
 from dflash.step import StepInputs, compile_step, grad_step, make_inputs
+from harness.runtime.faults import fault_point
 
 STAGE = "drafter"
 WARMUP_SEED = 0x5741524D

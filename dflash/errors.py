@@ -2,16 +2,14 @@
 
 Policy (as in torchtitan): `UserInputError` subclasses for anything the user can fix (bad config,
 bad data, bad device plan) -- the CLI prints one line and exits 2; `assert` only for internal
-invariants; typed exceptions for control flow.
+invariants; typed exceptions for control flow. The three errors the fix registry and the fault
+points raise live with them in harness.runtime.errors and are named here too.
 """
 
+from harness.runtime.errors import ConfigError, InjectedFault, UserInputError
 
-class UserInputError(ValueError):
-    """Bad input; the CLI reports `error: <message>` and exits 2, writing nothing."""
-
-
-class ConfigError(UserInputError):
-    """Invalid configuration value or unknown preset/fix/key."""
+__all__ = ["ConfigError", "DataError", "DevicePlanError", "InjectedFault", "StageStopped", "UserInputError",
+           "WrongResult"]
 
 
 class DataError(UserInputError):
@@ -24,10 +22,6 @@ class DevicePlanError(UserInputError):
 
 class StageStopped(Exception):
     """Raised inside a stage when the pipeline is stopping; not a failure."""
-
-
-class InjectedFault(RuntimeError):
-    """Raised by a fault point whose plan says `raise` (tests error propagation)."""
 
 
 class WrongResult(RuntimeError):

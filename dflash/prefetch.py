@@ -18,9 +18,9 @@ from dflash.channel import Channel
 from dflash.collate import collate
 from dflash.config import DataConfig
 from dflash.data import TokenDataset
-from dflash.faults import fault_point
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
+from harness.runtime.faults import fault_point
 
 STAGE = "prefetch"
 

@@ -23,8 +23,8 @@ from dflash.config import (
     TrainConfig,
 )
 from dflash.errors import ConfigError
-from dflash.fixes import RECOMMENDED
 from dflash.seeds import SEEDS
+from harness.runtime.fixes import RECOMMENDED
 
 DEFAULT_PRESET = "tiny-cpu"
 
@@ -86,7 +86,7 @@ def _gpu(name: str, *, target: TargetConfig, drafter: DrafterConfig, data: DataC
         compile=CompileConfig(mode="default", backend="inductor"),
         train=TrainConfig(steps=steps, lr=6e-4, out_dir=f"runs/{name}", log_interval_s=10.0,
                           eval_prompts=16, eval_new_tokens=64),
-        # The set measured clean for this device kind and compile mode (dflash.fixes.recommended):
+        # The set measured clean for this device kind and compile mode (harness.runtime.recommend.recommended):
         # raw, gpu-default showed no step after 140 s on one H200 (torch 2.11), three drafter
         # threads compiling at once. `--set fixes=none` (or `fixes=`) runs the raw pipeline.
         fixes=(RECOMMENDED,),

@@ -34,8 +34,10 @@ COMPILE_FUNCTIONS = {("torch._inductor.runtime.triton_heuristics", f)
                      for f in ("precompile", "_precompile_config", "benchmark_all_configs",
                                "autotune_to_one_config")}
 """Inductor's first-launch autotuning of a kernel runs outside compile_fx, at the first call."""
-WAIT_SITES = {("dflash.replicas", "_wait"), ("dflash.fixes", "enter"), ("dflash.fixes", "locked_run")}
-"""Innermost frames of a thread blocked on another one (channels are all of dflash.channel)."""
+WAIT_SITES = {("dflash.replicas", "_wait"), ("harness.runtime.fixes", "enter"), ("harness.runtime.fixes", "locked_run"),
+              ("dflash.fixes", "enter"), ("dflash.fixes", "locked_run")}
+"""Innermost frames of a thread blocked on another one (channels are all of dflash.channel); the
+registry's frames under its module name before and after it moved to harness.runtime."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,8 @@ from torch import nn
 from dflash.anchors import sample_anchors
 from dflash.batch import HiddenBatch
 from dflash.config import CompileConfig, DrafterConfig
-from dflash.faults import fault_point, fault_value
-from dflash.fixes import call_key
+from harness.runtime.faults import fault_point, fault_value
+from harness.runtime.fixes import call_key
 
 # Large odd multiplier: distinct (seed, seq) pairs give distinct generator seeds.
 _SEED_STRIDE = 1_000_003

@@ -18,12 +18,12 @@ from dflash.batch import HiddenBatch, TokenBatch
 from dflash.channel import Channel, ChannelClosed
 from dflash.config import CompileConfig
 from dflash.devices import bind_thread, synchronize
-from dflash.faults import fault_point
-from dflash.fixes import call_key
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
 from dflash.step import compile_fn
 from dflash.target import TargetModel, document_inputs
+from harness.runtime.faults import fault_point
+from harness.runtime.fixes import call_key
 
 STAGE = "target"
 

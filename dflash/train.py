@@ -44,7 +44,6 @@ from dflash.drafter_loop import DrafterTrainLoop
 from dflash.errors import ConfigError, WrongResult
 from dflash.evaluate import acceptance_length
 from dflash.export import export_hf
-from dflash.fixes import FixSet, Recommendation, resolve_names
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
 from dflash.objective import DFlashObjective
@@ -58,6 +57,8 @@ from dflash.target import TargetModel, build_target
 from dflash.target_loop import TargetForwardLoop
 from dflash.timeline import Timeline
 from dflash.watchdog import EXIT_STALLED, Stall, Watchdog
+from harness.runtime.fixes import FixSet
+from harness.runtime.recommend import Recommendation, resolve_names
 
 SIGNAL_GRACE_S = 2.0
 """After SIGINT/SIGTERM, how long the pipeline may run on to reach a step boundary."""

@@ -41,7 +41,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness.guard import Guard, GuardError  # noqa: E402
+from harness.runtime.guard import Guard, GuardError  # noqa: E402
 
 JOIN_DEADLINE_S = 300.0
 
@@ -55,7 +55,7 @@ class _Parser(argparse.ArgumentParser):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = _Parser(description=__doc__.splitlines()[0])
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--fix", metavar="NAMES", help="comma-separated fix names (harness.guard), or 'recommended'")
+    which.add_argument("--fix", metavar="NAMES", help="comma-separated fix names (harness.runtime.guard), or 'recommended'")
     which.add_argument("--no-fix", action="store_true", help="run raw, no fix")
     p.add_argument("--workers", type=int, default=2, help="worker threads (default 2)")
     p.add_argument("--seconds", type=float, default=1.0, help="how long the workers serve (default 1.0)")

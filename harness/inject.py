@@ -1,7 +1,7 @@
 """Apply registry fixes to a program without editing it: `harness stress --fix NAME[,NAME]`.
 
 The trial bootstrap calls `install(names)` when HARNESS_FIXES is set, before the program runs.
-It builds a `Guard` (harness.guard) and puts its hooks where an unmodified program passes:
+It builds a `Guard` (harness.runtime.guard) and puts its hooks where an unmodified program passes:
 
 * every thread's start (`Thread._bootstrap_inner`, which a `Thread` subclass overriding `run`
   still goes through) runs the per-thread set-up, once torch is imported (importing torch from
@@ -25,9 +25,9 @@ import threading
 import types
 from typing import Any
 
-from dflash.fixes import call_key
 from harness.faults.points import on_module_loaded
-from harness.guard import Guard, GuardError
+from harness.runtime.fixes import call_key
+from harness.runtime.guard import Guard, GuardError
 
 ENV_FIXES = "HARNESS_FIXES"
 

@@ -1,7 +1,8 @@
 """Helpers every repro/rNN_*.py script shares: argument setup, the thread runner, the heartbeat.
 
 The output protocol they implement is repro/README.md's "Contract". Stdlib only, so that a script
-still runs with torch alone: `dflash.fixes` is imported only when `--fix` is given. Running
+still runs with torch alone: `harness.runtime.fixes` (the installed project, or the checkout on
+PYTHONPATH) is imported only when `--fix` is given. Running
 `python repro/rNN_slug.py` puts repro/ first on sys.path, so the scripts' `from _common import ...`
 finds this file without repro/ being a package.
 """
@@ -30,7 +31,7 @@ def beat():
 
 
 class NoFixes:
-    """Stands in for dflash.fixes.FixSet when no --fix is given (dflash is not imported then)."""
+    """Stands in for harness.runtime.fixes.FixSet when no --fix is given (dflash is not imported then)."""
 
     def thread_start(self, role):
         pass
@@ -47,7 +48,7 @@ class NoFixes:
 
 def setup(p):
     """Parse args; faulthandler, switch interval, FixSet for --fix (bad name: one line, exit 2)."""
-    p.add_argument("--fix", action="append", default=[], help="fix name from dflash.fixes (repeatable)")
+    p.add_argument("--fix", action="append", default=[], help="fix name from harness.runtime.fixes (repeatable)")
     p.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval value")
     args = p.parse_args()
     faulthandler.enable()
@@ -55,13 +56,17 @@ def setup(p):
         sys.setswitchinterval(args.switch_interval)
     if not args.fix:
         return args, NoFixes()
-    # dflash is a package at the repository root, one level above this file.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from dflash.fixes import FixSet
-
+    # The registry comes from the installed project (`pip install -e .`), or from the checkout
+    # that harness trials put on PYTHONPATH.
+    try:
+        from harness.runtime.fixes import FixSet
+    except ImportError:
+        print("error: --fix needs the project importable: `pip install -e .` in the checkout, "
+              "or PYTHONPATH=<checkout>", file=sys.stderr)
+        sys.exit(2)
     try:
         return args, FixSet.from_names(args.fix)
-    except ValueError as exc:  # dflash.errors.ConfigError
+    except ValueError as exc:  # harness.runtime.errors.ConfigError
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 

@@ -11,7 +11,7 @@ Trigger: --state num_threads (default): a setter thread calls `torch.set_num_thr
   then a fresh worker calls the compiled function. --state grad: a worker calls it under
   `torch.no_grad()`. Deterministic (H200 probe on 2.11: 1 -> 2 -> 3 compiles).
 Affected versions: 2.10+ for num_threads in the guard (vllm#27286), grad mode all 2.x; 2.13.0 CPU.
-Fix: none in dflash.fixes -- keep per-thread state uniform (no set_num_threads in workers, the
+Fix: none in harness.runtime.fixes -- keep per-thread state uniform (no set_num_threads in workers, the
   same grad mode per compiled function); expected to reproduce with every --fix.
 Upstream: vllm-project/vllm#27286, #167463, #167416, #111569.
 """

@@ -11,7 +11,7 @@ Mechanism: the non-reentrant checkpoint frees and recomputes the saved activatio
 Trigger: a worker thread (seeded local + C stash so F1 is out of the way) trains a block whose
   compiled (reduce-overhead) MLP runs inside checkpoint(use_reentrant=False), --steps steps.
 Affected versions: 2.8 (#154306 comment), 2.11 (bghira/SimpleTuner PR #3155).
-Fix: none in dflash.fixes; --reentrant (use_reentrant=True, per #154306) or no cudagraphs
+Fix: none in harness.runtime.fixes; --reentrant (use_reentrant=True, per #154306) or no cudagraphs
   (SimpleTuner switches to mode="default" when checkpointing).
 Upstream: #154306, #148829, #131062, #135298, bghira/SimpleTuner PR #3155.
 """

@@ -21,7 +21,7 @@ Trigger: the trainer's per-head k_norm (gpu-gpu-bound drafter: 8 KV heads of hea
   (docs/log/2026-12-01-r21-mix-order-repro.md).
 Affected versions: 2.11 + CUDA (Triton backend only; CPU codegen never fuses mix-order
   reductions); 2.13 parenthesises the bounds.
-Fix: none in dflash.fixes (it is not a race); --no-mix-order compiles with
+Fix: none in harness.runtime.fixes (it is not a race); --no-mix-order compiles with
   `options={"triton.mix_order_reduction": False}`, the trainer's workaround (dflash/step.py
   INDUCTOR_WORKAROUNDS): the two reductions run as two kernels.
 Upstream: #174379 (the bug), #176008 (the fix).

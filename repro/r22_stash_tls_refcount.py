@@ -19,7 +19,7 @@ Trigger: --threads threads each stash one shared object and exit; compare its re
 Affected versions: the source read (torch/csrc/Module.cpp at pytorch commit 00029b2949c9, its
   release not established); torch 2.13 (CPU) keeps a reference of its own (NOT REPRODUCED
   here); torch 2.11 (one H200): 20/20 WRONG_RESULT, stash-incref 0/20 (repro/README.md).
-Fix: stash-incref (dflash.fixes: wraps the stash and adds the missing reference when the
+Fix: stash-incref (harness.runtime.fixes: wraps the stash and adds the missing reference when the
   refcount did not rise; a no-op where the binding increfs).
 Upstream: PR #89169 (the stash API), #126934 ("TLS is gc'd between unit test cudagraph runs"),
   PR #180295 ("Work around possible bug in _stash_obj_in_tls").

@@ -18,7 +18,7 @@ Trigger: --rounds times, a child forked from this process (torch and cudagraph_t
   device syncs).
 Affected versions: measured by the harness (catalogue row r26); Python 3.14 blocks such a
   thread instead of ending it (CPython gh-87135), so the abort needs Python <= 3.13.
-Fix: await-thread-exit (dflash.fixes: an atexit hook waits until the threads have left the OS).
+Fix: await-thread-exit (harness.runtime.fixes: an atexit hook waits until the threads have left the OS).
 Upstream: #38228 and #117762 (a thread taking the GIL during finalization aborts the process),
   PR #89169 (the C stash), CPython gh-87135 / PR #105805.
 """

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dflash.fixes import FIXES
 from harness.analysis.report import begin_marker, end_marker
 from harness.diagnosis import families, tables
 from harness.diagnosis.catalogue import CatalogueError, RecordSource, count, load, parse
+from harness.runtime.fixes import FIXES
 
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN_TOKENS = {"no-cudagraphs", "eager"}
@@ -31,7 +31,7 @@ def test_every_fix_the_catalogue_names_is_in_the_registry():
                 assert fix.store is None, f"{race.id}: a script argument has no runner cell"
                 continue
             unknown = set(fix.name.split("+")) - set(FIXES) - CAMPAIGN_TOKENS
-            assert not unknown, f"{race.id}: {sorted(unknown)} not in dflash.fixes.FIXES"
+            assert not unknown, f"{race.id}: {sorted(unknown)} not in harness.runtime.fixes.FIXES"
     for row in load().repros:
         if row.fix:
             assert set(row.fix.split("+")) <= set(FIXES), row.id

@@ -32,7 +32,7 @@ KNOWN_CPU_213 = {
     "cudagraph_trees_per_thread_state": True,  # 2.13's get_obj seeds a fresh thread lazily
     "cudagraph_trees_fresh_thread_asserts": False,
     "cudagraph_callables_shared": True,
-    "stash_steals_reference": False,  # 2.13's binding increfs (dflash.fixes.StashIncref)
+    "stash_steals_reference": False,  # 2.13's binding increfs (harness.runtime.fixes.StashIncref)
     "stash_dropped_after_join": True,  # C++ thread_local destructors run after join() (r26)
     "reset_locked": True,
 }

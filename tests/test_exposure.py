@@ -162,7 +162,7 @@ def test_a_point_takes_several_hooks_nested_and_a_raise_reaches_them(fake_point)
 
 
 def test_stage_handlers_are_composed_for_dflash_faults():
-    from dflash import faults
+    from harness.runtime import faults
 
     seen = []
     points.uninstall_all()

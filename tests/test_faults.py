@@ -8,8 +8,8 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from dflash import faults
 from dflash.errors import ConfigError, InjectedFault
+from harness.runtime import faults
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,9 @@ import torch
 import torch._dynamo
 import torch._inductor.cudagraph_trees as cgt  # imported here: the main thread is the importer
 
-from dflash import fixes
 from dflash.errors import ConfigError
-from dflash.fixes import FIXES, FixSet
+from harness.runtime import fixes
+from harness.runtime.fixes import FIXES, FixSet
 
 JOIN_S = 20.0
 
@@ -312,7 +312,7 @@ def test_stash_incref_gives_a_stealing_stash_the_reference_it_keeps(monkeypatch)
 
     import torch
 
-    from dflash.fixes import FIXES
+    from harness.runtime.fixes import FIXES
 
     real = torch._C._stash_obj_in_tls
     stole = []
@@ -375,7 +375,7 @@ def test_stash_incref_does_not_read_a_shared_objects_count_around_the_call(monke
 
     import torch
 
-    from dflash.fixes import FIXES
+    from harness.runtime.fixes import FIXES
 
     real = torch._C._stash_obj_in_tls
     others: list = []

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dflash.fixes import FIXES
 from harness.cli import main
 from harness.diagnosis import glossary
 from harness.diagnosis.catalogue import load
+from harness.runtime.fixes import FIXES
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = glossary.GLOSSARY.read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""harness.guard: the public fix API, and examples/serve_while_tracing.py under `harness stress`
+"""harness.runtime.guard: the public fix API, and examples/serve_while_tracing.py under `harness stress`
 (fails raw on CPU torch 2.13, clean with global-lock and with nested-fx-fallback)."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch._dynamo
 
-from dflash import fixes
 from dflash.errors import ConfigError
-from harness.guard import Guard, GuardError, parse_fixes
+from harness.runtime import fixes, recommend
+from harness.runtime.guard import Guard, GuardError, parse_fixes
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "serve_while_tracing.py"
@@ -102,11 +102,11 @@ def test_unknown_names_are_one_error_listing_the_valid_ones():
 
 def test_recommended_is_the_registry_set_and_checks_the_device():
     rec = Guard.recommended(device="cuda", cudagraphs=True, torch_version="2.11.0+cu130")
-    expected = fixes.recommended("2.11.0+cu130", "cuda", cudagraphs=True)
+    expected = recommend.recommended("2.11.0+cu130", "cuda", cudagraphs=True)
     assert rec.names == expected.names and rec.recommendation == expected
     assert rec.recommendation.measured
     assert Guard.recommended(device=torch.device("cuda", 1), torch_version="2.11.0").names == \
-        fixes.recommended("2.11.0", "cuda", cudagraphs=False).names
+        recommend.recommended("2.11.0", "cuda", cudagraphs=False).names
     assert not Guard.recommended(device="cpu", torch_version="9.9").recommendation.measured
     with pytest.raises(GuardError, match="unknown device 'mps'"):
         Guard.recommended(device="mps")

@@ -1,6 +1,6 @@
 """The project's import graph (tools/layers.py, read from the AST): no import cycle, no import up
-the harness's layers, the trainer never imports the harness, and a function-level import only
-where it defers a heavy library, saying why."""
+the harness's layers, the trainer imports only the runtime of the harness, the runtime imports
+neither, and a function-level import only where it defers a heavy library, saying why."""
 
 from __future__ import annotations
 
@@ -39,6 +39,32 @@ def test_the_checker_sees_a_cycle_an_upward_import_and_a_needless_deferred_impor
     assert any("c.py:2: harness.analysis.c imports json inside a function" in p for p in found), found
     assert not any("c.py:4" in p for p in found), found       # deferred torch, with its reason
     assert any("the trainer imports the harness" in p for p in found), found
+
+
+def test_the_runtime_stands_alone_and_the_trainer_may_import_it(tmp_path):
+    for package in layers.PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "harness" / "runtime").mkdir()
+    (tmp_path / "harness" / "runtime" / "__init__.py").write_text("")
+    (tmp_path / "harness" / "runtime" / "fixes.py").write_text("import dflash.step\n")
+    (tmp_path / "harness" / "runtime" / "faults.py").write_text("import harness.stats\n")
+    (tmp_path / "harness" / "stats.py").write_text("")
+    (tmp_path / "dflash" / "step.py").write_text("import harness.runtime.faults\n")
+    found = layers.problems(tmp_path)
+    assert "harness/runtime/fixes.py:1: the runtime imports dflash.step (it must stand alone)" in found, found
+    assert "harness/runtime/faults.py:1: the runtime imports harness.stats (it must stand alone)" in found, found
+    assert not any("the trainer imports the harness" in p for p in found), found
+
+
+def test_the_registry_lives_in_the_runtime_and_repro_scripts_touch_no_import_path():
+    root = layers.ROOT
+    in_dflash = [p.name for p in (root / "dflash").glob("*.py")
+                 if "FIXES: dict" in p.read_text() or "class FixSet" in p.read_text()]
+    assert in_dflash == []
+    hacks = [p.name for p in (root / "repro").glob("*.py")
+             if "sys.path.insert" in p.read_text() or "sys.path.append" in p.read_text()]
+    assert hacks == []
 
 
 def test_a_deferred_heavy_import_needs_its_reason(tmp_path):

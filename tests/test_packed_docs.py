@@ -27,7 +27,6 @@ from dflash.collate import collate
 from dflash.config import CompileConfig, DataConfig, DrafterConfig, TargetConfig
 from dflash.data import DOC_IDS, open_dataset, pack_documents, write_token_file
 from dflash.errors import ConfigError, DataError
-from dflash.fixes import FixSet
 from dflash.metrics import Metrics
 from dflash.prefetch import BatchPrefetcher, EpochPlanner
 from dflash.prepare import prepare_jsonl
@@ -36,6 +35,7 @@ from dflash.synthetic import ensure_synthetic_corpus
 from dflash.target import build_target, document_inputs
 from dflash.target_loop import TargetForwardLoop
 from dflash.train import train
+from harness.runtime.fixes import FixSet
 from tests.datautil import affine_generate, build_tokenizer, make_rows
 from tests.test_doc_ids import BS, obj, target  # noqa: F401  (module fixtures: the objective under test)
 from tests.test_pipeline_errors import REPO, small_config

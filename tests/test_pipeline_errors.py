@@ -19,10 +19,10 @@ import time
 
 import pytest
 
-from dflash import faults
 from dflash.config import DataConfig, DrafterConfig, PipelineConfig, RunConfig, TargetConfig, TrainConfig
 from dflash.errors import InjectedFault
 from dflash.train import train
+from harness.runtime import faults
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE_DIR = os.path.join(REPO, ".cache", "dflash-test")

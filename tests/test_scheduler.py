@@ -190,7 +190,7 @@ def _child(code: str, env_extra: dict[str, str], timeout: float = 120) -> subpro
 
 PROBE = """
     import sys, json, torch, torch.fx._symbolic_trace as st, torch._dynamo
-    import dflash.faults as faults
+    import harness.runtime.faults as faults
     print(json.dumps({
         "harness_imported": "harness.faults.scheduler" in sys.modules,
         "trace_wrapped": hasattr(st.Tracer.trace, "__harness_point__"),
@@ -292,7 +292,7 @@ def test_stage_points_reach_the_scheduler_through_dflash_faults(tmp_path):
     plan = Plan(seed=2, profile="t", rules=[Rule(point="drafter.before_step", action="raise",
                                                  first_hit=2, max_hits=1, params={"message": "m"})])
     code = """
-        import dflash.faults as faults
+        import harness.runtime.faults as faults
         from dflash.errors import InjectedFault
         faults.fault_point("drafter.before_step")
         try:

@@ -15,7 +15,7 @@ import torch
 import dflash.devices as devices
 import dflash.target_loop as target_loop
 from dflash.batch import TokenBatch
-from dflash.fixes import FixSet
+from harness.runtime.fixes import FixSet
 
 
 def _loop(fs: FixSet) -> target_loop.TargetForwardLoop:

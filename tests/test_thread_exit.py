@@ -1,4 +1,4 @@
-"""dflash.thread_exit and the await-thread-exit fix: a thread whose C++ TLS stash is dropped after
+"""harness.runtime.thread_exit and the await-thread-exit fix: a thread whose C++ TLS stash is dropped after
 join() returned aborts the process at exit unless exit waits for the OS thread (race
 stash-exit-finalize). The stashed object's finaliser keeps giving the GIL up, which holds the
 destructor past the start of finalization every time: without the fix each run aborts, with it
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash import thread_exit
+from harness.runtime import thread_exit
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not thread_exit.supported(), reason="needs /proc/self/task (Linux)")
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not thread_exit.supported(), reason="needs /proc
 SCRIPT = """
 import sys, threading, time
 import torch
-from dflash.fixes import FixSet
+from harness.runtime.fixes import FixSet
 
 class SlowRelease:
     def __del__(self):
@@ -89,7 +89,7 @@ def test_wait_gone_reports_what_outlived_the_deadline():
 
 def test_cstash_tls_init_makes_exit_wait_for_the_threads_it_stashed_in():
     # The fix stashes in every pipeline thread: it closes the window it opens.
-    from dflash.fixes import FixSet
+    from harness.runtime.fixes import FixSet
 
     fs = FixSet.from_names(["cstash-tls-init"])
     seen = {}

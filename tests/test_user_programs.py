@@ -180,7 +180,7 @@ def test_phase_lock_put_into_a_program_runs_a_compiled_calls_first_calls_alone_a
     program = (
         "import torch\n"
         "from harness import inject\n"
-        "from dflash.fixes import FIXES\n"
+        "from harness.runtime.fixes import FIXES\n"
         "inject.install('phase-lock')\n"
         "f = torch.compile(lambda x: x * 2, backend='eager')\n"
         "m = torch.compile(torch.nn.Linear(3, 3), backend='eager')\n"

@@ -25,9 +25,10 @@ without it (tests/test_repro_scripts.py holds them to that), so their function-l
 are not listed."""
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("in-program runtime", ("harness.runtime",)),
     ("shared helpers", ("harness.args", "harness.stats", "harness.text")),
     ("fault injection", ("harness.faults",)),
-    ("fix API", ("harness.guard", "harness.inject")),
+    ("fix injection", ("harness.inject",)),
     ("one trial", ("harness.trial",)),
     ("result stores", ("harness.stores",)),
     ("naming failures", ("harness.diagnosis",)),
@@ -37,7 +38,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("commands", ("harness.commands",)),
     ("command line", ("harness.cli", "harness.__main__", "harness")),
 )
-"""Bottom first. `dflash` (the trainer) imports nothing of the harness."""
+"""Bottom first. `dflash` (the trainer) imports the runtime and nothing else of the harness; the
+runtime imports neither."""
+RUNTIME = "harness.runtime"
 
 DEFERRED = ("torch", "triton", "transformers", "safetensors", "datasets", "matplotlib", "scipy", "ray")
 """Imports a function may defer, with a one-line reason: each costs a second or more at start,
@@ -114,6 +117,10 @@ def _walk(node: ast.AST, module: str, is_package: bool, known: dict[str, Path], 
         yield from _walk(child, module, is_package, known, lines, in_function=nested)
 
 
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def layer_of(module: str) -> int | None:
     best = None
     for i, (_, prefixes) in enumerate(LAYERS):
@@ -178,8 +185,11 @@ def problems(root: Path = ROOT) -> list[str]:
         if internal:
             edges[imp.module].add(imp.target)
         where = f"{known[imp.module].relative_to(root)}:{imp.line}"
-        if internal and imp.module.startswith("dflash") and imp.target.startswith("harness"):
+        if internal and imp.module.startswith("dflash") and imp.target.startswith("harness") \
+                and not _within(imp.target, RUNTIME):
             out.append(f"{where}: the trainer imports the harness ({imp.target})")
+        if internal and _within(imp.module, RUNTIME) and not _within(imp.target, RUNTIME):
+            out.append(f"{where}: the runtime imports {imp.target} (it must stand alone)")
         low, high = layer_of(imp.module), layer_of(imp.target)
         if internal and low is not None and high is not None and high > low:
             out.append(f"{where}: {imp.module} ({LAYERS[low][0]}) imports {imp.target} ({LAYERS[high][0]}), "

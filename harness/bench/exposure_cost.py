@@ -24,8 +24,8 @@ import sys
 import tempfile
 import time
 
-from dflash import faults
 from harness.faults import exposure, points
+from harness.runtime import faults
 
 
 def measure(cfg, rounds: int) -> dict:

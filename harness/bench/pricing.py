@@ -44,10 +44,10 @@ from pathlib import Path
 from dflash import presets
 from dflash.config import ConfigError, apply_overrides
 from dflash.errors import DevicePlanError
-from dflash.fixes import FixSet, parse_names
 from dflash.topology import topology as topology_sets
 from harness.analysis.bench_records import BenchError, append, died_signature, strategy_of
 from harness.analysis.prices import Price, Run, price_runs, rows
+from harness.runtime.fixes import FixSet, parse_names
 
 TIMEOUT_RC = 124
 """A run past --timeout-s gets `timeout`'s exit code, which harness.analysis.bench_records reads as timed out."""

@@ -4,7 +4,7 @@
 `<workload>:<strategy>@<plan>` (`@-` without a plan). Plan seeds are `seed + i` for trial i of
 every cell: strategies are compared under identical schedules (common random numbers), which
 sharpens raw-vs-fix comparisons, and a rerun of the same spec produces the same ids and seeds,
-which is what resume relies on. Fixes are checked against `dflash.fixes.FIXES`, plans against the
+which is what resume relies on. Fixes are checked against `harness.runtime.fixes.FIXES`, plans against the
 scheduler and workload files against the disk, so bad input fails before anything is run or
 written."""
 
@@ -14,11 +14,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dflash.fixes import FIXES
 from dflash.presets import PRESETS
 from harness.campaign.spec import Cell, MatrixError, MatrixSpec, PlanChoice, Workload
 from harness.faults.profiles import plan_from_seed
 from harness.faults.scheduler import InvalidPlan, Plan
+from harness.runtime.fixes import FIXES
 from harness.trial.cells import trial_id
 from harness.trial.spec import REPO_ROOT, TrialSpec, WorkloadSpec
 

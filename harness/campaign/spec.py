@@ -71,7 +71,7 @@ class Strategy:
     name: str
     """`raw`, a fix name, `a+b` for a combination, or a free name for override-only strategies."""
     fixes: tuple[str, ...] = ()
-    """Names from `dflash.fixes.FIXES`, passed as `--set fixes=...` (dflash) or `--fix` (repro)."""
+    """Names from `harness.runtime.fixes.FIXES`, passed as `--set fixes=...` (dflash) or `--fix` (repro)."""
     sets: tuple[str, ...] = ()
     """Extra `section.key=value` overrides for dflash workloads (e.g. `compile.mode=none`)."""
 

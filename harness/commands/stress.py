@@ -11,7 +11,7 @@ from harness.campaign.spec import MatrixError
 from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, run_stress
 from harness.diagnosis import diagnose
 from harness.faults.profiles import PROFILES
-from harness.guard import Guard, GuardError
+from harness.runtime.guard import Guard, GuardError
 
 HELP = "run a command over and over in parallel (like Go's stress)"
 

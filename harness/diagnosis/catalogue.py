@@ -71,7 +71,7 @@ class Evidence:
 @dataclass(frozen=True, slots=True)
 class FixEvidence(Evidence):
     name: str = ""
-    """A registry fix or `+` combination (dflash.fixes.FIXES), or a script argument (`--x`)."""
+    """A registry fix or `+` combination (harness.runtime.fixes.FIXES), or a script argument (`--x`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dflash.fixes import FIXES
 from harness.diagnosis.catalogue import (
     Catalogue,
     Count,
@@ -40,7 +39,8 @@ from harness.diagnosis.catalogue import (
     load,
     major_minor,
 )
-from harness.guard import Guard, GuardError
+from harness.runtime.fixes import FIXES
+from harness.runtime.guard import Guard, GuardError
 from harness.stores.discovery import TrialNotFound, find_trial, trial_stores_given
 from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError

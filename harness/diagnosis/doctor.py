@@ -3,7 +3,7 @@ mean for threads.
 
 Every fact comes from a probe run in a subprocess (`harness.diagnosis.probes`); a probe that
 crashes, hangs or prints no result is reported as `unknown (probe failed: ...)`, never guessed.
-Then the fix sets `dflash.fixes.recommended` gives for this torch (cpu; cuda with and without
+Then the fix sets `harness.runtime.recommend.recommended` gives for this torch (cpu; cuda with and without
 CUDA graphs when a GPU is present), which catalogued races (`harness.diagnosis.catalogue`)
 are expected here, from each race's `needs_cuda` and the probe it names, and what was measured on
 this torch's major.minor (the catalogue's `[[race.versions]]`, counted from the committed stores:
@@ -20,11 +20,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dflash.fixes import recommended
 from harness.diagnosis import probes
 from harness.diagnosis.catalogue import RecordSource, load, major_minor
 from harness.diagnosis.diagnose import version_verdict
 from harness.diagnosis.probes import ProbeResult
+from harness.runtime.recommend import recommended
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +184,7 @@ def format_text(report: DoctorReport) -> str:
     if report.recommended_error:
         lines.append(f"recommended: unknown ({report.recommended_error})")
     for rec in report.recommended:
-        lines.append(f"{rec.key}: {rec.line}  ({rec.meaning}; from dflash.fixes.recommended)")
+        lines.append(f"{rec.key}: {rec.line}  ({rec.meaning}; from harness.runtime.recommend.recommended)")
     return "\n".join(lines) + "\n"
 
 

@@ -2,7 +2,7 @@
 
 A race's id, other ids, kind and title come from harness/diagnosis/races.toml; a repro's line from
 the first line of its script's docstring; a fix's from the first paragraph of its docstring in
-`dflash.fixes.FIXES`. `python -m harness glossary` writes them between the glossary's markers and
+`harness.runtime.fixes.FIXES`. `python -m harness glossary` writes them between the glossary's markers and
 keeps the hand-written terms around them; a test holds the committed blocks to what this module
 makes, so a race, repro or fix added without a glossary entry fails it.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from dflash.fixes import FIXES
 from harness.diagnosis.catalogue import Catalogue, load
+from harness.runtime.fixes import FIXES
 
 ROOT = Path(__file__).resolve().parents[2]
 GLOSSARY = ROOT / "docs" / "glossary.md"

@@ -263,7 +263,7 @@ t = threading.Thread(target=fresh)
 t.start()
 # fresh() stashed in C++ TLS: exiting before its OS thread has dropped that stash aborts the
 # probe at interpreter exit (race stash-exit-finalize, repro r26; seen once in CI).
-from dflash import thread_exit
+from harness.runtime import thread_exit
 thread_exit.join(t, 30)
 emit({"cudagraph_trees_capture_lock": capture_lock,
       "cudagraph_trees_per_thread_state": out.get("own") is True,
@@ -274,8 +274,8 @@ emit({"cudagraph_trees_capture_lock": capture_lock,
 _STASH = _PRELUDE + """
 import threading
 import torch
-from dflash import thread_exit
-from dflash.fixes import _stash_steals
+from harness.runtime import thread_exit
+from harness.runtime.fixes import _stash_steals
 
 def late():
     # Who drops a thread's stash: its Python thread (before join() returns) or its OS thread's C++
@@ -419,7 +419,7 @@ def run_script(script: Script, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                python: str = sys.executable) -> tuple[dict[str, Any], float]:
     """Run one probe in a subprocess; its facts and duration, or ProbeFailed with the reason."""
     env = dict(os.environ)
-    # The stash probe imports dflash.fixes: the checkout's packages, installed or not.
+    # The stash probe imports harness.runtime.fixes: the checkout's packages, installed or not.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
     start = time.monotonic()

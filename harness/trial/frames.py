@@ -20,8 +20,8 @@ MAX_FRAMES = 3   # top frames in a key (ClusterFuzz's MAX_CRASH_STATE_FRAMES)
 IGNORED_MODULES = (
     "threading", "queue", "subprocess", "concurrent.futures", "runpy", "contextlib",
     "functools", "importlib", "selectors", "multiprocessing", "sitecustomize",
-    "harness.trial.bootstrap", "harness.faults", "dflash.faults",
-    "harness.bootstrap", "harness.scheduler", "harness.points",   # their paths in outputs stored before
+    "harness.trial.bootstrap", "harness.faults", "harness.runtime.faults",
+    "harness.bootstrap", "harness.scheduler", "harness.points", "dflash.faults",   # their paths in outputs stored before
     "torch.utils._contextlib",
 )
 IGNORED_FRAMES = frozenset({

@@ -5,7 +5,7 @@ Always: faulthandler for all threads on fatal signals, and SIGUSR1 dumps every t
 uncaught exception of a thread is appended to it (one JSON line) before the hook in place prints
 it: Python's default prints and carries on, and most threaded programs then exit 0.
 Only if HARNESS_PLAN is set: load the plan, install the scheduler (switch interval, start barrier,
-lazy torch point wrappers, dflash.faults handler) and print one line
+lazy torch point wrappers, harness.runtime.faults handler) and print one line
 `HARNESS_PLAN seed=<seed> profile=<name>` to stderr.
 Only if HARNESS_EXPOSURE is set (the runner sets it unless the trial turns exposure off): install
 the exposure probes (harness.faults.exposure), which count the races' windows into that file;
@@ -98,7 +98,7 @@ if os.environ.get("HARNESS_PLAN"):
 if os.environ.get("HARNESS_FIXES"):
     try:
         from harness import inject
-        from harness.guard import GuardError
+        from harness.runtime.guard import GuardError
     except ImportError as e:
         _fail(f"cannot import harness.inject: {e}", "HARNESS_FIXES")
     try:

@@ -1,9 +1,9 @@
 """Fixes for races of multi-threaded torch.compile, usable in any threaded program.
 
-`Guard` puts the named fix strategies of `dflash.fixes` (the registry this project measures its
+`Guard` puts the named fix strategies of `harness.runtime.fixes` (the registry this project measures its
 trainer with) into four hooks that fit a user's own threads::
 
-    from harness.guard import Guard
+    from harness.runtime.guard import Guard
 
     guard = Guard("global-lock")                     # or "nested-fx-fallback,cstash-tls-init", [...]
     guard = Guard.recommended(device="cuda", cudagraphs=True)   # the measured set, see below
@@ -100,7 +100,7 @@ policies                sequential-startup, thread-local-warmup, persistent-buff
                         time before going concurrent (F7, F8, F10).
 ======================  ====================================================================
 
-`Guard.recommended(device=..., cudagraphs=...)` takes the set `dflash.fixes.recommended` measured
+`Guard.recommended(device=..., cudagraphs=...)` takes the set `harness.runtime.recommend.recommended` measured
 clean for the project's trainer on that device kind (a prediction, labelled so in
 `guard.recommendation.line()`, when the installed torch is not the measured one). It was measured
 on a trainer, not on your program: on CPU it is a policy only (target-hook-taps) and does not
@@ -122,8 +122,9 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, overload
 
-from dflash.errors import ConfigError
-from dflash.fixes import FIXES, FixSet, Policy, Recommendation, call_key, recommended
+from harness.runtime.errors import ConfigError
+from harness.runtime.fixes import FIXES, FixSet, Policy, call_key
+from harness.runtime.recommend import Recommendation, recommended
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -176,7 +177,7 @@ class Guard:
         # Marks the contextvars context the set-up ran in: config fixes live in torch's ContextVar
         # overrides (F14), so a new context in a started thread needs them again.
         self._context_mark: contextvars.ContextVar[bool] = contextvars.ContextVar(
-            f"harness.guard.started.{id(self):x}", default=False)
+            f"harness.runtime.guard.started.{id(self):x}", default=False)
 
     @classmethod
     def recommended(cls, device: Any = "cpu", *, cudagraphs: bool = False,
@@ -189,7 +190,7 @@ class Guard:
         if cudagraphs and kind != "cuda":
             raise GuardError("cudagraphs=True needs device='cuda' (CUDA graphs record CUDA work only)")
         if torch_version is None:
-            # importing harness.guard stays cheap: torch loads when a guard is built
+            # importing harness.runtime.guard stays cheap: torch loads when a guard is built
             import torch
 
             torch_version = torch.__version__
@@ -270,7 +271,7 @@ class Guard:
     @contextlib.contextmanager
     def call(self, key: Any = None) -> Iterator[None]:
         """Context manager around one compiled call (or forward + backward, or a trace/reset that
-        must not overlap with compiled calls). `key` (dflash.fixes.call_key) names the callable
+        must not overlap with compiled calls). `key` (harness.runtime.fixes.call_key) names the callable
         and its input signature for phase-lock, which runs a key's first calls alone and later
         ones concurrently; without a key a call always runs alone."""
         self.enter_thread()
@@ -344,7 +345,7 @@ class GuardedCallable:
 
 
 def _compile(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
-    # importing harness.guard stays cheap: torch loads when a guard is built
+    # importing harness.runtime.guard stays cheap: torch loads when a guard is built
     import torch
 
     return torch.compile(fn, **options)

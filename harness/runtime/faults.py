@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from dflash.errors import ConfigError, InjectedFault
+from harness.runtime.errors import ConfigError, InjectedFault
 
 POINTS = (
     "prefetch.before_put",
