@@ -35,6 +35,7 @@ from harness.commands import (
     lift,
     matrix,
     merge,
+    migrate,
     pack,
     price,
     replay,
@@ -64,7 +65,7 @@ COMMANDS: dict[str, ModuleType] = {
     "report": report, "families": families, "crosstab": crosstab, "price": price, "benches": benches,
     "warmup": warmup, "exposure-cost": exposure_cost,
     # keeping stores
-    "merge": merge, "pack": pack, "retire": retire, "re-sign": resign,
+    "merge": merge, "pack": pack, "retire": retire, "re-sign": resign, "migrate": migrate,
 }
 
 USER_ERRORS: tuple[type[BaseException], ...] = (

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from harness import stats
 from harness.analysis.recommend import holds
 from harness.diagnosis import families
-from harness.trial.cells import split_cell
 from harness.trial.outcome import TrialResult
 
 
@@ -73,7 +72,7 @@ def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: 
                 continue
             if cells and not any(fnmatch.fnmatchcase(r.cell, g) for g in cells):
                 continue
-            strategy = split_cell(r.cell)[1]
+            strategy = r.strategy or ""
             if any(holds(strategy, w) for w in without):
                 continue
             side = 0 if holds(strategy, fix) else 2

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from harness import stats
 from harness.diagnosis import families
 from harness.diagnosis.catalogue import load as load_catalogue
-from harness.trial.cells import split_cell
+from harness.trial.cells import NO_PLAN
 from harness.trial.outcome import Outcome, TrialResult
 
 
@@ -93,9 +93,8 @@ class CellSummary:
         return self.measured - self.exposed
 
 
-def _cell_key(cell: str) -> tuple:
-    w, s, p = split_cell(cell)
-    return (w, s != "raw", s, p != "-", p)
+def _cell_key(c: CellSummary) -> tuple:
+    return (c.workload, c.strategy != "raw", c.strategy, c.plan != NO_PLAN, c.plan)
 
 
 def summarize(records: Iterable[TrialResult]) -> list[CellSummary]:
@@ -104,7 +103,7 @@ def summarize(records: Iterable[TrialResult]) -> list[CellSummary]:
         if r.replay_of is None:
             by_cell[r.cell].append(r)
     cells = [_summarize_cell(c, sorted(rs, key=lambda r: r.trial_index)) for c, rs in by_cell.items()]
-    cells.sort(key=lambda c: _cell_key(c.cell))
+    cells.sort(key=_cell_key)
     _fill_ratios(cells)
     _fill_fisher(cells)
     return cells
@@ -126,7 +125,8 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
              for r in counted]
     tokens = [r.tokens_per_s for r in counted if r.tokens_per_s is not None and not r.outcome.is_failure]
     peaks = [p for p in (r.gpu_peak_gib for r in rs) if p is not None]
-    w, s, p = split_cell(cell)
+    # Every record of a cell carries the same parts (TrialResult.workload, strategy, plan).
+    w, s, p = rs[0].workload or cell, rs[0].strategy or "", rs[0].plan or NO_PLAN
     exposure = _exposure(counted, load_catalogue().windows_of(w))
     return CellSummary(
         cell=cell, workload=w, strategy=s, plan=p, n=n, k=k, **exposure,

@@ -14,7 +14,6 @@ import collections
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.trial.cells import split_cell
 from harness.trial.outcome import TrialResult
 
 BLOCK = "torch-versions"
@@ -68,10 +67,12 @@ def body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
     versions = sorted({v for _, v in found}, key=_key)
     # The cells versions-cpu runs (each race under its plan, raw and with its fix), not the catalogue
     # store's others (its plain cells): the rows every version is compared on.
+    parts = {r.cell: (r.workload or r.cell, r.strategy or "") for _, records in loaded for r in records
+             if r.matrix in MATRICES}
     later = {r.cell for _, records in loaded for r in records if r.matrix == MATRICES[1]} or {c for c, _ in found}
     races: dict[str, dict[str, str]] = collections.defaultdict(dict)
     for cell in sorted(later):
-        workload, strategy, plan = split_cell(cell)
+        workload, strategy = parts[cell]
         races[workload]["raw" if strategy == "raw" else "fix"] = cell
     lines = [f"Regenerate with `python -m harness report`. Repro cells of `{MATRICES[0]}` and `{MATRICES[1]}` by the "
              "torch each trial ran on (`harness matrix --preset versions-cpu --python ENV/bin/python`): failing/"
@@ -89,6 +90,6 @@ def body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
             text = f"{r[0]}/{r[1]}" + (f", fix {f[0]}/{f[1]}" if f else "")
             entries.append(f"{text}: {_verdict(r, f, earlier=seen)}")
             seen = seen or r[0] > 0
-        fix_name = split_cell(fix)[1] if fix else "-"
+        fix_name = parts[fix][1] if fix else "-"
         lines.append(f"| {workload} | `{raw}` | `{fix_name}` | " + " | ".join(entries) + " |")
     return "\n".join(lines)

@@ -17,7 +17,6 @@ from harness.campaign.progress import CellState
 from harness.campaign.spec import MatrixError, MatrixSpec
 from harness.stores.store import Store, done_ids
 from harness.trial import gpu
-from harness.trial.cells import split_cell
 from harness.trial.outcome import Outcome, TrialResult
 
 MEMORY_HEADROOM = 1.1
@@ -100,7 +99,7 @@ def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[Memor
     for r in records:
         peak = r.gpu_peak_gib
         if peak is not None:
-            peaks[split_cell(r.cell)[0]].append(peak)
+            peaks[r.workload or r.cell].append(peak)
     out = []
     for name, values in sorted(peaks.items()):
         w = spec.workloads.get(name)

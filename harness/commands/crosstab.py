@@ -13,7 +13,6 @@ from harness.args import comma_list
 from harness.diagnosis import families
 from harness.stores.discovery import stores_given
 from harness.stores.store import Store
-from harness.trial.cells import split_cell
 
 HELP = "does a fix go with a failure family: trials with it vs without"
 
@@ -38,7 +37,7 @@ def run(opts: argparse.Namespace) -> int:
     wanted = frozenset(names) or None
     dirs = stores_given(opts.store, existing=True)
     loaded = [(d.name, Store(d).load()) for d in dirs]
-    seen = {split_cell(r.cell)[1] for _, rs in loaded for r in rs}
+    seen = {r.strategy or "" for _, rs in loaded for r in rs}
     if not any(holds(s, opts.fix) for s in seen):
         raise CrosstabError(f"no stored trial's strategy holds {opts.fix!r}")
     cells = comma_list(opts.cells)

@@ -46,7 +46,6 @@ from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
 from harness.text import clip
 from harness.trial import blocking, hangs, native, signature, tracebacks
-from harness.trial.cells import strategy_of
 from harness.trial.interpreter import installed_torch
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME
@@ -443,10 +442,9 @@ def failures_of(record: TrialResult, art=None) -> list[Failure]:
     """Every distinct failure of a stored run (TrialResult.failures), each with the run's output;
     one for a run stored before failures were kept, or whose failure printed no traceback (a hang,
     a signal)."""
-    strategy = strategy_of(record.cell)
     base = Failure(source=record.trial_id, outcome=record.outcome.name, key=record.signature,
                    summary=record.signature_summary, text=_read(art, OUTPUT_NAME), native=_read(art, NATIVE_STACK_NAME),
-                   torch=record.torch_version, fixes=_fixes_of(record, strategy),
+                   torch=record.torch_version, fixes=_fixes_of(record),
                    run=record.trial_id, detail=record.detail)
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
     if record.outcome.name == "HANG" and entries:
@@ -693,9 +691,7 @@ def summary_line(findings: Sequence[Finding]) -> str:
     return line
 
 
-def _fixes_of(record: TrialResult, strategy: str) -> tuple[str, ...]:
-    """The fixes a stored trial ran: its record's field, or for a record stored before it the
-    registry names in its strategy (`raw`, `eager` and `no-cudagraphs` are not fixes)."""
-    if record.fixes is not None:
-        return tuple(record.fixes)
-    return tuple(s for s in strategy.split("+") if s in FIXES)
+def _fixes_of(record: TrialResult) -> tuple[str, ...]:
+    """The registry fixes a stored trial ran (its record's field; `raw`, `eager` and
+    `no-cudagraphs` are not fixes)."""
+    return tuple(f for f in record.fixes or () if f in FIXES)

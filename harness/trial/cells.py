@@ -1,14 +1,19 @@
 """Cell and trial names: `workload:strategy@plan` and `<matrix>/<cell>/<index>`.
 
-One module builds them (harness.campaign.expand) and every reader parses them (report, crosstab,
-diagnosis), so the two sides cannot drift apart: a name of another shape (a stress run's
-`stress`, a race-suite cell without a plan) reads as all workload, with no plan (`-`).
+One module builds them (harness.campaign.expand). A trial's record carries the parts as fields
+(`TrialResult.workload`, `strategy`, `fixes`, `plan`), so readers read fields, not names; the
+names are split here only where a record gets them: by the runner, for the cell it was given, and
+by `TrialResult.from_json`, for a record stored before the fields existed. A name of another shape
+(a stress run's `stress`, a race-suite cell without a plan) reads as all workload, with no plan
+(`-`).
 """
 
 from __future__ import annotations
 
 NO_PLAN = "-"
 """The plan part of a cell run without a fault plan."""
+MODIFIERS = ("raw", "eager", "no-cudagraphs")
+"""Strategy parts that are not registry fixes: the unfixed baseline, and how the workload compiles."""
 
 
 def cell_name(workload: str, strategy: str, plan: str) -> str:
@@ -22,9 +27,10 @@ def split_cell(cell: str) -> tuple[str, str, str]:
     return workload, strategy, plan or NO_PLAN
 
 
-def strategy_of(cell: str) -> str:
-    """The strategy part ('' for a name without one)."""
-    return split_cell(cell)[1] if ":" in cell else ""
+def fixes_of(strategy: str) -> list[str]:
+    """The fixes a `+`-joined strategy ran: its parts other than MODIFIERS (every stored strategy
+    is registry fixes and these)."""
+    return [s for s in strategy.split("+") if s and s not in MODIFIERS]
 
 
 def trial_id(matrix: str, cell: str, index: int) -> str:

@@ -24,6 +24,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.trial.cells import fixes_of, split_cell
+
 
 class Outcome(enum.Enum):
     """How a trial ended. The value is what `trials.jsonl` stores."""
@@ -156,10 +158,15 @@ class TrialResult:
     """Openings whose compiled call took Dynamo's eager fallback instead (nested-fx-fallback):
     the window opened, but not on the compiled path the race needs."""
     workload: str | None = None
-    """The cell's workload, strategy's fixes and fault plan as fields (None in records stored
-    before they existed: readers then fall back to the cell's name, harness.trial.cells)."""
+    """The cell's workload, strategy, the fixes that ran and the fault plan, as fields: what
+    readers group and filter by. A record made without them (stored before they existed, or built
+    by hand) gets them from its cell's name; `harness migrate` writes them into a store."""
+    strategy: str | None = None
     fixes: list[str] | None = None
     plan: str | None = None
+
+    def __post_init__(self) -> None:
+        self.fill_cell_fields()
 
     def exposed(self, windows: Collection[str] | None = None) -> bool | None:
         """Whether a window (any of `windows`; every measured one if None) opened on the compiled
@@ -210,3 +217,15 @@ class TrialResult:
         result = cls(**kwargs)
         mark_resource(result)
         return result
+
+    def fill_cell_fields(self) -> bool:
+        """Set the workload/strategy/fixes/plan fields a record stored before them lacks, from its
+        cell's name; whether any was missing."""
+        if None not in (self.workload, self.strategy, self.fixes, self.plan):
+            return False
+        workload, strategy, plan = split_cell(self.cell)
+        self.workload = self.workload if self.workload is not None else workload
+        self.strategy = self.strategy if self.strategy is not None else strategy
+        self.plan = self.plan if self.plan is not None else plan
+        self.fixes = self.fixes if self.fixes is not None else fixes_of(strategy)
+        return True

@@ -129,7 +129,7 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
         outcome=Outcome.HARNESS_ERROR, artefacts=str(out), host=socket.gethostname(), replay_of=replay_of,
         started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
     # What ran, as fields, so that no reader parses the cell's name for it.
-    result.workload, _, result.plan = split_cell(str(spec.cell))
+    result.workload, result.strategy, result.plan = split_cell(str(spec.cell))
     result.fixes = list(spec.fixes)
     try:
         spec.validate()

@@ -1,0 +1,62 @@
+"""`harness migrate`: a store's records gain the cell's parts as fields, nothing else changes."""
+
+from __future__ import annotations
+
+import json
+
+from harness.cli import main
+from harness.stores.migrate import migrate_store
+
+
+def _old(cell: str, i: int) -> dict:
+    return {"trial_id": f"m/{cell}/{i}", "cell": cell, "trial_index": i, "outcome": "ok",
+            "from_a_newer_version": {"kept": True}}
+
+
+def test_old_records_gain_workload_strategy_fixes_and_plan_and_keep_unknown_keys(tmp_path, capsys):
+    store = tmp_path / "s"
+    store.mkdir()
+    lines = [_old("r06:raw@fx-widen", 0), _old("tiny-ro:no-cudagraphs+global-lock@dflash-stages", 1),
+             _old("stress", 2)]
+    (store / "trials.jsonl").write_text("".join(json.dumps(d) + "\n" for d in lines) + '{"torn')
+    done = migrate_store(store)
+    assert (done.records, done.filled) == (3, 3)
+    got = [json.loads(line) for line in (store / "trials.jsonl").read_text().splitlines()]
+    assert [(d["workload"], d["strategy"], d["fixes"], d["plan"]) for d in got] == [
+        ("r06", "raw", [], "fx-widen"),
+        ("tiny-ro", "no-cudagraphs+global-lock", ["global-lock"], "dflash-stages"),
+        ("stress", "", [], "-")]
+    assert all(d["from_a_newer_version"] == {"kept": True} for d in got)
+    before = (store / "trials.jsonl").read_bytes()
+    assert main(["migrate", "--store", str(store)]) == 0
+    assert "3 records, all up to date" in capsys.readouterr().out
+    assert (store / "trials.jsonl").read_bytes() == before
+
+
+def test_a_record_stored_with_its_fields_keeps_them(tmp_path):
+    store = tmp_path / "s"
+    store.mkdir()
+    d = {**_old("w:a+b@p", 0), "workload": "w", "strategy": "a+b", "fixes": ["a"], "plan": "p"}
+    (store / "trials.jsonl").write_text(json.dumps(d) + "\n")
+    assert migrate_store(store).filled == 0
+    assert json.loads((store / "trials.jsonl").read_text())["fixes"] == ["a"]
+
+
+def test_a_folder_without_a_store_is_one_error_line(tmp_path, capsys):
+    assert main(["migrate", "--store", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no result store at") and err.count("\n") == 1
+
+
+def test_every_committed_record_says_what_ran():
+    # Readers group by these fields; a store merged from an older runner is migrated before it is
+    # committed (`python -m harness migrate`).
+    from pathlib import Path
+
+    from harness.stores.migrate import FIELDS
+    stale = []
+    for path in sorted(Path(__file__).resolve().parents[1].glob("results/**/trials.jsonl")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if any(f not in json.loads(line) for f in FIELDS):
+                stale.append(f"{path.parent.name}:{n}")
+    assert stale == [], f"{len(stale)} records without {FIELDS}, first {stale[:3]}"
