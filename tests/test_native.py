@@ -16,8 +16,9 @@ import pytest
 from harness.analysis import excerpts
 from harness.stores.store import Store
 from harness.trial import native, signature
+from harness.trial.folder import NATIVE_STACK
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import NATIVE_STACK_NAME, child_env, run_trial
+from harness.trial.runner import child_env, run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "native" / "r16_reset_segfault.txt"
@@ -73,12 +74,12 @@ def test_the_runner_keeps_the_resolved_native_stack_of_a_crashed_trial(tmp_path)
                      workload=WorkloadSpec(kind="command", argv=(sys.executable, str(SCRIPTS / "segfault.py"))))
     result = run_trial(spec, tmp_path / "a")
     assert result.outcome is Outcome.ABORT and result.signature_summary == "Segmentation fault at ctypes:string_at"
-    kept = (tmp_path / "a" / NATIVE_STACK_NAME).read_text().splitlines()
+    kept = (tmp_path / "a" / NATIVE_STACK).read_text().splitlines()
     assert kept[0].startswith("# ") and "frames, innermost first" in kept[0]
     assert any("_ctypes" in line or "ffi" in line for line in kept[1:])
     ok = run_trial(TrialSpec(trial_id="ok", cell="ok", timeout_s=30, hang_s=10, workload=WorkloadSpec(
         kind="command", argv=(sys.executable, str(SCRIPTS / "ok.py")))), tmp_path / "b")
-    assert ok.outcome is Outcome.OK and not (tmp_path / "b" / NATIVE_STACK_NAME).exists()
+    assert ok.outcome is Outcome.OK and not (tmp_path / "b" / NATIVE_STACK).exists()
 
 
 def test_switched_off_or_without_a_compiler_trials_run_without_the_handler(tmp_path, monkeypatch):
@@ -135,7 +136,7 @@ def test_the_report_groups_a_signatures_native_stacks_by_crash_site(tmp_path):
                         artefacts=f"/elsewhere/artefacts/t{i}")
         folder = store.root / "artefacts" / f"t{i}"
         folder.mkdir(parents=True)
-        (folder / NATIVE_STACK_NAME).write_text("# host: frames\n" + native.render(frames, width=None) + "\n")
+        (folder / NATIVE_STACK).write_text("# host: frames\n" + native.render(frames, width=None) + "\n")
         records.append(r)
     first, second = excerpts.native_excerpts(records, store.root)
     assert (first.site, first.trials, first.of, first.trial_id) == ("create_cache_entry", 2, 3, "m/w:raw@-/0")

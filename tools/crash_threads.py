@@ -17,6 +17,7 @@ from pathlib import Path
 
 from harness.diagnosis.families import family
 from harness.stores.store import Store
+from harness.trial.folder import OUTPUT
 
 DUMP = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$", re.M)
 PROGRESS = re.compile(r"(\d+)/(\d+) \[")
@@ -39,7 +40,7 @@ def main(argv: list[str]) -> int:
             if family(r.signature_summary) not in ("segv", "segv-gc") or not r.artefacts:
                 continue
             # the store's own copy, folder or packed (harness pack); the recorded path is the device's
-            out = (held.artefacts_of(r) / "output.txt").read_text(errors="replace")
+            out = (held.artefacts_of(r) / OUTPUT).read_text(errors="replace")
             starts = [m.start() for m in DUMP.finditer(out)]
             blocks = [out[a:b] for a, b in zip(starts, [*starts[1:], len(out)])]
             prog = PROGRESS.findall(out)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from harness.stores.store import Store
 from harness.trial import native
+from harness.trial.folder import NATIVE_STACK, PYSPY
 from harness.trial.hangs import excerpt, read_pyspy_json
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import NATIVE_STACK_NAME
 from harness.trial.signature import in_hang_key
 
 
@@ -25,7 +25,7 @@ def hang_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[tuple
     for r in sorted(records, key=lambda r: r.trial_id):
         if r.outcome is not Outcome.HANG or r.signature in seen or not r.artefacts:
             continue
-        path = store.artefacts_of(r) / "pyspy.json"
+        path = store.artefacts_of(r) / PYSPY
         if not path.is_file():
             continue
         seen.add(r.signature)
@@ -60,7 +60,7 @@ def native_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[Nat
     for r in sorted(records, key=lambda r: r.trial_id):
         if r.outcome is not Outcome.ABORT or not r.artefacts:
             continue
-        path = store.artefacts_of(r) / NATIVE_STACK_NAME
+        path = store.artefacts_of(r) / NATIVE_STACK
         if path.is_file():
             frames = native.read_kept(path.read_text(errors="replace"))
             by_sig.setdefault(r.signature or "", []).append((r, frames, native.crash_site(frames)))

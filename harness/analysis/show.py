@@ -18,8 +18,8 @@ from harness.diagnosis import families
 from harness.stores.retire import RETIRED_NAME, reasons
 from harness.stores.store import ArtefactPath, PackedArtefacts, Store
 from harness.trial import hangs, native, signature, tracebacks
+from harness.trial.folder import NATIVE_STACK, OUTPUT, PYSPY
 from harness.trial.outcome import TrialResult
-from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME
 from harness.trial.spec import TrialSpec
 
 TRACEBACK_FRAMES = 8
@@ -56,7 +56,7 @@ def render(record: TrialResult, store_dir: Path) -> str:
         out += ["", f"signature {record.signature} (v{record.signature_version}):",
                 f"  {record.signature_summary}",
                 f"  family {fam}: {families.DESCRIPTIONS.get(fam, 'no known family: a new way to fail')}"]
-    text = _read(art / OUTPUT_NAME) if art else None
+    text = _read(art / OUTPUT) if art else None
     tbs = tracebacks.parse_tracebacks(text) if text else []
     first = tracebacks.primary_traceback(tbs)
     if first is not None:
@@ -67,12 +67,12 @@ def render(record: TrialResult, store_dir: Path) -> str:
         message = first.message.splitlines()[:3]
         out.append(f"  {first.exc_type}: {message[0] if message else ''}".rstrip())
         out += [f"    {m}" for m in message[1:]]
-    kept = _read(art / NATIVE_STACK_NAME) if art else None
+    kept = _read(art / NATIVE_STACK) if art else None
     if kept:
         site, frames = native.kept_summary(kept, NATIVE_FRAMES)
         out += ["", f"native crash site: {site} (crashing thread, innermost first):"]
         out += [f"  {line}" for line in frames.splitlines()]
-    dump = art / "pyspy.json" if art else None
+    dump = art / PYSPY if art else None
     if dump is not None and dump.is_file():
         out += ["", "hang dump (py-spy; the threads the hang key is built from):"]
         excerpt = hangs.excerpt(hangs.read_pyspy_json(dump), keep=signature.in_hang_key)

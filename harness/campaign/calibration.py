@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from harness.faults.profiles import PCT_STEPS
 from harness.stores.store import ArtefactPath
+from harness.trial.folder import PLAN_LOG
 
 DEFAULT_THREADS = 2
 
@@ -41,7 +42,7 @@ class Calibration:
 
 def pct_summary(artefacts: ArtefactPath) -> dict | None:
     """The `pct` part of a trial's plan-log summary; None without one (no plan, or a native crash)."""
-    log = artefacts / "plan_log.jsonl"
+    log = artefacts / PLAN_LOG
     if not log.is_file():
         return None
     for line in reversed(log.read_text(encoding="ascii", errors="replace").splitlines()):

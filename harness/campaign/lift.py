@@ -44,9 +44,10 @@ from harness.faults import pct
 from harness.faults.profiles import plan_from_seed
 from harness.faults.scheduler import decisions
 from harness.stores.store import Store
+from harness.trial.folder import OUTPUT, PLAN_LOG, SPEC
 from harness.trial.interpreter import installed_torch
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import OUTPUT_NAME, run_trial
+from harness.trial.runner import run_trial
 from harness.trial.spec import REPO_ROOT, TrialSpec, WorkloadSpec
 
 F2_TEXT = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
@@ -177,7 +178,7 @@ def _run_one(target: Target, spec: TrialSpec, store: Store, done: dict[str, Tria
         result = run_trial(spec, store.artefacts_dir(spec.trial_id), replay_of=replay_of)
         store.append(result)
     art = store.artefacts_of(result)
-    text = (art / OUTPUT_NAME).read_text(errors="replace") if art is not None else ""
+    text = (art / OUTPUT).read_text(errors="replace") if art is not None else ""
     return result, target.reproduced(result, text)
 
 
@@ -299,8 +300,8 @@ def measure_replays(target: Target, cell: Cell, replays: int, workers: int,
     first = next((r for r, hit in zip(cell.results, cell.hits) if hit), None)
     if first is None:
         return f"replay {target.name}/{cell.profile}: no reproducing trial to replay"
-    spec = TrialSpec.from_json(json.loads((Path(first.artefacts) / "spec.json").read_text()))
-    want = decisions(str(Path(first.artefacts) / "plan_log.jsonl"))
+    spec = TrialSpec.from_json(json.loads((Path(first.artefacts) / SPEC).read_text()))
+    want = decisions(str(Path(first.artefacts) / PLAN_LOG))
     specs = []
     for j in range(replays):
         s = TrialSpec.from_json(spec.to_json())
@@ -309,7 +310,7 @@ def measure_replays(target: Target, cell: Cell, replays: int, workers: int,
     with ThreadPoolExecutor(max_workers=workers) as pool:
         done = list(pool.map(lambda s: _run_one(target, s, store, {}, first.trial_id), specs))
     same_sig = sum(r.signature == first.signature for r, _ in done)
-    same_dec = sum(decisions(str(Path(r.artefacts) / "plan_log.jsonl")) == want for r, _ in done)
+    same_dec = sum(decisions(str(Path(r.artefacts) / PLAN_LOG)) == want for r, _ in done)
     reproduced = sum(hit for _, hit in done)
     return (f"replay {first.trial_id} (seed {spec.plan_seed}, {cell.profile}) x{replays}: "
             f"reproduced {reproduced}/{replays}, same signature {same_sig}/{replays}, "

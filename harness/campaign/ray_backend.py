@@ -50,6 +50,7 @@ from typing import Any, TextIO
 from harness.args import UsageError
 from harness.campaign.pool import TrialNotRun, with_run_dir
 from harness.stores.zips import RUN_DIR
+from harness.trial.folder import RESULT
 from harness.trial.outcome import TrialResult
 from harness.trial.runner import run_trial
 from harness.trial.spec import REPO_ROOT, TrialSpec
@@ -143,7 +144,7 @@ def land(value: dict[str, Any], artefacts: Path) -> TrialResult:
                 raise RuntimeError(f"{record.trial_id}: the task returned a file outside its folder: {name!r}")
         z.extractall(artefacts)
     record.artefacts = str(artefacts)
-    (artefacts / "result.json").write_text(json.dumps(record.to_json(), indent=2) + "\n")
+    (artefacts / RESULT).write_text(json.dumps(record.to_json(), indent=2) + "\n")
     return record
 
 

@@ -26,6 +26,7 @@ from harness.campaign.pool import with_run_dir
 from harness.campaign.spec import MatrixError
 from harness.faults.pct import pinned_from_log
 from harness.stores.store import ARTEFACTS_NAME, ArtefactPath, Store, StoreError, safe_name
+from harness.trial.folder import PLAN_LOG, SPEC
 from harness.trial.outcome import TrialResult
 from harness.trial.runner import run_trial
 from harness.trial.spec import InvalidSpec, TrialSpec
@@ -44,10 +45,10 @@ def load_trial_spec(record: TrialResult, store_dir: Path) -> TrialSpec:
         art = Store(store_dir).artefacts_of(record)
     except StoreError as e:
         raise ReplayError(str(e)) from None
-    candidates: list[ArtefactPath] = [art / "spec.json"] if art is not None else []
-    candidates.append(store_dir / ARTEFACTS_NAME / safe_name(record.trial_id) / "spec.json")
+    candidates: list[ArtefactPath] = [art / SPEC] if art is not None else []
+    candidates.append(store_dir / ARTEFACTS_NAME / safe_name(record.trial_id) / SPEC)
     if record.artefacts:
-        candidates.append(Path(record.artefacts) / "spec.json")
+        candidates.append(Path(record.artefacts) / SPEC)
     path = next((c for c in candidates if c.exists()), candidates[-1])
     if not path.exists():
         rebuilt = spec_from_matrix(record, store_dir)
@@ -72,7 +73,7 @@ def pin_pct_changes(spec: TrialSpec, record: TrialResult, store_dir: Path) -> Tr
         art = Store(store_dir).artefacts_of(record)
     except StoreError as e:
         raise ReplayError(str(e)) from None
-    log = art / "plan_log.jsonl" if art is not None else None
+    log = art / PLAN_LOG if art is not None else None
     if log is None or not log.is_file():
         return spec
     plan = {**spec.plan, "pct": {**spec.plan["pct"], "pinned": pinned_from_log(log.read_text(encoding="ascii"))}}
@@ -87,8 +88,8 @@ def spec_from_matrix(record: TrialResult, store_dir: Path) -> TrialSpec | None:
     as long as that spec has not changed since. None when neither knows the trial."""
     name = record.matrix
     candidates = []
-    if (store_dir / "spec.json").is_file():
-        candidates.append(lambda: specfile.load_spec(store_dir / "spec.json"))
+    if (store_dir / SPEC).is_file():
+        candidates.append(lambda: specfile.load_spec(store_dir / SPEC))
     if name in presets.names():
         candidates.append(lambda: presets.get(name))
     for make in candidates:

@@ -45,9 +45,10 @@ from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
 from harness.campaign.progress import format_elapsed
 from harness.campaign.spec import MatrixError, PlanChoice
 from harness.trial import native
+from harness.trial.folder import NATIVE_STACK, OUTPUT
 from harness.trial.interpreter import interpreter_versions
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME, run_trial
+from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
 ECHO_BYTES = 2048
@@ -233,7 +234,7 @@ class _StressLoop:
             while (run := self._take()) is not None:
                 folder = self.opts.out_dir / str(run.index)
                 result = run_trial(self._spec(run), folder)
-                output = (folder / OUTPUT_NAME).read_text(errors="replace") if (folder / OUTPUT_NAME).exists() else ""
+                output = (folder / OUTPUT).read_text(errors="replace") if (folder / OUTPUT).exists() else ""
                 self._record(run, result, output, folder)
         except BaseException as e:
             with self.lock:
@@ -372,7 +373,7 @@ class _StressLoop:
 def _native_lines(folder: Path, frames: int = 6) -> str:
     """The crash site and innermost native frames the runner kept (harness.trial.native), echoed after
     the output's head, where a long output would have cut them off."""
-    path = folder / NATIVE_STACK_NAME
+    path = folder / NATIVE_STACK
     if not path.is_file():
         return ""
     site, shown = native.kept_summary(path.read_text(errors="replace"), frames)

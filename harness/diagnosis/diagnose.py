@@ -46,9 +46,9 @@ from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
 from harness.text import clip
 from harness.trial import blocking, hangs, native, signature, tracebacks
+from harness.trial.folder import HANG_DUMP, NATIVE_STACK, OUTPUT, PYSPY, RESULT, SPEC
 from harness.trial.interpreter import installed_torch
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import NATIVE_STACK_NAME, OUTPUT_NAME
 
 SUMMARY_SCORE = 1.0
 MESSAGE_SCORE = 0.5
@@ -443,7 +443,7 @@ def failures_of(record: TrialResult, art=None) -> list[Failure]:
     one for a run stored before failures were kept, or whose failure printed no traceback (a hang,
     a signal)."""
     base = Failure(source=record.trial_id, outcome=record.outcome.name, key=record.signature,
-                   summary=record.signature_summary, text=_read(art, OUTPUT_NAME), native=_read(art, NATIVE_STACK_NAME),
+                   summary=record.signature_summary, text=_read(art, OUTPUT), native=_read(art, NATIVE_STACK),
                    torch=record.torch_version, fixes=_fixes_of(record),
                    run=record.trial_id, detail=record.detail)
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
@@ -549,10 +549,10 @@ def collect(targets: Sequence[str], *, stores: Sequence[Path] = (), torch: str |
                                          torch=torch)
         elif path.is_dir() and (path / "trials.jsonl").is_file():
             failures += _from_store(path)
-        elif path.is_dir() and (path / "result.json").is_file():
+        elif path.is_dir() and (path / RESULT).is_file():
             failures += _from_folder(path)
         elif path.is_dir():
-            runs = sorted((p for p in path.iterdir() if (p / "result.json").is_file()), key=_numeric)
+            runs = sorted((p for p in path.iterdir() if (p / RESULT).is_file()), key=_numeric)
             if not runs:
                 raise DiagnoseError(f"{target}: no trial folders (result.json) and no trials.jsonl in it")
             for run in runs:
@@ -568,7 +568,7 @@ def _numeric(p: Path) -> tuple:
 
 def _from_folder(folder: Path) -> list[Failure]:
     try:
-        record = TrialResult.from_json(json.loads((folder / "result.json").read_text()))
+        record = TrialResult.from_json(json.loads((folder / RESULT).read_text()))
     except (ValueError, KeyError, TypeError) as e:
         raise DiagnoseError(f"{folder}/result.json: not a trial result: {e}") from None
     if record.outcome is Outcome.TIMEOUT:
@@ -576,7 +576,7 @@ def _from_folder(folder: Path) -> list[Failure]:
     if not record.outcome.is_failure and record.outcome is not Outcome.OK:
         return []
     failures = failures_of(record, folder)
-    spec = folder / "spec.json"
+    spec = folder / SPEC
     for failure in failures:
         failure.source = failure.run = str(folder)
     if spec.is_file():
@@ -596,11 +596,11 @@ def _from_folder(folder: Path) -> list[Failure]:
 
 def _timeout(record: TrialResult, folder: Path) -> Failure:
     """A run past its deadline: slow, not hung; its dump says where it was busy."""
-    dump = folder / "pyspy.json"
+    dump = folder / PYSPY
     threads = hangs.read_pyspy_json(dump) if dump.is_file() else ()
     key = signature.hang_signature(threads).key if threads else None
     return Failure(source=str(folder), outcome="TIMEOUT", key=key, summary=f"slow: {record.detail}",
-                   text=_read(folder, "hang_dump.txt"), torch=record.torch_version, run=str(folder),
+                   text=_read(folder, HANG_DUMP), torch=record.torch_version, run=str(folder),
                    detail=record.detail)
 
 

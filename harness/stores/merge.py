@@ -39,6 +39,7 @@ from harness.stores.store import (
     safe_name,
 )
 from harness.stores.zips import unpack_into
+from harness.trial.folder import RESULT, SPEC
 from harness.trial.outcome import Outcome, TrialResult
 
 
@@ -185,7 +186,7 @@ def _rename_inside(folder: Path, new: TrialResult) -> None:
     """The trial's own id in the copied spec.json and result.json (replay reads the spec), so
     that a renumbered trial does not replay or show under the id of the run it clashed with. The
     paths inside (its old artefacts folder as `train.out_dir`) stay: they say where it ran."""
-    for name in ("spec.json", "result.json"):
+    for name in (SPEC, RESULT):
         path = folder / name
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

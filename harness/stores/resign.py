@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.stores.store import Store
 from harness.trial import signature
+from harness.trial.folder import OUTPUT, PYSPY
 from harness.trial.hangs import read_pyspy_json
 from harness.trial.outcome import Outcome, TrialResult
 
@@ -45,9 +46,9 @@ def recompute(record: TrialResult, store: Store) -> signature.Signature | None:
     if art is None:
         return None
     if record.outcome is Outcome.HANG:
-        dump = art / "pyspy.json"
+        dump = art / PYSPY
         return signature.hang_signature(read_pyspy_json(dump)) if dump.is_file() else None
-    out = art / "output.txt"
+    out = art / OUTPUT
     if not out.is_file():
         return None
     text = out.read_text(encoding="utf-8", errors="replace")

@@ -27,6 +27,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.trial.folder import HANG_DUMP, PYSPY
+
 PYSPY_NATIVE_TIMEOUT_S = 30.0
 PYSPY_TIMEOUT_S = 15.0
 FAULTHANDLER_WAIT_S = 3.0
@@ -106,7 +108,7 @@ def dump(pid: int, out_dir: str | os.PathLike[str], *, output_path: str | None =
     result.text = render_text(result.threads, header=f"{result.method} dump of pid {pid}")
     if errors:
         result.text += "".join(f"# {e}\n" for e in errors)
-    text_path = out / "hang_dump.txt"
+    text_path = out / HANG_DUMP
     text_path.write_text(result.text, encoding="utf-8", errors="replace")
     result.text_path = str(text_path)
     return result
@@ -130,7 +132,7 @@ def _try_pyspy(exe: str, pid: int, out: Path, errors: list[str]) -> HangDump | N
         except ValueError as exc:
             errors.append(f"{method}: bad JSON: {exc}")
             continue
-        json_path = out / "pyspy.json"
+        json_path = out / PYSPY
         json_path.write_bytes(proc.stdout)
         return HangDump(method=method, threads=parse_pyspy_json(data), json_path=str(json_path))
     return None

@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.faults import exposure
-from harness.trial import blocking, gpu, hangs, kernel_cache, lifeline, native, progress, signature, tracebacks
+from harness.trial import blocking, folder, gpu, hangs, kernel_cache, lifeline, native, progress, signature, tracebacks
 from harness.trial.cells import split_cell
+from harness.trial.folder import TrialFolder
 from harness.trial.frames import top_frames
 from harness.trial.interpreter import installed_torch, interpreter_versions
 from harness.trial.outcome import Outcome, TrialResult, mark_resource
@@ -62,27 +63,15 @@ GPU_RELEASE_TIMEOUT_S = 10.0
 (the driver frees a dead process's memory asynchronously)."""
 assert POLL_S < 1.0 <= GROUP_GONE_TIMEOUT_S
 
-OUTPUT_NAME = "output.txt"
-NATIVE_STACK_NAME = "native_stack.txt"
-"""The crashing thread's native frames, names resolved here, where the trial's libraries are."""
-STALL_DUMP_NAME = "stall-dump.txt"
-"""A workload's own all-thread dump of a stall (dflash's watchdog), kept with the trial."""
-THREAD_ERRORS_NAME = "thread_errors.jsonl"
-"""Uncaught thread exceptions, one JSON line each, written by the bootstrap's thread hook."""
 HANG_CONFIRM_S = 2.0
 """A suspected hang is dumped, then looked at again this much later: HANG only when the tree
 stayed idle and silent and every thread stood at the same Python frames both times."""
 DEADLINE_IDLE_S = 10.0
 """At the deadline, a tree idle for this long (or hang_s, or half its run, if shorter) is checked
 for a hang instead of being called busy."""
-EXPOSURE_NAME = "exposure.json"
-"""The child's window counts (harness.faults.exposure), read into the TrialResult."""
 EXPOSURE_OFF = ("0", "off", "false", "no")
 """HARNESS_EXPOSURE in the harness's own environment with one of these turns the probes off for
 every trial it runs (a spec turns them off for its own with `exposure: false`)."""
-_TRIAL_FILES = (OUTPUT_NAME, "spec.json", "result.json", "heartbeat", "plan.json",
-                "plan_log.jsonl", "pyspy.json", "hang_dump.txt", NATIVE_STACK_NAME, STALL_DUMP_NAME,
-                EXPOSURE_NAME, THREAD_ERRORS_NAME)
 BOOTSTRAP_DIR = REPO_ROOT / "harness" / "trial" / "bootstrap"
 
 _FATAL_SIGNALS = {
@@ -122,8 +111,7 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     """Run `spec` once; every ending (including a bad spec) becomes a TrialResult."""
     out = Path(artefacts_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for name in _TRIAL_FILES:           # a reused folder must not show a previous trial's files
-        (out / name).unlink(missing_ok=True)
+    TrialFolder(out).clear()
     result = TrialResult(
         trial_id=str(spec.trial_id), cell=str(spec.cell), trial_index=spec.trial_index,
         outcome=Outcome.HARNESS_ERROR, artefacts=str(out), host=socket.gethostname(), replay_of=replay_of,
@@ -140,10 +128,10 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
         result.detail = f"invalid spec: {exc}"
         return _finish(result, out, after_exit)
     result.plan_seed = spec.plan_seed
-    (out / "spec.json").write_text(json.dumps(spec.to_json(), indent=2) + "\n")
+    TrialFolder(out).write_json(out / folder.SPEC, spec.to_json())
     env = child_env(spec, out)
     result.gpu = gpu.names(env.get("CUDA_VISIBLE_DEVICES")) if gpu.available() else None
-    output_path = out / OUTPUT_NAME
+    output_path = out / folder.OUTPUT
     started = time.time()
     with open(output_path, "wb") as fh:
         try:
@@ -184,21 +172,21 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env.update(spec.env)
     tail = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP_DIR), str(REPO_ROOT), tail) if p)
-    env["HARNESS_HEARTBEAT"] = str(out / "heartbeat")
-    env["HARNESS_PLAN_LOG"] = str(out / "plan_log.jsonl")
+    env["HARNESS_HEARTBEAT"] = str(out / folder.HEARTBEAT)
+    env["HARNESS_PLAN_LOG"] = str(out / folder.PLAN_LOG)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"
-    env["HARNESS_THREAD_ERRORS"] = str(out / THREAD_ERRORS_NAME)
+    env["HARNESS_THREAD_ERRORS"] = str(out / folder.THREAD_ERRORS)
     env[lifeline.ENV] = lifeline.token()   # the trial dies with us, even after our SIGKILL
     env = native.with_preload(env)   # a native crash also prints its C/C++ frames (harness.trial.native)
     env.pop("HARNESS_PLAN", None)
     if exposure_on(spec):
-        env[exposure.ENV_EXPOSURE] = str(out / EXPOSURE_NAME)
+        env[exposure.ENV_EXPOSURE] = str(out / folder.EXPOSURE)
     else:
         env.pop(exposure.ENV_EXPOSURE, None)
     if spec.plan is not None:
-        plan_path = out / "plan.json"
-        plan_path.write_text(json.dumps(spec.plan, indent=2) + "\n")
+        plan_path = out / folder.PLAN
+        TrialFolder(out).write_json(plan_path, spec.plan)
         env["HARNESS_PLAN"] = str(plan_path)
     return env
 
@@ -211,7 +199,7 @@ def exposure_on(spec: TrialSpec) -> bool:
 def _read_exposure(result: TrialResult, out: Path) -> None:
     """The child's window counts; a trial with exposure on that wrote none (it died before a
     window opened and before exit, or never started Python) measured nothing: left None."""
-    reading = exposure.read(out / EXPOSURE_NAME)
+    reading = exposure.read(out / folder.EXPOSURE)
     if reading is None:
         return
     result.exposures = reading.counts
@@ -233,7 +221,7 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
             if sampler is not None:     # what a hung trial holds, before the kill frees it
                 sampler.sample_now()
             if ending.dump is None:
-                ending.dump = hangs.dump(proc.pid, out, output_path=str(out / OUTPUT_NAME))
+                ending.dump = hangs.dump(proc.pid, out, output_path=str(out / folder.OUTPUT))
             if _has_exited(proc):       # it ended on its own while we were deciding: an exit
                 ending.how = "exited"
     finally:
@@ -301,7 +289,7 @@ def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path,
 def _second_look(proc: subprocess.Popen, out: Path, clock: progress.TreeClock) -> tuple[hangs.HangDump, bool]:
     """Dump the idle tree, wait HANG_CONFIRM_S, look again: hung when it stayed idle and silent
     and (with py-spy) every thread stood at the same frames. The first dump is kept either way."""
-    first = hangs.dump(proc.pid, out, output_path=str(out / OUTPUT_NAME))
+    first = hangs.dump(proc.pid, out, output_path=str(out / folder.OUTPUT))
     marker = _progress_marker(out)          # the faulthandler fallback writes into the output
     clock.sample(time.monotonic())
     time.sleep(HANG_CONFIRM_S)
@@ -319,11 +307,11 @@ def _progress_marker(out: Path) -> tuple:
     """Changes whenever the heartbeat file is rewritten (tmp + rename: new inode) or the
     output grows."""
     try:
-        hb = os.stat(out / "heartbeat")
+        hb = os.stat(out / folder.HEARTBEAT)
         beat = (hb.st_ino, hb.st_mtime_ns, hb.st_size)
     except FileNotFoundError:
         beat = None
-    return beat, os.stat(out / OUTPUT_NAME).st_size
+    return beat, os.stat(out / folder.OUTPUT).st_size
 
 
 def _has_exited(proc: subprocess.Popen) -> bool:
@@ -374,8 +362,8 @@ def live_members(pgid: int) -> list[int]:
 # ------------------------------------------------------------------------------ classification
 
 def thread_errors(out: Path) -> list[dict]:
-    """The uncaught thread exceptions the bootstrap's hook recorded (THREAD_ERRORS_NAME)."""
-    path = out / THREAD_ERRORS_NAME
+    """The uncaught thread exceptions the bootstrap's hook recorded (harness.trial.folder.THREAD_ERRORS)."""
+    path = out / folder.THREAD_ERRORS
     if not path.is_file():
         return []
     records = []
@@ -461,7 +449,7 @@ def _stalled(result: TrialResult, out: Path | None) -> bool:
     if isinstance(dump, str) and Path(dump).is_file():
         text = Path(dump).read_text(encoding="utf-8", errors="replace")
         if out is not None:
-            (out / STALL_DUMP_NAME).write_text(text)
+            (out / folder.STALL_DUMP).write_text(text)
         threads = hangs.parse_dump_text(text)
     _set(result, Outcome.HANG, signature.hang_signature(threads),
          f"the workload stalled: no step for {stalled.get('waited_s', '?')} s; dump by {stalled.get('dump_method', 'none')}")
@@ -590,13 +578,13 @@ def _keep_native_stack(out: Path, text: str) -> None:
     frames = native.native_stack(text)
     if frames:
         resolved = native.resolve(frames)
-        (out / NATIVE_STACK_NAME).write_text(
+        (out / folder.NATIVE_STACK).write_text(
             f"# {socket.gethostname()}: {len(resolved)} frames, innermost first\n"
             + native.render(resolved, width=None) + "\n")
 
 
 def _finish(result: TrialResult, out: Path, after_exit: AfterExit | None) -> TrialResult:
-    (out / "result.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    TrialFolder(out).write_json(out / folder.RESULT, result.to_json())
     if after_exit is not None:
         after_exit(result)
     return result

@@ -54,8 +54,9 @@ from harness import stats
 from harness.diagnosis.catalogue import load
 from harness.faults.profiles import plan_from_seed
 from harness.trial import native
+from harness.trial.folder import NATIVE_STACK
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import NATIVE_STACK_NAME, run_trial
+from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
 SUITE_FALSE_ALARM = 0.001
@@ -279,7 +280,7 @@ def check_native_site(race: Race, result: TrialResult) -> None:
     """The native crash lands where the catalogue says (a torch upgrade that moves it, e.g. R5
     from `create_cache_entry` elsewhere, is a changed race): checked where the runner could keep
     and name the frames (a C compiler for the handler, addr2line for hidden symbols)."""
-    path = Path(result.artefacts or "") / NATIVE_STACK_NAME
+    path = Path(result.artefacts or "") / NATIVE_STACK
     if not path.is_file() or shutil.which("addr2line") is None:
         why = native.why_not() or ("no addr2line" if shutil.which("addr2line") is None else "no native stack kept")
         print(f"{race.id}: native crash site not checked ({why})")

@@ -104,7 +104,7 @@ def test_race_fix_check_fails_on_any_failure(monkeypatch, tmp_path):
 def test_race_native_crash_site_is_checked_when_the_runner_kept_it(monkeypatch, tmp_path, capsys):
     import shutil
 
-    from harness.trial.runner import NATIVE_STACK_NAME
+    from harness.trial.folder import NATIVE_STACK
 
     race = CPU["r16"]
     assert race.native.startswith("create_cache_entry|ExtraState::invalidate")
@@ -112,20 +112,20 @@ def test_race_native_crash_site_is_checked_when_the_runner_kept_it(monkeypatch, 
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
     racecheck.check_native_site(race, result)                       # nothing kept: said, not failed
     assert "native crash site not checked" in capsys.readouterr().out
-    (tmp_path / NATIVE_STACK_NAME).write_text("# h: 2 frames\nlibtorch_python.so(+0x1) create_cache_entry\n")
+    (tmp_path / NATIVE_STACK).write_text("# h: 2 frames\nlibtorch_python.so(+0x1) create_cache_entry\n")
     racecheck.check_native_site(race, result)
     assert "as recorded" in capsys.readouterr().out
     # The same reset meeting a guard's invalidation (seen once in CI, 2026-12-01): the same race.
-    (tmp_path / NATIVE_STACK_NAME).write_text("# h: 1 frame\nlibtorch_python.so(+0x8970db) "
+    (tmp_path / NATIVE_STACK).write_text("# h: 1 frame\nlibtorch_python.so(+0x8970db) "
                                               "ExtraState::invalidate(CacheEntry*, pybind11::object)\n")
     racecheck.check_native_site(race, result)
     assert "as recorded" in capsys.readouterr().out
     # pybind11's binding of it, named by its member-pointer type (seen under load, 2026-12-02).
-    (tmp_path / NATIVE_STACK_NAME).write_text("# h: 1 frame\nlibtorch_python.so(+0x9) void pybind11::cpp_function::"
+    (tmp_path / NATIVE_STACK).write_text("# h: 1 frame\nlibtorch_python.so(+0x9) void pybind11::cpp_function::"
                                               "initialize<void (ExtraState::*)(CacheEntry*, pybind11::object)>\n")
     racecheck.check_native_site(race, result)
     assert "as recorded" in capsys.readouterr().out
-    (tmp_path / NATIVE_STACK_NAME).write_text("# h: 1 frame\nlibtorch_python.so(+0x2) lookup\n")
+    (tmp_path / NATIVE_STACK).write_text("# h: 1 frame\nlibtorch_python.so(+0x2) lookup\n")
     with pytest.raises(pytest.fail.Exception, match=r"native crash site moved .*lookup.*update the catalogue"):
         racecheck.check_native_site(race, result)
 
