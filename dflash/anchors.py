@@ -30,8 +30,9 @@ def valid_anchor_mask(loss_mask: torch.Tensor, lengths: torch.Tensor) -> torch.T
     return sup & nxt & in_bounds & (pos[None, :] >= 1)
 
 
-def sample_anchors(loss_mask: torch.Tensor, lengths: torch.Tensor, num_anchors: int,
-                   block_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_anchors(
+    loss_mask: torch.Tensor, lengths: torch.Tensor, num_anchors: int, block_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(anchors [B, N] int64, keep [B, N] bool) on loss_mask's device.
 
     Scores are drawn on the generator's device (CPU generators are the norm) from a [B, L]

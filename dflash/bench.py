@@ -52,14 +52,20 @@ def _one_run(cfg: RunConfig, idle: bool) -> dict:
         report = outcome.pipeline.report() if outcome.pipeline else ""
         raise RuntimeError(f"bench run failed with exit code {outcome.exit_code}\n{report}")
     window = outcome.steady_window
-    return {**outcome.final, "gpu_busy": busy.fraction,
-            "gpu_busy_steady": busy.fraction_between(*window) if window else None}
+    return {
+        **outcome.final,
+        "gpu_busy": busy.fraction,
+        "gpu_busy_steady": busy.fraction_between(*window) if window else None,
+    }
 
 
 def _drafter_gpu(cfg: RunConfig) -> int | None:
     """Index of the first drafter GPU as the plan resolves it (remap included); None on CPU."""
-    device = resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
-                     num_drafter_threads=cfg.pipeline.num_drafter_threads).drafter[0]
+    device = resolve(
+        cfg.devices,
+        num_target_threads=cfg.pipeline.num_target_threads,
+        num_drafter_threads=cfg.pipeline.num_drafter_threads,
+    ).drafter[0]
     return device.index if device.type == "cuda" else None
 
 
@@ -70,10 +76,19 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS, oracle_every: int = 0) -> int
     faults.clear()
     off_ns = faults.measure_off_cost(MICRO_CALLS)
     with tempfile.TemporaryDirectory(prefix="dflash-bench-") as tmp:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(
-            cfg.train, out_dir=tmp, export=False, eval_prompts=0, progress=False,
-            checkpoint_every=0, resume=False,
-            oracle_every=0 if oracle_every else cfg.train.oracle_every))
+        cfg = dataclasses.replace(
+            cfg,
+            train=dataclasses.replace(
+                cfg.train,
+                out_dir=tmp,
+                export=False,
+                eval_prompts=0,
+                progress=False,
+                checkpoint_every=0,
+                resume=False,
+                oracle_every=0 if oracle_every else cfg.train.oracle_every,
+            ),
+        )
         checked = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, oracle_every=oracle_every))
         results: dict[bool, list[dict]] = {False: [], True: []}
         if rounds > 1:
@@ -92,8 +107,11 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS, oracle_every: int = 0) -> int
                 final = _one_run(cfg, second)
                 what = f"fault points {'idle' if second else 'absent'}"
             results[second].append(final)
-            print(f"round {i}: {what}: {final['tokens_per_s']:.1f} tokens/s "
-                  f"(steady {final['tokens_per_s_steady']})", file=sys.stderr, flush=True)
+            print(
+                f"round {i}: {what}: {final['tokens_per_s']:.1f} tokens/s (steady {final['tokens_per_s_steady']})",
+                file=sys.stderr,
+                flush=True,
+            )
     best = {k: max(v, key=lambda f: f["tokens_per_s"]) for k, v in results.items() if v}
     absent = best[False]["tokens_per_s"]
     if oracle_every:
@@ -118,10 +136,13 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS, oracle_every: int = 0) -> int
         "phases": best[False].get("phases"),
     }
     idle_text = "not measured" if idle is None else f"{idle:.1f}"
-    print(f"tokens/s {absent:.1f} (fault points idle: {idle_text}, ratio "
-          f"{record['faults_idle_over_absent']}); busy {record['busy']}; gpu busy {record['gpu_busy']} "
-          f"(steady half {record['gpu_busy_steady']}); "
-          f"fault_point off: {off_ns:.1f} ns/call", file=sys.stderr)
+    print(
+        f"tokens/s {absent:.1f} (fault points idle: {idle_text}, ratio "
+        f"{record['faults_idle_over_absent']}); busy {record['busy']}; gpu busy {record['gpu_busy']} "
+        f"(steady half {record['gpu_busy_steady']}); "
+        f"fault_point off: {off_ns:.1f} ns/call",
+        file=sys.stderr,
+    )
     print(json.dumps(record), flush=True)
     return 0
 
@@ -136,9 +157,11 @@ def _report_oracle(cfg: RunConfig, every: int, results: dict[bool, list[dict]], 
     def ratio(key: str) -> float | None:
         return round(on[key] / off[key], 4) if on and on[key] and off[key] else None
 
-    paired = sorted(b["tokens_per_s_steady"] / a["tokens_per_s_steady"]
-                    for a, b in zip(results[False], results[True])
-                    if a["tokens_per_s_steady"] and b["tokens_per_s_steady"])
+    paired = sorted(
+        b["tokens_per_s_steady"] / a["tokens_per_s_steady"]
+        for a, b in zip(results[False], results[True])
+        if a["tokens_per_s_steady"] and b["tokens_per_s_steady"]
+    )
     share = None
     if on and on["oracle"] and on["elapsed_s"]:
         # The checks' own time over the drafter threads' time: what the oracle takes of a
@@ -166,12 +189,13 @@ def _report_oracle(cfg: RunConfig, every: int, results: dict[bool, list[dict]], 
         "torch": off["torch"],
         "fixes": off["fixes"],
     }
-    on_text = "not measured" if on is None else (f"{on['tokens_per_s']:.1f} (steady "
-                                                 f"{on['tokens_per_s_steady']})")
-    print(f"tokens/s {off['tokens_per_s']:.1f} (steady {off['tokens_per_s_steady']}) oracle off; "
-          f"{on_text} oracle every {every}; best over best {record['oracle_over_off']} (steady "
-          f"{record['oracle_over_off_steady']}), paired steady median "
-          f"{record['oracle_over_off_paired_median']}; checks take {share} of the drafter threads' time",
-          file=sys.stderr)
+    on_text = "not measured" if on is None else (f"{on['tokens_per_s']:.1f} (steady {on['tokens_per_s_steady']})")
+    print(
+        f"tokens/s {off['tokens_per_s']:.1f} (steady {off['tokens_per_s_steady']}) oracle off; "
+        f"{on_text} oracle every {every}; best over best {record['oracle_over_off']} (steady "
+        f"{record['oracle_over_off_steady']}), paired steady median "
+        f"{record['oracle_over_off_paired_median']}; checks take {share} of the drafter threads' time",
+        file=sys.stderr,
+    )
     print(json.dumps(record), flush=True)
     return 0

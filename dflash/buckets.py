@@ -106,8 +106,14 @@ def fill(lengths: np.ndarray, token_budget: int, max_rows: int) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
-def _cut(lengths: np.ndarray, boundaries: Sequence[int], token_budget: int, rng: np.random.Generator,
-         batching: str, max_batch_rows: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+def _cut(
+    lengths: np.ndarray,
+    boundaries: Sequence[int],
+    token_budget: int,
+    rng: np.random.Generator,
+    batching: str,
+    max_batch_rows: int,
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Per bucket: (bound, its rows in shuffled order, the end of each batch in that order)."""
     which = bucket_of(lengths, boundaries)
     cuts = []
@@ -123,15 +129,22 @@ def _cut(lengths: np.ndarray, boundaries: Sequence[int], token_budget: int, rng:
 
 
 def plan_epoch(
-    lengths: np.ndarray, boundaries: Sequence[int], token_budget: int, seed: int, epoch: int, *,
-    batching: str = "fixed", max_batch_rows: int = 64,
+    lengths: np.ndarray,
+    boundaries: Sequence[int],
+    token_budget: int,
+    seed: int,
+    epoch: int,
+    *,
+    batching: str = "fixed",
+    max_batch_rows: int = 64,
 ) -> list[Batch]:
     """The batches of one epoch, in order (see the module docstring)."""
     _check_args(boundaries, token_budget, batching, max_batch_rows)
     rng = np.random.default_rng([seed, epoch])
     batches: list[Batch] = []
-    for bound, rows, ends in _cut(np.asarray(lengths, dtype=np.int64), boundaries, token_budget, rng,
-                                  batching, max_batch_rows):
+    for bound, rows, ends in _cut(
+        np.asarray(lengths, dtype=np.int64), boundaries, token_budget, rng, batching, max_batch_rows
+    ):
         order, starts = rows.tolist(), [0, *ends.tolist()]
         batches.extend(Batch(bucket=bound, indices=tuple(order[s:e])) for s, e in pairwise(starts))
     order = rng.permutation(len(batches))
@@ -139,15 +152,25 @@ def plan_epoch(
 
 
 def batch_sizes(
-    lengths: np.ndarray, boundaries: Sequence[int], token_budget: int, seed: int, epoch: int, *,
-    batching: str = "fixed", max_batch_rows: int = 64,
+    lengths: np.ndarray,
+    boundaries: Sequence[int],
+    token_budget: int,
+    seed: int,
+    epoch: int,
+    *,
+    batching: str = "fixed",
+    max_batch_rows: int = 64,
 ) -> list[np.ndarray]:
     """Per bucket, the sizes of the batches `plan_epoch` cuts it into (same arguments, same
     cut), without building the batches: what a sweep over budgets needs."""
     _check_args(boundaries, token_budget, batching, max_batch_rows)
     rng = np.random.default_rng([seed, epoch])
-    return [np.diff(ends, prepend=0) for _, _, ends in
-            _cut(np.asarray(lengths, dtype=np.int64), boundaries, token_budget, rng, batching, max_batch_rows)]
+    return [
+        np.diff(ends, prepend=0)
+        for _, _, ends in _cut(
+            np.asarray(lengths, dtype=np.int64), boundaries, token_budget, rng, batching, max_batch_rows
+        )
+    ]
 
 
 def max_rows(boundaries: Sequence[int], token_budget: int, batching: str, max_batch_rows: int) -> int:
@@ -155,11 +178,18 @@ def max_rows(boundaries: Sequence[int], token_budget: int, batching: str, max_ba
     return token_budget // boundaries[0] if batching == "fixed" else max_batch_rows
 
 
-def summarize(lengths: np.ndarray, boundaries: Sequence[int], token_budget: int, *,
-              batching: str = "fixed", max_batch_rows: int = 64) -> str:
+def summarize(
+    lengths: np.ndarray,
+    boundaries: Sequence[int],
+    token_budget: int,
+    *,
+    batching: str = "fixed",
+    max_batch_rows: int = 64,
+) -> str:
     """Human-readable bucket statistics: samples, batches per epoch, per-bucket counts and shares."""
-    plan = plan_epoch(lengths, boundaries, token_budget, seed=0, epoch=0, batching=batching,
-                      max_batch_rows=max_batch_rows)
+    plan = plan_epoch(
+        lengths, boundaries, token_budget, seed=0, epoch=0, batching=batching, max_batch_rows=max_batch_rows
+    )
     which = bucket_of(lengths, boundaries)
     total = int(len(which))
     sizes = [len(b.indices) for b in plan]

@@ -156,8 +156,9 @@ class StartupGate:
     `timeout_s` with a TimeoutError naming how many parties were ready.
     """
 
-    def __init__(self, parties: int, stop: threading.Event, *, timeout_s: float,
-                 poll_s: float = 0.1, on_open=None) -> None:
+    def __init__(
+        self, parties: int, stop: threading.Event, *, timeout_s: float, poll_s: float = 0.1, on_open=None
+    ) -> None:
         self.parties = parties
         self._stop = stop
         self._timeout_s = timeout_s

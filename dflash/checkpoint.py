@@ -130,10 +130,15 @@ def load(path: str, map_location: str | torch.device = "cpu") -> Checkpoint:
     try:
         with open(os.path.join(step_dir, META_FILE)) as f:
             meta = json.load(f)
-        state = torch.load(os.path.join(step_dir, STATE_FILE), map_location=map_location,
-                           weights_only=True)
+        state = torch.load(os.path.join(step_dir, STATE_FILE), map_location=map_location, weights_only=True)
     except (OSError, ValueError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as e:
         raise CheckpointError(f"unreadable checkpoint {step_dir!r}: {e}") from None
-    return Checkpoint(step=int(meta["step"]), data_seq=int(meta["data_seq"]), config=meta["config"],
-                      drafter=state["drafter"], optimizer=state["optimizer"],
-                      scheduler=state["scheduler"], path=step_dir)
+    return Checkpoint(
+        step=int(meta["step"]),
+        data_seq=int(meta["data_seq"]),
+        config=meta["config"],
+        drafter=state["drafter"],
+        optimizer=state["optimizer"],
+        scheduler=state["scheduler"],
+        path=step_dir,
+    )

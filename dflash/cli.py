@@ -39,28 +39,52 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, helptext in (("train", "train a drafter"), ("bench", "measure throughput")):
         sp = sub.add_parser(name, help=helptext)
-        sp.add_argument("--preset", default=presets.DEFAULT_PRESET,
-                        help=f"one of: {', '.join(presets.PRESETS)}")
+        sp.add_argument("--preset", default=presets.DEFAULT_PRESET, help=f"one of: {', '.join(presets.PRESETS)}")
         sp.add_argument("--steps", type=int, default=None, help="optimizer steps (train.steps)")
-        sp.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V",
-                        help="config override section.field=value (repeatable)")
+        sp.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="K=V",
+            help="config override section.field=value (repeatable)",
+        )
         if name == "train":
             sp.add_argument("--out", default=None, help="output folder (train.out_dir)")
         else:
-            sp.add_argument("--rounds", type=int, default=None,
-                            help="measured runs, alternating fault points absent/idle (default 4; "
-                                 "1 = absent only, no warm-up round)")
-            sp.add_argument("--oracle-every", type=int, default=0, metavar="N",
-                            help="alternate oracle off / oracle on every N steps instead "
-                                 "(train.oracle_every; fault points absent in both)")
+            sp.add_argument(
+                "--rounds",
+                type=int,
+                default=None,
+                help="measured runs, alternating fault points absent/idle (default 4; "
+                "1 = absent only, no warm-up round)",
+            )
+            sp.add_argument(
+                "--oracle-every",
+                type=int,
+                default=0,
+                metavar="N",
+                help="alternate oracle off / oracle on every N steps instead "
+                "(train.oracle_every; fault points absent in both)",
+            )
     pl = sub.add_parser("plan", help="one epoch's batch plan per bucket, beside the seeds' figures")
     pl.add_argument("--preset", default="seeds", help=f"one of: {', '.join(presets.PRESETS)} (default seeds)")
-    pl.add_argument("--lengths", default=None, metavar="FILE",
-                    help="a .npy of lengths or a tokenized dataset (default: data.path, else the shipped index)")
+    pl.add_argument(
+        "--lengths",
+        default=None,
+        metavar="FILE",
+        help="a .npy of lengths or a tokenized dataset (default: data.path, else the shipped index)",
+    )
     pl.add_argument("--seed", type=int, default=None, help="shuffle seed (default data.shuffle_seed)")
     pl.add_argument("--epoch", type=int, default=0, help="epoch to plan (default 0)")
-    pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V",
-                    help="config override section.field=value (repeatable)")
+    pl.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="config override section.field=value (repeatable)",
+    )
     pl.set_defaults(steps=None)
     # `prepare` is dispatched before parsing (dflash.prepare owns its flags); listed for --help.
     sub.add_parser("prepare", help="tokenize JSON lines: prepare IN.jsonl --tokenizer DIR --out F")
@@ -105,8 +129,7 @@ def report_outcome(outcome) -> int:
         if outcome.checkpoint:
             print(f"stopped by signal: checkpoint written to {outcome.checkpoint}", file=sys.stderr)
         else:
-            print(f"stopped by signal: no checkpoint written ({outcome.detail or 'see above'})",
-                  file=sys.stderr)
+            print(f"stopped by signal: no checkpoint written ({outcome.detail or 'see above'})", file=sys.stderr)
     elif res is not None and not res.ok:
         print(res.report(), file=sys.stderr, flush=True)
     if outcome.stall is not None:
@@ -167,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except UserInputError as e:
-        print(f"error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
-              file=sys.stderr, flush=True)
+        print(
+            f"error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 2
 
 

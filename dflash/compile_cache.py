@@ -41,12 +41,16 @@ def load(path: str) -> str:
     try:
         info = torch.compiler.load_cache_artifacts(blob)
     except Exception as e:  # noqa: BLE001  a stale or foreign file: one clear line, exit 2
-        raise ConfigError(f"compile.cache_artifacts {path!r} could not be loaded by torch "
-                          f"{torch.__version__}: {type(e).__name__}: {e}") from None
+        raise ConfigError(
+            f"compile.cache_artifacts {path!r} could not be loaded by torch "
+            f"{torch.__version__}: {type(e).__name__}: {e}"
+        ) from None
     if info is None:
         # torch logs why (a checksum, a version) and returns None rather than raising
-        raise ConfigError(f"compile.cache_artifacts {path!r} could not be loaded by torch "
-                          f"{torch.__version__} (its warning above says why); delete it to compile cold")
+        raise ConfigError(
+            f"compile.cache_artifacts {path!r} could not be loaded by torch "
+            f"{torch.__version__} (its warning above says why); delete it to compile cold"
+        )
     return f"loaded {len(blob) / 1e6:.1f} MB from {path} ({_describe(info)})"
 
 

@@ -145,10 +145,13 @@ class DrafterConfig:
             raise ConfigError("drafter.num_anchors and drafter.num_layers must be >= 1")
         if self.attention not in ATTENTION_BACKENDS:
             raise ConfigError(f"drafter.attention must be one of {ATTENTION_BACKENDS}, got {self.attention!r}")
-        if self.layer_types is not None and (len(self.layer_types) != self.num_layers
-                                             or not set(self.layer_types) <= set(LAYER_TYPES)):
-            raise ConfigError(f"drafter.layer_types must name one of {LAYER_TYPES} per layer "
-                              f"({self.num_layers}), got {self.layer_types}")
+        if self.layer_types is not None and (
+            len(self.layer_types) != self.num_layers or not set(self.layer_types) <= set(LAYER_TYPES)
+        ):
+            raise ConfigError(
+                f"drafter.layer_types must name one of {LAYER_TYPES} per layer "
+                f"({self.num_layers}), got {self.layer_types}"
+            )
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ConfigError(f"drafter.sliding_window must be >= 1, got {self.sliding_window}")
         if "sliding_attention" in (self.layer_types or ()) and self.sliding_window is None:
@@ -363,9 +366,7 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
         if fname not in hints:
             raise ConfigError(f"unknown config key {key!r}")
         changed.setdefault(sec_name, {})[fname] = _convert(raw, hints[fname], where)
-    new_sections = {
-        name: dataclasses.replace(sections[name], **vals) for name, vals in changed.items()
-    }
+    new_sections = {name: dataclasses.replace(sections[name], **vals) for name, vals in changed.items()}
     return dataclasses.replace(cfg, **new_sections, **top)
 
 

@@ -234,9 +234,15 @@ class _ParquetSource:
         if chunks:
             return chunks[0]
         empty = np.zeros(1, np.int64)  # a row group with no rows
-        return _Chunk(start=start, offsets=empty, mask_offsets=empty, ids=empty[:0], mask=empty[:0],
-                      doc_offsets=empty if self.has_doc_ids else None,
-                      docs=empty[:0] if self.has_doc_ids else None)
+        return _Chunk(
+            start=start,
+            offsets=empty,
+            mask_offsets=empty,
+            ids=empty[:0],
+            mask=empty[:0],
+            doc_offsets=empty if self.has_doc_ids else None,
+            docs=empty[:0] if self.has_doc_ids else None,
+        )
 
     def _group(self, group: int) -> _Chunk:
         with self._lock:
@@ -418,8 +424,9 @@ Row = tuple[list[int], list[int]]
 PackedRow = tuple[list[int], list[int], list[int]]
 
 
-def write_token_file(path: str, rows: Iterator[Row] | Iterator[PackedRow], *, metadata: dict | None = None,
-                     doc_ids: bool = False) -> int:
+def write_token_file(
+    path: str, rows: Iterator[Row] | Iterator[PackedRow], *, metadata: dict | None = None, doc_ids: bool = False
+) -> int:
     """Write (input_ids, loss_mask) rows as an Arrow IPC file, atomically; returns the row count.
     With `doc_ids` the rows are (input_ids, loss_mask, doc_ids) and the file gets that column.
 
@@ -438,7 +445,9 @@ def write_token_file(path: str, rows: Iterator[Row] | Iterator[PackedRow], *, me
             bufs: list[list[list[int]]] = [[] for _ in range(width)]
             for row in rows:
                 if len(row) != width:
-                    raise ValueError(f"row {count}: {len(row)} columns, the file has {width} ({', '.join(schema.names)})")
+                    raise ValueError(
+                        f"row {count}: {len(row)} columns, the file has {width} ({', '.join(schema.names)})"
+                    )
                 for name, col in zip(schema.names[1:], row[1:]):
                     if len(col) != len(row[0]):
                         raise ValueError(f"row {count}: {len(row[0])} input_ids but {len(col)} {name} values")
@@ -484,7 +493,9 @@ def pack_documents(rows: Iterator[Row], max_len: int) -> Iterator[PackedRow]:
         yield ids, mask, docs
 
 
-def split_for_training(ds: TokenDataset, *, min_loss_tokens: int, heldout_samples: int, seed: int) -> tuple[TokenDataset, TokenDataset]:
+def split_for_training(
+    ds: TokenDataset, *, min_loss_tokens: int, heldout_samples: int, seed: int
+) -> tuple[TokenDataset, TokenDataset]:
     """(train, heldout) views: rows with < min_loss_tokens supervised tokens dropped, then
     `heldout_samples` rows picked by `seed` kept out of training (they are the tau prompts).
 

@@ -74,8 +74,9 @@ def parse_device(text: str, *, remap: bool, cuda_count: int) -> torch.device:
     return torch.device("cuda", index)
 
 
-def resolve(cfg: DeviceConfig, *, num_target_threads: int, num_drafter_threads: int,
-            cuda_count: int | None = None) -> DevicePlan:
+def resolve(
+    cfg: DeviceConfig, *, num_target_threads: int, num_drafter_threads: int, cuda_count: int | None = None
+) -> DevicePlan:
     """Assign devices round-robin; `cuda_count` overrides torch.cuda.device_count() (tests)."""
     if cuda_count is None:
         cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0

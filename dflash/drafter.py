@@ -56,9 +56,7 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tup
             "set drafter.target_layer_ids"
         )
     span = end - start
-    return tuple(
-        int(round(start + i * span / (num_draft_layers - 1))) for i in range(num_draft_layers)
-    )
+    return tuple(int(round(start + i * span / (num_draft_layers - 1))) for i in range(num_draft_layers))
 
 
 def resolve_layer_ids(cfg: DrafterConfig, num_target_layers: int) -> tuple[int, ...]:
@@ -121,8 +119,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
     """cos, sin [B, T, head_dim] for integer positions [B, T] (HF default rope)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
-                                              dtype=torch.float32) / head_dim))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
     freqs = positions.float()[..., None] * inv_freq  # [B, T, head_dim/2]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -210,8 +207,15 @@ class DraftLayer(nn.Module):
 class DFlashDrafter(nn.Module):
     """fc + hidden_norm context fusion, `cfg.num_layers` KV-injection layers, final norm."""
 
-    def __init__(self, cfg: DrafterConfig, *, hidden_size: int, num_target_layers: int,
-                 vocab_size: int, layer_ids: tuple[int, ...] | list[int]) -> None:
+    def __init__(
+        self,
+        cfg: DrafterConfig,
+        *,
+        hidden_size: int,
+        num_target_layers: int,
+        vocab_size: int,
+        layer_ids: tuple[int, ...] | list[int],
+    ) -> None:
         super().__init__()
         if cfg.num_heads % cfg.num_kv_heads:
             raise ConfigError("drafter.num_heads must be a multiple of drafter.num_kv_heads")
@@ -242,8 +246,9 @@ class DFlashDrafter(nn.Module):
                 elif isinstance(mod, RMSNorm):
                     nn.init.ones_(mod.weight)
 
-    def forward(self, block_hidden: torch.Tensor, context: torch.Tensor,
-                positions: torch.Tensor, mask=None) -> torch.Tensor:
+    def forward(
+        self, block_hidden: torch.Tensor, context: torch.Tensor, positions: torch.Tensor, mask=None
+    ) -> torch.Tensor:
         """block_hidden [B,Q,H] (embedded block tokens), context [B,S,k*H] (tapped target
         states), positions [B,S+Q] (absolute: context rows then block rows), mask None |
         DenseMask | BlockMask over (Q, S+Q), or a dict of them by layer type (training a drafter
@@ -270,4 +275,3 @@ class DFlashDrafter(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
-

@@ -53,8 +53,17 @@ class PersistentInputs:
         return buf
 
 
-def warmup_inputs(rows: int, length: int, *, cfg: RunConfig, vocab_size: int, context_dim: int,
-                  device: torch.device, dtype: torch.dtype, doc_ids: bool = False) -> StepInputs:
+def warmup_inputs(
+    rows: int,
+    length: int,
+    *,
+    cfg: RunConfig,
+    vocab_size: int,
+    context_dim: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    doc_ids: bool = False,
+) -> StepInputs:
     """A synthetic full batch of one shape (random ids, every token supervised); with `doc_ids`,
     one document per row, so the step is warmed up with the inputs packed batches bring."""
     # Own generator: warm-up must not consume any RNG stream that training uses.
@@ -63,20 +72,37 @@ def warmup_inputs(rows: int, length: int, *, cfg: RunConfig, vocab_size: int, co
     loss_mask = torch.ones(rows, length, dtype=torch.int64)
     lengths = torch.full((rows,), length, dtype=torch.int64)
     context = torch.randn(rows, length, context_dim, generator=g)
-    anchors, keep = sample_anchors(loss_mask, lengths, cfg.drafter.num_anchors,
-                                   cfg.drafter.block_size, g)
-    return StepInputs(input_ids=input_ids.to(device), loss_mask=loss_mask.to(device),
-                      context=context.to(device=device, dtype=dtype), anchors=anchors.to(device),
-                      keep=keep.to(device),
-                      doc_ids=torch.zeros(rows, length, dtype=torch.int64, device=device) if doc_ids else None)
+    anchors, keep = sample_anchors(loss_mask, lengths, cfg.drafter.num_anchors, cfg.drafter.block_size, g)
+    return StepInputs(
+        input_ids=input_ids.to(device),
+        loss_mask=loss_mask.to(device),
+        context=context.to(device=device, dtype=dtype),
+        anchors=anchors.to(device),
+        keep=keep.to(device),
+        doc_ids=torch.zeros(rows, length, dtype=torch.int64, device=device) if doc_ids else None,
+    )
 
 
 class DrafterTrainLoop:
-    def __init__(self, *, objectives: list[nn.Module], devices: tuple[torch.device, ...],
-                 receiver: OrderedReceiver, group: ReplicaGroup, gate: StartupGate, turns: Turns,
-                 cfg: RunConfig, fs, metrics: Metrics, warmup_shapes: list[tuple[int, int]],
-                 vocab_size: int, context_dim: int, oracle: Oracle | None = None,
-                 doc_ids: bool = False, timeline=None) -> None:
+    def __init__(
+        self,
+        *,
+        objectives: list[nn.Module],
+        devices: tuple[torch.device, ...],
+        receiver: OrderedReceiver,
+        group: ReplicaGroup,
+        gate: StartupGate,
+        turns: Turns,
+        cfg: RunConfig,
+        fs,
+        metrics: Metrics,
+        warmup_shapes: list[tuple[int, int]],
+        vocab_size: int,
+        context_dim: int,
+        oracle: Oracle | None = None,
+        doc_ids: bool = False,
+        timeline=None,
+    ) -> None:
         self.objectives = objectives
         self.devices = devices
         self.receiver = receiver
@@ -109,8 +135,11 @@ class DrafterTrainLoop:
         with self._first_lock:
             (self._first_steps.add if running else self._first_steps.discard)(m)
             names = ", ".join(f"dflash-train-{k}" for k in sorted(self._first_steps))
-        self.timeline.note(f"first step (compiles the step without a warm-up) in {names}" if names else
-                           "waiting for the first step's batches")
+        self.timeline.note(
+            f"first step (compiles the step without a warm-up) in {names}"
+            if names
+            else "waiting for the first step's batches"
+        )
 
     def _dtype(self, m: int) -> torch.dtype:
         return self.objectives[m].drafter.fc.weight.dtype
@@ -132,11 +161,19 @@ class DrafterTrainLoop:
         replica = self.objectives[m].drafter
         for k, (rows, length) in enumerate(self.warmup_shapes):
             if self.timeline is not None:
-                self.timeline.note(f"dflash-train-{m}: warming up shape {k + 1} of "
-                                   f"{len(self.warmup_shapes)} ({rows}x{length})")
-            inputs = warmup_inputs(rows, length, cfg=self.cfg, vocab_size=self.vocab_size,
-                                   context_dim=self.context_dim, device=self.devices[m],
-                                   dtype=self._dtype(m), doc_ids=self.doc_ids)
+                self.timeline.note(
+                    f"dflash-train-{m}: warming up shape {k + 1} of {len(self.warmup_shapes)} ({rows}x{length})"
+                )
+            inputs = warmup_inputs(
+                rows,
+                length,
+                cfg=self.cfg,
+                vocab_size=self.vocab_size,
+                context_dim=self.context_dim,
+                device=self.devices[m],
+                dtype=self._dtype(m),
+                doc_ids=self.doc_ids,
+            )
             if buffers is not None:
                 inputs = buffers.fill(inputs)
             grad_step(step_fn, replica, inputs, self.fs, cudagraphs=self.cfg.compile.cudagraphs)
@@ -144,22 +181,28 @@ class DrafterTrainLoop:
         replica.zero_grad(set_to_none=True)  # warm-up gradients are discarded
         self.fs.note("thread-local-warmup")
 
-    def _train_one(self, m: int, step_fn: Callable, step: int, first: bool,
-                   buffers: PersistentInputs | None):
+    def _train_one(self, m: int, step_fn: Callable, step: int, first: bool, buffers: PersistentInputs | None):
         seq = self.group.seq_for(m, step)
         hb = self.receiver.get(seq)
         fault_point("drafter.after_get")
         beat()
         with self.metrics.busy(STAGE):
-            inputs = make_inputs(hb, self.cfg.drafter, seed=self.cfg.train.seed,
-                                 device=self.devices[m], dtype=self._dtype(m))
+            inputs = make_inputs(
+                hb, self.cfg.drafter, seed=self.cfg.train.seed, device=self.devices[m], dtype=self._dtype(m)
+            )
             if buffers is not None:
                 inputs = buffers.fill(inputs)
                 self.fs.note("persistent-buffers")
             with self._first_call(m, first):
-                result = grad_step(step_fn, self.objectives[m].drafter, inputs, self.fs,
-                                   seq=seq, tokens=hb.tokens.num_tokens,
-                                   cudagraphs=self.cfg.compile.cudagraphs)
+                result = grad_step(
+                    step_fn,
+                    self.objectives[m].drafter,
+                    inputs,
+                    self.fs,
+                    seq=seq,
+                    tokens=hb.tokens.num_tokens,
+                    cudagraphs=self.cfg.compile.cudagraphs,
+                )
             if self.oracle is not None and self.oracle.due(step):
                 # Here, not in the leader: this thread's replica and inputs, before the barrier
                 # that precedes the update (dflash.oracle.Oracle.check says why that is safe).

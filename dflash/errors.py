@@ -8,8 +8,15 @@ points raise live with them in harness.runtime.errors and are named here too.
 
 from harness.runtime.errors import ConfigError, InjectedFault, UserInputError
 
-__all__ = ["ConfigError", "DataError", "DevicePlanError", "InjectedFault", "StageStopped", "UserInputError",
-           "WrongResult"]
+__all__ = [
+    "ConfigError",
+    "DataError",
+    "DevicePlanError",
+    "InjectedFault",
+    "StageStopped",
+    "UserInputError",
+    "WrongResult",
+]
 
 
 class DataError(UserInputError):

@@ -31,8 +31,9 @@ def _greedy_prefix_match(draft: list[int], verify: list[int]) -> int:
 
 
 @torch.no_grad()
-def speculative_generate(target: TargetModel, objective, prompt: list[int],
-                         max_new_tokens: int) -> tuple[list[int], list[int]]:
+def speculative_generate(
+    target: TargetModel, objective, prompt: list[int], max_new_tokens: int
+) -> tuple[list[int], list[int]]:
     """(new tokens, tokens produced per verify round) for one prompt.
 
     `objective` needs `layer_ids`, `block_size` and `draft_logits(context, anchor_tokens)`
@@ -51,20 +52,17 @@ def speculative_generate(target: TargetModel, objective, prompt: list[int],
         assert context.shape[1] == anchor, "context must cover exactly the positions < anchor"
         anchor_tok = torch.tensor([tokens[-1]], device=dev)
         draft = objective.draft_logits(context, anchor_tok)[0].argmax(-1).tolist()
-        logits, full_ctx, _ = target.logits_and_hidden(
-            torch.tensor([tokens + draft], device=dev), layer_ids
-        )
-        verify = logits[0, anchor:anchor + block].argmax(-1).tolist()  # [B]
+        logits, full_ctx, _ = target.logits_and_hidden(torch.tensor([tokens + draft], device=dev), layer_ids)
+        verify = logits[0, anchor : anchor + block].argmax(-1).tolist()  # [B]
         accepted = _greedy_prefix_match(draft, verify[: block - 1])
         produced = min(accepted + 1, max_new_tokens - (len(tokens) - len(prompt)))
         tokens += (draft[:accepted] + [verify[accepted]])[:produced]
         context = full_ctx[:, : len(tokens) - 1]  # states now exist up to the new anchor
         rounds.append(produced)
-    return tokens[len(prompt):], rounds
+    return tokens[len(prompt) :], rounds
 
 
-def acceptance_length(target: TargetModel, drafter_obj, prompts: list[list[int]],
-                      max_new_tokens: int) -> float:
+def acceptance_length(target: TargetModel, drafter_obj, prompts: list[list[int]], max_new_tokens: int) -> float:
     """tau: mean tokens produced per verify round (accepted drafts + 1), pooled over prompts."""
     if not prompts:
         raise ValueError("acceptance_length needs at least one prompt")

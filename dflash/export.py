@@ -96,8 +96,9 @@ def export_hf(drafter: DFlashDrafter, cfg: RunConfig, out_dir: str) -> str:
         raise UserInputError(f"export target {out_dir} exists and is not a directory")
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
-    config = hf_config(drafter, block_size=cfg.drafter.block_size,
-                       mask_token_id=resolve_mask_token_id(cfg.drafter, drafter.vocab_size))
+    config = hf_config(
+        drafter, block_size=cfg.drafter.block_size, mask_token_id=resolve_mask_token_id(cfg.drafter, drafter.vocab_size)
+    )
     # Owned CPU copies: safetensors rejects shared or non-contiguous storage.
     state = {k: v.detach().to("cpu").contiguous().clone() for k, v in drafter.state_dict().items()}
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
@@ -132,19 +133,27 @@ def drafter_from_hf(path: str) -> DFlashDrafter:
     """Rebuild a DFlashDrafter from an export (weights loaded strictly)."""
     config, state = load_hf(path)
     values = dict(
-        num_layers=config["num_hidden_layers"], block_size=config["block_size"],
-        num_heads=config["num_attention_heads"], num_kv_heads=config["num_key_value_heads"],
-        head_dim=config["head_dim"], intermediate_size=config["intermediate_size"],
-        rms_norm_eps=config["rms_norm_eps"], rope_theta=config["rope_theta"],
+        num_layers=config["num_hidden_layers"],
+        block_size=config["block_size"],
+        num_heads=config["num_attention_heads"],
+        num_kv_heads=config["num_key_value_heads"],
+        head_dim=config["head_dim"],
+        intermediate_size=config["intermediate_size"],
+        rms_norm_eps=config["rms_norm_eps"],
+        rope_theta=config["rope_theta"],
         mask_token_id=config["dflash_config"]["mask_token_id"],
         target_layer_ids=tuple(config["dflash_config"]["target_layer_ids"]),
         layer_types=tuple(config["layer_types"]),
         sliding_window=config.get("sliding_window") if config.get("use_sliding_window") else None,
     )
     dcfg = DrafterConfig(**values)
-    drafter = DFlashDrafter(dcfg, hidden_size=config["hidden_size"],
-                            num_target_layers=config["num_target_layers"],
-                            vocab_size=config["vocab_size"], layer_ids=dcfg.target_layer_ids)
+    drafter = DFlashDrafter(
+        dcfg,
+        hidden_size=config["hidden_size"],
+        num_target_layers=config["num_target_layers"],
+        vocab_size=config["vocab_size"],
+        layer_ids=dcfg.target_layer_ids,
+    )
     drafter.to(next(iter(state.values())).dtype)
     drafter.load_state_dict(state, strict=True)
     return drafter

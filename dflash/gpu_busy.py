@@ -36,9 +36,20 @@ class GpuBusy:
         if exe is None or self.index is None:
             return self
         self._proc = subprocess.Popen(
-            [exe, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-             "-i", str(self.index), "-lms", str(SAMPLE_MS)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            [
+                exe,
+                "--query-gpu=utilization.gpu",
+                "--format=csv,noheader,nounits",
+                "-i",
+                str(self.index),
+                "-lms",
+                str(SAMPLE_MS),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self._reader = threading.Thread(target=self._read, name="dflash-gpu-busy", daemon=True)
         self._reader.start()
         return self

@@ -58,8 +58,14 @@ SHIPPED_BUCKET_SAMPLES = (145_615, 191_349, 183_189, 184_994, 147_783, 242_152)
 epoch-0 plan at SEEDS_TOKEN_BUDGET: 59,830 batches, shares 3.8/7.4/10.5/15.0/16.6/46.6%)."""
 
 
-def synthetic_lengths(samples: int = SHIPPED_SAMPLES, *, seed: int = SHIPPED_SEED, mu: float = LOG_MU,
-                      sigma: float = LOG_SIGMA, max_length: int = MAX_LENGTH) -> np.ndarray:
+def synthetic_lengths(
+    samples: int = SHIPPED_SAMPLES,
+    *,
+    seed: int = SHIPPED_SEED,
+    mu: float = LOG_MU,
+    sigma: float = LOG_SIGMA,
+    max_length: int = MAX_LENGTH,
+) -> np.ndarray:
     """[samples] int64 lengths: round(exp(N(mu, sigma))), draws outside [1, max_length] redrawn."""
     rng = np.random.default_rng([seed, 0x4C454E53])  # a stream of its own ("LENS")
     parts, have = [], 0
@@ -74,8 +80,14 @@ def synthetic_lengths(samples: int = SHIPPED_SAMPLES, *, seed: int = SHIPPED_SEE
     return out
 
 
-def bucketed_lengths(counts: Sequence[int], boundaries: Sequence[int], *, seed: int = SHIPPED_SEED,
-                     mu: float = LOG_MU, sigma: float = LOG_SIGMA) -> np.ndarray:
+def bucketed_lengths(
+    counts: Sequence[int],
+    boundaries: Sequence[int],
+    *,
+    seed: int = SHIPPED_SEED,
+    mu: float = LOG_MU,
+    sigma: float = LOG_SIGMA,
+) -> np.ndarray:
     """counts[b] lengths per bucket b (inclusive upper `boundaries`, the first from 1), each drawn
     as round(exp(N(mu, sigma))) and redrawn until it falls in its bucket; then shuffled."""
     rng = np.random.default_rng([seed, 0x4C454E53])  # a stream of its own ("LENS")
@@ -151,16 +163,31 @@ def read_lengths(path: str) -> np.ndarray:
     return lengths
 
 
-def average_batch(lengths: np.ndarray, boundaries: Sequence[int], token_budget: int, *, max_batch_rows: int,
-                  seed: int = 0, epoch: int = 0) -> float:
+def average_batch(
+    lengths: np.ndarray,
+    boundaries: Sequence[int],
+    token_budget: int,
+    *,
+    max_batch_rows: int,
+    seed: int = 0,
+    epoch: int = 0,
+) -> float:
     """Samples per batch of one token-budget epoch plan."""
-    sizes = batch_sizes(lengths, boundaries, token_budget, seed, epoch, batching="token-budget",
-                        max_batch_rows=max_batch_rows)
+    sizes = batch_sizes(
+        lengths, boundaries, token_budget, seed, epoch, batching="token-budget", max_batch_rows=max_batch_rows
+    )
     return len(lengths) / sum(s.size for s in sizes)
 
 
-def calibrate_budget(lengths: np.ndarray, boundaries: Sequence[int], target_avg: float, *, max_batch_rows: int,
-                     seed: int = 0, epoch: int = 0) -> int:
+def calibrate_budget(
+    lengths: np.ndarray,
+    boundaries: Sequence[int],
+    target_avg: float,
+    *,
+    max_batch_rows: int,
+    seed: int = 0,
+    epoch: int = 0,
+) -> int:
     """The multiple of BUDGET_QUANTUM (at least the largest bound) whose token-budget plan of
     (seed, epoch) averages nearest `target_avg` samples a batch."""
     q = BUDGET_QUANTUM

@@ -38,8 +38,7 @@ class LossOut(NamedTuple):
     """Scalar float: kept blocks (accept_sum / num_blocks = simulated tau)."""
 
 
-def position_weights(block_size: int, gamma: float, *, device=None,
-                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def position_weights(block_size: int, gamma: float, *, device=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """[B_s - 1]: exp(-(k - 1) / gamma) for k = 1..B_s-1."""
     if block_size < 2:
         raise ValueError(f"block_size must be >= 2, got {block_size}")
@@ -49,9 +48,14 @@ def position_weights(block_size: int, gamma: float, *, device=None,
     return torch.exp(-(k - 1) / gamma).to(dtype)
 
 
-def block_labels(input_ids: torch.Tensor, loss_mask: torch.Tensor, anchors: torch.Tensor,
-                 keep: torch.Tensor, block_size: int,
-                 doc_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def block_labels(
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    anchors: torch.Tensor,
+    keep: torch.Tensor,
+    block_size: int,
+    doc_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(labels [B, N, B_s-1] int64, valid [B, N, B_s-1] bool) for block positions 1..B_s-1;
     doc_ids [B, L] (packed rows) drops labels outside the anchor's document."""
     seq_len = input_ids.shape[1]
@@ -68,8 +72,7 @@ def block_labels(input_ids: torch.Tensor, loss_mask: torch.Tensor, anchors: torc
     return labels, valid
 
 
-def block_loss(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor,
-               pos_weights: torch.Tensor) -> LossOut:
+def block_loss(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, pos_weights: torch.Tensor) -> LossOut:
     """logits [B, N, B_s-1, V] (any float dtype; CE in float32), labels/valid [B, N, B_s-1]."""
     ce = F.cross_entropy(logits.float().flatten(0, 2), labels.flatten(), reduction="none")
     ce = ce.view_as(labels)
@@ -83,5 +86,4 @@ def block_loss(logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor,
         chain = hit.long().cumprod(dim=-1).sum(dim=-1).float()  # accepted drafts per block
         accept_sum = ((1.0 + chain) * block_kept.float()).sum()
         num_blocks = block_kept.float().sum()
-    return LossOut(loss=loss, correct=correct, counts=counts, accept_sum=accept_sum,
-                   num_blocks=num_blocks)
+    return LossOut(loss=loss, correct=correct, counts=counts, accept_sum=accept_sum, num_blocks=num_blocks)

@@ -26,8 +26,14 @@ from torch.nn.attention.flex_attention import create_block_mask
 from dflash.drafter import DenseMask, in_window
 
 
-def anchor_block_mask_mod(anchors: torch.Tensor, keep: torch.Tensor, block_size: int,
-                          seq_len: int, doc_ids: torch.Tensor | None = None, window: int | None = None):
+def anchor_block_mask_mod(
+    anchors: torch.Tensor,
+    keep: torch.Tensor,
+    block_size: int,
+    seq_len: int,
+    doc_ids: torch.Tensor | None = None,
+    window: int | None = None,
+):
     """mask_mod(b, h, q_idx, kv_idx) -> bool for anchors/keep [B, N] and S = seq_len.
 
     Only tensor ops on its arguments (no Python branching on values): it runs under vmap in
@@ -58,8 +64,14 @@ def _lengths(anchors: torch.Tensor, block_size: int, seq_len: int) -> tuple[int,
     return b, q_len, seq_len + q_len
 
 
-def dense_mask(anchors: torch.Tensor, keep: torch.Tensor, block_size: int, seq_len: int,
-               doc_ids: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
+def dense_mask(
+    anchors: torch.Tensor,
+    keep: torch.Tensor,
+    block_size: int,
+    seq_len: int,
+    doc_ids: torch.Tensor | None = None,
+    window: int | None = None,
+) -> torch.Tensor:
     """bool [B, 1, Q, KV]: the mask_mod evaluated on broadcast index grids."""
     b, q_len, kv_len = _lengths(anchors, block_size, seq_len)
     dev = anchors.device
@@ -71,15 +83,27 @@ def dense_mask(anchors: torch.Tensor, keep: torch.Tensor, block_size: int, seq_l
     return mod(bi, hi, qi, ki).expand(b, 1, q_len, kv_len)
 
 
-def sdpa_mask(anchors: torch.Tensor, keep: torch.Tensor, block_size: int, seq_len: int,
-              doc_ids: torch.Tensor | None = None, window: int | None = None) -> DenseMask:
+def sdpa_mask(
+    anchors: torch.Tensor,
+    keep: torch.Tensor,
+    block_size: int,
+    seq_len: int,
+    doc_ids: torch.Tensor | None = None,
+    window: int | None = None,
+) -> DenseMask:
     """DenseMask for the drafter's SDPA path (allowed mask + rows that see anything)."""
     allowed = dense_mask(anchors, keep, block_size, seq_len, doc_ids, window)
     return DenseMask(allowed=allowed, row_valid=allowed.any(dim=-1, keepdim=True))
 
 
-def flex_block_mask(anchors: torch.Tensor, keep: torch.Tensor, block_size: int, seq_len: int,
-                    doc_ids: torch.Tensor | None = None, window: int | None = None):
+def flex_block_mask(
+    anchors: torch.Tensor,
+    keep: torch.Tensor,
+    block_size: int,
+    seq_len: int,
+    doc_ids: torch.Tensor | None = None,
+    window: int | None = None,
+):
     """BlockMask (H=None) on anchors' device from the same mask_mod.
 
     Called inside the compiled objective forward, the mask_mod closure is re-created each step

@@ -22,10 +22,17 @@ from tqdm import tqdm
 
 
 class Metrics:
-    def __init__(self, *, stage_threads: dict[str, int],
-                 depths: Callable[[], dict[str, int]] = dict, log_interval_s: float,
-                 total_steps: int, start_step: int = 0,
-                 progress: bool = False, out: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        stage_threads: dict[str, int],
+        depths: Callable[[], dict[str, int]] = dict,
+        log_interval_s: float,
+        total_steps: int,
+        start_step: int = 0,
+        progress: bool = False,
+        out: TextIO | None = None,
+    ) -> None:
         self._threads = dict(stage_threads)
         self._busy = {name: 0.0 for name in stage_threads}
         self._depths = depths
@@ -46,8 +53,9 @@ class Metrics:
         self.counts: torch.Tensor | None = None
         self._bar = None
         if progress:
-            self._bar = tqdm(total=total_steps, initial=start_step, file=sys.stderr,
-                             desc="train", unit="step", dynamic_ncols=True)
+            self._bar = tqdm(
+                total=total_steps, initial=start_step, file=sys.stderr, desc="train", unit="step", dynamic_ncols=True
+            )
 
     def watch(self, depths: Callable[[], dict[str, int]]) -> None:
         """Set the queue-depth probe (channels exist only once the pipeline is built)."""
@@ -69,8 +77,7 @@ class Metrics:
             with self._lock:
                 self._busy[stage] += dt
 
-    def record_step(self, *, step: int, loss: float, tokens: int,
-                    correct: torch.Tensor, counts: torch.Tensor) -> None:
+    def record_step(self, *, step: int, loss: float, tokens: int, correct: torch.Tensor, counts: torch.Tensor) -> None:
         """Called by the replica leader after each optimizer step."""
         now = time.monotonic()
         with self._lock:

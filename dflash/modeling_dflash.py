@@ -50,8 +50,7 @@ def rope_theta_of(config) -> float:
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
     """cos, sin [B, T, head_dim] for integer positions [B, T]."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device,
-                                              dtype=torch.float32) / head_dim))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
     freqs = positions.float()[..., None] * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -172,14 +171,16 @@ class DFlashDraftModel(PreTrainedModel):
     def __init__(self, config) -> None:
         super().__init__(config)
         dflash = getattr(config, "dflash_config", None) or {}
-        self.target_layer_ids = list(dflash.get("target_layer_ids") or build_target_layer_ids(
-            config.num_target_layers, config.num_hidden_layers))
+        self.target_layer_ids = list(
+            dflash.get("target_layer_ids") or build_target_layer_ids(config.num_target_layers, config.num_hidden_layers)
+        )
         self.mask_token_id = dflash.get("mask_token_id")
         self.block_size = config.block_size
         self.layer_types = list(config.layer_types or [FULL] * config.num_hidden_layers)
         if len(self.layer_types) != config.num_hidden_layers or not set(self.layer_types) <= {FULL, SLIDING}:
-            raise ValueError(f"layer_types must give full_attention or sliding_attention per layer, "
-                             f"got {self.layer_types}")
+            raise ValueError(
+                f"layer_types must give full_attention or sliding_attention per layer, got {self.layer_types}"
+            )
         if SLIDING in self.layer_types and not config.sliding_window:
             raise ValueError("sliding_attention layers need sliding_window (and use_sliding_window true)")
         self.rope_theta = rope_theta_of(config)
@@ -198,9 +199,16 @@ class DFlashDraftModel(PreTrainedModel):
         elif isinstance(module, DFlashRMSNorm):
             module.weight.data.fill_(1.0)
 
-    def forward(self, position_ids: torch.LongTensor, attention_mask=None,
-                noise_embedding: torch.Tensor | None = None, target_hidden: torch.Tensor | None = None,
-                past_key_values=None, use_cache: bool = False, **kwargs) -> torch.Tensor:
+    def forward(
+        self,
+        position_ids: torch.LongTensor,
+        attention_mask=None,
+        noise_embedding: torch.Tensor | None = None,
+        target_hidden: torch.Tensor | None = None,
+        past_key_values=None,
+        use_cache: bool = False,
+        **kwargs,
+    ) -> torch.Tensor:
         """noise_embedding [B,Q,H] (target-embedded block tokens), target_hidden [B,S,k*H] (tapped
         target states of the context rows), position_ids [B,S+Q] (context rows, then block rows);
         attention_mask None, a bool [B,1,Q,KV] allow-mask, or a dict of them by layer type.

@@ -34,9 +34,17 @@ from dflash.masks import flex_block_mask, sdpa_mask
 
 
 class DFlashObjective(nn.Module):
-    def __init__(self, drafter: DFlashDrafter, embed: nn.Embedding, lm_head: nn.Linear,
-                 block_size: int, mask_token_id: int, gamma: float, attention: str = "auto",
-                 precision: str = "fp32") -> None:
+    def __init__(
+        self,
+        drafter: DFlashDrafter,
+        embed: nn.Embedding,
+        lm_head: nn.Linear,
+        block_size: int,
+        mask_token_id: int,
+        gamma: float,
+        attention: str = "auto",
+        precision: str = "fp32",
+    ) -> None:
         super().__init__()
         if attention not in ATTENTION_BACKENDS:
             raise ConfigError(f"attention must be one of {ATTENTION_BACKENDS}, got {attention!r}")
@@ -56,8 +64,9 @@ class DFlashObjective(nn.Module):
         # On the drafter's device: a CPU buffer beside CUDA activations fails the first compiled
         # step on a GPU ("Tensor on device cpu is not on the expected device cuda:0"), and
         # draft_logits takes its device from this buffer.
-        self.register_buffer("pos_weights", position_weights(block_size, gamma, device=embed.weight.device),
-                             persistent=False)
+        self.register_buffer(
+            "pos_weights", position_weights(block_size, gamma, device=embed.weight.device), persistent=False
+        )
 
     @property
     def layer_ids(self) -> tuple[int, ...]:
@@ -80,21 +89,35 @@ class DFlashObjective(nn.Module):
         ctx_pos = torch.arange(seq_len, device=input_ids.device).expand(b, seq_len)
         return ids.flatten(1), torch.cat([ctx_pos, block_pos], dim=1)
 
-    def _masks(self, anchors: torch.Tensor, keep: torch.Tensor, seq_len: int,
-               doc_ids: torch.Tensor | None, flex: bool):
+    def _masks(self, anchors: torch.Tensor, keep: torch.Tensor, seq_len: int, doc_ids: torch.Tensor | None, flex: bool):
         """One mask for an all-full drafter, else one per layer kind (a dict by layer type)."""
         build = flex_block_mask if flex else sdpa_mask
         kinds = sorted(set(self.drafter.layer_types))
-        masks = {kind: build(anchors, keep, self.block_size, seq_len, doc_ids,
-                             self.drafter.sliding_window if kind == SLIDING else None)
-                 for kind in kinds}
+        masks = {
+            kind: build(
+                anchors,
+                keep,
+                self.block_size,
+                seq_len,
+                doc_ids,
+                self.drafter.sliding_window if kind == SLIDING else None,
+            )
+            for kind in kinds
+        }
         return masks if SLIDING in masks else masks[kinds[0]]
 
     def _autocast(self, device: torch.device):
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16-autocast")
 
-    def forward(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, context: torch.Tensor,
-                anchors: torch.Tensor, keep: torch.Tensor, doc_ids: torch.Tensor | None = None) -> LossOut:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        loss_mask: torch.Tensor,
+        context: torch.Tensor,
+        anchors: torch.Tensor,
+        keep: torch.Tensor,
+        doc_ids: torch.Tensor | None = None,
+    ) -> LossOut:
         """input_ids/loss_mask [B, L], context [B, L, k*H], anchors/keep [B, N], doc_ids None or
         [B, L] (document of each token of a packed row) -> LossOut."""
         b, seq_len = input_ids.shape

@@ -58,8 +58,10 @@ class Diff:
         if math.isnan(self.loss) and math.isnan(self.eager):
             return None  # both NaN: the parameters are, which train.nan_check reports
         if not self.abs_diff <= cfg.oracle_atol + cfg.oracle_rtol * abs(self.eager):
-            return (f"loss {self.loss:.7g} != eager {self.eager:.7g} (|diff| {self.abs_diff:.3g} > "
-                    f"{cfg.oracle_atol:g} + {cfg.oracle_rtol:g} * |eager|)")
+            return (
+                f"loss {self.loss:.7g} != eager {self.eager:.7g} (|diff| {self.abs_diff:.3g} > "
+                f"{cfg.oracle_atol:g} + {cfg.oracle_rtol:g} * |eager|)"
+            )
         if not self.counts_equal:
             return "label counts differ from eager (the step read other inputs)"
         if self.flips > cfg.oracle_flips:
@@ -74,9 +76,12 @@ def reference(objective: nn.Module, inputs: StepInputs) -> LossOut:
 
 
 def compare(result: StepResult, ref: LossOut) -> Diff:
-    return Diff(loss=float(result.loss), eager=float(ref.loss),
-                flips=int((result.correct.float() - ref.correct.float()).abs().sum()),
-                counts_equal=bool(torch.equal(result.counts.float(), ref.counts.float())))
+    return Diff(
+        loss=float(result.loss),
+        eager=float(ref.loss),
+        flips=int((result.correct.float() - ref.correct.float()).abs().sum()),
+        counts_equal=bool(torch.equal(result.counts.float(), ref.counts.float())),
+    )
 
 
 class Oracle:
@@ -117,13 +122,21 @@ class Oracle:
             self.max_flips = max(self.max_flips, diff.flips)
         why = diff.violation(self.cfg)
         if why is not None:
-            raise WrongResult(f"drafter step disagrees with its eager recomputation: {why} at step "
-                              f"{step + 1} (batch {result.seq}, {threading.current_thread().name})")
+            raise WrongResult(
+                f"drafter step disagrees with its eager recomputation: {why} at step "
+                f"{step + 1} (batch {result.seq}, {threading.current_thread().name})"
+            )
 
     def summary(self) -> dict | None:
         """For the final event: steps checked and the largest differences (None when off)."""
         if not self.every:
             return None
         with self._lock:
-            return {"every": self.every, "checked": self.checked, "seconds": round(self.seconds, 3),
-                    "max_abs": self.max_abs, "max_rel": self.max_rel, "max_flips": self.max_flips}
+            return {
+                "every": self.every,
+                "checked": self.checked,
+                "seconds": round(self.seconds, 3),
+                "max_abs": self.max_abs,
+                "max_rel": self.max_rel,
+                "max_flips": self.max_flips,
+            }

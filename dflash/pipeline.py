@@ -59,14 +59,12 @@ class PipelineResult:
         parts = [f.report() for f in self.failures]
         if self.alive:
             parts.append(f"=== threads still alive after the shutdown deadline: {', '.join(self.alive)} ===")
-            parts += [f"  {name} in {self.alive_where[name]}" for name in self.alive
-                      if name in self.alive_where]
+            parts += [f"  {name} in {self.alive_where[name]}" for name in self.alive if name in self.alive_where]
         return "\n".join(parts)
 
 
 class Supervisor:
-    def __init__(self, *, stop: threading.Event, fs, shutdown_deadline_s: float,
-                 poll_s: float = 0.1) -> None:
+    def __init__(self, *, stop: threading.Event, fs, shutdown_deadline_s: float, poll_s: float = 0.1) -> None:
         self.stop = stop
         self.fs = fs
         self.shutdown_deadline_s = shutdown_deadline_s
@@ -117,8 +115,9 @@ class Supervisor:
             fn()
         self._changed.set()
 
-    def run(self, should_abort: Callable[[], bool] = lambda: False,
-            join_by: Callable[[], float | None] = lambda: None) -> PipelineResult:
+    def run(
+        self, should_abort: Callable[[], bool] = lambda: False, join_by: Callable[[], float | None] = lambda: None
+    ) -> PipelineResult:
         """Start every thread, wait for the finishers (or a failure/abort), stop and join.
 
         `join_by()`, asked once the loop ends, may cap the join deadline (a time.monotonic())."""
@@ -138,8 +137,12 @@ class Supervisor:
             alive = self._join(join_by())
         with self._lock:
             failures = list(self._failures)
-        return PipelineResult(failures=failures, alive=[t.name for t in alive],
-                              alive_where=stacks.of_threads(alive), elapsed_s=time.monotonic() - t0)
+        return PipelineResult(
+            failures=failures,
+            alive=[t.name for t in alive],
+            alive_where=stacks.of_threads(alive),
+            elapsed_s=time.monotonic() - t0,
+        )
 
     def _join(self, cap: float | None = None) -> list[threading.Thread]:
         deadline = time.monotonic() + self.shutdown_deadline_s

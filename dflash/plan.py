@@ -70,14 +70,18 @@ def half_open(boundaries: Sequence[int]) -> tuple[tuple[int, int], ...]:
 
 def plan_table(lengths: np.ndarray, cfg: RunConfig, seed: int, epoch: int) -> PlanTable:
     d = cfg.data
-    plan = plan_epoch(lengths, d.bucket_boundaries, d.token_budget, seed, epoch, batching=d.batching,
-                      max_batch_rows=d.max_batch_rows)
+    plan = plan_epoch(
+        lengths, d.bucket_boundaries, d.token_budget, seed, epoch, batching=d.batching, max_batch_rows=d.max_batch_rows
+    )
     per = {bound: [] for bound in d.bucket_boundaries}
     for batch in plan:
         per[batch.bucket].append(len(batch.indices))
-    return PlanTable(bounds=half_open(d.bucket_boundaries),
-                     buckets=tuple(Sizes.of(per[bound]) for bound in d.bucket_boundaries),
-                     total=Sizes.of([len(b.indices) for b in plan]), samples=len(lengths))
+    return PlanTable(
+        bounds=half_open(d.bucket_boundaries),
+        buckets=tuple(Sizes.of(per[bound]) for bound in d.bucket_boundaries),
+        total=Sizes.of([len(b.indices) for b in plan]),
+        samples=len(lengths),
+    )
 
 
 def _n(v: int | None) -> str:
@@ -101,40 +105,51 @@ def _launches(values: Sequence[float], digits: int = 0) -> str:
 
 def source_line(path: str | None, lengths: np.ndarray) -> str:
     if path is None:
-        return (f"lengths: the shipped synthetic index (dflash.lengths), {len(lengths):,} lengths: "
-                f"round(exp(N({LOG_MU:.3f}, {LOG_SIGMA:.3f}^2))) truncated to each bucket up to "
-                f"{MAX_LENGTH}, {'/'.join(f'{n:,}' for n in SHIPPED_BUCKET_SAMPLES)} samples per seeds' "
-                f"bucket (fitted to their batch shares and count: those two are matched, not checked), "
-                f"generator seed {SHIPPED_SEED}")
+        return (
+            f"lengths: the shipped synthetic index (dflash.lengths), {len(lengths):,} lengths: "
+            f"round(exp(N({LOG_MU:.3f}, {LOG_SIGMA:.3f}^2))) truncated to each bucket up to "
+            f"{MAX_LENGTH}, {'/'.join(f'{n:,}' for n in SHIPPED_BUCKET_SAMPLES)} samples per seeds' "
+            f"bucket (fitted to their batch shares and count: those two are matched, not checked), "
+            f"generator seed {SHIPPED_SEED}"
+        )
     return f"lengths: {path}, {len(lengths):,} rows (all planned; plan reads no token)"
 
 
 def budget_line(cfg: RunConfig, shipped: bool) -> str:
     d = cfg.data
     if d.batching == "fixed":
-        return (f"token budget: {d.token_budget:,} padded tokens a batch (data.token_budget); "
-                f"batch size per bucket = budget // bound")
-    line = (f"token budget: {d.token_budget:,} real tokens a batch, at most {d.max_batch_rows} rows "
-            f"(data.token_budget, data.max_batch_rows)")
+        return (
+            f"token budget: {d.token_budget:,} padded tokens a batch (data.token_budget); "
+            f"batch size per bucket = budget // bound"
+        )
+    line = (
+        f"token budget: {d.token_budget:,} real tokens a batch, at most {d.max_batch_rows} rows "
+        f"(data.token_budget, data.max_batch_rows)"
+    )
     if shipped and d.token_budget == SEEDS_TOKEN_BUDGET and d.bucket_boundaries == SEEDS.bucket_boundaries():
-        line += (f"; chosen as the multiple of {BUDGET_QUANTUM} whose seed-0 epoch-0 plan of the shipped "
-                 f"index averages nearest the seeds' {SEEDS.avg_batch} samples a batch "
-                 f"(dflash.lengths.calibrate_budget)")
+        line += (
+            f"; chosen as the multiple of {BUDGET_QUANTUM} whose seed-0 epoch-0 plan of the shipped "
+            f"index averages nearest the seeds' {SEEDS.avg_batch} samples a batch "
+            f"(dflash.lengths.calibrate_budget)"
+        )
     return line
 
 
 def render(table: PlanTable, cfg: RunConfig, *, seed: int, epoch: int, source: str, budget: str) -> str:
     d = cfg.data
     theirs = d.bucket_boundaries == SEEDS.bucket_boundaries()
-    out = [f"plan: preset {cfg.preset}, batching {d.batching}, shuffle seed {seed}, epoch {epoch}",
-           source, budget, ""]
-    head = (f"{'bucket':<14} {'batches':>8} {'share%':>6} {'min':>4} {'max':>4} {'avg':>6} | "
-            f"{'seeds: batches':>16} {'share%':>6} | {'distance: batches':>18} {'share%':>6}")
+    out = [f"plan: preset {cfg.preset}, batching {d.batching}, shuffle seed {seed}, epoch {epoch}", source, budget, ""]
+    head = (
+        f"{'bucket':<14} {'batches':>8} {'share%':>6} {'min':>4} {'max':>4} {'avg':>6} | "
+        f"{'seeds: batches':>16} {'share%':>6} | {'distance: batches':>18} {'share%':>6}"
+    )
     out += [head, "-" * len(head)]
     last = len(table.buckets) - 1
     for b, ((lo, hi), s) in enumerate(zip(table.bounds, table.buckets, strict=True)):
-        mine = (f"{f'[{lo},{hi})':<14} {s.batches:>8,} {table.share_pct(b):>6.1f} {_n(s.min):>4} {_n(s.max):>4} "
-                f"{_f(s.avg):>6}")
+        mine = (
+            f"{f'[{lo},{hi})':<14} {s.batches:>8,} {table.share_pct(b):>6.1f} {_n(s.min):>4} {_n(s.max):>4} "
+            f"{_f(s.avg):>6}"
+        )
         if theirs:
             logged = SEEDS.last_bucket_batches if b == last else ()
             seeds_cols = f"{_launches(logged):>16} {SEEDS.share_pct[b]:>6.1f}"
@@ -143,8 +158,11 @@ def render(table: PlanTable, cfg: RunConfig, *, seed: int, epoch: int, source: s
             seeds_cols, dist = f"{'-':>16} {'-':>6}", f"{'-':>18} {'-':>6}"
         out.append(f"{mine} | {seeds_cols} | {dist}")
     if not theirs:
-        out.append("(the seeds' buckets are " + " ".join(f"[{lo},{hi})" for lo, hi in half_open(
-            SEEDS.bucket_boundaries())) + ": per-bucket figures not compared)")
+        out.append(
+            "(the seeds' buckets are "
+            + " ".join(f"[{lo},{hi})" for lo, hi in half_open(SEEDS.bucket_boundaries()))
+            + ": per-bucket figures not compared)"
+        )
     t = table.total
     out += ["", f"{'total':<14} {'this plan':>12} | {'seeds':>12} | {'distance':>14}", "-" * 61]
     rows = [
@@ -164,5 +182,11 @@ def run(cfg: RunConfig, *, lengths_path: str | None, seed: int, epoch: int) -> s
     path = lengths_path or cfg.data.path
     lengths = shipped_lengths() if path is None else read_lengths(path)
     table = plan_table(lengths, cfg, seed, epoch)
-    return render(table, cfg, seed=seed, epoch=epoch, source=source_line(path, lengths),
-                  budget=budget_line(cfg, shipped=path is None))
+    return render(
+        table,
+        cfg,
+        seed=seed,
+        epoch=epoch,
+        source=source_line(path, lengths),
+        budget=budget_line(cfg, shipped=path is None),
+    )

@@ -39,8 +39,15 @@ class EpochPlanner:
         plan = self._plans.get(epoch)
         if plan is None:
             c = self._cfg
-            plan = plan_epoch(self._lengths, c.bucket_boundaries, c.token_budget, c.shuffle_seed, epoch,
-                              batching=c.batching, max_batch_rows=c.max_batch_rows)
+            plan = plan_epoch(
+                self._lengths,
+                c.bucket_boundaries,
+                c.token_budget,
+                c.shuffle_seed,
+                epoch,
+                batching=c.batching,
+                max_batch_rows=c.max_batch_rows,
+            )
             if not plan:
                 raise ValueError("epoch plan is empty: no training rows")
             self._plans[epoch] = plan
@@ -72,9 +79,20 @@ class EpochPlanner:
 
 
 class BatchPrefetcher:
-    def __init__(self, *, ds: TokenDataset, planner: EpochPlanner, out: Channel, num_threads: int,
-                 start_seq: int, end_seq: int, gate, metrics: Metrics,
-                 pad_to: int | None = None, pad_rows: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        ds: TokenDataset,
+        planner: EpochPlanner,
+        out: Channel,
+        num_threads: int,
+        start_seq: int,
+        end_seq: int,
+        gate,
+        metrics: Metrics,
+        pad_to: int | None = None,
+        pad_rows: int | None = None,
+    ) -> None:
         self.ds = ds
         self.planner = planner
         self.out = out

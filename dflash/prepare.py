@@ -52,9 +52,7 @@ def load_tokenizer(tokenizer_dir: str):
 def _render(tok, messages: list[dict], *, generation_prompt: bool) -> list[int]:
     if not messages:
         return []
-    out = tok.apply_chat_template(
-        messages, tokenize=True, add_generation_prompt=generation_prompt, return_dict=False
-    )
+    out = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt, return_dict=False)
     if isinstance(out, dict) or hasattr(out, "keys"):  # older/newer defaults return a BatchEncoding
         out = out["input_ids"]
     return [int(t) for t in out]
@@ -69,7 +67,9 @@ def _chat_tokens(tok, messages: list[dict], where: str) -> tuple[list[int], list
         prev = _render(tok, messages[:i], generation_prompt=assistant)
         cur = _render(tok, messages[: i + 1], generation_prompt=False)
         if cur[: len(prev)] != prev or prev[: len(ids)] != ids:
-            raise DataError(f"{where}: the chat template does not render turn {i} as an extension of the previous turns")
+            raise DataError(
+                f"{where}: the chat template does not render turn {i} as an extension of the previous turns"
+            )
         mask.extend([0] * (len(prev) - len(ids)))
         mask.extend([1 if assistant else 0] * (len(cur) - len(prev)))
         ids = cur
@@ -91,13 +91,15 @@ def _parse_line(line: str, where: str) -> list[dict] | tuple[str, str]:
         raise DataError(f"{where}: invalid JSON ({exc})") from None
     if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
         msgs = obj["messages"]
-        ok = all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in msgs)
+        ok = all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in msgs
+        )
         if not ok or not msgs:
             raise DataError(f"{where}: 'messages' must be a non-empty list of {{role, content}} strings")
         return msgs
     if isinstance(obj, dict) and isinstance(obj.get("prompt"), str) and isinstance(obj.get("completion"), str):
         return obj["prompt"], obj["completion"]
-    raise DataError(f"{where}: expected {{\"prompt\": str, \"completion\": str}} or {{\"messages\": [...]}}")
+    raise DataError(f'{where}: expected {{"prompt": str, "completion": str}} or {{"messages": [...]}}')
 
 
 def tokenize_line(tok, line: str, where: str) -> tuple[list[int], list[int]]:
@@ -110,12 +112,15 @@ def tokenize_line(tok, line: str, where: str) -> tuple[list[int], list[int]]:
         return _chat_tokens(tok, parsed, where)
     prompt, completion = parsed
     if has_template:
-        return _chat_tokens(tok, [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}], where)
+        return _chat_tokens(
+            tok, [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}], where
+        )
     return _plain_tokens(tok, prompt, completion)
 
 
-def prepare_jsonl(jsonl_path: str, tokenizer_dir: str, out_path: str, max_len: int,
-                  pack_docs: bool = False) -> PrepareStats:
+def prepare_jsonl(
+    jsonl_path: str, tokenizer_dir: str, out_path: str, max_len: int, pack_docs: bool = False
+) -> PrepareStats:
     """Tokenize `jsonl_path` into an Arrow IPC file at `out_path` (atomic); see module docstring."""
     if max_len < 2:
         raise DataError(f"max_len must be >= 2, got {max_len}")
@@ -148,8 +153,7 @@ def prepare_jsonl(jsonl_path: str, tokenizer_dir: str, out_path: str, max_len: i
     return stats
 
 
-def _write_nonempty(out_path: str, rows: Iterator[tuple[list[int], list[int]]], src: str,
-                    pack_len: int = 0) -> int:
+def _write_nonempty(out_path: str, rows: Iterator[tuple[list[int], list[int]]], src: str, pack_len: int = 0) -> int:
     first = next(rows, None)
     if first is None:
         raise DataError(f"{src}: no usable samples (all lines empty, too long or unsupervised)")
@@ -171,8 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokenizer", required=True, help="local tokenizer folder (no network)")
     parser.add_argument("--out", required=True, help="output Arrow IPC file")
     parser.add_argument("--max-len", type=int, default=2048, help="skip samples longer than this (tokens)")
-    parser.add_argument("--pack-docs", action="store_true",
-                        help="pack consecutive samples into rows of up to --max-len tokens, with a doc_ids column")
+    parser.add_argument(
+        "--pack-docs",
+        action="store_true",
+        help="pack consecutive samples into rows of up to --max-len tokens, with a doc_ids column",
+    )
     return parser
 
 

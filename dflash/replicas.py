@@ -40,8 +40,7 @@ def warmup_cosine(total_steps: int, warmup_ratio: float) -> Callable[[int], floa
 def build_optimizer(model: nn.Module, cfg: TrainConfig):
     # foreach=False: the per-parameter loop is the same code on CPU and CUDA, so a CPU test of
     # bit-exact resume exercises the path the GPU runs.
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                            foreach=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.steps, cfg.warmup_ratio))
     return opt, sched
 
@@ -90,9 +89,15 @@ class ReplicaGroup:
     checkpoints); `should_finish()` lets a signal end the run at a step boundary.
     """
 
-    def __init__(self, replicas: list[nn.Module], cfg: TrainConfig, *, start_step: int = 0,
-                 after_update: Callable[[int, list[StepResult]], None] | None = None,
-                 should_finish: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        replicas: list[nn.Module],
+        cfg: TrainConfig,
+        *,
+        start_step: int = 0,
+        after_update: Callable[[int, list[StepResult]], None] | None = None,
+        should_finish: Callable[[], bool] | None = None,
+    ) -> None:
         self.replicas = replicas
         self.cfg = cfg
         self.num_replicas = len(replicas)

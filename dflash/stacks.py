@@ -19,23 +19,43 @@ import sysconfig
 import threading
 from dataclasses import dataclass
 
-_STDLIB = tuple({os.path.normcase(os.path.realpath(sysconfig.get_paths()[k])) + os.sep
-                 for k in ("stdlib", "platstdlib")})
-HELPER_MODULES = ("sympy", "mpmath", "torch.utils._sympy", "torch.utils._contextlib",
-                  "torch._dynamo.utils", "torch._utils_internal", "torch._strobelight", "tqdm")
+_STDLIB = tuple(
+    {os.path.normcase(os.path.realpath(sysconfig.get_paths()[k])) + os.sep for k in ("stdlib", "platstdlib")}
+)
+HELPER_MODULES = (
+    "sympy",
+    "mpmath",
+    "torch.utils._sympy",
+    "torch.utils._contextlib",
+    "torch._dynamo.utils",
+    "torch._utils_internal",
+    "torch._strobelight",
+    "tqdm",
+)
 """Modules whose frames never say where a thread is, only how it got there."""
-COMPILE_MODULES = ("torch._dynamo.convert_frame", "torch._dynamo.symbolic_convert",
-                   "torch._inductor.compile_fx", "torch._inductor.select_algorithm",
-                   "torch._inductor.autotune_process", "torch._inductor.async_compile",
-                   "triton.compiler")
+COMPILE_MODULES = (
+    "torch._dynamo.convert_frame",
+    "torch._dynamo.symbolic_convert",
+    "torch._inductor.compile_fx",
+    "torch._inductor.select_algorithm",
+    "torch._inductor.autotune_process",
+    "torch._inductor.async_compile",
+    "triton.compiler",
+)
 """A frame of one of these on the stack means a compile is in progress (Dynamo trace, Inductor
 compile, max-autotune benchmarking, Triton kernel build)."""
-COMPILE_FUNCTIONS = {("torch._inductor.runtime.triton_heuristics", f)
-                     for f in ("precompile", "_precompile_config", "benchmark_all_configs",
-                               "autotune_to_one_config")}
+COMPILE_FUNCTIONS = {
+    ("torch._inductor.runtime.triton_heuristics", f)
+    for f in ("precompile", "_precompile_config", "benchmark_all_configs", "autotune_to_one_config")
+}
 """Inductor's first-launch autotuning of a kernel runs outside compile_fx, at the first call."""
-WAIT_SITES = {("dflash.replicas", "_wait"), ("harness.runtime.fixes", "enter"), ("harness.runtime.fixes", "locked_run"),
-              ("dflash.fixes", "enter"), ("dflash.fixes", "locked_run")}
+WAIT_SITES = {
+    ("dflash.replicas", "_wait"),
+    ("harness.runtime.fixes", "enter"),
+    ("harness.runtime.fixes", "locked_run"),
+    ("dflash.fixes", "enter"),
+    ("dflash.fixes", "locked_run"),
+}
 """Innermost frames of a thread blocked on another one (channels are all of dflash.channel); the
 registry's frames under its module name before and after it moved to harness.runtime."""
 
@@ -113,13 +133,15 @@ def snapshot(*, skip: tuple[int, ...] = ()) -> list[ThreadWhere]:
     frames = sys._current_frames()
     names = {t.ident: t.name for t in threading.enumerate()}
     order = {ident: i for i, ident in enumerate(names)}
-    out = [where(names.get(ident, f"thread {ident:#x}"), ident, frame)
-           for ident, frame in frames.items() if ident not in skip]
+    out = [
+        where(names.get(ident, f"thread {ident:#x}"), ident, frame)
+        for ident, frame in frames.items()
+        if ident not in skip
+    ]
     return sorted(out, key=lambda w: order.get(w.ident, len(order)))
 
 
 def of_threads(threads: list[threading.Thread]) -> dict[str, str]:
     """`name -> module:function:line` for the given (alive) threads."""
     frames = sys._current_frames()
-    return {t.name: innermost(frames[t.ident])[2] for t in threads
-            if t.ident is not None and t.ident in frames}
+    return {t.name: innermost(frames[t.ident])[2] for t in threads if t.ident is not None and t.ident in frames}

@@ -55,16 +55,21 @@ def anchor_generator(seed: int, seq: int) -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed(seed * _SEED_STRIDE + seq)
 
 
-def make_inputs(hb: HiddenBatch, dcfg: DrafterConfig, *, seed: int, device: torch.device,
-                dtype: torch.dtype) -> StepInputs:
+def make_inputs(
+    hb: HiddenBatch, dcfg: DrafterConfig, *, seed: int, device: torch.device, dtype: torch.dtype
+) -> StepInputs:
     """Move a hidden batch to the drafter device and sample its anchors (CPU, seeded by seq)."""
     tok = hb.tokens
     # Sample on the unpadded [rows, bucket] view: the draw depends on the tensor shape, so a
     # batch padded to a fixed shape (persistent-buffers) must still get the same anchors.
     rows = len(tok.indices)
-    anchors, keep = sample_anchors(tok.loss_mask[:rows, :tok.bucket].cpu(), tok.lengths[:rows].cpu(),
-                                   dcfg.num_anchors, dcfg.block_size,
-                                   anchor_generator(seed, tok.seq))
+    anchors, keep = sample_anchors(
+        tok.loss_mask[:rows, : tok.bucket].cpu(),
+        tok.lengths[:rows].cpu(),
+        dcfg.num_anchors,
+        dcfg.block_size,
+        anchor_generator(seed, tok.seq),
+    )
     extra = tok.input_ids.shape[0] - rows
     if extra:  # padding rows: no anchors kept, so they add nothing to the loss
         anchors = torch.cat([anchors, anchors.new_zeros((extra, anchors.shape[1]))])
@@ -136,8 +141,16 @@ def inductor_options(ccfg: CompileConfig) -> dict:
     return options
 
 
-def grad_step(step_fn: Callable, replica: nn.Module, inputs: StepInputs, fs, *,
-              seq: int = -1, tokens: int = 0, cudagraphs: bool = False) -> StepResult:
+def grad_step(
+    step_fn: Callable,
+    replica: nn.Module,
+    inputs: StepInputs,
+    fs,
+    *,
+    seq: int = -1,
+    tokens: int = 0,
+    cudagraphs: bool = False,
+) -> StepResult:
     """Forward + backward of one batch into `replica`'s .grad (which is reset first).
 
     The result and, with `cudagraphs`, the gradients are copies made before the fixes' lock is
@@ -160,8 +173,13 @@ def grad_step(step_fn: Callable, replica: nn.Module, inputs: StepInputs, fs, *,
         fault_point("drafter.before_backward")
         out.loss.backward()
         fault_point("drafter.after_backward")
-        result = StepResult(seq=seq, loss=out.loss.detach().clone(), correct=out.correct.detach().clone(),
-                            counts=out.counts.detach().clone(), tokens=tokens)
+        result = StepResult(
+            seq=seq,
+            loss=out.loss.detach().clone(),
+            correct=out.correct.detach().clone(),
+            counts=out.counts.detach().clone(),
+            tokens=tokens,
+        )
         if cudagraphs:
             for p in replica.parameters():
                 if p.grad is not None:

@@ -102,8 +102,9 @@ def _chunks(prompts: list[list[int]], needs: list[int], batch: int = GENERATE_BA
     return chunks
 
 
-def _complete(prompts: list[list[int]], needs: list[int], generate: Generate, vocab_size: int,
-              batch: int = GENERATE_BATCH) -> list[list[int]]:
+def _complete(
+    prompts: list[list[int]], needs: list[int], generate: Generate, vocab_size: int, batch: int = GENERATE_BATCH
+) -> list[list[int]]:
     """Completions from `generate`, called on batches of prompts with similar completion lengths."""
     completions: list[list[int]] = [[] for _ in prompts]
     for chunk in _chunks(prompts, needs, batch):
@@ -135,12 +136,16 @@ def ensure_synthetic_corpus(cfg: DataConfig, generate: Generate, vocab_size: int
     if os.path.isfile(path):
         return path
     if cfg.synthetic_pack_len:
-        plain = open_dataset(ensure_synthetic_corpus(dataclasses.replace(cfg, synthetic_pack_len=0),
-                                                     generate, vocab_size, cache_key))
+        plain = open_dataset(
+            ensure_synthetic_corpus(dataclasses.replace(cfg, synthetic_pack_len=0), generate, vocab_size, cache_key)
+        )
         docs = (plain.row(i) for i in range(len(plain)))
-        write_token_file(path, pack_documents(docs, cfg.synthetic_pack_len), doc_ids=True,
-                         metadata={"source": "dflash.synthetic", "cache_key": cache_key,
-                                   "pack_len": cfg.synthetic_pack_len})
+        write_token_file(
+            path,
+            pack_documents(docs, cfg.synthetic_pack_len),
+            doc_ids=True,
+            metadata={"source": "dflash.synthetic", "cache_key": cache_key, "pack_len": cfg.synthetic_pack_len},
+        )
         return path
     prompts, needs = _prompts(cfg, vocab_size)
     completions = _complete(prompts, needs, generate, vocab_size, cfg.synthetic_generate_batch)

@@ -138,20 +138,25 @@ class TargetModel:
     def check_layer_ids(self, layer_ids: tuple[int, ...] | list[int]) -> None:
         bad = [i for i in layer_ids if not 0 <= i < self.num_layers]
         if bad or not layer_ids:
-            raise ConfigError(
-                f"target layer ids {tuple(layer_ids)} must be non-empty and in [0, {self.num_layers})"
-            )
+            raise ConfigError(f"target layer ids {tuple(layer_ids)} must be non-empty and in [0, {self.num_layers})")
 
     @torch.no_grad()
-    def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-               layer_ids: tuple[int, ...] | list[int],
-               position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def hidden(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        layer_ids: tuple[int, ...] | list[int],
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Tapped hidden states, concatenated on the feature axis: [B, L, k*H]. Packed rows pass
         the mask and positions of `document_inputs`."""
         # base_model skips the LM head: only the tapped states are needed here.
         out = self.model.base_model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-            output_hidden_states=True, use_cache=False,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            output_hidden_states=True,
+            use_cache=False,
         )
         return _tap(out.hidden_states, layer_ids)
 
@@ -167,23 +172,30 @@ class TargetModel:
                     sink = getattr(self._taps, "sink", None)
                     if sink is not None and i in sink:
                         sink[i] = output[0] if isinstance(output, tuple) else output
+
                 return hook
 
-            self._tap_hooks = [layer.register_forward_hook(make(i))
-                               for i, layer in enumerate(self.model.base_model.layers)]
+            self._tap_hooks = [
+                layer.register_forward_hook(make(i)) for i, layer in enumerate(self.model.base_model.layers)
+            ]
 
     @torch.no_grad()
-    def hidden_hooked(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                      layer_ids: tuple[int, ...] | list[int],
-                      position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def hidden_hooked(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        layer_ids: tuple[int, ...] | list[int],
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """`hidden` without transformers' output capture: per-thread layer hooks. Equal to
         `hidden` (HF's last hidden state is the final-normed one, so that index gets the norm)."""
         self._install_taps()
         sink: dict[int, torch.Tensor | None] = {i: None for i in layer_ids}
         self._taps.sink = sink
         try:
-            self.model.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                                  position_ids=position_ids, use_cache=False)
+            self.model.base_model(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            )
         finally:
             self._taps.sink = None
         last = self.num_layers - 1
@@ -191,8 +203,7 @@ class TargetModel:
         return torch.cat([norm(sink[i]) if i == last else sink[i] for i in layer_ids], dim=-1)
 
     @torch.no_grad()
-    def logits_and_hidden(self, input_ids: torch.Tensor, layer_ids: tuple[int, ...] | list[int],
-                          past=None):
+    def logits_and_hidden(self, input_ids: torch.Tensor, layer_ids: tuple[int, ...] | list[int], past=None):
         """(logits [B, L, V], tapped context [B, L, k*H], cache) for draft-then-verify.
 
         With `past` (an HF cache from a previous call) only the new tokens are fed; the caller
@@ -202,8 +213,9 @@ class TargetModel:
         return out.logits, _tap(out.hidden_states, layer_ids), cache
 
     @torch.no_grad()
-    def greedy_generate(self, prompts: list[list[int]], max_new_tokens: int,
-                        eos_token_id: int | None = None) -> list[list[int]]:
+    def greedy_generate(
+        self, prompts: list[list[int]], max_new_tokens: int, eos_token_id: int | None = None
+    ) -> list[list[int]]:
         """Greedy continuations (new tokens only) of each prompt, with a KV cache.
 
         Prompts of equal length are batched together (no padding needed, so results do not

@@ -29,9 +29,18 @@ STAGE = "target"
 
 
 class TargetForwardLoop:
-    def __init__(self, *, targets: dict[torch.device, TargetModel], devices: tuple[torch.device, ...],
-                 layer_ids: tuple[int, ...], inp: Channel, out: Channel, ccfg: CompileConfig, fs,
-                 metrics: Metrics) -> None:
+    def __init__(
+        self,
+        *,
+        targets: dict[torch.device, TargetModel],
+        devices: tuple[torch.device, ...],
+        layer_ids: tuple[int, ...],
+        inp: Channel,
+        out: Channel,
+        ccfg: CompileConfig,
+        fs,
+        metrics: Metrics,
+    ) -> None:
         self.targets = targets
         self.devices = devices
         self.layer_ids = layer_ids
@@ -47,9 +56,9 @@ class TargetForwardLoop:
         if not self.ccfg.compile_target:
             return tap
         # mode default (never cudagraphs): the output must stay valid after the next forward.
-        return compile_fn(self.fs.isolate(tap),
-                          CompileConfig(mode="default", backend=self.ccfg.backend,
-                                        dynamic=self.ccfg.dynamic))
+        return compile_fn(
+            self.fs.isolate(tap), CompileConfig(mode="default", backend=self.ccfg.backend, dynamic=self.ccfg.dynamic)
+        )
 
     def forward(self, n: int, fwd: Callable, tb: TokenBatch) -> HiddenBatch:
         device = self.devices[n]
@@ -73,7 +82,7 @@ class TargetForwardLoop:
         # one fail (r23).
         stream_only = self.fs.active("stream-sync")
         synchronize(device, stream_only=stream_only)
-        if stream_only and device.type == "cuda":     # on CPU there is no wait to change
+        if stream_only and device.type == "cuda":  # on CPU there is no wait to change
             self.fs.note("stream-sync")
         return HiddenBatch(tokens=tb, context=context)
 

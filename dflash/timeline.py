@@ -70,8 +70,7 @@ class Timeline:
                 cur, detail = self._current, self._detail
             if cur is not None and time.monotonic() - cur[1] >= self.tick_s:
                 what = f": {detail}" if detail else ""
-                print(f"phase {cur[0]}: {time.monotonic() - cur[1]:.0f} s so far{what}",
-                      file=self.err, flush=True)
+                print(f"phase {cur[0]}: {time.monotonic() - cur[1]:.0f} s so far{what}", file=self.err, flush=True)
 
     @contextlib.contextmanager
     def phase(self, name: str, *, record: bool = True) -> Iterator[None]:

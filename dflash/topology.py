@@ -18,16 +18,26 @@ def seed_topology(num_gpus: int) -> tuple[str, ...]:
         raise DevicePlanError(f"the seed topology needs >= 4 GPUs (3 drafters + targets), got {num_gpus}")
     targets = ",".join(f"cuda:{i}" for i in range(num_gpus - 3))
     drafters = ",".join(f"cuda:{i}" for i in range(num_gpus - 3, num_gpus))
-    return ("pipeline.num_target_threads=5", "pipeline.num_drafter_threads=3",
-            f"devices.target_devices={targets}", f"devices.drafter_devices={drafters}", "devices.remap=true")
+    return (
+        "pipeline.num_target_threads=5",
+        "pipeline.num_drafter_threads=3",
+        f"devices.target_devices={targets}",
+        f"devices.drafter_devices={drafters}",
+        "devices.remap=true",
+    )
 
 
 def paired_topology(num_gpus: int) -> tuple[str, ...]:
     if num_gpus < 2:
         raise DevicePlanError(f"a paired topology needs >= 2 GPUs, got {num_gpus}")
     devices = ",".join(f"cuda:{i}" for i in range(num_gpus))
-    return (f"pipeline.num_target_threads={num_gpus}", f"pipeline.num_drafter_threads={num_gpus}",
-            f"devices.target_devices={devices}", f"devices.drafter_devices={devices}", "devices.remap=true")
+    return (
+        f"pipeline.num_target_threads={num_gpus}",
+        f"pipeline.num_drafter_threads={num_gpus}",
+        f"devices.target_devices={devices}",
+        f"devices.drafter_devices={devices}",
+        "devices.remap=true",
+    )
 
 
 def topology(num_gpus: int) -> tuple[str, ...]:

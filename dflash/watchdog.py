@@ -68,8 +68,16 @@ class Stall:
     headline: str
 
 
-def headline(*, step: int, first: bool, waited_s: float, limit_key: str, limit_s: float,
-             threads: tuple[stacks.ThreadWhere, ...], dump_path: str) -> str:
+def headline(
+    *,
+    step: int,
+    first: bool,
+    waited_s: float,
+    limit_key: str,
+    limit_s: float,
+    threads: tuple[stacks.ThreadWhere, ...],
+    dump_path: str,
+) -> str:
     when = "since this run started" if first else f"after step {step}"
     parts = [f"STALLED: no training step for {waited_s:.0f} s {when} ({limit_key}={limit_s:g})"]
     named = [t for t in threads if t.name.startswith("dflash-") or t.compiling]
@@ -77,8 +85,9 @@ def headline(*, step: int, first: bool, waited_s: float, limit_key: str, limit_s
     comp = [t.describe() for t in busy if t.compiling]
     other = [t.describe() for t in busy if not t.compiling]
     if comp:
-        parts.append("compiling (Dynamo/Inductor frames: slow compiles or stuck in one; the dump "
-                     "tells): " + ", ".join(comp))
+        parts.append(
+            "compiling (Dynamo/Inductor frames: slow compiles or stuck in one; the dump tells): " + ", ".join(comp)
+        )
     if other:
         parts.append("stuck: " + ", ".join(other))
     waiting = [t.name for t in named if t.waiting]
@@ -116,8 +125,7 @@ def _pyspy(pid: int) -> tuple[str | None, str]:
         for extra, timeout in ((["--native"], PYSPY_NATIVE_TIMEOUT_S), ([], PYSPY_TIMEOUT_S)):
             argv = [exe, "dump", "--pid", str(pid), *extra]
             try:
-                proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                      env=_child_env())
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_child_env())
             except subprocess.TimeoutExpired:
                 notes.append(f"{' '.join(argv[1:])}: no answer in {timeout:g} s")
                 continue
@@ -181,10 +189,16 @@ def write_dump(path: str, threads: tuple[stacks.ThreadWhere, ...], title: str) -
     """Write the stall dump to `path`; returns the method ('py-spy dump --native', ...)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     # The versions travel with the dump: a dump read on another machine is judged on its own torch.
-    header = [title, f"torch {_torch_version()}, Python {platform.python_version()}",
-              "threads (name = Python thread ident: innermost meaningful frame):"]
-    header += [f"  {t.name} = 0x{t.ident:016x}: {t.where}{' [compiling]' if t.compiling else ''}"
-               f"{' [waiting]' if t.waiting else ''}" for t in threads]
+    header = [
+        title,
+        f"torch {_torch_version()}, Python {platform.python_version()}",
+        "threads (name = Python thread ident: innermost meaningful frame):",
+    ]
+    header += [
+        f"  {t.name} = 0x{t.ident:016x}: {t.where}{' [compiling]' if t.compiling else ''}"
+        f"{' [waiting]' if t.waiting else ''}"
+        for t in threads
+    ]
     text, note = _pyspy(os.getpid())
     method = note
     if text is None:
@@ -193,8 +207,10 @@ def write_dump(path: str, threads: tuple[stacks.ThreadWhere, ...], title: str) -
             faulthandler.dump_traceback(file=tmp, all_threads=True)
             tmp.flush()
             tmp.seek(0)
-            text = (f"py-spy unavailable ({note}); faulthandler.dump_traceback(all_threads=True):\n"
-                    + _faulthandler_named(tmp.read(), {t.ident: t.name for t in threads}))
+            text = (
+                f"py-spy unavailable ({note}); faulthandler.dump_traceback(all_threads=True):\n"
+                + _faulthandler_named(tmp.read(), {t.ident: t.name for t in threads})
+            )
     else:
         text = _without_own_thread(text)
     with open(path, "w") as f:
@@ -206,13 +222,13 @@ def diagnose(path: str, err: TextIO, *, timeout_s: float = DIAGNOSE_TIMEOUT_S) -
     """Print `python -m harness diagnose <path>`'s answer; if it is missing or fails, how to run it."""
     argv = [sys.executable, "-m", "harness", "diagnose", path]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                              env=_child_env(), stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s, env=_child_env(), stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.TimeoutExpired):
         proc = None
     if proc is not None and proc.returncode == 0:
-        print(proc.stdout.rstrip() or f"python -m harness diagnose {path}: no output", file=err,
-              flush=True)
+        print(proc.stdout.rstrip() or f"python -m harness diagnose {path}: no output", file=err, flush=True)
         return True
     print(f"diagnose with: python -m harness diagnose {path}", file=err, flush=True)
     return False
@@ -221,9 +237,18 @@ def diagnose(path: str, err: TextIO, *, timeout_s: float = DIAGNOSE_TIMEOUT_S) -
 class Watchdog:
     """Watches `progress()` (steps done) from a daemon thread; `stall` is set once it fires."""
 
-    def __init__(self, *, progress: Callable[[], int], stall_s: float, first_step_stall_s: float,
-                 out_dir: str, err: TextIO, on_stall: Callable[[], None] = lambda: None,
-                 quiet: Callable[[], bool] = lambda: False, diagnose_timeout_s: float = DIAGNOSE_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        *,
+        progress: Callable[[], int],
+        stall_s: float,
+        first_step_stall_s: float,
+        out_dir: str,
+        err: TextIO,
+        on_stall: Callable[[], None] = lambda: None,
+        quiet: Callable[[], bool] = lambda: False,
+        diagnose_timeout_s: float = DIAGNOSE_TIMEOUT_S,
+    ) -> None:
         self.progress = progress
         self.stall_s = stall_s
         self.first_step_stall_s = first_step_stall_s
@@ -277,15 +302,29 @@ class Watchdog:
     def _fire(self, step: int, first: bool, waited_s: float, limit_s: float) -> None:
         threads = tuple(stacks.snapshot(skip=(threading.get_ident(),)))
         key = "train.first_step_stall_s" if first else "train.stall_s"
-        line = headline(step=step, first=first, waited_s=waited_s, limit_key=key, limit_s=limit_s,
-                        threads=threads, dump_path=self.dump_path)
+        line = headline(
+            step=step,
+            first=first,
+            waited_s=waited_s,
+            limit_key=key,
+            limit_s=limit_s,
+            threads=threads,
+            dump_path=self.dump_path,
+        )
         try:
             method = write_dump(self.dump_path, threads, line)
         except OSError as e:
             method = f"not written: {e}"
-        self.stall = Stall(at=time.monotonic(), step=step, first=first, waited_s=waited_s,
-                           threads=threads, dump_path=self.dump_path, dump_method=method,
-                           headline=line)
+        self.stall = Stall(
+            at=time.monotonic(),
+            step=step,
+            first=first,
+            waited_s=waited_s,
+            threads=threads,
+            dump_path=self.dump_path,
+            dump_method=method,
+            headline=line,
+        )
         print(line, file=self.err, flush=True)
         print(f"stall dump ({method}): {self.dump_path}", file=self.err, flush=True)
         self.on_stall()

@@ -55,15 +55,25 @@ class _Parser(argparse.ArgumentParser):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = _Parser(description=__doc__.splitlines()[0])
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--fix", metavar="NAMES", help="comma-separated fix names (harness.runtime.guard), or 'recommended'")
+    which.add_argument(
+        "--fix", metavar="NAMES", help="comma-separated fix names (harness.runtime.guard), or 'recommended'"
+    )
     which.add_argument("--no-fix", action="store_true", help="run raw, no fix")
     p.add_argument("--workers", type=int, default=2, help="worker threads (default 2)")
     p.add_argument("--seconds", type=float, default=1.0, help="how long the workers serve (default 1.0)")
     p.add_argument("--backend", default="inductor", help="torch.compile backend (default inductor)")
-    p.add_argument("--export-pause", type=float, default=0.005,
-                   help="seconds the exporter waits between two exports (default 0.005)")
-    p.add_argument("--switch-interval", type=float, default=1e-6,
-                   help="sys.setswitchinterval, seconds (default 1e-6; 0 = leave the interpreter's)")
+    p.add_argument(
+        "--export-pause",
+        type=float,
+        default=0.005,
+        help="seconds the exporter waits between two exports (default 0.005)",
+    )
+    p.add_argument(
+        "--switch-interval",
+        type=float,
+        default=1e-6,
+        help="sys.setswitchinterval, seconds (default 1e-6; 0 = leave the interpreter's)",
+    )
     return p.parse_args(argv)
 
 
@@ -78,8 +88,9 @@ def make_guard(args: argparse.Namespace) -> Guard:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.workers < 1 or not args.seconds > 0 or args.switch_interval < 0 or args.export_pause < 0:
-        print("error: --workers must be >= 1, --seconds > 0, --switch-interval and --export-pause >= 0",
-              file=sys.stderr)
+        print(
+            "error: --workers must be >= 1, --seconds > 0, --switch-interval and --export-pause >= 0", file=sys.stderr
+        )
         return 2
     try:
         guard = make_guard(args)
@@ -157,13 +168,16 @@ def main(argv: list[str] | None = None) -> int:
             except BaseException as exc:
                 crashed[threading.current_thread().name] = exc
                 stop.set()
+
         return run
 
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)  # only now: start-up and warm-up run at full speed
     t0 = time.monotonic()
-    workers = [threading.Thread(target=catching(worker), args=(i, t0 + args.seconds), name=f"worker-{i}")
-               for i in range(args.workers)]
+    workers = [
+        threading.Thread(target=catching(worker), args=(i, t0 + args.seconds), name=f"worker-{i}")
+        for i in range(args.workers)
+    ]
     export = threading.Thread(target=catching(exporter), name="exporter")
     export.start()
     for t in workers:
@@ -177,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(1)
 
     total = requests[0]
-    print(f"torch {torch.__version__}, backend {args.backend}: {args.workers} workers served {total} requests "
-          f"in {time.monotonic() - t0:.2f} s while the exporter traced {traces[0]} times; {guard.describe()}")
+    print(
+        f"torch {torch.__version__}, backend {args.backend}: {args.workers} workers served {total} requests "
+        f"in {time.monotonic() - t0:.2f} s while the exporter traced {traces[0]} times; {guard.describe()}"
+    )
     if failures:
         traceback.print_exception(failures[0])
         print(f"FAILED: {len(failures)}/{total} requests raised {type(failures[0]).__name__}: {failures[0]}")

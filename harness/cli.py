@@ -57,20 +57,48 @@ from harness.trial.spec import InvalidSpec
 
 COMMANDS: dict[str, ModuleType] = {
     # running trials
-    "matrix": matrix, "stress": stress, "replay": replay, "shrink": shrink, "run": run, "lift": lift,
+    "matrix": matrix,
+    "stress": stress,
+    "replay": replay,
+    "shrink": shrink,
+    "run": run,
+    "lift": lift,
     # naming failures
-    "diagnose": diagnose, "doctor": doctor, "show": show, "repro": repro, "evidence": evidence,
+    "diagnose": diagnose,
+    "doctor": doctor,
+    "show": show,
+    "repro": repro,
+    "evidence": evidence,
     "glossary": glossary,
     # reading stores
-    "report": report, "families": families, "crosstab": crosstab, "price": price, "benches": benches,
-    "warmup": warmup, "exposure-cost": exposure_cost,
+    "report": report,
+    "families": families,
+    "crosstab": crosstab,
+    "price": price,
+    "benches": benches,
+    "warmup": warmup,
+    "exposure-cost": exposure_cost,
     # keeping stores
-    "merge": merge, "pack": pack, "retire": retire, "re-sign": resign, "migrate": migrate,
+    "merge": merge,
+    "pack": pack,
+    "retire": retire,
+    "re-sign": resign,
+    "migrate": migrate,
 }
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    UsageError, MatrixError, InvalidSpec, InvalidPlan, StoreError, ReplayError, UserInputError, BenchError,
-    CrosstabError, CatalogueError, DiagnoseError)
+    UsageError,
+    MatrixError,
+    InvalidSpec,
+    InvalidPlan,
+    StoreError,
+    ReplayError,
+    UserInputError,
+    BenchError,
+    CrosstabError,
+    CatalogueError,
+    DiagnoseError,
+)
 """Bad input: one `error:` line and exit 2."""
 
 
@@ -78,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m harness", description="Race diagnosis harness.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
     for name, module in COMMANDS.items():
-        p = sub.add_parser(name, help=module.HELP, description=module.__doc__.split("\n\n")[0],
-                           aliases=getattr(module, "ALIASES", ()))
+        p = sub.add_parser(
+            name, help=module.HELP, description=module.__doc__.split("\n\n")[0], aliases=getattr(module, "ALIASES", ())
+        )
         module.add_arguments(p)
         p.set_defaults(run=module.run)
     return parser

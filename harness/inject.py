@@ -37,8 +37,10 @@ def install(names: str) -> Guard:
     that is not a fix or is a policy."""
     guard = Guard(names)
     if guard.policies:
-        raise GuardError(f"{', '.join(guard.policies)}: policy fixes act only in a program that reads them "
-                         "(the trainer); --fix takes the fixes with hooks")
+        raise GuardError(
+            f"{', '.join(guard.policies)}: policy fixes act only in a program that reads them "
+            "(the trainer); --fix takes the fixes with hooks"
+        )
     if not guard.names:
         return guard
     _hook_threads(guard)
@@ -56,8 +58,11 @@ def _hook_threads(guard: Guard) -> None:
             try:
                 guard.enter_thread(self.name)
             except Exception as e:  # a set-up that fails must show, not kill the thread silently
-                print(f"harness --fix: thread set-up failed in {self.name}: {type(e).__name__}: {e}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"harness --fix: thread set-up failed in {self.name}: {type(e).__name__}: {e}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         original(self)
 
     threading.Thread._bootstrap_inner = bootstrap_inner
@@ -69,7 +74,7 @@ def _hook_compile(guard: Guard, torch: Any) -> None:
 
     @functools.wraps(original)
     def compile(model: Any = None, **options: Any) -> Any:
-        if model is None:                       # @torch.compile(backend=...) decorator form
+        if model is None:  # @torch.compile(backend=...) decorator form
             return lambda fn: compile(fn, **options)
         if isolate and isinstance(model, (types.FunctionType, types.MethodType)):
             return _per_thread(guard, model, lambda fn: original(fn, **options))
@@ -82,8 +87,11 @@ def guarded(guard: Guard, compiled: Any, torch: Any) -> Any:
     """`compiled` with every call inside guard.call()."""
     if isinstance(compiled, torch.nn.Module):
         cls = type(compiled)
-        sub = type(f"Guarded{cls.__name__}", (cls,), {
-            "__call__": lambda self, *a, **k: _call(guard, super(sub, self).__call__, a, k, owner=self)})
+        sub = type(
+            f"Guarded{cls.__name__}",
+            (cls,),
+            {"__call__": lambda self, *a, **k: _call(guard, super(sub, self).__call__, a, k, owner=self)},
+        )
         compiled.__class__ = sub
         return compiled
 

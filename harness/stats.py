@@ -123,7 +123,7 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
         return None
 
     def cover(k: int) -> float:
-        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
 
     k = 1
     while k + 1 <= (n + 1) // 2 and cover(k + 1) >= confidence:

@@ -61,8 +61,10 @@ def setup(p):
     try:
         from harness.runtime.fixes import FixSet
     except ImportError:
-        print("error: --fix needs the project importable: `pip install -e .` in the checkout, "
-              "or PYTHONPATH=<checkout>", file=sys.stderr)
+        print(
+            "error: --fix needs the project importable: `pip install -e .` in the checkout, or PYTHONPATH=<checkout>",
+            file=sys.stderr,
+        )
         sys.exit(2)
     try:
         return args, FixSet.from_names(args.fix)

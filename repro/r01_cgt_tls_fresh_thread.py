@@ -74,8 +74,9 @@ def main():
     hits = [exc for exc in errors.values() if tls_assert(exc)]
     if hits:
         print(f"failed threads: {len(hits)}/{args.threads}")
-        print("REPRODUCED: AssertionError: (empty) at cudagraph_trees.get_obj: "
-              "assert torch._C._is_key_in_tls(attr_name)")
+        print(
+            "REPRODUCED: AssertionError: (empty) at cudagraph_trees.get_obj: assert torch._C._is_key_in_tls(attr_name)"
+        )
         return 1
     if errors:
         print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")

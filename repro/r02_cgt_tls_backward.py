@@ -75,8 +75,9 @@ def main():
 
     errors = run_threads({"repro-train": worker}, deadline_s=480)
     if any(tls_assert(exc) for exc in errors.values()):
-        print("REPRODUCED: AssertionError: (empty) at cudagraph_trees.get_obj: "
-              "assert torch._C._is_key_in_tls(attr_name)")
+        print(
+            "REPRODUCED: AssertionError: (empty) at cudagraph_trees.get_obj: assert torch._C._is_key_in_tls(attr_name)"
+        )
         return 1
     if errors:
         print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")

@@ -77,11 +77,15 @@ def main():
     if errors:
         return 1
     if left["before"] and left["after"]:
-        print(f"WRONG_RESULT: torch.compiler.reset() on the worker left {left['after']} cudagraph tree "
-              "manager(s) alive (silent no-op reset: no C TLS key)")
+        print(
+            f"WRONG_RESULT: torch.compiler.reset() on the worker left {left['after']} cudagraph tree "
+            "manager(s) alive (silent no-op reset: no C TLS key)"
+        )
         return 1
-    print(f"NOT REPRODUCED (tree managers before reset {left['before']}, after {left['after']}; "
-          f"C TLS key present: {left['stash']})")
+    print(
+        f"NOT REPRODUCED (tree managers before reset {left['before']}, after {left['after']}; "
+        f"C TLS key present: {left['stash']})"
+    )
     return 0
 
 

@@ -35,8 +35,12 @@ def need_cuda(torch):
 
 # Concurrent-capture failures seen on 2.11: F1c/F1d's messages as this script's H200 runs printed them.
 CAPTURE = (
-    "stream is capturing", "during capture", "uncaptured work", "Offset increment outside graph capture",
-    "already recording to mempool", "cudaStreamCaptureStatusActive",
+    "stream is capturing",
+    "during capture",
+    "uncaptured work",
+    "Offset increment outside graph capture",
+    "already recording to mempool",
+    "cudaStreamCaptureStatusActive",
 )
 
 

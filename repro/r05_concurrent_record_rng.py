@@ -33,8 +33,12 @@ def need_cuda(torch):
 
 # Concurrent-capture failures seen on 2.11: F1c/F1d's messages as this script's H200 runs printed them.
 CAPTURE = (
-    "stream is capturing", "during capture", "uncaptured work", "Offset increment outside graph capture",
-    "already recording to mempool", "cudaStreamCaptureStatusActive",
+    "stream is capturing",
+    "during capture",
+    "uncaptured work",
+    "Offset increment outside graph capture",
+    "already recording to mempool",
+    "cudaStreamCaptureStatusActive",
 )
 
 
@@ -80,7 +84,9 @@ def main():
     def worker(i):
         fs.thread_start("train")
         seed_tls()
-        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(args.dropout), torch.nn.Linear(64, 64)).cuda()
+        model = torch.nn.Sequential(
+            torch.nn.Linear(64, 64), torch.nn.Dropout(args.dropout), torch.nn.Linear(64, 64)
+        ).cuda()
         step = torch.compile(own_code(forward, i), mode="reduce-overhead")
         x = torch.randn(16, 64, device="cuda")
         barrier.wait(timeout=120)

@@ -74,8 +74,10 @@ def main():
     if errors:
         return 1
     if graphs["dynamic"] and args.dynamic == "false":
-        print(f"WRONG_RESULT: dynamic=False lost: {graphs['dynamic']} dynamic + {graphs['static']} static "
-              f"graphs (expected {2 * args.sizes} static)")
+        print(
+            f"WRONG_RESULT: dynamic=False lost: {graphs['dynamic']} dynamic + {graphs['static']} static "
+            f"graphs (expected {2 * args.sizes} static)"
+        )
         return 1
     print(f"NOT REPRODUCED (graphs: {graphs['static']} static, {graphs['dynamic']} dynamic)")
     return 0

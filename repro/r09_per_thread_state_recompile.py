@@ -66,8 +66,10 @@ def main():
         return 1
     state = f"(num_threads, grad) main={seen['main']} worker={seen['worker']}"
     if len(compiles) > 1:
-        print(f"WRONG_RESULT: per-thread state recompile: {len(compiles)} compiles of one function "
-              f"warmed up in main; {state}")
+        print(
+            f"WRONG_RESULT: per-thread state recompile: {len(compiles)} compiles of one function "
+            f"warmed up in main; {state}"
+        )
         return 1
     print(f"NOT REPRODUCED (compiles: {len(compiles)}; {state})")
     return 0

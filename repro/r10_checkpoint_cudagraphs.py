@@ -58,6 +58,7 @@ def main():
 
     need_cuda(torch)
     import torch._inductor.cudagraph_trees  # noqa: F401
+
     hits = []
 
     def worker():

@@ -59,8 +59,10 @@ def main():
     if errors:
         return 1
     if len(compiles) > 1:
-        print(f"WRONG_RESULT: duplicate compiles: {args.threads} threads compiled one shared function "
-              f"{len(compiles)} times (expected 1)")
+        print(
+            f"WRONG_RESULT: duplicate compiles: {args.threads} threads compiled one shared function "
+            f"{len(compiles)} times (expected 1)"
+        )
         return 1
     print(f"NOT REPRODUCED (compiles: {len(compiles)} for {args.threads} threads)")
     return 0

@@ -42,8 +42,10 @@ def main():
         return 1
     stale = [name for name, value in seen.items() if value is not False]
     if stale:
-        print(f"WRONG_RESULT: main set error_on_nested_fx_trace=False but {len(stale)}/{len(seen)} "
-              "worker threads see True (config overrides are thread-local, F14)")
+        print(
+            f"WRONG_RESULT: main set error_on_nested_fx_trace=False but {len(stale)}/{len(seen)} "
+            "worker threads see True (config overrides are thread-local, F14)"
+        )
         return 1
     print(f"NOT REPRODUCED (workers seeing main's config: {len(seen)}/{len(seen)})")
     return 0

@@ -66,8 +66,10 @@ def main():
         return 1
     eager = args.threads - len(runs)
     if eager > 0:
-        print(f"WRONG_RESULT: {eager}/{args.threads} first calls ran eagerly (recompile limit hit "
-              f"after {len(compiles)} compiles of one shared function)")
+        print(
+            f"WRONG_RESULT: {eager}/{args.threads} first calls ran eagerly (recompile limit hit "
+            f"after {len(compiles)} compiles of one shared function)"
+        )
         return 1
     print(f"NOT REPRODUCED (compiles: {len(compiles)}, compiled runs {len(runs)}/{args.threads})")
     return 0

@@ -72,8 +72,10 @@ def main():
     if errors:
         return 1
     if diffs:
-        print(f"WRONG_RESULT: eager Adam not bitwise equal to its reference in {len(diffs)}/{counts['runs']} "
-              f"runs while another thread compiled (max abs diff {max(diffs):.3g})")
+        print(
+            f"WRONG_RESULT: eager Adam not bitwise equal to its reference in {len(diffs)}/{counts['runs']} "
+            f"runs while another thread compiled (max abs diff {max(diffs):.3g})"
+        )
         return 1
     print(f"NOT REPRODUCED (bitwise equal in {counts['runs']}/{counts['runs']} runs)")
     return 0

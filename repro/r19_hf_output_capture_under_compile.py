@@ -51,8 +51,15 @@ def main():
 
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=args.layers, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=256, max_position_embeddings=128)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=args.layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        max_position_embeddings=128,
+    )
     model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
     ids, taps = torch.randint(0, 256, (args.batch, 128)), (1, args.layers - 1)  # two inner layers' outputs
 
@@ -84,8 +91,13 @@ def main():
                 if time.monotonic() > end:
                     break
                 # a fresh code object each time: Dynamo really compiles, no dynamo.reset needed (R5)
-                fn = types.FunctionType(forward.__code__.replace(co_name=f"forward_{i}"), forward.__globals__,
-                                        f"forward_{i}", None, forward.__closure__)
+                fn = types.FunctionType(
+                    forward.__code__.replace(co_name=f"forward_{i}"),
+                    forward.__globals__,
+                    f"forward_{i}",
+                    None,
+                    forward.__closure__,
+                )
                 with fs.around_call():
                     torch.compile(fn, backend="eager")(ids[:1, :8])
                 counts["compiles"] += 1
@@ -99,13 +111,17 @@ def main():
         name, first = failures[0]  # the thread it was raised in names the report
         print(f"=== thread {name} failed: {type(first).__name__}: {first} ===", file=sys.stderr)
         traceback.print_exception(first)
-        print(f"bad eager forwards: {len(failures)} IndexError + {len(diffs)} wrong "
-              f"(max abs diff {max(diffs, default=0.0):.3f}) / {n}")
+        print(
+            f"bad eager forwards: {len(failures)} IndexError + {len(diffs)} wrong "
+            f"(max abs diff {max(diffs, default=0.0):.3f}) / {n}"
+        )
         print(f"REPRODUCED: IndexError: {first}")
         return 1
     if diffs:
-        print(f"WRONG_RESULT: {len(diffs)}/{n}: eager output_hidden_states forwards returned wrong "
-              f"tapped states (max abs diff {max(diffs):.3g}) while another thread compiled")
+        print(
+            f"WRONG_RESULT: {len(diffs)}/{n}: eager output_hidden_states forwards returned wrong "
+            f"tapped states (max abs diff {max(diffs):.3g}) while another thread compiled"
+        )
         return 1
     if errors:
         print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")

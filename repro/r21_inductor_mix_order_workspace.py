@@ -46,7 +46,7 @@ SIGNATURE = "is invalid for input of size"
 
 
 def parse_shapes(text):
-    """"64x256,21x768" -> [(64, 256), (21, 768)] (batch x context length)."""
+    """ "64x256,21x768" -> [(64, 256), (21, 768)] (batch x context length)."""
     try:
         shapes = [tuple(int(n) for n in item.split("x")) for item in text.split(",")]
     except ValueError:
@@ -58,11 +58,18 @@ def parse_shapes(text):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", type=parse_shapes, default="64x256,21x768",
-                   help="batch x context length per step (default: the two stored trainer faces)")
+    p.add_argument(
+        "--shapes",
+        type=parse_shapes,
+        default="64x256,21x768",
+        help="batch x context length per step (default: the two stored trainer faces)",
+    )
     p.add_argument("--anchors", type=int, default=64, help="anchor blocks of 16 rows after the context")
-    p.add_argument("--no-mix-order", action="store_true",
-                   help="compile with triton.mix_order_reduction=False (the known workaround)")
+    p.add_argument(
+        "--no-mix-order",
+        action="store_true",
+        help="compile with triton.mix_order_reduction=False (the known workaround)",
+    )
     args, fs = setup(p)
     import torch
 
@@ -126,8 +133,10 @@ def main():
     if errors:
         print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
         return 1
-    print(f"NOT REPRODUCED (shapes {', '.join(done)} ran forward + backward, "
-          f"mix_order_reduction={not args.no_mix_order}, torch {torch.__version__})")
+    print(
+        f"NOT REPRODUCED (shapes {', '.join(done)} ran forward + backward, "
+        f"mix_order_reduction={not args.no_mix_order}, torch {torch.__version__})"
+    )
     return 0
 
 

@@ -109,23 +109,35 @@ def churn_run(torch, fs, args):
         os._exit(1)
     if corrupt or errors:
         first = corrupt[0] if corrupt else next(iter(errors.values()))
-        print(f"WRONG_RESULT: stash-tls-refcount: heap corrupted after {args.threads} thread exits "
-              f"({type(first).__name__}: {first}), torch {torch.__version__}")
+        print(
+            f"WRONG_RESULT: stash-tls-refcount: heap corrupted after {args.threads} thread exits "
+            f"({type(first).__name__}: {first}), torch {torch.__version__}"
+        )
         return 1
-    print(f"NOT REPRODUCED (survived {args.threads} stashing thread exits beside {args.churn} allocating "
-          f"threads, torch {torch.__version__})")
+    print(
+        f"NOT REPRODUCED (survived {args.threads} stashing thread exits beside {args.churn} allocating "
+        f"threads, torch {torch.__version__})"
+    )
     return 0
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--threads", type=int, default=None,
-                   help="threads that stash and exit (default 4; 200 with --churn)")
-    p.add_argument("--churn", type=int, default=0,
-                   help="allocating threads beside the stashing ones: what the lost reference costs")
-    p.add_argument("--emulate-steal", action="store_true",
-                   help="make this torch's stash keep a reference it did not take (for a torch that "
-                        "takes one: shows the consequence the reading predicts)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="threads that stash and exit (default 4; 200 with --churn)"
+    )
+    p.add_argument(
+        "--churn",
+        type=int,
+        default=0,
+        help="allocating threads beside the stashing ones: what the lost reference costs",
+    )
+    p.add_argument(
+        "--emulate-steal",
+        action="store_true",
+        help="make this torch's stash keep a reference it did not take (for a torch that "
+        "takes one: shows the consequence the reading predicts)",
+    )
     args, fs = setup(p)
     args.threads = args.threads if args.threads is not None else (200 if args.churn else 4)
     if args.threads < 1 or args.churn < 0:
@@ -163,11 +175,15 @@ def main():
     # one taken at exit: net -1 per thread).
     lost = -settle(count, base, 0 if taken == {1} else -args.threads)
     if lost > 0:
-        print(f"WRONG_RESULT: stash-tls-refcount: {lost} reference(s) lost over {args.threads} thread exits "
-              f"(the stash took {sorted(taken)} per call), torch {torch.__version__}")
+        print(
+            f"WRONG_RESULT: stash-tls-refcount: {lost} reference(s) lost over {args.threads} thread exits "
+            f"(the stash took {sorted(taken)} per call), torch {torch.__version__}"
+        )
         return 1
-    print(f"NOT REPRODUCED (the stash took {sorted(taken)} reference per call and each thread's exit "
-          f"gave it back: {args.threads} threads, torch {torch.__version__})")
+    print(
+        f"NOT REPRODUCED (the stash took {sorted(taken)} reference per call and each thread's exit "
+        f"gave it back: {args.threads} threads, torch {torch.__version__})"
+    )
     return 0
 
 

@@ -56,8 +56,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", type=int, default=40, help="input sizes: one cudagraph recording each")
     p.add_argument("--calls", type=int, default=3, help="calls per size (warm-up, record, replay)")
-    p.add_argument("--depth", type=int, default=6,
-                   help="sin/softmax rounds in the graph: more kernels, a longer capture to land in")
+    p.add_argument(
+        "--depth",
+        type=int,
+        default=6,
+        help="sin/softmax rounds in the graph: more kernels, a longer capture to land in",
+    )
     args, fs = setup(p)
     if args.shapes < 1 or args.calls < 1 or args.depth < 1:
         print("error: --shapes, --calls and --depth must be >= 1", file=sys.stderr)
@@ -88,7 +92,7 @@ def main():
                         try:
                             with fs.around_call():
                                 fn(x)
-                        except RuntimeError as exc:   # torch.AcceleratorError is one
+                        except RuntimeError as exc:  # torch.AcceleratorError is one
                             if not any(s in str(exc) for s in CAPTURE):
                                 raise
                             hits.setdefault(threading.current_thread().name, exc)
@@ -98,7 +102,7 @@ def main():
             torch.cuda.synchronize()
         finally:
             done.set()
-            started.abort()   # failed before the barrier: the sync thread stops waiting now
+            started.abort()  # failed before the barrier: the sync thread stops waiting now
 
     def sync():
         fs.thread_start("sync")
@@ -107,10 +111,10 @@ def main():
             started.wait(timeout=120)
         except threading.BrokenBarrierError:
             if done.is_set():
-                return        # the capture thread ended first: its error is the one to report
+                return  # the capture thread ended first: its error is the one to report
             raise
         while not done.is_set():
-            with fs.around_call():       # the eager work under the fixes, the wait outside (as in the trainer)
+            with fs.around_call():  # the eager work under the fixes, the wait outside (as in the trainer)
                 (a * 2).sum()
             try:
                 if stream_only:
@@ -132,15 +136,19 @@ def main():
             print(f"=== {name}: {type(exc).__name__}: {str(exc).splitlines()[0]} ===", file=sys.stderr)
             traceback.print_exception(exc)
         exc = hits.get("repro-sync") or next(iter(hits.values()))
-        print(f"capture errors in {', '.join(sorted(hits))} after {counts['syncs']} {wait} syncs, "
-              f"{counts['recorded']}/{args.shapes} sizes recorded")
+        print(
+            f"capture errors in {', '.join(sorted(hits))} after {counts['syncs']} {wait} syncs, "
+            f"{counts['recorded']}/{args.shapes} sizes recorded"
+        )
         print(f"REPRODUCED: {type(exc).__name__}: {str(exc).splitlines()[0]}")
         return 1
     if errors:
         print(f"OTHER FAILURE: {len(errors)} thread(s) failed outside this repro's signature (tracebacks above)")
         return 1
-    print(f"NOT REPRODUCED (no capture error in {counts['syncs']} {wait} syncs beside "
-          f"{counts['recorded']} recorded sizes x {args.calls} calls)")
+    print(
+        f"NOT REPRODUCED (no capture error in {counts['syncs']} {wait} syncs beside "
+        f"{counts['recorded']} recorded sizes x {args.calls} calls)"
+    )
     return 0
 
 

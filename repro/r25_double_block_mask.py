@@ -118,11 +118,15 @@ def main():
         return 1
     if wrong:
         name, window, seq_len, seed, err = wrong[0]
-        print(f"WRONG_RESULT: block-mask: compiled flex_attention differs from SDPA in {len(wrong)}/{checked[0]} "
-              f"outputs (first: {name}, window {window}, context {seq_len}, seed {seed}, max abs diff {err:.3g})")
+        print(
+            f"WRONG_RESULT: block-mask: compiled flex_attention differs from SDPA in {len(wrong)}/{checked[0]} "
+            f"outputs (first: {name}, window {window}, context {seq_len}, seed {seed}, max abs diff {err:.3g})"
+        )
         return 1
-    print(f"NOT REPRODUCED (outputs equal to SDPA: {checked[0]}/{calls}, {args.threads} threads x {args.rounds} "
-          f"rounds x 2 masks; Dynamo graphs compiled: {graphs})")
+    print(
+        f"NOT REPRODUCED (outputs equal to SDPA: {checked[0]}/{calls}, {args.threads} threads x {args.rounds} "
+        f"rounds x 2 masks; Dynamo graphs compiled: {graphs})"
+    )
     return 0
 
 

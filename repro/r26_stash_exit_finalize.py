@@ -91,8 +91,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=60, help="child processes, one after another")
     p.add_argument("--threads", type=int, default=8, help="stashing threads per child")
-    p.add_argument("--release-s", type=float, default=0.0,
-                   help="seconds the stashed object's finaliser keeps giving the GIL up (widens the window)")
+    p.add_argument(
+        "--release-s",
+        type=float,
+        default=0.0,
+        help="seconds the stashed object's finaliser keeps giving the GIL up (widens the window)",
+    )
     args, fs = setup(p)
     if args.rounds < 1 or args.threads < 1 or args.release_s < 0:
         print("error: --rounds and --threads must be >= 1, --release-s >= 0", file=sys.stderr)

@@ -77,13 +77,17 @@ def main():
     left = not torch.equal(after, x * 3)
     if wrong or left:
         first = f"first at call {wrong[0][0]}: f(x, 2)[0] = {wrong[0][1]}, eager 2.0; " if wrong else ""
-        print(f"WRONG_RESULT: skip_guard_eval_unsafe leaked across threads: {len(wrong)}/{counts['checked']} "
-              f"compiled calls of repro-checker (default stance) unequal to eager ({first}"
-              f"{counts['unsafe']} calls in the unsafe stance meanwhile); main after join: "
-              f"f(x, 3)[0] = {after[0].item()}{' (left behind)' if left else ''}")
+        print(
+            f"WRONG_RESULT: skip_guard_eval_unsafe leaked across threads: {len(wrong)}/{counts['checked']} "
+            f"compiled calls of repro-checker (default stance) unequal to eager ({first}"
+            f"{counts['unsafe']} calls in the unsafe stance meanwhile); main after join: "
+            f"f(x, 3)[0] = {after[0].item()}{' (left behind)' if left else ''}"
+        )
         return 1
-    print(f"NOT REPRODUCED (wrong results: 0/{counts['checked']}; {counts['unsafe']} calls in the unsafe "
-          f"stance meanwhile; main after join: f(x, 3) equal to eager)")
+    print(
+        f"NOT REPRODUCED (wrong results: 0/{counts['checked']}; {counts['unsafe']} calls in the unsafe "
+        f"stance meanwhile; main after join: f(x, 3) equal to eager)"
+    )
     return 0
 
 

@@ -37,10 +37,7 @@ def no_leaked_threads():
     yield
     deadline = time.monotonic() + LEAK_GRACE_S
     while True:
-        leaked = [
-            t for t in threading.enumerate()
-            if t.ident not in before and t.is_alive() and not t.daemon
-        ]
+        leaked = [t for t in threading.enumerate() if t.ident not in before and t.is_alive() and not t.daemon]
         if not leaked or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -49,8 +46,12 @@ def no_leaked_threads():
 
 def pytest_terminal_summary(terminalreporter):
     # After any race test: the rows checked against this torch's own record and those with none.
-    ran = any("race" in getattr(r, "keywords", {}) for reports in terminalreporter.stats.values()
-              for r in reports if hasattr(r, "keywords"))
+    ran = any(
+        "race" in getattr(r, "keywords", {})
+        for reports in terminalreporter.stats.values()
+        for r in reports
+        if hasattr(r, "keywords")
+    )
     if ran:
         from tests.race.conftest import coverage_lines
         from tests.race.racecheck import torch_version

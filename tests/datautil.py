@@ -13,7 +13,9 @@ CHAT_TEMPLATE = (
 WORDS = "the cat sat on a mat and dog ran to red blue green hello world yes no".split()
 
 
-def make_rows(n: int, seed: int, *, min_len: int = 3, max_len: int = 100, vocab: int = 256) -> list[tuple[list[int], list[int]]]:
+def make_rows(
+    n: int, seed: int, *, min_len: int = 3, max_len: int = 100, vocab: int = 256
+) -> list[tuple[list[int], list[int]]]:
     """n rows (input_ids, loss_mask): random ids in [1, vocab-2], prompt masked 0, rest 1."""
     rng = np.random.default_rng(seed)
     rows = []

@@ -200,8 +200,9 @@ def test_other_shuffles_give_other_batch_counts_per_bucket(data, seed, epoch) ->
 
 def test_fixed_rule_ignores_the_row_cap() -> None:
     lengths = np.array([5, 40, 7, 90, 33, 12, 64, 65, 1, 128])
-    assert plan_epoch(lengths, (32, 64, 128), 256, seed=0, epoch=0, max_batch_rows=1) == \
-        plan_epoch(lengths, (32, 64, 128), 256, seed=0, epoch=0)
+    assert plan_epoch(lengths, (32, 64, 128), 256, seed=0, epoch=0, max_batch_rows=1) == plan_epoch(
+        lengths, (32, 64, 128), 256, seed=0, epoch=0
+    )
 
 
 def test_token_budget_plan_regression() -> None:

@@ -21,7 +21,7 @@ CAMPAIGN_TOKENS = {"no-cudagraphs", "eager"}
 
 
 def _block(text: str, name: str) -> str:
-    return text[text.index(begin_marker(name)) + len(begin_marker(name)):text.index(end_marker(name))].strip()
+    return text[text.index(begin_marker(name)) + len(begin_marker(name)) : text.index(end_marker(name))].strip()
 
 
 def test_every_fix_the_catalogue_names_is_in_the_registry():
@@ -66,11 +66,13 @@ def test_families_are_the_catalogues_races_in_order():
 
 def test_the_generated_blocks_are_what_the_catalogue_makes():
     readme = (ROOT / "repro" / "README.md").read_text()
-    assert _block(readme, tables.REPROS_BLOCK) == tables.repro_table().strip(), \
+    assert _block(readme, tables.REPROS_BLOCK) == tables.repro_table().strip(), (
         "repro/README.md's suite rows are stale: run `python -m harness report` and commit"
+    )
     report = (ROOT / "REPORT.md").read_text()
-    assert _block(report, tables.RACES_BLOCK) == tables.race_table().strip(), \
+    assert _block(report, tables.RACES_BLOCK) == tables.race_table().strip(), (
         "REPORT.md's race catalogue is stale: run `python -m harness report` and commit"
+    )
 
 
 def test_the_hand_written_cpu_table_quotes_the_catalogues_counts():
@@ -79,7 +81,7 @@ def test_the_hand_written_cpu_table_quotes_the_catalogues_counts():
     rows = {r.id: r for r in load().repros if r.device == "CPU" and r.on_torch is None}
     seen = set()
     start = readme.index("| id | mode | symptom (signature family) |")
-    table = readme[start:readme.index("\n\n", start)]
+    table = readme[start : readme.index("\n\n", start)]
     for line in table.splitlines():
         m = re.match(r"\| (r\d\d)_\w+ \|", line)
         if not m or m.group(1) not in rows:
@@ -94,18 +96,26 @@ def test_the_hand_written_cpu_table_quotes_the_catalogues_counts():
     assert seen == set(rows)
 
 
-@pytest.mark.parametrize("text, message", [
-    ('[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\nsummary = ["("]\n', "bad summary regex"),
-    ('[[race]]\nid = "x"\ntitle = "t"\nkind = "nope"\nsummary = ["a"]\n', "kind must be one of"),
-    ('[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\nsummary = ["a"]\ncolour = 1\n', "unknown keys"),
-    ('[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\nsummary = ["a"]\n[[race.fixes]]\nname = "f"\n',
-     "neither store cells nor a note"),
-    ('[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\nsummary = ["a"]\n'
-     '[[repro]]\nid = "r1"\nscript = "s"\ndevice = "CPU"\nfamily = "{nope}"\nrecorded = [1, 1]\n'
-     'torch = "t"\nstore = "s"\n', "unknown race 'nope'"),
-    ('[[race]]\nid = "x"\n', "kind must be one of"),
-    ("not toml = = 1", "catalogue:"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\nsummary = ["("]\n', "bad summary regex"),
+        ('[[race]]\nid = "x"\ntitle = "t"\nkind = "nope"\nsummary = ["a"]\n', "kind must be one of"),
+        ('[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\nsummary = ["a"]\ncolour = 1\n', "unknown keys"),
+        (
+            '[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\nsummary = ["a"]\n[[race.fixes]]\nname = "f"\n',
+            "neither store cells nor a note",
+        ),
+        (
+            '[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\nsummary = ["a"]\n'
+            '[[repro]]\nid = "r1"\nscript = "s"\ndevice = "CPU"\nfamily = "{nope}"\nrecorded = [1, 1]\n'
+            'torch = "t"\nstore = "s"\n',
+            "unknown race 'nope'",
+        ),
+        ('[[race]]\nid = "x"\n', "kind must be one of"),
+        ("not toml = = 1", "catalogue:"),
+    ],
+)
 def test_a_malformed_catalogue_is_one_clear_error(text, message):
     with pytest.raises(CatalogueError, match=re.escape(message)):
         parse(text)

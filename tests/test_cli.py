@@ -69,20 +69,23 @@ def test_bad_data_is_exit_2_with_one_error_line(kind, tmp_path, capsys):
     assert_bad_input(code, err, out_dir, match)
 
 
-@pytest.mark.parametrize("argv,match", [
-    (["train", "--preset", "nope"], "unknown preset 'nope'; known presets: tiny-cpu"),
-    (["train", "--set", "train.nope=1"], "unknown config key 'train.nope'"),
-    (["train", "--set", "train.steps=many"], "invalid int 'many' for --set train.steps"),
-    (["train", "--set", "fixes=global-lock,bogus"], "unknown fix 'bogus'"),
-    (["train", "--set", "devices.target_devices=cuda:0"], "CUDA is not available"),
-    (["train", "--set", "devices.drafter_devices=gpu7"], "unknown device string"),
-    (["train", "--steps", "0"], "train.steps must be >= 1"),
-    (["train", "--set", "drafter.attention=flex"], "drafter.attention=flex needs CUDA drafter devices"),
-    (["train", "--bogus-flag"], "unrecognized arguments"),
-    (["train", "--set", "train.oracle_every=-1"], "train.oracle_every and train.oracle_flips must be >= 0"),
-    (["bench", "--oracle-every", "-2"], "--oracle-every must be >= 0, got -2"),
-    (["export", "--checkpoint", "/nonexistent/ckpt", "--out", "{out}"], "no checkpoint found"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["train", "--preset", "nope"], "unknown preset 'nope'; known presets: tiny-cpu"),
+        (["train", "--set", "train.nope=1"], "unknown config key 'train.nope'"),
+        (["train", "--set", "train.steps=many"], "invalid int 'many' for --set train.steps"),
+        (["train", "--set", "fixes=global-lock,bogus"], "unknown fix 'bogus'"),
+        (["train", "--set", "devices.target_devices=cuda:0"], "CUDA is not available"),
+        (["train", "--set", "devices.drafter_devices=gpu7"], "unknown device string"),
+        (["train", "--steps", "0"], "train.steps must be >= 1"),
+        (["train", "--set", "drafter.attention=flex"], "drafter.attention=flex needs CUDA drafter devices"),
+        (["train", "--bogus-flag"], "unrecognized arguments"),
+        (["train", "--set", "train.oracle_every=-1"], "train.oracle_every and train.oracle_flips must be >= 0"),
+        (["bench", "--oracle-every", "-2"], "--oracle-every must be >= 0, got -2"),
+        (["export", "--checkpoint", "/nonexistent/ckpt", "--out", "{out}"], "no checkpoint found"),
+    ],
+)
 def test_bad_arguments_are_exit_2(argv, match, tmp_path, capsys):
     out_dir = tmp_path / "out"
     argv = [a.replace("{out}", str(out_dir)) for a in argv]
@@ -94,8 +97,9 @@ def test_bad_arguments_are_exit_2(argv, match, tmp_path, capsys):
 
 def _subprocess(argv: list[str], tmp_path, **env) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, PYTHONPATH=REPO, **env)
-    return subprocess.run([sys.executable, "-m", "dflash", *argv], cwd=tmp_path, env=full_env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dflash", *argv], cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_subprocess_bad_preset_exit_status_and_streams(tmp_path):
@@ -110,9 +114,22 @@ def test_subprocess_bad_preset_exit_status_and_streams(tmp_path):
 @pytest.mark.slow
 def test_nan_loss_is_wrong_result_exit_3(tmp_path):
     data = make_data(str(tmp_path / "d.arrow"))
-    proc = _subprocess(["train", "--steps", "4", "--out", str(tmp_path / "out"),
-                        "--set", f"data.path={data}", "--set", "train.lr=inf",
-                        "--set", "train.progress=false"], tmp_path)
+    proc = _subprocess(
+        [
+            "train",
+            "--steps",
+            "4",
+            "--out",
+            str(tmp_path / "out"),
+            "--set",
+            f"data.path={data}",
+            "--set",
+            "train.lr=inf",
+            "--set",
+            "train.progress=false",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "WRONG_RESULT: non-finite loss" in proc.stdout
 
@@ -121,9 +138,24 @@ def test_nan_loss_is_wrong_result_exit_3(tmp_path):
 def test_export_roundtrip_from_a_checkpoint(tmp_path):
     data = make_data(str(tmp_path / "d.arrow"))
     run_dir, exp = tmp_path / "run", tmp_path / "exported"
-    train = _subprocess(["train", "--steps", "2", "--out", str(run_dir), "--set", f"data.path={data}",
-                         "--set", "train.progress=false", "--set", "train.export=false",
-                         "--set", "train.eval_prompts=0"], tmp_path)
+    train = _subprocess(
+        [
+            "train",
+            "--steps",
+            "2",
+            "--out",
+            str(run_dir),
+            "--set",
+            f"data.path={data}",
+            "--set",
+            "train.progress=false",
+            "--set",
+            "train.export=false",
+            "--set",
+            "train.eval_prompts=0",
+        ],
+        tmp_path,
+    )
     assert train.returncode == 0, train.stderr[-2000:]
     proc = _subprocess(["export", "--checkpoint", str(run_dir), "--out", str(exp)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -136,18 +168,19 @@ def test_prepare_is_dispatched_to_dflash_prepare(tmp_path, capsys):
     src = tmp_path / "in.jsonl"
     src.write_text('{"prompt": "a", "completion": "b"}\n')
     out = tmp_path / "out.arrow"
-    code, _, err = run_cli(["prepare", str(src), "--tokenizer", str(tmp_path / "no-tok"),
-                            "--out", str(out)], capsys)
+    code, _, err = run_cli(["prepare", str(src), "--tokenizer", str(tmp_path / "no-tok"), "--out", str(out)], capsys)
     assert code == 2 and err.startswith("error:")
     assert not out.exists()
 
 
 def test_override_order_and_empty_fixes():
     args = cli.build_parser().parse_args(
-        ["train", "--steps", "7", "--out", "/tmp/x", "--set", "fixes=", "--set", "train.lr=0.5"])
+        ["train", "--steps", "7", "--out", "/tmp/x", "--set", "fixes=", "--set", "train.lr=0.5"]
+    )
     cfg = cli.config_from_args(args)
     assert (cfg.train.steps, cfg.train.out_dir, cfg.fixes, cfg.train.lr) == (7, "/tmp/x", (), 0.5)
-    args = cli.build_parser().parse_args(["train", "--steps", "7", "--set", "train.steps=9",
-                                          "--set", "fixes=global-lock,graph-isolation"])
+    args = cli.build_parser().parse_args(
+        ["train", "--steps", "7", "--set", "train.steps=9", "--set", "fixes=global-lock,graph-isolation"]
+    )
     cfg = cli.config_from_args(args)
     assert cfg.train.steps == 9 and cfg.fixes == ("global-lock", "graph-isolation")

@@ -47,14 +47,15 @@ def test_what_one_process_compiled_is_a_cache_hit_in_a_fresh_one(tmp_path):
 
     def run(cache_dir):
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / cache_dir), "PYTHONPATH": ROOT}
-        done = subprocess.run([sys.executable, "-c", PROGRAM, path], capture_output=True, text=True,
-                              env=env, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", PROGRAM, path], capture_output=True, text=True, env=env, timeout=300
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout.splitlines()
 
     cold = run("a")
     assert "not found: compiling cold" in cold[0] and cold[1].startswith("wrote ") and "inductor" in cold[1]
     assert cold[-1] == "misses 1 hits 0"
-    preloaded = run("b")                                  # another, empty Inductor cache
+    preloaded = run("b")  # another, empty Inductor cache
     assert preloaded[0].startswith("loaded ") and "inductor" in preloaded[0]
     assert preloaded[-1] == "misses 0 hits 1"

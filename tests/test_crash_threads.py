@@ -11,8 +11,7 @@ COMMAND = [sys.executable, "-m", "tools.crash_threads"]
 
 
 def _rows(*stores: str) -> list[list[str]]:
-    proc = subprocess.run([*COMMAND, *stores], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=True)
+    proc = subprocess.run([*COMMAND, *stores], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
     return [[c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines()[2:]]
 
 
@@ -26,7 +25,6 @@ def test_the_four_gpu_stash_crashes_came_late_with_threads_gone():
 
 
 def test_a_missing_store_is_one_line_exit_2(tmp_path):
-    proc = subprocess.run([*COMMAND, str(tmp_path / "none")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run([*COMMAND, str(tmp_path / "none")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith("error: no result store") and not proc.stdout
     assert len(proc.stderr.strip().splitlines()) == 1

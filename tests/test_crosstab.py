@@ -10,28 +10,44 @@ from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
 
 SEGV = "Segmentation fault: during garbage collection"
-F1 = ("AssertionError in dflash-train at torch._inductor.cudagraph_trees:get_obj < "
-      "torch._inductor.cudagraph_trees:get_container < torch._inductor.cudagraph_trees:cudagraphify")
+F1 = (
+    "AssertionError in dflash-train at torch._inductor.cudagraph_trees:get_obj < "
+    "torch._inductor.cudagraph_trees:get_container < torch._inductor.cudagraph_trees:cudagraphify"
+)
 
 
 def _store(root: Path, name: str, rows: list[tuple[str, Outcome, str | None]]) -> Path:
     d = root / name
     for i, (cell, outcome, summary) in enumerate(rows):
-        Store(d).append(TrialResult(trial_id=f"{name}/{cell}/{i}", cell=cell, trial_index=i, outcome=outcome,
-                                    signature="k" if summary else None, signature_summary=summary,
-                                    duration_s=1.0, started_at="2026-12-01T00:00:00+00:00"))
+        Store(d).append(
+            TrialResult(
+                trial_id=f"{name}/{cell}/{i}",
+                cell=cell,
+                trial_index=i,
+                outcome=outcome,
+                signature="k" if summary else None,
+                signature_summary=summary,
+                duration_s=1.0,
+                started_at="2026-12-01T00:00:00+00:00",
+            )
+        )
     return d
 
 
 def _stores(tmp_path: Path) -> list[str]:
-    a = _store(tmp_path, "a", [
-        ("lb:cstash-tls-init+global-lock@-", Outcome.ABORT, SEGV),
-        ("lb:cstash-tls-init+global-lock@-", Outcome.ABORT, SEGV),
-        ("lb:cstash-tls-init+global-lock@-", Outcome.OK, None),
-        ("lb:cstash-tls-init-like@-", Outcome.ABORT, SEGV),           # another fix: not "holds"
-        ("lb:raw@-", Outcome.CRASH, F1),                               # a failure, not the family
-        ("lb:raw@-", Outcome.RESOURCE, "torch.OutOfMemoryError"),     # left out
-        ("gb:no-cudagraphs@-", Outcome.OK, None)])
+    a = _store(
+        tmp_path,
+        "a",
+        [
+            ("lb:cstash-tls-init+global-lock@-", Outcome.ABORT, SEGV),
+            ("lb:cstash-tls-init+global-lock@-", Outcome.ABORT, SEGV),
+            ("lb:cstash-tls-init+global-lock@-", Outcome.OK, None),
+            ("lb:cstash-tls-init-like@-", Outcome.ABORT, SEGV),  # another fix: not "holds"
+            ("lb:raw@-", Outcome.CRASH, F1),  # a failure, not the family
+            ("lb:raw@-", Outcome.RESOURCE, "torch.OutOfMemoryError"),  # left out
+            ("gb:no-cudagraphs@-", Outcome.OK, None),
+        ],
+    )
     b = _store(tmp_path, "b", [("lb:cstash-tls-init@p", Outcome.OK, None), ("lb:eager@p", Outcome.OK, None)])
     return [str(a), str(b)]
 
@@ -66,19 +82,34 @@ def test_p_less_answers_whether_a_fix_stops_a_failure(tmp_path, capsys):
     assert (row["k_with"], row["n_with"], row["k_without"], row["n_without"]) == (0, 12, 9, 25)
     assert row["p_more"] == 1.0 and row["p_less"] < 0.05
     # --without: the count as it stood before the fix's cells ran (only trials without it left).
-    assert main(["crosstab", "cstash-tls-init", "--family", "segv-gc", "--store", str(d), "--without",
-                 "stash-incref", "--json"]) == 0
+    assert (
+        main(
+            [
+                "crosstab",
+                "cstash-tls-init",
+                "--family",
+                "segv-gc",
+                "--store",
+                str(d),
+                "--without",
+                "stash-incref",
+                "--json",
+            ]
+        )
+        == 0
+    )
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert (row["k_with"], row["n_with"], row["n_without"]) == (9, 25, 0)
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     a, _ = _stores(tmp_path)
-    for argv, msg in ((["crosstab", "no-such-fix", "--store", a], "no stored trial's strategy holds"),
-                      (["crosstab", "cstash-tls-init", "--family", "segv,nope", "--store", a], "unknown family 'nope'"),
-                      (["crosstab", "cstash-tls-init", "--store", str(tmp_path / "missing")], "no result store"),
-                      (["crosstab", "cstash-tls-init", "--without", "cstash-tls-init", "--store", a],
-                       "leaves no trial with the fix")):
+    for argv, msg in (
+        (["crosstab", "no-such-fix", "--store", a], "no stored trial's strategy holds"),
+        (["crosstab", "cstash-tls-init", "--family", "segv,nope", "--store", a], "unknown family 'nope'"),
+        (["crosstab", "cstash-tls-init", "--store", str(tmp_path / "missing")], "no result store"),
+        (["crosstab", "cstash-tls-init", "--without", "cstash-tls-init", "--store", a], "leaves no trial with the fix"),
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and msg in err[0]

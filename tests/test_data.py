@@ -70,7 +70,9 @@ def test_parquet_reads_rows_across_row_groups_in_any_order(tmp_path) -> None:
 
 def test_parquet_rows_read_concurrently_match(tmp_path) -> None:
     path = str(tmp_path / "d.parquet")
-    pq.write_table(pa.table({"input_ids": [r[0] for r in ROWS], "loss_mask": [r[1] for r in ROWS]}), path, row_group_size=3)
+    pq.write_table(
+        pa.table({"input_ids": [r[0] for r in ROWS], "loss_mask": [r[1] for r in ROWS]}), path, row_group_size=3
+    )
     ds = open_dataset(path)
     errors: list[BaseException] = []
 
@@ -208,7 +210,9 @@ def test_validate_vocab_reports_the_mismatch(saved: str) -> None:
     ds = open_dataset(saved)
     top = ds.max_token_id()
     validate_vocab(ds, top + 1)
-    with pytest.raises(DataError, match=f"vocabulary mismatch between data and target: max id {top} >= target vocab {top}"):
+    with pytest.raises(
+        DataError, match=f"vocabulary mismatch between data and target: max id {top} >= target vocab {top}"
+    ):
         validate_vocab(ds, top)
 
 

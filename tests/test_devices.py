@@ -25,14 +25,17 @@ def test_cpu_plan_is_valid_without_cuda():
     assert set(plan.target) | set(plan.drafter) == {torch.device("cpu")}
 
 
-@pytest.mark.parametrize("devices,count,match", [
-    (("cuda:0",), 0, "CUDA is not available"),
-    (("cuda:4",), 2, "index 4 >= device count 2"),
-    (("tpu:0",), 1, "unknown device string|unsupported device"),
-    (("banana",), 1, "unknown device string"),
-    (("mps",), 1, "unsupported device"),
-    ((), 1, "must be non-empty"),
-])
+@pytest.mark.parametrize(
+    "devices,count,match",
+    [
+        (("cuda:0",), 0, "CUDA is not available"),
+        (("cuda:4",), 2, "index 4 >= device count 2"),
+        (("tpu:0",), 1, "unknown device string|unsupported device"),
+        (("banana",), 1, "unknown device string"),
+        (("mps",), 1, "unsupported device"),
+        ((), 1, "must be non-empty"),
+    ],
+)
 def test_invalid_plans_raise_one_clear_error(devices, count, match):
     cfg = DeviceConfig(target_devices=devices, drafter_devices=("cpu",))
     with pytest.raises(DevicePlanError, match=match):
@@ -46,13 +49,21 @@ def test_remap_folds_a_multi_gpu_plan_onto_fewer_gpus():
     assert [d.index for d in plan.target] == [0, 1, 0, 1, 0]
     assert [d.index for d in plan.drafter] == [1, 0, 1]
     with pytest.raises(DevicePlanError):
-        resolve(DeviceConfig(target_devices=cfg.target_devices, drafter_devices=("cpu",)),
-                num_target_threads=5, num_drafter_threads=1, cuda_count=2)
+        resolve(
+            DeviceConfig(target_devices=cfg.target_devices, drafter_devices=("cpu",)),
+            num_target_threads=5,
+            num_drafter_threads=1,
+            cuda_count=2,
+        )
 
 
 def test_bare_cuda_means_device_zero():
-    plan = resolve(DeviceConfig(target_devices=("cuda",), drafter_devices=("cuda",)),
-                   num_target_threads=1, num_drafter_threads=1, cuda_count=1)
+    plan = resolve(
+        DeviceConfig(target_devices=("cuda",), drafter_devices=("cuda",)),
+        num_target_threads=1,
+        num_drafter_threads=1,
+        cuda_count=1,
+    )
     assert plan.target[0] == torch.device("cuda", 0)
 
 
@@ -61,8 +72,12 @@ def test_every_preset_builds_a_valid_plan(name):
     cfg = presets.get(name)
     assert cfg.preset == name
     gpus = 8 if name.startswith("gpu") else 0
-    plan = resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
-                   num_drafter_threads=cfg.pipeline.num_drafter_threads, cuda_count=gpus)
+    plan = resolve(
+        cfg.devices,
+        num_target_threads=cfg.pipeline.num_target_threads,
+        num_drafter_threads=cfg.pipeline.num_drafter_threads,
+        cuda_count=gpus,
+    )
     assert len(plan.target) == cfg.pipeline.num_target_threads
     assert cfg.data.synthetic_max_len <= cfg.data.bucket_boundaries[-1]
     if name == "gpu-multi":
@@ -78,8 +93,9 @@ def test_peak_memory_is_read_once_per_cuda_device_of_the_plan(monkeypatch):
     cfg = DeviceConfig(target_devices=("cuda:0", "cuda:1"), drafter_devices=("cuda:1",))
     plan = resolve(cfg, num_target_threads=2, num_drafter_threads=3, cuda_count=2)
     asked = []
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved",
-                        lambda d: asked.append(str(d)) or (3 << 30) + (1 << 29) * d.index)
+    monkeypatch.setattr(
+        torch.cuda, "max_memory_reserved", lambda d: asked.append(str(d)) or (3 << 30) + (1 << 29) * d.index
+    )
     assert plan.peak_reserved_gib() == {"cuda:0": 3.0, "cuda:1": 3.5}
     assert asked == ["cuda:0", "cuda:1"]
     cpu = resolve(DeviceConfig(), num_target_threads=1, num_drafter_threads=1, cuda_count=0)

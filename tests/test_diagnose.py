@@ -95,18 +95,21 @@ def test_committed_stores_failures_are_matched_to_their_race():
     stored = _stored_failures()
     findings = diagnose.diagnose([f for _, _, f in stored])
     by_source = {s: f for f in findings for s in f.sources}
-    unmatched = [(name, r.trial_id, r.signature_summary) for name, r, _ in stored
-                 if by_source[r.trial_id].race is None]
+    unmatched = [(name, r.trial_id, r.signature_summary) for name, r, _ in stored if by_source[r.trial_id].race is None]
     share = 1 - len(unmatched) / len(stored)
     print(f"{len(stored) - len(unmatched)} of {len(stored)} failing trials matched ({100 * share:.1f}%); unmatched:")
     for line in collections.Counter((n, s) for n, _, s in unmatched).most_common():
         print(f"  {line[1]} x {line[0][0]}: {line[0][1]}")
     assert share >= MATCHED_AT_LEAST
     # REPORT.md quotes these counts in its diagnosis section: they move with the stores.
-    claim = re.search(r"names\s+the\s+catalogued\s+race\s+behind\s+([\d,]+)\s+of\s+the\s+([\d,]+)\s+failing\s+trials",
-                      (ROOT / "REPORT.md").read_text())
+    claim = re.search(
+        r"names\s+the\s+catalogued\s+race\s+behind\s+([\d,]+)\s+of\s+the\s+([\d,]+)\s+failing\s+trials",
+        (ROOT / "REPORT.md").read_text(),
+    )
     assert claim and (int(claim[1].replace(",", "")), int(claim[2].replace(",", ""))) == (
-        len(stored) - len(unmatched), len(stored)), "REPORT.md's diagnosis counts are stale"
+        len(stored) - len(unmatched),
+        len(stored),
+    ), "REPORT.md's diagnosis counts are stale"
     wrong = []
     catalogue = load()
     for _name, r, _ in stored:
@@ -123,6 +126,7 @@ def test_committed_stores_failures_are_matched_to_their_race():
 
 def test_a_matched_race_agrees_with_the_family_tables():
     from harness.diagnosis import families
+
     for _, r, failure in _stored_failures()[:400]:
         (finding,) = diagnose.diagnose([failure])
         fam = families.family(r.signature_summary)
@@ -137,8 +141,11 @@ def test_fix_counts_come_from_the_store_now(tmp_path):
     (tmp_path / "results" / "catalogue-cpu").mkdir(parents=True)
     lines = src.read_text().splitlines()
     fixed = next(json.loads(x) for x in lines if json.loads(x)["cell"] == "r16:global-lock@reset-pressure")
-    fixed.update(trial_id="catalogue-cpu/r16:global-lock@reset-pressure/99", outcome="abort",
-                 signature_summary="Segmentation fault at torch._dynamo.eval_frame:compile_wrapper")
+    fixed.update(
+        trial_id="catalogue-cpu/r16:global-lock@reset-pressure/99",
+        outcome="abort",
+        signature_summary="Segmentation fault at torch._dynamo.eval_frame:compile_wrapper",
+    )
     (tmp_path / "results" / "catalogue-cpu" / "trials.jsonl").write_text("\n".join([*lines, json.dumps(fixed)]) + "\n")
     r5 = load().race("R5")
     before = diagnose.fix_lines(r5, "2.13.0+cpu", RecordSource())
@@ -156,19 +163,25 @@ def test_a_generic_crash_is_suspected_only_with_its_context_and_torch():
     assert found["a"].race == "stash-refcount" and found["a"].matches[0].suspected
     assert found["a"].verdict().startswith("suspected: stash-refcount")
     assert found["b"].race is None and found["b"].verdict().startswith("unknown")
-    assert found["c"].race is None           # 2.13's stash keeps its reference: r22 0/20 there
+    assert found["c"].race is None  # 2.13's stash keeps its reference: r22 0/20 there
 
 
 def test_an_unknown_failure_says_possibly_new():
-    text = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n    f()\nValueError: nope\n"
+    text = 'Traceback (most recent call last):\n  File "x.py", line 3, in <module>\n    f()\nValueError: nope\n'
     failure = diagnose.from_text(text, source="x.log")
     (finding,) = diagnose.diagnose([failure])
     assert finding.race is None and finding.verdict() == "unknown: no catalogued race matches (possibly new)"
 
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_cli_on_a_trial_id_a_log_file_and_json():
@@ -176,7 +189,10 @@ def test_cli_on_a_trial_id_a_log_file_and_json():
     assert p.returncode == 0, p.stderr
     assert "known: F1 (CUDAGraph Trees TLS" in p.stdout and "cstash-tls-init+global-lock: held, 0/58" in p.stdout
     assert "known: R5" in p.stdout and "global-lock: held, 0/29 (torch 2.13" in p.stdout
-    assert "python -m harness stress -p 2 --max-runs 10 --plan reset-pressure -- python repro/r16_reset_segfault.py" in p.stdout
+    assert (
+        "python -m harness stress -p 2 --max-runs 10 --plan reset-pressure -- python repro/r16_reset_segfault.py"
+        in p.stdout
+    )
     j = _cli("diagnose", "--json", "gpu-repros/r22:raw@-/0")
     (finding,) = json.loads(j.stdout)["findings"]
     assert finding["race"] == "stash-refcount" and finding["fixes"][0]["held"] is True
@@ -193,8 +209,22 @@ def test_a_stress_folder_and_a_trial_folder(tmp_path):
     """A real run through the runner: a program that deadlocks on its own locks (no torch) is a
     HANG, diagnosed as a generic hang: no catalogued race, said so."""
     out = tmp_path / "stress"
-    p = _cli("stress", "-p", "1", "--max-runs", "1", "--timeout", "60", "--hang", "3", "-o", str(out), "--",
-             sys.executable, str(ROOT / "tests" / "scripts" / "deadlock.py"))
+    p = _cli(
+        "stress",
+        "-p",
+        "1",
+        "--max-runs",
+        "1",
+        "--timeout",
+        "60",
+        "--hang",
+        "3",
+        "-o",
+        str(out),
+        "--",
+        sys.executable,
+        str(ROOT / "tests" / "scripts" / "deadlock.py"),
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     assert "diagnosis: 0 of 1 failing runs matched a catalogued race" in p.stdout
     assert "a hang of the program's own code, not a torch race" in p.stdout
@@ -203,12 +233,16 @@ def test_a_stress_folder_and_a_trial_folder(tmp_path):
     assert d.returncode == 0 and "1 run HANG: hang:" in d.stdout, d.stdout + d.stderr
 
 
-@pytest.mark.skipif(shutil.which("py-spy") is None and not (Path(sys.executable).parent / "py-spy").exists(),
-                    reason="needs py-spy")
+@pytest.mark.skipif(
+    shutil.which("py-spy") is None and not (Path(sys.executable).parent / "py-spy").exists(), reason="needs py-spy"
+)
 def test_a_pyspy_text_dump_is_a_hang_with_its_threads(tmp_path):
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "scripts" / "deadlock.py")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "scripts" / "deadlock.py")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(1.5)
         dump = subprocess.run([pyspy, "dump", "--pid", str(proc.pid)], capture_output=True, text=True, timeout=30)
@@ -228,7 +262,10 @@ def test_the_trainers_own_stall_dump_from_the_h200_is_g2():
     holds the autograd device thread in compile_fx_backward, nameless, told by its native frames."""
     dump = ROOT / "results" / "h200-2026-12-02" / "raw-stall-dump.txt"
     failure = diagnose.from_text(dump.read_text(), source=str(dump), torch="2.11.0+cu130")
-    assert failure.outcome == "HANG" and "autograd-device@torch._inductor.compile_fx:compile_fx_backward" in failure.summary
+    assert (
+        failure.outcome == "HANG"
+        and "autograd-device@torch._inductor.compile_fx:compile_fx_backward" in failure.summary
+    )
     (finding,) = diagnose.diagnose([failure])
     assert finding.race == "G2"
     held = {f.name for f in finding.fixes if f.same_torch and f.held()}

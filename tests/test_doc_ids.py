@@ -26,10 +26,21 @@ def target():
 @pytest.fixture(scope="module")
 def obj(target):
     cfg = DrafterConfig(num_layers=2, block_size=BS)
-    drafter = DFlashDrafter(cfg, hidden_size=target.hidden_size, num_target_layers=target.num_layers,
-                            vocab_size=target.vocab_size, layer_ids=resolve_layer_ids(cfg, target.num_layers))
-    return DFlashObjective(drafter, target.embed_tokens, target.lm_head, BS,
-                           resolve_mask_token_id(cfg, target.vocab_size), cfg.resolved_gamma())
+    drafter = DFlashDrafter(
+        cfg,
+        hidden_size=target.hidden_size,
+        num_target_layers=target.num_layers,
+        vocab_size=target.vocab_size,
+        layer_ids=resolve_layer_ids(cfg, target.num_layers),
+    )
+    return DFlashObjective(
+        drafter,
+        target.embed_tokens,
+        target.lm_head,
+        BS,
+        resolve_mask_token_id(cfg, target.vocab_size),
+        cfg.resolved_gamma(),
+    )
 
 
 def packed_row(target, layer_ids):
@@ -53,7 +64,7 @@ def test_no_block_attends_across_the_document_boundary(target, obj):
     ctx_doc = doc_ids[0]
     crossing = allowed[:, :SEQ] & (q_doc[:, None] != ctx_doc[None, :])
     assert not crossing.any()
-    assert allowed[2 * BS:, CUT:CUT + 4].all()  # document 1's blocks still see its own context
+    assert allowed[2 * BS :, CUT : CUT + 4].all()  # document 1's blocks still see its own context
     without = obj._masks(anchors, keep, SEQ, None, flex=False).allowed[0, 0]
     assert (without[:, :SEQ] & (q_doc[:, None] != ctx_doc[None, :])).any()  # the case can cross
 
@@ -68,8 +79,8 @@ def test_the_other_document_cannot_move_a_block(target, obj):
         mask = obj._masks(anchors, keep, SEQ, doc_ids, flex=False)
         with torch.no_grad():
             outs.append(obj.drafter(obj.embed(ids), ctx, positions, mask))
-    torch.testing.assert_close(outs[1][:, 2 * BS:], outs[0][:, 2 * BS:], rtol=0, atol=0)
-    assert not torch.allclose(outs[1][:, :2 * BS], outs[0][:, :2 * BS])
+    torch.testing.assert_close(outs[1][:, 2 * BS :], outs[0][:, 2 * BS :], rtol=0, atol=0)
+    assert not torch.allclose(outs[1][:, : 2 * BS], outs[0][:, : 2 * BS])
 
 
 def test_labels_outside_the_anchors_document_carry_no_weight(target, obj):
@@ -93,15 +104,18 @@ def test_document_ids_change_the_loss_and_one_document_changes_nothing(target, o
 
 def test_a_batch_with_document_ids_carries_them_into_the_step(target, obj):
     input_ids, loss_mask, context, _, _, doc_ids = packed_row(target, obj.layer_ids)
-    tok = SimpleNamespace(input_ids=input_ids, loss_mask=loss_mask, lengths=torch.tensor([SEQ]),
-                          indices=(0,), bucket=SEQ, seq=3)
+    tok = SimpleNamespace(
+        input_ids=input_ids, loss_mask=loss_mask, lengths=torch.tensor([SEQ]), indices=(0,), bucket=SEQ, seq=3
+    )
     dcfg = DrafterConfig(block_size=BS, num_anchors=4)
-    plain = make_inputs(SimpleNamespace(tokens=tok, context=context), dcfg, seed=0,
-                        device=torch.device("cpu"), dtype=torch.float32)
+    plain = make_inputs(
+        SimpleNamespace(tokens=tok, context=context), dcfg, seed=0, device=torch.device("cpu"), dtype=torch.float32
+    )
     assert plain.doc_ids is None and len(plain.as_args()) == 5
     tok.doc_ids = doc_ids
-    packed = make_inputs(SimpleNamespace(tokens=tok, context=context), dcfg, seed=0,
-                         device=torch.device("cpu"), dtype=torch.float32)
+    packed = make_inputs(
+        SimpleNamespace(tokens=tok, context=context), dcfg, seed=0, device=torch.device("cpu"), dtype=torch.float32
+    )
     assert torch.equal(packed.as_args()[5], doc_ids) and torch.equal(packed.anchors, plain.anchors)
     with torch.no_grad():
         assert obj(*packed.as_args()).loss.item() != obj(*plain.as_args()).loss.item()

@@ -75,12 +75,21 @@ def test_a_probe_that_crashes_hangs_or_says_nothing_is_unknown_not_guessed():
         Script("fx", ("fx_tracing_flag_global",), "import time; time.sleep(30)"),
         Script("stash", ("stash_steals_reference",), "print('no marker')"),
         Script("reset", ("reset_locked",), "raise SystemExit('source unreadable')"),
-        Script("dynamo", ("gpu_names", "is_compiling_global"), probes._PRELUDE + (
-            "part(('gpu_names',), lambda: {'gpu_names': [1 / 0]})\n"
-            "part(('is_compiling_global',), lambda: {'is_compiling_global': True})\nemit()")),
+        Script(
+            "dynamo",
+            ("gpu_names", "is_compiling_global"),
+            probes._PRELUDE
+            + (
+                "part(('gpu_names',), lambda: {'gpu_names': [1 / 0]})\n"
+                "part(('is_compiling_global',), lambda: {'is_compiling_global': True})\nemit()"
+            ),
+        ),
         Script("python", ("python_version",), probes._PRELUDE + "emit({'something_else': 1})"),
-        Script("torch", ("torch_version", "cuda_available"),
-               probes._PRELUDE + "emit({'torch_version': '2.11.0+cu130', 'cuda_available': True})"),
+        Script(
+            "torch",
+            ("torch_version", "cuda_available"),
+            probes._PRELUDE + "emit({'torch_version': '2.11.0+cu130', 'cuda_available': True})",
+        ),
     )
     results = probes.run_probes(scripts, timeout_s=3)
     assert results["config_per_thread"].error.startswith("killed by SIGABRT")
@@ -131,15 +140,17 @@ def test_expected_races_follow_needs_cuda_and_the_named_probe():
         "reset_locked": ok("reset_locked", True),
         "stash_steals_reference": ProbeResult("stash_steals_reference", "stash", error="killed by SIGSEGV"),
     }
-    catalogue = FakeCatalogue((
-        FakeRace("F1", "cudagraph TLS", True, "!cudagraph_trees_per_thread_state"),
-        FakeRace("F2", "fx flag", False, "fx_tracing_flag_global"),
-        FakeRace("F14", "config per thread", False, "config_per_thread"),
-        FakeRace("R5", "reset", False, "!reset_locked"),
-        FakeRace("r22", "stash", False, "stash_steals_reference"),
-        FakeRace("F10", "duplicates", False, None),
-        FakeRace("X", "typo", False, "no_such_probe"),
-    ))
+    catalogue = FakeCatalogue(
+        (
+            FakeRace("F1", "cudagraph TLS", True, "!cudagraph_trees_per_thread_state"),
+            FakeRace("F2", "fx flag", False, "fx_tracing_flag_global"),
+            FakeRace("F14", "config per thread", False, "config_per_thread"),
+            FakeRace("R5", "reset", False, "!reset_locked"),
+            FakeRace("r22", "stash", False, "stash_steals_reference"),
+            FakeRace("F10", "duplicates", False, None),
+            FakeRace("X", "typo", False, "no_such_probe"),
+        )
+    )
     races = doctor.race_expectations(results, load=lambda: catalogue)
     got = {r.id: (r.status, r.reason) for r in races.races}
     assert got["F1"] == ("not expected", "needs CUDA; cuda_available is False")
@@ -150,7 +161,9 @@ def test_expected_races_follow_needs_cuda_and_the_named_probe():
     assert got["F10"] == ("possible", "no probe decides it")
     assert got["X"][0] == "unknown" and "no_such_probe" in got["X"][1]
     text = doctor.format_text(doctor.build_report(results, load=lambda: catalogue))
-    assert "race F2: expected  (fx flag; needs fx_tracing_flag_global True; here fx_tracing_flag_global is True)" in text
+    assert (
+        "race F2: expected  (fx flag; needs fx_tracing_flag_global True; here fx_tracing_flag_global is True)" in text
+    )
 
 
 def test_a_catalogue_that_does_not_load_costs_only_its_section():
@@ -164,8 +177,10 @@ def test_a_catalogue_that_does_not_load_costs_only_its_section():
 
 
 def test_cli_doctor_json_and_bad_input(monkeypatch, capsys):
-    fake = (Script("python", ("python_version",), probes._PRELUDE + "emit({'python_version': 'CPython 9.9'})"),
-            Script("torch", ("torch_version", "cuda_available"), "import os; os.abort()"))
+    fake = (
+        Script("python", ("python_version",), probes._PRELUDE + "emit({'python_version': 'CPython 9.9'})"),
+        Script("torch", ("torch_version", "cuda_available"), "import os; os.abort()"),
+    )
     monkeypatch.setattr(probes, "SCRIPTS", fake)
     assert cli.main(["doctor", "--json", "--timeout", "30"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -184,8 +199,10 @@ def test_each_race_says_what_was_measured_on_this_torch_or_that_nothing_was():
     # The real catalogue and committed stores (results/catalogue-cpu, results/versions-cpu-torch*):
     # F2 is gone on 2.14 (PR #168999), R5 is not; a torch nobody ran has no record, said as such.
     def races_on(version):
-        results = {"torch_version": ProbeResult("torch_version", "x", value=version),
-                   "cuda_available": ProbeResult("cuda_available", "x", value=False)}
+        results = {
+            "torch_version": ProbeResult("torch_version", "x", value=version),
+            "cuda_available": ProbeResult("cuda_available", "x", value=False),
+        }
         return {r.id: r.on_this_torch for r in doctor.race_expectations(results).races}
 
     on_214 = races_on("2.14.1")
@@ -194,15 +211,24 @@ def test_each_race_says_what_was_measured_on_this_torch_or_that_nothing_was():
     assert "PR #168999" in on_214["F2"]
     assert on_214["R5"].startswith("torch 2.14 measured: reproduces ") and "fix holds (0/29 failed)" in on_214["R5"]
     assert races_on("2.13.0+cpu")["F1"].startswith("torch 2.13 not measured: predicted (source)")
-    assert races_on("2.16.0")["R4"] == ("torch 2.16: no record (the catalogue has 2.11, 2.13, 2.14, 2.15): "
-                                        "`harness matrix --preset versions-cpu` measures the CPU rows")
+    assert races_on("2.16.0")["R4"] == (
+        "torch 2.16: no record (the catalogue has 2.11, 2.13, 2.14, 2.15): "
+        "`harness matrix --preset versions-cpu` measures the CPU rows"
+    )
     assert races_on("2.16.0")["segv"] == ""  # a generic family has no versions to speak of
 
 
 def test_without_cuda_the_cuda_facts_and_races_are_one_line_each_and_the_trainer_comes_last():
     ok = lambda key, value: ProbeResult(key, "x", value=value)  # noqa: E731
-    results = {k: ok(k, v) for k, v in (("torch_version", "2.13.0+cpu"), ("cuda_available", False),
-                                        ("gpu_count", 0), ("cudagraph_callables_shared", True))}
+    results = {
+        k: ok(k, v)
+        for k, v in (
+            ("torch_version", "2.13.0+cpu"),
+            ("cuda_available", False),
+            ("gpu_count", 0),
+            ("cudagraph_callables_shared", True),
+        )
+    }
     catalogue = FakeCatalogue((FakeRace("F1", "tls", True, None), FakeRace("F2", "fx flag", False, None)))
     probed = {k: results[k] for k in ("cuda_available", "gpu_count", "cudagraph_callables_shared")}
     report = doctor.build_report(probed, load=lambda: catalogue)
@@ -210,8 +236,10 @@ def test_without_cuda_the_cuda_facts_and_races_are_one_line_each_and_the_trainer
     text = doctor.format_text(doctor.DoctorReport(report.facts, recs, None, report.races))
     lines = text.splitlines()
     assert "gpu_count: 0" not in text and not any(ln.startswith("cudagraph_") for ln in lines)
-    assert ("not on this build (no CUDA device): 2 facts about GPUs and CUDA graphs "
-            "(gpu_count, cudagraph_callables_shared; `--json` has each)") in lines
+    assert (
+        "not on this build (no CUDA device): 2 facts about GPUs and CUDA graphs "
+        "(gpu_count, cudagraph_callables_shared; `--json` has each)"
+    ) in lines
     assert "race F1" not in text and "races that need CUDA, not expected here: F1" in lines
     assert lines[-2] == "for the bundled trainer (python -m dflash train --set fixes=recommended):"
     assert lines[-1].startswith("recommended_cpu: fixes=recommended -> ")

@@ -46,11 +46,22 @@ def target():
 def make_objective(target, num_layers=1, seed=0, attention="auto"):
     cfg = DrafterConfig(num_layers=num_layers, block_size=BS, init_seed=seed, attention=attention)
     layer_ids = resolve_layer_ids(cfg, target.num_layers)
-    drafter = DFlashDrafter(cfg, hidden_size=target.hidden_size, num_target_layers=target.num_layers,
-                            vocab_size=target.vocab_size, layer_ids=layer_ids)
-    obj = DFlashObjective(drafter, target.embed_tokens, target.lm_head, BS,
-                          resolve_mask_token_id(cfg, target.vocab_size), cfg.resolved_gamma(),
-                          attention)
+    drafter = DFlashDrafter(
+        cfg,
+        hidden_size=target.hidden_size,
+        num_target_layers=target.num_layers,
+        vocab_size=target.vocab_size,
+        layer_ids=layer_ids,
+    )
+    obj = DFlashObjective(
+        drafter,
+        target.embed_tokens,
+        target.lm_head,
+        BS,
+        resolve_mask_token_id(cfg, target.vocab_size),
+        cfg.resolved_gamma(),
+        attention,
+    )
     return obj.to(target.device)
 
 
@@ -71,9 +82,15 @@ def test_drafter_init_is_deterministic_and_holds_no_embedding(target):
     sd = a.state_dict()
     assert all(torch.equal(sd[k], v) for k, v in b.state_dict().items())
     assert not any("embed" in k or "lm_head" in k for k in sd)
-    assert {"fc.weight", "hidden_norm.weight", "norm.weight",
-            "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_norm.weight",
-            "layers.0.mlp.gate_proj.weight", "layers.0.post_attention_layernorm.weight"} <= set(sd)
+    assert {
+        "fc.weight",
+        "hidden_norm.weight",
+        "norm.weight",
+        "layers.0.self_attn.q_proj.weight",
+        "layers.0.self_attn.k_norm.weight",
+        "layers.0.mlp.gate_proj.weight",
+        "layers.0.post_attention_layernorm.weight",
+    } <= set(sd)
 
 
 def _block_outputs(obj, input_ids, context, anchors, keep):
@@ -260,11 +277,15 @@ def test_objective_buffers_follow_its_parts_without_a_module_move(target):
     # itself: a CPU pos_weights broke the first compiled step on an H200 (mixed devices).
     cfg = DrafterConfig(num_layers=1, block_size=BS)
     layer_ids = resolve_layer_ids(cfg, target.num_layers)
-    drafter = DFlashDrafter(cfg, hidden_size=target.hidden_size, num_target_layers=target.num_layers,
-                            vocab_size=target.vocab_size, layer_ids=layer_ids).to("meta")
+    drafter = DFlashDrafter(
+        cfg,
+        hidden_size=target.hidden_size,
+        num_target_layers=target.num_layers,
+        vocab_size=target.vocab_size,
+        layer_ids=layer_ids,
+    ).to("meta")
     embed = torch.nn.Embedding(target.vocab_size, target.hidden_size, device="meta")
     head = torch.nn.Linear(target.hidden_size, target.vocab_size, bias=False, device="meta")
-    obj = DFlashObjective(drafter, embed, head, BS, resolve_mask_token_id(cfg, target.vocab_size),
-                          cfg.resolved_gamma())
+    obj = DFlashObjective(drafter, embed, head, BS, resolve_mask_token_id(cfg, target.vocab_size), cfg.resolved_gamma())
     assert {b.device.type for b in obj.buffers()} == {"meta"}
     assert {p.device.type for p in obj.parameters()} == {"meta"}

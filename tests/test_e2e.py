@@ -20,8 +20,9 @@ pytestmark = pytest.mark.slow
 def run_dflash(argv: list[str], timeout_s: float = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=REPO)
     env.pop("DFLASH_FAULTS", None)
-    return subprocess.run([sys.executable, "-m", "dflash", *argv], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "dflash", *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s
+    )
 
 
 def json_lines(text: str) -> list[dict]:
@@ -43,14 +44,17 @@ def test_embedded_default_learns_and_exports(tmp_path):
     assert set(final["busy"]) == {"prefetch", "target", "drafter"}
     assert len(final["position_accuracy"]) == 3  # block_size 4 -> positions 1..3
     assert final["device_plan"] == {"target": ["cpu"], "drafter": ["cpu", "cpu"]}
-    assert final["gpu_mem_peak_gib"] is None          # no CUDA device in the plan
+    assert final["gpu_mem_peak_gib"] is None  # no CUDA device in the plan
     assert sorted(os.listdir(out_dir / "export")) == ["config.json", "model.safetensors", "modeling_dflash.py"]
     assert os.path.isfile(out_dir / "checkpoints" / "LATEST")
     assert "samples loaded:" in proc.stderr  # bucket summary printed at start
     # Where the wall time went: every phase in order, the moments, and the last line says so.
     phases = final["phases"]
-    order = [k for k in phases if isinstance(phases[k], float) and k not in ("total", "outside_training_frac")
-             and not k.endswith("_at")]
+    order = [
+        k
+        for k in phases
+        if isinstance(phases[k], float) and k not in ("total", "outside_training_frac") and not k.endswith("_at")
+    ]
     assert order[:4] == ["imports", "setup", "target_load", "corpus"], phases
     assert {"warmup", "first_step", "training", "checkpoint", "export", "evaluation"} <= set(order), phases
     assert 0 < phases["training"] < phases["total"] and 0 < phases["outside_training_frac"] < 1
@@ -77,7 +81,7 @@ def test_bench_with_one_round_measures_the_absent_condition_only():
     (record,) = [r for r in json_lines(proc.stdout) if r["event"] == "bench"]
     assert record["tokens_per_s"] > 0
     assert record["tokens_per_s_faults_idle"] is None and record["faults_idle_over_absent"] is None
-    assert record["gpu_busy"] is None and record["gpu_busy_steady"] is None   # a CPU run samples nothing
+    assert record["gpu_busy"] is None and record["gpu_busy_steady"] is None  # a CPU run samples nothing
     assert "warm-up round" not in proc.stderr and "round 1:" not in proc.stderr
     bad = run_dflash(["bench", "--rounds", "0"])
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "error: --rounds must be >= 1, got 0"

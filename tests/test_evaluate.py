@@ -32,10 +32,21 @@ def objective(target):
 def make_objective(target):
     cfg = DrafterConfig(num_layers=1, block_size=BS, init_seed=1)
     layer_ids = resolve_layer_ids(cfg, target.num_layers)
-    drafter = DFlashDrafter(cfg, hidden_size=target.hidden_size, num_target_layers=target.num_layers,
-                            vocab_size=target.vocab_size, layer_ids=layer_ids)
-    return DFlashObjective(drafter, target.embed_tokens, target.lm_head, BS,
-                           resolve_mask_token_id(cfg, target.vocab_size), cfg.resolved_gamma())
+    drafter = DFlashDrafter(
+        cfg,
+        hidden_size=target.hidden_size,
+        num_target_layers=target.num_layers,
+        vocab_size=target.vocab_size,
+        layer_ids=layer_ids,
+    )
+    return DFlashObjective(
+        drafter,
+        target.embed_tokens,
+        target.lm_head,
+        BS,
+        resolve_mask_token_id(cfg, target.vocab_size),
+        cfg.resolved_gamma(),
+    )
 
 
 class OracleDrafter(torch.nn.Module):
@@ -49,7 +60,7 @@ class OracleDrafter(torch.nn.Module):
     def draft_logits(self, context, anchor_tokens):
         anchor = context.shape[1]
         assert anchor_tokens.item() == self.greedy[anchor]
-        want = torch.tensor(self.greedy[anchor + 1: anchor + BS])
+        want = torch.tensor(self.greedy[anchor + 1 : anchor + BS])
         return F.one_hot(want, self.vocab).float()[None]
 
 
@@ -81,8 +92,7 @@ def test_inference_draft_equals_training_block_at_the_same_anchor(target, object
     anchors, keep = torch.tensor([[anchor]]), torch.tensor([[True]])
     ids, positions = objective._block_inputs(seq, anchors)
     with torch.no_grad():
-        hidden = objective.drafter(objective.embed(ids), context, positions,
-                                   sdpa_mask(anchors, keep, BS, seq_len))
+        hidden = objective.drafter(objective.embed(ids), context, positions, sdpa_mask(anchors, keep, BS, seq_len))
         train_logits = objective.lm_head(hidden[:, 1:])
     infer_logits = objective.draft_logits(context[:, :anchor], seq[:, anchor])
     torch.testing.assert_close(infer_logits, train_logits, atol=1e-5, rtol=1e-5)
@@ -121,7 +131,7 @@ def test_greedy_generate_matches_an_uncached_argmax_loop(target):
         with torch.no_grad():
             for _ in range(6):
                 seq.append(int(target.model(torch.tensor([seq])).logits[0, -1].argmax()))
-        assert out == seq[len(prompt):]
+        assert out == seq[len(prompt) :]
 
 
 def test_cached_logits_and_hidden_equal_a_full_forward(target):

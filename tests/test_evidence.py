@@ -15,9 +15,11 @@ from harness.diagnosis import diagnose, evidence
 from harness.diagnosis.catalogue import RecordSource
 
 ROOT = Path(__file__).resolve().parents[1]
-F2_LOG = ("Exception in thread worker-1:\nTraceback (most recent call last):\n  File \"/srv/app.py\", line 3, in f\n"
-          "    g()\nRuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. "
-          "This is not supported at the moment.\n")
+F2_LOG = (
+    'Exception in thread worker-1:\nTraceback (most recent call last):\n  File "/srv/app.py", line 3, in f\n'
+    "    g()\nRuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. "
+    "This is not supported at the moment.\n"
+)
 
 
 def test_the_shipped_evidence_is_what_the_stores_say():
@@ -36,25 +38,57 @@ def test_without_the_stores_the_shipped_counts_are_cited(tmp_path):
 def test_an_installed_package_diagnoses_from_elsewhere_as_the_checkout_does(tmp_path):
     target, user = tmp_path / "site", tmp_path / "user"
     user.mkdir()
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(ROOT)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     (user / "log.txt").write_text(F2_LOG)
     env = {**os.environ, "PYTHONPATH": str(target)}
 
     def diagnose_here(extra_env: dict) -> str:
-        p = subprocess.run([sys.executable, "-m", "harness", "diagnose", "log.txt"], capture_output=True, text=True,
-                           cwd=user, env=extra_env, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-m", "harness", "diagnose", "log.txt"],
+            capture_output=True,
+            text=True,
+            cwd=user,
+            env=extra_env,
+            timeout=120,
+        )
         assert p.returncode == 0, p.stderr
         return p.stdout
 
     installed, checkout = diagnose_here(env), diagnose_here(dict(os.environ))
-    where = subprocess.run([sys.executable, "-c", "import harness; print(harness.__file__)"], capture_output=True,
-                           text=True, cwd=user, env=env).stdout
+    where = subprocess.run(
+        [sys.executable, "-c", "import harness; print(harness.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=user,
+        env=env,
+    ).stdout
     assert where.startswith(str(target)), where
     strip = lambda text: [ln for ln in text.splitlines() if "reproduce:" not in ln]  # noqa: E731
     assert strip(installed) == strip(checkout) and "held, 0/29" in installed
     script = next(ln for ln in installed.splitlines() if "reproduce:" in ln).split(" -- python ")[1].split()[0]
     assert script.startswith(str(target)) and Path(script).is_file(), script
-    p = subprocess.run([sys.executable, "-m", "harness", "repro", "r06", "--help"], capture_output=True, text=True,
-                       cwd=user, env=env, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness", "repro", "r06", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=user,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == 0 and "usage:" in p.stdout, p.stdout + p.stderr

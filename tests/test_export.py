@@ -20,8 +20,7 @@ def _run_cfg(**drafter_kw) -> RunConfig:
 
 
 def _drafter(cfg: RunConfig, seed: int = 0) -> DFlashDrafter:
-    d = DFlashDrafter(cfg.drafter, hidden_size=64, num_target_layers=8, vocab_size=256,
-                      layer_ids=(1, 5))
+    d = DFlashDrafter(cfg.drafter, hidden_size=64, num_target_layers=8, vocab_size=256, layer_ids=(1, 5))
     d.reset_parameters(seed)
     return d
 
@@ -46,8 +45,10 @@ def test_export_writes_layer_types_window_and_auto_map(tmp_path):
     config = json.loads((tmp_path / "d" / "config.json").read_text())
     assert config["layer_types"] == ["sliding_attention", "full_attention"]
     assert config["sliding_window"] == 16 and config["use_sliding_window"] is True
-    assert config["auto_map"] == {"AutoConfig": "modeling_dflash.DFlashConfig",
-                                  "AutoModel": "modeling_dflash.DFlashDraftModel"}
+    assert config["auto_map"] == {
+        "AutoConfig": "modeling_dflash.DFlashConfig",
+        "AutoModel": "modeling_dflash.DFlashDraftModel",
+    }
     shipped = (tmp_path / "d" / "modeling_dflash.py").read_text()
     assert shipped == Path(export.MODELING_SOURCE).read_text()
     rebuilt = export.drafter_from_hf(str(tmp_path / "d"))

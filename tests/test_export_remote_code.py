@@ -22,10 +22,12 @@ LAYOUTS = {
 
 def _export(tmp_path, layout: str):
     layer_types, window = LAYOUTS[layout]
-    cfg = RunConfig(drafter=DrafterConfig(num_layers=2, block_size=4, num_heads=4, num_kv_heads=2,
-                                          layer_types=layer_types, sliding_window=window))
-    drafter = DFlashDrafter(cfg.drafter, hidden_size=64, num_target_layers=8, vocab_size=256,
-                            layer_ids=(1, 5))
+    cfg = RunConfig(
+        drafter=DrafterConfig(
+            num_layers=2, block_size=4, num_heads=4, num_kv_heads=2, layer_types=layer_types, sliding_window=window
+        )
+    )
+    drafter = DFlashDrafter(cfg.drafter, hidden_size=64, num_target_layers=8, vocab_size=256, layer_ids=(1, 5))
     drafter.reset_parameters(7)
     # A folder name per test: transformers caches remote code by folder name and file hash.
     path = export.export_hf(drafter, cfg, str(tmp_path / f"dflash-{layout}-{tmp_path.name}"))
@@ -73,18 +75,29 @@ def test_a_cached_draft_round_sees_the_same_window_as_one_pass(tmp_path):
     ctx = torch.randn(1, 14, 128, generator=g)
     cache = DynamicCache()
     with torch.no_grad():
-        model(position_ids=torch.arange(14)[None], noise_embedding=x1, target_hidden=ctx[:, :10],
-              past_key_values=cache, use_cache=True)
+        model(
+            position_ids=torch.arange(14)[None],
+            noise_embedding=x1,
+            target_hidden=ctx[:, :10],
+            past_key_values=cache,
+            use_cache=True,
+        )
         cache.crop(10 - cache.get_seq_length())  # negative: drop the block's rows
-        cached = model(position_ids=torch.arange(10, 18)[None], noise_embedding=x2,
-                       target_hidden=ctx[:, 10:], past_key_values=cache, use_cache=True)
+        cached = model(
+            position_ids=torch.arange(10, 18)[None],
+            noise_embedding=x2,
+            target_hidden=ctx[:, 10:],
+            past_key_values=cache,
+            use_cache=True,
+        )
         whole = model(position_ids=torch.arange(18)[None], noise_embedding=x2, target_hidden=ctx)
     torch.testing.assert_close(cached, whole, rtol=1e-5, atol=1e-5)
 
 
 def test_the_modelling_file_imports_only_torch_and_transformers():
     tree = ast.parse(Path(export.MODELING_SOURCE).read_text())
-    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-             for alias in node.names}
+    roots = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
     roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert roots <= {"__future__", "torch", "transformers"}, roots

@@ -151,14 +151,13 @@ def test_corrupt_zeroes_floating_tensors_in_the_matching_thread_only():
     plan = faults.install_plan("drafter.after_forward@dflash-train-1=corrupt")
     w = torch.tensor(2.0, requires_grad=True)
     out = Out(loss=w * 3.0, ids=torch.tensor([4, 5]))
-    assert faults.fault_value("drafter.after_forward", out) is out   # this thread: untouched
+    assert faults.fault_value("drafter.after_forward", out) is out  # this thread: untouched
     got: list[Out] = []
-    assert run_in_thread("dflash-train-1",
-                         lambda: got.append(faults.fault_value("drafter.after_forward", out))) is None
+    assert run_in_thread("dflash-train-1", lambda: got.append(faults.fault_value("drafter.after_forward", out))) is None
     (bad,) = got
     assert isinstance(bad, Out) and bad.loss.item() == 0.0 and bad.ids.tolist() == [4, 5]
     assert bad.loss.grad_fn is not None
-    bad.loss.backward()   # the graph is kept: the backward runs, on the wrong numbers
+    bad.loss.backward()  # the graph is kept: the backward runs, on the wrong numbers
     assert float(w.grad) == 0.0 and plan.hits == {"drafter.after_forward": 1}
 
 

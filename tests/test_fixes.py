@@ -36,10 +36,23 @@ def run_thread(name: str, fn, *args):
 
 def test_registry_names_and_docstrings():
     assert set(FIXES) == {
-        "global-lock", "sequential-startup", "thread-local-warmup", "local-tls-init", "cstash-tls-init",
-        "persistent-buffers", "single-thread-autograd", "nested-fx-fallback", "graph-isolation",
-        "cublas-handle-init", "target-hook-taps", "cudagraph-lock", "stash-incref", "stream-sync",
-        "await-thread-exit", "phase-lock", "thread-local-stance",
+        "global-lock",
+        "sequential-startup",
+        "thread-local-warmup",
+        "local-tls-init",
+        "cstash-tls-init",
+        "persistent-buffers",
+        "single-thread-autograd",
+        "nested-fx-fallback",
+        "graph-isolation",
+        "cublas-handle-init",
+        "target-hook-taps",
+        "cudagraph-lock",
+        "stash-incref",
+        "stream-sync",
+        "await-thread-exit",
+        "phase-lock",
+        "thread-local-stance",
     }
     for fix in FIXES.values():
         doc = type(fix).__doc__ or ""
@@ -138,7 +151,7 @@ def test_cudagraph_lock_serializes_every_tree_managers_run_once_installed(monkey
 
     inside, overlaps = [0], []
 
-    def fake_run(self, new_inputs, function_id):   # the real one needs CUDA graphs
+    def fake_run(self, new_inputs, function_id):  # the real one needs CUDA graphs
         inside[0] += 1
         overlaps.append(inside[0])
         time.sleep(0.05)
@@ -148,7 +161,7 @@ def test_cudagraph_lock_serializes_every_tree_managers_run_once_installed(monkey
     monkeypatch.setattr(cgt.CUDAGraphTreeManager, "run", fake_run)
     fs = FixSet.from_names(["cudagraph-lock"])
     fs.thread_start("train")
-    fs.thread_start("train")          # the second thread finds it installed
+    fs.thread_start("train")  # the second thread finds it installed
     assert fs.counts["cudagraph-lock"] == 1
     assert cgt.CUDAGraphTreeManager.run.__wrapped__ is fake_run
     manager = object.__new__(cgt.CUDAGraphTreeManager)
@@ -157,7 +170,7 @@ def test_cudagraph_lock_serializes_every_tree_managers_run_once_installed(monkey
         t.start()
     for t in threads:
         t.join(timeout=JOIN_S)
-    assert overlaps == [1, 1, 1, 1]   # never two runs at once
+    assert overlaps == [1, 1, 1, 1]  # never two runs at once
     # Reentrant: a run may record, and recording may call back into the manager on this thread.
     with fixes.CUDAGRAPH_LOCK:
         assert manager.run([9], 0) == [9]
@@ -320,7 +333,7 @@ def test_stash_incref_gives_a_stealing_stash_the_reference_it_keeps(monkeypatch)
     def stealing_stash(key, obj):
         before = sys.getrefcount(obj)
         real(key, obj)
-        if sys.getrefcount(obj) > before:      # this torch increfs: take that back
+        if sys.getrefcount(obj) > before:  # this torch increfs: take that back
             ctypes.pythonapi.Py_DecRef(ctypes.py_object(obj))
         stole.append(key)
 
@@ -348,9 +361,9 @@ def test_stash_incref_gives_a_stealing_stash_the_reference_it_keeps(monkeypatch)
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(keep[0]))  # give it back
 
     fs = FixSet.from_names(["cstash-tls-init", "stash-incref"])
-    assert [f.name for f in fs.fixes] == ["stash-incref", "cstash-tls-init"]   # early fixes first
+    assert [f.name for f in fs.fixes] == ["stash-incref", "cstash-tls-init"]  # early fixes first
     assert FIXES["stash-incref"].thread_start("train") is True
-    assert FIXES["stash-incref"].thread_start("train") is False                  # installed once
+    assert FIXES["stash-incref"].thread_start("train") is False  # installed once
     assert torch._C._stash_obj_in_tls.__wrapped__ is stealing_stash
     # ... patched, the stash holds one of its own, and the exit gives it back.
     assert exits_after_stash(keep[1], torch._C._stash_obj_in_tls, expect=0) == 0
@@ -386,7 +399,7 @@ def test_stash_incref_does_not_read_a_shared_objects_count_around_the_call(monke
         if sys.getrefcount(obj) > before:
             ctypes.pythonapi.Py_DecRef(ctypes.py_object(obj))
         if obj is shared:
-            others.append(obj)      # "another thread", which knows this object, takes a reference meanwhile
+            others.append(obj)  # "another thread", which knows this object, takes a reference meanwhile
 
     class Held:
         pass
@@ -408,11 +421,12 @@ def test_stash_incref_does_not_read_a_shared_objects_count_around_the_call(monke
 
 # ------------------------------------------------------------------------------ phase-lock
 
+
 def test_readers_writer_lock_lets_readers_share_and_a_writer_wait_for_them():
     lock = fixes.ReadersWriterLock()
     lock.acquire(False)
     got, exc = run_thread("reader", lambda: (lock.acquire(False), lock.release(False), True)[-1])
-    assert exc is None and got is True                  # a second reader got in beside the first
+    assert exc is None and got is True  # a second reader got in beside the first
     entered = threading.Event()
 
     def writer():
@@ -422,7 +436,7 @@ def test_readers_writer_lock_lets_readers_share_and_a_writer_wait_for_them():
 
     t = threading.Thread(target=writer, name="writer")
     t.start()
-    assert not entered.wait(0.2)                        # the reader still holds it
+    assert not entered.wait(0.2)  # the reader still holds it
     lock.release(False)
     assert entered.wait(5)
     t.join(5)
@@ -438,13 +452,14 @@ def test_phase_lock_runs_a_keys_first_calls_alone_and_later_ones_side_by_side(mo
 
     def call(k):
         with fs.around_call(k):
-            inside.wait()                                # both threads inside at once, or BrokenBarrierError
+            inside.wait()  # both threads inside at once, or BrokenBarrierError
 
     for _ in range(fixes.PHASE_WARM_CALLS):
         with fs.around_call(key):
             # exclusive: another thread cannot share it now
-            t = threading.Thread(target=lambda: (fixes.PHASE_LOCK.acquire(False), fixes.PHASE_LOCK.release(False)),
-                                 name="reader")
+            t = threading.Thread(
+                target=lambda: (fixes.PHASE_LOCK.acquire(False), fixes.PHASE_LOCK.release(False)), name="reader"
+            )
             t.start()
             t.join(0.2)
             assert t.is_alive()
@@ -456,7 +471,7 @@ def test_phase_lock_runs_a_keys_first_calls_alone_and_later_ones_side_by_side(mo
         t.join(10)
     assert not inside.broken
     assert fix.stats() == {"exclusive": 3, "shared": 2, "compiles_while_shared": 0}
-    with fs.around_call(None):                          # no key: always alone
+    with fs.around_call(None):  # no key: always alone
         pass
     assert fix.stats()["exclusive"] == 4
 
@@ -471,11 +486,11 @@ def test_phase_lock_sends_a_key_back_to_exclusive_when_dynamo_compiled_during_a_
     for _ in range(fixes.PHASE_WARM_CALLS + 1):
         with fs.around_call("k"):
             pass
-    with fs.around_call("k"):                           # shared; a guard failed: Dynamo compiled
+    with fs.around_call("k"):  # shared; a guard failed: Dynamo compiled
         graphs[0] = next(compiled) + 1
     assert fix.stats()["compiles_while_shared"] == 1
-    with fs.around_call("k"):                           # exclusive again, and a nested call on the same
-        with fs.around_call("other"):                   # thread does not wait for itself
+    with fs.around_call("k"):  # exclusive again, and a nested call on the same
+        with fs.around_call("other"):  # thread does not wait for itself
             pass
     assert fix.stats()["exclusive"] == fixes.PHASE_WARM_CALLS + 1
 
@@ -515,7 +530,7 @@ def test_thread_local_stance_keeps_skip_guard_eval_unsafe_in_the_thread_that_set
     fs.thread_start("main")
     assert fs.counts["thread-local-stance"] == 1
     assert with_unsafe_stance_elsewhere(lambda: eval_frame._is_skip_guard_eval_unsafe_stance()) == (False, True)
-    assert FIXES["thread-local-stance"].thread_start("main") is False      # patched once
+    assert FIXES["thread-local-stance"].thread_start("main") is False  # patched once
     # Compiled calls still run one at a time: the C flag they save and restore is process-wide.
     with fs.around_call():
         assert fixes.GLOBAL_LOCK._is_owned()

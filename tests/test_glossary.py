@@ -14,15 +14,20 @@ from harness.runtime.fixes import FIXES
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = glossary.GLOSSARY.read_text(encoding="utf-8")
-DOCS = [ROOT / "README.md", ROOT / "REPORT.md", ROOT / "repro" / "README.md",
-        *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "log").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "REPORT.md",
+    ROOT / "repro" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "log").glob("*.md")),
+]
 RACE_ID = re.compile(r"\b(F\d{1,2}[a-d]?|R\d|G\d|r\d\d)\b")
 """The catalogue's numbered ids (F-, R-, G-ids) and the repros' (rNN)."""
 
 
 def _block(text: str, name: str) -> str:
     start = text.index(f"<!-- harness:begin {name} -->\n") + len(f"<!-- harness:begin {name} -->\n")
-    return text[start:text.index(f"<!-- harness:end {name} -->")].strip()
+    return text[start : text.index(f"<!-- harness:end {name} -->")].strip()
 
 
 def _defined() -> set[str]:

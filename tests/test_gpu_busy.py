@@ -29,9 +29,9 @@ def test_mean_of_samples_for_the_asked_gpu(tmp_path, monkeypatch):
         while len(g.samples) < 20 and time.monotonic() < deadline:
             time.sleep(0.02)
     assert len(g.samples) >= 20
-    assert 0.5 <= g.fraction <= 0.7           # alternating 0.4 / 0.8
+    assert 0.5 <= g.fraction <= 0.7  # alternating 0.4 / 0.8
     assert "-i 3" in (tmp_path / "args").read_text()
-    assert g._proc.poll() is not None          # the sampler is gone after the block
+    assert g._proc.poll() is not None  # the sampler is gone after the block
 
 
 def test_cpu_device_or_no_nvidia_smi_gives_none(tmp_path, monkeypatch):
@@ -49,7 +49,7 @@ def test_a_window_keeps_only_the_samples_read_inside_it():
     g = GpuBusy(0)
     g.times, g.samples = [1.0, 2.0, 3.0, 4.0], [0.0, 0.5, 1.0, 0.2]
     assert g.fraction == 0.425
-    assert g.fraction_between(2.0, 3.0) == 0.75           # the compile-time zeros left out
+    assert g.fraction_between(2.0, 3.0) == 0.75  # the compile-time zeros left out
     assert g.fraction_between(5.0, 6.0) is None
 
 

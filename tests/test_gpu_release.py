@@ -70,11 +70,11 @@ def no_smi(tmp_path, monkeypatch) -> None:
 
 # ------------------------------------------------------------------------------- harness/trial/gpu.py
 
+
 def test_compute_pids_reads_the_query(fake_smi):
     fake_smi.listing.write_text("4242, 512\n4343, 0\n4444, [N/A]\n")
-    assert gpu.compute_pids() == {4242, 4444}      # 0 MiB holds nothing; N/A counts as held
-    assert fake_smi.calls() == [
-        "--query-compute-apps=pid,used_memory --format=csv,noheader,nounits"]
+    assert gpu.compute_pids() == {4242, 4444}  # 0 MiB holds nothing; N/A counts as held
+    assert fake_smi.calls() == ["--query-compute-apps=pid,used_memory --format=csv,noheader,nounits"]
 
 
 def test_released_pid_gives_true(fake_smi):
@@ -118,8 +118,9 @@ def test_nvidia_smi_is_looked_up_once(fake_smi, monkeypatch):
 
 
 def test_memory_of_sums_the_given_pids_per_gpu(fake_smi):
-    fake_smi.listing.write_text("4242, GPU-a, 1000\n4242, GPU-b, 300\n4343, GPU-a, 24\n"
-                                "4444, GPU-a, [N/A]\n999999999, GPU-a, 99999\n")
+    fake_smi.listing.write_text(
+        "4242, GPU-a, 1000\n4242, GPU-b, 300\n4343, GPU-a, 24\n4444, GPU-a, [N/A]\n999999999, GPU-a, 99999\n"
+    )
     assert gpu.memory_of({4242, 4343, 4444}) == {"GPU-a": 1024.0, "GPU-b": 300.0}
     assert gpu.memory_of({5555}) == {}
     assert fake_smi.calls()[-1] == "--query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits"
@@ -130,12 +131,12 @@ def test_memory_of_sums_the_given_pids_per_gpu(fake_smi):
 def test_the_memory_sampler_keeps_each_gpus_highest_sample_of_the_live_pids(fake_smi):
     pids = {7}
     sampler = gpu.MemorySampler(lambda: set(pids), period_s=600.0)
-    assert sampler.stop() is None                       # never started, never sampled: no figure
+    assert sampler.stop() is None  # never started, never sampled: no figure
     sampler = gpu.MemorySampler(lambda: set(pids), period_s=600.0).start()
     for listing in ("7, GPU-a, 1024\n7, GPU-b, 512\n", "7, GPU-a, 512\n7, GPU-b, 1536\n", ""):
-        fake_smi.listing.write_text(listing + "8, GPU-b, 99999\n")    # 8: another trial's pid
+        fake_smi.listing.write_text(listing + "8, GPU-b, 99999\n")  # 8: another trial's pid
         sampler.sample_now()
-        if listing:             # the sample is in the figures by the time sample_now returns
+        if listing:  # the sample is in the figures by the time sample_now returns
             assert sampler.peak_mib["GPU-a"] >= 1024.0
     assert sampler.stop() == 1.5 and sampler.peak_mib == {"GPU-a": 1024.0, "GPU-b": 1536.0}
     assert [t for t in threading.enumerate() if t.name == "harness-gpu-memory"] == []
@@ -146,18 +147,24 @@ def test_the_memory_sampler_rounds_a_small_figure_up_and_stops_asking_a_failing_
     fake_smi.listing.write_text("7, GPU-a, 3\n")
     sampler.sample_now()
     monkeypatch.setenv("FAKE_NVIDIA_SMI_RC", "9")
-    sampler.sample_now()                                 # cannot tell: the thread ends
+    sampler.sample_now()  # cannot tell: the thread ends
     calls = len(fake_smi.calls())
     sampler.sample_now(timeout_s=0.2)
     assert len(fake_smi.calls()) == calls
-    assert sampler.stop() == 0.01                        # 3 MiB is held memory, not 0 GiB
+    assert sampler.stop() == 0.01  # 3 MiB is held memory, not 0 GiB
 
 
 # ------------------------------------------------------------------------------------ run_trial
 
+
 def _command(trial_id: str, *argv: str, hang_s: float = 10.0) -> TrialSpec:
-    return TrialSpec(trial_id=trial_id, cell=trial_id, timeout_s=30.0, hang_s=hang_s,
-                     workload=WorkloadSpec(kind="command", argv=(sys.executable, *argv)))
+    return TrialSpec(
+        trial_id=trial_id,
+        cell=trial_id,
+        timeout_s=30.0,
+        hang_s=hang_s,
+        workload=WorkloadSpec(kind="command", argv=(sys.executable, *argv)),
+    )
 
 
 def test_ok_trial_with_nvidia_smi_releases(tmp_path, fake_smi):
@@ -169,23 +176,18 @@ def test_ok_trial_with_nvidia_smi_releases(tmp_path, fake_smi):
     assert stored["gpu_released"] is True
 
 
-@pytest.mark.parametrize("script, outcome, hang_s", [
-    ("crash", Outcome.CRASH, 10.0), ("deadlock", Outcome.HANG, 2.0)])
-def test_failed_trial_keeps_its_outcome_and_is_checked(tmp_path, fake_smi, script, outcome,
-                                                       hang_s):
-    result = run_trial(_command(script, str(SCRIPTS / f"{script}.py"), hang_s=hang_s),
-                       tmp_path / script)
+@pytest.mark.parametrize("script, outcome, hang_s", [("crash", Outcome.CRASH, 10.0), ("deadlock", Outcome.HANG, 2.0)])
+def test_failed_trial_keeps_its_outcome_and_is_checked(tmp_path, fake_smi, script, outcome, hang_s):
+    result = run_trial(_command(script, str(SCRIPTS / f"{script}.py"), hang_s=hang_s), tmp_path / script)
     assert result.outcome is outcome and result.gpu_released is True
     assert "GPU memory" not in result.detail and fake_smi.calls()
 
 
 def test_child_pid_still_holding_memory_is_reported_not_hidden(tmp_path, fake_smi, monkeypatch):
     monkeypatch.setattr(runner, "GPU_RELEASE_TIMEOUT_S", 0.5)
-    code = ("import os; print(f'pid={os.getpid()}');"
-            f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}\\n')")
+    code = f"import os; print(f'pid={{os.getpid()}}');open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}\\n')"
     result = run_trial(_command("leak", "-c", code), tmp_path / "leak")
-    pid = int(re.search(r"^pid=(\d+)$", (tmp_path / "leak" / "output.txt").read_text(),
-                        re.M).group(1))
+    pid = int(re.search(r"^pid=(\d+)$", (tmp_path / "leak" / "output.txt").read_text(), re.M).group(1))
     assert result.outcome is Outcome.OK
     assert result.gpu_released is False
     assert result.detail == f"exit 0; GPU memory still held by pids [{pid}] 0.5 s after the trial"
@@ -197,21 +199,19 @@ def test_grandchild_the_runner_saw_is_checked_too(tmp_path, fake_smi, monkeypatc
     """The child exits 0 at once; its grandchild (same group) took GPU memory and is killed by
     the runner: its pid must be among those checked."""
     monkeypatch.setattr(runner, "GPU_RELEASE_TIMEOUT_S", 0.5)
-    grandchild = ("import os, time;"
-                  f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}\\n');"
-                  "time.sleep(600)")
-    code = ("import os, subprocess, sys, time;"
-            f"gc = subprocess.Popen([sys.executable, '-c', {grandchild!r}]);"
-            "print(f'grandchild={gc.pid}', flush=True);"
-            f"[time.sleep(0.05) for _ in range(400) if str(gc.pid) not in "
-            f"open({str(fake_smi.listing)!r}).read()]")
+    grandchild = f"import os, time;open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}\\n');time.sleep(600)"
+    code = (
+        "import os, subprocess, sys, time;"
+        f"gc = subprocess.Popen([sys.executable, '-c', {grandchild!r}]);"
+        "print(f'grandchild={gc.pid}', flush=True);"
+        f"[time.sleep(0.05) for _ in range(400) if str(gc.pid) not in "
+        f"open({str(fake_smi.listing)!r}).read()]"
+    )
     result = run_trial(_command("gc", "-c", code), tmp_path / "gc")
-    gc_pid = int(re.search(r"^grandchild=(\d+)$", (tmp_path / "gc" / "output.txt").read_text(),
-                           re.M).group(1))
+    gc_pid = int(re.search(r"^grandchild=(\d+)$", (tmp_path / "gc" / "output.txt").read_text(), re.M).group(1))
     assert result.outcome is Outcome.OK, result.detail
     assert result.gpu_released is False
-    assert result.detail == (
-        f"exit 0; GPU memory still held by pids [{gc_pid}] 0.5 s after the trial")
+    assert result.detail == (f"exit 0; GPU memory still held by pids [{gc_pid}] 0.5 s after the trial")
     with pytest.raises(ProcessLookupError):
         os.kill(gc_pid, 0)
 
@@ -220,15 +220,17 @@ def test_the_runner_samples_what_a_trials_processes_hold(tmp_path, fake_smi, mon
     """Every GPU_MEM_POLL_S while the trial runs: its own pids' memory, summed per GPU; another
     process's memory on the same GPU is not the trial's."""
     monkeypatch.setattr(runner, "GPU_MEM_POLL_S", 0.1)
-    monkeypatch.setattr(runner, "GPU_RELEASE_TIMEOUT_S", 0.5)    # the fake lists the pid for ever
+    monkeypatch.setattr(runner, "GPU_RELEASE_TIMEOUT_S", 0.5)  # the fake lists the pid for ever
     fake_smi.listing.write_text(f"{UNRELATED_PID}, GPU-fake-0, 99999\n")
-    code = ("import os, time;"
-            f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}, GPU-fake-0, 2048\\n"
-            f"{{os.getpid()}}, GPU-fake-1, 512\\n');"
-            "time.sleep(1.5)")
+    code = (
+        "import os, time;"
+        f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}, GPU-fake-0, 2048\\n"
+        f"{{os.getpid()}}, GPU-fake-1, 512\\n');"
+        "time.sleep(1.5)"
+    )
     result = run_trial(_command("held", "-c", code), tmp_path / "held")
     assert result.outcome is Outcome.OK and result.gpu_mem_gib == 2.0 and result.gpu_released is False
-    assert not [t for t in threading.enumerate() if t.name.startswith("harness-gpu-memory")]   # stopped
+    assert not [t for t in threading.enumerate() if t.name.startswith("harness-gpu-memory")]  # stopped
     assert json.loads((tmp_path / "held" / "result.json").read_text())["gpu_mem_gib"] == 2.0
 
 
@@ -253,9 +255,11 @@ def test_a_hung_trial_is_sampled_before_it_is_killed(tmp_path, fake_smi, monkeyp
     the one taken after the hang was seen and before the kill freed the memory."""
     monkeypatch.setattr(runner, "GPU_MEM_POLL_S", 600.0)
     monkeypatch.setattr(runner, "GPU_RELEASE_TIMEOUT_S", 0.5)
-    code = ("import os, threading;"
-            f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}, GPU-fake-0, 3072\\n');"
-            "threading.Event().wait()")
+    code = (
+        "import os, threading;"
+        f"open({str(fake_smi.listing)!r}, 'a').write(f'{{os.getpid()}}, GPU-fake-0, 3072\\n');"
+        "threading.Event().wait()"
+    )
     result = run_trial(_command("hung", "-c", code, hang_s=1.0), tmp_path / "hung")
     assert result.outcome is Outcome.HANG and result.gpu_mem_gib == 3.0 and result.gpu_released is False
 
@@ -272,9 +276,11 @@ def test_cpu_host_pays_nothing(tmp_path, no_smi, monkeypatch):
 
 # --------------------------------------------------------------------------------- the record
 
+
 def test_gpu_released_round_trips_and_old_records_load():
-    result = TrialResult(trial_id="t", cell="c", trial_index=0, outcome=Outcome.OK,
-                         gpu_released=False, gpu_mem_gib=12.5)
+    result = TrialResult(
+        trial_id="t", cell="c", trial_index=0, outcome=Outcome.OK, gpu_released=False, gpu_mem_gib=12.5
+    )
     assert TrialResult.from_json(json.loads(json.dumps(result.to_json()))) == result
     old = result.to_json()
     del old["gpu_released"], old["gpu_mem_gib"]
@@ -286,7 +292,7 @@ def test_a_sampler_that_raises_stops_and_says_why(fake_smi):
     calls = iter([{7}])
 
     def pids():
-        return next(calls)                              # the second sample raises StopIteration
+        return next(calls)  # the second sample raises StopIteration
 
     fake_smi.listing.write_text("7, GPU-a, 2048\n")
     sampler = gpu.MemorySampler(pids, period_s=600.0).start()
@@ -300,8 +306,11 @@ def test_run_trial_notes_a_sampler_that_stopped_early_in_detail(tmp_path, fake_s
         raise RuntimeError("no /proc here")
 
     monkeypatch.setattr(runner, "GPU_MEM_POLL_S", 0.05)
-    monkeypatch.setattr(runner, "live_members", lambda pid: broken(pid) if threading.current_thread().name.startswith(
-        "harness-gpu-memory") else {pid})
+    monkeypatch.setattr(
+        runner,
+        "live_members",
+        lambda pid: broken(pid) if threading.current_thread().name.startswith("harness-gpu-memory") else {pid},
+    )
     result = run_trial(_command("ok", "-c", "import time; time.sleep(0.5)"), tmp_path / "ok")
     assert result.outcome is Outcome.OK
     assert result.detail == "exit 0; GPU memory sampler stopped early: RuntimeError: no /proc here"

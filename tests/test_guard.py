@@ -36,6 +36,7 @@ def in_threads(*bodies, names=None):
                 body()
             except BaseException as exc:
                 errors.append(exc)
+
         return run
 
     names = names or [f"guard-test-{i}" for i in range(len(bodies))]
@@ -79,6 +80,7 @@ def spy(monkeypatch):
 
 # -- names ------------------------------------------------------------------------------------
 
+
 def test_names_parse_in_every_form():
     assert Guard("global-lock, nested-fx-fallback").names == ("global-lock", "nested-fx-fallback")
     assert Guard(["global-lock,nested-fx-fallback", "global-lock"]).names == ("global-lock", "nested-fx-fallback")
@@ -105,8 +107,10 @@ def test_recommended_is_the_registry_set_and_checks_the_device():
     expected = recommend.recommended("2.11.0+cu130", "cuda", cudagraphs=True)
     assert rec.names == expected.names and rec.recommendation == expected
     assert rec.recommendation.measured
-    assert Guard.recommended(device=torch.device("cuda", 1), torch_version="2.11.0").names == \
-        recommend.recommended("2.11.0", "cuda", cudagraphs=False).names
+    assert (
+        Guard.recommended(device=torch.device("cuda", 1), torch_version="2.11.0").names
+        == recommend.recommended("2.11.0", "cuda", cudagraphs=False).names
+    )
     assert not Guard.recommended(device="cpu", torch_version="9.9").recommendation.measured
     with pytest.raises(GuardError, match="unknown device 'mps'"):
         Guard.recommended(device="mps")
@@ -124,6 +128,7 @@ def test_policies_are_listed_and_counted_by_the_program():
 
 
 # -- thread set-up ----------------------------------------------------------------------------
+
 
 def test_thread_decorator_runs_set_up_once_per_thread_with_its_name(spy):
     guard = Guard("spy")
@@ -182,6 +187,7 @@ def test_call_runs_a_forgotten_set_up_first(spy):
 
 # -- compiled ---------------------------------------------------------------------------------
 
+
 def double_plus_one(x):
     return x * 2 + 1
 
@@ -203,6 +209,7 @@ def test_compiled_wrapper_serialises_calls_under_global_lock(fix, overlap):
             with lock:
                 inside[0] -= 1
             return gm.forward(*args)
+
         return run
 
     # A code object of its own: Dynamo's cache is per code object, shared across tests otherwise.
@@ -238,8 +245,9 @@ def test_graph_isolation_compiles_once_per_thread():
 
     plain = fixes.fresh_function(double_plus_one)
     isolated = Guard("graph-isolation").compiled(plain, backend=counting)
-    in_threads(lambda: [isolated(torch.ones(2)) for _ in range(3)], lambda: isolated(torch.ones(2)),
-               names=["iso-a", "iso-b"])
+    in_threads(
+        lambda: [isolated(torch.ones(2)) for _ in range(3)], lambda: isolated(torch.ones(2)), names=["iso-a", "iso-b"]
+    )
     assert sorted(compiles) == ["iso-a", "iso-b"]
     assert isolated.guard.counts() == {"graph-isolation": 2}
     compiles.clear()
@@ -286,9 +294,31 @@ def stress(tmp_path: Path, runs: int, *example_args: str, extra: tuple[str, ...]
     """`harness stress` over the example; (exit code, runs, failures, output)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("HARNESS_HEARTBEAT", None)
-    cmd = [sys.executable, "-m", "harness", "stress", "-p", "2", "--max-runs", str(runs), "--interval", "600",
-           "--timeout", "120", "-o", str(tmp_path / "stress"), *extra, "--",
-           sys.executable, str(EXAMPLE), "--backend", "eager", "--seconds", "0.5", *example_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness",
+        "stress",
+        "-p",
+        "2",
+        "--max-runs",
+        str(runs),
+        "--interval",
+        "600",
+        "--timeout",
+        "120",
+        "-o",
+        str(tmp_path / "stress"),
+        *extra,
+        "--",
+        sys.executable,
+        str(EXAMPLE),
+        "--backend",
+        "eager",
+        "--seconds",
+        "0.5",
+        *example_args,
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     out = res.stdout + res.stderr
     m = re.search(r"^(\d+) runs completed, (\d+) failures", res.stdout, re.M)
@@ -298,8 +328,9 @@ def stress(tmp_path: Path, runs: int, *example_args: str, extra: tuple[str, ...]
 
 @pytest.mark.timeout(200)
 def test_example_fails_raw(tmp_path):
-    rc, runs, failures, out = stress(tmp_path, RAW_RUNS, "--no-fix",
-                                     extra=("--max-fails", "1", "--failure", re.escape(F2_MESSAGE)))
+    rc, runs, failures, out = stress(
+        tmp_path, RAW_RUNS, "--no-fix", extra=("--max-fails", "1", "--failure", re.escape(F2_MESSAGE))
+    )
     assert rc == 1 and failures >= 1, out
     assert F2_MESSAGE in out
 
@@ -312,8 +343,9 @@ def test_example_is_clean_with_the_fix(tmp_path, fix):
 
 
 def test_example_bad_fix_is_one_error_line():
-    res = subprocess.run([sys.executable, str(EXAMPLE), "--fix", "global_lock"], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--fix", "global_lock"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert res.returncode == 2
     assert res.stderr.startswith("error: unknown fix 'global_lock' (did you mean 'global-lock'?)")
     assert len(res.stderr.strip().splitlines()) == 1

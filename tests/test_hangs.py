@@ -31,15 +31,20 @@ def spinner(tmp_path):
 
 def _spawn(tmp_path: Path, script: str):
     out = tmp_path / "output.txt"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # no harness bootstrap
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no harness bootstrap
     with open(out, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, str(SCRIPTS / script)], stdout=fh,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPTS / script)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 30
         while "pid=" not in out.read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.3)                     # let the threads reach their blocking calls
+        time.sleep(0.3)  # let the threads reach their blocking calls
         yield proc, out
     finally:
         try:
@@ -67,7 +72,7 @@ def test_faulthandler_fallback_reads_the_dump_from_the_output(deadlocked, tmp_pa
     assert dump.method == "faulthandler" and dump.errors == ["py-spy not found"]
     inner = sorted(t.frames[0].name for t in dump.threads if t.frames)
     assert inner == ["_wait_for_tstate_lock", "take_a_then_b", "take_b_then_a"]
-    assert proc.poll() is None              # SIGUSR1 dumped, did not kill
+    assert proc.poll() is None  # SIGUSR1 dumped, did not kill
 
 
 def test_no_sigusr1_is_sent_to_a_child_that_does_not_catch_it(spinner, tmp_path):
@@ -76,7 +81,7 @@ def test_no_sigusr1_is_sent_to_a_child_that_does_not_catch_it(spinner, tmp_path)
     assert dump.method == "none" and not dump.threads
     assert "SIGUSR1 is not caught" in dump.errors[-1]
     time.sleep(0.2)
-    assert proc.poll() is None              # the default action would have killed it
+    assert proc.poll() is None  # the default action would have killed it
 
 
 def test_broken_pyspy_falls_back_and_records_why(deadlocked, tmp_path):
@@ -95,15 +100,20 @@ def test_parse_faulthandler_on_a_real_fatal_report():
 
 
 def test_render_text_groups_identical_stacks():
-    stack = (Frame(name="Condition.wait", filename="/usr/lib/python3.11/threading.py", line=331),
-             Frame(name="run", filename="/repo/dflash/train_worker.py", line=9))
-    threads = tuple(ThreadStack(name=f"dflash-train-{i}", thread_id=str(i), status="idle",
-                                frames=stack) for i in range(3))
+    stack = (
+        Frame(name="Condition.wait", filename="/usr/lib/python3.11/threading.py", line=331),
+        Frame(name="run", filename="/repo/dflash/train_worker.py", line=9),
+    )
+    threads = tuple(
+        ThreadStack(name=f"dflash-train-{i}", thread_id=str(i), status="idle", frames=stack) for i in range(3)
+    )
     other = ThreadStack(name="MainThread", thread_id="9", frames=stack[1:])
     text = render_text((*threads, other))
-    assert ("3 threads: dflash-train-0, dflash-train-1, dflash-train-2 (idle)\n"
-            "    Condition.wait (python3.11/threading.py:331)\n"
-            "    run (dflash/train_worker.py:9)\n") in text
+    assert (
+        "3 threads: dflash-train-0, dflash-train-1, dflash-train-2 (idle)\n"
+        "    Condition.wait (python3.11/threading.py:331)\n"
+        "    run (dflash/train_worker.py:9)\n"
+    ) in text
     assert "1 thread: MainThread\n    run (dflash/train_worker.py:9)\n" in text
 
 

@@ -20,9 +20,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _write_spec(tmp_path: Path, **over) -> Path:
-    d = {"name": "c", "store": str(tmp_path / "store"), "trials": 2, "workers": 2,
-         "workloads": {"ok": {"kind": "command", "argv": [PY, "-c", "pass"], "timeout_s": 30},
-                       "bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"], "timeout_s": 30}}}
+    d = {
+        "name": "c",
+        "store": str(tmp_path / "store"),
+        "trials": 2,
+        "workers": 2,
+        "workloads": {
+            "ok": {"kind": "command", "argv": [PY, "-c", "pass"], "timeout_s": 30},
+            "bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"], "timeout_s": 30},
+        },
+    }
     d.update(over)
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(d))
@@ -36,13 +43,26 @@ def _error_line(capsys) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("over,needle", [
-    ({"groups": [{"workloads": ["ok"], "strategies": ["global-lok"]}]}, "unknown strategy"),
-    ({"groups": [{"workloads": ["ok"], "strategies": ["raw"], "plans": ["swich"]}]}, "malformed plan"),
-    ({"groups": [{"workloads": ["ok"], "strategies": ["raw"], "plans": [{"name": "p", "plan": {"seed": 1, "rules": [{"point": "nope"}]}}]}]},
-     "malformed plan"),
-    ({"workloads": {"ok": {"kind": "command", "argv": [PY, "missing_workload.py"]}}}, "not found"),
-])
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"groups": [{"workloads": ["ok"], "strategies": ["global-lok"]}]}, "unknown strategy"),
+        ({"groups": [{"workloads": ["ok"], "strategies": ["raw"], "plans": ["swich"]}]}, "malformed plan"),
+        (
+            {
+                "groups": [
+                    {
+                        "workloads": ["ok"],
+                        "strategies": ["raw"],
+                        "plans": [{"name": "p", "plan": {"seed": 1, "rules": [{"point": "nope"}]}}],
+                    }
+                ]
+            },
+            "malformed plan",
+        ),
+        ({"workloads": {"ok": {"kind": "command", "argv": [PY, "missing_workload.py"]}}}, "not found"),
+    ],
+)
 def test_bad_matrix_input_is_one_line_exit_2_and_no_store(tmp_path, capsys, over, needle):
     spec = _write_spec(tmp_path, **over)
     assert main(["matrix", "--file", str(spec), "--no-live"]) == 2
@@ -73,17 +93,30 @@ def test_trials_option_sets_the_default_and_groups_with_their_own_count_keep_it(
     from harness.cli import build_parser
     from harness.commands.matrix import matrix_from_options
 
-    opts = build_parser().parse_args(["matrix", "--preset", "gpu-campaign", "--trials", "30",
-                                      "--max-failures", "1", "--per-gpu", "6"])
+    opts = build_parser().parse_args(
+        ["matrix", "--preset", "gpu-campaign", "--trials", "30", "--max-failures", "1", "--per-gpu", "6"]
+    )
     spec = matrix_from_options(opts)
     counts = {c.name: c.trials for c in spec.cells()}
     assert counts["launch-bound:no-cudagraphs@dflash-stages"] == 30
     assert counts["gpu-bound:eager@-"] == counts["launch-bound:eager@dflash-stages"] == 10
     assert (spec.max_failures, spec.per_gpu) == (1, 6)
-    opts = build_parser().parse_args(["matrix", "--preset", "gpu-campaign", "--trials", "29", "--every-group",
-                                      "--cells", "gpu-bound:eager@dflash-stages,gpu-bound:raw@-"])
+    opts = build_parser().parse_args(
+        [
+            "matrix",
+            "--preset",
+            "gpu-campaign",
+            "--trials",
+            "29",
+            "--every-group",
+            "--cells",
+            "gpu-bound:eager@dflash-stages,gpu-bound:raw@-",
+        ]
+    )
     assert {c.name: c.trials for c in matrix_from_options(opts).cells()} == {
-        "gpu-bound:raw@-": 29, "gpu-bound:eager@dflash-stages": 29}
+        "gpu-bound:raw@-": 29,
+        "gpu-bound:eager@dflash-stages": 29,
+    }
 
 
 def test_every_group_without_trials_is_one_line_exit_2(capsys):
@@ -97,22 +130,32 @@ def test_cells_option_selects_by_glob_and_an_unmatched_glob_is_one_line_exit_2(t
     from harness.cli import build_parser
     from harness.commands.matrix import matrix_from_options
 
-    opts = build_parser().parse_args(["matrix", "--preset", "gpu-campaign",
-                                      "--cells", "*:no-cudagraphs+*@dflash-stages,gpu-bound:eager@-",
-                                      "--cells", "launch-bound:*cudagraph-lock*@-"])
+    opts = build_parser().parse_args(
+        [
+            "matrix",
+            "--preset",
+            "gpu-campaign",
+            "--cells",
+            "*:no-cudagraphs+*@dflash-stages,gpu-bound:eager@-",
+            "--cells",
+            "launch-bound:*cudagraph-lock*@-",
+        ]
+    )
     names = [c.name for c in matrix_from_options(opts).cells()]
-    assert names == ["launch-bound:cstash-tls-init+cudagraph-lock+cublas-handle-init@-",
-                     "launch-bound:cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init@-",
-                     "launch-bound:cstash-tls-init+cudagraph-lock+cublas-handle-init+stash-incref@-",
-                     "launch-bound:cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init"
-                     "+single-thread-autograd+stash-incref+stream-sync@-",
-                     "launch-bound:cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init"
-                     "+single-thread-autograd+stash-incref+stream-sync+nested-fx-fallback@-",
-                     "launch-bound:no-cudagraphs+single-thread-autograd@dflash-stages",
-                     "launch-bound:no-cudagraphs+global-lock@dflash-stages",
-                     "gpu-bound:no-cudagraphs+single-thread-autograd@dflash-stages",
-                     "gpu-bound:no-cudagraphs+global-lock@dflash-stages",
-                     "gpu-bound:eager@-"]
+    assert names == [
+        "launch-bound:cstash-tls-init+cudagraph-lock+cublas-handle-init@-",
+        "launch-bound:cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init@-",
+        "launch-bound:cstash-tls-init+cudagraph-lock+cublas-handle-init+stash-incref@-",
+        "launch-bound:cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init"
+        "+single-thread-autograd+stash-incref+stream-sync@-",
+        "launch-bound:cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init"
+        "+single-thread-autograd+stash-incref+stream-sync+nested-fx-fallback@-",
+        "launch-bound:no-cudagraphs+single-thread-autograd@dflash-stages",
+        "launch-bound:no-cudagraphs+global-lock@dflash-stages",
+        "gpu-bound:no-cudagraphs+single-thread-autograd@dflash-stages",
+        "gpu-bound:no-cudagraphs+global-lock@dflash-stages",
+        "gpu-bound:eager@-",
+    ]
     spec = _write_spec(tmp_path)
     assert main(["matrix", "--file", str(spec), "--cells", "ok:nope@-", "--no-live"]) == 2
     assert "matches 'ok:nope@-'" in _error_line(capsys)
@@ -148,15 +191,16 @@ def test_matrix_json_summary_then_replay_counts_the_same_signature(tmp_path, cap
     replays = Store(tmp_path / "store" / "replays").load()
     assert [r.trial_id for r in replays] == ["c/bad:raw@-/1~replay0", "c/bad:raw@-/1~replay1"]
     assert all(r.replay_of == "c/bad:raw@-/1" for r in replays)
-    assert len(Store(tmp_path / "store").load()) == 4      # the matrix's own records are untouched
+    assert len(Store(tmp_path / "store").load()) == 4  # the matrix's own records are untouched
     assert main(["replay", "c/nope/0", "--store", store]) == 2
     assert "not found" in _error_line(capsys)
 
 
 def test_stress_counts_failures_and_stops_at_max_runs(tmp_path, capsys):
     code = "import os, sys; sys.exit(int(os.environ['HARNESS_HEARTBEAT'].split('/')[-2]) % 2)"
-    rc = main(["stress", "-p", "2", "--max-runs", "4", "--timeout", "30", "-o", str(tmp_path / "o"), "--",
-               PY, "-c", code])
+    rc = main(
+        ["stress", "-p", "2", "--max-runs", "4", "--timeout", "30", "-o", str(tmp_path / "o"), "--", PY, "-c", code]
+    )
     out = capsys.readouterr().out
     assert rc == 1
     assert "4 runs completed, 2 failures (50.00%)" in out
@@ -165,8 +209,23 @@ def test_stress_counts_failures_and_stops_at_max_runs(tmp_path, capsys):
 
 
 def test_stress_failure_regexp_filters_what_counts(tmp_path, capsys):
-    rc = main(["stress", "-p", "1", "--max-runs", "2", "--failure", "^BOOM", "-o", str(tmp_path / "o"), "--",
-               PY, "-c", "print('other'); raise SystemExit(1)"])
+    rc = main(
+        [
+            "stress",
+            "-p",
+            "1",
+            "--max-runs",
+            "2",
+            "--failure",
+            "^BOOM",
+            "-o",
+            str(tmp_path / "o"),
+            "--",
+            PY,
+            "-c",
+            "print('other'); raise SystemExit(1)",
+        ]
+    )
     assert rc == 0
     assert "2 runs completed, 0 failures" in capsys.readouterr().out
     assert main(["stress", "--", "no-such-program-xyz"]) == 2
@@ -174,8 +233,13 @@ def test_stress_failure_regexp_filters_what_counts(tmp_path, capsys):
 
 
 def test_run_one_trial_from_a_spec_file(tmp_path, capsys):
-    spec = {"trial_id": "one", "cell": "c", "workload": {"kind": "command", "argv": [PY, "-c", "print(1)"]},
-            "timeout_s": 30, "hang_s": 30}
+    spec = {
+        "trial_id": "one",
+        "cell": "c",
+        "workload": {"kind": "command", "argv": [PY, "-c", "print(1)"]},
+        "timeout_s": 30,
+        "hang_s": 30,
+    }
     (tmp_path / "t.json").write_text(json.dumps(spec))
     assert main(["run", str(tmp_path / "t.json"), "--artefacts", str(tmp_path / "a")]) == 0
     assert json.loads(capsys.readouterr().out)["outcome"] == "ok"
@@ -186,8 +250,9 @@ def test_run_one_trial_from_a_spec_file(tmp_path, capsys):
 
 def test_module_entry_point_prints_one_error_line_and_exits_2(tmp_path):
     spec = _write_spec(tmp_path, groups=[{"workloads": ["ok"], "strategies": ["no-such-fix"]}])
-    proc = subprocess.run([PY, "-m", "harness", "matrix", "--file", str(spec)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [PY, "-m", "harness", "matrix", "--file", str(spec)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: unknown strategy 'no-such-fix'")
@@ -210,16 +275,25 @@ def test_a_trial_stored_without_artefacts_is_rebuilt_from_its_matrix_spec(tmp_pa
     store = tmp_path / "store"
     store.mkdir()
     (store / "spec.json").write_text((REPO / "harness" / "campaign" / "specs" / "catalogue-cpu.json").read_text())
-    record = TrialResult(trial_id="catalogue-cpu/r16:raw@reset-pressure/3", cell="r16:raw@reset-pressure",
-                         trial_index=3, outcome=Outcome.ABORT, artefacts="/gone/elsewhere")
+    record = TrialResult(
+        trial_id="catalogue-cpu/r16:raw@reset-pressure/3",
+        cell="r16:raw@reset-pressure",
+        trial_index=3,
+        outcome=Outcome.ABORT,
+        artefacts="/gone/elsewhere",
+    )
     spec = load_trial_spec(record, store)
     assert spec.trial_id == record.trial_id and spec.workload.argv[0] == "r16_reset_segfault"
     assert spec.plan["profile"] == "reset-pressure" and spec.plan["seed"] == 3
     unknown = TrialResult(trial_id="catalogue-cpu/r16:raw@nope/0", cell="x", trial_index=0, outcome=Outcome.ABORT)
     assert spec_from_matrix(unknown, store) is None
     # A preset's own trials need no spec file.
-    quick = TrialResult(trial_id="cpu-quick/r16:raw@reset-pressure/0", cell="r16:raw@reset-pressure",
-                        trial_index=0, outcome=Outcome.ABORT)
+    quick = TrialResult(
+        trial_id="cpu-quick/r16:raw@reset-pressure/0",
+        cell="r16:raw@reset-pressure",
+        trial_index=0,
+        outcome=Outcome.ABORT,
+    )
     assert spec_from_matrix(quick, tmp_path / "empty").plan["profile"] == "reset-pressure"
     # Nor do a spec-file preset's (harness/campaign/specs/catalogue-cpu.json).
     assert spec_from_matrix(record, tmp_path / "empty").workload.argv[0] == "r16_reset_segfault"
@@ -239,8 +313,9 @@ def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path
     assert str(presets.get("gpu-campaign").store_dir) == "results/gpu-campaign"
     monkeypatch.chdir(tmp_path)
     for root in ("results/cpu-quick", "runs/cpu-quick", "results/other"):
-        Store(root).append(TrialResult(trial_id="cpu-quick/r16:raw@-/0", cell="r16:raw@-", trial_index=0,
-                                       outcome=Outcome.OK))
+        Store(root).append(
+            TrialResult(trial_id="cpu-quick/r16:raw@-/0", cell="r16:raw@-", trial_index=0, outcome=Outcome.OK)
+        )
     assert [str(p) for p in discovery.trial_stores()] == ["runs/cpu-quick", "results/cpu-quick", "results/other"]
     assert [str(p) for p in discovery.default_stores(Path("results"))] == ["results/cpu-quick", "results/other"]
 
@@ -248,34 +323,52 @@ def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path
 def test_matrix_summary_says_which_trials_the_clock_left_and_which_the_failure_rule_left(tmp_path, capsys):
     # An H200 run printed "106 left by stop rules" for trials only its --max-time had left.
     slow = {"kind": "command", "argv": [PY, "-c", "import time; time.sleep(0.4)"], "timeout_s": 30}
-    spec = _write_spec(tmp_path, trials=6, workers=1, max_failures=1,
-                       workloads={"bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"],
-                                          "timeout_s": 30}, "slow": slow},
-                       groups=[{"workloads": ["bad"], "strategies": ["raw"]},
-                               {"workloads": ["slow"], "strategies": ["raw"]}])
+    spec = _write_spec(
+        tmp_path,
+        trials=6,
+        workers=1,
+        max_failures=1,
+        workloads={
+            "bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"], "timeout_s": 30},
+            "slow": slow,
+        },
+        groups=[{"workloads": ["bad"], "strategies": ["raw"]}, {"workloads": ["slow"], "strategies": ["raw"]}],
+    )
     assert main(["matrix", "--file", str(spec), "--no-live", "--max-time", "1.5"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("matrix c: ran"))
     ran = int(line.split("ran ")[1].split()[0])
-    by_time = 12 - ran - 5   # bad's 5 after its first failure go to the rule
+    by_time = 12 - ran - 5  # bad's 5 after its first failure go to the rule
     assert by_time > 0, line
     assert line.endswith(f"{12 - ran} left (5 by the failure rule, {by_time} not started before --max-time)"), line
     # A fresh store: 6 slow trials after bad's first cannot all start within 0.5 s.
-    spec = _write_spec(tmp_path, trials=6, workers=1, max_failures=1, store=str(tmp_path / "store2"),
-                       workloads={"bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"],
-                                          "timeout_s": 30}, "slow": slow},
-                       groups=[{"workloads": ["bad"], "strategies": ["raw"]},
-                               {"workloads": ["slow"], "strategies": ["raw"]}])
+    spec = _write_spec(
+        tmp_path,
+        trials=6,
+        workers=1,
+        max_failures=1,
+        store=str(tmp_path / "store2"),
+        workloads={
+            "bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"], "timeout_s": 30},
+            "slow": slow,
+        },
+        groups=[{"workloads": ["bad"], "strategies": ["raw"]}, {"workloads": ["slow"], "strategies": ["raw"]}],
+    )
     assert main(["matrix", "--file", str(spec), "--no-live", "--json", "--max-time", "0.5"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["left"] == 5 + out["left_by_time"] and out["left_by_time"] > 0
 
 
 def test_matrix_finish_by_leaves_a_cell_whose_median_would_overrun_and_says_so(tmp_path, capsys):
-    spec = _write_spec(tmp_path, trials=2, workers=1,
-                       workloads={"w": {"kind": "command", "argv": [PY, "-c", "0"], "timeout_s": 30}},
-                       groups=[{"workloads": ["w"], "strategies": ["raw"]}])
-    Store(tmp_path / "store").append(TrialResult(trial_id="c/w:raw@-/0", cell="w:raw@-", trial_index=0,
-                                                 outcome=Outcome.OK, duration_s=600.0))
+    spec = _write_spec(
+        tmp_path,
+        trials=2,
+        workers=1,
+        workloads={"w": {"kind": "command", "argv": [PY, "-c", "0"], "timeout_s": 30}},
+        groups=[{"workloads": ["w"], "strategies": ["raw"]}],
+    )
+    Store(tmp_path / "store").append(
+        TrialResult(trial_id="c/w:raw@-/0", cell="w:raw@-", trial_index=0, outcome=Outcome.OK, duration_s=600.0)
+    )
     assert main(["matrix", "--file", str(spec), "--no-live", "--finish-by", "60"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("matrix c: ran"))
     assert line.endswith("1 left (1 not started before --max-time or to end by --finish-by)"), line

@@ -25,9 +25,14 @@ def other_python(tmp_path_factory):
 
 
 def test_a_trial_runs_under_the_interpreter_asked_for_and_records_its_versions(other_python, tmp_path):
-    spec = TrialSpec(trial_id="t/c/0", cell="c", workload=WorkloadSpec(
-        kind="command", argv=("python", "-c", "import sys; print('exe', sys.executable)")), python=other_python,
-        timeout_s=60, exposure=False)
+    spec = TrialSpec(
+        trial_id="t/c/0",
+        cell="c",
+        workload=WorkloadSpec(kind="command", argv=("python", "-c", "import sys; print('exe', sys.executable)")),
+        python=other_python,
+        timeout_s=60,
+        exposure=False,
+    )
     result = run_trial(spec, tmp_path / "a")
     assert result.outcome.value == "ok", result.detail
     assert f"exe {other_python}" in (tmp_path / "a" / "output.txt").read_text()
@@ -36,19 +41,29 @@ def test_a_trial_runs_under_the_interpreter_asked_for_and_records_its_versions(o
 
 
 def test_a_bad_interpreter_or_a_non_python_command_is_bad_input(tmp_path):
-    spec = TrialSpec(trial_id="t/c/0", cell="c", workload=WorkloadSpec(kind="repro", argv=("r06_fx_tracing_flag",)),
-                     python=str(tmp_path / "nope"))
+    spec = TrialSpec(
+        trial_id="t/c/0",
+        cell="c",
+        workload=WorkloadSpec(kind="repro", argv=("r06_fx_tracing_flag",)),
+        python=str(tmp_path / "nope"),
+    )
     with pytest.raises(InvalidSpec, match="is not an interpreter file"):
         spec.validate()
-    spec = TrialSpec(trial_id="t/c/0", cell="c", workload=WorkloadSpec(kind="command", argv=("true",)),
-                     python=sys.executable)
+    spec = TrialSpec(
+        trial_id="t/c/0", cell="c", workload=WorkloadSpec(kind="command", argv=("true",)), python=sys.executable
+    )
     with pytest.raises(InvalidSpec, match="not a Python interpreter to replace"):
         spec.validate()
 
 
 def test_a_matrix_under_another_interpreter_fills_its_own_store(other_python, tmp_path, capsys):
-    spec = {"name": "v", "store": str(tmp_path / "v-torch{torch}"), "trials": 1, "workers": 1,
-            "workloads": {"w": {"kind": "command", "argv": ["python", "-c", "0"], "timeout_s": 60}}}
+    spec = {
+        "name": "v",
+        "store": str(tmp_path / "v-torch{torch}"),
+        "trials": 1,
+        "workers": 1,
+        "workloads": {"w": {"kind": "command", "argv": ["python", "-c", "0"], "timeout_s": 60}},
+    }
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     torch = interpreter_versions(other_python)[0] or "none"

@@ -22,7 +22,7 @@ from harness.trial.spec import TrialSpec, WorkloadSpec
 def elf() -> bytes:
     import torch
 
-    return (Path(torch.__file__).parent / "lib" / "libc10.so").read_bytes()   # a whole ELF library
+    return (Path(torch.__file__).parent / "lib" / "libc10.so").read_bytes()  # a whole ELF library
 
 
 def test_whole_and_truncated_elf_files(tmp_path, elf):
@@ -47,8 +47,9 @@ def test_removes_only_new_unfinished_kernels_nobody_holds(tmp_path, elf):
     os.utime(old_cut, (past, past))
     since = time.time() - 60
     # A live writer (another trial's linker) holds this one open.
-    holder = subprocess.Popen([sys.executable, "-c", "import sys,time; f=open(sys.argv[1],'ab'); time.sleep(60)",
-                               str(held)])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys,time; f=open(sys.argv[1],'ab'); time.sleep(60)", str(held)]
+    )
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and os.path.realpath(held) not in (kernel_cache._open_elsewhere() or ()):
@@ -71,10 +72,18 @@ def test_the_runner_removes_what_a_killed_trial_left(tmp_path, elf):
     # The trial writes half a kernel into its cache, as a g++ killed mid-link leaves it, and hangs.
     cache = tmp_path / "inductor"
     target = cache / "xy" / "kernel.so"
-    code = (f"import os, time; os.makedirs({str(target.parent)!r}, exist_ok=True); "
-            f"open({str(target)!r}, 'wb').write(bytes(100)); print('wrote', flush=True); time.sleep(120)")
-    spec = TrialSpec(trial_id="t", cell="c", timeout_s=60, hang_s=3.0, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)},
-                     workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)))
+    code = (
+        f"import os, time; os.makedirs({str(target.parent)!r}, exist_ok=True); "
+        f"open({str(target)!r}, 'wb').write(bytes(100)); print('wrote', flush=True); time.sleep(120)"
+    )
+    spec = TrialSpec(
+        trial_id="t",
+        cell="c",
+        timeout_s=60,
+        hang_s=3.0,
+        env={"TORCHINDUCTOR_CACHE_DIR": str(cache)},
+        workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)),
+    )
     result = run_trial(spec, tmp_path / "trial")
     assert result.outcome is Outcome.HANG
     assert not target.exists()

@@ -37,7 +37,7 @@ def test_the_checker_sees_a_cycle_an_upward_import_and_a_needless_deferred_impor
     assert any(p.startswith("import cycle: harness.trial.a -> harness.trial.b") for p in found), found
     assert any("harness.trial.b (one trial) imports harness.analysis.c (reading stores)" in p for p in found), found
     assert any("c.py:2: harness.analysis.c imports json inside a function" in p for p in found), found
-    assert not any("c.py:4" in p for p in found), found       # deferred torch, with its reason
+    assert not any("c.py:4" in p for p in found), found  # deferred torch, with its reason
     assert any("the trainer imports the harness" in p for p in found), found
 
 
@@ -59,11 +59,17 @@ def test_the_runtime_stands_alone_and_the_trainer_may_import_it(tmp_path):
 
 def test_the_registry_lives_in_the_runtime_and_repro_scripts_touch_no_import_path():
     root = layers.ROOT
-    in_dflash = [p.name for p in (root / "dflash").glob("*.py")
-                 if "FIXES: dict" in p.read_text() or "class FixSet" in p.read_text()]
+    in_dflash = [
+        p.name
+        for p in (root / "dflash").glob("*.py")
+        if "FIXES: dict" in p.read_text() or "class FixSet" in p.read_text()
+    ]
     assert in_dflash == []
-    hacks = [p.name for p in (root / "repro").glob("*.py")
-             if "sys.path.insert" in p.read_text() or "sys.path.append" in p.read_text()]
+    hacks = [
+        p.name
+        for p in (root / "repro").glob("*.py")
+        if "sys.path.insert" in p.read_text() or "sys.path.append" in p.read_text()
+    ]
     assert hacks == []
 
 

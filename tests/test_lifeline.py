@@ -22,14 +22,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 # A trial that starts a grandchild in its own group and one under setsid, writes the three pids
 # and its group to a file named by its pid, and sleeps.
-FAMILY = ("import os, subprocess, sys, time\n"
-          "sleep = [sys.executable, '-c', 'import time; time.sleep(120)']\n"
-          "a = subprocess.Popen(sleep)\n"
-          "b = subprocess.Popen(sleep, start_new_session=True)\n"
-          "path = os.path.join(sys.argv[1], str(os.getpid()))\n"
-          "open(path + '.tmp', 'w').write(f'{os.getpid()} {a.pid} {b.pid} {os.getpgid(0)}')\n"
-          "os.rename(path + '.tmp', path)\n"
-          "time.sleep(120)\n")
+FAMILY = (
+    "import os, subprocess, sys, time\n"
+    "sleep = [sys.executable, '-c', 'import time; time.sleep(120)']\n"
+    "a = subprocess.Popen(sleep)\n"
+    "b = subprocess.Popen(sleep, start_new_session=True)\n"
+    "path = os.path.join(sys.argv[1], str(os.getpid()))\n"
+    "open(path + '.tmp', 'w').write(f'{os.getpid()} {a.pid} {b.pid} {os.getpgid(0)}')\n"
+    "os.rename(path + '.tmp', path)\n"
+    "time.sleep(120)\n"
+)
 
 
 def alive(pid: int) -> bool:
@@ -46,8 +48,7 @@ def group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    return any(alive(int(p.parent.name)) for p in Path("/proc").glob("[0-9]*/stat")
-               if _pgid(p) == pgid)
+    return any(alive(int(p.parent.name)) for p in Path("/proc").glob("[0-9]*/stat") if _pgid(p) == pgid)
 
 
 def _pgid(stat: Path) -> int | None:
@@ -84,7 +85,7 @@ def assert_all_gone(pids: list[int], groups: list[int], within_s: float) -> None
             return
         time.sleep(0.1)
     left = [p for p in pids if alive(p)]
-    for p in left:   # do not leave them to the next test
+    for p in left:  # do not leave them to the next test
         os.kill(p, signal.SIGKILL)
     raise AssertionError(f"trial processes {left} survived their runner by {within_s:g} s")
 
@@ -92,12 +93,22 @@ def assert_all_gone(pids: list[int], groups: list[int], within_s: float) -> None
 def test_a_matrix_killed_with_sigkill_leaves_no_trial_process_running(tmp_path):
     pids_dir = tmp_path / "pids"
     pids_dir.mkdir()
-    spec = {"name": "t", "store": str(tmp_path / "store"), "trials": 2, "workers": 2,
-            "workloads": {"family": {"kind": "command", "argv": [PY, "-c", FAMILY, str(pids_dir)],
-                                     "timeout_s": 120, "hang_s": 120}}}
+    spec = {
+        "name": "t",
+        "store": str(tmp_path / "store"),
+        "trials": 2,
+        "workers": 2,
+        "workloads": {
+            "family": {"kind": "command", "argv": [PY, "-c", FAMILY, str(pids_dir)], "timeout_s": 120, "hang_s": 120}
+        },
+    }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    driver = subprocess.Popen([PY, "-m", "harness", "matrix", "--file", str(tmp_path / "spec.json"), "--no-live"],
-                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [PY, "-m", "harness", "matrix", "--file", str(tmp_path / "spec.json"), "--no-live"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         files = wait_for_files(pids_dir, 2, timeout_s=60)
     finally:
@@ -106,7 +117,7 @@ def test_a_matrix_killed_with_sigkill_leaves_no_trial_process_running(tmp_path):
     pids, groups = trial_family(files)
     assert len(pids) == 6
     assert_all_gone(pids, groups, within_s=5.0)
-    assert not (tmp_path / "store" / "trials.jsonl").exists()   # nothing recorded of the killed trials
+    assert not (tmp_path / "store" / "trials.jsonl").exists()  # nothing recorded of the killed trials
 
 
 def test_the_reaper_kills_every_process_carrying_its_token_and_their_groups(tmp_path):

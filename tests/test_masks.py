@@ -70,8 +70,9 @@ def mask_cases(draw):
     block_size = draw(st.integers(2, 5))
     seq_len = draw(st.integers(block_size + 2, 24))
     b, n = draw(st.integers(1, 2)), draw(st.integers(1, 4))
-    anchors = torch.tensor([sorted(draw(st.lists(st.integers(1, seq_len - 2), min_size=n, max_size=n)))
-                            for _ in range(b)])
+    anchors = torch.tensor(
+        [sorted(draw(st.lists(st.integers(1, seq_len - 2), min_size=n, max_size=n))) for _ in range(b)]
+    )
     keep = torch.tensor([draw(st.lists(st.booleans(), min_size=n, max_size=n)) for _ in range(b)])
     doc_ids = None
     if draw(st.booleans()):  # packed rows: non-decreasing document ids
@@ -98,7 +99,7 @@ def test_window_bounds_context_and_keeps_the_block_bidirectional():
     m = dense_mask(anchors, keep, BS, 16, window=5)[0, 0]  # queries at positions 10..13
     assert m[0, 6:10].all() and not m[0, :6].any()  # position 10 sees context 6..9 only
     assert m[3, 9] and not m[3, 8]  # position 13 sees context down to 9
-    assert m[:, 16:16 + BS].all()  # a window of 5 holds the whole block of 4, both ways
+    assert m[:, 16 : 16 + BS].all()  # a window of 5 holds the whole block of 4, both ways
     narrow = dense_mask(anchors, keep, BS, 16, window=2)[0, 0]
     assert narrow[1, 16:19].all() and not narrow[1, 19] and not narrow[0, 18]
 
@@ -129,9 +130,9 @@ def test_context_is_strictly_before_anchor_specforge_473_regression():
 def test_block_is_bidirectional_specforge_427_regression():
     anchors, keep = torch.tensor([[2, 5]]), torch.tensor([[True, True]])
     m = dense_mask(anchors, keep, BS, 8)[0, 0]
-    first_block = m[0:BS, 8:8 + BS]
+    first_block = m[0:BS, 8 : 8 + BS]
     assert first_block.all()  # row 0 sees row B-1 of its own block
-    assert not m[0:BS, 8 + BS:].any() and not m[BS:, 8:8 + BS].any()  # blocks isolated
+    assert not m[0:BS, 8 + BS :].any() and not m[BS:, 8 : 8 + BS].any()  # blocks isolated
 
 
 def test_padded_block_sees_nothing():
@@ -191,8 +192,7 @@ def test_sdpa_path_gradients_are_finite_with_padded_blocks():
 
 def _drafter(hidden=64, taps=2):
     cfg = DrafterConfig(num_layers=2, block_size=BS)
-    return DFlashDrafter(cfg, hidden_size=hidden, num_target_layers=4, vocab_size=256,
-                         layer_ids=tuple(range(taps)))
+    return DFlashDrafter(cfg, hidden_size=hidden, num_target_layers=4, vocab_size=256, layer_ids=tuple(range(taps)))
 
 
 def test_drafter_forward_flex_equals_sdpa_on_cpu():
@@ -202,8 +202,7 @@ def test_drafter_forward_flex_equals_sdpa_on_cpu():
     drafter = _drafter()
     x = torch.randn(b, n * BS, 64, generator=g)
     ctx = torch.randn(b, seq_len, 128, generator=g)
-    pos = torch.cat([torch.arange(seq_len).expand(b, -1),
-                     (anchors[:, :, None] + torch.arange(BS)).flatten(1)], dim=1)
+    pos = torch.cat([torch.arange(seq_len).expand(b, -1), (anchors[:, :, None] + torch.arange(BS)).flatten(1)], dim=1)
     with torch.no_grad():
         ref = drafter(x, ctx, pos, sdpa_mask(anchors, keep, BS, seq_len))
         got = drafter(x, ctx, pos, flex_block_mask(anchors, keep, BS, seq_len))

@@ -22,9 +22,19 @@ def _add(root: Path, cell: str, index: int, started: str, text: str, *, outcome=
     art.mkdir(parents=True)
     (art / "output.txt").write_text(text)
     (art / "spec.json").write_text(json.dumps({"trial_id": tid, "trial_index": index, "cell": cell}))
-    Store(root).append(TrialResult(trial_id=tid, cell=cell, trial_index=index, outcome=outcome,
-                                   artefacts=f"results/s/artefacts/{name}", duration_s=10.0 + index,
-                                   started_at=started, plan_seed=index, torch_version="2.11.0"))
+    Store(root).append(
+        TrialResult(
+            trial_id=tid,
+            cell=cell,
+            trial_index=index,
+            outcome=outcome,
+            artefacts=f"results/s/artefacts/{name}",
+            duration_s=10.0 + index,
+            started_at=started,
+            plan_seed=index,
+            torch_version="2.11.0",
+        )
+    )
 
 
 def _forked(tmp_path: Path) -> tuple[Path, Path]:
@@ -51,7 +61,12 @@ def test_the_second_runs_trials_join_the_first_and_a_clashing_id_gets_the_next_i
     assert done.repeated_seeds == 1
     records = Store(first).load()
     assert [(r.trial_id, r.started_at[11:16]) for r in records] == [
-        ("m/a@-/0", "10:00"), ("m/a@-/1", "11:00"), ("m/b@-/0", "11:00"), ("m/a@-/3", "12:00"), ("m/a@-/2", "12:01")]
+        ("m/a@-/0", "10:00"),
+        ("m/a@-/1", "11:00"),
+        ("m/b@-/0", "11:00"),
+        ("m/a@-/3", "12:00"),
+        ("m/a@-/2", "12:01"),
+    ]
     moved = records[3]
     # The renumbered run keeps the schedule it ran under and its own files, under its new id.
     assert (moved.trial_index, moved.plan_seed, moved.outcome) == (3, 1, Outcome.OK)
@@ -76,14 +91,16 @@ def test_a_retry_of_an_out_of_memory_trial_joins_it_and_a_second_copy_of_a_retry
     _add(second, "a@-", 0, "2026-11-30T12:00:00+00:00", "retry 13\n", attempt="-attempt1")
     into = tmp_path / "into"
     merge(base, into)
-    retry = merge(first, into)                         # the retry the matrix would have run here
+    retry = merge(first, into)  # the retry the matrix would have run here
     assert (retry.renumbered, retry.repeated_seeds) == (0, 0)
-    again = merge(second, into)                        # the same retry once more: a run of its own,
-    assert (again.renumbered, again.repeated_seeds) == (1, 1)   # under the schedule /0 ran
+    again = merge(second, into)  # the same retry once more: a run of its own,
+    assert (again.renumbered, again.repeated_seeds) == (1, 1)  # under the schedule /0 ran
     records = Store(into).load()
     assert [(r.trial_id, Path(r.artefacts).name) for r in records] == [
-        ("m/a@-/0", safe_name("m/a@-/0")), ("m/a@-/0", safe_name("m/a@-/0") + "-attempt1"),
-        ("m/a@-/1", safe_name("m/a@-/1"))]
+        ("m/a@-/0", safe_name("m/a@-/0")),
+        ("m/a@-/0", safe_name("m/a@-/0") + "-attempt1"),
+        ("m/a@-/1", safe_name("m/a@-/1")),
+    ]
     assert (into / "artefacts" / safe_name("m/a@-/1") / "output.txt").read_text() == "retry 13\n"
 
 
@@ -120,8 +137,9 @@ def test_retired_records_and_reasons_follow(tmp_path):
 def test_a_store_into_a_fresh_folder_is_a_copy(tmp_path):
     first, _ = _forked(tmp_path)
     done = merge(first, tmp_path / "new")
-    assert done.added == 3 and [r.trial_id for r in Store(tmp_path / "new").load()] == \
-        [r.trial_id for r in Store(first).load()]
+    assert done.added == 3 and [r.trial_id for r in Store(tmp_path / "new").load()] == [
+        r.trial_id for r in Store(first).load()
+    ]
 
 
 @pytest.mark.parametrize("case", ["no-store", "itself", "other-matrix"])
@@ -129,8 +147,15 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys,
     first, second = _forked(tmp_path)
     if case == "other-matrix":
         other = tmp_path / "other"
-        Store(other).append(TrialResult(trial_id="n/a@-/0", cell="a@-", trial_index=0, outcome=Outcome.OK,
-                                        started_at="2026-11-30T09:00:00+00:00"))
+        Store(other).append(
+            TrialResult(
+                trial_id="n/a@-/0",
+                cell="a@-",
+                trial_index=0,
+                outcome=Outcome.OK,
+                started_at="2026-11-30T09:00:00+00:00",
+            )
+        )
         sources = [str(second), str(other)]
     else:
         sources = {"no-store": [str(second), str(tmp_path / "missing")], "itself": [str(first)]}[case]

@@ -19,12 +19,12 @@ def test_steady_rate_ignores_a_slow_first_half(monkeypatch):
     clock = iter([0.0, 100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 106.0, 107.0])
     monkeypatch.setattr("dflash.metrics.time.monotonic", lambda: next(clock))
     m = _metrics()
-    m.start()                    # t = 0
-    for step in range(1, 9):     # step 1 lands at t = 100 (the compile), then one per second
+    m.start()  # t = 0
+    for step in range(1, 9):  # step 1 lands at t = 100 (the compile), then one per second
         _step(m, step, 50)
     # marks[3] = (103, 200), marks[7] = (107, 400): 200 tokens in 4 s
     assert m.steady_tokens_per_s() == 50.0
-    assert m.steady_window() == (103.0, 107.0)      # what bench's steady GPU busy fraction spans
+    assert m.steady_window() == (103.0, 107.0)  # what bench's steady GPU busy fraction spans
 
 
 def test_steady_rate_needs_four_steps():

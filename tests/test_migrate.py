@@ -9,15 +9,19 @@ from harness.stores.migrate import migrate_store
 
 
 def _old(cell: str, i: int) -> dict:
-    return {"trial_id": f"m/{cell}/{i}", "cell": cell, "trial_index": i, "outcome": "ok",
-            "from_a_newer_version": {"kept": True}}
+    return {
+        "trial_id": f"m/{cell}/{i}",
+        "cell": cell,
+        "trial_index": i,
+        "outcome": "ok",
+        "from_a_newer_version": {"kept": True},
+    }
 
 
 def test_old_records_gain_workload_strategy_fixes_and_plan_and_keep_unknown_keys(tmp_path, capsys):
     store = tmp_path / "s"
     store.mkdir()
-    lines = [_old("r06:raw@fx-widen", 0), _old("tiny-ro:no-cudagraphs+global-lock@dflash-stages", 1),
-             _old("stress", 2)]
+    lines = [_old("r06:raw@fx-widen", 0), _old("tiny-ro:no-cudagraphs+global-lock@dflash-stages", 1), _old("stress", 2)]
     (store / "trials.jsonl").write_text("".join(json.dumps(d) + "\n" for d in lines) + '{"torn')
     done = migrate_store(store)
     assert (done.records, done.filled) == (3, 3)
@@ -25,7 +29,8 @@ def test_old_records_gain_workload_strategy_fixes_and_plan_and_keep_unknown_keys
     assert [(d["workload"], d["strategy"], d["fixes"], d["plan"]) for d in got] == [
         ("r06", "raw", [], "fx-widen"),
         ("tiny-ro", "no-cudagraphs+global-lock", ["global-lock"], "dflash-stages"),
-        ("stress", "", [], "-")]
+        ("stress", "", [], "-"),
+    ]
     assert all(d["from_a_newer_version"] == {"kept": True} for d in got)
     before = (store / "trials.jsonl").read_bytes()
     assert main(["migrate", "--store", str(store)]) == 0
@@ -54,6 +59,7 @@ def test_every_committed_record_says_what_ran():
     from pathlib import Path
 
     from harness.stores.migrate import FIELDS
+
     stale = []
     for path in sorted(Path(__file__).resolve().parents[1].glob("results/**/trials.jsonl")):
         for n, line in enumerate(path.read_text().splitlines(), 1):

@@ -47,10 +47,15 @@ def _checked(tmp_path, **train_kw):
 
 # ------------------------------------------------------------------------------- comparisons
 
+
 def _loss_out(loss: float, correct=(3.0, 2.0, 1.0), counts=(8.0, 8.0, 7.0)) -> LossOut:
-    return LossOut(loss=torch.tensor(loss), correct=torch.tensor(correct),
-                   counts=torch.tensor(counts), accept_sum=torch.tensor(0.0),
-                   num_blocks=torch.tensor(0.0))
+    return LossOut(
+        loss=torch.tensor(loss),
+        correct=torch.tensor(correct),
+        counts=torch.tensor(counts),
+        accept_sum=torch.tensor(0.0),
+        num_blocks=torch.tensor(0.0),
+    )
 
 
 def _result(loss: float, correct=(3.0, 2.0, 1.0), counts=(8.0, 8.0, 7.0)) -> StepResult:
@@ -60,11 +65,11 @@ def _result(loss: float, correct=(3.0, 2.0, 1.0), counts=(8.0, 8.0, 7.0)) -> Ste
 
 def test_the_tolerance_is_absolute_plus_relative_to_the_eager_loss():
     cfg = TrainConfig(oracle_rtol=1e-4, oracle_atol=1e-5)
-    assert compare(_result(5.0004), _loss_out(5.0)).violation(cfg) is None      # 4e-4 <= 1e-5 + 5e-4
+    assert compare(_result(5.0004), _loss_out(5.0)).violation(cfg) is None  # 4e-4 <= 1e-5 + 5e-4
     why = compare(_result(5.001), _loss_out(5.0)).violation(cfg)
     assert why.startswith("loss 5.001 != eager 5 (|diff| 0.001 > 1e-05 + 0.0001 * |eager|)")
     assert compare(_result(0.0), _loss_out(5.0)).violation(cfg) is not None
-    assert compare(_result(5e-6), _loss_out(0.0)).violation(cfg) is None        # atol near 0
+    assert compare(_result(5e-6), _loss_out(0.0)).violation(cfg) is None  # atol near 0
 
 
 def test_counts_must_agree_exactly_and_greedy_hits_within_the_flips_allowed():
@@ -83,6 +88,7 @@ def test_a_nan_on_both_sides_is_left_to_the_nan_check():
 
 
 # ----------------------------------------------------------------------------------- training
+
 
 def test_a_clean_run_checks_every_step_of_every_thread(tmp_path):
     outcome = train(_checked(tmp_path))
@@ -111,8 +117,7 @@ def test_the_oracle_turns_the_corrupted_output_into_a_wrong_result(fault_env, tm
     assert outcome.exit_code == 3
     first = outcome.pipeline.failures[0]
     assert isinstance(first.exc, WrongResult) and first.thread == "dflash-train-1"
-    assert outcome.wrong_result.startswith(
-        "drafter step disagrees with its eager recomputation: loss 0 != eager ")
+    assert outcome.wrong_result.startswith("drafter step disagrees with its eager recomputation: loss 0 != eager ")
     assert outcome.wrong_result.endswith("at step 1 (batch 1, dflash-train-1)")
     assert not os.path.exists(tmp_path / "run" / "checkpoints"), "a wrong run wrote a checkpoint"
 
@@ -143,15 +148,16 @@ def test_compiled_steps_agree_with_eager_and_the_corruption_is_caught(fault_env,
     torch._dynamo.reset()
     try:
         cfg = _checked(tmp_path)
-        cfg = dataclasses.replace(cfg, compile=dataclasses.replace(cfg.compile, mode="default",
-                                                                   backend="aot_eager"),
-                                  pipeline=dataclasses.replace(cfg.pipeline, num_target_threads=1))
+        cfg = dataclasses.replace(
+            cfg,
+            compile=dataclasses.replace(cfg.compile, mode="default", backend="aot_eager"),
+            pipeline=dataclasses.replace(cfg.pipeline, num_target_threads=1),
+        )
         outcome = train(cfg)
         assert outcome.exit_code == 0, outcome.pipeline.report()
         assert outcome.final["oracle"]["checked"] == 8
         fault_env(ZERO_TRAIN_1)
-        bad = train(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train,
-                                                                       out_dir=str(tmp_path / "bad"))))
+        bad = train(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out_dir=str(tmp_path / "bad"))))
         assert bad.exit_code == 3 and bad.pipeline.failures[0].thread == "dflash-train-1"
     finally:
         torch._dynamo.reset()
@@ -159,13 +165,19 @@ def test_compiled_steps_agree_with_eager_and_the_corruption_is_caught(fault_env,
 
 # ------------------------------------------------------------------- as the harness sees it
 
+
 @pytest.mark.slow
 def test_python_m_dflash_train_exits_3_with_a_wrong_result_line(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO, DFLASH_FAULTS=ZERO_TRAIN_1)
-    proc = subprocess.run([sys.executable, "-m", "dflash", "train",
-                           *small_cli_args(str(tmp_path / "run")), *ORACLE_ON],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run")), *ORACLE_ON],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 3, proc.stderr[-2000:]
     wrong = [ln for ln in proc.stdout.splitlines() if ln.startswith("WRONG_RESULT: ")]
     assert len(wrong) == 1
@@ -175,12 +187,17 @@ def test_python_m_dflash_train_exits_3_with_a_wrong_result_line(tmp_path):
 
 @pytest.mark.slow
 def test_run_trial_classifies_it_as_wrong_result(tmp_path):
-    spec = TrialSpec(trial_id="oracle/corrupt/0", cell="corrupt", timeout_s=300.0, hang_s=120.0,
-                     workload=WorkloadSpec(kind="dflash",
-                                           argv=(*small_cli_args(str(tmp_path / "run")), *ORACLE_ON)),
-                     env={faults.ENV_PLAN: ZERO_TRAIN_1})
+    spec = TrialSpec(
+        trial_id="oracle/corrupt/0",
+        cell="corrupt",
+        timeout_s=300.0,
+        hang_s=120.0,
+        workload=WorkloadSpec(kind="dflash", argv=(*small_cli_args(str(tmp_path / "run")), *ORACLE_ON)),
+        env={faults.ENV_PLAN: ZERO_TRAIN_1},
+    )
     result = run_trial(spec, tmp_path / "trial")
     assert result.outcome is Outcome.WRONG_RESULT and result.rc == 3, result.detail
     assert result.exc_type == "WRONG_RESULT"
     assert result.detail.startswith(
-        "WRONG_RESULT: drafter step disagrees with its eager recomputation: loss <int> != eager <float>")
+        "WRONG_RESULT: drafter step disagrees with its eager recomputation: loss <int> != eager <float>"
+    )

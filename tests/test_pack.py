@@ -33,24 +33,47 @@ def _store(root: Path, hour: int = 10) -> Store:
     store = Store(root)
     kinds = [
         (Outcome.CRASH, {"output.txt": (TRACEBACKS / "gpu_f1_backward" / "1.txt").read_text()}),
-        (Outcome.ABORT, {"output.txt": (TRACEBACKS / "r5_reset_fpe" / "1.txt").read_text(),
-                         "native_stack.txt": NATIVE}),
-        (Outcome.HANG, {"pyspy.json": (TRACEBACKS / "gpu_hang_flex_backward_compile" / "1.pyspy.json").read_text(),
-                        "heartbeat": "12\n"}),
+        (
+            Outcome.ABORT,
+            {"output.txt": (TRACEBACKS / "r5_reset_fpe" / "1.txt").read_text(), "native_stack.txt": NATIVE},
+        ),
+        (
+            Outcome.HANG,
+            {
+                "pyspy.json": (TRACEBACKS / "gpu_hang_flex_backward_compile" / "1.pyspy.json").read_text(),
+                "heartbeat": "12\n",
+            },
+        ),
     ]
     for i, (outcome, files) in enumerate(kinds):
         tid = f"m/w:raw@-/{i}"
         art = store.artefacts_dir(tid)
-        spec = TrialSpec(trial_id=tid, cell="w:raw@-", trial_index=i,
-                         workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", "pass")),
-                         timeout_s=60, hang_s=30)
+        spec = TrialSpec(
+            trial_id=tid,
+            cell="w:raw@-",
+            trial_index=i,
+            workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", "pass")),
+            timeout_s=60,
+            hang_s=30,
+        )
         (art / "spec.json").write_text(json.dumps(spec.to_json()))
         for name, text in files.items():
             (art / name).write_text(text)
-        store.append(TrialResult(trial_id=tid, cell="w:raw@-", trial_index=i, outcome=outcome, rc=-8 if i == 1 else 1,
-                                 signature="old", signature_summary="old", signature_version=1,
-                                 artefacts=f"results/m/artefacts/{art.name}", duration_s=5.0 + i,
-                                 started_at=f"2026-12-01T{hour}:0{i}:00+00:00"))
+        store.append(
+            TrialResult(
+                trial_id=tid,
+                cell="w:raw@-",
+                trial_index=i,
+                outcome=outcome,
+                rc=-8 if i == 1 else 1,
+                signature="old",
+                signature_summary="old",
+                signature_version=1,
+                artefacts=f"results/m/artefacts/{art.name}",
+                duration_s=5.0 + i,
+                started_at=f"2026-12-01T{hour}:0{i}:00+00:00",
+            )
+        )
     return store
 
 
@@ -63,15 +86,16 @@ def _readings(store: Store) -> dict:
         "resign": [resign.recompute(r, store) for r in records],
         "specs": [load_trial_spec(r, store.root) for r in records],
         # show names where the artefacts are: the folder before, the zip after
-        "show": [[line for line in render(r, store.root).splitlines() if not line.startswith("artefacts:")]
-                 for r in records],
+        "show": [
+            [line for line in render(r, store.root).splitlines() if not line.startswith("artefacts:")] for r in records
+        ],
     }
 
 
 def test_a_packed_store_reads_as_it_did_unpacked_with_one_zip_per_trial(tmp_path):
     store = _store(tmp_path / "m")
     before = _readings(store)
-    assert before["native"] and before["hangs"] and all(before["resign"])     # the fixture is read at all
+    assert before["native"] and before["hangs"] and all(before["resign"])  # the fixture is read at all
     (done,) = pack_store(store.root)
     assert (done.folders, done.files, done.left) == (3, 8, 0)
     arts = store.root / "artefacts"
@@ -95,7 +119,7 @@ def test_the_same_folder_packs_to_the_same_bytes(tmp_path):
 
 def test_a_folder_without_a_record_is_left_for_the_runner(tmp_path):
     store = _store(tmp_path / "m")
-    running = store.artefacts_dir("m/w:raw@-/3")           # a trial in flight: no record yet
+    running = store.artefacts_dir("m/w:raw@-/3")  # a trial in flight: no record yet
     (running / "output.txt").write_text("step 1\n")
     (done,) = pack_store(store.root)
     assert (done.folders, done.left) == (3, 1)
@@ -107,13 +131,13 @@ def test_a_folder_beside_its_zip_is_read_as_the_zip_and_removed_when_it_holds_no
     before = _readings(store)
     pack_store(store.root)
     shell = store.root / "artefacts" / safe_name("m/w:raw@-/1")
-    shell.mkdir()                              # the device's copy of an uncommitted pack: empty folders
+    shell.mkdir()  # the device's copy of an uncommitted pack: empty folders
     half = store.root / "artefacts" / safe_name("m/w:raw@-/2")
-    half.mkdir()                               # a pack stopped between the rename and the removal
+    half.mkdir()  # a pack stopped between the rename and the removal
     with zipfile.ZipFile(half.with_name(half.name + ".zip")) as zf:
         zf.extractall(half)
     stray = store.root / "artefacts" / ".m_w_raw_-_0.x.tmp"
-    stray.write_bytes(b"PK")                   # one stopped before its rename
+    stray.write_bytes(b"PK")  # one stopped before its rename
     assert _readings(store) == before
     (done,) = pack_store(store.root)
     assert done.folders == 0 and not shell.exists() and not half.exists() and not stray.exists()
@@ -138,7 +162,7 @@ def test_pack_of_a_folder_that_is_not_a_store_writes_nothing_and_exits_2(tmp_pat
     good = _store(tmp_path / "m")
     assert main(["pack", "--store", str(good.root), "--store", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err == f"error: no result store at {tmp_path / 'nope'} (no trials.jsonl)\n"
-    assert not list((good.root / "artefacts").glob("*.zip"))        # checked before any was packed
+    assert not list((good.root / "artefacts").glob("*.zip"))  # checked before any was packed
 
 
 def test_pack_prints_one_line_per_store_and_its_retired_store(tmp_path, capsys):
@@ -156,13 +180,23 @@ def test_merge_from_a_packed_store_copies_its_trials_as_folders_under_their_new_
     # dest ran its own m/w:raw@-/0: src's 0 is another run and is renumbered to 3
     art = dest.artefacts_dir("m/w:raw@-/0")
     (art / "output.txt").write_text("dest's own\n")
-    dest.append(TrialResult(trial_id="m/w:raw@-/0", cell="w:raw@-", trial_index=0, outcome=Outcome.OK,
-                            artefacts=f"results/m/artefacts/{art.name}", duration_s=1.0,
-                            started_at="2026-12-01T09:00:00+00:00"))
+    dest.append(
+        TrialResult(
+            trial_id="m/w:raw@-/0",
+            cell="w:raw@-",
+            trial_index=0,
+            outcome=Outcome.OK,
+            artefacts=f"results/m/artefacts/{art.name}",
+            duration_s=1.0,
+            started_at="2026-12-01T09:00:00+00:00",
+        )
+    )
     done = merge(src.root, dest.root)
     assert (done.added, done.renumbered) == (3, 1)
     moved = dest.root / "artefacts" / safe_name("m/w:raw@-/3")
-    assert moved.is_dir() and (moved / "output.txt").read_text() == (TRACEBACKS / "gpu_f1_backward" / "1.txt").read_text()
+    assert (
+        moved.is_dir() and (moved / "output.txt").read_text() == (TRACEBACKS / "gpu_f1_backward" / "1.txt").read_text()
+    )
     assert json.loads((moved / "spec.json").read_text())["trial_id"] == "m/w:raw@-/3"
     assert (art / "output.txt").read_text() == "dest's own\n"
     (packed,) = pack_store(dest.root)
@@ -171,17 +205,24 @@ def test_merge_from_a_packed_store_copies_its_trials_as_folders_under_their_new_
 
 def test_retire_moves_a_packed_trial_as_its_zip_and_show_reads_it_there(tmp_path):
     store = _store(tmp_path / "m")
-    before = [line for line in render(store.load()[1], store.root).splitlines()
-              if line.startswith(("native crash site", "  libtorch"))]
+    before = [
+        line
+        for line in render(store.load()[1], store.root).splitlines()
+        if line.startswith(("native crash site", "  libtorch"))
+    ]
     pack_store(store.root)
     retire(store.root, ["w:raw@-"], "the workload changed")
     old = retired_store(store.root)
     assert sorted(p.name for p in (old.root / "artefacts").iterdir()) == [
-        safe_name(f"m/w:raw@-/{i}") + ".zip" for i in range(3)]
+        safe_name(f"m/w:raw@-/{i}") + ".zip" for i in range(3)
+    ]
     record = old.load()[1]
     assert isinstance(old.artefacts_of(record), zipfile.Path)
-    assert [line for line in render(record, old.root).splitlines()
-            if line.startswith(("native crash site", "  libtorch"))] == before != []
+    assert (
+        [line for line in render(record, old.root).splitlines() if line.startswith(("native crash site", "  libtorch"))]
+        == before
+        != []
+    )
 
 
 def test_a_zip_that_is_not_one_is_one_error_line(tmp_path, capsys):
@@ -212,12 +253,12 @@ def test_the_trainers_run_folder_is_neither_packed_nor_removed(tmp_path):
     (folder / "run" / "ckpt.pt").write_bytes(b"weights")
     before = _readings(store)
     (done,) = pack_store(store.root)
-    assert done.files == 8                                  # the run/ file is not among them
+    assert done.files == 8  # the run/ file is not among them
     with zipfile.ZipFile(folder.with_name(folder.name + ".zip")) as zf:
         assert not [n for n in zf.namelist() if n.startswith("run/")]
     assert [p.name for p in folder.iterdir()] == ["run"] and (folder / "run" / "ckpt.pt").read_bytes() == b"weights"
     assert _readings(store) == before
-    (again,) = pack_store(store.root)                       # a folder holding only run/ is packed already
+    (again,) = pack_store(store.root)  # a folder holding only run/ is packed already
     assert again.folders == 0 and (folder / "run" / "ckpt.pt").is_file()
     retire(store.root, ["w:raw@-"], "the workload changed")
     moved = retired_store(store.root).root / "artefacts" / folder.name
@@ -229,27 +270,32 @@ def test_a_cell_retired_twice_keeps_both_packed_runs(tmp_path):
     store = _store(tmp_path / "m")
     pack_store(store.root)
     retire(store.root, ["w:raw@-"], "first change")
-    _store(tmp_path / "m", hour=11)                         # the cell runs again under the same ids
+    _store(tmp_path / "m", hour=11)  # the cell runs again under the same ids
     pack_store(store.root)
     retire(store.root, ["w:raw@-"], "second change")
     old = retired_store(store.root)
     name = safe_name("m/w:raw@-/0")
-    assert sorted(p.name for p in (old.root / "artefacts").iterdir() if p.name.startswith(name)) == sorted([
-        name + ".zip", name + "-retired2.zip"])
+    assert sorted(p.name for p in (old.root / "artefacts").iterdir() if p.name.startswith(name)) == sorted(
+        [name + ".zip", name + "-retired2.zip"]
+    )
     assert len({(old.artefacts_of(r) / "spec.json").read_text() for r in old.load()}) == 3
-    assert sorted(Path(r.artefacts).name for r in old.load() if r.trial_id == "m/w:raw@-/0") == [name, name + "-retired2"]
+    assert sorted(Path(r.artefacts).name for r in old.load() if r.trial_id == "m/w:raw@-/0") == [
+        name,
+        name + "-retired2",
+    ]
 
 
 def test_merge_into_a_store_with_a_stray_zip_of_the_same_name_reads_the_merged_trial(tmp_path):
     src, dest = _store(tmp_path / "src"), Store(tmp_path / "dest")
     stray = dest.root / "artefacts" / (safe_name("m/w:raw@-/0") + ".zip")
     stray.parent.mkdir(parents=True)
-    with zipfile.ZipFile(stray, "w") as zf:                 # no record names it: a leftover
+    with zipfile.ZipFile(stray, "w") as zf:  # no record names it: a leftover
         zf.writestr("output.txt", "stale\n")
     merge(src.root, dest.root)
     assert not stray.exists()
-    assert (dest.artefacts_of(dest.load()[0]) / "output.txt").read_text() == \
-        (TRACEBACKS / "gpu_f1_backward" / "1.txt").read_text()
+    assert (dest.artefacts_of(dest.load()[0]) / "output.txt").read_text() == (
+        TRACEBACKS / "gpu_f1_backward" / "1.txt"
+    ).read_text()
 
 
 def test_a_damaged_member_is_one_error_line_naming_the_zip(tmp_path, capsys):
@@ -282,6 +328,7 @@ def test_the_committed_stores_are_packed():
     if proc.returncode != 0 or not proc.stdout:
         pytest.skip("not a git checkout with results/")
     inside = re.compile(r"^(results/.+?/artefacts/[^/]+)/(?!run/)")
-    unpacked = sorted({m.group(1) for f in proc.stdout.decode().split("\0")
-                       if (m := inside.match(f)) and (root / f).is_file()})
+    unpacked = sorted(
+        {m.group(1) for f in proc.stdout.decode().split("\0") if (m := inside.match(f)) and (root / f).is_file()}
+    )
     assert not unpacked, f"{len(unpacked)} unpacked trial folder(s), e.g. {unpacked[0]}: python -m harness pack"

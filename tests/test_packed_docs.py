@@ -101,8 +101,7 @@ def test_save_to_disk_and_parquet_carry_the_column(tmp_path):
     import datasets
 
     packed = list(pack_documents(iter(_docs(30, seed=3)), 40))
-    cols = {"input_ids": [r[0] for r in packed], "loss_mask": [r[1] for r in packed],
-            DOC_IDS: [r[2] for r in packed]}
+    cols = {"input_ids": [r[0] for r in packed], "loss_mask": [r[1] for r in packed], DOC_IDS: [r[2] for r in packed]}
     folder = str(tmp_path / "saved")
     datasets.Dataset.from_dict(cols).save_to_disk(folder, num_shards=2)
     parquet = str(tmp_path / "packed.parquet")
@@ -121,8 +120,10 @@ def _ipc(path: str, cols: dict) -> str:
 
 
 def test_a_doc_ids_column_of_the_wrong_length_is_one_data_error_at_open(tmp_path):
-    bad = _ipc(str(tmp_path / "bad.arrow"), {"input_ids": [[1, 2, 3], [4, 5]], "loss_mask": [[0, 1, 1], [0, 1]],
-                                            DOC_IDS: [[0, 0, 1], [0, 0, 0]]})
+    bad = _ipc(
+        str(tmp_path / "bad.arrow"),
+        {"input_ids": [[1, 2, 3], [4, 5]], "loss_mask": [[0, 1, 1], [0, 1]], DOC_IDS: [[0, 0, 1], [0, 0, 0]]},
+    )
     with pytest.raises(DataError, match=r"bad.arrow: row 1: input_ids has 2 tokens but doc_ids has 3$"):
         open_dataset(bad)
     text = _ipc(str(tmp_path / "text.arrow"), {"input_ids": [[1, 2]], "loss_mask": [[0, 1]], DOC_IDS: [["a", "b"]]})
@@ -166,8 +167,9 @@ def test_the_prefetcher_carries_doc_ids_through_its_channel(tmp_path):
     out = Channel("tokens", 64, stop, 0.01)
     metrics = Metrics(stage_threads={"prefetch": 1}, log_interval_s=1000.0, total_steps=1)
     gate = type("Open", (), {"wait": lambda self: None})()
-    BatchPrefetcher(ds=ds, planner=planner, out=out, num_threads=1, start_seq=0, end_seq=5, gate=gate,
-                    metrics=metrics).run(0)
+    BatchPrefetcher(
+        ds=ds, planner=planner, out=out, num_threads=1, start_seq=0, end_seq=5, gate=gate, metrics=metrics
+    ).run(0)
     got = []
     while True:
         try:
@@ -218,19 +220,27 @@ def test_the_target_loop_isolates_documents_and_the_objective_receives_them(tmp_
     ds = open_dataset(_packed_file(tmp_path, docs, 32))
     tb = collate(ds, Batch(bucket=32, indices=(0,)), seq=3, epoch=0, pad_rows=2)
     n = int(tb.lengths[0])
-    loop = TargetForwardLoop(targets={torch.device("cpu"): target}, devices=(torch.device("cpu"),),
-                             layer_ids=obj.layer_ids, inp=None, out=None, ccfg=CompileConfig(),
-                             fs=FixSet.from_names(()), metrics=None)
+    loop = TargetForwardLoop(
+        targets={torch.device("cpu"): target},
+        devices=(torch.device("cpu"),),
+        layer_ids=obj.layer_ids,
+        inp=None,
+        out=None,
+        ccfg=CompileConfig(),
+        fs=FixSet.from_names(()),
+        metrics=None,
+    )
     hb = loop.forward(0, loop._forward_fn(target), tb)
     assert isinstance(hb, HiddenBatch) and hb.tokens.doc_ids is tb.doc_ids
     start = 0
     for d, _ in docs:
         alone = target.hidden(torch.tensor([d]), None, obj.layer_ids)
-        torch.testing.assert_close(hb.context[0, start:start + len(d)], alone[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(hb.context[0, start : start + len(d)], alone[0], rtol=1e-5, atol=1e-5)
         start += len(d)
     assert start == n
-    inputs = make_inputs(hb, DrafterConfig(block_size=BS, num_anchors=8), seed=0,
-                         device=torch.device("cpu"), dtype=torch.float32)
+    inputs = make_inputs(
+        hb, DrafterConfig(block_size=BS, num_anchors=8), seed=0, device=torch.device("cpu"), dtype=torch.float32
+    )
     assert torch.equal(inputs.doc_ids, tb.doc_ids) and len(inputs.as_args()) == 6
     allowed = obj._masks(inputs.anchors[:1], inputs.keep[:1], 32, inputs.doc_ids[:1], flex=False).allowed[0, 0]
     q_doc = tb.doc_ids[0, inputs.anchors[0]].repeat_interleave(BS)
@@ -246,8 +256,11 @@ def test_the_target_loop_isolates_documents_and_the_objective_receives_them(tmp_
 
 def test_prepare_pack_docs_writes_packed_rows(tmp_path):
     tok = build_tokenizer(str(tmp_path / "tok"))
-    lines = [{"prompt": "the cat", "completion": "sat on a mat"}, {"prompt": "hello", "completion": "world"},
-             {"prompt": "red blue", "completion": "green"}]
+    lines = [
+        {"prompt": "the cat", "completion": "sat on a mat"},
+        {"prompt": "hello", "completion": "world"},
+        {"prompt": "red blue", "completion": "green"},
+    ]
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(x) + "\n" for x in lines))
     plain = prepare_jsonl(str(src), tok, str(tmp_path / "plain.arrow"), max_len=12)
@@ -277,8 +290,10 @@ def test_the_synthetic_corpus_packs_its_samples_without_generating_again(tmp_pat
     assert len(calls) == made  # the plain corpus was reused, the target not run again
     assert packed.has_doc_ids and not plain.has_doc_ids and len(packed) < len(plain)
     assert (packed.lengths <= 128).all()
-    assert np.concatenate([packed.row(i)[0] for i in range(len(packed))]).tolist() == \
-        np.concatenate([plain.row(i)[0] for i in range(len(plain))]).tolist()
+    assert (
+        np.concatenate([packed.row(i)[0] for i in range(len(packed))]).tolist()
+        == np.concatenate([plain.row(i)[0] for i in range(len(plain))]).tolist()
+    )
     assert sum(int(packed.doc_ids(i).max()) + 1 for i in range(len(packed))) == len(plain)
     assert ensure_synthetic_corpus(cfg, generate, 256, "k") == plain.path  # default: same file as before
 
@@ -295,8 +310,11 @@ def test_pack_len_must_hold_a_sample_and_fit_the_largest_bucket():
 
 def test_a_small_run_trains_on_packed_rows_with_warmup_and_persistent_buffers(tmp_path):
     cfg = small_config(tmp_path / "run")
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, synthetic_pack_len=48),
-                              fixes=("thread-local-warmup", "persistent-buffers"))
+    cfg = dataclasses.replace(
+        cfg,
+        data=dataclasses.replace(cfg.data, synthetic_pack_len=48),
+        fixes=("thread-local-warmup", "persistent-buffers"),
+    )
     outcome = train(cfg)
     assert outcome.exit_code == 0, outcome.pipeline.report()
     assert outcome.final["steps"] == 4 and math.isfinite(outcome.final["loss_last"])
@@ -306,9 +324,28 @@ def test_a_small_run_trains_on_packed_rows_with_warmup_and_persistent_buffers(tm
 def test_the_trainer_command_finishes_on_a_packed_synthetic_corpus(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO)
     env.pop("DFLASH_FAULTS", None)
-    proc = subprocess.run([sys.executable, "-m", "dflash", "train", "--preset", "tiny-cpu",
-                           "--set", "data.synthetic_pack_len=128", "--steps", "4", "--out", str(tmp_path / "run")],
-                          check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dflash",
+            "train",
+            "--preset",
+            "tiny-cpu",
+            "--set",
+            "data.synthetic_pack_len=128",
+            "--steps",
+            "4",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     final = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
     assert final["event"] == "final" and final["steps"] == 4

@@ -28,8 +28,9 @@ SEED = 5
 
 def _engine(depth: int = 1, steps: int = 10**9, **kw) -> tuple[PctEngine, list[dict]]:
     records: list[dict] = []
-    return PctEngine(Pct(depth=depth, steps=steps, **kw), SEED, all_points(), log=records.append,
-                     elapsed=lambda: 0.0), records
+    return PctEngine(
+        Pct(depth=depth, steps=steps, **kw), SEED, all_points(), log=records.append, elapsed=lambda: 0.0
+    ), records
 
 
 def _ranked(depth: int = 1) -> tuple[str, str]:
@@ -63,13 +64,17 @@ def test_pct_profiles_are_plain_data_with_their_depth(profile, depth):
     assert "fx.create_node" in plan.torch_points() and "dynamo.reset" in plan.torch_points()
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"depth": 9, "steps": 10}, "depth"), ({"depth": 1, "steps": 0}, "steps"),
-    ({"depth": 1, "steps": 10, "idle_s": 1.0, "wait_s": 0.1}, "idle_s"),
-    ({"depth": 1, "steps": 10, "points": ["fx.nope"]}, "unknown point"),
-    ({"depth": 1, "steps": 10, "pinned": [["t", "fx.trace", "before"]]}, "pinned"),
-    ({"depth": 1, "steps": 10, "colour": "red"}, "bad plan field"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"depth": 9, "steps": 10}, "depth"),
+        ({"depth": 1, "steps": 0}, "steps"),
+        ({"depth": 1, "steps": 10, "idle_s": 1.0, "wait_s": 0.1}, "idle_s"),
+        ({"depth": 1, "steps": 10, "points": ["fx.nope"]}, "unknown point"),
+        ({"depth": 1, "steps": 10, "pinned": [["t", "fx.trace", "before"]]}, "pinned"),
+        ({"depth": 1, "steps": 10, "colour": "red"}, "bad plan field"),
+    ],
+)
 def test_invalid_pct_is_an_invalid_plan(bad, message):
     with pytest.raises(InvalidPlan, match=message):
         Plan.from_dict({"seed": 1, "pct": bad})
@@ -188,7 +193,7 @@ def test_scheduler_runs_the_pct_engine_at_its_points(tmp_path):
     for _ in range(4):
         sched.hit("fx.trace", "before")
         sched.hit("fx.create_node", "before")  # not one of this plan's pct points
-        sched.hit("fx.trace", "raise")          # a raising call is no step
+        sched.hit("fx.trace", "raise")  # a raising call is no step
     sched.close()
     summary = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[-1])
     assert summary["pct"]["steps"] == 4
@@ -200,13 +205,25 @@ def test_scheduler_runs_the_pct_engine_at_its_points(tmp_path):
 
 
 def _result(i: int, outcome: Outcome = Outcome.OK, duration: float = 10.0) -> TrialResult:
-    return TrialResult(trial_id=f"x-{i}", cell="c", trial_index=i, outcome=outcome, duration_s=duration,
-                       time_to_failure_s=duration if outcome.is_failure else None)
+    return TrialResult(
+        trial_id=f"x-{i}",
+        cell="c",
+        trial_index=i,
+        outcome=outcome,
+        duration_s=duration,
+        time_to_failure_s=duration if outcome.is_failure else None,
+    )
 
 
 def test_calibration_takes_the_median_of_counting_runs_or_the_stated_default():
-    cal = calibration.calibrate([{"steps": 100, "threads": ["a", "b"]}, None,
-                                 {"steps": 300, "threads": ["a", "b", "c"]}, {"steps": 200, "threads": ["a", "b"]}])
+    cal = calibration.calibrate(
+        [
+            {"steps": 100, "threads": ["a", "b"]},
+            None,
+            {"steps": 300, "threads": ["a", "b", "c"]},
+            {"steps": 200, "threads": ["a", "b"]},
+        ]
+    )
     assert (cal.k, cal.n, cal.steps) == (200, 2, [100, 300, 200]) and cal.source.startswith("measured")
     default = calibration.calibrate([None])
     assert (default.k, default.n, default.source) == (PCT_STEPS, 2, "stated default")
@@ -216,18 +233,28 @@ def test_calibration_takes_the_median_of_counting_runs_or_the_stated_default():
 
 def test_lift_table_prints_the_pct_bound_and_ttff_and_judges_pct_against_switch():
     def cell(profile, hits):
-        return lift.Cell(target="F2", profile=profile,
-                         results=[_result(i, Outcome.CRASH if h else Outcome.OK) for i, h in enumerate(hits)],
-                         hits=list(hits), pct=[None] * len(hits))
+        return lift.Cell(
+            target="F2",
+            profile=profile,
+            results=[_result(i, Outcome.CRASH if h else Outcome.OK) for i, h in enumerate(hits)],
+            hits=list(hits),
+            pct=[None] * len(hits),
+        )
 
-    cells = [cell("plain", [False] * 20), cell("switch", [True] * 2 + [False] * 18),
-             cell("pct1", [True] * 19 + [False]), cell("pct2", [False] * 20)]
+    cells = [
+        cell("plain", [False] * 20),
+        cell("switch", [True] * 2 + [False] * 18),
+        cell("pct1", [True] * 19 + [False]),
+        cell("pct2", [False] * 20),
+    ]
     cals = {"F2": calibration.Calibration(k=1000, n=2)}
     table = lift.format_table(cells, cals)
     rows = {line.split()[1]: line.split() for line in table.splitlines()[1:]}
     assert rows["pct1"][-1] == "0.5" and rows["pct2"][-1] == "0.0005" and rows["switch"][-1] == "-"
     assert rows["pct1"][-2] == "10.0" and rows["plain"][-2] == "-"  # 19/20: the first trial fails
-    assert lift.pct_versus(cells, "F2").startswith("F2: best pct (pct1) 19/20") and " beats switch 2/20" in lift.pct_versus(cells, "F2")
+    assert lift.pct_versus(cells, "F2").startswith(
+        "F2: best pct (pct1) 19/20"
+    ) and " beats switch 2/20" in lift.pct_versus(cells, "F2")
     data = lift.to_json(cells, cals, {"command": "x"})
     assert data["calibration"]["F2"]["k"] == 1000
     assert [c["pct_bound"] for c in data["cells"]] == [None, None, 0.5, pytest.approx(5e-4)]
@@ -271,8 +298,13 @@ def _pct_decisions(path: Path) -> list[tuple]:
 
 def test_harness_replay_repeats_a_pct_trials_priorities_and_changes(tmp_path, capsys):
     plan = Plan(seed=SEED, profile="pct3", pct=Pct(depth=3, steps=300, threads="w-*", wait_s=0.05))
-    spec = TrialSpec(trial_id="pct-000", cell="pct", plan=plan.validate().to_dict(), timeout_s=60,
-                     workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", WORKLOAD)))
+    spec = TrialSpec(
+        trial_id="pct-000",
+        cell="pct",
+        plan=plan.validate().to_dict(),
+        timeout_s=60,
+        workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", WORKLOAD)),
+    )
     store = Store(tmp_path / "store")
     original = run_trial(spec, store.artefacts_dir(spec.trial_id))
     store.append(original)

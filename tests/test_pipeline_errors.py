@@ -31,20 +31,31 @@ EXIT_DEADLINE_S = 10.0
 
 def small_config(out_dir: str, **train_kw) -> RunConfig:
     """A run small enough for unit tests; the synthetic corpus is cached across tests."""
-    train_args = dict(steps=4, lr=3e-3, out_dir=str(out_dir), eval_prompts=0, export=False,
-                      progress=False, log_interval_s=1000.0)
+    train_args = dict(
+        steps=4, lr=3e-3, out_dir=str(out_dir), eval_prompts=0, export=False, progress=False, log_interval_s=1000.0
+    )
     train_args.update(train_kw)
     return RunConfig(
         preset="test-small",
-        data=DataConfig(cache_dir=CACHE_DIR, synthetic_samples=96, synthetic_min_len=16,
-                        synthetic_max_len=48, bucket_boundaries=(24, 48), token_budget=192,
-                        min_loss_tokens=4, heldout_samples=8),
-        target=TargetConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
-                            intermediate_size=64, vocab_size=64),
-        drafter=DrafterConfig(num_layers=1, block_size=4, num_anchors=4, num_heads=2,
-                              num_kv_heads=1, head_dim=16, intermediate_size=64),
-        pipeline=PipelineConfig(num_prefetch_threads=2, num_target_threads=2,
-                                num_drafter_threads=2, poll_s=0.02, shutdown_deadline_s=8.0),
+        data=DataConfig(
+            cache_dir=CACHE_DIR,
+            synthetic_samples=96,
+            synthetic_min_len=16,
+            synthetic_max_len=48,
+            bucket_boundaries=(24, 48),
+            token_budget=192,
+            min_loss_tokens=4,
+            heldout_samples=8,
+        ),
+        target=TargetConfig(
+            hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64, vocab_size=64
+        ),
+        drafter=DrafterConfig(
+            num_layers=1, block_size=4, num_anchors=4, num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64
+        ),
+        pipeline=PipelineConfig(
+            num_prefetch_threads=2, num_target_threads=2, num_drafter_threads=2, poll_s=0.02, shutdown_deadline_s=8.0
+        ),
         train=TrainConfig(**train_args),
     )
 
@@ -74,8 +85,7 @@ STAGE_POINTS = {
     "target": [p for p in faults.POINTS if p.startswith("target.")],
     "train": [p for p in faults.POINTS if p.startswith("drafter.")],
 }
-CASES = [(point, f"dflash-{stage}-{i}") for stage, points in STAGE_POINTS.items()
-         for point in points for i in (0, 1)]
+CASES = [(point, f"dflash-{stage}-{i}") for stage, points in STAGE_POINTS.items() for point in points for i in (0, 1)]
 CASES.append(("gate.before_open", "dflash-train-*"))
 
 
@@ -116,8 +126,7 @@ def test_fault_in_any_thread_exits_1_and_names_the_thread(point, thread, fault_e
 
 def test_stop_after_failure_is_fast(fault_env, tmp_path):
     """From the recorded failure to train() returning: well within the 10 s contract."""
-    fault_env("drafter.after_backward@dflash-train-1=delay(20);"
-              "drafter.after_step@dflash-train-1=1*raise")
+    fault_env("drafter.after_backward@dflash-train-1=delay(20);drafter.after_step@dflash-train-1=1*raise")
     outcome = train(small_config(tmp_path / "run", steps=50))
     done = time.monotonic()
     assert outcome.exit_code == 1
@@ -147,15 +156,21 @@ def test_small_config_trains_without_faults(tmp_path):
 
 def test_subprocess_fault_exits_1_with_the_thread_report(tmp_path):
     """The process contract as the harness sees it: exit status 1 and the report on stderr."""
-    env = dict(os.environ, PYTHONPATH=REPO,
-               DFLASH_FAULTS="drafter.after_backward@dflash-train-1=raise(boom)")
-    proc = subprocess.run([sys.executable, "-m", "dflash", "train",
-                           *small_cli_args(str(tmp_path / "run"))],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, PYTHONPATH=REPO, DFLASH_FAULTS="drafter.after_backward@dflash-train-1=raise(boom)")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run"))],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     lines = proc.stderr.splitlines()
-    header = ("=== thread dflash-train-1 failed: InjectedFault: injected fault at fault point "
-              "drafter.after_backward in thread dflash-train-1: boom ===")
+    header = (
+        "=== thread dflash-train-1 failed: InjectedFault: injected fault at fault point "
+        "drafter.after_backward in thread dflash-train-1: boom ==="
+    )
     assert header in lines
     after = lines[lines.index(header) + 1]
     assert after == "Traceback (most recent call last):"

@@ -38,15 +38,31 @@ def shipped() -> np.ndarray:
 
 def _counts(lengths, cfg, seed: int, epoch: int) -> tuple[int, ...]:
     d = cfg.data
-    return tuple(int(s.size) for s in batch_sizes(lengths, d.bucket_boundaries, d.token_budget, seed, epoch,
-                                                  batching=d.batching, max_batch_rows=d.max_batch_rows))
+    return tuple(
+        int(s.size)
+        for s in batch_sizes(
+            lengths,
+            d.bucket_boundaries,
+            d.token_budget,
+            seed,
+            epoch,
+            batching=d.batching,
+            max_batch_rows=d.max_batch_rows,
+        )
+    )
 
 
 def test_seeds_buckets_are_their_half_open_bounds_as_inclusive_ones() -> None:
     cfg = presets.get("seeds")
     assert cfg.data.bucket_boundaries == (769, 1215, 1727, 2431, 3295, 8192)
     assert half_open(cfg.data.bucket_boundaries) == (
-        (0, 770), (770, 1216), (1216, 1728), (1728, 2432), (2432, 3296), (3296, 8193))
+        (0, 770),
+        (770, 1216),
+        (1216, 1728),
+        (1728, 2432),
+        (2432, 3296),
+        (3296, 8193),
+    )
     # Each seeds' [lo, hi) holds lo and hi - 1 and sends hi to the next bucket.
     edges = [x for lo, hi in zip((0, *SEEDS.upper_bounds[:-1]), SEEDS.upper_bounds) for x in (lo, hi - 1)]
     assert bucket_of(np.array(edges), cfg.data.bucket_boundaries).tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
@@ -57,7 +73,7 @@ def test_seeds_buckets_are_their_half_open_bounds_as_inclusive_ones() -> None:
 def test_shipped_index_is_generated_the_same_in_a_few_seconds(shipped) -> None:
     start = time.perf_counter()
     again = shipped_lengths()
-    assert time.perf_counter() - start < 5.0       # generated on every plan: it must stay cheap
+    assert time.perf_counter() - start < 5.0  # generated on every plan: it must stay cheap
     assert np.array_equal(again, shipped)
     which = bucket_of(shipped, SEEDS.bucket_boundaries())
     assert tuple(np.bincount(which).tolist()) == SHIPPED_BUCKET_SAMPLES
@@ -119,12 +135,19 @@ def test_plan_command_prints_the_table_beside_the_seeds(shipped, capsys) -> None
     last = rows["[3296,8193)"]
     assert "27,881 / 27,889" in last
     assert f"{table.buckets[-1].batches - 27_881:+,} / {table.buckets[-1].batches - 27_889:+,}" in last
-    totals = {name: [part.split() for part in ln[len(name):].split("|")] for ln in lines
-              for name in ("samples", "batches", "min batch", "max batch", "avg batch") if ln.startswith(name)}
+    totals = {
+        name: [part.split() for part in ln[len(name) :].split("|")]
+        for ln in lines
+        for name in ("samples", "batches", "min batch", "max batch", "avg batch")
+        if ln.startswith(name)
+    }
     assert totals["samples"] == [["1,095,082"], ["1,095,082"], ["+0"]]
     assert totals["batches"] == [[f"{table.total.batches:,}"], ["59,828"], [f"{table.total.batches - 59_828:+,}"]]
-    assert totals["min batch"] == [[str(table.total.min)], ["2", "/", "6"],
-                                   [f"{table.total.min - 2:+}", "/", f"{table.total.min - 6:+}"]]
+    assert totals["min batch"] == [
+        [str(table.total.min)],
+        ["2", "/", "6"],
+        [f"{table.total.min - 2:+}", "/", f"{table.total.min - 6:+}"],
+    ]
     assert totals["max batch"] == [["64"], ["64"], ["+0"]]
     assert totals["avg batch"] == [[f"{table.total.avg:.2f}"], ["18.3"], [f"{table.total.avg - 18.3:+.2f}"]]
 
@@ -163,8 +186,23 @@ def _bad_inputs(tmp_path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-@pytest.mark.parametrize("case", ["missing npy", "missing dataset", "2-D", "floats", "negative", "empty",
-                                  "too long", "garbage npy", "garbage arrow", "epoch", "preset", "rule"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing npy",
+        "missing dataset",
+        "2-D",
+        "floats",
+        "negative",
+        "empty",
+        "too long",
+        "garbage npy",
+        "garbage arrow",
+        "epoch",
+        "preset",
+        "rule",
+    ],
+)
 def test_plan_bad_input_is_one_error_line_and_exit_2(case, tmp_path, capsys) -> None:
     argv, match = _bad_inputs(tmp_path)[case]
     assert cli.main(["plan", *argv]) == 2
@@ -174,8 +212,14 @@ def test_plan_bad_input_is_one_error_line_and_exit_2(case, tmp_path, capsys) -> 
 
 
 def test_plan_bad_input_exits_2_in_a_fresh_process_without_torch(tmp_path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "dflash", "plan", "--lengths", str(tmp_path / "nope.npy")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dflash", "plan", "--lengths", str(tmp_path / "nope.npy")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {tmp_path / 'nope.npy'}: no such file" and "Traceback" not in proc.stderr
     probe = "import sys, dflash.cli, dflash.plan; assert 'torch' not in sys.modules"

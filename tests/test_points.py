@@ -19,8 +19,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Points that the CPU compile path reaches (hit counts on 2.13 CPU); the cudagraph ones resolve on
 # a CPU build too (the module imports without CUDA).
-CPU_POINTS = ("fx.trace", "fx.create_node", "make_fx.dispatch_trace", "dynamo.convert_frame",
-              "inductor.compile_fx", "aot.backward_compile", "compiled.call", "dynamo.reset")
+CPU_POINTS = (
+    "fx.trace",
+    "fx.create_node",
+    "make_fx.dispatch_trace",
+    "dynamo.convert_frame",
+    "inductor.compile_fx",
+    "aot.backward_compile",
+    "compiled.call",
+    "dynamo.reset",
+)
 
 
 @pytest.fixture
@@ -40,8 +48,11 @@ def test_every_point_resolves_or_is_reported_unavailable(calls):
 
 
 def test_missing_target_is_unavailable_not_a_crash(calls, monkeypatch):
-    monkeypatch.setitem(TORCH_POINTS, "fake.gone", Point(
-        name="fake.gone", targets=("torch.fx.graph:Graph.no_such_method", "no_such_mod:f"), why="t"))
+    monkeypatch.setitem(
+        TORCH_POINTS,
+        "fake.gone",
+        Point(name="fake.gone", targets=("torch.fx.graph:Graph.no_such_method", "no_such_mod:f"), why="t"),
+    )
     got = points.install_now(["fake.gone"], lambda p, w: None)
     assert "fake.gone" not in got
     assert "none of" in points.unavailable()["fake.gone"]
@@ -134,8 +145,9 @@ LAZY = """
 def test_lazy_install_waits_for_each_module_and_imports_nothing():
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(LAZY)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(LAZY)], env=env, cwd=REPO, capture_output=True, text=True, timeout=180
+    )
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["before"] == {}  # torch not imported by installing

@@ -22,13 +22,24 @@ def target():
 
 
 def make_objective(target, precision, attention="auto", layer_types=None):
-    cfg = DrafterConfig(num_layers=2, block_size=BS, layer_types=layer_types,
-                        sliding_window=6 if layer_types else None)
-    drafter = DFlashDrafter(cfg, hidden_size=target.hidden_size, num_target_layers=target.num_layers,
-                            vocab_size=target.vocab_size, layer_ids=resolve_layer_ids(cfg, target.num_layers))
-    return DFlashObjective(drafter, target.embed_tokens, target.lm_head, BS,
-                           resolve_mask_token_id(cfg, target.vocab_size), cfg.resolved_gamma(), attention,
-                           precision)
+    cfg = DrafterConfig(num_layers=2, block_size=BS, layer_types=layer_types, sliding_window=6 if layer_types else None)
+    drafter = DFlashDrafter(
+        cfg,
+        hidden_size=target.hidden_size,
+        num_target_layers=target.num_layers,
+        vocab_size=target.vocab_size,
+        layer_ids=resolve_layer_ids(cfg, target.num_layers),
+    )
+    return DFlashObjective(
+        drafter,
+        target.embed_tokens,
+        target.lm_head,
+        BS,
+        resolve_mask_token_id(cfg, target.vocab_size),
+        cfg.resolved_gamma(),
+        attention,
+        precision,
+    )
 
 
 def make_batch(target, layer_ids, b=3, seq_len=32):

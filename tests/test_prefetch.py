@@ -13,8 +13,9 @@ from dflash.prefetch import EpochPlanner
 
 
 def _cfg(**kw) -> DataConfig:
-    return DataConfig(bucket_boundaries=(32, 64, 128), token_budget=512, batching="token-budget",
-                      max_batch_rows=8, **kw)
+    return DataConfig(
+        bucket_boundaries=(32, 64, 128), token_budget=512, batching="token-budget", max_batch_rows=8, **kw
+    )
 
 
 def _lengths() -> np.ndarray:

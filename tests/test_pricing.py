@@ -28,39 +28,47 @@ def test_rounds_alternate_the_order_so_a_drift_weighs_on_every_configuration_ali
 
 
 def test_gpu_presets_record_the_campaigns_workload_names():
-    plan = pricing.make_plan("gpu-launch-bound", ["global-lock,stash-incref:default", "global-lock"],
-                             rounds=1, steps=5, cuda_count=1)
+    plan = pricing.make_plan(
+        "gpu-launch-bound", ["global-lock,stash-incref:default", "global-lock"], rounds=1, steps=5, cuda_count=1
+    )
     assert plan.workload == "launch-bound"
     assert plan.configs[0].phase(plan.workload) == "bench:launch-bound:global-lock,stash-incref:default"
     assert bench_records.strategy_of(plan.configs[0].phase(plan.workload)) == (
-        "launch-bound", "no-cudagraphs+global-lock+stash-incref")
+        "launch-bound",
+        "no-cudagraphs+global-lock+stash-incref",
+    )
     # Without a mode, the preset's own (reduce-overhead, what REPORT recommends there), named as
     # the campaign names it.
     assert plan.configs[1] == Config(fixes="global-lock", mode="reduce-overhead")
     assert plan.configs[1].strategy(plan.workload) == "global-lock"
 
 
-@pytest.mark.parametrize("preset, configs, rounds, message", [
-    ("nope", [":none"], 1, "unknown preset 'nope'"),
-    ("tiny-cpu", ["global-lock,bogus"], 1, "unknown fix 'bogus'"),
-    ("tiny-cpu", [":bogus"], 1, "compile.mode must be one of"),
-    ("tiny-cpu", [":none", ":none"], 1, "named twice"),
-    ("tiny-cpu", [":none"], 0, "--rounds and --steps must be >= 1"),
-    ("tiny-cpu", [], 1, "at least one configuration"),
-])
+@pytest.mark.parametrize(
+    "preset, configs, rounds, message",
+    [
+        ("nope", [":none"], 1, "unknown preset 'nope'"),
+        ("tiny-cpu", ["global-lock,bogus"], 1, "unknown fix 'bogus'"),
+        ("tiny-cpu", [":bogus"], 1, "compile.mode must be one of"),
+        ("tiny-cpu", [":none", ":none"], 1, "named twice"),
+        ("tiny-cpu", [":none"], 0, "--rounds and --steps must be >= 1"),
+        ("tiny-cpu", [], 1, "at least one configuration"),
+    ],
+)
 def test_bad_input_is_one_error_before_any_bench(preset, configs, rounds, message):
     with pytest.raises(PriceError, match=message):
         pricing.make_plan(preset, configs, rounds=rounds, steps=5)
 
 
 def test_a_gpu_run_prices_each_configuration_with_its_gpu_busy_fraction_and_a_cpu_run_without():
-    runs = [prices.Run(strategy="A", round=0, tokens=100.0, gpu_busy=0.98),
-            prices.Run(strategy="A", round=1, tokens=110.0, gpu_busy=0.99),
-            prices.Run(strategy="B", round=0, tokens=90.0, gpu_busy=0.5),
-            prices.Run(strategy="B", round=1, tokens=None, died="segv")]
+    runs = [
+        prices.Run(strategy="A", round=0, tokens=100.0, gpu_busy=0.98),
+        prices.Run(strategy="A", round=1, tokens=110.0, gpu_busy=0.99),
+        prices.Run(strategy="B", round=0, tokens=90.0, gpu_busy=0.5),
+        prices.Run(strategy="B", round=1, tokens=None, died="segv"),
+    ]
     text = "\n".join(prices.rows(prices.price_runs(runs, ["A", "B"])))
     assert "| coverage | GPU busy |" in text
-    assert "| `A` | 2/2 | 105 | 100-110 | 1.00x (base) | - | - | 98% |" in text   # median of .98, .99
+    assert "| `A` | 2/2 | 105 | 100-110 | 1.00x (base) | - | - | 98% |" in text  # median of .98, .99
     assert "| `B` | 1/2 | 90 | 90-90 | 0.90x | 0.90x-0.90x | 0% | 50% |" in text  # the died bench has no figure
     cpu = [prices.Run(strategy=x.strategy, round=x.round, tokens=x.tokens, died=x.died) for x in runs]
     assert "GPU busy" not in "\n".join(prices.rows(prices.price_runs(cpu, ["A", "B"])))
@@ -78,8 +86,13 @@ def test_a_device_plan_this_machine_cannot_run_is_refused_before_any_bench():
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
 def test_the_cli_refuses_a_topology_without_cuda_in_one_line_and_writes_nothing(tmp_path):
     into = tmp_path / "b.jsonl"
-    p = subprocess.run([sys.executable, "-m", "harness", "price", "--topology", "4", "--into", str(into), ":none"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "harness", "price", "--topology", "4", "--into", str(into), ":none"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert p.returncode == 2 and not into.exists() and p.stdout == ""
     assert p.stderr.strip().splitlines() == ["error: device 'cuda:0' requested but CUDA is not available"]
 
@@ -93,6 +106,7 @@ def _fake(figures):
         if tok is None:
             return {"event": "bench", "exit_code": 1, "signature": "fx-trace-of-dynamo-fn (RuntimeError ...)"}
         return {"event": "bench", "tokens_per_s_steady": tok, "steps": plan.steps}
+
     return bench
 
 
@@ -123,9 +137,11 @@ def test_a_bench_that_dies_is_listed_and_drops_out_of_its_rounds_ratio():
 def test_three_configurations_are_also_priced_each_over_each_other_by_round():
     # H200 run 35's figures (2026-12-01): the base column shows B 0.95x A and C 0.84x A;
     # B over C, 1.13x in every round, shows only in the grid. A died bench weakens its pairs.
-    runs = [prices.Run(strategy=s, round=r, tokens=t) for r, row in enumerate(
-        [(39890.0, 45116.0, 39781.0), (49826.0, 43156.0, 38150.0), (40818.0, 38953.0, 34324.0)])
-        for s, t in zip("ABC", row)]
+    runs = [
+        prices.Run(strategy=s, round=r, tokens=t)
+        for r, row in enumerate([(39890.0, 45116.0, 39781.0), (49826.0, 43156.0, 38150.0), (40818.0, 38953.0, 34324.0)])
+        for s, t in zip("ABC", row)
+    ]
     text = "\n".join(prices.rows(prices.price_runs(runs, ["A", "B", "C"])))
     assert "(row over column, per round: the median and its interval, coverage 75%)" in text
     assert "| B `B` | 0.95x (0.87-1.13) | - | 1.13x (1.13-1.13) |" in text
@@ -133,11 +149,14 @@ def test_three_configurations_are_also_priced_each_over_each_other_by_round():
     died = [x for x in runs if not (x.strategy == "C" and x.round == 1)]
     grid = "\n".join(prices.rows(prices.price_runs(died, ["A", "B", "C"])))
     # C's pairs have 2 rounds now (50%, the header's), A's and B's 3: theirs is said.
-    assert "its interval, coverage 50%)" in grid and "| B `B` | 0.95x (0.87-1.13, 75%) | - | 1.13x (1.13-1.13) |" in grid
+    assert (
+        "its interval, coverage 50%)" in grid and "| B `B` | 0.95x (0.87-1.13, 75%) | - | 1.13x (1.13-1.13) |" in grid
+    )
     # Two configurations that never ran in one round: said, not shown as the diagonal's "-".
     apart = [*runs[:3], prices.Run(strategy="D", round=9, tokens=1.0)]
-    assert "| D `D` | no shared round | no shared round | no shared round | - |" in \
-        "\n".join(prices.rows(prices.price_runs(apart, ["A", "B", "C", "D"])))
+    assert "| D `D` | no shared round | no shared round | no shared round | - |" in "\n".join(
+        prices.rows(prices.price_runs(apart, ["A", "B", "C", "D"]))
+    )
     # Two configurations: the base column says it all.
     assert "Every configuration" not in "\n".join(prices.rows(prices.price_runs(runs[:2], ["A", "B"])))
 
@@ -146,7 +165,9 @@ def test_three_configurations_are_also_priced_each_over_each_other_by_round():
 def test_the_target_is_met_only_when_the_whole_interval_clears_it(low, high, word):
     from harness.stats import MedianInterval
 
-    assert prices.verdict(MedianInterval(median=(low + high) / 2, low=low, high=high, coverage=0.9), 1.2).startswith(word)
+    assert prices.verdict(MedianInterval(median=(low + high) / 2, low=low, high=high, coverage=0.9), 1.2).startswith(
+        word
+    )
 
 
 def test_records_append_to_a_bench_file_that_report_reads(tmp_path):
@@ -156,7 +177,10 @@ def test_records_append_to_a_bench_file_that_report_reads(tmp_path):
     pricing.save(pricing.run(plan, bench=_fake([10.0, 12.0]), log=lambda s: None), into)
     loaded = bench_records.load([into])
     assert [(b.host_run, b.strategy, b.tokens_steady) for b in loaded] == [
-        (30, "eager", 1.0), (33, "eager", 10.0), (33, "eager+global-lock", 12.0)]
+        (30, "eager", 1.0),
+        (33, "eager", 10.0),
+        (33, "eager+global-lock", 12.0),
+    ]
     bad = tmp_path / "other.jsonl"
     bad.write_text("not json\n")
     with pytest.raises(PriceError, match="not a bench record"):
@@ -172,8 +196,13 @@ def test_the_cli_benches_for_real_and_refuses_a_foreign_file_before_running(tmp_
     refused = subprocess.run([*cmd, ":none", "--into", str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "not a bench record" in refused.stderr
     into = tmp_path / "benches.jsonl"
-    done = subprocess.run([*cmd, ":none", "global-lock:none", "--into", str(into), "--run", "5"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    done = subprocess.run(
+        [*cmd, ":none", "global-lock:none", "--into", str(into), "--run", "5"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| `eager+global-lock` | 1/1 |" in done.stdout
     loaded = bench_records.load([into])
@@ -212,33 +241,51 @@ def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys
 
     monkeypatch.setattr(pricing, "bench_once", bench)
     into = tmp_path / "b.jsonl"
-    opts = __import__("argparse").Namespace(preset="tiny-cpu", configs=[":none", "global-lock:none"], rounds=2, steps=5,
-                                            sets=[], timeout_s=60.0, host_run=4, into=into, target=None,
-                                            topology=None)
+    opts = __import__("argparse").Namespace(
+        preset="tiny-cpu",
+        configs=[":none", "global-lock:none"],
+        rounds=2,
+        steps=5,
+        sets=[],
+        timeout_s=60.0,
+        host_run=4,
+        into=into,
+        target=None,
+        topology=None,
+    )
     with pytest.raises(KeyboardInterrupt):
         price.run(opts)
     assert [(b.strategy, b.tokens_steady) for b in bench_records.load([into])] == [
-        ("eager", 100.0), ("eager+global-lock", 110.0), ("eager+global-lock", 120.0)]
+        ("eager", 100.0),
+        ("eager+global-lock", 110.0),
+        ("eager+global-lock", 120.0),
+    ]
     assert "| `eager+global-lock` | 2/2 | 115 | 110-120 | 1.10x | 1.10x-1.10x | 0% |" in capsys.readouterr().out
 
 
 def test_a_topology_prices_the_seed_device_plan_and_a_bad_one_is_refused():
-    plan = pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=4,
-                             sets=["train.steps=7"], cuda_count=1)
-    assert plan.sets == ["pipeline.num_target_threads=5", "pipeline.num_drafter_threads=3",
-                         "devices.target_devices=cuda:0", "devices.drafter_devices=cuda:1,cuda:2,cuda:3",
-                         "devices.remap=true", "train.steps=7"]
-    assert pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=2,
-                             cuda_count=1).sets[0] == \
-        "pipeline.num_target_threads=2"
+    plan = pricing.make_plan(
+        "gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=4, sets=["train.steps=7"], cuda_count=1
+    )
+    assert plan.sets == [
+        "pipeline.num_target_threads=5",
+        "pipeline.num_drafter_threads=3",
+        "devices.target_devices=cuda:0",
+        "devices.drafter_devices=cuda:1,cuda:2,cuda:3",
+        "devices.remap=true",
+        "train.steps=7",
+    ]
+    assert (
+        pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=2, cuda_count=1).sets[0]
+        == "pipeline.num_target_threads=2"
+    )
     with pytest.raises(PriceError, match="needs >= 2 GPUs"):
         pricing.make_plan("gpu-launch-bound", ["global-lock"], rounds=1, steps=5, topology=1)
 
 
 def test_recommended_is_a_configuration_a_bench_resolves_and_its_extra_names_are_checked():
     # `dflash bench` resolves `recommended` on the machine that runs it (harness.runtime.recommend.resolve_names).
-    plan = pricing.make_plan("tiny-cpu", ["recommended", "recommended,global-lock:default", ":none"],
-                             rounds=1, steps=5)
+    plan = pricing.make_plan("tiny-cpu", ["recommended", "recommended,global-lock:default", ":none"], rounds=1, steps=5)
     assert [c.fixes for c in plan.configs][:2] == ["recommended", "recommended,global-lock"]
     with pytest.raises(pricing.PriceError, match="unknown fix 'bogus'"):
         pricing.make_plan("tiny-cpu", ["recommended,bogus"], rounds=1, steps=5)
@@ -255,6 +302,9 @@ def test_a_configuration_may_name_its_drafter_thread_count_and_is_priced_as_its_
         pricing.parse_config(":none@0", "default")
     plan = pricing.make_plan("tiny-cpu", [":none@1", ":none@2"], rounds=1, steps=2)
     argvs = []
-    pricing.run(plan, bench=lambda p, cfg: argvs.append(cfg.sets()) or {"event": "bench", "tokens_per_s_steady": 1.0},
-                log=lambda s: None)
+    pricing.run(
+        plan,
+        bench=lambda p, cfg: argvs.append(cfg.sets()) or {"event": "bench", "tokens_per_s_steady": 1.0},
+        log=lambda s: None,
+    )
     assert argvs == [["pipeline.num_drafter_threads=1"], ["pipeline.num_drafter_threads=2"]]

@@ -18,8 +18,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "repro" / "r19_hf_output_capture_
 def run(*args: str, timeout: float) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("HARNESS_HEARTBEAT", None)
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def test_r19_help_lists_knobs():

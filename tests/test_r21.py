@@ -26,7 +26,7 @@ STORE = ROOT / "results" / "gpu-shape2"
 # (batch of the <=768 bucket), s7 = 768.
 STORED = {
     (64, 256): "gpu-shape2_gb-default-1d-dynamic_raw_-_0-b2183898",  # gb-default-1d-dynamic:raw@-/0
-    (21, 768): "gpu-shape2_gb-default-1t1d_raw_-_0-c995e5ea",        # gb-default-1t1d:raw@-/0
+    (21, 768): "gpu-shape2_gb-default-1t1d_raw_-_0-c995e5ea",  # gb-default-1t1d:raw@-/0
 }
 
 
@@ -51,12 +51,12 @@ def load_script():
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_HEARTBEAT"}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120, env=env)
 
 
-def message_on_2_11(batch: int, ctx_len: int, anchors: int = 64, heads: int = 8, head_dim: int = 64,
-                    split: int = 128) -> str:
+def message_on_2_11(
+    batch: int, ctx_len: int, anchors: int = 64, heads: int = 8, head_dim: int = 64, split: int = 128
+) -> str:
     """2.11's error for rows = heads * batch * (ctx_len + 16 * anchors): nsplit = ceil(rows /
     split) = head + tail, with head = 16 * anchors * batch * heads / split pulled out of the
     ceiling; `idx * head + tail * r : (idx + 1) * head + tail * r` is `head` elements long.
@@ -110,8 +110,11 @@ def test_stored_trainer_failures_are_family_mix_order():
 
 
 @pytest.mark.cuda
-@pytest.mark.xfail(reason="not yet seen to reproduce on the H200: a draft of the script ran clean 3/3 "
-                          "(H200, torch 2.11, 2026-12-01); XPASS says it now does", strict=False)
+@pytest.mark.xfail(
+    reason="not yet seen to reproduce on the H200: a draft of the script ran clean 3/3 "
+    "(H200, torch 2.11, 2026-12-01); XPASS says it now does",
+    strict=False,
+)
 def test_reproduces_on_2_11_and_workaround_holds():
     import torch
 

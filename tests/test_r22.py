@@ -14,8 +14,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "repro" / "r22_stash_tls_refcount
 
 def _main(monkeypatch, capsys, *argv):
     monkeypatch.setattr(sys, "argv", [str(SCRIPT), *argv])
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))   # its `from _common import ...`
-    monkeypatch.setattr("faulthandler.enable", lambda *a, **k: None)   # pytest's captured stderr has no fd
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # its `from _common import ...`
+    monkeypatch.setattr("faulthandler.enable", lambda *a, **k: None)  # pytest's captured stderr has no fd
     rc = runpy.run_path(str(SCRIPT), run_name="r22")["main"]()
     return rc, capsys.readouterr().out.strip().splitlines()[-1]
 
@@ -39,12 +39,14 @@ def test_this_torch_keeps_its_own_reference(monkeypatch, capsys):
 
 
 def test_a_stealing_stash_loses_one_reference_per_thread_and_stash_incref_gives_them_back(
-        monkeypatch, capsys, restore_stash):
+    monkeypatch, capsys, restore_stash
+):
     # --emulate-steal: the binding as read in torch/csrc/Module.cpp, a holder that steals a
     # reference nobody gave it, emulated over this torch's stash.
     rc, last = _main(monkeypatch, capsys, "--threads", "3", "--emulate-steal")
-    assert rc == 1 and last.startswith("WRONG_RESULT: stash-tls-refcount: 3 reference(s) lost over 3 "
-                                       "thread exits (the stash took [0] per call)")
+    assert rc == 1 and last.startswith(
+        "WRONG_RESULT: stash-tls-refcount: 3 reference(s) lost over 3 thread exits (the stash took [0] per call)"
+    )
     from harness.diagnosis.families import family
 
     assert family(last) == "stash-refcount"
@@ -57,8 +59,12 @@ def test_churn_mode_survives_with_stash_incref_over_an_emulated_stealing_stash()
     # (results/stash-emulated-cpu), too flaky for CI. The fixed side must hold every time.
     import subprocess
 
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--churn", "2", "--threads", "100", "--emulate-steal",
-                           "--fix", "stash-incref"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--churn", "2", "--threads", "100", "--emulate-steal", "--fix", "stash-incref"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1].startswith("NOT REPRODUCED (survived 100 stashing thread exits")
     bad = subprocess.run([sys.executable, str(SCRIPT), "--churn", "-1"], capture_output=True, text=True, timeout=60)
@@ -84,4 +90,4 @@ def test_a_churn_thread_stuck_past_its_deadline_is_a_hang_with_every_stack():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 1, res.stdout + res.stderr
     assert "HANG: churn threads still alive after 1.0 s" in res.stderr
-    assert 'Thread 0x' in res.stderr and "in churn" in res.stderr
+    assert "Thread 0x" in res.stderr and "in churn" in res.stderr

@@ -22,8 +22,7 @@ CELL = "launch-bound:global-lock+cstash-tls-init+cublas-handle-init+stash-incref
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_HEARTBEAT"}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=300, env=env)
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_help_lists_knobs():
@@ -52,8 +51,11 @@ def test_without_cuda_it_skips_with_exit_0():
 
 
 def test_the_trainer_failure_it_stands_for_is_a_device_wide_synchronize():
-    failed = [json.loads(line) for line in CAMPAIGN.read_text().splitlines()
-              if json.loads(line)["cell"] == CELL and json.loads(line)["outcome"] == "crash"]
+    failed = [
+        json.loads(line)
+        for line in CAMPAIGN.read_text().splitlines()
+        if json.loads(line)["cell"] == CELL and json.loads(line)["outcome"] == "crash"
+    ]
     assert len(failed) == 1
     summary = failed[0]["signature_summary"]
     assert "dflash.devices:synchronize < dflash.target_loop:forward" in summary

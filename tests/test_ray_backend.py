@@ -45,6 +45,7 @@ def cluster():
     saved = {k: os.environ.get(k) for k in LOOPBACK}
     os.environ.update(LOOPBACK)
     from ray.cluster_utils import Cluster  # deferred: the module's other tests run without Ray
+
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80 * 2**20})
     nodes.add_node(num_cpus=1, object_store_memory=80 * 2**20)
     try:
@@ -61,26 +62,40 @@ def _cmd(code: str, *args: str, timeout_s: float = 60.0) -> dict:
 
 # Waits until `n` trials of its cell run at once (a file each in argv[1]); alone it fails. With one
 # CPU per node, two such trials both pass only on two nodes at once.
-TOGETHER = ("import os, sys, time\n"
-            "d = sys.argv[1]; open(os.path.join(d, str(os.getpid())), 'w').close()\n"
-            "end = time.monotonic() + 30\n"
-            "while len(os.listdir(d)) < 2 and time.monotonic() < end: time.sleep(0.05)\n"
-            "sys.exit(0 if len(os.listdir(d)) >= 2 else 1)\n")
+TOGETHER = (
+    "import os, sys, time\n"
+    "d = sys.argv[1]; open(os.path.join(d, str(os.getpid())), 'w').close()\n"
+    "end = time.monotonic() + 30\n"
+    "while len(os.listdir(d)) < 2 and time.monotonic() < end: time.sleep(0.05)\n"
+    "sys.exit(0 if len(os.listdir(d)) >= 2 else 1)\n"
+)
 
 # Writes its pid to a file named by it in argv[1], then sleeps argv[2] seconds.
-SLEEPER = ("import os, sys, time\n"
-           "p = os.path.join(sys.argv[1], str(os.getpid())); open(p + '.tmp', 'w').write(str(os.getpgid(0)))\n"
-           "os.rename(p + '.tmp', p); time.sleep(float(sys.argv[2]))\n")
+SLEEPER = (
+    "import os, sys, time\n"
+    "p = os.path.join(sys.argv[1], str(os.getpid())); open(p + '.tmp', 'w').write(str(os.getpgid(0)))\n"
+    "os.rename(p + '.tmp', p); time.sleep(float(sys.argv[2]))\n"
+)
 
 
 def _matrix(tmp_path: Path, store: str, **over) -> dict:
     together = tmp_path / f"{store}-together"
     together.mkdir()
-    d = {"name": "t", "store": str(tmp_path / store), "trials": 2, "workers": 2,
-         "workloads": {"ok": _cmd("print('ok')"), "bad": _cmd("import sys; sys.exit(1)"),
-                       "together": _cmd(TOGETHER, str(together))},
-         "groups": [{"workloads": ["ok", "bad"], "strategies": ["raw"], "trials": 2},
-                    {"workloads": ["together"], "strategies": ["raw"], "trials": 2}]}
+    d = {
+        "name": "t",
+        "store": str(tmp_path / store),
+        "trials": 2,
+        "workers": 2,
+        "workloads": {
+            "ok": _cmd("print('ok')"),
+            "bad": _cmd("import sys; sys.exit(1)"),
+            "together": _cmd(TOGETHER, str(together)),
+        },
+        "groups": [
+            {"workloads": ["ok", "bad"], "strategies": ["raw"], "trials": 2},
+            {"workloads": ["together"], "strategies": ["raw"], "trials": 2},
+        ],
+    }
     d.update(over)
     return d
 
@@ -95,14 +110,13 @@ def test_a_matrix_on_two_ray_nodes_stores_what_the_local_pool_stores(tmp_path, c
     local = run_matrix(spec_from_dict(_matrix(tmp_path, "local")), stream=io.StringIO(), live=False, num_gpus=0)
     backend = ray_backend.RayBackend(cluster.address)
     try:
-        remote = run_matrix(spec_from_dict(_matrix(tmp_path, "ray")), stream=io.StringIO(), live=False,
-                            backend=backend)
+        remote = run_matrix(spec_from_dict(_matrix(tmp_path, "ray")), stream=io.StringIO(), live=False, backend=backend)
     finally:
         backend.close()
     assert remote.ran == local.ran == 6 and remote.lost == 0
     mine, theirs = _lines(tmp_path / "local"), _lines(tmp_path / "ray")
     assert sorted(r["trial_id"] for r in theirs) == sorted(r["trial_id"] for r in mine)
-    assert {tuple(sorted(r)) for r in theirs} == {tuple(sorted(r)) for r in mine}   # same keys
+    assert {tuple(sorted(r)) for r in theirs} == {tuple(sorted(r)) for r in mine}  # same keys
     local_by_id = {r["trial_id"]: r for r in mine}
     for r in theirs:
         twin = local_by_id[r["trial_id"]]
@@ -118,8 +132,12 @@ def test_a_matrix_on_two_ray_nodes_stores_what_the_local_pool_stores(tmp_path, c
 
 
 def _run_cli(spec: Path, address: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([PY, "-m", "harness", "matrix", "--file", str(spec), "--no-live", "--backend", "ray",
-                             "--address", address], cwd=REPO, text=True, **kw)
+    return subprocess.Popen(
+        [PY, "-m", "harness", "matrix", "--file", str(spec), "--no-live", "--backend", "ray", "--address", address],
+        cwd=REPO,
+        text=True,
+        **kw,
+    )
 
 
 def _wait(predicate, timeout_s: float, what: str) -> None:
@@ -144,13 +162,24 @@ def test_a_killed_driver_then_a_killed_worker_lose_no_trial_and_store_none_twice
     pids = tmp_path / "pids"
     pids.mkdir()
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"name": "t", "store": str(tmp_path / "store"), "trials": 5,
-                                "workloads": {"s": _cmd(SLEEPER, str(pids), "1.5")}}))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "t",
+                "store": str(tmp_path / "store"),
+                "trials": 5,
+                "workloads": {"s": _cmd(SLEEPER, str(pids), "1.5")},
+            }
+        )
+    )
     trials = tmp_path / "store" / "trials.jsonl"
     first = _run_cli(spec, cluster.address, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait(lambda: trials.exists() and trials.read_text().count("\n") >= 2 and len(_started(pids)) >= 4,
-              90, "two records and two more trials running")
+        _wait(
+            lambda: trials.exists() and trials.read_text().count("\n") >= 2 and len(_started(pids)) >= 4,
+            90,
+            "two records and two more trials running",
+        )
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
@@ -163,7 +192,7 @@ def test_a_killed_driver_then_a_killed_worker_lose_no_trial_and_store_none_twice
     try:
         _wait(lambda: len(_started(pids)) > len(running), 90, "a resumed trial started")
         victim = int(next(p for p in _started(pids) if int(p.name) not in running).name)
-        worker = int(Path(f"/proc/{victim}/stat").read_text().rsplit(")", 1)[1].split()[1])   # its parent
+        worker = int(Path(f"/proc/{victim}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
         os.kill(worker, signal.SIGKILL)
         out, err = second.communicate(timeout=120)
     finally:
@@ -182,10 +211,11 @@ def test_a_killed_driver_then_a_killed_worker_lose_no_trial_and_store_none_twice
     assert "ran 1 trials in" in out and "4 already in" in out
     after = Store(tmp_path / "store").load()
     assert sorted(r.trial_id for r in after) == [f"t/s:raw@-/{i}" for i in range(5)]
-    assert [r.to_json() for r in after[:len(before)]] == [r.to_json() for r in before]
+    assert [r.to_json() for r in after[: len(before)]] == [r.to_json() for r in before]
 
 
 # ------------------------------------------------------------------------------ without a cluster
+
 
 def test_without_ray_the_ray_backend_is_one_error_line_and_exit_2(tmp_path):
     fake = tmp_path / "site" / "ray"
@@ -194,8 +224,14 @@ def test_without_ray_the_ray_backend_is_one_error_line_and_exit_2(tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"name": "t", "store": str(tmp_path / "store"), "workloads": {"ok": _cmd("pass")}}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), str(REPO)])}
-    proc = subprocess.run([PY, "-m", "harness", "matrix", "--file", str(spec), "--backend", "ray"], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [PY, "-m", "harness", "matrix", "--file", str(spec), "--backend", "ray"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: {ray_backend.MISSING}"]
     assert proc.stdout == "" and not (tmp_path / "store").exists()
@@ -203,6 +239,7 @@ def test_without_ray_the_ray_backend_is_one_error_line_and_exit_2(tmp_path):
 
 def test_address_without_the_ray_backend_is_bad_input(tmp_path, capsys):
     from harness.cli import main
+
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"name": "t", "store": str(tmp_path / "store"), "workloads": {"ok": _cmd("pass")}}))
     assert main(["matrix", "--file", str(spec), "--address", "127.0.0.1:6379"]) == 2
@@ -213,7 +250,8 @@ def test_address_without_the_ray_backend_is_bad_input(tmp_path, capsys):
 def test_an_address_nothing_listens_on_is_bad_input_at_once():
     # Ray itself retries such an address for many minutes; the backend checks it first.
     from harness.args import UsageError
-    with socket.socket() as sock:   # a port that was free a moment ago: nothing listens there
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     start = time.monotonic()
@@ -223,16 +261,16 @@ def test_an_address_nothing_listens_on_is_bad_input_at_once():
     with pytest.raises(UsageError, match="expected the head's HOST:PORT, or auto"):
         ray_backend.check_reachable("no-port")
     for fine in (None, "auto", "ray://head:10001"):
-        ray_backend.check_reachable(fine)   # left to Ray
+        ray_backend.check_reachable(fine)  # left to Ray
 
 
 def test_a_trials_gpu_share_is_a_fraction_of_one_gpu_or_whole_gpus():
     assert ray_backend.gpu_share(0, 1, 12) == 0.0
     assert ray_backend.gpu_share(1, 1, 1) == 1.0
     assert ray_backend.gpu_share(1, 3, 12) == 0.25
-    assert ray_backend.gpu_share(1, 1, 12) * 12 <= 1.0          # twelve shares fit on one GPU
-    assert ray_backend.gpu_share(1, 20, 12) == 1.0               # capped at the GPU, as GpuSlots caps
-    assert ray_backend.gpu_share(8, 1, 12) == 8.0                # the seed topology: eight whole GPUs
+    assert ray_backend.gpu_share(1, 1, 12) * 12 <= 1.0  # twelve shares fit on one GPU
+    assert ray_backend.gpu_share(1, 20, 12) == 1.0  # capped at the GPU, as GpuSlots caps
+    assert ray_backend.gpu_share(8, 1, 12) == 8.0  # the seed topology: eight whole GPUs
 
 
 def test_a_task_that_starts_past_its_start_by_time_runs_nothing(tmp_path):
@@ -260,6 +298,7 @@ def test_landing_refuses_a_file_outside_the_trials_folder(tmp_path):
 
 def test_a_record_names_the_gpus_its_trial_could_see(tmp_path, monkeypatch):
     from harness.trial import gpu
+
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\nprintf '0, GPU-aaa, NVIDIA H200\\n1, GPU-bbb, NVIDIA H200\\n2, GPU-ccc, NVIDIA L4\\n'\n")
     smi.chmod(0o755)

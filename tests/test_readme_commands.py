@@ -23,9 +23,12 @@ README = "\n".join((ROOT / doc).read_text(encoding="utf-8") for doc in ("README.
 
 def _lines(program: str) -> list[str]:
     """The docs' `python -m PROGRAM ...` lines, without their comments, synopsis lines left out."""
-    found = [m.group(1).split("  #")[0].strip()
-             for m in re.finditer(rf"^(?:bash \.ci/setup && \.venv/bin/)?python3? -m {program} (.+)$", README,
-                                  flags=re.MULTILINE)]
+    found = [
+        m.group(1).split("  #")[0].strip()
+        for m in re.finditer(
+            rf"^(?:bash \.ci/setup && \.venv/bin/)?python3? -m {program} (.+)$", README, flags=re.MULTILINE
+        )
+    ]
     return [c for c in found if "[--" not in c and "[-" not in c.split(" ", 1)[-1][:2]]
 
 
@@ -48,8 +51,15 @@ def test_every_harness_command_answers_help(command, capsys):
     assert f"usage: python -m harness {command}" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["-m", "harness", "--help"], ["-m", "dflash", "train", "--help"],
-                                  ["-m", "tools.layers"], ["repro/r06_fx_tracing_flag.py", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-m", "harness", "--help"],
+        ["-m", "dflash", "train", "--help"],
+        ["-m", "tools.layers"],
+        ["repro/r06_fx_tracing_flag.py", "--help"],
+    ],
+)
 def test_entry_points_answer_in_a_fresh_process(argv):
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -59,8 +69,7 @@ QUICK = {
     # README line (as written there) -> a line its output must hold
     "matrix --list": "gpu-campaign: 96 cells",
     "matrix --preset gpu-campaign --pending": "planned trials",
-    "matrix --preset gpu-campaign --replay-last 38 --per-gpu 12 --workers 16 --pack-by-memory 139.8":
-        "gpu-campaign, last 38 records: strict order",
+    "matrix --preset gpu-campaign --replay-last 38 --per-gpu 12 --workers 16 --pack-by-memory 139.8": "gpu-campaign, last 38 records: strict order",
     "crosstab cstash-tls-init --family segv,segv-gc": "| total |",
     "families --store results/gpu-campaign --store results/gpu-topology-4": "trials that count: torch 2.11.0",
     "diagnose 'gpu-repros/r01:raw@-/0'": "F1",
@@ -71,7 +80,8 @@ QUICK = {
 @pytest.mark.parametrize("line", sorted(QUICK))
 def test_the_quick_readme_commands_run_on_the_committed_stores(line):
     assert line in _lines("harness"), f"the README no longer shows `python -m harness {line}`"
-    proc = subprocess.run([sys.executable, "-m", "harness", *shlex.split(line)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", *shlex.split(line)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert QUICK[line] in proc.stdout, proc.stdout[-2000:]

@@ -29,8 +29,9 @@ def test_recommended_resolves_per_device_kind_and_cudagraphs(device, cudagraphs)
     assert got == rec and names == rec.names and names
     assert all(n in FIXES for n in names)
     # Extra names join the recommended set, after it and once.
-    extra, _ = resolve_names(["recommended", "sequential-startup", rec.names[0]], torch.__version__,
-                             device, cudagraphs=cudagraphs)
+    extra, _ = resolve_names(
+        ["recommended", "sequential-startup", rec.names[0]], torch.__version__, device, cudagraphs=cudagraphs
+    )
     assert extra == (*rec.names, "sequential-startup")
 
 
@@ -50,16 +51,21 @@ def test_none_and_empty_are_raw(names):
 
 def test_explicit_names_are_not_touched():
     assert resolve_names(["global-lock", "stream-sync"], "2.11.0", "cuda", cudagraphs=True) == (
-        ("global-lock", "stream-sync"), None)
+        ("global-lock", "stream-sync"),
+        None,
+    )
     with pytest.raises(ConfigError, match="resolved by the trainer"):
         FixSet.from_names(["recommended"])
 
 
-@pytest.mark.parametrize("value, match", [
-    ("recommended,bogus", "unknown fix 'bogus'"),
-    ("none,global-lock", "fixes=none means no fix at all; it cannot be combined with global-lock"),
-    ("Recommended", "unknown fix 'Recommended'"),
-])
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        ("recommended,bogus", "unknown fix 'bogus'"),
+        ("none,global-lock", "fixes=none means no fix at all; it cannot be combined with global-lock"),
+        ("Recommended", "unknown fix 'Recommended'"),
+    ],
+)
 def test_bad_fixes_value_is_one_error_line_exit_2(value, match, tmp_path, capsys):
     out_dir = tmp_path / "out"
     code, _, err = run_cli(["train", "--out", str(out_dir), "--set", f"fixes={value}"], capsys)
@@ -79,8 +85,12 @@ def test_harness_raw_cell_runs_no_fixes_on_a_gpu_preset():
     from harness.trial.spec import TrialSpec, WorkloadSpec, argv_for
 
     for fixes in ((), ("global-lock", "stream-sync")):
-        spec = TrialSpec(trial_id="t", cell="c", fixes=fixes,
-                         workload=WorkloadSpec(kind="dflash", argv=("--preset", "gpu-launch-bound")))
+        spec = TrialSpec(
+            trial_id="t",
+            cell="c",
+            fixes=fixes,
+            workload=WorkloadSpec(kind="dflash", argv=("--preset", "gpu-launch-bound")),
+        )
         argv = argv_for(spec)
         assert argv[1:4] == ["-m", "dflash", "train"]
         cfg = cli.config_from_args(cli.build_parser().parse_args(argv[3:]))

@@ -24,8 +24,7 @@ STEPS = 3
 
 
 def with_threads(cfg, *, k: int, n: int, m: int):
-    pipe = dataclasses.replace(cfg.pipeline, num_prefetch_threads=k, num_target_threads=n,
-                               num_drafter_threads=m)
+    pipe = dataclasses.replace(cfg.pipeline, num_prefetch_threads=k, num_target_threads=n, num_drafter_threads=m)
     return dataclasses.replace(cfg, pipeline=pipe)
 
 
@@ -37,10 +36,8 @@ def reference_params(cfg) -> dict[str, torch.Tensor]:
     objective = tr.models.objectives[0]
     target = next(iter(tr.models.targets.values()))
     params = list(objective.drafter.parameters())
-    opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
-                            foreach=False)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.train.steps,
-                                                                 cfg.train.warmup_ratio))
+    opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, foreach=False)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.train.steps, cfg.train.warmup_ratio))
     for step in range(cfg.train.steps):
         objective.drafter.zero_grad(set_to_none=True)
         for m in range(num_rep):
@@ -48,9 +45,13 @@ def reference_params(cfg) -> dict[str, torch.Tensor]:
             epoch, batch = tr.planner.get(seq)
             tb = collate(tr.train_ds, batch, seq, epoch)
             ctx = target.hidden(tb.input_ids, None, tr.models.layer_ids)
-            inputs = make_inputs(HiddenBatch(tokens=tb, context=ctx), cfg.drafter,
-                                 seed=cfg.train.seed, device=torch.device("cpu"),
-                                 dtype=torch.float32)
+            inputs = make_inputs(
+                HiddenBatch(tokens=tb, context=ctx),
+                cfg.drafter,
+                seed=cfg.train.seed,
+                device=torch.device("cpu"),
+                dtype=torch.float32,
+            )
             objective(*inputs.as_args()).loss.backward()  # autograd accumulates in seq order
         for p in params:
             p.grad.div_(num_rep)
@@ -64,8 +65,9 @@ def test_two_replica_threads_equal_one_thread_accumulating(tmp_path):
     cfg = with_threads(small_config(tmp_path / "a", steps=STEPS), k=1, n=1, m=2)
     threaded = train(cfg)
     assert threaded.exit_code == 0, threaded.pipeline.report()
-    ref = reference_params(dataclasses.replace(
-        cfg, train=dataclasses.replace(cfg.train, out_dir=str(tmp_path / "ref"))))
+    ref = reference_params(
+        dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out_dir=str(tmp_path / "ref")))
+    )
     got = threaded.state["drafter"]
     assert got.keys() == ref.keys()
     moved = 0
@@ -120,8 +122,14 @@ def test_pipeline_config_rejects_zero_threads():
         PipelineConfig(num_drafter_threads=0)
 
 
-POLICY_FIXES = ("sequential-startup", "thread-local-warmup", "persistent-buffers",
-                "graph-isolation", "global-lock", "nested-fx-fallback")
+POLICY_FIXES = (
+    "sequential-startup",
+    "thread-local-warmup",
+    "persistent-buffers",
+    "graph-isolation",
+    "global-lock",
+    "nested-fx-fallback",
+)
 
 
 @pytest.mark.slow
@@ -129,8 +137,9 @@ def test_fix_policies_act_and_do_not_change_what_is_learned(tmp_path):
     """Compiled (eager backend) with every pipeline-level fix vs plain eager: same parameters."""
     plain = train(small_config(tmp_path / "plain", steps=STEPS))
     cfg = small_config(tmp_path / "fixed", steps=STEPS)
-    cfg = dataclasses.replace(cfg, fixes=POLICY_FIXES, compile=dataclasses.replace(
-        cfg.compile, mode="default", backend="eager"))
+    cfg = dataclasses.replace(
+        cfg, fixes=POLICY_FIXES, compile=dataclasses.replace(cfg.compile, mode="default", backend="eager")
+    )
     fixed = train(cfg)
     assert plain.exit_code == fixed.exit_code == 0, fixed.pipeline.report()
     counts = fixed.final["fix_counts"]

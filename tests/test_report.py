@@ -12,12 +12,31 @@ from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
 
 
-def _r(cell: str, i: int, outcome: Outcome, *, sig: str | None = None, tok: float | None = None,
-       duration: float = 2.0, ttf: float | None = None, matrix: str = "m") -> TrialResult:
-    return TrialResult(trial_id=f"{matrix}/{cell}/{i}", cell=cell, trial_index=i, outcome=outcome,
-                       signature=sig, signature_summary=f"summary of {sig}" if sig else None,
-                       tokens_per_s=tok, duration_s=duration, time_to_failure_s=ttf,
-                       started_at=f"2026-11-29T10:00:{i:02d}+00:00", torch_version="2.13.0", host="h")
+def _r(
+    cell: str,
+    i: int,
+    outcome: Outcome,
+    *,
+    sig: str | None = None,
+    tok: float | None = None,
+    duration: float = 2.0,
+    ttf: float | None = None,
+    matrix: str = "m",
+) -> TrialResult:
+    return TrialResult(
+        trial_id=f"{matrix}/{cell}/{i}",
+        cell=cell,
+        trial_index=i,
+        outcome=outcome,
+        signature=sig,
+        signature_summary=f"summary of {sig}" if sig else None,
+        tokens_per_s=tok,
+        duration_s=duration,
+        time_to_failure_s=ttf,
+        started_at=f"2026-11-29T10:00:{i:02d}+00:00",
+        torch_version="2.13.0",
+        host="h",
+    )
 
 
 def _records() -> list[TrialResult]:
@@ -26,8 +45,11 @@ def _records() -> list[TrialResult]:
     rs += [_r("w:raw@p", 3, Outcome.ABORT, sig="s2", ttf=0.5)]
     rs += [_r("w:raw@p", i, Outcome.OK, tok=100.0) for i in range(4, 10)]
     rs += [_r("w:fix@p", i, Outcome.OK, tok=80.0 + i) for i in range(10)]
-    rs += [_r("w:fix@p", 10, Outcome.TIMEOUT), _r("w:fix@p", 11, Outcome.HARNESS_ERROR),
-           _r("w:fix@p", 12, Outcome.RESOURCE, sig="oom")]
+    rs += [
+        _r("w:fix@p", 10, Outcome.TIMEOUT),
+        _r("w:fix@p", 11, Outcome.HARNESS_ERROR),
+        _r("w:fix@p", 12, Outcome.RESOURCE, sig="oom"),
+    ]
     rs += [_r("w:lock@p", i, Outcome.OK, tok=40.0) for i in range(5)]
     return rs
 
@@ -74,11 +96,14 @@ def test_a_gpu_matrix_gets_a_memory_column_from_reported_and_sampled_figures_a_c
     assert "GPU GiB" not in cell_tables.markdown_table(summarize(_records()))
     rs = _records()
     rs[0] = dataclasses.replace(rs[0], final={"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 20.0, "cuda:1": 3.0}})
-    rs[1] = dataclasses.replace(rs[1], gpu_mem_gib=21.5)                  # sampled above the other's report
+    rs[1] = dataclasses.replace(rs[1], gpu_mem_gib=21.5)  # sampled above the other's report
     rs[10] = dataclasses.replace(rs[10], final={"gpu_mem_peak_gib": {"cuda:0": 9.0}}, gpu_mem_gib=8.0)
     cells = {c.cell: c for c in summarize(rs)}
-    assert (cells["w:raw@p"].gpu_peak_gib, cells["w:fix@p"].gpu_peak_gib, cells["w:lock@p"].gpu_peak_gib) == \
-        (21.5, 9.0, None)
+    assert (cells["w:raw@p"].gpu_peak_gib, cells["w:fix@p"].gpu_peak_gib, cells["w:lock@p"].gpu_peak_gib) == (
+        21.5,
+        9.0,
+        None,
+    )
     table = cell_tables.markdown_table(summarize(rs)).splitlines()
     assert table[0].endswith("| vs best | GPU GiB |")
     assert table[2].endswith("| 21.5 |") and table[4].endswith("| - |")
@@ -94,7 +119,10 @@ def test_a_gpu_matrix_gets_a_memory_column_from_reported_and_sampled_figures_a_c
 def test_replace_block_keeps_text_outside_the_markers_verbatim():
     text = "# Report\n\nhand-written intro\n\n<!-- harness:begin m -->\nold\n<!-- harness:end m -->\n\ntail |x|\n"
     out = report.replace_block(text, "m", "new table")
-    assert out == "# Report\n\nhand-written intro\n\n<!-- harness:begin m -->\nnew table\n<!-- harness:end m -->\n\ntail |x|\n"
+    assert (
+        out
+        == "# Report\n\nhand-written intro\n\n<!-- harness:begin m -->\nnew table\n<!-- harness:end m -->\n\ntail |x|\n"
+    )
     added = report.replace_block(out, "other", "b")
     assert added.startswith(out) and added.endswith("<!-- harness:begin other -->\nb\n<!-- harness:end other -->\n")
     with pytest.raises(ValueError, match="unbalanced"):
@@ -124,9 +152,9 @@ def test_rebuild_is_byte_identical_and_writes_plots(tmp_path):
     summary.write_text(summary.read_text().replace("generated tables\n", "generated tables\n\nKeep me.\n"))
     kept = summary.read_bytes()
     report.rebuild(stores, out)
-    assert summary.read_bytes() == kept               # text outside the markers stays, the blocks are the same
+    assert summary.read_bytes() == kept  # text outside the markers stays, the blocks are the same
     assert [p.read_bytes() for p in plots] == images
-    assert out.read_text() == "# Report\n\nKeep me.\n"   # without the overview, REPORT.md is not touched
+    assert out.read_text() == "# Report\n\nKeep me.\n"  # without the overview, REPORT.md is not touched
     text = first.decode()
     assert text.startswith("# `m`: generated tables\n")
     assert "| w:raw@p | 4/10 |" in text
@@ -167,7 +195,7 @@ def test_a_hang_signature_gets_one_dump_excerpt_from_its_stored_pyspy_json(tmp_p
     hangs = []
     for i in range(2):
         r = _r("w:raw@-", i, Outcome.HANG, sig="hang-1")
-        r.artefacts = f"/elsewhere/artefacts/t{i}"     # stored path of another machine: only the name counts
+        r.artefacts = f"/elsewhere/artefacts/t{i}"  # stored path of another machine: only the name counts
         (store.root / "artefacts" / f"t{i}").mkdir(parents=True)
         shutil.copy(fixture, store.root / "artefacts" / f"t{i}" / "pyspy.json")
         hangs.append(r)
@@ -175,21 +203,31 @@ def test_a_hang_signature_gets_one_dump_excerpt_from_its_stored_pyspy_json(tmp_p
     summary, trial_id, text = excerpt
     assert trial_id == "m/w:raw@-/0" and summary == "summary of hang-1"
     assert "compile_fx_backward (torch/_inductor/compile_fx.py:2418)" in text
-    assert "create_fw_bw_graph" in text                      # the trace behind the blocked grad
+    assert "create_fw_bw_graph" in text  # the trace behind the blocked grad
     assert "tqdm_monitor" not in text and "InductorSubproc" not in text
     assert "Thread._bootstrap" not in text and "0x7f" not in text
 
 
 def test_pivot_table_puts_strategies_down_and_workload_plans_across_with_families():
     def r(cell, i, outcome, summary=None):
-        return TrialResult(trial_id=f"m/{cell}/{i}", cell=cell, trial_index=i, outcome=outcome,
-                           signature="k" if summary else None, signature_summary=summary)
+        return TrialResult(
+            trial_id=f"m/{cell}/{i}",
+            cell=cell,
+            trial_index=i,
+            outcome=outcome,
+            signature="k" if summary else None,
+            signature_summary=summary,
+        )
 
     f1 = "AssertionError in dflash-train at torch._inductor.cudagraph_trees:get_obj (empty message)"
-    rs = [r("lb:raw@-", 0, Outcome.CRASH, f1), r("lb:raw@stages", 0, Outcome.CRASH, f1),
-          r("gb:raw@-", 0, Outcome.RESOURCE, "torch.OutOfMemoryError in dflash-train at x"),
-          r("lb:eager@-", 0, Outcome.OK), r("lb:eager@stages", 0, Outcome.OK),
-          r("lb:eager@stages", 1, Outcome.HANG, "hang: a@x:lock_a, b@x:lock_b")]
+    rs = [
+        r("lb:raw@-", 0, Outcome.CRASH, f1),
+        r("lb:raw@stages", 0, Outcome.CRASH, f1),
+        r("gb:raw@-", 0, Outcome.RESOURCE, "torch.OutOfMemoryError in dflash-train at x"),
+        r("lb:eager@-", 0, Outcome.OK),
+        r("lb:eager@stages", 0, Outcome.OK),
+        r("lb:eager@stages", 1, Outcome.HANG, "hang: a@x:lock_a, b@x:lock_b"),
+    ]
     cells = summarize(rs)
     table = cell_tables.pivot_table(cells)
     assert table.splitlines()[0] == "| strategy | gb@- | lb@- | lb@stages |"
@@ -202,19 +240,35 @@ def test_pivot_table_puts_strategies_down_and_workload_plans_across_with_familie
 
 def test_overview_counts_failure_families_per_torch_version_over_every_store(tmp_path):
     def r(matrix, i, outcome, summary, version):
-        return TrialResult(trial_id=f"{matrix}/c:raw@-/{i}", cell="c:raw@-", trial_index=i, outcome=outcome,
-                           signature="k" if summary else None, signature_summary=summary, torch_version=version)
+        return TrialResult(
+            trial_id=f"{matrix}/c:raw@-/{i}",
+            cell="c:raw@-",
+            trial_index=i,
+            outcome=outcome,
+            signature="k" if summary else None,
+            signature_summary=summary,
+            torch_version=version,
+        )
 
     f1 = "AssertionError in t at torch._inductor.cudagraph_trees:get_obj (empty message)"
     fx = "fx-trace-of-dynamo-fn (RuntimeError in ? at torch._dynamo.eval_frame:compile_wrapper)"
-    _store(tmp_path, "gpu", [r("gpu", 0, Outcome.CRASH, f1, "2.11.0"), r("gpu", 1, Outcome.OK, None, "2.11.0"),
-                             r("gpu", 2, Outcome.RESOURCE, "torch.OutOfMemoryError in x", "2.11.0")])
-    _store(tmp_path, "cpu", [r("cpu", 0, Outcome.CRASH, fx, "2.13.0+cpu"), r("cpu", 1, Outcome.CRASH, fx, "2.13.0+cpu")])
+    _store(
+        tmp_path,
+        "gpu",
+        [
+            r("gpu", 0, Outcome.CRASH, f1, "2.11.0"),
+            r("gpu", 1, Outcome.OK, None, "2.11.0"),
+            r("gpu", 2, Outcome.RESOURCE, "torch.OutOfMemoryError in x", "2.11.0"),
+        ],
+    )
+    _store(
+        tmp_path, "cpu", [r("cpu", 0, Outcome.CRASH, fx, "2.13.0+cpu"), r("cpu", 1, Outcome.CRASH, fx, "2.13.0+cpu")]
+    )
     out = tmp_path / "REPORT.md"
     out.write_text("# Report\n")
     stores = discovery.default_stores(tmp_path / "results")
     assert report.OVERVIEW_BLOCK in report.rebuild(stores, out, overview=True)
-    modes = tmp_path / "results" / report.FAILURE_MODES_NAME   # beside the stores, linked from REPORT
+    modes = tmp_path / "results" / report.FAILURE_MODES_NAME  # beside the stores, linked from REPORT
     text = modes.read_text()
     assert "Trials that count: torch 2.13.0+cpu: 2 trials; torch 2.11.0: 2 trials." in text
     assert "| F1 | " in text and "| - | 1 (gpu) |" in text
@@ -235,8 +289,15 @@ def test_families_counts_only_the_stores_named_with_their_retired_records(tmp_pa
     f1 = "AssertionError in t at torch._inductor.cudagraph_trees:get_obj (empty message)"
 
     def r(matrix, i):
-        return TrialResult(trial_id=f"{matrix}/c:raw@-/{i}", cell="c:raw@-", trial_index=i, outcome=Outcome.CRASH,
-                           signature="k", signature_summary=f1, torch_version="2.11.0")
+        return TrialResult(
+            trial_id=f"{matrix}/c:raw@-/{i}",
+            cell="c:raw@-",
+            trial_index=i,
+            outcome=Outcome.CRASH,
+            signature="k",
+            signature_summary=f1,
+            torch_version="2.11.0",
+        )
 
     trainer = _store(tmp_path, "trainer", [r("trainer", 0)])
     retired_store(trainer.root).append(r("trainer", 1))
@@ -246,7 +307,7 @@ def test_families_counts_only_the_stores_named_with_their_retired_records(tmp_pa
     out = capsys.readouterr().out
     assert "| F1 | " in out and "| 2 (trainer) |" in out
     assert out.splitlines()[-1] == "trials that count: torch 2.11.0: 2 trials"
-    assert main(["families"]) == 0          # every store under results/
+    assert main(["families"]) == 0  # every store under results/
     assert "| 5 (repros, trainer) |" in capsys.readouterr().out
     assert main(["families", "--store", "results/nope"]) == 2
     assert capsys.readouterr().err.strip() == "error: no result store at results/nope (no trials.jsonl)"
@@ -265,16 +326,23 @@ def test_the_committed_report_is_what_the_committed_stores_regenerate(tmp_path):
     (tmp_path / "repro").mkdir()
     shutil.copy(repo / "repro" / "README.md", tmp_path / "repro" / "README.md")
     report.rebuild(discovery.default_stores(tmp_path / "results"), out, overview=True)
-    generated = ["REPORT.md", "repro/README.md", f"results/{report.BENCHES_NAME}",
-                 *(str(p.relative_to(repo)) for p in sorted(repo.glob(f"results/*/{report.SUMMARY_NAME}")))]
+    generated = [
+        "REPORT.md",
+        "repro/README.md",
+        f"results/{report.BENCHES_NAME}",
+        *(str(p.relative_to(repo)) for p in sorted(repo.glob(f"results/*/{report.SUMMARY_NAME}"))),
+    ]
     assert len(generated) > 10
     for rel in generated:
-        assert (tmp_path / rel).read_text() == (repo / rel).read_text(), \
+        assert (tmp_path / rel).read_text() == (repo / rel).read_text(), (
             f"{rel} is not what `python -m harness report` makes of results/: rerun it and commit"
+        )
+
     # Every plot the report writes is committed, and no stale one is left (names, not bytes: a
     # newer matplotlib may draw the same figure in other bytes, and CI installs the newest).
     def plots(root: Path) -> set[str]:
         return {str(p.relative_to(root)) for p in root.glob("results/**/plots/*.png")}
+
     assert plots(tmp_path) == plots(repo), "plots differ from what `python -m harness report` writes: commit them"
 
 
@@ -303,8 +371,11 @@ def test_the_throughput_plot_tells_failing_cells_apart(tmp_path, monkeypatch):
 def test_the_grid_puts_strategies_down_and_workload_and_plan_across(tmp_path):
     # One (workload, plan) column: a grid would say nothing the bars do not.
     assert cell_plots.grid_layout(summarize(_records())) is None
-    rs = _records() + [_r("w:raw@-", 0, Outcome.CRASH, sig="s1"), _r("v:fix@-", 0, Outcome.RESOURCE, sig="oom"),
-                       _r("v:fix@-", 1, Outcome.OK)]
+    rs = _records() + [
+        _r("w:raw@-", 0, Outcome.CRASH, sig="s1"),
+        _r("v:fix@-", 0, Outcome.RESOURCE, sig="oom"),
+        _r("v:fix@-", 1, Outcome.OK),
+    ]
     cells = summarize(rs)
     grid = cell_plots.grid_layout(cells)
     assert grid.strategies == ["raw", "fix", "lock"]

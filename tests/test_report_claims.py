@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 REPORT = (ROOT / "REPORT.md").read_text(encoding="utf-8")
 LOCK = "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync"
-LOCK_FREE = ("cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd"
-             "+stash-incref+stream-sync+nested-fx-fallback")
+LOCK_FREE = (
+    "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd"
+    "+stash-incref+stream-sync+nested-fx-fallback"
+)
 
 
 @functools.cache
@@ -55,7 +57,7 @@ def interval(m) -> str:
 
 def rows_of_answer() -> list[str]:
     start = REPORT.index("## Which configuration, on which torch")
-    return REPORT[start:REPORT.index("\n\n", REPORT.index("|---|", start))].splitlines()
+    return REPORT[start : REPORT.index("\n\n", REPORT.index("|---|", start))].splitlines()
 
 
 def row(*words: str) -> str:
@@ -96,8 +98,10 @@ def test_the_four_gpu_and_cpu_rows_are_what_their_stores_say():
     assert {t.k for t in totals("cpu-trainer")["dflash-tiny"].values()} == {0}
     assert f"`raw` {kn('cpu-trainer', 'dflash-tiny', 'raw')}" in r
     taps = totals("cpu-target-taps")["tiny-ro"]
-    assert (f"fails {taps['raw'].k}/{taps['raw'].n} (r19): `target-hook-taps` {taps['target-hook-taps'].k}/"
-            f"{taps['target-hook-taps'].n}, `phase-lock` {kn('cpu-target-taps', 'tiny-ro', 'phase-lock')}") in r
+    assert (
+        f"fails {taps['raw'].k}/{taps['raw'].n} (r19): `target-hook-taps` {taps['target-hook-taps'].k}/"
+        f"{taps['target-hook-taps'].n}, `phase-lock` {kn('cpu-target-taps', 'tiny-ro', 'phase-lock')}"
+    ) in r
     cpu_runs = [pr for pr in price_runs().values() if pr.preset == "cpu-compile"]
     cpu = [p for pr in cpu_runs for p in pr.prices() if p.strategy == "no-cudagraphs+global-lock"]
     assert "on `cpu-compile` the global lock " + ", ".join(x(p.ratio.median) for p in cpu) in r
@@ -106,8 +110,11 @@ def test_the_four_gpu_and_cpu_rows_are_what_their_stores_say():
     eager = [p for pr in cpu_runs for p in pr.prices() if p.strategy == "eager"]
     assert "eager runs " + ", ".join(x(p.ratio.median) for p in eager) + " the compiled trainer" in r
     # phase-lock over global-lock on tiny-ro: the price run of that workload (tiny-cpu + its --set's)
-    ro = next(pr for pr in price_runs().values() if pr.preset == "tiny-cpu"
-              and any(p.strategy == "phase-lock" for p in pr.prices()))
+    ro = next(
+        pr
+        for pr in price_runs().values()
+        if pr.preset == "tiny-cpu" and any(p.strategy == "phase-lock" for p in pr.prices())
+    )
     by = {p.strategy: p for p in ro.prices()}
     m = median_interval(paired_ratios(by["phase-lock"], by["global-lock"]))
     assert f"which runs {x(m.median)} `global-lock` there ({interval(m)}, 5 paired rounds)" in r
@@ -118,17 +125,28 @@ def test_the_evidence_bullets_count_what_the_commands_print():
     for w in ("launch-bound", "gpu-bound"):
         assert g[w]["global-lock"].k == g[w]["global-lock"].n == 20
     assert "plain `global-lock` 20/20 on each workload" in REPORT
-    assert (f"`no-cudagraphs` hangs\n  (G2, a lazy backward compile against another thread's trace) in "
-            f"{kn('gpu-campaign', 'launch-bound', 'no-cudagraphs', False)} launch-bound and "
-            f"{kn('gpu-campaign', 'gpu-bound', 'no-cudagraphs', False)}") in REPORT
-    assert f"is {kn('gpu-campaign', 'launch-bound', LOCK_FREE).replace(' (', ' (').replace(')', ' stressed)')} on launch-bound" in REPORT
+    assert (
+        f"`no-cudagraphs` hangs\n  (G2, a lazy backward compile against another thread's trace) in "
+        f"{kn('gpu-campaign', 'launch-bound', 'no-cudagraphs', False)} launch-bound and "
+        f"{kn('gpu-campaign', 'gpu-bound', 'no-cudagraphs', False)}"
+    ) in REPORT
+    assert (
+        f"is {kn('gpu-campaign', 'launch-bound', LOCK_FREE).replace(' (', ' (').replace(')', ' stressed)')} on launch-bound"
+        in REPORT
+    )
     assert f"on gpu-bound it failed {kn('gpu-campaign', 'gpu-bound', LOCK_FREE, False).replace('/', '/')}" in REPORT
     lf = price("run 35", LOCK_FREE).ratio
-    assert f"runs\n  {x(lf.median)} the recommended lock configuration (75% interval {x(lf.low)}-{x(lf.high)})" in REPORT
+    assert (
+        f"runs\n  {x(lf.median)} the recommended lock configuration (75% interval {x(lf.low)}-{x(lf.high)})" in REPORT
+    )
     loaded = [("gpu-campaign", Store(RESULTS / "gpu-campaign").load())]
-    cst = crosstab_rows(loaded, "cstash-tls-init", frozenset({"segv", "segv-gc", "pybind-dealloc"}), [],
-                        ["stash-incref"])[0]
-    assert f"with `cstash-tls-init` and no `stash-incref` {cst.k_with}/{cst.n_with} trials, against {cst.k_without}/{cst.n_without}" in REPORT
+    cst = crosstab_rows(
+        loaded, "cstash-tls-init", frozenset({"segv", "segv-gc", "pybind-dealloc"}), [], ["stash-incref"]
+    )[0]
+    assert (
+        f"with `cstash-tls-init` and no `stash-incref` {cst.k_with}/{cst.n_with} trials, against {cst.k_without}/{cst.n_without}"
+        in REPORT
+    )
     inc = crosstab_rows(loaded, "stash-incref", frozenset({"segv", "segv-gc"}), [], [])[0]
     assert f"`stash-incref` {inc.k_with}/{inc.n_with} against {inc.k_without}/{inc.n_without} without" in REPORT
 
@@ -139,7 +157,7 @@ def test_the_warm_up_table_is_what_the_logs_say():
     logs = RESULTS / "h200-2026-12-02-warmup"
     base = warmup.read(logs / "eager3.log")
     start = REPORT.index("## What compiling costs before it pays")
-    table = REPORT[start:REPORT.index("\n\n- ", start)]
+    table = REPORT[start : REPORT.index("\n\n- ", start)]
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     for line, name in zip(rows, ("eager3", "eager1", "rec3-cold", "rec3-warm", "ro1"), strict=True):
         run = warmup.read(logs / f"{name}.log")
@@ -177,7 +195,10 @@ def test_the_h200_pct_line_is_what_the_lift_measured():
     text = REPORT.replace("\n  ", " ")
     best = max((cells[("capture-r05", p)] for p in ("pct2", "pct3")), key=lambda kn: kn[0] / kn[1])
     switch, plain = cells[("capture-r05", "switch")], cells[("capture-r05", "plain")]
-    assert f"capture-r05 in {best[0]}/{best[1]} at best against {switch[0]}/{switch[1]} under `switch` (plain {plain[0]}/{plain[1]})" in text
+    assert (
+        f"capture-r05 in {best[0]}/{best[1]} at best against {switch[0]}/{switch[1]} under `switch` (plain {plain[0]}/{plain[1]})"
+        in text
+    )
     for target in ("capture-r23", "G2"):
         assert cells[(target, "plain")] == (5, 5), target
     assert "capture-r23 and G2 already fail in 5/5 plain" in text
@@ -216,8 +237,11 @@ def test_the_r24_claim_is_what_its_stores_hold():
     # 2.13 from the catalogue store, 2.14.1 and 2.15.0 from the versions stores: raw failures as R4,
     # the lock clean, and R4's window openings summed over the raw trials.
     text = REPORT.replace("\n", " ")
-    stores = {"2.13": RESULTS / "catalogue-cpu", "2.14.1": RESULTS / "versions-cpu-torch2.14.1",
-              "2.15.0": RESULTS / "versions-cpu-torch2.15.0"}
+    stores = {
+        "2.13": RESULTS / "catalogue-cpu",
+        "2.14.1": RESULTS / "versions-cpu-torch2.14.1",
+        "2.15.0": RESULTS / "versions-cpu-torch2.15.0",
+    }
     seen = {}
     for version, store in stores.items():
         records = Store(store).load()
@@ -228,15 +252,19 @@ def test_the_r24_claim_is_what_its_stores_hold():
         seen[version] = (k, sum((r.exposures or {}).get("R4", 0) for r in raw))
     assert seen["2.13"][0] == 6 and seen["2.14.1"][0] == seen["2.15.0"][0] == 10
     assert "6/10 under fx-widen on 2.13, 10/10 on 2.14.1 and on 2.15.0" in text
-    assert (f"The R4 window opened {seen['2.13'][1]} times in 10 trials on 2.13 and {seen['2.14.1'][1]:,} "
-            f"and {seen['2.15.0'][1]:,} times on 2.14.1 and 2.15.0") in text
+    assert (
+        f"The R4 window opened {seen['2.13'][1]} times in 10 trials on 2.13 and {seen['2.14.1'][1]:,} "
+        f"and {seen['2.15.0'][1]:,} times on 2.14.1 and 2.15.0"
+    ) in text
 
 
 def test_the_batching_line_is_what_cpu_batching_holds():
     records = Store(RESULTS / "cpu-batching").load()
+
     def kn(cell):
         rs = [r for r in records if r.cell == cell]
         return sum(r.outcome.is_failure for r in rs), len(rs)
+
     for suffix in ("", "-tb"):
         assert kn(f"tiny{suffix}:raw@dflash-stages") == (0, 6)
         assert kn(f"tiny{suffix}:global-lock@dflash-stages") == (0, 6)
@@ -249,14 +277,20 @@ def test_the_batching_line_is_what_cpu_batching_holds():
 def test_the_r26_claim_is_what_its_stores_hold():
     # Widened raw and await-thread-exit per torch; the bare cells (60 exits a trial) on 2.13.
     text = REPORT.replace("\n", " ")
-    stores = {"2.13.0": (RESULTS / "catalogue-cpu", 29), "2.14.1": (RESULTS / "versions-cpu-torch2.14.1", 10),
-              "2.15.0": (RESULTS / "versions-cpu-torch2.15.0", 10)}
+    stores = {
+        "2.13.0": (RESULTS / "catalogue-cpu", 29),
+        "2.14.1": (RESULTS / "versions-cpu-torch2.14.1", 10),
+        "2.15.0": (RESULTS / "versions-cpu-torch2.15.0", 10),
+    }
     for version, (store, n_fix) in stores.items():
         records = Store(store).load()
         raw = [r for r in records if r.cell == "r26:raw@-"]
         fixed = [r for r in records if r.cell == "r26:await-thread-exit@-"]
-        assert sum("terminate called without an active exception" in (r.signature_summary or "")
-                   for r in raw) == len(raw) == 10, version
+        assert (
+            sum("terminate called without an active exception" in (r.signature_summary or "") for r in raw)
+            == len(raw)
+            == 10
+        ), version
         assert len(fixed) == n_fix and not any(r.outcome.is_failure for r in fixed), version
         assert {r.torch_version.split("+")[0] for r in raw + fixed} == {version}
     bare = [r for r in Store(RESULTS / "catalogue-cpu").load() if r.cell.startswith("r26-bare:raw@")]
@@ -264,5 +298,7 @@ def test_the_r26_claim_is_what_its_stores_hold():
     spec = json.loads((ROOT / "harness" / "campaign" / "specs" / "catalogue-cpu.json").read_text())
     argv = spec["workloads"]["r26-bare"]["argv"]
     assert len(bare) * int(argv[argv.index("--rounds") + 1]) == 1200
-    assert ("holds: 0/29 on 2.13.0, 0/10 on 2.14.1 and 2.15.0, against 10/10 raw on each" in text
-            and "bare through the runner 0/20 trials (1,200 exits)" in text)
+    assert (
+        "holds: 0/29 on 2.13.0, 0/10 on 2.14.1 and 2.15.0, against 10/10 raw on each" in text
+        and "bare through the runner 0/20 trials (1,200 exits)" in text
+    )

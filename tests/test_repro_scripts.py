@@ -14,19 +14,34 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 REPRO = ROOT / "repro"
 CATALOGUE = {
-    "r01_cgt_tls_fresh_thread": "GPU", "r02_cgt_tls_backward": "GPU", "r03_cgt_reset_worker": "GPU",
-    "r04_shared_graph_two_threads": "GPU", "r05_concurrent_record_rng": "GPU",
-    "r06_fx_tracing_flag": "CPU", "r07_current_patcher": "CPU", "r08_config_patch_lost": "CPU",
-    "r09_per_thread_state_recompile": "CPU", "r10_checkpoint_cudagraphs": "GPU",
-    "r11_duplicate_compiles": "CPU", "r12_legacy_cudagraphs_ptr": "GPU",
-    "r13_config_thread_local": "CPU", "r14_fx_flag_stuck": "CPU",
-    "r15_eager_module_under_tracer": "CPU", "r16_reset_segfault": "CPU",
-    "r17_recompile_limit_eager_fallback": "CPU", "r18_is_compiling_leak_adam": "CPU",
-    "r19_hf_output_capture_under_compile": "CPU", "r20_flex_backward_compile_deadlock": "GPU",
-    "r21_inductor_mix_order_workspace": "GPU", "r22_stash_tls_refcount": "CPU",
-    "r23_device_sync_during_capture": "GPU", "r24_compiled_graph_under_tracer": "CPU",
-    "r25_double_block_mask": "CPU", "r26_stash_exit_finalize": "CPU",
-    "r27_dict_mutation": "CPU", "r28_stance_leak": "CPU",
+    "r01_cgt_tls_fresh_thread": "GPU",
+    "r02_cgt_tls_backward": "GPU",
+    "r03_cgt_reset_worker": "GPU",
+    "r04_shared_graph_two_threads": "GPU",
+    "r05_concurrent_record_rng": "GPU",
+    "r06_fx_tracing_flag": "CPU",
+    "r07_current_patcher": "CPU",
+    "r08_config_patch_lost": "CPU",
+    "r09_per_thread_state_recompile": "CPU",
+    "r10_checkpoint_cudagraphs": "GPU",
+    "r11_duplicate_compiles": "CPU",
+    "r12_legacy_cudagraphs_ptr": "GPU",
+    "r13_config_thread_local": "CPU",
+    "r14_fx_flag_stuck": "CPU",
+    "r15_eager_module_under_tracer": "CPU",
+    "r16_reset_segfault": "CPU",
+    "r17_recompile_limit_eager_fallback": "CPU",
+    "r18_is_compiling_leak_adam": "CPU",
+    "r19_hf_output_capture_under_compile": "CPU",
+    "r20_flex_backward_compile_deadlock": "GPU",
+    "r21_inductor_mix_order_workspace": "GPU",
+    "r22_stash_tls_refcount": "CPU",
+    "r23_device_sync_during_capture": "GPU",
+    "r24_compiled_graph_under_tracer": "CPU",
+    "r25_double_block_mask": "CPU",
+    "r26_stash_exit_finalize": "CPU",
+    "r27_dict_mutation": "CPU",
+    "r28_stance_leak": "CPU",
 }
 GPU = sorted(k for k, v in CATALOGUE.items() if v == "GPU")
 SECTIONS = ("Symptom:", "Mechanism:", "Trigger:", "Affected versions:", "Fix:", "Upstream:")
@@ -40,8 +55,11 @@ def script(name: str) -> Path:
 
 def run(name: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(script(name)), *args], capture_output=True, text=True,
-        timeout=TIMEOUT_S, env={**os.environ, **(env or {})},
+        [sys.executable, str(script(name)), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -94,9 +112,11 @@ def test_script_imports_shared_helpers_and_defines_none(name):
 def test_shared_helper_check_catches_a_copy():
     copy = "import argparse\n\n\ndef run_threads(bodies, deadline_s):\n    pass\n\n_HB = {}\n"
     assert shared_helper_problems(copy) == [
-        "no top-level `from _common import ...`", "re-defines _HB", "re-defines run_threads"]
-    assert shared_helper_problems("from _common import beat\n\n\ndef beat():\n    pass\n") == [
-        "re-defines beat"]
+        "no top-level `from _common import ...`",
+        "re-defines _HB",
+        "re-defines run_threads",
+    ]
+    assert shared_helper_problems("from _common import beat\n\n\ndef beat():\n    pass\n") == ["re-defines beat"]
 
 
 def test_shared_helpers_need_only_the_stdlib():
@@ -112,8 +132,11 @@ def test_help_works_without_importing_torch(name):
     proc = run(name, "--help", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert proc.returncode == 0, proc.stderr
     assert "--fix" in proc.stdout and "--switch-interval" in proc.stdout
-    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
-                for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    imported = {
+        line.rsplit("|", 1)[-1].strip().split(".")[0]
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     assert "_common" in imported
     assert not imported & {"torch", "dflash", "harness"}, imported & {"torch", "dflash", "harness"}
 
@@ -132,10 +155,13 @@ def test_r26_rejects_an_empty_run_in_one_line():
     assert proc.stderr.strip() == "error: --rounds and --threads must be >= 1, --release-s >= 0"
 
 
-@pytest.mark.parametrize("name, args, line", [
-    ("r27_dict_mutation", ("--traces", "0"), "error: --traces must be >= 1 and --items >= 0"),
-    ("r28_stance_leak", ("--calls", "0"), "error: --calls must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "name, args, line",
+    [
+        ("r27_dict_mutation", ("--traces", "0"), "error: --traces must be >= 1 and --items >= 0"),
+        ("r28_stance_leak", ("--calls", "0"), "error: --calls must be >= 1"),
+    ],
+)
 def test_an_empty_run_is_one_error_line(name, args, line):
     # 0 traces or calls would print NOT REPRODUCED over nothing.
     proc = run(name, *args)
@@ -149,8 +175,9 @@ def test_gpu_scripts_skip_cleanly_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("CUDA present: the GPU scripts would really run")
     procs = {
-        name: subprocess.Popen([sys.executable, str(script(name))], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+        name: subprocess.Popen(
+            [sys.executable, str(script(name))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for name in GPU
     }
     for name, proc in procs.items():

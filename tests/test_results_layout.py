@@ -19,8 +19,9 @@ CODE = (".py", ".sh")
 
 
 def _listed(*args: str) -> list[str]:
-    proc = subprocess.run(["git", "ls-files", "-z", *args, "--", "results"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        ["git", "ls-files", "-z", *args, "--", "results"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     if proc.returncode != 0:
         pytest.skip(f"not a git checkout: {proc.stderr.strip()}")
     return [p for p in proc.stdout.split("\0") if p]
@@ -48,8 +49,11 @@ def test_the_data_files_the_device_scripts_name_are_in_results():
     # tools/h200_run.sh reads the corpora it starts from in the checkout it runs in, and
     # unpack_run.sh appends to the bench records: data, in results/.
     tracked = set(_listed("--cached"))
-    named = {m for sh in ("h200_run.sh", "unpack_run.sh")
-             for m in re.findall(r"results/[\w./-]+", (ROOT / "tools" / sh).read_text())
-             if m.endswith((".json", ".jsonl", ".tgz"))}
+    named = {
+        m
+        for sh in ("h200_run.sh", "unpack_run.sh")
+        for m in re.findall(r"results/[\w./-]+", (ROOT / "tools" / sh).read_text())
+        if m.endswith((".json", ".jsonl", ".tgz"))
+    }
     assert "results/h200-campaign/corpora.tgz" in named
     assert not named - tracked, sorted(named - tracked)

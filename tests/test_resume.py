@@ -49,10 +49,14 @@ def test_resume_without_checkpoint_starts_at_step_zero(tmp_path, capsys):
 
 
 def _ckpt(step: int) -> checkpoint.Checkpoint:
-    return checkpoint.Checkpoint(step=step, data_seq=2 * step, config={"preset": "x"},
-                                 drafter={"w": torch.full((2,), float(step))},
-                                 optimizer={"state": {}, "param_groups": []},
-                                 scheduler={"last_epoch": step})
+    return checkpoint.Checkpoint(
+        step=step,
+        data_seq=2 * step,
+        config={"preset": "x"},
+        drafter={"w": torch.full((2,), float(step))},
+        optimizer={"state": {}, "param_groups": []},
+        scheduler={"last_epoch": step},
+    )
 
 
 def test_save_is_atomic_and_keeps_the_newest(tmp_path):

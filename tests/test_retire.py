@@ -14,19 +14,32 @@ from harness.trial.outcome import Outcome, TrialResult
 def _store(tmp_path: Path) -> Path:
     """Matrix m: cell gb:x@- failed twice (artefacts kept), gb:y@- ran clean, lb:x@- failed once."""
     root = tmp_path / "results" / "s"
-    for i, (cell, outcome) in enumerate([("gb:x@-", Outcome.CRASH), ("gb:x@-", Outcome.CRASH),
-                                         ("gb:y@-", Outcome.OK), ("lb:x@-", Outcome.CRASH)]):
+    for i, (cell, outcome) in enumerate(
+        [("gb:x@-", Outcome.CRASH), ("gb:x@-", Outcome.CRASH), ("gb:y@-", Outcome.OK), ("lb:x@-", Outcome.CRASH)]
+    ):
         tid = f"m/{cell}/{i}"
         art = root / "artefacts" / f"a{i}"
         art.mkdir(parents=True)
         (art / "output.txt").write_text(f"run {i}\n")
         failed = outcome is Outcome.CRASH
-        Store(root).append(TrialResult(
-            trial_id=tid, cell=cell, trial_index=i, outcome=outcome, artefacts=f"results/s/artefacts/a{i}",
-            signature="k" if failed else None, duration_s=1.0, started_at=f"2026-11-30T10:00:0{i}+00:00",
-            signature_summary="RuntimeError in t at <inductor-output>:call < torch._inductor.utils:run < "
-                              "torch._inductor.output_code:__call__: shape '[<int>, <int>]' is invalid for "
-                              "input of size <int>" if failed else None, torch_version="2.11.0"))
+        Store(root).append(
+            TrialResult(
+                trial_id=tid,
+                cell=cell,
+                trial_index=i,
+                outcome=outcome,
+                artefacts=f"results/s/artefacts/a{i}",
+                signature="k" if failed else None,
+                duration_s=1.0,
+                started_at=f"2026-11-30T10:00:0{i}+00:00",
+                signature_summary="RuntimeError in t at <inductor-output>:call < torch._inductor.utils:run < "
+                "torch._inductor.output_code:__call__: shape '[<int>, <int>]' is invalid for "
+                "input of size <int>"
+                if failed
+                else None,
+                torch_version="2.11.0",
+            )
+        )
     return root
 
 
@@ -50,8 +63,16 @@ def test_a_cell_retired_twice_keeps_both_generations(tmp_path):
     # The cell reran: same trial id, same artefacts folder name.
     (root / "artefacts" / "a3").mkdir()
     (root / "artefacts" / "a3" / "output.txt").write_text("rerun\n")
-    Store(root).append(TrialResult(trial_id="m/lb:x@-/3", cell="lb:x@-", trial_index=3, outcome=Outcome.OK,
-                                   artefacts="results/s/artefacts/a3", started_at="2026-12-01T00:00:00+00:00"))
+    Store(root).append(
+        TrialResult(
+            trial_id="m/lb:x@-/3",
+            cell="lb:x@-",
+            trial_index=3,
+            outcome=Outcome.OK,
+            artefacts="results/s/artefacts/a3",
+            started_at="2026-12-01T00:00:00+00:00",
+        )
+    )
     retire(root, ["lb:x@-"], "second")
     arts = sorted(p.name for p in (root / "retired" / "artefacts").iterdir())
     assert arts == ["a3", "a3-retired2"]
@@ -62,7 +83,7 @@ def test_a_cell_retired_twice_keeps_both_generations(tmp_path):
 def test_an_interrupted_retire_completes_without_duplicates(tmp_path):
     root = _store(tmp_path)
     records = Store(root).load()
-    retired_store(root).append(records[3])            # moved, but the store was not rewritten yet
+    retired_store(root).append(records[3])  # moved, but the store was not rewritten yet
     retire(root, ["lb:x@-"], "again")
     assert [r.trial_id for r in retired_store(root).load()] == ["m/lb:x@-/3"]
     assert [r.cell for r in Store(root).load()] == ["gb:x@-", "gb:x@-", "gb:y@-"]
@@ -91,22 +112,24 @@ def test_the_report_names_retired_records_and_still_counts_their_failures(tmp_pa
     out = tmp_path / "REPORT.md"
     out.write_text("# R\n")
     report.rebuild([root], out, overview=True)
-    summary = (root / report.SUMMARY_NAME).read_text()   # a store's tables sit beside it
-    block = summary[summary.index("harness:begin m"):]
+    summary = (root / report.SUMMARY_NAME).read_text()  # a store's tables sit beside it
+    block = summary[summary.index("harness:begin m") :]
     assert "| lb:x@- | 1/1 |" in block and "gb:x@-" not in block.split("Retired")[0]
-    assert ("Retired (`python -m harness retire`; kept in `results/s/retired`, not in the tables above): "
-            "3 records of 2 cells; failures by family: mix-order 2. Why:") in block
+    assert (
+        "Retired (`python -m harness retire`; kept in `results/s/retired`, not in the tables above): "
+        "3 records of 2 cells; failures by family: mix-order 2. Why:"
+    ) in block
     assert "cells `gb:*`, 3 records: trainer now disables mix-order reduction" in block
     modes = (tmp_path / "results" / report.FAILURE_MODES_NAME).read_text()
-    overview = modes[:modes.index("harness:end failure-modes")]
-    assert "| mix-order |" in overview and "| 3 (m) |" in overview     # 2 retired + 1 kept
+    overview = modes[: modes.index("harness:end failure-modes")]
+    assert "| mix-order |" in overview and "| 3 (m) |" in overview  # 2 retired + 1 kept
 
 
 def test_show_finds_a_retired_trial_and_says_why_it_left_the_count(tmp_path, monkeypatch, capsys):
     root = _store(tmp_path)
     retire(root, ["gb:x@-"], "mix-order workaround")
     retire(root, ["lb:*"], "copy bug")
-    monkeypatch.chdir(tmp_path)                     # default stores: results/*, then their retired/
+    monkeypatch.chdir(tmp_path)  # default stores: results/*, then their retired/
     assert main(["show", "m/gb:x@-/1"]) == 0
     out = capsys.readouterr().out
     assert "retired from results/s (not counted there): mix-order workaround\n" in out

@@ -34,8 +34,14 @@ def test_script_parses():
 def test_a_run_packs_its_outputs_even_when_nothing_runs(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    proc = subprocess.run(["bash", str(SCRIPT), "30", "no-such-phase"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "OUT": str(out)})
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "30", "no-such-phase"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OUT": str(out)},
+    )
     assert proc.returncode == 0, proc.stderr
     log = (out / "log.txt").read_text()
     assert "unknown phase no-such-phase" in log and "== done after" in log
@@ -50,8 +56,14 @@ def test_campaign_cells_reach_the_harness_unexpanded(tmp_path):
     (tmp_path / "launch-bound:zzz").write_text("")
     (tmp_path / "gpu-zzz").write_text("")
     env["MATRIX_ARGS"] = "--trials 29 --cells=gpu-*"
-    proc = subprocess.run(["bash", str(SCRIPT), "400", "campaign:launch-bound:*"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "400", "campaign:launch-bound:*"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     args = (out / "args.txt").read_text().splitlines()
     assert args[:4] == ["-m", "harness", "matrix", "--preset"] and "gpu-campaign" in args
@@ -61,12 +73,21 @@ def test_campaign_cells_reach_the_harness_unexpanded(tmp_path):
 def test_a_spec_file_phase_keeps_its_own_settings_and_bg_runs_beside_the_next_phase(tmp_path):
     # `bg:spec:FILE:S` runs a JSON spec's matrix in the background while `campaign:GLOB` runs;
     # MATRIX_ARGS (campaign trial counts) must not reach the spec file's matrix.
-    out, env = _fake_python(tmp_path, '[ "$2" = harness ] || exit 0\nn=$(ls {out} | grep -c args)\n'
-                                      'printf "%s\\n" "$@" > {out}/args-$n-$$.txt\nexit 0\n')
+    out, env = _fake_python(
+        tmp_path,
+        '[ "$2" = harness ] || exit 0\nn=$(ls {out} | grep -c args)\n'
+        'printf "%s\\n" "$@" > {out}/args-$n-$$.txt\nexit 0\n',
+    )
     (tmp_path / "shape.json").write_text("{}")
     env["MATRIX_ARGS"] = "--trials 29"
-    proc = subprocess.run(["bash", str(SCRIPT), "400", "bg:spec:shape.json:100", "campaign:launch-bound:*"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "400", "bg:spec:shape.json:100", "campaign:launch-bound:*"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     runs = [p.read_text().splitlines() for p in sorted(out.glob("args-*.txt"))]
     spec = next(a for a in runs if "--file" in a)
@@ -86,8 +107,9 @@ def test_a_price_phase_hands_its_configurations_over_unexpanded_and_its_records_
     out, env = _fake_python(tmp_path, '[ "$2" = harness ] && printf "%s\\n" "$@" > {out}/args.txt\nexit 0\n')
     (tmp_path / "xa").write_text("")
     env["PRICE_ARGS"] = "--preset gpu-launch-bound --rounds 3 global-lock,stash-incref :none x?"
-    proc = subprocess.run(["bash", str(SCRIPT), "400", "price"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "400", "price"], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     args = (out / "args.txt").read_text().splitlines()
     assert args[:3] == ["-m", "harness", "price"]
@@ -102,6 +124,7 @@ UNPACK = ROOT / "tools" / "unpack_run.sh"
 def _run_files(folder: Path, store: Path, log: str) -> Path:
     """What an H200 run leaves in $OUT: stores.tgz (results/<store>/...) and log.txt."""
     import tarfile as tf
+
     folder.mkdir(parents=True)
     with tf.open(folder / "stores.tgz", "w:gz") as tgz:
         tgz.add(store, arcname=f"results/{store.name}")
@@ -117,8 +140,16 @@ def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_pat
     from harness.trial.outcome import Outcome, TrialResult
 
     def add(root, i, started):
-        Store(root).append(TrialResult(trial_id=f"gpu-x/a@-/{i}", cell="a@-", trial_index=i, outcome=Outcome.OK,
-                                       started_at=started, duration_s=1.0))
+        Store(root).append(
+            TrialResult(
+                trial_id=f"gpu-x/a@-/{i}",
+                cell="a@-",
+                trial_index=i,
+                outcome=Outcome.OK,
+                started_at=started,
+                duration_s=1.0,
+            )
+        )
 
     repo = tmp_path / "repo"
     base = repo / "results" / "gpu-x"
@@ -132,12 +163,16 @@ def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_pat
     # Run 13's files unpacked first: the order must not matter.
     for n, store in ((13, second), (12, first)):
         files = _run_files(tmp_path / f"files{n}", store, f"run {n}\n")
-        if n == 12:   # a price phase's records, written on the GPU host without a run number
-            (files / "price.jsonl").write_text("".join(
-                f'{{"phase": "bench:x::none", "call": null, "round": {r}, "tokens_per_s_steady": {t}}}\n'
-                for r, t in ((0, 10.0), (1, 12.0))))
-        proc = subprocess.run(["bash", str(UNPACK), str(files), str(n)], cwd=repo, env=env,
-                              capture_output=True, text=True, timeout=120)
+        if n == 12:  # a price phase's records, written on the GPU host without a run number
+            (files / "price.jsonl").write_text(
+                "".join(
+                    f'{{"phase": "bench:x::none", "call": null, "round": {r}, "tokens_per_s_steady": {t}}}\n'
+                    for r, t in ((0, 10.0), (1, 12.0))
+                )
+            )
+        proc = subprocess.run(
+            ["bash", str(UNPACK), str(files), str(n)], cwd=repo, env=env, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, proc.stderr
     starts = sorted(r.started_at[11:13] for r in Store(base).load())
     assert starts == ["10", "11", "12"]
@@ -145,11 +180,18 @@ def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_pat
     assert (repo / "results" / "h200-campaign" / "run12-log.txt").read_text() == "run 12\n"
     assert (repo / "REPORT.md").is_file()
     from harness.analysis import bench_records
+
     priced = bench_records.load([repo / "results" / "h200-campaign" / "benches.jsonl"])
     assert [(b.host_run, b.strategy, b.tokens_steady) for b in priced] == [(12, "eager", 10.0), (12, "eager", 12.0)]
     # The same run again: refused, nothing written.
-    proc = subprocess.run(["bash", str(UNPACK), str(tmp_path / "files12"), "12"], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(UNPACK), str(tmp_path / "files12"), "12"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "unpacked already" in proc.stderr
 
 
@@ -158,8 +200,14 @@ def test_campaign_arguments_do_not_reach_the_repros_matrix(tmp_path):
     # first failure, so the repros get REPROS_ARGS only.
     out, env = _fake_python(tmp_path, '[ "$2" = harness ] || exit 0\nprintf "%s\\n" "$@" > {out}/args-$$.txt\nexit 0\n')
     env.update(MATRIX_ARGS="--max-failures 1 --trials 29", REPROS_ARGS="--trials 5")
-    proc = subprocess.run(["bash", str(SCRIPT), "400", "bg:repros:100", "campaign:gpu-bound:*"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "400", "bg:repros:100", "campaign:gpu-bound:*"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     runs = [p.read_text().splitlines() for p in out.glob("args-*.txt")]
     repros = next(a for a in runs if "gpu-repros" in a)
@@ -173,15 +221,25 @@ def test_a_bench_phase_with_a_gpu_count_runs_the_seed_topology(tmp_path):
     # record's device_plan has 4 GPUs and prices only 4-GPU verdicts (harness.analysis.report.benches_for).
     import sys
 
-    out, env = _fake_python(tmp_path, f'[ "$1" = -c ] && exec {sys.executable} "$@"\n'
-                                      '[ "$2" = dflash ] && printf "%s\\n" "$@" > {out}/bench-$$.txt\nexit 0\n')
+    out, env = _fake_python(
+        tmp_path,
+        f'[ "$1" = -c ] && exec {sys.executable} "$@"\n'
+        '[ "$2" = dflash ] && printf "%s\\n" "$@" > {out}/bench-$$.txt\nexit 0\n',
+    )
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run(["bash", str(SCRIPT), "400", "bench:launch-bound:global-lock:default:4",
-                           "bench:gpu-bound::none"], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "400", "bench:launch-bound:global-lock:default:4", "bench:gpu-bound::none"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     runs = sorted((p.read_text().splitlines() for p in out.glob("bench-*.txt")), key=len)
     plain, topo = runs
     from dflash.topology import seed_topology
+
     assert plain[-4:] == ["--set", "fixes=", "--set", "compile.mode=none"]
     assert topo[-10:] == [a for kv in seed_topology(4) for a in ("--set", kv)]
     assert "devices.drafter_devices=cuda:1,cuda:2,cuda:3" in topo and "--preset" in topo
@@ -201,8 +259,17 @@ def test_unpacking_packs_the_runs_new_trials_and_an_empty_shell_does_not_shadow_
         tid = f"gpu-x/a@-/{i}"
         art = Store(root).artefacts_dir(tid)
         (art / "output.txt").write_text(text)
-        Store(root).append(TrialResult(trial_id=tid, cell="a@-", trial_index=i, outcome=Outcome.OK, duration_s=1.0,
-                                       started_at=started, artefacts=f"results/gpu-x/artefacts/{art.name}"))
+        Store(root).append(
+            TrialResult(
+                trial_id=tid,
+                cell="a@-",
+                trial_index=i,
+                outcome=Outcome.OK,
+                duration_s=1.0,
+                started_at=started,
+                artefacts=f"results/gpu-x/artefacts/{art.name}",
+            )
+        )
 
     repo = tmp_path / "repo"
     base = repo / "results" / "gpu-x"
@@ -211,18 +278,20 @@ def test_unpacking_packs_the_runs_new_trials_and_an_empty_shell_does_not_shadow_
     device = tmp_path / "device" / "gpu-x"
     (device / "artefacts").mkdir(parents=True)
     (device / "trials.jsonl").write_bytes((base / "trials.jsonl").read_bytes())
-    (device / "artefacts" / safe_name("gpu-x/a@-/0")).mkdir()             # the empty shell
+    (device / "artefacts" / safe_name("gpu-x/a@-/0")).mkdir()  # the empty shell
     add(device, 1, "2026-12-01T11:00:00+00:00", "the run's\n")
     files = _run_files(tmp_path / "files44", device, "run 44\n")
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    proc = subprocess.run(["bash", str(UNPACK), str(files), "44"], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["bash", str(UNPACK), str(files), "44"], cwd=repo, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "packed 1 trial folder(s)" in proc.stdout
     assert re.search(r"the checkout a GPU-host run ships: about \d+ MiB on disk of the 64 MiB limit", proc.stdout)
     assert sorted(p.name for p in (base / "artefacts").iterdir()) == [
-        safe_name(f"gpu-x/a@-/{i}") + ".zip" for i in (0, 1)]
+        safe_name(f"gpu-x/a@-/{i}") + ".zip" for i in (0, 1)
+    ]
     store = Store(base)
     assert [(store.artefacts_of(r) / "output.txt").read_text() for r in store.load()] == ["checkout's\n", "the run's\n"]
 
@@ -232,10 +301,16 @@ def test_the_run_leaves_packed_trials_out_of_stores_tgz_and_nothing_else(tmp_pat
     behind, a new trial's folder comes back whole, a zip inside it too, its `run/` not."""
     text = SCRIPT.read_text()
     start = text.index('tar czf "$OUT/stores.tgz"')
-    line = text[start:text.index("\n", text.index("$(ls -d results/gpu-*/", start))]
+    line = text[start : text.index("\n", text.index("$(ls -d results/gpu-*/", start))]
     store = tmp_path / "results" / "gpu-x"
-    for path in ("artefacts/old.zip", "retired/artefacts/older.zip", "artefacts/new/output.txt",
-                 "artefacts/new/inner.zip", "artefacts/new/run/ckpt.pt", "trials.jsonl"):
+    for path in (
+        "artefacts/old.zip",
+        "retired/artefacts/older.zip",
+        "artefacts/new/output.txt",
+        "artefacts/new/inner.zip",
+        "artefacts/new/run/ckpt.pt",
+        "trials.jsonl",
+    ):
         (store / path).parent.mkdir(parents=True, exist_ok=True)
         (store / path).write_text("x")
     out = tmp_path / "out"
@@ -243,5 +318,8 @@ def test_the_run_leaves_packed_trials_out_of_stores_tgz_and_nothing_else(tmp_pat
     subprocess.run(["bash", "-c", line], cwd=tmp_path, env={**os.environ, "OUT": str(out)}, check=True)
     with tarfile.open(out / "stores.tgz") as tgz:
         files = sorted(m.name for m in tgz.getmembers() if m.isfile())
-    assert files == ["results/gpu-x/artefacts/new/inner.zip", "results/gpu-x/artefacts/new/output.txt",
-                     "results/gpu-x/trials.jsonl"]
+    assert files == [
+        "results/gpu-x/artefacts/new/inner.zip",
+        "results/gpu-x/artefacts/new/output.txt",
+        "results/gpu-x/trials.jsonl",
+    ]

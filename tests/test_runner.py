@@ -29,11 +29,16 @@ QUIET_S = 10.0
 """For the others: above Python's start-up time on a loaded 2-core box, so no false HANG."""
 
 
-def _spec(script: str, *args: str, hang_s: float = QUIET_S, timeout_s: float = 30.0,
-          **kw) -> TrialSpec:
+def _spec(script: str, *args: str, hang_s: float = QUIET_S, timeout_s: float = 30.0, **kw) -> TrialSpec:
     argv = (sys.executable, str(SCRIPTS / f"{script}.py"), *args)
-    return TrialSpec(trial_id=f"{script}-{len(args)}", cell=script, timeout_s=timeout_s,
-                     hang_s=hang_s, workload=WorkloadSpec(kind="command", argv=argv), **kw)
+    return TrialSpec(
+        trial_id=f"{script}-{len(args)}",
+        cell=script,
+        timeout_s=timeout_s,
+        hang_s=hang_s,
+        workload=WorkloadSpec(kind="command", argv=argv),
+        **kw,
+    )
 
 
 def _run(tmp_path: Path, script: str, *args: str, run: int = 0, **kw) -> TrialResult:
@@ -70,8 +75,9 @@ def test_a_record_says_its_workload_fixes_and_plan_as_fields(tmp_path):
     assert result.outcome is Outcome.OK
     assert (result.workload, result.fixes, result.plan) == ("w", [], "switch")
     # a spec the runner refuses (fixes on a plain command) still says what was asked for
-    refused = run_trial(dataclasses.replace(_spec("ok", fixes=("global-lock",)), cell="w:global-lock@-"),
-                        tmp_path / "u")
+    refused = run_trial(
+        dataclasses.replace(_spec("ok", fixes=("global-lock",)), cell="w:global-lock@-"), tmp_path / "u"
+    )
     assert refused.outcome is Outcome.HARNESS_ERROR
     stored = TrialResult.from_json(json.loads(json.dumps(refused.to_json())))
     assert (stored.workload, stored.fixes, stored.plan) == ("w", ["global-lock"], "-")
@@ -81,25 +87,34 @@ def test_a_record_says_its_workload_fixes_and_plan_as_fields(tmp_path):
 def test_a_failed_runs_last_event_stands_in_for_final_and_gives_no_throughput():
     from harness.trial.runner import _classify, _Ending
 
-    text = ('{"event": "step", "tokens_per_s": 5.0}\n'
-            '{"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 31.5}}\nTraceback (most recent call last):\n'
-            '  File "x.py", line 1, in <module>\nValueError: boom\n')
+    text = (
+        '{"event": "step", "tokens_per_s": 5.0}\n'
+        '{"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 31.5}}\nTraceback (most recent call last):\n'
+        '  File "x.py", line 1, in <module>\nValueError: boom\n'
+    )
     result = TrialResult(trial_id="t/c/0", cell="c", trial_index=0, outcome=Outcome.OK, rc=1)
     _classify(result, _Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0), text)
     assert result.outcome is Outcome.CRASH and result.final["gpu_mem_peak_gib"] == {"cuda:0": 31.5}
     assert result.tokens_per_s is None
     # A final event wins over a failed one (a run that recovered is not this case, but be sure).
     both = text.replace('{"event": "step"', '{"event": "final", "tokens_per_s": 7.0}\n{"event": "step"')
-    _classify(result := TrialResult(trial_id="t/c/1", cell="c", trial_index=1, outcome=Outcome.OK, rc=0), _Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0), both)
+    _classify(
+        result := TrialResult(trial_id="t/c/1", cell="c", trial_index=1, outcome=Outcome.OK, rc=0),
+        _Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0),
+        both,
+    )
     assert result.final["event"] == "final" and result.tokens_per_s == 7.0
 
 
-@pytest.mark.parametrize("script, outcome, sig_name, exc_type", [
-    ("crash", Outcome.CRASH, None, "ValueError"),
-    ("abort", Outcome.ABORT, "SIGABRT", "Aborted"),
-    ("segfault", Outcome.ABORT, "SIGSEGV", "Segmentation fault"),
-    ("wrong_result", Outcome.WRONG_RESULT, None, "WRONG_RESULT"),
-])
+@pytest.mark.parametrize(
+    "script, outcome, sig_name, exc_type",
+    [
+        ("crash", Outcome.CRASH, None, "ValueError"),
+        ("abort", Outcome.ABORT, "SIGABRT", "Aborted"),
+        ("segfault", Outcome.ABORT, "SIGSEGV", "Segmentation fault"),
+        ("wrong_result", Outcome.WRONG_RESULT, None, "WRONG_RESULT"),
+    ],
+)
 def test_failure_outcome_and_stable_signature(tmp_path, script, outcome, sig_name, exc_type):
     first = _run(tmp_path, script, run=0)
     second = _run(tmp_path, script, run=1)
@@ -137,12 +152,22 @@ def test_device_memory_exhaustion_is_resource_not_a_race(tmp_path, kind, exc_typ
 
 def test_stored_crash_of_exhaustion_loads_as_resource():
     # Records stored before RESOURCE existed summarize like new ones.
-    base = dict(trial_id="t", cell="c", trial_index=0, outcome="crash", exc_type="torch.AcceleratorError",
-                signature_summary="out of memory (torch.AcceleratorError in ? at torch.nn.modules.module:convert)")
+    base = dict(
+        trial_id="t",
+        cell="c",
+        trial_index=0,
+        outcome="crash",
+        exc_type="torch.AcceleratorError",
+        signature_summary="out of memory (torch.AcceleratorError in ? at torch.nn.modules.module:convert)",
+    )
     assert TrialResult.from_json(base).outcome is Outcome.RESOURCE
     assert TrialResult.from_json({**base, "outcome": "hang"}).outcome is Outcome.HANG
-    assert TrialResult.from_json({**base, "signature_summary": "AssertionError in dflash-train at "
-                                  "torch._inductor.cudagraph_trees:get_obj"}).outcome is Outcome.CRASH
+    assert (
+        TrialResult.from_json(
+            {**base, "signature_summary": "AssertionError in dflash-train at torch._inductor.cudagraph_trees:get_obj"}
+        ).outcome
+        is Outcome.CRASH
+    )
 
 
 def test_workload_rejecting_input_is_harness_error(tmp_path):
@@ -264,17 +289,26 @@ def test_after_exit_hook_sees_the_result(tmp_path):
 
 
 def test_child_environment_and_plan_file(tmp_path):
-    code = ("import json, os; print(json.dumps({k: os.environ.get(k) for k in "
-            "('PYTHONPATH', 'HARNESS_PLAN', 'HARNESS_HEARTBEAT', 'HARNESS_PLAN_LOG', "
-            "'PYTHONFAULTHANDLER', 'EXTRA')}))")
-    spec = TrialSpec(trial_id="env", cell="env", plan={"seed": 7, "rules": []},
-                     env={"EXTRA": "1"}, hang_s=5,
-                     workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)))
+    code = (
+        "import json, os; print(json.dumps({k: os.environ.get(k) for k in "
+        "('PYTHONPATH', 'HARNESS_PLAN', 'HARNESS_HEARTBEAT', 'HARNESS_PLAN_LOG', "
+        "'PYTHONFAULTHANDLER', 'EXTRA')}))"
+    )
+    spec = TrialSpec(
+        trial_id="env",
+        cell="env",
+        plan={"seed": 7, "rules": []},
+        env={"EXTRA": "1"},
+        hang_s=5,
+        workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)),
+    )
     result = run_trial(spec, tmp_path / "env")
     seen = json.loads(_output(result).strip().splitlines()[-1])
     art = tmp_path / "env"
     assert seen["PYTHONPATH"].split(os.pathsep)[:2] == [
-        str(REPO_ROOT / "harness" / "trial" / "bootstrap"), str(REPO_ROOT)]
+        str(REPO_ROOT / "harness" / "trial" / "bootstrap"),
+        str(REPO_ROOT),
+    ]
     assert seen["HARNESS_PLAN"] == str(art / "plan.json")
     assert json.loads((art / "plan.json").read_text()) == {"seed": 7, "rules": []}
     assert seen["HARNESS_HEARTBEAT"] == str(art / "heartbeat")
@@ -290,30 +324,60 @@ def test_no_plan_means_no_plan_variable(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------- spec and outcome
 
+
 def test_argv_for_each_workload_kind():
-    dflash = TrialSpec(trial_id="a", cell="c", fixes=("global-lock", "graph-isolation"),
-                       workload=WorkloadSpec(kind="dflash", argv=("--preset", "tiny")))
-    assert argv_for(dflash) == [sys.executable, "-m", "dflash", "train", "--preset", "tiny",
-                                "--set", "fixes=global-lock,graph-isolation"]
+    dflash = TrialSpec(
+        trial_id="a",
+        cell="c",
+        fixes=("global-lock", "graph-isolation"),
+        workload=WorkloadSpec(kind="dflash", argv=("--preset", "tiny")),
+    )
+    assert argv_for(dflash) == [
+        sys.executable,
+        "-m",
+        "dflash",
+        "train",
+        "--preset",
+        "tiny",
+        "--set",
+        "fixes=global-lock,graph-isolation",
+    ]
     raw = TrialSpec(trial_id="a", cell="c", workload=WorkloadSpec(kind="dflash"))
     assert argv_for(raw)[-2:] == ["--set", "fixes="]
-    repro = TrialSpec(trial_id="a", cell="c", fixes=("global-lock",),
-                      workload=WorkloadSpec(kind="repro", argv=("r06_fx_tracing_flag", "-n", "3")))
-    assert argv_for(repro) == [sys.executable, str(REPO_ROOT / "repro" / "r06_fx_tracing_flag.py"),
-                               "-n", "3", "--fix", "global-lock"]
+    repro = TrialSpec(
+        trial_id="a",
+        cell="c",
+        fixes=("global-lock",),
+        workload=WorkloadSpec(kind="repro", argv=("r06_fx_tracing_flag", "-n", "3")),
+    )
+    assert argv_for(repro) == [
+        sys.executable,
+        str(REPO_ROOT / "repro" / "r06_fx_tracing_flag.py"),
+        "-n",
+        "3",
+        "--fix",
+        "global-lock",
+    ]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"timeout_s": 0}, "timeout_s: expected a positive number of seconds, got 0"),
-    ({"trial_id": ""}, "trial_id: expected a non-empty string, got ''"),
-    ({"workload": WorkloadSpec(kind="shell", argv=("x",))},
-     "workload.kind: 'shell' is not one of dflash, repro, command"),
-    ({"workload": WorkloadSpec(kind="repro", argv=("../x",))},
-     "workload.argv: repro script '../x' must be a bare name"),
-    ({"fixes": ("a,b",)}, "fixes: invalid fix name 'a,b'"),
-    ({"fixes": ("a",)}, "fixes: a `command` workload cannot take fixes; put them in argv"),
-    ({"trial_index": -1}, "trial_index: must be >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"timeout_s": 0}, "timeout_s: expected a positive number of seconds, got 0"),
+        ({"trial_id": ""}, "trial_id: expected a non-empty string, got ''"),
+        (
+            {"workload": WorkloadSpec(kind="shell", argv=("x",))},
+            "workload.kind: 'shell' is not one of dflash, repro, command",
+        ),
+        (
+            {"workload": WorkloadSpec(kind="repro", argv=("../x",))},
+            "workload.argv: repro script '../x' must be a bare name",
+        ),
+        ({"fixes": ("a,b",)}, "fixes: invalid fix name 'a,b'"),
+        ({"fixes": ("a",)}, "fixes: a `command` workload cannot take fixes; put them in argv"),
+        ({"trial_index": -1}, "trial_index: must be >= 0, got -1"),
+    ],
+)
 def test_invalid_spec_names_the_field(change, message):
     spec = dataclasses.replace(_spec("ok"), **change)
     with pytest.raises(InvalidSpec) as info:
@@ -322,33 +386,54 @@ def test_invalid_spec_names_the_field(change, message):
 
 
 def test_trial_spec_json_round_trip():
-    spec = TrialSpec(trial_id="t", cell="c", fixes=("x",), plan={"seed": 3}, env={"A": "b"},
-                     timeout_s=9.5, hang_s=2, trial_index=4,
-                     workload=WorkloadSpec(kind="repro", argv=("r01", "--n", "2")))
+    spec = TrialSpec(
+        trial_id="t",
+        cell="c",
+        fixes=("x",),
+        plan={"seed": 3},
+        env={"A": "b"},
+        timeout_s=9.5,
+        hang_s=2,
+        trial_index=4,
+        workload=WorkloadSpec(kind="repro", argv=("r01", "--n", "2")),
+    )
     assert TrialSpec.from_json(json.dumps(spec.to_json())) == spec
     with pytest.raises(InvalidSpec, match="^spec JSON: KeyError"):
         TrialSpec.from_json({"trial_id": "t"})
 
 
 def test_trial_result_json_round_trip_and_failure_predicates():
-    result = TrialResult(trial_id="t", cell="c", trial_index=1, outcome=Outcome.HANG,
-                         signature="hang-0123456789", final={"event": "final"}, skipped=True)
+    result = TrialResult(
+        trial_id="t",
+        cell="c",
+        trial_index=1,
+        outcome=Outcome.HANG,
+        signature="hang-0123456789",
+        final={"event": "final"},
+        skipped=True,
+    )
     assert TrialResult.from_json(json.loads(json.dumps(result.to_json()))) == result
-    assert {o for o in Outcome if o.is_failure} == {
-        Outcome.CRASH, Outcome.ABORT, Outcome.HANG, Outcome.WRONG_RESULT}
+    assert {o for o in Outcome if o.is_failure} == {Outcome.CRASH, Outcome.ABORT, Outcome.HANG, Outcome.WRONG_RESULT}
     assert not Outcome.TIMEOUT.counts_as_trial and Outcome.OK.counts_as_trial
 
 
 def test_a_hang_the_workload_reports_itself_is_a_hang(tmp_path):
     # repro/README.md's contract: a repro whose threads outlive its deadline prints `HANG:` and
     # every stack (faulthandler), then exits 1; that is a HANG keyed by the stuck thread's frame.
-    code = ("import faulthandler, os, sys, threading\n"
-            "def stuck():\n    threading.Event().wait()\n"
-            "t = threading.Thread(target=stuck, name='repro-stuck', daemon=True); t.start(); t.join(0.2)\n"
-            "print('HANG: threads still alive after 0.2 s', file=sys.stderr, flush=True)\n"
-            "faulthandler.dump_traceback(all_threads=True)\nos._exit(1)\n")
-    spec = TrialSpec(trial_id="h", cell="h", timeout_s=60, hang_s=QUIET_S,
-                     workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)))
+    code = (
+        "import faulthandler, os, sys, threading\n"
+        "def stuck():\n    threading.Event().wait()\n"
+        "t = threading.Thread(target=stuck, name='repro-stuck', daemon=True); t.start(); t.join(0.2)\n"
+        "print('HANG: threads still alive after 0.2 s', file=sys.stderr, flush=True)\n"
+        "faulthandler.dump_traceback(all_threads=True)\nos._exit(1)\n"
+    )
+    spec = TrialSpec(
+        trial_id="h",
+        cell="h",
+        timeout_s=60,
+        hang_s=QUIET_S,
+        workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)),
+    )
     first, second = (run_trial(spec, tmp_path / f"h{i}") for i in range(2))
     assert first.outcome is Outcome.HANG and first.rc == 1
     assert first.detail.startswith("the workload reported a hang: threads still alive after 0.2 s")

@@ -102,10 +102,15 @@ def test_invalid_plan_json_and_profile():
 
 
 def test_same_seed_same_decision_sequence_single_thread(tmp_path):
-    plan = Plan.from_dict({"seed": 3, "rules": [
-        {"point": "fx.trace", "action": "delay", "probability": 0.5, "params": {"max_s": 0.01}},
-        {"point": "fx.create_node", "action": "yield", "when": "after", "probability": 0.3},
-    ]})
+    plan = Plan.from_dict(
+        {
+            "seed": 3,
+            "rules": [
+                {"point": "fx.trace", "action": "delay", "probability": 0.5, "params": {"max_s": 0.01}},
+                {"point": "fx.create_node", "action": "yield", "when": "after", "probability": 0.3},
+            ],
+        }
+    )
     runs = []
     for name in ("a.jsonl", "b.jsonl"):
         sched, _ = _sched(plan, tmp_path, name)
@@ -121,8 +126,7 @@ def test_same_seed_same_decision_sequence_single_thread(tmp_path):
 
 
 def test_budget_caps_injected_time_and_counts_skips(tmp_path):
-    plan = Plan(seed=1, budget_fraction=0.2,
-                rules=[Rule(point="fx.trace", action="delay", params={"max_s": 0.4})])
+    plan = Plan(seed=1, budget_fraction=0.2, rules=[Rule(point="fx.trace", action="delay", params={"max_s": 0.4})])
     sched, ft = _sched(plan, tmp_path)
     for _ in range(200):
         sched.hit("fx.trace")
@@ -161,8 +165,10 @@ def test_starve_victim_is_the_kth_thread_to_arrive(tmp_path):
 
 
 def test_raise_fires_once_at_the_chosen_hit(tmp_path):
-    plan = Plan(seed=1, rules=[Rule(point="drafter.before_step", action="raise", first_hit=3,
-                                    max_hits=1, params={"message": "boom"})])
+    plan = Plan(
+        seed=1,
+        rules=[Rule(point="drafter.before_step", action="raise", first_hit=3, max_hits=1, params={"message": "boom"})],
+    )
     sched, _ = _sched(plan, tmp_path)
     sched.stage_handler("drafter.before_step")
     sched.stage_handler("drafter.before_step")
@@ -184,8 +190,14 @@ def _child(code: str, env_extra: dict[str, str], timeout: float = 120) -> subpro
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
     env["PYTHONPATH"] = f"{BOOTSTRAP}{os.pathsep}{REPO}"
     env.update(env_extra)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 PROBE = """
@@ -205,23 +217,30 @@ def test_off_by_default_nothing_imported_or_patched():
     proc = _child(PROBE, {})
     assert proc.returncode == 0, proc.stderr
     state = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert state == {"harness_imported": False, "trace_wrapped": False, "reset_wrapped": False,
-                     "handler": False, "switch": 0.005}
+    assert state == {
+        "harness_imported": False,
+        "trace_wrapped": False,
+        "reset_wrapped": False,
+        "handler": False,
+        "switch": 0.005,
+    }
     assert "HARNESS_PLAN" not in proc.stderr
 
 
 def test_plan_in_env_installs_points_handler_and_switch(tmp_path):
-    plan = Plan(seed=5, profile="t", switch_interval=1e-5, rules=[
-        Rule(point="fx.trace", action="yield"), Rule(point="dynamo.reset", action="yield")])
+    plan = Plan(
+        seed=5,
+        profile="t",
+        switch_interval=1e-5,
+        rules=[Rule(point="fx.trace", action="yield"), Rule(point="dynamo.reset", action="yield")],
+    )
     (tmp_path / "plan.json").write_text(plan.to_json())
-    proc = _child(PROBE, {"HARNESS_PLAN": str(tmp_path / "plan.json"),
-                          "HARNESS_PLAN_LOG": str(tmp_path / "log.jsonl")})
+    proc = _child(PROBE, {"HARNESS_PLAN": str(tmp_path / "plan.json"), "HARNESS_PLAN_LOG": str(tmp_path / "log.jsonl")})
     assert proc.returncode == 0, proc.stderr
     assert "HARNESS_PLAN seed=5 profile=t" in proc.stderr
     state = json.loads(proc.stdout.strip().splitlines()[-1])
     assert state.pop("switch") == pytest.approx(1e-5)  # stored as a whole number of ns
-    assert state == {"harness_imported": True, "trace_wrapped": True, "reset_wrapped": True,
-                     "handler": True}
+    assert state == {"harness_imported": True, "trace_wrapped": True, "reset_wrapped": True, "handler": True}
     summary = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[-1])
     assert set(summary["installed"]) == {"fx.trace", "dynamo.reset"} and summary["not_installed"] == []
 
@@ -248,9 +267,17 @@ TRACE_WORKLOAD = """
 
 
 def test_replay_in_child_repeats_decisions_single_thread(tmp_path):
-    plan = Plan.from_dict({"seed": 9, "profile": "t", "budget_fraction": 1.0, "rules": [
-        {"point": "fx.trace", "action": "delay", "probability": 0.5, "params": {"max_s": 0.002}},
-        {"point": "fx.create_node", "action": "yield", "probability": 0.2}]})
+    plan = Plan.from_dict(
+        {
+            "seed": 9,
+            "profile": "t",
+            "budget_fraction": 1.0,
+            "rules": [
+                {"point": "fx.trace", "action": "delay", "probability": 0.5, "params": {"max_s": 0.002}},
+                {"point": "fx.create_node", "action": "yield", "probability": 0.2},
+            ],
+        }
+    )
     logs = []
     for i in range(2):
         log = tmp_path / f"log{i}.jsonl"
@@ -289,8 +316,11 @@ def test_start_barrier_releases_together_or_times_out(count, released_together):
 
 
 def test_stage_points_reach_the_scheduler_through_dflash_faults(tmp_path):
-    plan = Plan(seed=2, profile="t", rules=[Rule(point="drafter.before_step", action="raise",
-                                                 first_hit=2, max_hits=1, params={"message": "m"})])
+    plan = Plan(
+        seed=2,
+        profile="t",
+        rules=[Rule(point="drafter.before_step", action="raise", first_hit=2, max_hits=1, params={"message": "m"})],
+    )
     code = """
         import harness.runtime.faults as faults
         from dflash.errors import InjectedFault
@@ -309,6 +339,8 @@ def test_stage_points_reach_the_scheduler_through_dflash_faults(tmp_path):
 
 def test_bootstrap_still_runs_a_shadowed_sitecustomize(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITE_RAN'] = '1'\n")
-    proc = _child("import os; print(os.environ.get('OTHER_SITE_RAN'))",
-                  {"PYTHONPATH": f"{BOOTSTRAP}{os.pathsep}{REPO}{os.pathsep}{tmp_path}"})
+    proc = _child(
+        "import os; print(os.environ.get('OTHER_SITE_RAN'))",
+        {"PYTHONPATH": f"{BOOTSTRAP}{os.pathsep}{REPO}{os.pathsep}{tmp_path}"},
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr

@@ -22,11 +22,18 @@ def test_show_a_crash_gives_family_first_failure_and_the_commands(tmp_path, caps
     store = Store(tmp_path / "m")
     tid = "m/w:raw@-/0"
     art = store.artefacts_dir(tid)
-    spec = TrialSpec(trial_id=tid, cell="w:raw@-", workload=WorkloadSpec(
-        kind="command", argv=(sys.executable, str(SCRIPTS / "needs_one_rule.py"))),
-        plan={"seed": 2, "profile": "custom", "rules": [
-            {"point": "drafter.before_forward", "action": "raise", "params": {"message": "injected"}}]},
-        timeout_s=60, hang_s=30)
+    spec = TrialSpec(
+        trial_id=tid,
+        cell="w:raw@-",
+        workload=WorkloadSpec(kind="command", argv=(sys.executable, str(SCRIPTS / "needs_one_rule.py"))),
+        plan={
+            "seed": 2,
+            "profile": "custom",
+            "rules": [{"point": "drafter.before_forward", "action": "raise", "params": {"message": "injected"}}],
+        },
+        timeout_s=60,
+        hang_s=30,
+    )
     store.append(run_trial(spec, art))
     assert main(["show", tid, "--store", str(store.root)]) == 0
     out = capsys.readouterr().out
@@ -44,37 +51,61 @@ def test_show_a_crash_gives_family_first_failure_and_the_commands(tmp_path, caps
 
 def test_show_a_native_crash_and_a_hang_from_kept_artefacts(tmp_path, capsys):
     store = Store(tmp_path / "m")
-    for i, (outcome, files) in enumerate([
-        (Outcome.ABORT, {"output.txt": FIXTURES / "tracebacks" / "r5_reset_fpe" / "1.txt"}),
-        (Outcome.HANG, {"pyspy.json": FIXTURES / "tracebacks" / "gpu_hang_flex_backward_compile" / "1.pyspy.json"}),
-    ]):
+    for i, (outcome, files) in enumerate(
+        [
+            (Outcome.ABORT, {"output.txt": FIXTURES / "tracebacks" / "r5_reset_fpe" / "1.txt"}),
+            (Outcome.HANG, {"pyspy.json": FIXTURES / "tracebacks" / "gpu_hang_flex_backward_compile" / "1.pyspy.json"}),
+        ]
+    ):
         art = store.artefacts_dir(f"m/w:raw@-/{i}")
         for name, src in files.items():
             shutil.copy(src, art / name)
         if outcome is Outcome.ABORT:
-            (art / "native_stack.txt").write_text("# h: 2 frames\nlibtorch_python.so(+0x1) std::x::operator[]\n"
-                                                  "libtorch_python.so(+0x2) create_cache_entry\n")
-        store.append(TrialResult(trial_id=f"m/w:raw@-/{i}", cell="w:raw@-", trial_index=i, outcome=outcome,
-                                 signature="k", signature_summary="hang: x" if i else "Floating point exception at "
-                                 "torch._dynamo.eval_frame:compile_wrapper", signature_version=5,
-                                 artefacts=str(art), gpu_mem_gib=21.37 if i else None))
+            (art / "native_stack.txt").write_text(
+                "# h: 2 frames\nlibtorch_python.so(+0x1) std::x::operator[]\n"
+                "libtorch_python.so(+0x2) create_cache_entry\n"
+            )
+        store.append(
+            TrialResult(
+                trial_id=f"m/w:raw@-/{i}",
+                cell="w:raw@-",
+                trial_index=i,
+                outcome=outcome,
+                signature="k",
+                signature_summary="hang: x"
+                if i
+                else "Floating point exception at torch._dynamo.eval_frame:compile_wrapper",
+                signature_version=5,
+                artefacts=str(art),
+                gpu_mem_gib=21.37 if i else None,
+            )
+        )
     assert main(["show", "m/w:raw@-/0", "--store", str(store.root)]) == 0
     out = capsys.readouterr().out
     assert "family R5: torch._dynamo.reset() while another thread runs compiled code" in out
     assert "native crash site: create_cache_entry" in out
-    assert "artefacts: not kept" not in out and "rerun it" not in out     # no spec.json, no matrix spec
+    assert "artefacts: not kept" not in out and "rerun it" not in out  # no spec.json, no matrix spec
     assert main(["show", "m/w:raw@-/1", "--store", str(store.root)]) == 0
     out = capsys.readouterr().out
     assert "hang dump (py-spy;" in out and "compile_fx_backward" in out
-    assert "held 21.4 GiB on a GPU (nvidia-smi's samples)" in out   # a hang reports nothing itself
+    assert "held 21.4 GiB on a GPU (nvidia-smi's samples)" in out  # a hang reports nothing itself
 
 
 def test_show_gives_both_memory_figures_where_a_trial_has_both(tmp_path, capsys):
     store = Store(tmp_path / "m")
-    for i, (sampled, final) in enumerate([(20.6, {"gpu_mem_peak_gib": {"cuda:0": 19.7, "cuda:1": 3.0}}),
-                                          (None, {"gpu_mem_peak_gib": {"cuda:0": 19.7}})]):
-        store.append(TrialResult(trial_id=f"m/w:raw@-/{i}", cell="w:raw@-", trial_index=i, outcome=Outcome.OK,
-                                 gpu_mem_gib=sampled, final=final))
+    for i, (sampled, final) in enumerate(
+        [(20.6, {"gpu_mem_peak_gib": {"cuda:0": 19.7, "cuda:1": 3.0}}), (None, {"gpu_mem_peak_gib": {"cuda:0": 19.7}})]
+    ):
+        store.append(
+            TrialResult(
+                trial_id=f"m/w:raw@-/{i}",
+                cell="w:raw@-",
+                trial_index=i,
+                outcome=Outcome.OK,
+                gpu_mem_gib=sampled,
+                final=final,
+            )
+        )
     assert main(["show", "m/w:raw@-/0", "--store", str(store.root)]) == 0
     assert "held 20.6 GiB on a GPU (nvidia-smi's samples; its allocator's peak 19.7 GiB)" in capsys.readouterr().out
     assert main(["show", "m/w:raw@-/1", "--store", str(store.root)]) == 0

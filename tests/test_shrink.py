@@ -22,18 +22,28 @@ SCRIPT = Path(__file__).parent / "scripts" / "needs_one_rule.py"
 def _stored_failure(tmp_path: Path, plan: Plan | None) -> tuple[Path, str]:
     store = Store(tmp_path / "store")
     tid = "m/needs:raw@custom/0"
-    spec = TrialSpec(trial_id=tid, cell="needs:raw@custom", timeout_s=60, hang_s=30,
-                     workload=WorkloadSpec(kind="command", argv=(sys.executable, str(SCRIPT))),
-                     plan=plan.to_dict() if plan else None)
+    spec = TrialSpec(
+        trial_id=tid,
+        cell="needs:raw@custom",
+        timeout_s=60,
+        hang_s=30,
+        workload=WorkloadSpec(kind="command", argv=(sys.executable, str(SCRIPT))),
+        plan=plan.to_dict() if plan else None,
+    )
     result = run_trial(spec, store.artefacts_dir(tid))
     store.append(result)
     return store.root, tid
 
 
-PLAN = Plan(seed=3, profile="custom", switch_interval=1e-3, rules=[
-    Rule(point="prefetch.before_put", action="delay", params={"dist": "uniform", "max_s": 0.001}),
-    Rule(point="drafter.before_forward", action="raise", params={"message": "injected"}),
-])
+PLAN = Plan(
+    seed=3,
+    profile="custom",
+    switch_interval=1e-3,
+    rules=[
+        Rule(point="prefetch.before_put", action="delay", params={"dist": "uniform", "max_s": 0.001}),
+        Rule(point="drafter.before_forward", action="raise", params={"message": "injected"}),
+    ],
+)
 
 
 def test_shrink_keeps_the_one_rule_the_failure_needs_and_writes_a_runnable_spec(tmp_path, capsys):
@@ -72,8 +82,9 @@ def test_a_failure_the_plan_does_not_cause_shrinks_to_no_plan(monkeypatch, tmp_p
     record = TrialResult(trial_id="t", cell="c", trial_index=0, outcome=Outcome.CRASH, signature="s")
     shrinker = shrink.Shrinker.__new__(shrink.Shrinker)
     shrinker.record, shrinker.runs, shrinker.stream = record, 4, sys.stderr
-    shrinker.spec = TrialSpec(trial_id="t", cell="c", workload=WorkloadSpec(kind="command", argv=("x",)),
-                              plan=PLAN.to_dict())
+    shrinker.spec = TrialSpec(
+        trial_id="t", cell="c", workload=WorkloadSpec(kind="command", argv=("x",)), plan=PLAN.to_dict()
+    )
     monkeypatch.setattr(shrinker, "measure", lambda plan: 3, raising=False)
     steps = shrinker.run()
     assert [s.label for s in steps] == ["full plan", "no plan at all"]
@@ -91,12 +102,17 @@ def test_without_removes_exactly_the_named_components_and_describe_names_the_res
     from hypothesis import strategies as st
 
     points = ["prefetch.before_put", "drafter.before_forward", "target.after_get"]
-    rule = st.builds(lambda p, a, pr: {"point": p, "action": a, "when": "before", "probability": pr},
-                     st.sampled_from(points), st.sampled_from(["delay", "yield"]), st.sampled_from([0.1, 0.5, 1.0]))
-    plans = st.builds(lambda rules, sw: {"seed": 1, "profile": "p", "rules": rules, "switch_interval": sw,
-                                         "start_barrier": None},
-                      st.lists(rule, max_size=4),   # identical rules too: components are keyed by index
-                      st.sampled_from([None, 1e-6]))
+    rule = st.builds(
+        lambda p, a, pr: {"point": p, "action": a, "when": "before", "probability": pr},
+        st.sampled_from(points),
+        st.sampled_from(["delay", "yield"]),
+        st.sampled_from([0.1, 0.5, 1.0]),
+    )
+    plans = st.builds(
+        lambda rules, sw: {"seed": 1, "profile": "p", "rules": rules, "switch_interval": sw, "start_barrier": None},
+        st.lists(rule, max_size=4),  # identical rules too: components are keyed by index
+        st.sampled_from([None, 1e-6]),
+    )
 
     @settings(max_examples=60, deadline=None)
     @given(plans, st.data())

@@ -57,8 +57,10 @@ def test_signal_stops_at_step_boundary_with_checkpoint(sig, code, tmp_path, monk
 
 
 def test_thread_alive_after_deadline_is_reported(tmp_path, monkeypatch):
-    monkeypatch.setenv(faults.ENV_PLAN, "drafter.before_compile@dflash-train-1=1*delay(3000);"
-                                        "drafter.before_compile@dflash-train-0=1*raise")
+    monkeypatch.setenv(
+        faults.ENV_PLAN,
+        "drafter.before_compile@dflash-train-1=1*delay(3000);drafter.before_compile@dflash-train-0=1*raise",
+    )
     cfg = small_config(tmp_path / "run")
     cfg.pipeline.shutdown_deadline_s = 0.3
     try:
@@ -81,12 +83,21 @@ def test_thread_alive_after_deadline_is_reported(tmp_path, monkeypatch):
 def test_sigterm_subprocess_exit_143_and_heartbeat(tmp_path):
     """The real process contract: heartbeat file, SIGTERM, checkpoint, exit 143."""
     hb = tmp_path / "heartbeat"
-    env = dict(os.environ, PYTHONPATH=REPO, HARNESS_HEARTBEAT=str(hb),
-               DFLASH_FAULTS=SLOW_STEPS)
-    argv = [sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run")),
-            "--set", "train.steps=100000", "--set", "train.log_interval_s=0.2"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    env = dict(os.environ, PYTHONPATH=REPO, HARNESS_HEARTBEAT=str(hb), DFLASH_FAULTS=SLOW_STEPS)
+    argv = [
+        sys.executable,
+        "-m",
+        "dflash",
+        "train",
+        *small_cli_args(str(tmp_path / "run")),
+        "--set",
+        "train.steps=100000",
+        "--set",
+        "train.log_interval_s=0.2",
+    ]
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:

@@ -26,10 +26,20 @@ STUCK_AFTER_STEP_1 = "drafter.after_step@dflash-train-1=1*spin(60000)"
 def test_sigterm_with_a_stuck_thread_exits_143_within_10s_with_checkpoint(tmp_path):
     run = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=REPO, DFLASH_FAULTS=STUCK_AFTER_STEP_1)
-    argv = [sys.executable, "-m", "dflash", "train", *small_cli_args(str(run)),
-            "--set", "train.steps=50", "--set", "train.log_interval_s=0"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "dflash",
+        "train",
+        *small_cli_args(str(run)),
+        "--set",
+        "train.steps=50",
+        "--set",
+        "train.log_interval_s=0",
+    ]
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     err_text: list[str] = []
     reader = threading.Thread(target=lambda: err_text.append(proc.stderr.read()), name="test-err")
     reader.start()

@@ -58,30 +58,52 @@ def test_fixture_families_have_distinct_keys():
     assert len(set(keys.values())) == len(keys), keys
 
 
-@pytest.mark.parametrize("family, summary", [
-    ("r4_eager_module_nameerror", "fx-module-not-submodule (NameError in eager at "
-                                  "torch.fx._symbolic_trace:path_of_module"),
-    ("f2_fx_trace_of_compiled_fn", "fx-trace-of-dynamo-fn (RuntimeError in caller at "
-                                   "torch._dynamo.eval_frame:compile_wrapper < "
-                                   "torch_f2_fx_tracing:call_compiled)"),
-    ("r5_reset_segfault", "Segmentation fault at torch._dynamo.eval_frame:compile_wrapper"),
-    ("gpu_f1_forward", "AssertionError in repro-worker at torch._inductor.cudagraph_trees:get_obj"
-                       " < torch._inductor.cudagraph_trees:get_container < "
-                       "torch._inductor.cudagraph_trees:cudagraphify (empty message)"),
-    ("gpu_f1c_mempool_recording", "cudagraph-mempool-already-recording (RuntimeError in "
-                                  "repro-train at torch._inductor.cudagraph_trees:"
-                                  "_use_cuda_memory_pool_manager"),
-    ("gpu_f1c_cublas_in_capture", "CUBLAS_STATUS_NOT_INITIALIZED when calling "
-                                  "`cublasCreate(handle)` (torch.AcceleratorError"),
-    ("gpu_capture_not_permitted", "operation not permitted when stream is capturing ("
-                                  "torch.AcceleratorError in repro-worker at "
-                                  "torch.cuda:synchronize"),
-    ("gpu_f9_checkpoint", "cudagraph-input-deallocated (RuntimeError in ? at torch:_check_with"),
-    ("gpu_f11_legacy_ptr", "AssertionError in ? at torch._inductor.compile_fx:run < "
-                           "torch._inductor.utils:run < torch._inductor.compile_fx:run "
-                           "(empty message)"),
-    ("gpu_segv_during_gc", "Segmentation fault: during garbage collection"),
-])
+@pytest.mark.parametrize(
+    "family, summary",
+    [
+        (
+            "r4_eager_module_nameerror",
+            "fx-module-not-submodule (NameError in eager at torch.fx._symbolic_trace:path_of_module",
+        ),
+        (
+            "f2_fx_trace_of_compiled_fn",
+            "fx-trace-of-dynamo-fn (RuntimeError in caller at "
+            "torch._dynamo.eval_frame:compile_wrapper < "
+            "torch_f2_fx_tracing:call_compiled)",
+        ),
+        ("r5_reset_segfault", "Segmentation fault at torch._dynamo.eval_frame:compile_wrapper"),
+        (
+            "gpu_f1_forward",
+            "AssertionError in repro-worker at torch._inductor.cudagraph_trees:get_obj"
+            " < torch._inductor.cudagraph_trees:get_container < "
+            "torch._inductor.cudagraph_trees:cudagraphify (empty message)",
+        ),
+        (
+            "gpu_f1c_mempool_recording",
+            "cudagraph-mempool-already-recording (RuntimeError in "
+            "repro-train at torch._inductor.cudagraph_trees:"
+            "_use_cuda_memory_pool_manager",
+        ),
+        (
+            "gpu_f1c_cublas_in_capture",
+            "CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)` (torch.AcceleratorError",
+        ),
+        (
+            "gpu_capture_not_permitted",
+            "operation not permitted when stream is capturing ("
+            "torch.AcceleratorError in repro-worker at "
+            "torch.cuda:synchronize",
+        ),
+        ("gpu_f9_checkpoint", "cudagraph-input-deallocated (RuntimeError in ? at torch:_check_with"),
+        (
+            "gpu_f11_legacy_ptr",
+            "AssertionError in ? at torch._inductor.compile_fx:run < "
+            "torch._inductor.utils:run < torch._inductor.compile_fx:run "
+            "(empty message)",
+        ),
+        ("gpu_segv_during_gc", "Segmentation fault: during garbage collection"),
+    ],
+)
 def test_fixture_summaries_read_well(family, summary):
     sig = crash_signature((FIXTURES / family / "1.txt").read_text())
     assert summary in sig.summary
@@ -136,12 +158,14 @@ def test_real_known_messages_reached_by_different_paths_are_one_signature():
     # Overwritten outputs: one real run hit it (inside cudagraph_trees' own input logging, in a
     # backward); the same message on the real forward path of r01 gives the same key.
     over = parse_tracebacks(_real("gpu_cudagraph_overwritten"))[0]
-    moved = replace(parse_tracebacks(_real("gpu_f1_forward"))[0],
-                    exc_type=over.exc_type, message=over.message)
+    moved = replace(parse_tracebacks(_real("gpu_f1_forward"))[0], exc_type=over.exc_type, message=over.message)
     c, d = exception_signature(over), exception_signature(moved)
     assert c.frames[0] == "torch._inductor.cudagraph_trees:format_item"
-    assert c.frames != d.frames and c.key == d.key == crash_signature(_real(
-        "gpu_cudagraph_overwritten")).key and c.key.startswith("cudagraphs-output-overwritten-")
+    assert (
+        c.frames != d.frames
+        and c.key == d.key == crash_signature(_real("gpu_cudagraph_overwritten")).key
+        and c.key.startswith("cudagraphs-output-overwritten-")
+    )
 
 
 def test_bare_exception_line_does_not_swallow_the_next_output_line():
@@ -157,11 +181,13 @@ def test_bare_exception_line_does_not_swallow_the_next_output_line():
 def test_a_header_names_only_the_traceback_after_it():
     # r04: thread repro-train-1's report, then the main thread prints another thread's error.
     tbs = parse_tracebacks(_real("gpu_f1c_weakrefs_assert"))
-    assert [(t.thread, t.short_type) for t in tbs] == [("repro-train-1", "AssertionError"),
-                                                      (None, "RuntimeError")]
-    chained = ("=== thread w-0 failed: RuntimeError: b ===\n" + _traceback(FORWARD, "KeyError: 'a'")
-               + "\nDuring handling of the above exception, another exception occurred:\n\n"
-               + _traceback(BACKWARD, "RuntimeError: b"))
+    assert [(t.thread, t.short_type) for t in tbs] == [("repro-train-1", "AssertionError"), (None, "RuntimeError")]
+    chained = (
+        "=== thread w-0 failed: RuntimeError: b ===\n"
+        + _traceback(FORWARD, "KeyError: 'a'")
+        + "\nDuring handling of the above exception, another exception occurred:\n\n"
+        + _traceback(BACKWARD, "RuntimeError: b")
+    )
     tbs = parse_tracebacks(chained)
     assert len(tbs) == 1 and tbs[0].thread == "w-0" and tbs[0].chain[0].thread == "w-0"
     members = []
@@ -173,11 +199,18 @@ def test_a_header_names_only_the_traceback_after_it():
     try:
         raise ExceptionGroup("2 threads failed", members)
     except ExceptionGroup as group:
-        grouped = ("=== thread w-1 failed: ExceptionGroup: 2 threads failed ===\n"
-                   + "".join(traceback.format_exception(group)) + "done\n"
-                   + _traceback(BACKWARD, "ValueError: later"))
+        grouped = (
+            "=== thread w-1 failed: ExceptionGroup: 2 threads failed ===\n"
+            + "".join(traceback.format_exception(group))
+            + "done\n"
+            + _traceback(BACKWARD, "ValueError: later")
+        )
     assert [(t.thread, t.short_type) for t in parse_tracebacks(grouped)] == [
-        ("w-1", "ExceptionGroup"), ("w-1", "KeyError"), ("w-1", "ValueError"), (None, "ValueError")]
+        ("w-1", "ExceptionGroup"),
+        ("w-1", "KeyError"),
+        ("w-1", "ValueError"),
+        (None, "ValueError"),
+    ]
 
 
 def test_mixed_runs_take_the_first_failure_and_the_chain_cause():
@@ -188,8 +221,7 @@ def test_mixed_runs_take_the_first_failure_and_the_chain_cause():
     # r04 + global lock: cuBLAS handle created inside a capture, then the capture fails.
     tb = parse_tracebacks(_real("gpu_f1c_cublas_in_capture"))[0]
     assert "previous error during capture" in tb.message
-    assert crash_signature(_real("gpu_f1c_cublas_in_capture")).message.startswith(
-        "CUBLAS_STATUS_NOT_INITIALIZED")
+    assert crash_signature(_real("gpu_f1c_cublas_in_capture")).message.startswith("CUBLAS_STATUS_NOT_INITIALIZED")
 
 
 def test_segfault_while_garbage_collecting_is_one_signature_wherever_collection_started():
@@ -204,12 +236,15 @@ def test_segfault_while_garbage_collecting_is_one_signature_wherever_collection_
     assert plain.key != sigs[0].key
 
 
-@pytest.mark.parametrize("folder, first, resource", [
-    ("gpu_oom_cublas_then_segv_gc", "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", True),
-    ("gpu_oom_then_segv_gc", "torch.OutOfMemoryError in dflash-train", True),
-    # The unraisable `Exception ignored in tp_clear` TypeError printed before it is not the cause.
-    ("gpu_mix_order_then_segv_gc", "RuntimeError in dflash-train at torch.utils._device:__torch_function__", False),
-])
+@pytest.mark.parametrize(
+    "folder, first, resource",
+    [
+        ("gpu_oom_cublas_then_segv_gc", "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", True),
+        ("gpu_oom_then_segv_gc", "torch.OutOfMemoryError in dflash-train", True),
+        # The unraisable `Exception ignored in tp_clear` TypeError printed before it is not the cause.
+        ("gpu_mix_order_then_segv_gc", "RuntimeError in dflash-train at torch.utils._device:__torch_function__", False),
+    ],
+)
 def test_a_native_crash_after_a_threads_exception_is_keyed_by_that_first_failure(folder, first, resource):
     # v5: three of the H200 campaign's GC segfaults came after the trainer's threads had died.
     from harness.trial.outcome import RESOURCE_PATTERN
@@ -222,15 +257,17 @@ def test_a_native_crash_after_a_threads_exception_is_keyed_by_that_first_failure
 
 
 def test_an_exception_ignored_by_a_finaliser_is_not_a_failure():
-    text = ("Exception ignored in: <function Foo.__del__ at 0x7f>\nTraceback (most recent call last):\n"
-            '  File "a.py", line 3, in __del__\nTypeError: boom\n'
-            + _traceback([("b.py", 9, "work")], "ValueError: real"))
+    text = (
+        "Exception ignored in: <function Foo.__del__ at 0x7f>\nTraceback (most recent call last):\n"
+        '  File "a.py", line 3, in __del__\nTypeError: boom\n' + _traceback([("b.py", 9, "work")], "ValueError: real")
+    )
     tbs = parse_tracebacks(text)
     assert [tb.unraisable for tb in tbs] == [True, False]
     assert primary_traceback(tbs).exc_type == "ValueError"
 
 
 # ------------------------------------------------------------------------------------- rules
+
 
 def _traceback(frames: list[tuple[str, int, str]], exc: str, header: str = "") -> str:
     lines = [header] if header else []
@@ -241,16 +278,22 @@ def _traceback(frames: list[tuple[str, int, str]], exc: str, header: str = "") -
 
 
 SITE = "/venv/lib/python3.12/site-packages/torch"
-CGT = [(f"{SITE}/_inductor/cudagraph_trees.py", 380, "get_manager"),
-       (f"{SITE}/_inductor/cudagraph_trees.py", 360, "get_container"),
-       (f"{SITE}/_inductor/cudagraph_trees.py", 330, "get_obj")]
-FORWARD = [("/repo/dflash/train_worker.py", 80, "step"),
-           (f"{SITE}/_dynamo/eval_frame.py", 1166, "compile_wrapper"),
-           (f"{SITE}/_inductor/output_code.py", 600, "__call__")] + CGT
-BACKWARD = [("/repo/dflash/train_worker.py", 90, "step"),
-            (f"{SITE}/_tensor.py", 648, "backward"),
-            (f"{SITE}/autograd/__init__.py", 353, "backward"),
-            (f"{SITE}/autograd/graph.py", 824, "_engine_run_backward")] + CGT
+CGT = [
+    (f"{SITE}/_inductor/cudagraph_trees.py", 380, "get_manager"),
+    (f"{SITE}/_inductor/cudagraph_trees.py", 360, "get_container"),
+    (f"{SITE}/_inductor/cudagraph_trees.py", 330, "get_obj"),
+]
+FORWARD = [
+    ("/repo/dflash/train_worker.py", 80, "step"),
+    (f"{SITE}/_dynamo/eval_frame.py", 1166, "compile_wrapper"),
+    (f"{SITE}/_inductor/output_code.py", 600, "__call__"),
+] + CGT
+BACKWARD = [
+    ("/repo/dflash/train_worker.py", 90, "step"),
+    (f"{SITE}/_tensor.py", 648, "backward"),
+    (f"{SITE}/autograd/__init__.py", 353, "backward"),
+    (f"{SITE}/autograd/graph.py", 824, "_engine_run_backward"),
+] + CGT
 
 
 def test_same_assertion_from_forward_and_backward_are_two_signatures():
@@ -258,17 +301,19 @@ def test_same_assertion_from_forward_and_backward_are_two_signatures():
     header = "=== thread dflash-train-1 failed: AssertionError:  ==="
     fwd = crash_signature(_traceback(FORWARD, "AssertionError", header), rc=1)
     bwd = crash_signature(_traceback(BACKWARD, "AssertionError", header), rc=1)
-    assert fwd.frames == bwd.frames             # top 3 alike ...
-    assert fwd.key != bwd.key                   # ... but entered torch differently
+    assert fwd.frames == bwd.frames  # top 3 alike ...
+    assert fwd.key != bwd.key  # ... but entered torch differently
     assert fwd.role == bwd.role == "dflash-train"
 
 
 def test_same_error_via_other_line_numbers_addresses_and_replica_is_one_signature():
-    a = _traceback(FORWARD, "ValueError: bad ptr 0x7f00aa at step 12",
-                   "=== thread dflash-train-0 failed: ValueError: x ===")
+    a = _traceback(
+        FORWARD, "ValueError: bad ptr 0x7f00aa at step 12", "=== thread dflash-train-0 failed: ValueError: x ==="
+    )
     moved = [(f, line + 7, fn) for f, line, fn in FORWARD]
-    b = _traceback(moved, "ValueError: bad ptr 0x7f11bb at step 99",
-                   "=== thread dflash-train-3 failed: ValueError: x ===")
+    b = _traceback(
+        moved, "ValueError: bad ptr 0x7f11bb at step 99", "=== thread dflash-train-3 failed: ValueError: x ==="
+    )
     assert crash_signature(a, rc=1).key == crash_signature(b, rc=1).key
 
 
@@ -285,8 +330,10 @@ def test_thread_role_is_part_of_an_exception_signature():
 
 
 def test_known_message_groups_different_call_paths():
-    msg = ("RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten "
-           "by a subsequent run. Stack trace: File \"/a/b.py\", line 3")
+    msg = (
+        "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten "
+        'by a subsequent run. Stack trace: File "/a/b.py", line 3'
+    )
     a = crash_signature(_traceback(FORWARD, msg), rc=1)
     b = crash_signature(_traceback(BACKWARD[:3], msg), rc=1)
     assert a.key == b.key and a.key.startswith("cudagraphs-output-overwritten-")
@@ -294,27 +341,37 @@ def test_known_message_groups_different_call_paths():
 
 def test_wrapped_current_patcher_errors_are_one_signature():
     bare = _traceback(FORWARD, "AssertionError: CURRENT_PATCHER is None in finally block")
-    wrapped = _traceback(BACKWARD, "torch._dynamo.exc.BackendCompilerFailed: backend='inductor'"
-                         " raised:\nAssertionError: CURRENT_PATCHER is None in finally block")
+    wrapped = _traceback(
+        BACKWARD,
+        "torch._dynamo.exc.BackendCompilerFailed: backend='inductor'"
+        " raised:\nAssertionError: CURRENT_PATCHER is None in finally block",
+    )
     assert crash_signature(bare, rc=1).key == crash_signature(wrapped, rc=1).key
 
 
 def test_cuda_errors_are_keyed_by_the_error_string():
-    a = crash_signature(_traceback(FORWARD, "torch.AcceleratorError: CUDA error: operation not "
-                                   "permitted when stream is capturing\nCUDA kernel errors ..."))
-    b = crash_signature(_traceback(BACKWARD, "RuntimeError: CUDA error: operation not permitted "
-                                   "when stream is capturing"))
-    c = crash_signature(_traceback(FORWARD, "RuntimeError: CUDA error: operation failed due to "
-                                   "a previous error during capture"))
+    a = crash_signature(
+        _traceback(
+            FORWARD,
+            "torch.AcceleratorError: CUDA error: operation not "
+            "permitted when stream is capturing\nCUDA kernel errors ...",
+        )
+    )
+    b = crash_signature(
+        _traceback(BACKWARD, "RuntimeError: CUDA error: operation not permitted when stream is capturing")
+    )
+    c = crash_signature(
+        _traceback(FORWARD, "RuntimeError: CUDA error: operation failed due to a previous error during capture")
+    )
     assert a.kind == "cuda" and a.key == b.key != c.key
     assert a.summary.startswith("operation not permitted when stream is capturing")
 
 
 def test_secondary_stop_exceptions_do_not_hide_the_cause():
-    stop = _traceback(FORWARD, "dflash.errors.StageStopped: stopping",
-                      "=== thread dflash-target-0 failed: StageStopped: stopping ===")
-    cause = _traceback(BACKWARD, "KeyError: 'x'",
-                       "=== thread dflash-train-0 failed: KeyError: 'x' ===")
+    stop = _traceback(
+        FORWARD, "dflash.errors.StageStopped: stopping", "=== thread dflash-target-0 failed: StageStopped: stopping ==="
+    )
+    cause = _traceback(BACKWARD, "KeyError: 'x'", "=== thread dflash-train-0 failed: KeyError: 'x' ===")
     sig = crash_signature(stop + cause, rc=1)
     assert sig.exc_type == "KeyError" and sig.role == "dflash-train"
 
@@ -336,19 +393,23 @@ def test_exception_group_members_are_parsed_and_the_first_is_the_cause():
 
 
 def test_chained_tracebacks_fold_into_the_last():
-    text = (_traceback(FORWARD, "KeyError: 'a'") +
-            "\nDuring handling of the above exception, another exception occurred:\n\n" +
-            _traceback(BACKWARD, "RuntimeError: wrapped"))
+    text = (
+        _traceback(FORWARD, "KeyError: 'a'")
+        + "\nDuring handling of the above exception, another exception occurred:\n\n"
+        + _traceback(BACKWARD, "RuntimeError: wrapped")
+    )
     tbs = parse_tracebacks(text)
     assert len(tbs) == 1 and tbs[0].exc_type == "RuntimeError"
     assert [t.exc_type for t in tbs[0].chain] == ["KeyError"]
 
 
 def test_cpp_terminate_is_keyed_by_what():
-    text = ("terminate called after throwing an instance of 'c10::Error'\n"
-            "  what():  invalid device ordinal 3\nFatal Python error: Aborted\n\n"
-            "Current thread 0x00007f (most recent call first):\n"
-            '  File "/repo/dflash/pipeline.py", line 5 in run\n')
+    text = (
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  invalid device ordinal 3\nFatal Python error: Aborted\n\n"
+        "Current thread 0x00007f (most recent call first):\n"
+        '  File "/repo/dflash/pipeline.py", line 5 in run\n'
+    )
     sig = crash_signature(text, rc=-6)
     assert sig.kind == "fatal" and sig.exc_type == "c10::Error"
     assert sig.message == "invalid device ordinal <int>"
@@ -359,9 +420,11 @@ def test_terminate_without_an_exception_is_its_own_message():
     # A thread ended by CPython while it takes the GIL during finalization (repro r26): with and
     # without faulthandler's report after it, one key; the thread that was current stays in it.
     bare = "joined\nterminate called without an active exception\n"
-    reported = ("terminate called without an active exception\nFatal Python error: Aborted\n\n"
-                "Current thread 0x00007f (most recent call first):\n"
-                '  File "/repo/dflash/pipeline.py", line 5 in run\n')
+    reported = (
+        "terminate called without an active exception\nFatal Python error: Aborted\n\n"
+        "Current thread 0x00007f (most recent call first):\n"
+        '  File "/repo/dflash/pipeline.py", line 5 in run\n'
+    )
     a, b = crash_signature(bare, rc=-6), crash_signature(reported, rc=-6)
     assert a.kind == b.kind == "fatal" and a.exc_type == b.exc_type == "std::terminate"
     assert a.message == b.message == "terminate called without an active exception"
@@ -380,18 +443,35 @@ def test_wrong_result_signature_normalises_numbers():
 
 
 PYSPY = [
-    {"thread_name": "dflash-train-0", "thread_id": 1, "os_thread_id": 11, "active": False,
-     "frames": [{"name": "PyThread_acquire_lock_timed", "filename": "libpython3.12.so", "line": 0},
-                {"name": "Condition.wait", "filename": "/usr/lib/python3.12/threading.py",
-                 "line": 331},
-                {"name": "Channel.get", "filename": "/repo/dflash/channel.py", "line": 40},
-                {"name": "run", "filename": "/repo/dflash/train_worker.py", "line": 9}]},
-    {"thread_name": "dflash-train-1", "thread_id": 2, "os_thread_id": 12, "active": False,
-     "frames": [{"name": "Condition.wait", "filename": "/usr/lib/python3.12/threading.py",
-                 "line": 331},
-                {"name": "Channel.get", "filename": "/repo/dflash/channel.py", "line": 40}]},
-    {"thread_name": "harness-watchdog", "thread_id": 3, "os_thread_id": 13, "active": True,
-     "frames": [{"name": "loop", "filename": "/repo/harness/faults/scheduler.py", "line": 1}]},
+    {
+        "thread_name": "dflash-train-0",
+        "thread_id": 1,
+        "os_thread_id": 11,
+        "active": False,
+        "frames": [
+            {"name": "PyThread_acquire_lock_timed", "filename": "libpython3.12.so", "line": 0},
+            {"name": "Condition.wait", "filename": "/usr/lib/python3.12/threading.py", "line": 331},
+            {"name": "Channel.get", "filename": "/repo/dflash/channel.py", "line": 40},
+            {"name": "run", "filename": "/repo/dflash/train_worker.py", "line": 9},
+        ],
+    },
+    {
+        "thread_name": "dflash-train-1",
+        "thread_id": 2,
+        "os_thread_id": 12,
+        "active": False,
+        "frames": [
+            {"name": "Condition.wait", "filename": "/usr/lib/python3.12/threading.py", "line": 331},
+            {"name": "Channel.get", "filename": "/repo/dflash/channel.py", "line": 40},
+        ],
+    },
+    {
+        "thread_name": "harness-watchdog",
+        "thread_id": 3,
+        "os_thread_id": 13,
+        "active": True,
+        "frames": [{"name": "loop", "filename": "/repo/harness/faults/scheduler.py", "line": 1}],
+    },
 ]
 
 
@@ -415,43 +495,59 @@ def test_hang_signature_is_the_set_of_role_and_blocking_frame():
     assert reordered.key == sig.key and sig.key.startswith("hang-")
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("name '__compiled_fn_243_aaae9c68_f4ef_490b_ab8c_3b2c1d0e9f8a' is not defined",
-     "name '__compiled_fn_<N>' is not defined"),
-    ("tensor at 0x7f3a2b1c freed", "tensor at <hex> freed"),
-    ("run 123e4567-e89b-12d3-a456-426614174000 done", "run <uuid> done"),
-    ("cache /tmp/torchinductor_root/ab/cd.py missing", "cache <path> missing"),
-    ("lr 0.0003 step 17 of [4, 8]", "lr <float> step <int> of [<int>, <int>]"),
-    ("key 3f9a1c2b7d4e5f60 stale", "key <hash> stale"),
-    ("first\n\nsecond\nthird", "first | second"),
-    ("tuple index out of range\n=== threads still alive after the shutdown deadline: dflash-train-1 ===",
-     "tuple index out of range"),
-    ("float32 and int64 differ", "float32 and int64 differ"),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (
+            "name '__compiled_fn_243_aaae9c68_f4ef_490b_ab8c_3b2c1d0e9f8a' is not defined",
+            "name '__compiled_fn_<N>' is not defined",
+        ),
+        ("tensor at 0x7f3a2b1c freed", "tensor at <hex> freed"),
+        ("run 123e4567-e89b-12d3-a456-426614174000 done", "run <uuid> done"),
+        ("cache /tmp/torchinductor_root/ab/cd.py missing", "cache <path> missing"),
+        ("lr 0.0003 step 17 of [4, 8]", "lr <float> step <int> of [<int>, <int>]"),
+        ("key 3f9a1c2b7d4e5f60 stale", "key <hash> stale"),
+        ("first\n\nsecond\nthird", "first | second"),
+        (
+            "tuple index out of range\n=== threads still alive after the shutdown deadline: dflash-train-1 ===",
+            "tuple index out of range",
+        ),
+        ("float32 and int64 differ", "float32 and int64 differ"),
+    ],
+)
 def test_normalise_message(raw, expected):
     assert normalise_message(raw) == expected
 
 
-@pytest.mark.parametrize("name, role", [
-    ("dflash-train-1", "dflash-train"), ("Dummy-5", "Dummy"), ("MainThread", "MainThread"),
-    ("Thread-3 (worker)", "Thread (worker)"), ("ThreadPoolExecutor-0_1", "ThreadPoolExecutor"),
-    ("Thread 0x00007f52", "?"), (None, "?"),
-])
+@pytest.mark.parametrize(
+    "name, role",
+    [
+        ("dflash-train-1", "dflash-train"),
+        ("Dummy-5", "Dummy"),
+        ("MainThread", "MainThread"),
+        ("Thread-3 (worker)", "Thread (worker)"),
+        ("ThreadPoolExecutor-0_1", "ThreadPoolExecutor"),
+        ("Thread 0x00007f52", "?"),
+        (None, "?"),
+    ],
+)
 def test_thread_role(name, role):
     assert thread_role(name) == role
 
 
-@pytest.mark.parametrize("filename, module", [
-    ("/x/.venv/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", "torch._dynamo.eval_frame"),
-    ("/root/.pyenv/versions/3.11.7/lib/python3.11/concurrent/futures/thread.py",
-     "concurrent.futures.thread"),
-    ("/gpu/host/checkout/dflash/pipeline.py", "dflash.pipeline"),
-    ("/work/main/tests/scripts/crash.py", "crash"),
-    ("/x/site-packages/torch/__init__.py", "torch"),
-    ("/work/main/.cache/inductor/cn/ccnww2fos7cyg4gsgokesqzcke4xsbszdss7vnohfqbuve5epyhc.py", "<inductor-output>"),
-    ("/tmp/torchinductor_root/rz/crz7x46nxzppytxuo3bsoazzzgjpzmfffwzocvaalu47iaaonyy5.py", "<inductor-output>"),
-    ("/x/dflash/cache_manager.py", "dflash.cache_manager"),
-])
+@pytest.mark.parametrize(
+    "filename, module",
+    [
+        ("/x/.venv/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", "torch._dynamo.eval_frame"),
+        ("/root/.pyenv/versions/3.11.7/lib/python3.11/concurrent/futures/thread.py", "concurrent.futures.thread"),
+        ("/gpu/host/checkout/dflash/pipeline.py", "dflash.pipeline"),
+        ("/work/main/tests/scripts/crash.py", "crash"),
+        ("/x/site-packages/torch/__init__.py", "torch"),
+        ("/work/main/.cache/inductor/cn/ccnww2fos7cyg4gsgokesqzcke4xsbszdss7vnohfqbuve5epyhc.py", "<inductor-output>"),
+        ("/tmp/torchinductor_root/rz/crz7x46nxzppytxuo3bsoazzzgjpzmfffwzocvaalu47iaaonyy5.py", "<inductor-output>"),
+        ("/x/dflash/cache_manager.py", "dflash.cache_manager"),
+    ],
+)
 def test_module_of_is_independent_of_checkout_location(filename, module):
     assert module_of(filename) == module
 
@@ -460,8 +556,9 @@ def test_one_compiler_bug_in_two_compiled_graphs_is_one_signature():
     # The mix-order failure of results/gpu-shape2 with dynamic=true ran in Inductor output module
     # crz7x..., the same failure with automatic dynamic shapes in ccnww...: one key (v6).
     text = (FIXTURES / "gpu_mix_order_shape" / "1.txt").read_text()
-    other = text.replace("ccnww2fos7cyg4gsgokesqzcke4xsbszdss7vnohfqbuve5epyhc",
-                         "crz7x46nxzppytxuo3bsoazzzgjpzmfffwzocvaalu47iaaonyy5")
+    other = text.replace(
+        "ccnww2fos7cyg4gsgokesqzcke4xsbszdss7vnohfqbuve5epyhc", "crz7x46nxzppytxuo3bsoazzzgjpzmfffwzocvaalu47iaaonyy5"
+    )
     assert other != text
     first, second = crash_signature(text), crash_signature(other)
     assert first.key == second.key and "<inductor-output>:call" in first.summary
@@ -500,16 +597,19 @@ def test_excepthooks_printing_at_once_are_read_apart():
         assert sig.frames == ("torch._dynamo.eval_frame:compile_wrapper", "f2a:run")
 
 
-@pytest.mark.parametrize("header, thread", [
-    ("Exception in thread caller-0:", "caller-0"),
-    ("Exception in thread caller-0", "caller-0"),                    # a user's print, no colon
-    ("ERROR:root:Exception in thread caller-0", "caller-0"),         # logging.exception
-    ("2026-12-02 03:10:00,123 ERROR Exception in thread caller-0: step 3", "caller-0"),
-    ("Exception in thread Thread-3 (serve):", "Thread-3 (serve)"),   # 3.10+: a nameless thread's target
-    ("Exception in thread Exception in thread caller-1:", "caller-1"),
-    ("2026-12-02 03:10:00 ERROR scorer: compiled call failed in thread scorer-0", "scorer-0"),
-    ("INFO:root:warming up the pool in thread pool", None),          # not an error's log line
-])
+@pytest.mark.parametrize(
+    "header, thread",
+    [
+        ("Exception in thread caller-0:", "caller-0"),
+        ("Exception in thread caller-0", "caller-0"),  # a user's print, no colon
+        ("ERROR:root:Exception in thread caller-0", "caller-0"),  # logging.exception
+        ("2026-12-02 03:10:00,123 ERROR Exception in thread caller-0: step 3", "caller-0"),
+        ("Exception in thread Thread-3 (serve):", "Thread-3 (serve)"),  # 3.10+: a nameless thread's target
+        ("Exception in thread Exception in thread caller-1:", "caller-1"),
+        ("2026-12-02 03:10:00 ERROR scorer: compiled call failed in thread scorer-0", "scorer-0"),
+        ("INFO:root:warming up the pool in thread pool", None),  # not an error's log line
+    ],
+)
 def test_headers_as_users_and_loggers_print_them(header, thread):
     tb = parse_tracebacks(_traceback(FORWARD, "ValueError: x", header))[0]
     assert tb.thread == thread
@@ -520,12 +620,12 @@ def test_a_traceback_behind_a_log_prefix_then_a_json_line_is_the_exception():
     # printed a JSON line: the signature had been `exit 1: Data Pointer: <int>, history:`. The
     # traceback and its debug text are the real H200 r04 output's (gpu-repros r04:raw@-/1).
     real = (FORMS / "gpu_f1c_pool_not_tracked" / "1.txt").read_text()
-    block = real[real.index("Traceback (most recent call last):"):]
-    block = block[:block.index("\n\n") + 1]
+    block = real[real.index("Traceback (most recent call last):") :]
+    block = block[: block.index("\n\n") + 1]
     assert "Data Pointer: " in block and block.count("\n") > 60
     json_line = '{"event": "step_failed", "step": 7}\n'
     logged = "[2026-12-02 03:10:00,123] ERROR trainer - worker error: " + block + "\n" + json_line
-    bare = block[block.index("RuntimeError: Detected"):] + json_line    # print(f"{type(e).__name__}: {e}")
+    bare = block[block.index("RuntimeError: Detected") :] + json_line  # print(f"{type(e).__name__}: {e}")
     expected = crash_signature(real, rc=1).key
     assert expected.startswith("cudagraph-pool-not-tracked-")
     for text in (logged, bare, block + json_line):
@@ -559,12 +659,29 @@ def test_a_repro_names_the_thread_of_a_failure_it_caught():
     assert sig.frames == ("torch._dynamo.eval_frame:compile_wrapper", "repro.r06_fx_tracing_flag:caller")
 
 
-@pytest.mark.parametrize("folder, n, frames", [
-    ("f2_fx_trace_of_compiled_fn", 7, ("torch._dynamo.eval_frame:compile_wrapper",
-                                       "user_f2_executor_result:<genexpr>", "user_f2_executor_result:score_batches")),
-    ("r4_eager_module_nameerror", 4, ("torch.fx._symbolic_trace:path_of_module", "torch.fx._symbolic_trace:call_module",
-                                      "torch.fx._symbolic_trace:module_call_wrapper")),
-])
+@pytest.mark.parametrize(
+    "folder, n, frames",
+    [
+        (
+            "f2_fx_trace_of_compiled_fn",
+            7,
+            (
+                "torch._dynamo.eval_frame:compile_wrapper",
+                "user_f2_executor_result:<genexpr>",
+                "user_f2_executor_result:score_batches",
+            ),
+        ),
+        (
+            "r4_eager_module_nameerror",
+            4,
+            (
+                "torch.fx._symbolic_trace:path_of_module",
+                "torch.fx._symbolic_trace:call_module",
+                "torch.fx._symbolic_trace:module_call_wrapper",
+            ),
+        ),
+    ],
+)
 def test_future_result_reraise_is_the_pool_workers(folder, n, frames):
     # The main thread's `future.result()` / `pool.map` re-raised a worker's exception: the
     # traceback starts at `<module>`, yet the worker raised it.
@@ -622,19 +739,29 @@ def test_a_kept_exception_raised_again_is_from_an_unknown_thread():
 def test_a_subprocess_exception_is_keyed_by_the_jobs_exception():
     sig = crash_signature((FORMS / "subproc_exception" / "1.txt").read_text(), rc=1)
     assert sig.message == "An exception occurred in a subprocess: | ZeroDivisionError: division by zero"
-    assert sig.role == "compiler" and [t.exc_type for t in parse_tracebacks(
-        (FORMS / "subproc_exception" / "1.txt").read_text())[0].chain] == ["ZeroDivisionError"]
-    other_job = (FORMS / "subproc_exception" / "1.txt").read_text().replace(
-        "ZeroDivisionError: division by zero", "KeyError: 'x'")
+    assert sig.role == "compiler" and [
+        t.exc_type for t in parse_tracebacks((FORMS / "subproc_exception" / "1.txt").read_text())[0].chain
+    ] == ["ZeroDivisionError"]
+    other_job = (
+        (FORMS / "subproc_exception" / "1.txt")
+        .read_text()
+        .replace("ZeroDivisionError: division by zero", "KeyError: 'x'")
+    )
     assert crash_signature(other_job, rc=1).key != sig.key
     # On a GPU, compile_fx wraps it (`InductorError: SubprocException: ...`) and the job's name is
     # the kernel's; neither run is in the stores, so the real output is re-worded that way.
-    wrapped = (FORMS / "subproc_exception" / "1.txt").read_text().replace(
-        "torch._inductor.compile_worker.subproc_pool.SubprocException: An exception",
-        "torch._inductor.exc.InductorError: SubprocException: An exception").replace(
-        "Name=<unknown>", "Name=triton_poi_fused_add_0")
+    wrapped = (
+        (FORMS / "subproc_exception" / "1.txt")
+        .read_text()
+        .replace(
+            "torch._inductor.compile_worker.subproc_pool.SubprocException: An exception",
+            "torch._inductor.exc.InductorError: SubprocException: An exception",
+        )
+        .replace("Name=<unknown>", "Name=triton_poi_fused_add_0")
+    )
     assert crash_signature(wrapped, rc=1).message == (
-        "SubprocException: An exception occurred in a subprocess: | ZeroDivisionError: division by zero")
+        "SubprocException: An exception occurred in a subprocess: | ZeroDivisionError: division by zero"
+    )
 
 
 def test_device_side_assert_in_a_thread_and_at_exit_is_one_signature():
@@ -646,22 +773,25 @@ def test_device_side_assert_in_a_thread_and_at_exit_is_one_signature():
     in_thread = crash_signature(text, rc=1)
     at_exit = crash_signature(
         "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:94: operator(): block: [0,0,0], thread: [0,0,0] "
-        "Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of bounds\"` failed.\n"
+        'Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.\n'
         "terminate called after throwing an instance of 'c10::AcceleratorError'\n"
         "  what():  CUDA error: device-side assert triggered\n"
         "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n\n"
         "Exception raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:44 "
         "(most recent call first):\nframe #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x98\n"
         "Fatal Python error: Aborted\n\nCurrent thread 0x00007f (most recent call first):\n  <no Python frame>\n",
-        rc=-6)
+        rc=-6,
+    )
     assert in_thread.kind == at_exit.kind == "cuda" and in_thread.key == at_exit.key
     assert in_thread.message == "device-side assert triggered"
 
 
 def test_a_known_error_printed_before_a_native_crash_keys_it():
     crash = _real("r5_reset_segfault")
-    printed = "request failed: RuntimeError('Detected that you are using FX to symbolically trace a " \
-              "dynamo-optimized function. This is not supported at the moment.')\n"
+    printed = (
+        "request failed: RuntimeError('Detected that you are using FX to symbolically trace a "
+        "dynamo-optimized function. This is not supported at the moment.')\n"
+    )
     sig = crash_signature(printed + crash, rc=-11)
     assert sig.key == F2_KEY and sig.then == crash_signature(crash, rc=-11).summary
 
@@ -670,12 +800,16 @@ def test_a_traceback_logged_as_a_warning_is_not_the_failure():
     # Inductor's warning with exc_info, each line behind torch's log prefix, then the trainer's
     # real failure (results/gpu-topology-4, launch-bound:single-thread-autograd@-/0).
     prefix = "W1130 22:12:42.758000 1184 torch/_inductor/triton_bundler.py:228] [0/0] "
-    warning = "".join(prefix + line + "\n" for line in (
-        "Failed to reload cubin file statically launchable autotuner triton_tem_fused_0",
-        "Traceback (most recent call last):",
-        '  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/_inductor/triton_bundler.py", line 226, in load_autotuners',
-        "    compile_result.reload_cubin_path()",
-        "RuntimeError: ('Cubin file saved by TritonBundler not found at %s', '/x/triton_tem_fused_0.cubin')"))
+    warning = "".join(
+        prefix + line + "\n"
+        for line in (
+            "Failed to reload cubin file statically launchable autotuner triton_tem_fused_0",
+            "Traceback (most recent call last):",
+            '  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/_inductor/triton_bundler.py", line 226, in load_autotuners',
+            "    compile_result.reload_cubin_path()",
+            "RuntimeError: ('Cubin file saved by TritonBundler not found at %s', '/x/triton_tem_fused_0.cubin')",
+        )
+    )
     failure = _traceback(FORWARD, "AssertionError", "=== thread dflash-train-1 failed: AssertionError ===")
     tbs = parse_tracebacks(warning + failure)
     assert [t.handled for t in tbs] == [True, False]
@@ -684,18 +818,26 @@ def test_a_traceback_logged_as_a_warning_is_not_the_failure():
 
 def test_colour_codes_and_a_start_new_thread_death():
     red = _traceback(FORWARD, "\x1b[1;35mValueError\x1b[0m: \x1b[35mx\x1b[0m", "Exception in thread w-0:")
-    assert crash_signature(red, rc=1).key == crash_signature(
-        _traceback(FORWARD, "ValueError: x", "Exception in thread w-0:"), rc=1).key
+    assert (
+        crash_signature(red, rc=1).key
+        == crash_signature(_traceback(FORWARD, "ValueError: x", "Exception in thread w-0:"), rc=1).key
+    )
     died = _traceback(BACKWARD, "KeyError: 'k'", "Exception ignored in thread started by: <function w at 0x7f>")
     assert first_failure(parse_tracebacks(died)).exc_type == "KeyError"
 
 
 def test_a_user_wrapping_a_known_error_shows_where_torch_raised_it():
-    cause = _traceback(FORWARD[:2], "RuntimeError: Detected that you are using FX to symbolically trace "
-                       "a dynamo-optimized function. This is not supported at the moment.",
-                       "Exception in thread Thread-2 (serve):")
-    wrapped = (cause + "\nThe above exception was the direct cause of the following exception:\n\n"
-               + _traceback(FORWARD[:1], "__main__.StepFailed: step 3: scoring failed"))
+    cause = _traceback(
+        FORWARD[:2],
+        "RuntimeError: Detected that you are using FX to symbolically trace "
+        "a dynamo-optimized function. This is not supported at the moment.",
+        "Exception in thread Thread-2 (serve):",
+    )
+    wrapped = (
+        cause
+        + "\nThe above exception was the direct cause of the following exception:\n\n"
+        + _traceback(FORWARD[:1], "__main__.StepFailed: step 3: scoring failed")
+    )
     sig = crash_signature(wrapped, rc=1)
     assert sig.key == F2_KEY and sig.exc_type == "RuntimeError" and sig.role == "Thread (serve)"
     assert sig.frames == ("torch._dynamo.eval_frame:compile_wrapper", "dflash.train_worker:step")
@@ -708,4 +850,4 @@ def test_headers_that_ran_together_name_each_thread_and_keep_each_traceback_apar
     tbs = parse_tracebacks(text)
     assert [tb.thread for tb in tbs] == ["request-2", "request-1", "request-0"]
     assert all([f.name for f in tb.frames] == ["compile_wrapper", "run", "_bootstrap_inner"] for tb in tbs)
-    assert _run_together("caller-0", 2) == ["caller-0"]          # unsplittable: stays one name
+    assert _run_together("caller-0", 2) == ["caller-0"]  # unsplittable: stays one name

@@ -34,8 +34,11 @@ MAX_RUNS = 3
 """Every program failed in each of 3 runs when the corpus was measured; R5's runs may crash later."""
 
 F2_AT = "torch._dynamo.eval_frame:compile_wrapper"
-R4_AT = ("torch.fx._symbolic_trace:path_of_module", "torch.fx._symbolic_trace:call_module",
-         "torch.fx._symbolic_trace:module_call_wrapper")
+R4_AT = (
+    "torch.fx._symbolic_trace:path_of_module",
+    "torch.fx._symbolic_trace:call_module",
+    "torch.fx._symbolic_trace:module_call_wrapper",
+)
 REFERENCE = {
     # race: fixture folders of this project's own runs of it (one key each; R5 has four faces:
     # a segfault in compile_wrapper, its SIGFPE twin (3 of 14 runs of user_r5_cache_cleaner.py,
@@ -44,8 +47,12 @@ REFERENCE = {
     # this test on purpose: a race that changes how it dies is news for the catalogue.
     "F2": ("f2_fx_trace_of_compiled_fn",),
     "R4": ("r4_eager_module_nameerror",),
-    "R5": ("r5_reset_segfault", "r5_reset_fpe", "r5_reset_segfault_after_nameerror",
-           "r5_reset_typeerror_then_segfault"),
+    "R5": (
+        "r5_reset_segfault",
+        "r5_reset_fpe",
+        "r5_reset_segfault_after_nameerror",
+        "r5_reset_typeerror_then_segfault",
+    ),
 }
 
 
@@ -90,9 +97,15 @@ def _reference_keys(race: str) -> set[str]:
 
 def _first_failure(script: str, tmp_path: Path) -> tuple[object, str]:
     for i in range(MAX_RUNS):
-        spec = TrialSpec(trial_id=f"corpus/{script}/{i}", cell="corpus", timeout_s=180, hang_s=90,
-                         trial_index=i, cwd=str(ROOT),
-                         workload=WorkloadSpec(kind="command", argv=(sys.executable, str(SCRIPTS / script))))
+        spec = TrialSpec(
+            trial_id=f"corpus/{script}/{i}",
+            cell="corpus",
+            timeout_s=180,
+            hang_s=90,
+            trial_index=i,
+            cwd=str(ROOT),
+            workload=WorkloadSpec(kind="command", argv=(sys.executable, str(SCRIPTS / script))),
+        )
         result = run_trial(spec, tmp_path / str(i))
         if result.outcome.is_failure:
             return result, (tmp_path / str(i) / OUTPUT_NAME).read_text(errors="replace")
@@ -122,9 +135,27 @@ def test_stress_groups_a_programs_runs_under_one_signature(tmp_path):
     # `harness stress` groups failing runs by summary: three request threads that fail at once,
     # printed in any order (or interleaved), read as one failure, run after run.
     out = subprocess.run(
-        [sys.executable, "-m", "harness", "stress", "-p", "2", "--max-runs", "2", "-o", str(tmp_path),
-         "--", sys.executable, str(SCRIPTS / "user_f2_thread_subclass.py")],
-        cwd=ROOT, capture_output=True, text=True, timeout=400)
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "stress",
+            "-p",
+            "2",
+            "--max-runs",
+            "2",
+            "-o",
+            str(tmp_path),
+            "--",
+            sys.executable,
+            str(SCRIPTS / "user_f2_thread_subclass.py"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     groups = [line.strip() for line in out.stdout.splitlines() if line.startswith("  ") and " x " in line]
     assert out.returncode == 1 and groups == [
-        f"2 x fx-trace-of-dynamo-fn (RuntimeError in request at {F2_AT} < user_f2_thread_subclass:run)"], out.stdout
+        f"2 x fx-trace-of-dynamo-fn (RuntimeError in request at {F2_AT} < user_f2_thread_subclass:run)"
+    ], out.stdout

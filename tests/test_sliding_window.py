@@ -24,12 +24,25 @@ def target():
 
 
 def make_objective(target, layer_types=MIXED, window=6, attention="auto") -> DFlashObjective:
-    cfg = DrafterConfig(num_layers=len(layer_types), block_size=BS, layer_types=layer_types,
-                        sliding_window=window, attention=attention)
-    drafter = DFlashDrafter(cfg, hidden_size=target.hidden_size, num_target_layers=target.num_layers,
-                            vocab_size=target.vocab_size, layer_ids=resolve_layer_ids(cfg, target.num_layers))
-    return DFlashObjective(drafter, target.embed_tokens, target.lm_head, BS,
-                           resolve_mask_token_id(cfg, target.vocab_size), cfg.resolved_gamma(), attention)
+    cfg = DrafterConfig(
+        num_layers=len(layer_types), block_size=BS, layer_types=layer_types, sliding_window=window, attention=attention
+    )
+    drafter = DFlashDrafter(
+        cfg,
+        hidden_size=target.hidden_size,
+        num_target_layers=target.num_layers,
+        vocab_size=target.vocab_size,
+        layer_ids=resolve_layer_ids(cfg, target.num_layers),
+    )
+    return DFlashObjective(
+        drafter,
+        target.embed_tokens,
+        target.lm_head,
+        BS,
+        resolve_mask_token_id(cfg, target.vocab_size),
+        cfg.resolved_gamma(),
+        attention,
+    )
 
 
 def make_batch(target, layer_ids, seed=0, b=2, seq_len=32, num_anchors=5):
@@ -43,27 +56,33 @@ def make_batch(target, layer_ids, seed=0, b=2, seq_len=32, num_anchors=5):
     return input_ids, loss_mask, context, anchors, keep
 
 
-@pytest.mark.parametrize("kw", [
-    {"num_layers": 2, "layer_types": ("full_attention",)},
-    {"num_layers": 1, "layer_types": ("local",)},
-    {"num_layers": 1, "layer_types": ("sliding_attention",)},
-    {"num_layers": 1, "sliding_window": 0},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"num_layers": 2, "layer_types": ("full_attention",)},
+        {"num_layers": 1, "layer_types": ("local",)},
+        {"num_layers": 1, "layer_types": ("sliding_attention",)},
+        {"num_layers": 1, "sliding_window": 0},
+    ],
+)
 def test_bad_layer_layouts_are_config_errors(kw):
     with pytest.raises(ConfigError):
         DrafterConfig(**kw)
 
 
 def test_layer_types_and_window_come_from_the_command_line():
-    cfg = apply_overrides(RunConfig(), ["drafter.num_layers=2", "drafter.sliding_window=8",
-                                        "drafter.layer_types=sliding_attention,full_attention"])
+    cfg = apply_overrides(
+        RunConfig(),
+        ["drafter.num_layers=2", "drafter.sliding_window=8", "drafter.layer_types=sliding_attention,full_attention"],
+    )
     assert cfg.drafter.layer_types == MIXED and cfg.drafter.sliding_window == 8
     assert DrafterConfig().layer_types is None  # default: every layer full, as before
 
 
 def _drafter(layer_types, window=4, seed=0):
-    cfg = DrafterConfig(num_layers=len(layer_types), block_size=BS, layer_types=layer_types,
-                        sliding_window=window, init_seed=seed)
+    cfg = DrafterConfig(
+        num_layers=len(layer_types), block_size=BS, layer_types=layer_types, sliding_window=window, init_seed=seed
+    )
     return DFlashDrafter(cfg, hidden_size=64, num_target_layers=8, vocab_size=256, layer_ids=(1, 5))
 
 
@@ -88,8 +107,9 @@ def test_a_drafter_with_sliding_layers_refuses_one_mask_for_all_layers():
     from dflash.masks import sdpa_mask
 
     with pytest.raises(ValueError, match="by layer type"):
-        drafter(torch.randn(1, BS, 64), torch.randn(1, 10, 128), torch.arange(14)[None],
-                sdpa_mask(anchors, keep, BS, 10))
+        drafter(
+            torch.randn(1, BS, 64), torch.randn(1, 10, 128), torch.arange(14)[None], sdpa_mask(anchors, keep, BS, 10)
+        )
 
 
 def test_the_objective_builds_one_mask_per_layer_kind(target):

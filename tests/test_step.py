@@ -18,8 +18,7 @@ def calls(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("mode, cudagraphs", [("default", None), ("reduce-overhead", True),
-                                              ("max-autotune", True)])
+@pytest.mark.parametrize("mode, cudagraphs", [("default", None), ("reduce-overhead", True), ("max-autotune", True)])
 def test_mode_and_workarounds_go_in_as_options(calls, mode, cudagraphs):
     compile_fn(lambda x: x, CompileConfig(mode=mode))
     (kw,) = calls
@@ -31,8 +30,11 @@ def test_mode_and_workarounds_go_in_as_options(calls, mode, cudagraphs):
 
 
 def test_which_modes_record_cuda_graphs():
-    assert [m for m in ("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
-            if CompileConfig(mode=m).cudagraphs] == ["reduce-overhead", "max-autotune"]
+    assert [
+        m
+        for m in ("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+        if CompileConfig(mode=m).cudagraphs
+    ] == ["reduce-overhead", "max-autotune"]
 
 
 def test_workarounds_can_be_switched_off_and_other_backends_get_no_options(calls):
@@ -58,7 +60,7 @@ class _OverwriteOnRelease:
 
     def __init__(self, model):
         self.outputs = []
-        for p in model.parameters():     # the gradient tensors the backward produced, as produced
+        for p in model.parameters():  # the gradient tensors the backward produced, as produced
             p.register_post_accumulate_grad_hook(lambda p: self.outputs.append(p.grad))
 
     @contextlib.contextmanager
@@ -77,8 +79,7 @@ def test_what_outlives_the_lock_is_copied_inside_it(cudagraphs):
 
     def step_fn(x):
         y = model(x)
-        out = types.SimpleNamespace(loss=y.square().mean(), correct=(y > 0).sum(0).float(),
-                                    counts=torch.ones(2))
+        out = types.SimpleNamespace(loss=y.square().mean(), correct=(y > 0).sum(0).float(), counts=torch.ones(2))
         fs.outputs += [out.loss, out.correct, out.counts]
         return out
 
@@ -87,7 +88,7 @@ def test_what_outlives_the_lock_is_copied_inside_it(cudagraphs):
     assert 0 < float(result.loss) < 99 and result.counts.tolist() == [1.0, 1.0]
     assert result.correct.max() <= 4 and (result.seq, result.tokens) == (7, 12)
     overwritten = all(bool((p.grad == 99).all()) for p in model.parameters())
-    assert overwritten is not cudagraphs   # with CUDA graphs the gradients left the pool in time
+    assert overwritten is not cudagraphs  # with CUDA graphs the gradients left the pool in time
 
 
 def test_a_workaround_this_torch_does_not_know_is_left_out(calls, monkeypatch):

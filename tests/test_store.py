@@ -12,8 +12,14 @@ from harness.trial.outcome import Outcome, TrialResult
 
 
 def _result(i: int, outcome: Outcome = Outcome.OK) -> TrialResult:
-    return TrialResult(trial_id=f"cell-a/{i}", cell="cell-a", trial_index=i, outcome=outcome,
-                       duration_s=1.5, final={"event": "final", "tokens_per_s": 10.0 + i})
+    return TrialResult(
+        trial_id=f"cell-a/{i}",
+        cell="cell-a",
+        trial_index=i,
+        outcome=outcome,
+        duration_s=1.5,
+        final={"event": "final", "tokens_per_s": 10.0 + i},
+    )
 
 
 def test_append_then_load_round_trips_in_order(tmp_path):
@@ -37,21 +43,26 @@ def test_torn_final_line_is_ignored_then_cut_before_the_next_append(tmp_path):
     store.append(_result(1))
     path = tmp_path / "trials.jsonl"
     data = path.read_bytes()
-    path.write_bytes(data[:-25])                  # harness killed in the middle of a write
+    path.write_bytes(data[:-25])  # harness killed in the middle of a write
     assert [r.trial_id for r in store.load()] == ["cell-a/0"]
-    assert store.done_ids() == {"cell-a/0"}       # trial 1 reruns
+    assert store.done_ids() == {"cell-a/0"}  # trial 1 reruns
     Store(tmp_path).append(_result(2))
     assert [r.trial_id for r in Store(tmp_path).load()] == ["cell-a/0", "cell-a/2"]
 
 
-@pytest.mark.parametrize("content, message", [
-    (b'{"trial_id": "x"\n{"a": 1}\n', "line 1: not a JSON record"),
-    (b"garbage\n" + b"x" * 10 + b"\n", "line 1: not a JSON record"),
-    (b"[1, 2]\n", "line 1: expected a JSON object, got list"),
-    (b'{"trial_id": "x", "cell": "c"}\n', "line 1: not a trial record (KeyError"),
-    (b'{"trial_id": "x", "cell": "c", "trial_index": 0, "outcome": "exploded"}\n',
-     "line 1: not a trial record (ValueError"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"trial_id": "x"\n{"a": 1}\n', "line 1: not a JSON record"),
+        (b"garbage\n" + b"x" * 10 + b"\n", "line 1: not a JSON record"),
+        (b"[1, 2]\n", "line 1: expected a JSON object, got list"),
+        (b'{"trial_id": "x", "cell": "c"}\n', "line 1: not a trial record (KeyError"),
+        (
+            b'{"trial_id": "x", "cell": "c", "trial_index": 0, "outcome": "exploded"}\n',
+            "line 1: not a trial record (ValueError",
+        ),
+    ],
+)
 def test_unreadable_store_raises_one_line_and_is_left_untouched(tmp_path, content, message):
     path = tmp_path / "trials.jsonl"
     good = json.dumps(_result(0).to_json()).encode() + b"\n"
@@ -82,8 +93,7 @@ def test_concurrent_appends_never_interleave(tmp_path):
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(k * 1000,), name=f"store-writer-{k}")
-               for k in range(4)]
+    threads = [threading.Thread(target=writer, args=(k * 1000,), name=f"store-writer-{k}") for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -104,7 +114,8 @@ def test_artefacts_dirs_are_safe_and_distinct(tmp_path):
 
 
 def test_a_record_names_its_matrix_and_keeps_it_out_of_its_json():
-    r = TrialResult(trial_id="gpu-topology-4/launch-bound:raw@-/3", cell="launch-bound:raw@-", trial_index=3,
-                    outcome=Outcome.OK)
+    r = TrialResult(
+        trial_id="gpu-topology-4/launch-bound:raw@-/3", cell="launch-bound:raw@-", trial_index=3, outcome=Outcome.OK
+    )
     assert r.matrix == "gpu-topology-4"
     assert "matrix" not in r.to_json()

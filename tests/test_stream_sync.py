@@ -20,7 +20,7 @@ from harness.runtime.fixes import FixSet
 
 def _loop(fs: FixSet) -> target_loop.TargetForwardLoop:
     loop = target_loop.TargetForwardLoop.__new__(target_loop.TargetForwardLoop)
-    loop.devices = (torch.device("cuda:0"),)   # never touched: synchronize is replaced below
+    loop.devices = (torch.device("cuda:0"),)  # never touched: synchronize is replaced below
     loop.layer_ids = (1,)
     loop.fs = fs
     return loop
@@ -31,8 +31,9 @@ def _batch() -> TokenBatch:
     return TokenBatch(seq=0, epoch=0, bucket=4, indices=(0,), input_ids=ids, loss_mask=ids, lengths=torch.tensor([4]))
 
 
-@pytest.mark.parametrize("fixes, stream_only", [((), False), (("stream-sync",), True),
-                                                (("global-lock", "stream-sync"), True)])
+@pytest.mark.parametrize(
+    "fixes, stream_only", [((), False), (("stream-sync",), True), (("global-lock", "stream-sync"), True)]
+)
 def test_the_loop_asks_for_the_wait_the_fix_says(monkeypatch, fixes, stream_only):
     calls = []
     monkeypatch.setattr(target_loop, "synchronize", lambda device, stream_only=False: calls.append(stream_only))

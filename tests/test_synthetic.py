@@ -149,7 +149,16 @@ def test_default_knobs_keep_the_old_file_name_and_others_change_it(tmp_path) -> 
     from dflash.synthetic import corpus_path
 
     base = corpus_path(_cfg(tmp_path), VOCAB, "k")
-    assert base == corpus_path(_cfg(tmp_path, synthetic_prompt_quantum=PROMPT_LEN_QUANTUM,
-                                    synthetic_generate_batch=GENERATE_BATCH), VOCAB, "k")
-    assert len({base, corpus_path(_cfg(tmp_path, synthetic_prompt_quantum=8), VOCAB, "k"),
-                corpus_path(_cfg(tmp_path, synthetic_generate_batch=64), VOCAB, "k")}) == 3
+    assert base == corpus_path(
+        _cfg(tmp_path, synthetic_prompt_quantum=PROMPT_LEN_QUANTUM, synthetic_generate_batch=GENERATE_BATCH), VOCAB, "k"
+    )
+    assert (
+        len(
+            {
+                base,
+                corpus_path(_cfg(tmp_path, synthetic_prompt_quantum=8), VOCAB, "k"),
+                corpus_path(_cfg(tmp_path, synthetic_generate_batch=64), VOCAB, "k"),
+            }
+        )
+        == 3
+    )

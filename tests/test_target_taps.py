@@ -16,7 +16,7 @@ import torch
 from dflash.config import TargetConfig
 from dflash.target import build_target
 
-LAYERS = (0, 2, 3)   # 3 is the last layer: HF returns it final-normed
+LAYERS = (0, 2, 3)  # 3 is the last layer: HF returns it final-normed
 CALLS = 200
 
 
@@ -31,8 +31,9 @@ def _inputs():
 
 def test_hooked_taps_equal_output_hidden_states(target):
     for ids in _inputs():
-        torch.testing.assert_close(target.hidden_hooked(ids, None, LAYERS), target.hidden(ids, None, LAYERS),
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(
+            target.hidden_hooked(ids, None, LAYERS), target.hidden(ids, None, LAYERS), rtol=0, atol=0
+        )
 
 
 def _collisions(fn, inputs, refs) -> list[str]:

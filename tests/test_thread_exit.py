@@ -46,8 +46,7 @@ print("joined", flush=True)
 
 
 def _run(*fixes: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", SCRIPT, *fixes], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    return subprocess.run([sys.executable, "-c", SCRIPT, *fixes], capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
 def test_exit_aborts_while_a_joined_thread_drops_its_stash():
@@ -56,8 +55,10 @@ def test_exit_aborts_while_a_joined_thread_drops_its_stash():
     # SIGABRT from std::terminate; under load the abort can itself fault (SIGSEGV after the same
     # message: seen once in the full suite).
     assert all(r.returncode in (-6, -11) for r in runs), [(r.returncode, r.stderr[-300:]) for r in runs]
-    assert all("finalizing" in r.stderr or "terminate called without an active exception" in r.stderr
-               or r.returncode == -11 for r in runs)   # several faulting threads can print nothing
+    assert all(
+        "finalizing" in r.stderr or "terminate called without an active exception" in r.stderr or r.returncode == -11
+        for r in runs
+    )  # several faulting threads can print nothing
 
 
 def test_await_thread_exit_lets_the_stash_go_before_finalization():
@@ -74,7 +75,7 @@ def test_join_waits_for_the_os_thread():
     t = threading.Thread(target=body, name="os-exit")
     t.start()
     assert thread_exit.os_thread_alive(t.native_id)
-    assert not thread_exit.join(t, 0.05)   # still running: not gone
+    assert not thread_exit.join(t, 0.05)  # still running: not gone
     release.set()
     assert thread_exit.join(t, 5)
     assert not thread_exit.os_thread_alive(t.native_id)

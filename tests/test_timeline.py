@@ -10,7 +10,7 @@ from dflash.timeline import Timeline, process_age_s
 
 def test_the_process_age_counts_the_imports_before_the_timeline():
     age = process_age_s()
-    assert 0 < age < 3600                               # this test process, started minutes ago at most
+    assert 0 < age < 3600  # this test process, started minutes ago at most
     tl = Timeline(io.StringIO(), tick_s=0)
     assert tl.phases["imports"] >= age - 0.01
 

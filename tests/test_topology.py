@@ -18,8 +18,12 @@ from harness.trial.spec import TrialSpec
 
 def _plan(trial: TrialSpec, cuda_count: int):
     cfg = config_from_args(build_parser().parse_args(["train", *trial.workload.argv]))
-    return cfg, resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
-                        num_drafter_threads=cfg.pipeline.num_drafter_threads, cuda_count=cuda_count)
+    return cfg, resolve(
+        cfg.devices,
+        num_target_threads=cfg.pipeline.num_target_threads,
+        num_drafter_threads=cfg.pipeline.num_drafter_threads,
+        cuda_count=cuda_count,
+    )
 
 
 @pytest.mark.parametrize("name, gpus", [("gpu-topology", 8), ("gpu-topology-4", 4)])
@@ -27,9 +31,9 @@ def test_each_drafter_owns_a_gpu_in_every_trial(name, gpus):
     spec = presets.get(name)
     assert {w.gpus for w in spec.workloads.values()} == {gpus}
     trials = expand(spec)
-    extra = len(presets.TOPOLOGY_EXTRA_STRATEGIES) * 2 * 2 * spec.trials   # x workloads x plans
+    extra = len(presets.TOPOLOGY_EXTRA_STRATEGIES) * 2 * 2 * spec.trials  # x workloads x plans
     assert len(trials) == len(expand(presets.get("gpu-campaign"))) + extra
-    for trial in trials[:: len(trials) // 20]:   # both workloads, many strategies
+    for trial in trials[:: len(trials) // 20]:  # both workloads, many strategies
         cfg, plan = _plan(trial, gpus)
         assert (cfg.pipeline.num_target_threads, cfg.pipeline.num_drafter_threads) == (5, 3)
         drafters = plan.drafter
@@ -55,8 +59,10 @@ def test_the_two_gpu_topology_gives_each_drafter_its_own_gpu_beside_one_target()
 
 
 def test_topology_needs_three_drafter_gpus_and_a_target_gpu():
-    assert seed_topology(5)[2:4] == ("devices.target_devices=cuda:0,cuda:1",
-                                     "devices.drafter_devices=cuda:2,cuda:3,cuda:4")
+    assert seed_topology(5)[2:4] == (
+        "devices.target_devices=cuda:0,cuda:1",
+        "devices.drafter_devices=cuda:2,cuda:3,cuda:4",
+    )
     with pytest.raises(DevicePlanError, match="needs >= 4 GPUs"):
         seed_topology(3)
     assert topology(3) == paired_topology(3) and topology(4) == seed_topology(4)
@@ -68,8 +74,11 @@ def test_topology_cells_are_the_campaign_cells_and_the_stash_free_cudagraph_cell
     # 2026-11-30: is the stash behind the 4-GPU segfaults?).
     names = lambda s: {c.name for c in s.cells()}  # noqa: E731
     campaign = names(presets.get("gpu-campaign"))
-    added = {f"{w}:local-tls-init+single-thread-autograd@{p}"
-             for w in ("launch-bound", "gpu-bound") for p in ("-", "dflash-stages")}
+    added = {
+        f"{w}:local-tls-init+single-thread-autograd@{p}"
+        for w in ("launch-bound", "gpu-bound")
+        for p in ("-", "dflash-stages")
+    }
     for name in ("gpu-topology", "gpu-topology-4", "gpu-topology-2"):
         assert names(presets.get(name)) == campaign | added
     spec = presets.get("gpu-topology-4")

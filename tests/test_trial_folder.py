@@ -13,10 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_no_module_but_the_folder_module_names_an_artefact_file():
     quoted = re.compile("|".join(re.escape(f'"{name}"') for name in folder.FILES))
-    spelled = [f"{p.relative_to(ROOT)}:{n}"
-               for package in ("harness", "tools", "repro")
-               for p in sorted((ROOT / package).rglob("*.py")) if p.name != "folder.py"
-               for n, line in enumerate(p.read_text().splitlines(), 1) if quoted.search(line)]
+    spelled = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for package in ("harness", "tools", "repro")
+        for p in sorted((ROOT / package).rglob("*.py"))
+        if p.name != "folder.py"
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if quoted.search(line)
+    ]
     assert spelled == []
 
 

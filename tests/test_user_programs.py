@@ -18,8 +18,10 @@ from harness.trial import hangs
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "tracebacks"
 SCRIPTS = ROOT / "tests" / "scripts"
-F2_LINE = ("RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. "
-           "This is not supported at the moment.")
+F2_LINE = (
+    "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. "
+    "This is not supported at the moment."
+)
 F3_BLOCK = """Exception in thread tracer-1:
 Traceback (most recent call last):
   File "/usr/lib/python3.11/threading.py", line 1045, in _bootstrap_inner
@@ -37,8 +39,9 @@ AssertionError: CURRENT_PATCHER was changed during a revert_all_patches
 
 
 def _cli(*args: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
 
 
 def _findings(text: str, tmp_path: Path, name: str = "log.txt") -> list[diagnose.Finding]:
@@ -48,11 +51,16 @@ def _findings(text: str, tmp_path: Path, name: str = "log.txt") -> list[diagnose
 
 
 def _f2_thread_block(thread: str) -> str:
-    return (FIXTURES / "f2_fx_trace_of_compiled_fn" / "1.txt").read_text().split("\n", 1)[1].replace(
-        "=== thread caller-0 failed", f"=== thread {thread} failed")
+    return (
+        (FIXTURES / "f2_fx_trace_of_compiled_fn" / "1.txt")
+        .read_text()
+        .split("\n", 1)[1]
+        .replace("=== thread caller-0 failed", f"=== thread {thread} failed")
+    )
 
 
 # ------------------------------------------------------------------------------ pasted logs
+
 
 def test_a_bare_error_line_from_a_bug_report_is_named(tmp_path):
     (finding,) = _findings(f"### Error logs\n\n{F2_LINE}\n", tmp_path)
@@ -60,16 +68,20 @@ def test_a_bare_error_line_from_a_bug_report_is_named(tmp_path):
 
 
 def test_github_issue_text_with_code_fences_and_collect_env_is_judged_on_its_torch(tmp_path):
-    text = (f"### Describe the bug\n\n```python\nimport threading, torch\nf = torch.compile(g)\n```\n\n"
-            f"### Error logs\n\n```\n{F3_BLOCK}```\n\n### Versions\n\nCollecting environment information...\n"
-            "PyTorch version: 2.4.0+cu121\nIs debug build: False\n")
+    text = (
+        f"### Describe the bug\n\n```python\nimport threading, torch\nf = torch.compile(g)\n```\n\n"
+        f"### Error logs\n\n```\n{F3_BLOCK}```\n\n### Versions\n\nCollecting environment information...\n"
+        "PyTorch version: 2.4.0+cu121\nIs debug build: False\n"
+    )
     (finding,) = _findings(text, tmp_path)
     assert finding.race == "F3" and finding.torch == "2.4.0+cu121", (finding.verdict(), finding.torch)
 
 
 def test_pytest_output_is_read(tmp_path):
-    text = ("    def test_serve():\n>       pool.map(score, batches)\n"
-            f"E       {F2_LINE}\n\ntests/test_serve.py:14: RuntimeError\n")
+    text = (
+        "    def test_serve():\n>       pool.map(score, batches)\n"
+        f"E       {F2_LINE}\n\ntests/test_serve.py:14: RuntimeError\n"
+    )
     (finding,) = _findings(text, tmp_path)
     assert finding.race == "F2"
 
@@ -97,18 +109,22 @@ def test_a_recompile_limit_at_exit_0_is_a_finding(tmp_path):
     (run / "output.txt").write_text(
         "W1202 12:00:01.123000 77 torch/_dynamo/convert_frame.py:1050] torch._dynamo hit config.recompile_limit (8)\n"
         "W1202 12:00:01.123000 77 torch/_dynamo/convert_frame.py:1050]    last reason: 0/7: Unexpected "
-        "recompilation: runtime guards failed even though they passed\nserved 32 requests\n")
-    (run / "result.json").write_text(json.dumps({"trial_id": "stress/0", "cell": "stress", "trial_index": 0,
-                                                 "outcome": "ok", "rc": 0, "detail": "exit 0"}))
+        "recompilation: runtime guards failed even though they passed\nserved 32 requests\n"
+    )
+    (run / "result.json").write_text(
+        json.dumps(
+            {"trial_id": "stress/0", "cell": "stress", "trial_index": 0, "outcome": "ok", "rc": 0, "detail": "exit 0"}
+        )
+    )
     (finding,) = diagnose.diagnose(diagnose.collect([str(tmp_path / "stress")]))
     assert finding.outcome == "OK" and finding.race == "F10", finding.verdict()
     assert "F10 at exit 0 in 1 run" in diagnose.summary_line([finding])
 
 
 def test_no_record_is_not_read_as_not_reproduced(tmp_path, monkeypatch):
-    monkeypatch.setattr(catalogue_module, "shipped", lambda: {})   # neither the stores nor their counts
+    monkeypatch.setattr(catalogue_module, "shipped", lambda: {})  # neither the stores nor their counts
     catalogue = diagnose.load()
-    empty = diagnose.RecordSource(root=tmp_path)        # an installation without the stores
+    empty = diagnose.RecordSource(root=tmp_path)  # an installation without the stores
     race = catalogue.race("F2")
     lines = diagnose.version_lines(race, empty) + [f.text() for f in diagnose.fix_lines(race, "2.13.0", empty)]
     assert lines and not any("0/0" in line or "not reproduced" in line for line in lines), lines
@@ -117,19 +133,33 @@ def test_no_record_is_not_read_as_not_reproduced(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------------- stress
 
+
 def test_a_command_that_fails_the_same_way_every_time_is_called_deterministic(tmp_path):
-    p = _cli("stress", "-p", "1", "--max-runs", "20", "-o", str(tmp_path / "out"), "--",
-             "python", "-c", "import no_such_module_anywhere")
+    p = _cli(
+        "stress",
+        "-p",
+        "1",
+        "--max-runs",
+        "20",
+        "-o",
+        str(tmp_path / "out"),
+        "--",
+        "python",
+        "-c",
+        "import no_such_module_anywhere",
+    )
     assert p.returncode == 1
-    assert p.stdout.startswith("a deterministic failure, not a race: each of the first 3 runs failed the same way "
-                               "(CRASH: ModuleNotFoundError"), p.stdout
+    assert p.stdout.startswith(
+        "a deterministic failure, not a race: each of the first 3 runs failed the same way (CRASH: ModuleNotFoundError"
+    ), p.stdout
     assert "3 runs completed" in p.stdout
     assert f"`python` in CMD runs {sys.executable}" in p.stderr.splitlines()[0]
 
 
 def test_thread_failures_at_exit_0_count_in_stress(tmp_path):
-    p = _cli("stress", "-p", "2", "--max-runs", "2", "--keep-going", "--", "python",
-             str(SCRIPTS / "thread_dies_exit0.py"))
+    p = _cli(
+        "stress", "-p", "2", "--max-runs", "2", "--keep-going", "--", "python", str(SCRIPTS / "thread_dies_exit0.py")
+    )
     assert p.returncode == 1 and "2 runs completed, 2 failures" in p.stdout, p.stdout
     assert "exit 0, but 2 uncaught exception(s) in thread(s) worker-0, worker-1" in p.stderr
 
@@ -137,11 +167,29 @@ def test_thread_failures_at_exit_0_count_in_stress(tmp_path):
 def test_a_fix_holds_on_the_readme_example_without_editing_it(tmp_path):
     """The README's example, raw (`--no-fix`: no fix in the program): F2 in every run; the fix that
     diagnose names for it, put in by `stress --fix`, holds. Same seeds, one table."""
-    p = _cli("stress", "-p", "2", "--max-runs", "2", "--fix", "none", "--fix", "nested-fx-fallback",
-             "-o", str(tmp_path / "out"), "--", "python", "examples/serve_while_tracing.py", "--no-fix")
+    p = _cli(
+        "stress",
+        "-p",
+        "2",
+        "--max-runs",
+        "2",
+        "--fix",
+        "none",
+        "--fix",
+        "nested-fx-fallback",
+        "-o",
+        str(tmp_path / "out"),
+        "--",
+        "python",
+        "examples/serve_while_tracing.py",
+        "--no-fix",
+    )
     assert p.returncode == 1, p.stdout + p.stderr[-2000:]
-    rows = {line.split()[0]: line.split()[1] for line in p.stdout.splitlines()
-            if line.startswith(("none ", "nested-fx-fallback "))}
+    rows = {
+        line.split()[0]: line.split()[1]
+        for line in p.stdout.splitlines()
+        if line.startswith(("none ", "nested-fx-fallback "))
+    }
     assert rows == {"none": "2/2", "nested-fx-fallback": "0/2"}, p.stdout
     assert "known: F2" in p.stdout and "HARNESS_FIXES acted: guard: no fixes" in p.stderr
     assert "try on your program: python -m harness stress" in p.stdout and "--fix nested-fx-fallback" in p.stdout
@@ -155,8 +203,9 @@ def test_an_unknown_fix_is_one_line_and_exit_2(tmp_path):
 @pytest.mark.parametrize("plan", [None, "switch"])
 def test_a_deadlock_is_a_hang_under_every_plan(tmp_path, plan):
     args = ["--plan", plan] if plan else []
-    p = _cli("stress", "-p", "1", "--max-runs", "1", "--timeout", "8", *args, "--", "python",
-             str(SCRIPTS / "deadlock.py"))
+    p = _cli(
+        "stress", "-p", "1", "--max-runs", "1", "--timeout", "8", *args, "--", "python", str(SCRIPTS / "deadlock.py")
+    )
     assert "outcomes: HANG:1" in p.stdout, p.stdout + p.stderr[-1500:]
 
 
@@ -164,11 +213,16 @@ def test_the_caching_allocators_graph_pool_abort_is_the_shared_pool_race():
     """A reduce-overhead graph warmed in the main thread, then called from three threads (H200,
     torch 2.11): besides F1c's Python faces, some runs abort in the allocator's graph-pool code."""
     failure = diagnose.Failure(
-        source="run", outcome="ABORT", key="c10-Error-x", summary="c10::Error at ?: invalid device pointer: <hex>",
+        source="run",
+        outcome="ABORT",
+        key="c10-Error-x",
+        summary="c10::Error at ?: invalid device pointer: <hex>",
         text="terminate called after throwing an instance of 'c10::Error'\n  what():  invalid device pointer: 0x7f2c\n",
         native="#0 c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::free (libc10_cuda.so)\n"
-               "#1 c10::cuda::CUDACachingAllocator::Native::(anonymous namespace)::GraphReuseContext::release "
-               "(libc10_cuda.so)\n", torch="2.11.0+cu130")
+        "#1 c10::cuda::CUDACachingAllocator::Native::(anonymous namespace)::GraphReuseContext::release "
+        "(libc10_cuda.so)\n",
+        torch="2.11.0+cu130",
+    )
     (finding,) = diagnose.diagnose([failure])
     assert finding.race == "F1c", finding.verdict()
 
@@ -186,8 +240,8 @@ def test_phase_lock_put_into_a_program_runs_a_compiled_calls_first_calls_alone_a
         "m = torch.compile(torch.nn.Linear(3, 3), backend='eager')\n"
         "for _ in range(5):\n"
         "    f(torch.ones(4)); m(torch.ones(2, 3))\n"
-        "print(FIXES['phase-lock'].stats())\n")
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)
+        "print(FIXES['phase-lock'].stats())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "{'exclusive': 6, 'shared': 4, 'compiles_while_shared': 0}"

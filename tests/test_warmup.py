@@ -17,8 +17,9 @@ MEASURED = ROOT / "results" / "h200-2026-12-02-warmup"
 BAR = "train:  50%|#####     | 1/2 [00:01<00:01,  1.28s/step]"
 
 
-def write_log(path: Path, times: list[float], tokens_per_step: int, *, every: int = 1, threads: int = 3,
-              final: bool = True) -> Path:
+def write_log(
+    path: Path, times: list[float], tokens_per_step: int, *, every: int = 1, threads: int = 3, final: bool = True
+) -> Path:
     """A trainer log: step s ends at times[s-1] s after the gate, each step `tokens_per_step`
     tokens; a metrics line every `every` steps (and at step 1), progress-bar text in front of
     some lines as the trainer's shared stdout/stderr has."""
@@ -28,14 +29,30 @@ def write_log(path: Path, times: list[float], tokens_per_step: int, *, every: in
     steady = round(tokens_per_step * (steps - steps // 2) / (times[-1] - half), 2) if steps >= 4 else None
     for s, t in enumerate(times, 1):
         if s == 1 or s % every == 0:
-            event = {"event": "metrics", "step": s, "loss": 5.0, "tokens_per_s": round(s * tokens_per_step / t, 2),
-                     "tokens_per_s_steady": steady if s == steps else None, "elapsed_s": round(t, 3)}
+            event = {
+                "event": "metrics",
+                "step": s,
+                "loss": 5.0,
+                "tokens_per_s": round(s * tokens_per_step / t, 2),
+                "tokens_per_s_steady": steady if s == steps else None,
+                "elapsed_s": round(t, 3),
+            }
             lines.append((BAR if s % 7 == 0 else "") + json.dumps(event))
     if final:
-        lines.append(json.dumps({"event": "final", "tokens_per_s": round(steps * tokens_per_step / times[-1], 2),
-                                 "tokens_per_s_steady": steady, "steps": steps, "steps_this_run": steps,
-                                 "elapsed_s": round(times[-1] + 0.1, 3), "torch": "2.11.0+cu130",
-                                 "device_plan": {"target": ["cuda:0"], "drafter": ["cuda:0"] * threads}}))
+        lines.append(
+            json.dumps(
+                {
+                    "event": "final",
+                    "tokens_per_s": round(steps * tokens_per_step / times[-1], 2),
+                    "tokens_per_s_steady": steady,
+                    "steps": steps,
+                    "steps_this_run": steps,
+                    "elapsed_s": round(times[-1] + 0.1, 3),
+                    "torch": "2.11.0+cu130",
+                    "device_plan": {"target": ["cuda:0"], "drafter": ["cuda:0"] * threads},
+                }
+            )
+        )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -82,9 +99,20 @@ def test_a_run_cut_short_without_a_final_line_reads_from_its_last_metrics_line(t
 def _summary(warm: float, pace: float, per_step: int = 100) -> RunSummary:
     steps = 1000
     tokens = steps * per_step
-    return RunSummary(name="x", steps=steps, steps_this_run=steps, first_step_s=warm, elapsed_s=warm + tokens / pace, tokens=tokens,
-                      steady_tokens_per_s=pace, pace_tokens_per_s=pace, step_s=per_step / pace, pauses=(),
-                      torch=None, drafter_threads=None)
+    return RunSummary(
+        name="x",
+        steps=steps,
+        steps_this_run=steps,
+        first_step_s=warm,
+        elapsed_s=warm + tokens / pace,
+        tokens=tokens,
+        steady_tokens_per_s=pace,
+        pace_tokens_per_s=pace,
+        step_s=per_step / pace,
+        pauses=(),
+        torch=None,
+        drafter_threads=None,
+    )
 
 
 def test_break_even_is_the_first_step_count_where_the_run_has_spent_less_than_the_base():
@@ -132,9 +160,14 @@ RUNS = ("eager3", "eager1", "rec3-cold", "rec3-warm", "ro1")
 @pytest.mark.skipif(not MEASURED.is_dir(), reason=f"no measured logs at {MEASURED}")
 def test_the_table_of_the_committed_h200_logs_prints_what_the_logs_hold(capsys):
     assert main(["warmup", *(str(MEASURED / f"{name}.log") for name in RUNS)]) == 0
-    rows = {cells[0]: cells for cells in
-            ([c.strip() for c in line.strip("|").split("|")] for line in capsys.readouterr().out.splitlines()
-             if line.startswith("| ") and not line.startswith("| run"))}
+    rows = {
+        cells[0]: cells
+        for cells in (
+            [c.strip() for c in line.strip("|").split("|")]
+            for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and not line.startswith("| run")
+        )
+    }
     assert list(rows) == list(RUNS)
     for name in RUNS:
         metrics, final = _events(MEASURED / f"{name}.log")

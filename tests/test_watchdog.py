@@ -28,8 +28,9 @@ def _timed_lines(proc: subprocess.Popen, limit_s: float) -> list[tuple[float, st
     """(seconds since start, line) of the child's stderr until it exits; kills it after limit_s."""
     t0 = time.monotonic()
     lines: list[tuple[float, str]] = []
-    reader = threading.Thread(target=lambda: lines.extend((time.monotonic() - t0, ln.rstrip("\n"))
-                                                          for ln in proc.stderr), name="test-reader")
+    reader = threading.Thread(
+        target=lambda: lines.extend((time.monotonic() - t0, ln.rstrip("\n")) for ln in proc.stderr), name="test-reader"
+    )
     reader.start()
     try:
         proc.wait(timeout=limit_s)
@@ -46,10 +47,20 @@ def _timed_lines(proc: subprocess.Popen, limit_s: float) -> list[tuple[float, st
 def test_stalled_run_exits_4_with_dump_headline_and_diagnosis(tmp_path):
     run = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=REPO, DFLASH_FAULTS=STUCK_AFTER_STEP_1)
-    argv = [sys.executable, "-m", "dflash", "train", *small_cli_args(str(run)),
-            "--set", "train.steps=50", "--set", "train.stall_s=2"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "dflash",
+        "train",
+        *small_cli_args(str(run)),
+        "--set",
+        "train.steps=50",
+        "--set",
+        "train.stall_s=2",
+    ]
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     out_lines: list[str] = []
     out_reader = threading.Thread(target=lambda: out_lines.extend(proc.stdout), name="test-out")
     out_reader.start()
@@ -100,15 +111,22 @@ def test_first_step_allowance_applies_until_the_first_step(tmp_path, monkeypatch
     assert outcome.exit_code == watchdog.EXIT_STALLED, err.getvalue()[-2000:]
     assert outcome.stall.first and outcome.stall.step == 0
     assert outcome.stall.headline.startswith(
-        "STALLED: no training step for 1 s since this run started (train.first_step_stall_s=1)")
+        "STALLED: no training step for 1 s since this run started (train.first_step_stall_s=1)"
+    )
     assert "stuck: dflash-train-0 in harness.runtime.faults:_perform:" in outcome.stall.headline
     assert returned - t0 < 60
     assert returned - outcome.stall.at < STALL_JOIN_S + 1  # did not wait for the sleeper
 
 
 def _watch(progress, *, stall_s: float, first_step_stall_s: float, out_dir) -> watchdog.Watchdog:
-    wd = watchdog.Watchdog(progress=progress, stall_s=stall_s, first_step_stall_s=first_step_stall_s,
-                           out_dir=str(out_dir), err=io.StringIO(), diagnose_timeout_s=0.01)
+    wd = watchdog.Watchdog(
+        progress=progress,
+        stall_s=stall_s,
+        first_step_stall_s=first_step_stall_s,
+        out_dir=str(out_dir),
+        err=io.StringIO(),
+        diagnose_timeout_s=0.01,
+    )
     wd.start()
     return wd
 
@@ -154,6 +172,7 @@ def test_threads_in_a_compile_are_compiling_and_channel_waiters_are_waiting():
                 in_call.set()
                 release.wait(30)
             return gm.forward(*args)
+
         return run
 
     fn = torch.compile(lambda x: x.sin() + 1, backend=blocking_backend)
@@ -162,9 +181,11 @@ def test_threads_in_a_compile_are_compiling_and_channel_waiters_are_waiting():
     compiled_once.set()
     stop = threading.Event()
     chan = Channel("hidden", 1, stop, 0.05)
-    threads = [threading.Thread(target=lambda: other(torch.ones(3)), name="dflash-train-0"),
-               threading.Thread(target=lambda: fn(torch.ones(3)), name="dflash-train-1"),
-               threading.Thread(target=lambda: _get_until_stop(chan), name="dflash-target-0")]
+    threads = [
+        threading.Thread(target=lambda: other(torch.ones(3)), name="dflash-train-0"),
+        threading.Thread(target=lambda: fn(torch.ones(3)), name="dflash-train-1"),
+        threading.Thread(target=lambda: _get_until_stop(chan), name="dflash-target-0"),
+    ]
     for t in threads:
         t.start()
     try:
@@ -181,10 +202,18 @@ def test_threads_in_a_compile_are_compiling_and_channel_waiters_are_waiting():
     assert not snap["dflash-train-1"].compiling
     assert snap["dflash-train-1"].where.startswith("test_watchdog:run:")
     assert snap["dflash-target-0"].waiting and snap["dflash-target-0"].where.startswith("dflash.channel:get:")
-    head = watchdog.headline(step=68, first=False, waited_s=300, limit_key="train.stall_s",
-                             limit_s=300, threads=tuple(snap.values()), dump_path="d.txt")
-    assert head.startswith("STALLED: no training step for 300 s after step 68 (train.stall_s=300); "
-                           "compiling (Dynamo/Inductor frames")
+    head = watchdog.headline(
+        step=68,
+        first=False,
+        waited_s=300,
+        limit_key="train.stall_s",
+        limit_s=300,
+        threads=tuple(snap.values()),
+        dump_path="d.txt",
+    )
+    assert head.startswith(
+        "STALLED: no training step for 300 s after step 68 (train.stall_s=300); compiling (Dynamo/Inductor frames"
+    )
     assert "dflash-train-0 in test_watchdog:blocking_backend:" in head.split("; stuck: ")[0]
     assert "; stuck: dflash-train-1 in test_watchdog:run:" in head
     assert head.endswith("; waiting on them: dflash-target-0; dump: d.txt")
@@ -227,11 +256,26 @@ def test_the_harness_records_a_stall_the_trainer_reports_as_a_hang_keyed_by_its_
     from harness.trial.runner import STALL_DUMP_NAME, run_trial
     from harness.trial.spec import TrialSpec, WorkloadSpec
 
-    argv = (sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run")),
-            "--set", "train.steps=50", "--set", "train.stall_s=2")
-    spec = TrialSpec(trial_id="stall/0", cell="stall", timeout_s=240, hang_s=120,
-                     workload=WorkloadSpec(kind="command", argv=argv), env={"DFLASH_FAULTS": STUCK_AFTER_STEP_1},
-                     cwd=str(tmp_path))
+    argv = (
+        sys.executable,
+        "-m",
+        "dflash",
+        "train",
+        *small_cli_args(str(tmp_path / "run")),
+        "--set",
+        "train.steps=50",
+        "--set",
+        "train.stall_s=2",
+    )
+    spec = TrialSpec(
+        trial_id="stall/0",
+        cell="stall",
+        timeout_s=240,
+        hang_s=120,
+        workload=WorkloadSpec(kind="command", argv=argv),
+        env={"DFLASH_FAULTS": STUCK_AFTER_STEP_1},
+        cwd=str(tmp_path),
+    )
     result = run_trial(spec, tmp_path / "trial")
     assert result.rc == watchdog.EXIT_STALLED and result.outcome is Outcome.HANG, result.detail
     assert result.detail.startswith("the workload stalled: no step for")

@@ -88,18 +88,30 @@ def load(path: Path = CORPUS) -> list[Program]:
     programs = []
     for raw in data.get("program", []):
         if not raw.get("path"):
-            continue                        # a report without a reproducer: part of the record only
+            continue  # a report without a reproducer: part of the record only
         where = f"{path.name}: {raw.get('name', '?')}"
         if raw.get("expect") not in OUTCOMES:
             raise CorpusError(f"{where}: expect must be one of {', '.join(OUTCOMES)}")
         if not (ROOT / raw["path"]).is_file():
             raise CorpusError(f"{where}: no program at {raw['path']}")
-        programs.append(Program(
-            name=raw["name"], path=raw["path"], args=tuple(raw.get("args", ())), source=raw.get("source", ""),
-            device=raw.get("device", "cpu"), expect=raw["expect"], races=tuple(raw.get("races", ())),
-            warnings=tuple(raw.get("warnings", ())), plan=raw.get("plan", ""), timeout=float(raw.get("timeout", 120)),
-            hang=float(raw.get("hang", 20)), runs=int(raw.get("runs", 3)), fast=bool(raw.get("fast", False)),
-            notes=raw.get("notes", "")))
+        programs.append(
+            Program(
+                name=raw["name"],
+                path=raw["path"],
+                args=tuple(raw.get("args", ())),
+                source=raw.get("source", ""),
+                device=raw.get("device", "cpu"),
+                expect=raw["expect"],
+                races=tuple(raw.get("races", ())),
+                warnings=tuple(raw.get("warnings", ())),
+                plan=raw.get("plan", ""),
+                timeout=float(raw.get("timeout", 120)),
+                hang=float(raw.get("hang", 20)),
+                runs=int(raw.get("runs", 3)),
+                fast=bool(raw.get("fast", False)),
+                notes=raw.get("notes", ""),
+            )
+        )
     names = [p.name for p in programs]
     if len(set(names)) != len(names):
         raise CorpusError(f"{path.name}: duplicate names")
@@ -111,28 +123,53 @@ def run_one(p: Program, *, python: str, runs: int | None = None, parallel: int =
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"corpus-{p.name}-") as tmp:
         out = Path(tmp) / "runs"
-        cmd = [sys.executable, "-m", "harness", "stress", "-p", str(parallel), "--max-runs", str(runs or p.runs),
-               "--timeout", str(p.timeout), "--hang", str(p.hang), "--interval", "3600",
-               "--python", python, "-o", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "harness",
+            "stress",
+            "-p",
+            str(parallel),
+            "--max-runs",
+            str(runs or p.runs),
+            "--timeout",
+            str(p.timeout),
+            "--hang",
+            str(p.hang),
+            "--interval",
+            "3600",
+            "--python",
+            python,
+            "-o",
+            str(out),
+        ]
         cmd += ["--plan", p.plan] if p.plan else []
         cmd += ["--", "python", str(ROOT / p.path), *p.args]
         # The programs' relative paths and imports resolve as from the checkout.
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                              timeout=(runs or p.runs) * (p.timeout + 90) + 120)
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, cwd=ROOT, timeout=(runs or p.runs) * (p.timeout + 90) + 120
+        )
         found.seconds = round(time.monotonic() - started, 1)
         text = done.stdout
         found.deterministic = text.startswith("a deterministic failure")
         m = re.search(r"outcomes: (.*)$", text, re.M)
         found.outcomes = {k: int(v) for k, v in (x.split(":") for x in m.group(1).split())} if m else {}
         found.skipped = (not any(o in found.outcomes for o in FAILING) and "SKIP:" in done.stderr) or (
-            not m and done.returncode == 0)
+            not m and done.returncode == 0
+        )
         if out.is_dir() and any(out.iterdir()):
-            diag = subprocess.run([sys.executable, "-m", "harness", "diagnose", str(out), "--json"],
-                                  capture_output=True, text=True, cwd=ROOT, timeout=300)
+            diag = subprocess.run(
+                [sys.executable, "-m", "harness", "diagnose", str(out), "--json"],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                timeout=300,
+            )
             findings = json.loads(diag.stdout)["findings"] if diag.returncode == 0 else []
             for f in findings:
-                own = f.get("verdict", "").startswith(("a hang of the program's own code", "slow, not hung",
-                                                        "a hang that followed a thread's failure"))
+                own = f.get("verdict", "").startswith(
+                    ("a hang of the program's own code", "slow, not hung", "a hang that followed a thread's failure")
+                )
                 race = f.get("race") or (OWN_CODE if own else "unknown")
                 target = found.found_warnings if f.get("outcome") == "OK" else found.found_races
                 if race not in target:
@@ -170,18 +207,22 @@ def judge(p: Program, f: Found) -> str:
 def table(found: list[Found], *, torch: str, host: str) -> str:
     judged = [f for f in found if not f.verdict.startswith("skipped")]
     good = sum(f.ok for f in judged)
-    lines = [f"corpus on torch {torch}, {host}: {good}/{len(judged)} as expected"
-             + (f" ({100 * good / len(judged):.0f}%)" if judged else "")
-             + (f"; {len(found) - len(judged)} skipped" if len(found) != len(judged) else ""),
-             "",
-             "| program | expected | races (+ at exit 0) | found outcomes | found races (+ at exit 0) | s | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"corpus on torch {torch}, {host}: {good}/{len(judged)} as expected"
+        + (f" ({100 * good / len(judged):.0f}%)" if judged else "")
+        + (f"; {len(found) - len(judged)} skipped" if len(found) != len(judged) else ""),
+        "",
+        "| program | expected | races (+ at exit 0) | found outcomes | found races (+ at exit 0) | s | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for f in found:
         exp = ", ".join(f.races) or "none"
         exp += f" + {', '.join(f.warnings)}" if f.warnings else ""
         got = ", ".join(f.found_races) or "none"
         got += f" + {', '.join(f.found_warnings)}" if f.found_warnings else ""
-        outs = " ".join(f"{k}:{v}" for k, v in sorted(f.outcomes.items())) + (" deterministic" if f.deterministic else "")
+        outs = " ".join(f"{k}:{v}" for k, v in sorted(f.outcomes.items())) + (
+            " deterministic" if f.deterministic else ""
+        )
         lines.append(f"| {f.name} | {f.expect} | {exp} | {outs or '-'} | {got} | {f.seconds:g} | {f.verdict} |")
     return "\n".join(lines)
 
@@ -210,8 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     if only and only - {p.name for p in programs}:
         print(f"error: --only: no program {sorted(only - {p.name for p in programs})}", file=sys.stderr)
         return 2
-    chosen = [p for p in programs if (only is None or p.name in only) and (not a.fast or p.fast)
-              and (a.device == "all" or p.device == a.device)]
+    chosen = [
+        p
+        for p in programs
+        if (only is None or p.name in only) and (not a.fast or p.fast) and (a.device == "all" or p.device == a.device)
+    ]
     torch = torch_of(a.python)
     found = []
     for p in chosen:
@@ -224,10 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         stem = Path(a.out)
         stem.parent.mkdir(parents=True, exist_ok=True)
-        Path(f"{stem}.md").write_text(text + "\n\nCommand: python -m tools.corpus "
-                                           + " ".join(argv if argv is not None else sys.argv[1:]) + "\n")
-        Path(f"{stem}.json").write_text(json.dumps({"torch": torch, "host": host,
-                                                         "programs": [asdict(f) for f in found]}, indent=1) + "\n")
+        Path(f"{stem}.md").write_text(
+            text + "\n\nCommand: python -m tools.corpus " + " ".join(argv if argv is not None else sys.argv[1:]) + "\n"
+        )
+        Path(f"{stem}.json").write_text(
+            json.dumps({"torch": torch, "host": host, "programs": [asdict(f) for f in found]}, indent=1) + "\n"
+        )
     judged = [f for f in found if not f.verdict.startswith("skipped")]
     return 0 if all(f.ok for f in judged) else 1
 

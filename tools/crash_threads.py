@@ -45,8 +45,10 @@ def main(argv: list[str]) -> int:
             blocks = [out[a:b] for a, b in zip(starts, [*starts[1:], len(out)])]
             prog = PROGRESS.findall(out)
             stash = "yes" if "cstash-tls-init" in (r.fixes or ()) else "no"
-            print(f"| `{r.trial_id}` | {stash} | {'/'.join(prog[-1]) if prog else '-'} | {len(blocks)} | "
-                  f"{'yes' if any('dflash/prefetch.py' in b for b in blocks) else 'no'} |")
+            print(
+                f"| `{r.trial_id}` | {stash} | {'/'.join(prog[-1]) if prog else '-'} | {len(blocks)} | "
+                f"{'yes' if any('dflash/prefetch.py' in b for b in blocks) else 'no'} |"
+            )
     return 0
 
 

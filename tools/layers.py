@@ -50,11 +50,11 @@ also an optional extra (`--backend ray`), absent where it is not installed."""
 
 @dataclass(frozen=True, slots=True)
 class Import:
-    module: str       # the importing module
-    target: str       # the project module imported, or the external top-level name
+    module: str  # the importing module
+    target: str  # the project module imported, or the external top-level name
     line: int
     in_function: bool
-    reason: str       # the comment on the import's line or the line above, if any
+    reason: str  # the comment on the import's line or the line above, if any
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -95,8 +95,9 @@ def imports(root: Path = ROOT) -> Iterator[Import]:
         yield from _walk(ast.parse(text), module, is_package, known, lines, in_function=False)
 
 
-def _walk(node: ast.AST, module: str, is_package: bool, known: dict[str, Path], lines: list[str], *,
-          in_function: bool) -> Iterator[Import]:
+def _walk(
+    node: ast.AST, module: str, is_package: bool, known: dict[str, Path], lines: list[str], *, in_function: bool
+) -> Iterator[Import]:
     for child in ast.iter_child_nodes(node):
         nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         names: list[str] = []
@@ -185,15 +186,20 @@ def problems(root: Path = ROOT) -> list[str]:
         if internal:
             edges[imp.module].add(imp.target)
         where = f"{known[imp.module].relative_to(root)}:{imp.line}"
-        if internal and imp.module.startswith("dflash") and imp.target.startswith("harness") \
-                and not _within(imp.target, RUNTIME):
+        if (
+            internal
+            and imp.module.startswith("dflash")
+            and imp.target.startswith("harness")
+            and not _within(imp.target, RUNTIME)
+        ):
             out.append(f"{where}: the trainer imports the harness ({imp.target})")
         if internal and _within(imp.module, RUNTIME) and not _within(imp.target, RUNTIME):
             out.append(f"{where}: the runtime imports {imp.target} (it must stand alone)")
         low, high = layer_of(imp.module), layer_of(imp.target)
         if internal and low is not None and high is not None and high > low:
-            out.append(f"{where}: {imp.module} ({LAYERS[low][0]}) imports {imp.target} ({LAYERS[high][0]}), "
-                       "a layer above")
+            out.append(
+                f"{where}: {imp.module} ({LAYERS[low][0]}) imports {imp.target} ({LAYERS[high][0]}), a layer above"
+            )
         if imp.in_function and not imp.module.startswith(SCRIPTS):
             heavy = imp.target.split(".")[0] in DEFERRED or (internal and imports_torch(imp.target, root))
             if not heavy:
@@ -218,7 +224,7 @@ def _heavy_modules(root: Path) -> frozenset[str]:
             top[imp.module].add(imp.target)
     heavy = {m for m, targets in top.items() if any(t.split(".")[0] in DEFERRED for t in targets)}
     grew = True
-    while grew:   # to a fixed point: a module is heavy when it imports a heavy one
+    while grew:  # to a fixed point: a module is heavy when it imports a heavy one
         more = {m for m, targets in top.items() if m not in heavy and any(t in heavy for t in targets if t in known)}
         heavy |= more
         grew = bool(more)

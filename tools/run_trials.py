@@ -95,12 +95,17 @@ def memory_line(rs: list[TrialResult], label: str) -> str:
     workload's allocator peak: the sample adds the CUDA context and cuBLAS workspaces, and can miss
     a short peak (docs/log/2026-12-01-runner-gpu-memory-samples.md)."""
     sampled = sum(r.gpu_mem_gib is not None for r in rs)
-    diffs = sorted(r.gpu_mem_gib - r.reported_gpu_peak_gib for r in rs
-                   if r.gpu_mem_gib is not None and r.reported_gpu_peak_gib is not None)
+    diffs = sorted(
+        r.gpu_mem_gib - r.reported_gpu_peak_gib
+        for r in rs
+        if r.gpu_mem_gib is not None and r.reported_gpu_peak_gib is not None
+    )
     line = f"{label}: sampled in {sampled} of {len(rs)} trials"
     if diffs:
-        line += (f"; sample minus allocator peak over the {len(diffs)} with both: median "
-                 f"{statistics.median(diffs):+.2f} GiB, {diffs[0]:+.2f} to {diffs[-1]:+.2f}")
+        line += (
+            f"; sample minus allocator peak over the {len(diffs)} with both: median "
+            f"{statistics.median(diffs):+.2f} GiB, {diffs[0]:+.2f} to {diffs[-1]:+.2f}"
+        )
     return line
 
 
@@ -116,25 +121,31 @@ def seed_lines(rs: list[TrialResult]) -> list[str]:
 def describe(n: int, rs: list[TrialResult], cache: str, every: bool = False) -> list[str]:
     """The run's figures; its passing trials one by one, or with `every` all of its trials."""
     failed = [r for r in rs if r.outcome.is_failure]
-    lines = [f"run {n}: {len(rs)} trials, {sum(r.duration_s for r in rs):,.0f} trial-seconds; Inductor cache at "
-             f"the start {cache}"]
+    lines = [
+        f"run {n}: {len(rs)} trials, {sum(r.duration_s for r in rs):,.0f} trial-seconds; Inductor cache at "
+        f"the start {cache}"
+    ]
     outcomes = collections.Counter(r.outcome.value for r in rs)
     lines.append("  outcomes: " + (", ".join(f"{k} {v}" for k, v in outcomes.most_common()) or "-"))
     fams = collections.Counter(family(r.signature_summary) for r in failed)
     lines.append("  families: " + (", ".join(f"{k} {v}" for k, v in fams.most_common()) or "-"))
     f1 = [r.time_to_failure_s or r.duration_s for r in failed if family(r.signature_summary) == "F1"]
     if f1:
-        lines.append(f"  F1 time to failure: median {statistics.median(f1):.1f} s over {len(f1)}, "
-                     f"{min(f1):.1f}-{max(f1):.1f} s")
+        lines.append(
+            f"  F1 time to failure: median {statistics.median(f1):.1f} s over {len(f1)}, {min(f1):.1f}-{max(f1):.1f} s"
+        )
     hangs = [r for r in rs if r.outcome is Outcome.HANG]
     if hangs:
         ran = sorted(r.duration_s for r in hangs)
         held = sorted(r.gpu_mem_gib for r in hangs if r.gpu_mem_gib is not None)
-        lines.append(f"  hangs ran {ran[0]:.1f}-{ran[-1]:.1f} s ({len(ran)})"
-                     + (f", held {', '.join(f'{g:.1f}' for g in held)} GiB (sampled)" if held else ""))
+        lines.append(
+            f"  hangs ran {ran[0]:.1f}-{ran[-1]:.1f} s ({len(ran)})"
+            + (f", held {', '.join(f'{g:.1f}' for g in held)} GiB (sampled)" if held else "")
+        )
     lines.append("  " + memory_line(rs, "memory"))
-    lines += [trial_line(r) for r in sorted(rs, key=lambda r: (r.cell, r.trial_index))
-              if every or r.outcome is Outcome.OK]
+    lines += [
+        trial_line(r) for r in sorted(rs, key=lambda r: (r.cell, r.trial_index)) if every or r.outcome is Outcome.OK
+    ]
     return lines
 
 
@@ -158,8 +169,12 @@ def main(argv: list[str]) -> int:
     for n, rs, cache in runs:
         print("\n".join(describe(n, rs, cache, args.all)))
     if len(runs) > 1:
-        print(memory_line([r for _, rs, _ in runs for r in rs],
-                          "runs " + ", ".join(str(n) for n, _, _ in runs) + " together, memory"))
+        print(
+            memory_line(
+                [r for _, rs, _ in runs for r in rs],
+                "runs " + ", ".join(str(n) for n, _, _ in runs) + " together, memory",
+            )
+        )
     if args.seeds:
         print("scheduler seeds, runs " + ", ".join(str(n) for n, _, _ in runs) + ":")
         print("\n".join(seed_lines([r for _, rs, _ in runs for r in rs])) or "  -")

@@ -91,8 +91,13 @@ def strategy_of(phase: str) -> tuple[str, str]:
     """(preset, strategy) of a phase `bench:PRESET:FIXES[:MODE[@DRAFTERS][:GPUS]]` (`@N`: N drafter
     threads, named `STRATEGY@N`)."""
     parts = phase.split(":")
-    if (len(parts) < 3 or len(parts) > 5 or parts[0] != "bench" or not parts[1]
-            or (len(parts) == 5 and not parts[4].isdigit())):
+    if (
+        len(parts) < 3
+        or len(parts) > 5
+        or parts[0] != "bench"
+        or not parts[1]
+        or (len(parts) == 5 and not parts[4].isdigit())
+    ):
         raise BenchError(f"not a bench phase: {phase!r} (want bench:PRESET:FIXES[:MODE[:GPUS]])")
     # `--set fixes=` takes commas, the campaign's cells join with `+`: one name for one cell.
     preset, fixes = parts[1], parts[2].replace(",", "+")
@@ -152,7 +157,7 @@ def parse_log(text: str, host_run: int) -> list[dict]:
             except ValueError:
                 continue
             out.append({"phase": phase, "call": host_run, **data})
-            phase = None      # one record per phase
+            phase = None  # one record per phase
     close()
     return out
 
@@ -183,13 +188,26 @@ def load(paths: Sequence[Path]) -> list[Bench]:
                 preset, strategy = strategy_of(d["phase"])
             except (ValueError, KeyError, TypeError) as e:
                 raise BenchError(f"{path} line {n}: not a bench record ({e})") from None
-            benches.append(Bench(host_run=d.get("call"), preset=preset, strategy=strategy, steps=d.get("steps"),
-                                 tokens_steady=d.get("tokens_per_s_steady"), gpu_busy=d.get("gpu_busy"),
-                                 gpu_busy_steady=d.get("gpu_busy_steady"), busy=d.get("busy") or {},
-                                 torch=d.get("torch", "?"), gpus=plan_gpus(d.get("device_plan")),
-                                 exit_code=int(d.get("exit_code") or 0), signature=d.get("signature"),
-                                 round=d.get("round"), run=d.get("run"), sets=tuple(d.get("sets") or ()),
-                                 source=path))
+            benches.append(
+                Bench(
+                    host_run=d.get("call"),
+                    preset=preset,
+                    strategy=strategy,
+                    steps=d.get("steps"),
+                    tokens_steady=d.get("tokens_per_s_steady"),
+                    gpu_busy=d.get("gpu_busy"),
+                    gpu_busy_steady=d.get("gpu_busy_steady"),
+                    busy=d.get("busy") or {},
+                    torch=d.get("torch", "?"),
+                    gpus=plan_gpus(d.get("device_plan")),
+                    exit_code=int(d.get("exit_code") or 0),
+                    signature=d.get("signature"),
+                    round=d.get("round"),
+                    run=d.get("run"),
+                    sets=tuple(d.get("sets") or ()),
+                    source=path,
+                )
+            )
     return benches
 
 
@@ -198,8 +216,9 @@ def plan_gpus(plan: dict | None) -> int:
     0 for a plan on the CPU; 1 for records without a plan (the first H200 runs' benches)."""
     if not isinstance(plan, dict):
         return 1
-    return len({d for devices in plan.values() if isinstance(devices, list) for d in devices
-                if str(d).startswith("cuda")})
+    return len(
+        {d for devices in plan.values() if isinstance(devices, list) for d in devices if str(d).startswith("cuda")}
+    )
 
 
 def files(results_root: Path) -> list[Path]:
@@ -250,8 +269,9 @@ def add_records(records: Path | Sequence[dict], host_run: int, into: Path) -> in
     found = read_records(records) if isinstance(records, Path) else records
     held = read_records(into) if into.exists() else []
     seen = {(d.get("call"), d.get("run"), d.get("phase"), d.get("round")) for d in held}
-    new = [{**d, "call": host_run} for d in found
-           if (host_run, d.get("run"), d.get("phase"), d.get("round")) not in seen]
+    new = [
+        {**d, "call": host_run} for d in found if (host_run, d.get("run"), d.get("phase"), d.get("round")) not in seen
+    ]
     if new:
         append(into, new, held)
     return len(new)

@@ -45,9 +45,16 @@ def _plotted(benches: Sequence[Bench], plots_dir: Path) -> list[tuple[Path, str,
     # A `harness price` run is its table (priced()), not a dozen bars of one GPU-host run.
     for b in sorted((b for b in benches if b.round is None), key=lambda b: (b.host_run or 0, b.strategy)):
         groups.setdefault((b.preset, b.gpus), []).append(b)
-    return [((group[0].source.parent / "plots" if group[0].source else plots_dir) / f"benches-{preset}-{gpus}gpu.png",
-             preset, gpus, group)
-            for (preset, gpus), group in sorted(groups.items()) if len({b.host_run for b in group}) > 1]
+    return [
+        (
+            (group[0].source.parent / "plots" if group[0].source else plots_dir) / f"benches-{preset}-{gpus}gpu.png",
+            preset,
+            gpus,
+            group,
+        )
+        for (preset, gpus), group in sorted(groups.items())
+        if len({b.host_run for b in group}) > 1
+    ]
 
 
 def _bar_text(b: Bench) -> str:
@@ -70,27 +77,43 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     paths = []
     for path, preset, _gpus, group in _plotted(benches, plots_dir):
         colors = [FAILED_COLOR if b.failed else "#999999" if b.timed_out else CLEAN_COLOR for b in group]
-        paths.append(_bar_plot(plt, path, [f"run {b.host_run}: {b.strategy}" for b in group],
-                               [b.tokens_steady or 0.0 for b in group], None,
-                               "tokens/s, steady half, alone on the GPU (ratios hold within a run only)",
-                               f"dflash bench, {preset}, {group[0].where}", [_bar_text(b) for b in group],
-                               colors=colors))
+        paths.append(
+            _bar_plot(
+                plt,
+                path,
+                [f"run {b.host_run}: {b.strategy}" for b in group],
+                [b.tokens_steady or 0.0 for b in group],
+                None,
+                "tokens/s, steady half, alone on the GPU (ratios hold within a run only)",
+                f"dflash bench, {preset}, {group[0].where}",
+                [_bar_text(b) for b in group],
+                colors=colors,
+            )
+        )
     return paths
 
 
-def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] = (),
-         price_links: dict[tuple, str] | None = None) -> str:
+def body(
+    benches: Sequence[Bench],
+    sources: Sequence[str],
+    plots: Sequence[str] = (),
+    price_links: dict[tuple, str] | None = None,
+) -> str:
     """REPORT.md's `benches` block: one row per bench, ratios within its run and preset; a
     `harness price` run's benches as one table per run, each with its plot (priced())."""
-    lines = ["#### Benches alone on the machine (`dflash bench`: the GPU, or the CPU where GPUs says CPU)", "",
-             f"Regenerate with `python -m harness report` from {', '.join(f'`{s}`' for s in sources) or 'no files'}. "
-             "tok/s is the steady second half of the run; vs lock is against the fastest serialised "
-             "(`global-lock`) bench of the same run, preset and GPU count, vs eager against its eager bench; GPU busy is "
-             "nvidia-smi's utilisation over the whole run (compiles included) and over the steady half; stage "
-             "busy is the fraction of wall time the drafter / target threads worked.", "",
-             "| run | preset | GPUs | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
-             "| busy drafter / target | torch |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "#### Benches alone on the machine (`dflash bench`: the GPU, or the CPU where GPUs says CPU)",
+        "",
+        f"Regenerate with `python -m harness report` from {', '.join(f'`{s}`' for s in sources) or 'no files'}. "
+        "tok/s is the steady second half of the run; vs lock is against the fastest serialised "
+        "(`global-lock`) bench of the same run, preset and GPU count, vs eager against its eager bench; GPU busy is "
+        "nvidia-smi's utilisation over the whole run (compiles included) and over the steady half; stage "
+        "busy is the fraction of wall time the drafter / target threads worked.",
+        "",
+        "| run | preset | GPUs | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
+        "| busy drafter / target | torch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     # A `harness price` run's benches are summarised per run below (paired by round), not row by row.
     ran = [b for b in benches if not b.exit_code and b.round is None]
     for b in sorted(ran, key=lambda b: (b.host_run or 0, b.preset, b.gpus, b.strategy)):
@@ -100,18 +123,32 @@ def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] 
         eager = next((p for p in peers if p.strategy == "eager"), None)
         tok = "-" if b.tokens_steady is None else f"{b.tokens_steady:.0f}"
         stage = f"{b.busy.get('drafter', 0):.2f} / {b.busy.get('target', 0):.2f}" if b.busy else "-"
-        lines.append(f"| {b.host_run if b.host_run is not None else '?'} | {b.preset} | {b.gpus or 'CPU'} | {b.strategy} | {b.steps or '-'} "
-                     f"| {tok} | {_ratio(b, lock)} | {_ratio(b, eager)} | {_pct(b.gpu_busy)} "
-                     f"| {_pct(b.gpu_busy_steady)} | {stage} | {b.torch} |")
-    died = sorted((b for b in benches if b.exit_code and b.round is None), key=lambda b: (b.host_run or 0, b.preset, b.gpus, b.strategy))
+        lines.append(
+            f"| {b.host_run if b.host_run is not None else '?'} | {b.preset} | {b.gpus or 'CPU'} | {b.strategy} | {b.steps or '-'} "
+            f"| {tok} | {_ratio(b, lock)} | {_ratio(b, eager)} | {_pct(b.gpu_busy)} "
+            f"| {_pct(b.gpu_busy_steady)} | {stage} | {b.torch} |"
+        )
+    died = sorted(
+        (b for b in benches if b.exit_code and b.round is None),
+        key=lambda b: (b.host_run or 0, b.preset, b.gpus, b.strategy),
+    )
     if died:
-        lines += ["", "Benches that did not finish (no figures). One that died of an error failed alone on "
-                  "the GPU, and harness.analysis.recommend does not recommend its configuration; one that timed "
-                  "out is not counted either way:", ""]
-        lines += [f"- run {b.host_run if b.host_run is not None else '?'}, {b.preset}, {b.where}, `{b.strategy}`: "
-                  + (f"exit {b.exit_code}, family {families.family(b.signature)}: `{b.signature}`" if b.failed
-                     else f"{b.signature}")
-                  for b in died]
+        lines += [
+            "",
+            "Benches that did not finish (no figures). One that died of an error failed alone on "
+            "the GPU, and harness.analysis.recommend does not recommend its configuration; one that timed "
+            "out is not counted either way:",
+            "",
+        ]
+        lines += [
+            f"- run {b.host_run if b.host_run is not None else '?'}, {b.preset}, {b.where}, `{b.strategy}`: "
+            + (
+                f"exit {b.exit_code}, family {families.family(b.signature)}: `{b.signature}`"
+                if b.failed
+                else f"{b.signature}"
+            )
+            for b in died
+        ]
     lines += priced(benches, price_links)
     if plots:
         lines += [""] + [f"![{Path(p).stem}]({p})" for p in plots]
@@ -122,6 +159,7 @@ def body(benches: Sequence[Bench], sources: Sequence[str], plots: Sequence[str] 
 class PriceRun:
     """The benches of one `harness price` run (GPU-host run, price run id, preset, GPU count), in run
     order."""
+
     host_run: int | None
     run: str
     preset: str
@@ -138,8 +176,16 @@ class PriceRun:
         return list(dict.fromkeys(b.strategy for b in sorted(self.group, key=lambda b: b.round)))
 
     def prices(self) -> list[Price]:
-        runs = [Run(strategy=b.strategy, round=b.round, tokens=None if b.exit_code else b.tokens_steady,
-                    died=b.signature if b.failed else None, gpu_busy=b.gpu_busy_steady) for b in self.group]
+        runs = [
+            Run(
+                strategy=b.strategy,
+                round=b.round,
+                tokens=None if b.exit_code else b.tokens_steady,
+                died=b.signature if b.failed else None,
+                gpu_busy=b.gpu_busy_steady,
+            )
+            for b in self.group
+        ]
         return price_runs(runs, self.order)
 
     @property
@@ -155,7 +201,9 @@ class PriceRun:
         """Beside its bench file; named by GPU-host run and price-run start, so two price runs of one
         host run (another `--set`) do not share a file."""
         b = self.group[0]
-        stamp = "-".join(x for x in (str(self.host_run) if self.host_run is not None else "", re.sub(r"\D", "", self.run)[:14]) if x)
+        stamp = "-".join(
+            x for x in (str(self.host_run) if self.host_run is not None else "", re.sub(r"\D", "", self.run)[:14]) if x
+        )
         where = f"{b.gpus}gpu" if b.gpus else "cpu"
         return (b.source.parent / "plots" if b.source else plots_dir) / f"price-{self.preset}-{where}-{stamp}.png"
 
@@ -163,11 +211,13 @@ class PriceRun:
 def price_groups(benches: Sequence[Bench]) -> list[PriceRun]:
     """The `harness price` runs among the benches (those with rounds), by GPU-host run and start."""
     groups: dict[tuple, list[Bench]] = {}
-    for b in benches:          # file order is run order: the first bench of a group is its base
+    for b in benches:  # file order is run order: the first bench of a group is its base
         if b.round is not None:
             groups.setdefault((-1 if b.host_run is None else b.host_run, b.run or "", b.preset, b.gpus), []).append(b)
-    return [PriceRun(host_run=None if n == -1 else n, run=run, preset=preset, group=tuple(group))
-            for (n, run, preset, _), group in sorted(groups.items())]
+    return [
+        PriceRun(host_run=None if n == -1 else n, run=run, preset=preset, group=tuple(group))
+        for (n, run, preset, _), group in sorted(groups.items())
+    ]
 
 
 def priced(benches: Sequence[Bench], links: dict[tuple, str] | None = None) -> list[str]:
@@ -178,9 +228,14 @@ def priced(benches: Sequence[Bench], links: dict[tuple, str] | None = None) -> l
         b = pr.group[0]
         rounds = len({x.round for x in pr.group})
         where = b.where + (f", `--set {' '.join(b.sets)}`" if b.sets else "")
-        out += ["", f"Priced in rounds (`harness price`), {pr.name}, {pr.preset}, {where}: {rounds} round(s), "
-                f"alternating order; the ratio is each round's tokens/s over `{pr.order[0]}`'s, its median and the "
-                "median's interval (sign test), with the interval's coverage:", "", *rows(pr.prices())]
+        out += [
+            "",
+            f"Priced in rounds (`harness price`), {pr.name}, {pr.preset}, {where}: {rounds} round(s), "
+            f"alternating order; the ratio is each round's tokens/s over `{pr.order[0]}`'s, its median and the "
+            "median's interval (sign test), with the interval's coverage:",
+            "",
+            *rows(pr.prices()),
+        ]
         link = (links or {}).get(pr.key)
         if link:
             out += ["", f"![{Path(link).stem}]({link})"]
@@ -216,21 +271,34 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
                 if p.ratio is not None:
                     ax.plot([p.ratio.low, p.ratio.high], [y, y], color="black", linewidth=1.2, zorder=2)
                     ax.plot([p.ratio.median], [y], marker="|", markersize=16, color="black", zorder=4)
-                    ax.annotate(f"{p.ratio.median:.2f}x ({p.ratio.coverage:.0%})", (p.ratio.high, y),
-                                xytext=(6, 4), textcoords="offset points", fontsize=7)
+                    ax.annotate(
+                        f"{p.ratio.median:.2f}x ({p.ratio.coverage:.0%})",
+                        (p.ratio.high, y),
+                        xytext=(6, 4),
+                        textcoords="offset points",
+                        fontsize=7,
+                    )
                 if p.died:
-                    ax.annotate(f"died {len(p.died)}x", (1.0, y), xytext=(6, -10), textcoords="offset points",
-                                fontsize=7, color=FAILED_COLOR)
+                    ax.annotate(
+                        f"died {len(p.died)}x",
+                        (1.0, y),
+                        xytext=(6, -10),
+                        textcoords="offset points",
+                        fontsize=7,
+                        color=FAILED_COLOR,
+                    )
             ax.axvline(1.0, color="#999999", linestyle="--", linewidth=1)
             xs = [1.0, *(x for rs in ratios.values() for x in rs)]
             span = max(max(xs) - min(xs), 0.05)
-            ax.set_xlim(min(xs) - 0.05 * span, max(xs) + 0.3 * span)   # room for the median's label
+            ax.set_xlim(min(xs) - 0.05 * span, max(xs) + 0.3 * span)  # room for the median's label
             ax.set_yticks(range(len(others)))
             ax.set_yticklabels([p.strategy for p in others], fontsize=7)
             ax.set_ylim(len(others) - 0.5, -0.5)
             ax.set_xlabel("ratio per round (dots); median (|) and its interval (line)", fontsize=8)
             sets = f", --set {' '.join(pr.group[0].sets)}" if pr.group[0].sets else ""
-            ax.set_title(f"harness price, {pr.name}, {pr.preset}, {pr.group[0].where}{sets}\n"
-                         f"tokens/s over `{base.strategy}`", fontsize=8)
+            ax.set_title(
+                f"harness price, {pr.name}, {pr.preset}, {pr.group[0].where}{sets}\ntokens/s over `{base.strategy}`",
+                fontsize=8,
+            )
         paths.append(path)
     return paths

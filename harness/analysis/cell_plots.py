@@ -30,6 +30,7 @@ class Grid:
     """Strategies down, (workload, plan) across: the matrix as the campaign asks it (does a strategy
     hold on both presets, with and without the scheduler?), which one bar per cell spreads over
     a page (gpu-campaign: 120 bars)."""
+
     strategies: list[str]
     columns: list[tuple[str, str]]
     cells: dict[tuple[str, tuple[str, str]], CellSummary]
@@ -76,29 +77,48 @@ def write_grid(grid: Grid, path: Path) -> Path:
         return grid.cells.get((s, col))
 
     nan = float("nan")
-    rates = [[(c.k / c.n if c is not None and c.n else nan) for c in (cell_at(i, j) for j in range(len(across)))]
-             for i in range(len(rows))]
+    rates = [
+        [(c.k / c.n if c is not None and c.n else nan) for c in (cell_at(i, j) for j in range(len(across)))]
+        for i in range(len(rows))
+    ]
     longest_row, longest_col = max(len(r) for r in rows), max(len(c) for c in across)
     # Turned columns' names stand upright above them: their length is the figure's height, not width.
-    with png_figure(plt, path, (2.0 + 0.058 * longest_row + (0.8 if down else 1.15) * len(across),
-                                max(2.5, 0.26 * len(rows) + 1.6 + (0.07 * longest_col if down else 0.0)))) as ax:
+    with png_figure(
+        plt,
+        path,
+        (
+            2.0 + 0.058 * longest_row + (0.8 if down else 1.15) * len(across),
+            max(2.5, 0.26 * len(rows) + 1.6 + (0.07 * longest_col if down else 0.0)),
+        ),
+    ) as ax:
         cmap = matplotlib.colormaps["RdYlGn_r"].with_extremes(bad="#eeeeee")
         image = ax.imshow(rates, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
         for i in range(len(rows)):
             for j in range(len(across)):
                 r = rates[i][j]
-                dark = r == r and (r <= 0.15 or r >= 0.8)       # r == r: not NaN; the map's dark ends
-                ax.text(j, i, grid_text(cell_at(i, j)), ha="center", va="center", fontsize=6.5,
-                        color="white" if dark else "black")
+                dark = r == r and (r <= 0.15 or r >= 0.8)  # r == r: not NaN; the map's dark ends
+                ax.text(
+                    j,
+                    i,
+                    grid_text(cell_at(i, j)),
+                    ha="center",
+                    va="center",
+                    fontsize=6.5,
+                    color="white" if dark else "black",
+                )
         ax.set_xticks(range(len(across)))
-        ax.set_xticklabels([c.replace("@", "\n@", 1) for c in across] if not down else across, fontsize=7,
-                           rotation=90 if down else 0)
+        ax.set_xticklabels(
+            [c.replace("@", "\n@", 1) for c in across] if not down else across, fontsize=7, rotation=90 if down else 0
+        )
         ax.xaxis.tick_top()
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels(rows, fontsize=7)
         ax.figure.colorbar(image, ax=ax, fraction=0.03, pad=0.02).set_label("failure rate (k/n)", fontsize=7)
-        ax.set_title(f"{path.stem.removesuffix('-grid')}: failures per strategy, workload and fault plan "
-                     "(grey: not run, or no trial that counts)", fontsize=8)
+        ax.set_title(
+            f"{path.stem.removesuffix('-grid')}: failures per strategy, workload and fault plan "
+            "(grey: not run, or no trial that counts)",
+            fontsize=8,
+        )
     return path
 
 
@@ -116,10 +136,18 @@ def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> lis
     labels = [c.cell for c in cells]
     rates = [c.k / c.n if c.n else 0.0 for c in cells]
     err = [[max(0.0, r - c.low) for r, c in zip(rates, cells)], [max(0.0, c.high - r) for r, c in zip(rates, cells)]]
-    paths.append(bar_plot(plt, plots_dir / f"{name}-failure-rate.png", labels, [100 * r for r in rates],
-                          [[100 * e for e in side] for side in err], "failures (%), Wilson 95%",
-                          f"{name}: failure rate per cell",
-                          [f"{c.k}/{c.n}{oom_suffix(c)}" for c in cells]))
+    paths.append(
+        bar_plot(
+            plt,
+            plots_dir / f"{name}-failure-rate.png",
+            labels,
+            [100 * r for r in rates],
+            [[100 * e for e in side] for side in err],
+            "failures (%), Wilson 95%",
+            f"{name}: failure rate per cell",
+            [f"{c.k}/{c.n}{oom_suffix(c)}" for c in cells],
+        )
+    )
     tok = [c for c in cells if c.tokens_per_s is not None]
     if tok:
         # A failing cell's throughput comes from its trials that finished: shown, but in another
@@ -128,9 +156,17 @@ def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> lis
         # Whiskers from the slowest to the fastest trial: a median of trials that shared the GPU
         # with different neighbours is not a cost until its spread says so.
         spread = [[c.tokens_per_s - c.tokens_range[0] for c in tok], [c.tokens_range[1] - c.tokens_per_s for c in tok]]
-        paths.append(bar_plot(plt, plots_dir / f"{name}-tokens-per-s.png", [c.cell for c in tok],
-                              [c.tokens_per_s for c in tok], spread,
-                              "median tokens/s, whiskers slowest..fastest trial (red: the cell failed in k of n trials)",
-                              f"{name}: throughput per cell", [f"{c.tokens_per_s:.0f} ({c.k}/{c.n})" for c in tok],
-                              colors=[FAILED_COLOR if c.k else CLEAN_COLOR for c in tok]))
+        paths.append(
+            bar_plot(
+                plt,
+                plots_dir / f"{name}-tokens-per-s.png",
+                [c.cell for c in tok],
+                [c.tokens_per_s for c in tok],
+                spread,
+                "median tokens/s, whiskers slowest..fastest trial (red: the cell failed in k of n trials)",
+                f"{name}: throughput per cell",
+                [f"{c.tokens_per_s:.0f} ({c.k}/{c.n})" for c in tok],
+                colors=[FAILED_COLOR if c.k else CLEAN_COLOR for c in tok],
+            )
+        )
     return paths

@@ -14,16 +14,28 @@ from harness.text import clip
 
 MAX_SIGNATURES_IN_TABLE = 1
 
-HEADERS = ("cell", "k/n", "rate", "95% CI (Wilson)", "p vs raw", "outcomes", "top signature", "TTFF", "tok/s",
-           "vs best")
+HEADERS = (
+    "cell",
+    "k/n",
+    "rate",
+    "95% CI (Wilson)",
+    "p vs raw",
+    "outcomes",
+    "top signature",
+    "TTFF",
+    "tok/s",
+    "vs best",
+)
 MEMORY_HEADER = "GPU GiB"
 """A last column, only where some cell has a figure (a GPU matrix): CPU tables stay as they were."""
 EXPOSURE_HEADER = "window"
 """A column after k/n, only where some trial measured its exposure (harness.faults.exposure): the
 tables of stores recorded before the probes stay as they were (`NOT_MEASURED` says why)."""
 NOT_MEASURED = "exposure not measured"
-NOT_MEASURED_NOTE = (f"{NOT_MEASURED} in any trial here (recorded before the exposure probes, or run with "
-                     "exposure off): a clean cell's 0/n does not say whether its race's window opened.")
+NOT_MEASURED_NOTE = (
+    f"{NOT_MEASURED} in any trial here (recorded before the exposure probes, or run with "
+    "exposure off): a clean cell's 0/n does not say whether its race's window opened."
+)
 
 
 def has_memory(cells: Sequence[CellSummary]) -> bool:
@@ -53,8 +65,10 @@ def exposure_text(c: CellSummary) -> str:
     eager = f", {c.eager_openings:,} eagerly" if c.eager_openings else ""
     if c.exposed == 0:
         if c.eager_only:
-            return (f"window never opened on the compiled path (opened only as eager calls, in "
-                    f"{c.eager_only} of {trials}, {_times(c.eager_openings)})")
+            return (
+                f"window never opened on the compiled path (opened only as eager calls, in "
+                f"{c.eager_only} of {trials}, {_times(c.eager_openings)})"
+            )
         return f"window never opened in {trials}"
     head = "clean, " if c.k == 0 else ""
     return f"{head}window opened in {c.exposed} of {trials} ({_times(c.openings)}{eager})"
@@ -78,8 +92,11 @@ def cell_row(c: CellSummary, *, memory: bool = False, exposure: bool = False) ->
     ci = f"[{_pct(c.low)}, {_pct(c.high)}]"
     if c.rule_of_three is not None:
         ci += f" p<{_pct(c.rule_of_three)}"
-    extra = [f"{c.timeouts} timeout" if c.timeouts else "", f"{c.resources} oom" if c.resources else "",
-             f"{c.errors} error" if c.errors else ""]
+    extra = [
+        f"{c.timeouts} timeout" if c.timeouts else "",
+        f"{c.resources} oom" if c.resources else "",
+        f"{c.errors} error" if c.errors else "",
+    ]
     kn = f"{c.k}/{c.n}" + "".join(f" +{e}" for e in extra if e)
     outcomes = " ".join(f"{name}:{count}" for name, count in c.outcomes.items())
     if c.skipped:
@@ -89,8 +106,11 @@ def cell_row(c: CellSummary, *, memory: bool = False, exposure: bool = False) ->
     ratio = "-" if c.tokens_ratio is None else f"{c.tokens_ratio:.2f}x"
     rate = _pct(c.k / c.n) if c.n else "-"
     fisher = "-" if c.fisher_p is None else f"{c.fisher_p:.3g}"
-    row = (c.cell, kn) + ((exposure_text(c),) if exposure else ()) + (
-        rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
+    row = (
+        (c.cell, kn)
+        + ((exposure_text(c),) if exposure else ())
+        + (rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
+    )
     return row + (("-" if c.gpu_peak_gib is None else f"{c.gpu_peak_gib:.1f}",) if memory else ())
 
 
@@ -136,8 +156,7 @@ def oom_suffix(c: CellSummary) -> str:
 def family_legend(cells: Sequence[CellSummary]) -> list[str]:
     """`FAMILY: what it is` for every family in these cells, in harness.diagnosis.families order."""
     seen = {name for c in cells for name, _ in c.families}
-    return [f"{name}: {families.DESCRIPTIONS.get(name, 'no known family')}"
-            for name in families.ORDER if name in seen]
+    return [f"{name}: {families.DESCRIPTIONS.get(name, 'no known family')}" for name in families.ORDER if name in seen]
 
 
 def markdown_table(cells: Sequence[CellSummary]) -> str:
@@ -147,8 +166,7 @@ def markdown_table(cells: Sequence[CellSummary]) -> str:
     memory, exposure = has_memory(cells), has_exposure(cells)
     top = _headers(memory, exposure)
     lines = ["| " + " | ".join(top) + " |", "|" + "---|" * len(top)]
-    lines += ["| " + " | ".join(esc(v) for v in cell_row(c, memory=memory, exposure=exposure)) + " |"
-              for c in cells]
+    lines += ["| " + " | ".join(esc(v) for v in cell_row(c, memory=memory, exposure=exposure)) + " |" for c in cells]
     return "\n".join(lines)
 
 
@@ -160,9 +178,11 @@ def exposure_lines(cells: Sequence[CellSummary]) -> list[str]:
         if not c.by_window:
             continue
         rows = sorted(c.by_window.items(), key=lambda kv: (-kv[1][1], kv[0]))
-        parts = [f"{w} {opened}/{measured}" + (f" ({_times(times)}{f', {eager:,} eagerly' if eager else ''})"
-                                                if times else "")
-                 for w, (measured, opened, times, eager) in rows]
+        parts = [
+            f"{w} {opened}/{measured}"
+            + (f" ({_times(times)}{f', {eager:,} eagerly' if eager else ''})" if times else "")
+            for w, (measured, opened, times, eager) in rows
+        ]
         first = f"; first opening at {_seconds(c.first_open_s)} (median)" if c.first_open_s is not None else ""
         out.append(f"{c.cell}: {', '.join(parts)}{first}")
     return out

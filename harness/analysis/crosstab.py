@@ -53,12 +53,19 @@ class Row:
         def p(value: float | None) -> str:
             return "-" if value is None else f"{value:.2g}"
 
-        return (f"| {self.store} | {part(self.k_with, self.n_with)} | {part(self.k_without, self.n_without)} "
-                f"| {p(self.p_more)} | {p(self.p_less)} |")
+        return (
+            f"| {self.store} | {part(self.k_with, self.n_with)} | {part(self.k_without, self.n_without)} "
+            f"| {p(self.p_more)} | {p(self.p_less)} |"
+        )
 
 
-def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: frozenset[str] | None,
-         cells: Sequence[str] = (), without: Sequence[str] = ()) -> list[Row]:
+def rows(
+    loaded: Sequence[tuple[str, Sequence[TrialResult]]],
+    fix: str,
+    wanted: frozenset[str] | None,
+    cells: Sequence[str] = (),
+    without: Sequence[str] = (),
+) -> list[Row]:
     """One row per store with any counted trial, then `total` when there are several; trials whose
     strategy holds a fix of `without` are left out."""
     # scipy takes a second or more to import, and only the Fisher p-values need it.
@@ -66,7 +73,7 @@ def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: 
 
     counts = []
     for name, records in loaded:
-        c = [0, 0, 0, 0]   # k_with, n_with, k_without, n_without
+        c = [0, 0, 0, 0]  # k_with, n_with, k_without, n_without
         for r in records:
             if r.replay_of is not None or not r.outcome.counts_as_trial:
                 continue
@@ -95,9 +102,13 @@ def rows(loaded: Sequence[tuple[str, Sequence[TrialResult]]], fix: str, wanted: 
 
 def table(fix: str, wanted: frozenset[str] | None, found: Sequence[Row]) -> str:
     what = ", ".join(sorted(wanted)) if wanted else "any failure"
-    return "\n".join([f"Trials failing with {what}, by whether the strategy holds `{fix}` "
-                      "(k/n, 95% Wilson; p: one-sided Fisher that trials with the fix fail more often, less often):",
-                      "", f"| store | with {fix} | without | p more | p less |", "|---|---|---|---|---|",
-                      *(r.line() for r in found)])
-
-
+    return "\n".join(
+        [
+            f"Trials failing with {what}, by whether the strategy holds `{fix}` "
+            "(k/n, 95% Wilson; p: one-sided Fisher that trials with the fix fail more often, less often):",
+            "",
+            f"| store | with {fix} | without | p more | p less |",
+            "|---|---|---|---|---|",
+            *(r.line() for r in found),
+        ]
+    )

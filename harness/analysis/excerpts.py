@@ -69,7 +69,14 @@ def native_excerpts(records: Sequence[TrialResult], store_dir: Path) -> list[Nat
         sites = collections.Counter(site for _, _, site in kept)
         for site, n in sites.most_common():
             r, frames = next((r, f) for r, f, s in kept if s == site)
-            out.append(NativeExcerpt(summary=r.signature_summary or r.signature or "native crash", site=site,
-                                     trials=n, of=len(kept), trial_id=r.trial_id,
-                                     text=native.render(frames, limit=NATIVE_EXCERPT_FRAMES)))
+            out.append(
+                NativeExcerpt(
+                    summary=r.signature_summary or r.signature or "native crash",
+                    site=site,
+                    trials=n,
+                    of=len(kept),
+                    trial_id=r.trial_id,
+                    text=native.render(frames, limit=NATIVE_EXCERPT_FRAMES),
+                )
+            )
     return out

@@ -19,7 +19,8 @@ class FamilyCounts:
 
     failures: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
     where: collections.defaultdict[tuple[str, str], set[str]] = field(
-        default_factory=lambda: collections.defaultdict(set))
+        default_factory=lambda: collections.defaultdict(set)
+    )
     trials: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
@@ -43,13 +44,17 @@ def family_table(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> tuple[
     failure-modes block, `harness families`)."""
     c = family_counts(loaded)
     versions = sorted(c.trials, reverse=True)
-    rows = ["| family | what | " + " | ".join(f"torch {v}" for v in versions) + " |",
-            "|---" * (len(versions) + 2) + "|"]
+    rows = [
+        "| family | what | " + " | ".join(f"torch {v}" for v in versions) + " |",
+        "|---" * (len(versions) + 2) + "|",
+    ]
     for fam in families.ORDER:
         if not any((fam, v) in c.failures for v in versions):
             continue
-        entries = [f"{c.failures[(fam, v)]} ({', '.join(sorted(c.where[(fam, v)]))})" if (fam, v) in c.failures
-                   else "-" for v in versions]
+        entries = [
+            f"{c.failures[(fam, v)]} ({', '.join(sorted(c.where[(fam, v)]))})" if (fam, v) in c.failures else "-"
+            for v in versions
+        ]
         rows.append(f"| {fam} | {families.DESCRIPTIONS.get(fam, 'no known family')} | " + " | ".join(entries) + " |")
     totals = "; ".join(f"torch {v}: {c.trials[v]} trials" for v in versions)
     return rows, totals

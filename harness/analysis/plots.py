@@ -29,8 +29,18 @@ def png_figure(plt, path: Path, figsize: tuple[float, float]):
     write_atomic(path, buf.getvalue())
 
 
-def bar_plot(plt, path: Path, labels, values, err, xlabel: str, title: str, bar_text: list[str], *,
-              colors: Sequence[str] | None = None) -> Path:
+def bar_plot(
+    plt,
+    path: Path,
+    labels,
+    values,
+    err,
+    xlabel: str,
+    title: str,
+    bar_text: list[str],
+    *,
+    colors: Sequence[str] | None = None,
+) -> Path:
     """One horizontal bar per cell, the cell name in full on the left: the campaign's names run to
     140 characters, which vertical bars cut to their last few (an unreadable first campaign plot)."""
     longest = max((len(s) for s in labels), default=10)
@@ -40,9 +50,9 @@ def bar_plot(plt, path: Path, labels, values, err, xlabel: str, title: str, bar_
         ax.bar_label(bars, labels=bar_text, fontsize=7, padding=3)
         ax.set_yticks(rows)
         ax.set_yticklabels(labels, fontsize=7)
-        ax.set_ylim(len(labels) - 0.5, -0.5)       # first cell on top, as in the table
+        ax.set_ylim(len(labels) - 0.5, -0.5)  # first cell on top, as in the table
         tops = [v + (err[1][i] if err else 0.0) for i, v in enumerate(values)]
-        ax.set_xlim(0, max(tops + [1.0]) * 1.18)      # room for the k/n text past the error bar
+        ax.set_xlim(0, max(tops + [1.0]) * 1.18)  # room for the k/n text past the error bar
         ax.set_xlabel(xlabel)
         ax.set_title(title)
     return path

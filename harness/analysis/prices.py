@@ -34,6 +34,7 @@ class Price:
 @dataclass(frozen=True, slots=True)
 class Run:
     """One bench of a round, as price_runs() reads it (from `harness price`'s records or a bench file's)."""
+
     strategy: str
     round: int
     tokens: float | None
@@ -55,10 +56,16 @@ def price_runs(runs: Sequence[Run], order: Sequence[str]) -> list[Price]:
     out = []
     for name in order:
         mine = [x for x in runs if x.strategy == name]
-        out.append(Price(strategy=name, tokens=[x.tokens for x in mine if x.tokens],
-                         died=[f"round {x.round}: {x.died}" for x in mine if x.died is not None],
-                         ratio=None, by_round={x.round: x.tokens for x in mine if x.tokens},
-                         gpu_busy=[x.gpu_busy for x in mine if x.tokens and x.gpu_busy is not None]))
+        out.append(
+            Price(
+                strategy=name,
+                tokens=[x.tokens for x in mine if x.tokens],
+                died=[f"round {x.round}: {x.died}" for x in mine if x.died is not None],
+                ratio=None,
+                by_round={x.round: x.tokens for x in mine if x.tokens},
+                gpu_busy=[x.gpu_busy for x in mine if x.tokens and x.gpu_busy is not None],
+            )
+        )
     for p in out[1:]:
         p.ratio = stats.median_interval(paired_ratios(p, out[0]))
     return out
@@ -75,13 +82,24 @@ def pairwise(ps: Sequence[Price]) -> list[str]:
     grid = [[stats.median_interval(paired_ratios(row, col)) if row is not col else None for col in ps] for row in ps]
     coverages = collections.Counter(m.coverage for ms in grid for m in ms if m is not None)
     usual = coverages.most_common(1)[0][0] if coverages else None
-    lines = ["", "Every configuration over every other (row over column, per round: the median and its "
-             f"interval{f', coverage {usual:.0%}' if usual is not None else ''}):",
-             "", "| | " + " | ".join(letters) + " |", "|---|" + "---|" * len(ps)]
+    lines = [
+        "",
+        "Every configuration over every other (row over column, per round: the median and its "
+        f"interval{f', coverage {usual:.0%}' if usual is not None else ''}):",
+        "",
+        "| | " + " | ".join(letters) + " |",
+        "|---|" + "---|" * len(ps),
+    ]
     for letter, row, ms in zip(letters, ps, grid):
         # A pair with fewer rounds (a died bench) has a weaker interval: its coverage is said.
-        cells = [("-" if row is col else "no shared round") if m is None else f"{m.median:.2f}x ({m.low:.2f}-{m.high:.2f}"
-                 + (f", {m.coverage:.0%}" if m.coverage != usual else "") + ")" for m, col in zip(ms, ps)]
+        cells = [
+            ("-" if row is col else "no shared round")
+            if m is None
+            else f"{m.median:.2f}x ({m.low:.2f}-{m.high:.2f}"
+            + (f", {m.coverage:.0%}" if m.coverage != usual else "")
+            + ")"
+            for m, col in zip(ms, ps)
+        ]
         lines.append(f"| {letter} `{row.strategy}` | " + " | ".join(cells) + " |")
     return lines
 
@@ -89,9 +107,12 @@ def pairwise(ps: Sequence[Price]) -> list[str]:
 def rows(ps: Sequence[Price], target: float | None = None) -> list[str]:
     """The markdown table of prices (and the died benches, and the target's verdicts)."""
     base = ps[0].strategy
-    busy = any(p.gpu_busy for p in ps)     # a GPU run: its busy fraction is part of the price
-    lines = ["| configuration | ran | median tok/s | range | vs base (median) | interval | coverage |"
-             + (" GPU busy |" if busy else ""), "|---|---|---|---|---|---|---|" + ("---|" if busy else "")]
+    busy = any(p.gpu_busy for p in ps)  # a GPU run: its busy fraction is part of the price
+    lines = [
+        "| configuration | ran | median tok/s | range | vs base (median) | interval | coverage |"
+        + (" GPU busy |" if busy else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if busy else ""),
+    ]
     for p in ps:
         med = f"{statistics.median(p.tokens):.0f}" if p.tokens else "-"
         rng = f"{min(p.tokens):.0f}-{max(p.tokens):.0f}" if p.tokens else "-"

@@ -155,8 +155,9 @@ def recommend(cells: Sequence, *, min_stressed: int = MIN_STRESSED, bench_runs: 
         lock_is_fix = LOCK in by_strategy and all(s in BASELINES for s in by_strategy)
         if all(s in BASELINES for s in by_strategy) and not lock_is_fix:
             continue  # nothing but baselines: no fix was tried on this workload
-        v = Verdict(workload=workload, lock=None if lock_is_fix else by_strategy.get(LOCK),
-                    eager=by_strategy.get(EAGER))
+        v = Verdict(
+            workload=workload, lock=None if lock_is_fix else by_strategy.get(LOCK), eager=by_strategy.get(EAGER)
+        )
         for s, t in sorted(by_strategy.items()):
             if (s in BASELINES and not (lock_is_fix and s == LOCK)) or t.n == 0:
                 continue
@@ -197,19 +198,24 @@ def lines(verdicts: Sequence[Verdict], *, min_stressed: int = MIN_STRESSED, benc
             out.append(_eager_line(v, min_stressed, bench_runs))
         elif v.chosen and v.chosen[0].tokens_per_s is not None:
             t = v.chosen[0]
-            out.append(f"{v.workload}: recommend `{t.strategy}`: 0/{t.n} failures ({t.n_stressed} under "
-                       f"a fault plan{_unexposed(t)}), {t.tokens_per_s:.0f} tokens/s = {_ratio(t, v.lock, LOCK)}, "
-                       f"{_ratio(t, v.eager, EAGER)}. {_concurrency(v, min_stressed, bench_runs)}{_noisy(v)}"
-                       f"{_alone(v, bench_runs)}{_ruled_out_alone(v)}")
+            out.append(
+                f"{v.workload}: recommend `{t.strategy}`: 0/{t.n} failures ({t.n_stressed} under "
+                f"a fault plan{_unexposed(t)}), {t.tokens_per_s:.0f} tokens/s = {_ratio(t, v.lock, LOCK)}, "
+                f"{_ratio(t, v.eager, EAGER)}. {_concurrency(v, min_stressed, bench_runs)}{_noisy(v)}"
+                f"{_alone(v, bench_runs)}{_ruled_out_alone(v)}"
+            )
         elif v.chosen:
             names = ", ".join(f"`{t.strategy}` (0/{t.n}, {t.n_stressed} stressed{_unexposed(t)})" for t in v.chosen)
             out.append(f"{v.workload}: clean with >= {min_stressed} stressed trials: {names}.")
         else:
-            short = ", ".join(f"`{t.strategy}` 0/{t.n} ({t.n_stressed} stressed{_unexposed(t)})"
-                              for t in v.short) or "none"
+            short = (
+                ", ".join(f"`{t.strategy}` 0/{t.n} ({t.n_stressed} stressed{_unexposed(t)})" for t in v.short) or "none"
+            )
             failing = ", ".join(f"`{t.strategy}` {t.failures()}" for t in v.failing) or "none"
-            out.append(f"{v.workload}: no configuration qualifies (needs 0 failures and >= {min_stressed} "
-                       f"stressed trials); clean so far: {short}; failing: {failing}.")
+            out.append(
+                f"{v.workload}: no configuration qualifies (needs 0 failures and >= {min_stressed} "
+                f"stressed trials); clean so far: {short}; failing: {failing}."
+            )
     return out
 
 
@@ -290,8 +296,10 @@ def _eager_faster(v: Verdict, bench_runs: Sequence) -> bool:
 def _eager_line(v: Verdict, min_stressed: int, bench_runs: Sequence) -> str:
     """Eager is the fastest clean cell: the verdict, then what each compiled candidate costs."""
     e = v.eager
-    head = (f"{v.workload}: recommend `eager` (do not compile): 0/{e.n} failures ({e.n_stressed} under a "
-            f"fault plan), the fastest clean cell")
+    head = (
+        f"{v.workload}: recommend `eager` (do not compile): 0/{e.n} failures ({e.n_stressed} under a "
+        f"fault plan), the fastest clean cell"
+    )
     if e.tokens_per_s is not None:
         head += f", {e.tokens_per_s:.0f} tokens/s in the matrix = {_ratio(e, v.lock, LOCK)}"
     host_runs = {n: here[EAGER] for n, here in _benched(bench_runs, v.workload).items() if EAGER in here}
@@ -301,8 +309,7 @@ def _eager_line(v: Verdict, min_stressed: int, bench_runs: Sequence) -> str:
         busy = [x.gpu_busy_steady for x in xs if x.gpu_busy_steady is not None]
         busy_text = f", GPU busy {statistics.median(busy):.0%}" if busy else ""
         times = f" (median of {len(xs)} benches)" if len(xs) > 1 else ""
-        head += (f"; alone on the GPU ({_run_label(n)}, steady half) {_figure(xs):.0f} tokens/s{times}"
-                 f"{busy_text}")
+        head += f"; alone on the GPU ({_run_label(n)}, steady half) {_figure(xs):.0f} tokens/s{times}{busy_text}"
     rest = []
     for t in (*v.chosen, *v.short):
         r = _speed(t, e, v.workload, bench_runs)
@@ -312,8 +319,10 @@ def _eager_line(v: Verdict, min_stressed: int, bench_runs: Sequence) -> str:
         tail = f"; clean compiled configurations are slower: {', '.join(rest)}"
     else:
         failing = ", ".join(f"`{t.strategy}` {t.failures()}" for t in v.failing) or "none"
-        tail = (f"; no compiled configuration qualifies (needs 0 failures and >= {min_stressed} stressed "
-                f"trials): clean so far {', '.join(rest) or 'none'}; failing: {failing}")
+        tail = (
+            f"; no compiled configuration qualifies (needs 0 failures and >= {min_stressed} stressed "
+            f"trials): clean so far {', '.join(rest) or 'none'}; failing: {failing}"
+        )
     return head + tail + "."
 
 
@@ -337,8 +346,9 @@ def _alone(v: Verdict, bench_runs: Sequence) -> str:
         figures = [f"{_figure(mine):.0f} tokens/s" + (f" (median of {len(mine)} benches)" if len(mine) > 1 else "")]
         others = ([EAGER] if EAGER in here else []) + [s for s in sorted(locks) if s in here]
         # (text, ratio, paired rounds): "1.19x `lock`" over each other, "`c` 0.95x it" for the concurrent one.
-        ratios = [(lambda r, s=s: f"{r:.2f}x " + ("eager" if s == EAGER else f"`{s}`"), *_over(mine, here[s]))
-                  for s in others]
+        ratios = [
+            (lambda r, s=s: f"{r:.2f}x " + ("eager" if s == EAGER else f"`{s}`"), *_over(mine, here[s])) for s in others
+        ]
         if v.concurrent is not None and v.concurrent.strategy != t.strategy and v.concurrent.strategy in here:
             c = v.concurrent.strategy
             ratios.append((lambda r, c=c: f"`{c}` {r:.2f}x it", *_over(here[c], mine)))
@@ -346,8 +356,10 @@ def _alone(v: Verdict, bench_runs: Sequence) -> str:
         # of the medians beside them: said once per run, or per ratio where a run has both kinds.
         counts = {rounds for _, _, rounds in ratios}
         once = len(counts) == 1 and 0 not in counts
-        figures += [text(ratio) + (f" ({rounds} paired rounds)" if rounds and not once else "")
-                    for text, ratio, rounds in ratios]
+        figures += [
+            text(ratio) + (f" ({rounds} paired rounds)" if rounds and not once else "")
+            for text, ratio, rounds in ratios
+        ]
         how = f" (ratios: medians over {counts.pop()} paired rounds)" if once else ""
         parts.append(f"{_run_label(n)}{how}: {', '.join(figures)}")
     return f" Alone on the GPU (`dflash bench`, steady half): {'; '.join(parts)}." if parts else ""
@@ -361,14 +373,19 @@ def _ruled_out_alone(v: Verdict) -> str:
 
 def _noisy(v: Verdict) -> str:
     """The priced cells whose trials spread over more than NOISY_SPREAD, with their ranges."""
-    priced = {t.strategy: t for t in (*v.chosen[:1], v.lock, v.eager, v.concurrent, v.serial)
-              if t is not None and t.tokens_range and t.tokens_range[0] > 0}
+    priced = {
+        t.strategy: t
+        for t in (*v.chosen[:1], v.lock, v.eager, v.concurrent, v.serial)
+        if t is not None and t.tokens_range and t.tokens_range[0] > 0
+    }
     noisy = [t for _, t in sorted(priced.items()) if t.tokens_range[1] / t.tokens_range[0] > NOISY_SPREAD]
     if not noisy:
         return ""
     ranges = ", ".join(f"`{t.strategy}` {t.tokens_range[0]:.0f}-{t.tokens_range[1]:.0f}" for t in noisy)
-    return (f" Throughput spread over {NOISY_SPREAD}x between trials ({ranges} tokens/s): these ratios "
-            f"are hints; price them alone on the machine (`python -m harness price`).")
+    return (
+        f" Throughput spread over {NOISY_SPREAD}x between trials ({ranges} tokens/s): these ratios "
+        f"are hints; price them alone on the machine (`python -m harness price`)."
+    )
 
 
 def _concurrency(v: Verdict, min_stressed: int, bench_runs: Sequence = ()) -> str:
@@ -377,13 +394,17 @@ def _concurrency(v: Verdict, min_stressed: int, bench_runs: Sequence = ()) -> st
     the GPU: one pair on the H200 read 0.95x there and 1.07x alone), else by the medians."""
     c, base = v.concurrent, v.serial
     if c is None:
-        return (f"No concurrent configuration qualifies (each failed or has under {min_stressed} "
-                f"stressed trials): on this workload only serialised compiled calls are clean.")
+        return (
+            f"No concurrent configuration qualifies (each failed or has under {min_stressed} "
+            f"stressed trials): on this workload only serialised compiled calls are clean."
+        )
     if base is None or not base.tokens_per_s:
         return f"Fastest clean concurrent configuration: `{c.strategy}`; no serialised figure to price it."
     ratio = c.tokens_per_s / base.tokens_per_s
-    head = (f"Fastest clean concurrent configuration: `{c.strategy}` (0/{c.n}), {c.tokens_per_s:.0f} "
-            f"tokens/s = {ratio:.2f}x `{base.strategy}`")
+    head = (
+        f"Fastest clean concurrent configuration: `{c.strategy}` (0/{c.n}), {c.tokens_per_s:.0f} "
+        f"tokens/s = {ratio:.2f}x `{base.strategy}`"
+    )
     alone = _alone_ratio(c.strategy, base.strategy, v.workload, bench_runs) if c is not base else None
     if alone is not None:
         ratio = alone[0]

@@ -64,7 +64,7 @@ def replace_block(text: str, name: str, body: str) -> str:
     i, j = text.find(begin), text.find(end)
     if nb != 1 or ne != 1 or j < i:
         raise ValueError(f"REPORT markers for {name!r} are unbalanced (begin x{nb}, end x{ne})")
-    return text[:i] + block + text[j + len(end):]
+    return text[:i] + block + text[j + len(end) :]
 
 
 def benches_for(matrix: str, bench_runs: Sequence) -> list:
@@ -76,9 +76,17 @@ def benches_for(matrix: str, bench_runs: Sequence) -> list:
     return [b for b in bench_runs if b.gpus == gpus.get(b.preset, 1)]
 
 
-def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells: Sequence[CellSummary],
-               plots: Sequence[Path], report_dir: Path, retired: Sequence[TrialResult] = (),
-               bench_runs: Sequence = (), root: Path | None = None) -> str:
+def block_body(
+    name: str,
+    store_dir: Path,
+    records: Sequence[TrialResult],
+    cells: Sequence[CellSummary],
+    plots: Sequence[Path],
+    report_dir: Path,
+    retired: Sequence[TrialResult] = (),
+    bench_runs: Sequence = (),
+    root: Path | None = None,
+) -> str:
     """The block of matrix `name`, for a document in `report_dir` (its links are relative to it;
     paths in commands to `root`, where they are run); `retired` are the records `harness retire`
     took out of its count; `bench_runs` (harness.analysis.benches) price the verdict alone on the
@@ -95,10 +103,15 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
         "device out-of-memory (oom) and harness errors are shown as +N and left out); p<x is the rule-of-three bound at k=0; p vs raw is "
         "the one-sided Fisher exact p that the strategy fails less often than raw; TTFF is "
         "the median serial time to the first failure; vs best is tokens/s over the fastest clean cell "
-        "of the same workload" + ("; GPU GiB is the most one trial held on one GPU: the workload's "
-                                  "reported allocator peak (the CUDA context, about 1 GiB, not counted) "
-                                  "or, where higher, the runner's nvidia-smi samples (context counted)"
-                                  if has_memory(cells) else "") + ".",
+        "of the same workload"
+        + (
+            "; GPU GiB is the most one trial held on one GPU: the workload's "
+            "reported allocator peak (the CUDA context, about 1 GiB, not counted) "
+            "or, where higher, the runner's nvidia-smi samples (context counted)"
+            if has_memory(cells)
+            else ""
+        )
+        + ".",
         "",
         f"Trials started {started[0] if started else '?'} .. {started[-1] if started else '?'}; "
         f"torch {', '.join(versions) or '?'}; hosts {', '.join(hosts) or '?'}.",
@@ -106,8 +119,13 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
     ]
     pivot = pivot_table(cells)
     if pivot:
-        lines += ["At a glance: k/n and the failure families (harness.diagnosis.families) per cell; +N oom = out of "
-                  "device memory, left out.", "", pivot, ""]
+        lines += [
+            "At a glance: k/n and the failure families (harness.diagnosis.families) per cell; +N oom = out of "
+            "device memory, left out.",
+            "",
+            pivot,
+            "",
+        ]
         legend = family_legend(cells)
         if legend:
             lines += ["Families: " + "; ".join(legend) + ".", ""]
@@ -118,15 +136,32 @@ def block_body(name: str, store_dir: Path, records: Sequence[TrialResult], cells
     priced = benches_for(name, bench_runs)
     verdicts = recommend.lines(recommend.recommend(cells, bench_runs=priced), bench_runs=priced)
     if verdicts:
-        lines += ["", f"Verdict ({recommend.__name__}: 0 failures and >= {recommend.MIN_STRESSED} trials under "
-                  "a fault plan; priced against global-lock and eager):", ""] + [f"- {v}" for v in verdicts]
+        lines += [
+            "",
+            f"Verdict ({recommend.__name__}: 0 failures and >= {recommend.MIN_STRESSED} trials under "
+            "a fault plan; priced against global-lock and eager):",
+            "",
+        ] + [f"- {v}" for v in verdicts]
     for summary, trial_id, text in hang_excerpts(records, store_dir):
-        lines += ["", f"Hang dump excerpt, `{summary}` (trial `{trial_id}`, py-spy, innermost frames):", "",
-                  "```", text, "```"]
+        lines += [
+            "",
+            f"Hang dump excerpt, `{summary}` (trial `{trial_id}`, py-spy, innermost frames):",
+            "",
+            "```",
+            text,
+            "```",
+        ]
     for x in native_excerpts(records, store_dir):
-        lines += ["", f"Native stack excerpt, `{x.summary}`: crash site `{clip(x.site, 100)}` in {x.trials} of "
-                  f"{x.of} trials with a native stack (trial `{x.trial_id}`, crashing thread, innermost "
-                  f"frames):", "", "```", x.text, "```"]
+        lines += [
+            "",
+            f"Native stack excerpt, `{x.summary}`: crash site `{clip(x.site, 100)}` in {x.trials} of "
+            f"{x.of} trials with a native stack (trial `{x.trial_id}`, crashing thread, innermost "
+            f"frames):",
+            "",
+            "```",
+            x.text,
+            "```",
+        ]
     lines += retired_lines(store_dir, retired, root if root is not None else report_dir)
     if plots:
         lines += [""] + [f"![{p.stem}]({_rel(p, report_dir)})" for p in plots]
@@ -140,11 +175,17 @@ def retired_lines(store_dir: Path, mine: Sequence[TrialResult], report_dir: Path
         return []
     fams = collections.Counter(families.family(r.signature_summary) for r in mine if r.outcome.is_failure)
     failed = ", ".join(f"{f} {n}" for f, n in sorted(fams.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
-    lines = ["", f"Retired (`python -m harness retire`; kept in `{_rel(store_dir / retire.RETIRED_NAME, report_dir)}`, "
-             f"not in the tables above): {len(mine)} records of {len({r.cell for r in mine})} cells; failures by "
-             f"family: {failed}. Why:", ""]
-    lines += [f"- {e['at'][:10]}, cells `{', '.join(e['cells'])}`, {e['records']} records: {e['reason']}"
-              for e in retire.reasons(store_dir)]
+    lines = [
+        "",
+        f"Retired (`python -m harness retire`; kept in `{_rel(store_dir / retire.RETIRED_NAME, report_dir)}`, "
+        f"not in the tables above): {len(mine)} records of {len({r.cell for r in mine})} cells; failures by "
+        f"family: {failed}. Why:",
+        "",
+    ]
+    lines += [
+        f"- {e['at'][:10]}, cells `{', '.join(e['cells'])}`, {e['records']} records: {e['reason']}"
+        for e in retire.reasons(store_dir)
+    ]
     return lines
 
 
@@ -152,16 +193,18 @@ def overview_body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
     """Failing trials per failure family and torch version over every store: which modes were
     seen on which version, and from which matrices (out-of-memory and harness errors left out)."""
     rows, totals = family_table(loaded)
-    return "\n".join([
-        "#### Failure modes by torch version, over every store",
-        "",
-        "Regenerate with `python -m harness report`. Failing trials per failure family "
-        "(`harness/diagnosis/families.py`) and torch version, with the matrices they came from; trials that "
-        f"ran out of device memory, timed out or hit a harness error are left out; records taken out of a "
-        f"matrix's count by `harness retire` are in (their failures were observed). Trials that count: {totals}.",
-        "",
-        *rows,
-    ])
+    return "\n".join(
+        [
+            "#### Failure modes by torch version, over every store",
+            "",
+            "Regenerate with `python -m harness report`. Failing trials per failure family "
+            "(`harness/diagnosis/families.py`) and torch version, with the matrices they came from; trials that "
+            f"ran out of device memory, timed out or hit a harness error are left out; records taken out of a "
+            f"matrix's count by `harness retire` are in (their failures were observed). Trials that count: {totals}.",
+            "",
+            *rows,
+        ]
+    )
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -173,9 +216,11 @@ def matrix_names(records: Sequence[TrialResult]) -> list[str]:
 
 
 def summary_header(store_dir: Path) -> str:
-    return (f"# `{store_dir.name}`: generated tables\n\n"
-            f"Written by `python -m harness report`; edit nothing between the markers. The findings they "
-            f"support are in [REPORT.md]({_rel(store_dir.parent.parent / 'REPORT.md', store_dir)}).\n\n")
+    return (
+        f"# `{store_dir.name}`: generated tables\n\n"
+        f"Written by `python -m harness report`; edit nothing between the markers. The findings they "
+        f"support are in [REPORT.md]({_rel(store_dir.parent.parent / 'REPORT.md', store_dir)}).\n\n"
+    )
 
 
 def stores_body(rows: Sequence[tuple[str, Path, Sequence[TrialResult]]], report_dir: Path) -> str:
@@ -211,8 +256,11 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
             cells = summarize(mine)
             paths = plot_paths(cells, name, store_dir / "plots")
             gone = [r for r in retired[store_dir] if r.matrix == name]
-            text = replace_block(text, name, block_body(name, store_dir, mine, cells, paths, store_dir, gone,
-                                                        bench_runs, root=out.parent))
+            text = replace_block(
+                text,
+                name,
+                block_body(name, store_dir, mine, cells, paths, store_dir, gone, bench_runs, root=out.parent),
+            )
             plots.append((cells, name, store_dir / "plots"))
             names.append(name)
             index.append((name, store_dir, mine))
@@ -221,11 +269,21 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     price_plots = benches.price_plots(bench_runs, bench_files[0].parent / "plots") if bench_files else {}
     if bench_files:
         doc = roots[0] / BENCHES_NAME
-        text = doc.read_text(encoding="utf-8") if doc.exists() else (
-            "# Benches: each configuration alone on the machine\n\nWritten by `python -m harness report`.\n\n")
-        text = replace_block(text, benches.BLOCK, benches.body(bench_runs, [_rel(f, doc.parent) for f in bench_files],
-                                                               [_rel(p, doc.parent) for p in bench_plots],
-                                                               {k: _rel(p, doc.parent) for k, p in price_plots.items()}))
+        text = (
+            doc.read_text(encoding="utf-8")
+            if doc.exists()
+            else ("# Benches: each configuration alone on the machine\n\nWritten by `python -m harness report`.\n\n")
+        )
+        text = replace_block(
+            text,
+            benches.BLOCK,
+            benches.body(
+                bench_runs,
+                [_rel(f, doc.parent) for f in bench_files],
+                [_rel(p, doc.parent) for p in bench_plots],
+                {k: _rel(p, doc.parent) for k, p in price_plots.items()},
+            ),
+        )
         writes.append((doc, text))
         names.append(benches.BLOCK)
     readme: str | None = None
@@ -235,9 +293,14 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
         # Retired records count here: their failures were observed (under an older workload).
         observed = loaded + list(retired.items())
         modes = out.parent / "results" / FAILURE_MODES_NAME
-        modes_text = modes.read_text(encoding="utf-8") if modes.exists() else (
-            "# Failure modes by torch version\n\nWritten by `python -m harness report`; the findings are in "
-            f"[REPORT.md]({_rel(out, modes.parent)}).\n\n")
+        modes_text = (
+            modes.read_text(encoding="utf-8")
+            if modes.exists()
+            else (
+                "# Failure modes by torch version\n\nWritten by `python -m harness report`; the findings are in "
+                f"[REPORT.md]({_rel(out, modes.parent)}).\n\n"
+            )
+        )
         writes.append((modes, replace_block(modes_text, OVERVIEW_BLOCK, overview_body(observed))))
         text = replace_block(text, tables.RACES_BLOCK, tables.race_table(records_of=RecordSource(out.parent)))
         text = replace_block(text, STORES_BLOCK, stores_body(index, out.parent))

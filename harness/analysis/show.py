@@ -33,29 +33,44 @@ def render(record: TrialResult, store_dir: Path) -> str:
     except ReplayError:
         spec = None
     out = [f"{record.trial_id}: {record.outcome.name}" + (f" ({record.detail})" if record.detail else "")]
-    out.append(f"  ran {record.duration_s:.1f} s" + (f", failed after {record.time_to_failure_s:.1f} s"
-                                                     if record.time_to_failure_s is not None else "")
-               + (f", {record.tokens_per_s:,.0f} tokens/s" if record.tokens_per_s else "")
-               + _held(record)
-               + f"; torch {record.torch_version or '?'}, Python {record.python or '?'}, host "
-                 f"{record.host or '?'}" + (f", GPU {record.gpu}" if record.gpu else "")
-               + f", started {record.started_at or '?'}")
+    out.append(
+        f"  ran {record.duration_s:.1f} s"
+        + (f", failed after {record.time_to_failure_s:.1f} s" if record.time_to_failure_s is not None else "")
+        + (f", {record.tokens_per_s:,.0f} tokens/s" if record.tokens_per_s else "")
+        + _held(record)
+        + f"; torch {record.torch_version or '?'}, Python {record.python or '?'}, host "
+        f"{record.host or '?'}"
+        + (f", GPU {record.gpu}" if record.gpu else "")
+        + f", started {record.started_at or '?'}"
+    )
     if store_dir.name == RETIRED_NAME:
-        mine = [e["reason"] for e in reasons(store_dir.parent)
-                if any(fnmatch.fnmatchcase(record.cell, g) for g in e["cells"])]
+        mine = [
+            e["reason"]
+            for e in reasons(store_dir.parent)
+            if any(fnmatch.fnmatchcase(record.cell, g) for g in e["cells"])
+        ]
         why = "; ".join(mine) or "no reason recorded"
         out.append(f"  retired from {store_dir.parent} (not counted there): {why}")
     if spec is not None:
         plan = spec.plan
         out.append(f"  workload: {spec.workload.kind} {shlex.join(spec.workload.argv)}")
-        out.append(f"  fixes: {', '.join(spec.fixes) or 'none'}; plan: "
-                   + (f"{plan.get('profile')} seed {plan.get('seed')}, {len(plan.get('rules', []))} rules, "
-                      f"switch interval {plan.get('switch_interval') or 'default'}" if plan else "none"))
+        out.append(
+            f"  fixes: {', '.join(spec.fixes) or 'none'}; plan: "
+            + (
+                f"{plan.get('profile')} seed {plan.get('seed')}, {len(plan.get('rules', []))} rules, "
+                f"switch interval {plan.get('switch_interval') or 'default'}"
+                if plan
+                else "none"
+            )
+        )
     if record.signature:
         fam = families.family(record.signature_summary)
-        out += ["", f"signature {record.signature} (v{record.signature_version}):",
-                f"  {record.signature_summary}",
-                f"  family {fam}: {families.DESCRIPTIONS.get(fam, 'no known family: a new way to fail')}"]
+        out += [
+            "",
+            f"signature {record.signature} (v{record.signature_version}):",
+            f"  {record.signature_summary}",
+            f"  family {fam}: {families.DESCRIPTIONS.get(fam, 'no known family: a new way to fail')}",
+        ]
     text = _read(art / OUTPUT) if art else None
     tbs = tracebacks.parse_tracebacks(text) if text else []
     first = tracebacks.primary_traceback(tbs)
@@ -97,14 +112,13 @@ def _held(record: TrialResult) -> str:
         return ""
     if sampled is None:
         return f", held {reported:.1f} GiB on a GPU (its allocator's peak)"
-    return (f", held {sampled:.1f} GiB on a GPU (nvidia-smi's samples"
-            + (f"; its allocator's peak {reported:.1f} GiB)" if reported is not None else ")"))
+    return f", held {sampled:.1f} GiB on a GPU (nvidia-smi's samples" + (
+        f"; its allocator's peak {reported:.1f} GiB)" if reported is not None else ")"
+    )
 
 
 def _read(path: ArtefactPath) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:                  # a packed trial without the file raises FileNotFoundError too
+    except OSError:  # a packed trial without the file raises FileNotFoundError too
         return None
-
-

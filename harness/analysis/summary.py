@@ -121,24 +121,36 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
             names.setdefault(r.signature or "?", r.signature_summary or r.signature or r.outcome.name)
     # Time to failure, not run time, for failing trials: a run that crashes at 2 s of a 60 s
     # budget says the failure takes 2 s to show.
-    times = [(r.time_to_failure_s if r.outcome.is_failure and r.time_to_failure_s is not None else r.duration_s)
-             for r in counted]
+    times = [
+        (r.time_to_failure_s if r.outcome.is_failure and r.time_to_failure_s is not None else r.duration_s)
+        for r in counted
+    ]
     tokens = [r.tokens_per_s for r in counted if r.tokens_per_s is not None and not r.outcome.is_failure]
     peaks = [p for p in (r.gpu_peak_gib for r in rs) if p is not None]
     # Every record of a cell carries the same parts (TrialResult.workload, strategy, plan).
     w, s, p = rs[0].workload or cell, rs[0].strategy or "", rs[0].plan or NO_PLAN
     exposure = _exposure(counted, load_catalogue().windows_of(w))
     return CellSummary(
-        cell=cell, workload=w, strategy=s, plan=p, n=n, k=k, **exposure,
+        cell=cell,
+        workload=w,
+        strategy=s,
+        plan=p,
+        n=n,
+        k=k,
+        **exposure,
         timeouts=sum(r.outcome is Outcome.TIMEOUT for r in rs),
         errors=sum(r.outcome is Outcome.HARNESS_ERROR for r in rs),
         resources=sum(r.outcome is Outcome.RESOURCE for r in rs),
         skipped=sum(bool(r.skipped) for r in rs),
-        low=ci.low, high=ci.high, rule_of_three=stats.rule_of_three(n) if k == 0 and n else None,
+        low=ci.low,
+        high=ci.high,
+        rule_of_three=stats.rule_of_three(n) if k == 0 and n else None,
         outcomes=dict(sorted(collections.Counter(r.outcome.name for r in rs).items())),
         signatures=sorted(((names[s], c) for s, c in sig_counts.items()), key=lambda sc: (-sc[1], sc[0])),
-        families=sorted(collections.Counter(families.family(r.signature_summary) for r in counted
-                                            if r.outcome.is_failure).items(), key=lambda fc: (-fc[1], fc[0])),
+        families=sorted(
+            collections.Counter(families.family(r.signature_summary) for r in counted if r.outcome.is_failure).items(),
+            key=lambda fc: (-fc[1], fc[0]),
+        ),
         ttff_s=stats.median_time_to_first_failure(times, failed) if n else None,
         median_duration_s=stats.median_or_none([r.duration_s for r in counted]),
         tokens_per_s=stats.median_or_none(tokens),
@@ -178,9 +190,16 @@ def _exposure(counted: list[TrialResult], windows: tuple[str, ...] | None) -> di
             row[1] += counts[w] > 0
             row[2] += counts[w]
             row[3] += eager.get(w, 0)
-    return dict(windows=windows, measured=measured, exposed=exposed, eager_only=eager_only, openings=openings,
-                eager_openings=eager_openings, first_open_s=stats.median_or_none(firsts),
-                by_window={w: tuple(v) for w, v in sorted(by_window.items())})
+    return dict(
+        windows=windows,
+        measured=measured,
+        exposed=exposed,
+        eager_only=eager_only,
+        openings=openings,
+        eager_openings=eager_openings,
+        first_open_s=stats.median_or_none(firsts),
+        by_window={w: tuple(v) for w, v in sorted(by_window.items())},
+    )
 
 
 def _fill_ratios(cells: list[CellSummary]) -> None:

@@ -67,18 +67,25 @@ def body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
     versions = sorted({v for _, v in found}, key=_key)
     # The cells versions-cpu runs (each race under its plan, raw and with its fix), not the catalogue
     # store's others (its plain cells): the rows every version is compared on.
-    parts = {r.cell: (r.workload or r.cell, r.strategy or "") for _, records in loaded for r in records
-             if r.matrix in MATRICES}
+    parts = {
+        r.cell: (r.workload or r.cell, r.strategy or "")
+        for _, records in loaded
+        for r in records
+        if r.matrix in MATRICES
+    }
     later = {r.cell for _, records in loaded for r in records if r.matrix == MATRICES[1]} or {c for c, _ in found}
     races: dict[str, dict[str, str]] = collections.defaultdict(dict)
     for cell in sorted(later):
         workload, strategy = parts[cell]
         races[workload]["raw" if strategy == "raw" else "fix"] = cell
-    lines = [f"Regenerate with `python -m harness report`. Repro cells of `{MATRICES[0]}` and `{MATRICES[1]}` by the "
-             "torch each trial ran on (`harness matrix --preset versions-cpu --python ENV/bin/python`): failing/"
-             "counted trials, raw and with the race's fix, under the race's plan.", "",
-             "| race | raw cell | fix | " + " | ".join(f"torch {v}" for v in versions) + " |",
-             "|---|---|---|" + "---|" * len(versions)]
+    lines = [
+        f"Regenerate with `python -m harness report`. Repro cells of `{MATRICES[0]}` and `{MATRICES[1]}` by the "
+        "torch each trial ran on (`harness matrix --preset versions-cpu --python ENV/bin/python`): failing/"
+        "counted trials, raw and with the race's fix, under the race's plan.",
+        "",
+        "| race | raw cell | fix | " + " | ".join(f"torch {v}" for v in versions) + " |",
+        "|---|---|---|" + "---|" * len(versions),
+    ]
     for workload, cells in sorted(races.items()):
         raw, fix = cells.get("raw"), cells.get("fix")
         entries, seen = [], False

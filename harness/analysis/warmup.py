@@ -89,10 +89,11 @@ def read(path: Path) -> RunSummary:
     except OSError as e:
         raise WarmupError(f"{path}: cannot read the log ({e.strerror or e})") from None
     found = events(text)
-    metrics = {e["step"]: e for e in found
-               if e.get("event") == "metrics" and {"step", "elapsed_s", "tokens_per_s"} <= e.keys()}
+    metrics = {
+        e["step"]: e for e in found if e.get("event") == "metrics" and {"step", "elapsed_s", "tokens_per_s"} <= e.keys()
+    }
     if not metrics:
-        raise WarmupError(f"{path}: no trainer metrics lines ({{\"event\": \"metrics\", ...}}) in it")
+        raise WarmupError(f'{path}: no trainer metrics lines ({{"event": "metrics", ...}}) in it')
     final = next((e for e in reversed(found) if e.get("event") == "final"), None)
     return summarise(path.stem, metrics, final)
 
@@ -117,20 +118,31 @@ def summarise(name: str, metrics: dict[int, dict], final: dict | None) -> RunSum
         pace, step_s = steady, tokens / this_run / steady
     plan = (final or {}).get("device_plan") or {}
     return RunSummary(
-        name=name, steps=steps, steps_this_run=this_run,
+        name=name,
+        steps=steps,
+        steps_this_run=this_run,
         first_step_s=metrics[first]["elapsed_s"] if first in metrics else None,
-        elapsed_s=end["elapsed_s"], tokens=tokens, steady_tokens_per_s=steady, pace_tokens_per_s=pace,
-        step_s=step_s, pauses=pauses, torch=(final or {}).get("torch"),
-        drafter_threads=len(plan["drafter"]) if "drafter" in plan else None)
+        elapsed_s=end["elapsed_s"],
+        tokens=tokens,
+        steady_tokens_per_s=steady,
+        pace_tokens_per_s=pace,
+        step_s=step_s,
+        pauses=pauses,
+        torch=(final or {}).get("torch"),
+        drafter_threads=len(plan["drafter"]) if "drafter" in plan else None,
+    )
 
 
-def _pace(metrics: dict[int, dict], start: int, end: int
-          ) -> tuple[float | None, float | None, tuple[Pause, ...] | None]:
+def _pace(
+    metrics: dict[int, dict], start: int, end: int
+) -> tuple[float | None, float | None, tuple[Pause, ...] | None]:
     """Tokens/s and s/step over steps start..end, pauses left out; Nones unless every step is logged."""
     if end - start < 2 or any(s not in metrics for s in range(start, end + 1)):
         return None, None, None
-    steps = [(s, metrics[s]["elapsed_s"] - metrics[s - 1]["elapsed_s"],
-              _tokens(metrics[s]) - _tokens(metrics[s - 1])) for s in range(start + 1, end + 1)]
+    steps = [
+        (s, metrics[s]["elapsed_s"] - metrics[s - 1]["elapsed_s"], _tokens(metrics[s]) - _tokens(metrics[s - 1]))
+        for s in range(start + 1, end + 1)
+    ]
     limit = PAUSE_FACTOR * statistics.median(dt for _, dt, _ in steps)
     kept = [(dt, n) for _, dt, n in steps if dt <= limit]
     seconds = sum(dt for dt, _ in kept)
@@ -144,8 +156,9 @@ def break_even(run: RunSummary, base: RunSummary) -> int | None:
     """The step count of `run` from which it has spent less wall time than `base` would for the
     same tokens; None when `run` is not faster per token (never). Both must have a pace."""
     if run.pace_tokens_per_s is None or base.pace_tokens_per_s is None:
-        raise WarmupError(f"{run.name if run.pace_tokens_per_s is None else base.name}: "
-                          "too few steps for a steady pace")
+        raise WarmupError(
+            f"{run.name if run.pace_tokens_per_s is None else base.name}: too few steps for a steady pace"
+        )
     if run.pace_tokens_per_s <= base.pace_tokens_per_s:
         return None
     saved_per_token = 1 / base.pace_tokens_per_s - 1 / run.pace_tokens_per_s
@@ -155,8 +168,20 @@ def break_even(run: RunSummary, base: RunSummary) -> int | None:
     return math.floor(tokens / run.tokens_per_step) + 1
 
 
-COLUMNS = ("run", "torch", "drafter threads", "first step s", "total s", "steady tok/s", "pace tok/s",
-           "step ms", "x base", "warm-up s", "break-even steps", "pauses left out")
+COLUMNS = (
+    "run",
+    "torch",
+    "drafter threads",
+    "first step s",
+    "total s",
+    "steady tok/s",
+    "pace tok/s",
+    "step ms",
+    "x base",
+    "warm-up s",
+    "break-even steps",
+    "pauses left out",
+)
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -180,10 +205,20 @@ def row(run: RunSummary, base: RunSummary) -> str:
         n = break_even(run, base)
         even = "never" if n is None else str(n)
     ratio = run.pace_tokens_per_s / base.pace_tokens_per_s if paced else None
-    cells = (run.name, run.torch or "?", "?" if run.drafter_threads is None else str(run.drafter_threads),
-             _num(run.first_step_s, ".2f"), _num(run.elapsed_s, ".2f"), _num(run.steady_tokens_per_s, ",.0f"),
-             _num(run.pace_tokens_per_s, ",.0f"), _num(run.step_s and 1000 * run.step_s, ".1f"),
-             _num(ratio, ".2f"), _num(run.warmup_s, ".2f"), even, _pauses(run.pauses))
+    cells = (
+        run.name,
+        run.torch or "?",
+        "?" if run.drafter_threads is None else str(run.drafter_threads),
+        _num(run.first_step_s, ".2f"),
+        _num(run.elapsed_s, ".2f"),
+        _num(run.steady_tokens_per_s, ",.0f"),
+        _num(run.pace_tokens_per_s, ",.0f"),
+        _num(run.step_s and 1000 * run.step_s, ".1f"),
+        _num(ratio, ".2f"),
+        _num(run.warmup_s, ".2f"),
+        even,
+        _pauses(run.pauses),
+    )
     return "| " + " | ".join(cells) + " |"
 
 

@@ -32,9 +32,12 @@ def measure(cfg, rounds: int) -> dict:
     """A discarded warm-up round, then `rounds` rounds alternating probes off and on; the record."""
     by: dict[bool, list[dict]] = {False: [], True: []}
     with tempfile.TemporaryDirectory(prefix="exposure-cost-") as tmp:
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(
-            cfg.train, out_dir=tmp, export=False, eval_prompts=0, progress=False, checkpoint_every=0,
-            resume=False))
+        cfg = dataclasses.replace(
+            cfg,
+            train=dataclasses.replace(
+                cfg.train, out_dir=tmp, export=False, eval_prompts=0, progress=False, checkpoint_every=0, resume=False
+            ),
+        )
         warm = _one_round(cfg, probes=False)
         print(f"warm-up round (discarded): {warm['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
         for i in range(rounds):
@@ -42,9 +45,12 @@ def measure(cfg, rounds: int) -> dict:
             final = _one_round(cfg, probes=on)
             by[on].append(final)
             counted = f"; windows {final['windows']}" if on else ""
-            print(f"round {i}: probes {'on' if on else 'off'}: {final['tokens_per_s']:.1f} tokens/s (steady "
-                  f"{final.get('tokens_per_s_steady') or 0:.1f}){counted}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"round {i}: probes {'on' if on else 'off'}: {final['tokens_per_s']:.1f} tokens/s (steady "
+                f"{final.get('tokens_per_s_steady') or 0:.1f}){counted}",
+                file=sys.stderr,
+                flush=True,
+            )
     return _record(cfg, by)
 
 
@@ -61,8 +67,12 @@ def hook_cost_ns(calls: int = 200_000) -> dict[str, float]:
 
     return {
         "compiled.call": timed(lambda: [hook("compiled.call", "before") for _ in range(calls)]),
-        "region": timed(lambda: [(hook("dynamo.convert_frame", "before"), hook("dynamo.convert_frame", "after"))
-                                 for _ in range(calls // 2)]),
+        "region": timed(
+            lambda: [
+                (hook("dynamo.convert_frame", "before"), hook("dynamo.convert_frame", "after"))
+                for _ in range(calls // 2)
+            ]
+        ),
         "stage": timed(lambda: [stage("drafter.after_get") for _ in range(calls)]),
     }
 
@@ -70,6 +80,7 @@ def hook_cost_ns(calls: int = 200_000) -> dict[str, float]:
 def _one_round(cfg, *, probes: bool) -> dict:
     # torch and the trainer load only when a round runs, so that --help answers without them
     import torch._dynamo  # noqa: I001  (the two deferred imports, each with its reason)
+
     # the trainer imports torch and transformers (seconds)
     from dflash.train import train
 
@@ -95,16 +106,23 @@ def _one_round(cfg, *, probes: bool) -> dict:
         faults.set_handler(None)
     if outcome.exit_code != 0 or outcome.final is None:
         report = outcome.pipeline.report() if outcome.pipeline else ""
-        raise RuntimeError(f"round failed with exit code {outcome.exit_code} (a race of the run's own fixes: "
-                           f"pass --set fixes=...)\n{report}")
-    return {**outcome.final, "windows": dict(probe.counts) if probe is not None else None,
-            "wall_s": wall_s, "hook_calls": hook_calls if probe is not None else 0}
+        raise RuntimeError(
+            f"round failed with exit code {outcome.exit_code} (a race of the run's own fixes: "
+            f"pass --set fixes=...)\n{report}"
+        )
+    return {
+        **outcome.final,
+        "windows": dict(probe.counts) if probe is not None else None,
+        "wall_s": wall_s,
+        "hook_calls": hook_calls if probe is not None else 0,
+    }
 
 
 def _record(cfg, rounds: dict[bool, list[dict]]) -> dict:
     ns = hook_cost_ns()
     calls = statistics.median(r["hook_calls"] for r in rounds[True])
     wall_s = statistics.median(r["wall_s"] for r in rounds[True])
+
     def ratio(key: str, pick) -> float | None:
         figures = {on: [r[key] for r in rs if isinstance(r.get(key), (int, float))] for on, rs in rounds.items()}
         if not figures[False] or not figures[True]:

@@ -119,9 +119,18 @@ def parse_config(text: str, default_mode: str) -> Config:
     return Config(fixes=fixes.replace("+", ","), mode=mode or default_mode, drafters=drafters)
 
 
-def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, sets: Sequence[str] = (),
-              timeout_s: float = 600.0, host_run: int | None = None, topology: int | None = None,
-              cuda_count: int | None = None) -> Plan:
+def make_plan(
+    preset: str,
+    configs: Sequence[str],
+    *,
+    rounds: int,
+    steps: int,
+    sets: Sequence[str] = (),
+    timeout_s: float = 600.0,
+    host_run: int | None = None,
+    topology: int | None = None,
+    cuda_count: int | None = None,
+) -> Plan:
     """Validated in-process, as `dflash bench` would read it, so that a typo is one line and exit 2
     before the first bench starts rather than a died bench minutes later. That includes the device
     plan on this machine (`cuda_count` stands in for its GPU count in tests): a GPU preset or
@@ -148,21 +157,46 @@ def make_plan(preset: str, configs: Sequence[str], *, rounds: int, steps: int, s
             # `recommended` resolves per machine in the bench itself; validate its extra names here.
             names, _ = parse_names(cfg.fixes)
             FixSet.from_names(names)
-            resolve(cfg.devices, num_target_threads=cfg.pipeline.num_target_threads,
-                    num_drafter_threads=cfg.pipeline.num_drafter_threads, cuda_count=cuda_count)
+            resolve(
+                cfg.devices,
+                num_target_threads=cfg.pipeline.num_target_threads,
+                num_drafter_threads=cfg.pipeline.num_drafter_threads,
+                cuda_count=cuda_count,
+            )
     except (ConfigError, DevicePlanError) as e:
         raise PriceError(str(e)) from None
     if len(set(parsed)) != len(parsed):
         raise PriceError(f"a configuration is named twice: {' '.join(configs)}")
-    return Plan(preset=preset, configs=parsed, rounds=rounds, steps=steps, sets=list(sets),
-                timeout_s=timeout_s, host_run=host_run,
-                run_id=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+    return Plan(
+        preset=preset,
+        configs=parsed,
+        rounds=rounds,
+        steps=steps,
+        sets=list(sets),
+        timeout_s=timeout_s,
+        host_run=host_run,
+        run_id=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    )
 
 
 def bench_once(plan: Plan, config: Config) -> dict:
     """One `dflash bench` in a fresh process: its JSON record, or {exit_code, signature} if it died."""
-    argv = [sys.executable, "-m", "dflash", "bench", "--preset", plan.preset, "--steps", str(plan.steps),
-            "--rounds", "1", "--set", f"fixes={config.fixes}", "--set", f"compile.mode={config.mode}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "dflash",
+        "bench",
+        "--preset",
+        plan.preset,
+        "--steps",
+        str(plan.steps),
+        "--rounds",
+        "1",
+        "--set",
+        f"fixes={config.fixes}",
+        "--set",
+        f"compile.mode={config.mode}",
+    ]
     for kv in (*plan.sets, *config.sets()):
         argv += ["--set", kv]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -170,8 +204,9 @@ def bench_once(plan: Plan, config: Config) -> dict:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=plan.timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return {"event": "bench", "exit_code": TIMEOUT_RC, "signature": died_signature([], TIMEOUT_RC)}
-    record = next((json.loads(line) for line in reversed(done.stdout.splitlines())
-                   if line.startswith('{"event": "bench"')), None)
+    record = next(
+        (json.loads(line) for line in reversed(done.stdout.splitlines()) if line.startswith('{"event": "bench"')), None
+    )
     if done.returncode == 0 and record is not None:
         return record
     rc = done.returncode or 1
@@ -179,9 +214,14 @@ def bench_once(plan: Plan, config: Config) -> dict:
     return {"event": "bench", "exit_code": rc, "signature": died_signature(tail, rc)}
 
 
-def run(plan: Plan, *, bench: Callable[[Plan, Config], dict] | None = None,
-        log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
-        done: Callable[[dict], None] = lambda record: None, records: list[dict] | None = None) -> list[dict]:
+def run(
+    plan: Plan,
+    *,
+    bench: Callable[[Plan, Config], dict] | None = None,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+    done: Callable[[dict], None] = lambda record: None,
+    records: list[dict] | None = None,
+) -> list[dict]:
     """Every bench of the plan in order; `done` gets each record as it is made (saved at once: a
     run whose time runs out keeps the rounds it finished), `records` collects them."""
     records = [] if records is None else records
@@ -190,26 +230,44 @@ def run(plan: Plan, *, bench: Callable[[Plan, Config], dict] | None = None,
     for i, (r, c) in enumerate(steps, 1):
         t0 = time.monotonic()
         got = bench(plan, c)
-        record = {"phase": c.phase(plan.workload), "call": plan.host_run, "run": plan.run_id, "round": r,
-                  **({"sets": plan.sets} if plan.sets else {}), **got}
+        record = {
+            "phase": c.phase(plan.workload),
+            "call": plan.host_run,
+            "run": plan.run_id,
+            "round": r,
+            **({"sets": plan.sets} if plan.sets else {}),
+            **got,
+        }
         records.append(record)
         done(record)
-        what = (f"{record['tokens_per_s_steady']:.0f} tokens/s (steady half)" if record.get("tokens_per_s_steady")
-                else f"died: exit {record.get('exit_code')}: {record.get('signature')}")
+        what = (
+            f"{record['tokens_per_s_steady']:.0f} tokens/s (steady half)"
+            if record.get("tokens_per_s_steady")
+            else f"died: exit {record.get('exit_code')}: {record.get('signature')}"
+        )
         log(f"[{i}/{len(steps)}] round {r} `{c.strategy(plan.workload)}`: {what} ({time.monotonic() - t0:.0f}s)")
     return records
 
 
 def prices(plan: Plan, records: Sequence[dict]) -> list[Price]:
-    runs = [Run(strategy=strategy_of(d["phase"])[1], round=d["round"], tokens=d.get("tokens_per_s_steady"),
-                died=d.get("signature") if d.get("exit_code") else None, gpu_busy=d.get("gpu_busy_steady"))
-            for d in records]
+    runs = [
+        Run(
+            strategy=strategy_of(d["phase"])[1],
+            round=d["round"],
+            tokens=d.get("tokens_per_s_steady"),
+            died=d.get("signature") if d.get("exit_code") else None,
+            gpu_busy=d.get("gpu_busy_steady"),
+        )
+        for d in records
+    ]
     return price_runs(runs, [c.strategy(plan.workload) for c in plan.configs])
 
 
 def table(plan: Plan, ps: Sequence[Price], target: float | None = None) -> str:
-    head = (f"{plan.preset}: {plan.rounds} round(s) of {len(ps)} configuration(s), {plan.steps} steps each, "
-            f"alternating order; ratio = per-round tokens/s over `{ps[0].strategy}`, median and its interval")
+    head = (
+        f"{plan.preset}: {plan.rounds} round(s) of {len(ps)} configuration(s), {plan.steps} steps each, "
+        f"alternating order; ratio = per-round tokens/s over `{ps[0].strategy}`, median and its interval"
+    )
     return "\n".join([head, "", *rows(ps, target)])
 
 

@@ -36,8 +36,7 @@ class Calibration:
         return f"measured over {len(self.steps)} run(s)" if self.steps else "stated default"
 
     def to_json(self) -> dict:
-        return {"k": self.k, "n": self.n, "steps": self.steps, "threads": self.threads,
-                "source": self.source}
+        return {"k": self.k, "n": self.n, "steps": self.steps, "threads": self.threads, "source": self.source}
 
 
 def pct_summary(artefacts: ArtefactPath) -> dict | None:
@@ -62,5 +61,9 @@ def calibrate(summaries: list[dict | None]) -> Calibration:
         return Calibration(k=PCT_STEPS, n=DEFAULT_THREADS)
     steps = [int(s["steps"]) for s in counted]
     threads = [len(s["threads"]) for s in counted]
-    return Calibration(k=max(1, round(statistics.median(steps))),
-                       n=max(1, round(statistics.median(threads))), steps=steps, threads=threads)
+    return Calibration(
+        k=max(1, round(statistics.median(steps))),
+        n=max(1, round(statistics.median(threads))),
+        steps=steps,
+        threads=threads,
+    )

@@ -31,13 +31,20 @@ def expand(spec: MatrixSpec) -> list[TrialSpec]:
     for cell in cells:
         argv = cell.workload.argv + tuple(a for kv in cell.strategy.sets for a in ("--set", kv))
         for i in range(cell.trials):
-            trials.append(TrialSpec(
-                trial_id=trial_id(spec.name, cell.name, i), cell=cell.name,
-                workload=WorkloadSpec(kind=cell.workload.kind, argv=argv), fixes=cell.strategy.fixes,
-                plan=plan_json(cell.plan, spec.seed + i), env=dict(cell.workload.env),
-                timeout_s=cell.workload.timeout_s, hang_s=cell.workload.hang_s, trial_index=i,
-                python=spec.python,
-            ))
+            trials.append(
+                TrialSpec(
+                    trial_id=trial_id(spec.name, cell.name, i),
+                    cell=cell.name,
+                    workload=WorkloadSpec(kind=cell.workload.kind, argv=argv),
+                    fixes=cell.strategy.fixes,
+                    plan=plan_json(cell.plan, spec.seed + i),
+                    env=dict(cell.workload.env),
+                    timeout_s=cell.workload.timeout_s,
+                    hang_s=cell.workload.hang_s,
+                    trial_index=i,
+                    python=spec.python,
+                )
+            )
     return trials
 
 
@@ -47,8 +54,9 @@ def check_cells(cells: list[Cell]) -> None:
         w, s = cell.workload, cell.strategy
         for fix in s.fixes:
             if fix not in FIXES:
-                raise MatrixError(f"unknown strategy {s.name!r}: no fix named {fix!r} "
-                                  f"(fixes: {', '.join(sorted(FIXES))})")
+                raise MatrixError(
+                    f"unknown strategy {s.name!r}: no fix named {fix!r} (fixes: {', '.join(sorted(FIXES))})"
+                )
         if s.fixes and w.kind == "command":
             raise MatrixError(f"strategy {s.name!r} has fixes but workload {w.name!r} is a command")
         if s.sets and w.kind != "dflash":

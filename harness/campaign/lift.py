@@ -112,8 +112,9 @@ def targets(*, f2_repro: bool = False) -> dict[str, Target]:
     return {
         "F2": Target(
             name="F2",
-            workload=_workload("r06_fx_tracing_flag", "tests/scripts/sched_f2.py",
-                               ("--calls", "100", "--pause-ms", "10"), f2_repro),
+            workload=_workload(
+                "r06_fx_tracing_flag", "tests/scripts/sched_f2.py", ("--calls", "100", "--pause-ms", "10"), f2_repro
+            ),
             profiles=("switch", "fx-widen", *PCT_PROFILES),
             reproduced=_f2_reproduced,
         ),
@@ -138,17 +139,28 @@ def targets(*, f2_repro: bool = False) -> dict[str, Target]:
         # its own deadline cut to 45 s: a deadlock never ends by itself, and 180 s per hung
         # trial would spend the lift on waiting). compile-chaos is measured in gpu-repros.
         "capture-r05": Target(
-            name="capture-r05", workload=WorkloadSpec(kind="repro", argv=("r05_concurrent_record_rng",)),
-            profiles=("switch", "pct2", "pct3"), reproduced=_failed, timeout_s=240.0, hang_s=120.0,
+            name="capture-r05",
+            workload=WorkloadSpec(kind="repro", argv=("r05_concurrent_record_rng",)),
+            profiles=("switch", "pct2", "pct3"),
+            reproduced=_failed,
+            timeout_s=240.0,
+            hang_s=120.0,
         ),
         "capture-r23": Target(
-            name="capture-r23", workload=WorkloadSpec(kind="repro", argv=("r23_device_sync_during_capture",)),
-            profiles=("switch", "pct2", "pct3"), reproduced=_failed, timeout_s=240.0, hang_s=120.0,
+            name="capture-r23",
+            workload=WorkloadSpec(kind="repro", argv=("r23_device_sync_during_capture",)),
+            profiles=("switch", "pct2", "pct3"),
+            reproduced=_failed,
+            timeout_s=240.0,
+            hang_s=120.0,
         ),
         "G2": Target(
             name="G2",
             workload=WorkloadSpec(kind="repro", argv=("r20_flex_backward_compile_deadlock", "--deadline", "45")),
-            profiles=("switch", "pct2"), reproduced=_failed, timeout_s=240.0, hang_s=120.0,
+            profiles=("switch", "pct2"),
+            reproduced=_failed,
+            timeout_s=240.0,
+            hang_s=120.0,
         ),
     }
 
@@ -164,14 +176,20 @@ def plan_for(profile: str, seed: int, cal: Calibration | None = None) -> dict | 
 
 
 def _spec(target: Target, profile: str, seed: int, index: int, cal: Calibration | None) -> TrialSpec:
-    return TrialSpec(trial_id=f"{target.name}-{profile}-{index:03d}",
-                     cell=f"lift-{target.name}-{profile}", workload=target.workload,
-                     plan=plan_for(profile, seed, cal), timeout_s=target.timeout_s, hang_s=target.hang_s,
-                     trial_index=index)
+    return TrialSpec(
+        trial_id=f"{target.name}-{profile}-{index:03d}",
+        cell=f"lift-{target.name}-{profile}",
+        workload=target.workload,
+        plan=plan_for(profile, seed, cal),
+        timeout_s=target.timeout_s,
+        hang_s=target.hang_s,
+        trial_index=index,
+    )
 
 
-def _run_one(target: Target, spec: TrialSpec, store: Store, done: dict[str, TrialResult],
-             replay_of: str | None = None) -> tuple[TrialResult, bool]:
+def _run_one(
+    target: Target, spec: TrialSpec, store: Store, done: dict[str, TrialResult], replay_of: str | None = None
+) -> tuple[TrialResult, bool]:
     """Run (or, resuming, read back) one trial; append it to the store."""
     result = done.get(spec.trial_id)
     if result is None:
@@ -188,13 +206,11 @@ def _run_jobs(jobs: list[tuple[Target, TrialSpec]], workers: int, store: Store):
         futures = [(t, s, pool.submit(_run_one, t, s, store, done)) for t, s in jobs]
         for t, s, fut in futures:
             result, hit = fut.result()
-            print(f"  {result.trial_id}: {result.outcome.value} reproduced={hit} "
-                  f"{result.duration_s:.1f}s", flush=True)
+            print(f"  {result.trial_id}: {result.outcome.value} reproduced={hit} {result.duration_s:.1f}s", flush=True)
             yield t, s, result, hit
 
 
-def calibrate(chosen: list[Target], runs: int, workers: int, seed: int,
-              store: Store) -> dict[str, Calibration]:
+def calibrate(chosen: list[Target], runs: int, workers: int, seed: int, store: Store) -> dict[str, Calibration]:
     """k and n per target from `runs` counting runs each (none: the stated default)."""
     jobs = [(t, _spec(t, COUNT_PROFILE, seed + i, i, None)) for i in range(runs) for t in chosen]
     summaries: dict[str, list] = {t.name: [] for t in chosen}
@@ -204,9 +220,15 @@ def calibrate(chosen: list[Target], runs: int, workers: int, seed: int,
     return {name: calibration.calibrate(s) for name, s in summaries.items()}
 
 
-def run_cells(chosen: list[Target], profiles: dict[str, tuple[str, ...]], trials: int,
-              workers: int, seed: int, store: Store,
-              cals: dict[str, Calibration]) -> list[Cell]:
+def run_cells(
+    chosen: list[Target],
+    profiles: dict[str, tuple[str, ...]],
+    trials: int,
+    workers: int,
+    seed: int,
+    store: Store,
+    cals: dict[str, Calibration],
+) -> list[Cell]:
     cells = {(t.name, p): Cell(target=t.name, profile=p) for t in chosen for p in profiles[t.name]}
     jobs = []
     for i in range(trials):  # interleaved: trial i of every cell before trial i + 1 of any
@@ -234,8 +256,10 @@ def _rate(cell: Cell) -> tuple[int, int, stats.Interval]:
 def ttff(cell: Cell) -> float | None:
     """Median serial seconds to the first reproducing trial (a reproducing trial counts up to its
     failure where the runner saw one, else its whole run)."""
-    times = [r.time_to_failure_s if hit and r.time_to_failure_s is not None else r.duration_s
-             for r, hit in zip(cell.results, cell.hits)]
+    times = [
+        r.time_to_failure_s if hit and r.time_to_failure_s is not None else r.duration_s
+        for r, hit in zip(cell.results, cell.hits)
+    ]
     return stats.median_time_to_first_failure(times, cell.hits) if times else None
 
 
@@ -251,28 +275,36 @@ def pct_bound(profile: str, cal: Calibration | None) -> float | None:
 def format_table(cells: list[Cell], cals: dict[str, Calibration] | None = None) -> str:
     cals = cals or {}
     w = max([6, *(len(c.target) for c in cells)])
-    lines = [f"{'target':{w}} {'plan':16} {'k/n':>7} {'p':>5} {'wilson95':>13} {'lift':>6} "
-             f"{'lift_low':>8} {'mean_s':>6} {'ttff_s':>7} {'pct_bound':>9}"]
+    lines = [
+        f"{'target':{w}} {'plan':16} {'k/n':>7} {'p':>5} {'wilson95':>13} {'lift':>6} "
+        f"{'lift_low':>8} {'mean_s':>6} {'ttff_s':>7} {'pct_bound':>9}"
+    ]
     for cell in cells:
         k, n, ci = _rate(cell)
         plain = next((c for c in cells if c.target == cell.target and c.profile == "plain"), None)
         pk, pn, pci = _rate(plain) if plain is not None else (0, 0, stats.wilson(0, 0))
         p, pp = k / n if n else 0.0, pk / pn if pn else 0.0
-        lift = "-" if cell is plain or plain is None else (
-            "inf" if pp == 0 and p > 0 else f"{p / pp:.1f}" if pp else "-")
+        lift = (
+            "-" if cell is plain or plain is None else ("inf" if pp == 0 and p > 0 else f"{p / pp:.1f}" if pp else "-")
+        )
         low = "-" if cell is plain or plain is None else f"{ci.low / pci.high:.1f}" if pci.high else "-"
         mean_s = sum(r.duration_s for r in cell.results) / max(n, 1)
         t = ttff(cell)
         b = pct_bound(cell.profile, cals.get(cell.target))
-        lines.append(f"{cell.target:{w}} {cell.profile:16} {f'{k}/{n}':>7} {p:5.2f} "
-                     f"{f'[{ci.low:.2f},{ci.high:.2f}]':>13} {lift:>6} {low:>8} {mean_s:6.1f} "
-                     f"{'-' if t is None else f'{t:.1f}':>7} {'-' if b is None else f'{b:.2g}':>9}")
+        lines.append(
+            f"{cell.target:{w}} {cell.profile:16} {f'{k}/{n}':>7} {p:5.2f} "
+            f"{f'[{ci.low:.2f},{ci.high:.2f}]':>13} {lift:>6} {low:>8} {mean_s:6.1f} "
+            f"{'-' if t is None else f'{t:.1f}':>7} {'-' if b is None else f'{b:.2g}':>9}"
+        )
     return "\n".join(lines)
 
 
 def best_plan(cells: list[Cell], target: str) -> str:
-    ranked = sorted((c for c in cells if c.target == target and c.profile != "plain"),
-                    key=lambda c: (_rate(c)[2].low, sum(c.hits)), reverse=True)
+    ranked = sorted(
+        (c for c in cells if c.target == target and c.profile != "plain"),
+        key=lambda c: (_rate(c)[2].low, sum(c.hits)),
+        reverse=True,
+    )
     return ranked[0].profile if ranked else "-"
 
 
@@ -290,12 +322,13 @@ def pct_versus(cells: list[Cell], target: str, other: str = "switch") -> str | N
         verdict = "loses to"
     else:
         verdict = "overlaps"
-    return (f"{target}: best pct ({best.profile}) {k}/{n} [{ci.low:.2f},{ci.high:.2f}] {verdict} "
-            f"{other} {ok}/{on} [{oci.low:.2f},{oci.high:.2f}]")
+    return (
+        f"{target}: best pct ({best.profile}) {k}/{n} [{ci.low:.2f},{ci.high:.2f}] {verdict} "
+        f"{other} {ok}/{on} [{oci.low:.2f},{oci.high:.2f}]"
+    )
 
 
-def measure_replays(target: Target, cell: Cell, replays: int, workers: int,
-                    store: Store) -> str:
+def measure_replays(target: Target, cell: Cell, replays: int, workers: int, store: Store) -> str:
     """Rerun the first reproducing trial's exact spec; count same signature / same decisions."""
     first = next((r for r, hit in zip(cell.results, cell.hits) if hit), None)
     if first is None:
@@ -312,9 +345,11 @@ def measure_replays(target: Target, cell: Cell, replays: int, workers: int,
     same_sig = sum(r.signature == first.signature for r, _ in done)
     same_dec = sum(decisions(str(Path(r.artefacts) / PLAN_LOG)) == want for r, _ in done)
     reproduced = sum(hit for _, hit in done)
-    return (f"replay {first.trial_id} (seed {spec.plan_seed}, {cell.profile}) x{replays}: "
-            f"reproduced {reproduced}/{replays}, same signature {same_sig}/{replays}, "
-            f"same decision sequence {same_dec}/{replays} ({len(want)} decisions)")
+    return (
+        f"replay {first.trial_id} (seed {spec.plan_seed}, {cell.profile}) x{replays}: "
+        f"reproduced {reproduced}/{replays}, same signature {same_sig}/{replays}, "
+        f"same decision sequence {same_dec}/{replays} ({len(want)} decisions)"
+    )
 
 
 def to_json(cells: list[Cell], cals: dict[str, Calibration], meta: dict) -> dict:
@@ -322,17 +357,33 @@ def to_json(cells: list[Cell], cals: dict[str, Calibration], meta: dict) -> dict
     out_cells = []
     for c in cells:
         k, n, ci = _rate(c)
-        out_cells.append({
-            "target": c.target, "profile": c.profile, "k": k, "n": n, "p": k / n if n else None,
-            "wilson_low": ci.low, "wilson_high": ci.high, "ttff_s": ttff(c),
-            "pct_bound": pct_bound(c.profile, cals.get(c.target)),
-            "trials": [{"id": r.trial_id, "plan_seed": r.plan_seed, "outcome": r.outcome.value,
-                        "reproduced": hit, "duration_s": r.duration_s,
+        out_cells.append(
+            {
+                "target": c.target,
+                "profile": c.profile,
+                "k": k,
+                "n": n,
+                "p": k / n if n else None,
+                "wilson_low": ci.low,
+                "wilson_high": ci.high,
+                "ttff_s": ttff(c),
+                "pct_bound": pct_bound(c.profile, cals.get(c.target)),
+                "trials": [
+                    {
+                        "id": r.trial_id,
+                        "plan_seed": r.plan_seed,
+                        "outcome": r.outcome.value,
+                        "reproduced": hit,
+                        "duration_s": r.duration_s,
                         "time_to_failure_s": r.time_to_failure_s,
-                        "signature_summary": r.signature_summary, "pct": s}
-                       for r, hit, s in zip(c.results, c.hits, c.pct)]})
-    return {**meta, "calibration": {name: cal.to_json() for name, cal in cals.items()},
-            "cells": out_cells}
+                        "signature_summary": r.signature_summary,
+                        "pct": s,
+                    }
+                    for r, hit, s in zip(c.results, c.hits, c.pct)
+                ],
+            }
+        )
+    return {**meta, "calibration": {name: cal.to_json() for name, cal in cals.items()}, "cells": out_cells}
 
 
 def torch_version() -> str:

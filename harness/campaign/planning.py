@@ -29,7 +29,6 @@ allocator's `max_memory_reserved` that the workload reports. An allowance, not a
 runner's nvidia-smi samples count them, and get none)."""
 
 
-
 def pool_order(cell_names: Sequence[str]) -> Callable[[str, int], tuple[int, int]]:
     """The order the pool starts trials in, as a sort key of (cell, trial index): trial 0 of every
     cell, then trial 1, ..., so that a time limit leaves cells evenly covered. `run_matrix` starts
@@ -86,8 +85,10 @@ class MemoryPeak:
     """Trials of this workload one GPU holds at once: per_gpu // gpu_slots."""
 
     def line(self) -> str:
-        return (f"{self.workload}: peak {self.peak_gib:.1f} GiB over {self.trials} trial(s) that have one; "
-                f"{self.at_once} at once on a GPU need ~{self.peak_gib * self.at_once:.0f} GiB")
+        return (
+            f"{self.workload}: peak {self.peak_gib:.1f} GiB over {self.trials} trial(s) that have one; "
+            f"{self.at_once} at once on a GPU need ~{self.peak_gib * self.at_once:.0f} GiB"
+        )
 
 
 def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[MemoryPeak]:
@@ -105,8 +106,11 @@ def memory_peaks(spec: MatrixSpec, records: Sequence[TrialResult]) -> list[Memor
         w = spec.workloads.get(name)
         if w is None or not w.gpus:
             continue
-        out.append(MemoryPeak(workload=name, peak_gib=max(values), trials=len(values),
-                              at_once=max(1, spec.per_gpu // w.gpu_slots)))
+        out.append(
+            MemoryPeak(
+                workload=name, peak_gib=max(values), trials=len(values), at_once=max(1, spec.per_gpu // w.gpu_slots)
+            )
+        )
     return out
 
 
@@ -147,8 +151,9 @@ def cell_slots(spec: MatrixSpec, records: Sequence[TrialResult]) -> dict[str, in
     return slots
 
 
-def memory_warnings(spec: MatrixSpec, records: Sequence[TrialResult], workloads: set[str],
-                    totals_gib: list[float] | None = None) -> list[str]:
+def memory_warnings(
+    spec: MatrixSpec, records: Sequence[TrialResult], workloads: set[str], totals_gib: list[float] | None = None
+) -> list[str]:
     """One line per pending GPU workload whose stored peak, times the trials its packing puts on
     one GPU, is more than the smallest GPU here holds: the run will lose trials to memory
     (RESOURCE, retried by a later run) unless gpu_slots or --per-gpu change. Nothing when
@@ -160,9 +165,12 @@ def memory_warnings(spec: MatrixSpec, records: Sequence[TrialResult], workloads:
     if not totals:
         return []
     room = min(totals)
-    return [f"warning: GPU memory: {p.line()}, more than the {room:.1f} GiB of a GPU here: expect "
-            f"out-of-memory trials (raise its gpu_slots or lower --per-gpu)"
-            for p in peaks if p.peak_gib * p.at_once > room]
+    return [
+        f"warning: GPU memory: {p.line()}, more than the {room:.1f} GiB of a GPU here: expect "
+        f"out-of-memory trials (raise its gpu_slots or lower --per-gpu)"
+        for p in peaks
+        if p.peak_gib * p.at_once > room
+    ]
 
 
 def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
@@ -185,13 +193,22 @@ def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
             share = max(share, min(1.0, cell.workload.gpus * slots[cell.name] / (spec.per_gpu * max(gpus, 1))))
         done = done_ids(held)
         todo = () if stopped else tuple(sorted(t.trial_index for t in mine if t.trial_id not in done))
-        plans.append(CellPlan(
-            cell=cell.name, planned=len(mine), stored=state.runs, failures=state.failures,
-            other=state.timeouts + state.resources + state.errors,
-            pending=len(todo), stopped=stopped,
-            median_s=median_duration_s(held),
-            share=share, gpus=cell.workload.gpus, slots=slots[cell.name], pending_indices=todo,
-        ))
+        plans.append(
+            CellPlan(
+                cell=cell.name,
+                planned=len(mine),
+                stored=state.runs,
+                failures=state.failures,
+                other=state.timeouts + state.resources + state.errors,
+                pending=len(todo),
+                stopped=stopped,
+                median_s=median_duration_s(held),
+                share=share,
+                gpus=cell.workload.gpus,
+                slots=slots[cell.name],
+                pending_indices=todo,
+            )
+        )
     return plans
 
 
@@ -215,6 +232,6 @@ def replay_last(spec, records: Sequence, last: int, *, num_gpus: int = 1) -> dic
     try:
         starts = [datetime.fromisoformat(r.started_at).timestamp() for r in run]
         out["recorded"] = max(s + r.duration_s for s, r in zip(starts, run)) - min(starts)
-    except ValueError:   # a record without a start time: no span to compare with
+    except ValueError:  # a record without a start time: no span to compare with
         pass
     return out

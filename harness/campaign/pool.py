@@ -57,9 +57,10 @@ def host_gpu_count() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-@dataclasses.dataclass(eq=False)   # identity: two waiters with equal needs are two places in the queue
+@dataclasses.dataclass(eq=False)  # identity: two waiters with equal needs are two places in the queue
 class Ticket:
     """A trial's place in GpuSlots' queue: the slots it waits for (capped to the machine)."""
+
     need: int
     weight: int
 
@@ -104,8 +105,9 @@ class GpuSlots:
             self._queue.append(ticket)
         return ticket
 
-    def acquire(self, need: int, stop: threading.Event, weight: int = 1,
-                ticket: Ticket | None = None) -> list[int] | None:
+    def acquire(
+        self, need: int, stop: threading.Event, weight: int = 1, ticket: Ticket | None = None
+    ) -> list[int] | None:
         """Least-loaded GPUs with room for `weight` more slots, in turn (`slots.admit`); None
         if `stop` is set while waiting. With `ticket` (from `enqueue`), at the place it holds;
         without, at the back of the queue."""
@@ -117,10 +119,16 @@ class GpuSlots:
             try:
                 while not stop.is_set():
                     k = self._queue.index(ticket)
-                    ids = slots.admit([(t.need, t.weight) for t in self._queue], k, self._load, self._per_gpu,
-                                        bypassed=self._bypassed, max_bypass=self._max_bypass)
+                    ids = slots.admit(
+                        [(t.need, t.weight) for t in self._queue],
+                        k,
+                        self._load,
+                        self._per_gpu,
+                        bypassed=self._bypassed,
+                        max_bypass=self._max_bypass,
+                    )
                     if ids is not None:
-                        if k:   # passed the head; the head's own start resets the count (finally)
+                        if k:  # passed the head; the head's own start resets the count (finally)
                             self._bypassed += 1
                         for i in ids:
                             self._load[i] += ticket.weight
@@ -131,7 +139,7 @@ class GpuSlots:
                 if self._queue[0] is ticket:
                     self._bypassed = 0
                 self._queue.remove(ticket)
-                self._cond.notify_all()   # the next waiter may now be at the head
+                self._cond.notify_all()  # the next waiter may now be at the head
 
     def release(self, ids: list[int], weight: int = 1) -> None:
         weight = slots.capped(len(ids), weight, len(self._load), self._per_gpu)[1]
@@ -182,8 +190,21 @@ class WorkerPool:
     here; a Ray backend's: a task on a cluster); on Ctrl-C or SIGTERM `kill_running()` ends every
     trial in flight (`kill_child_groups`: the local trials' process groups)."""
 
-    def __init__(self, *, spec, pending, states, store, gpus, lines, need_gpus, run_fn, attempts=None,
-                 expected_s=None, kill_running=None) -> None:
+    def __init__(
+        self,
+        *,
+        spec,
+        pending,
+        states,
+        store,
+        gpus,
+        lines,
+        need_gpus,
+        run_fn,
+        attempts=None,
+        expected_s=None,
+        kill_running=None,
+    ) -> None:
         self.spec = spec
         self.pending = collections.deque(pending)
         self.states = states
@@ -231,11 +252,12 @@ class WorkerPool:
             # Trials run in their own sessions, so Ctrl-C does not reach them. Kill them, and do not
             # record them: a killed trial is an interrupted measurement, not an ABORT, and the next
             # run of the same command runs it again (resume).
-            self.interrupted = True   # a plain store: see above for why not under the lock
+            self.interrupted = True  # a plain store: see above for why not under the lock
             self.stop.set()
             killed = self.kill_running()
-            print(f"interrupted: killed {killed} running trial(s); they will rerun on resume",
-                  file=sys.stderr, flush=True)
+            print(
+                f"interrupted: killed {killed} running trial(s); they will rerun on resume", file=sys.stderr, flush=True
+            )
             self._join(threads, keep_killing=True)
             raise
         self._join(threads)
@@ -285,8 +307,11 @@ class WorkerPool:
             self._leave(trial)
             return
         self.lost += 1
-        print(f"{trial.trial_id}: not run to the end, nothing stored ({e}); it reruns on resume",
-              file=sys.stderr, flush=True)
+        print(
+            f"{trial.trial_id}: not run to the end, nothing stored ({e}); it reruns on resume",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _next(self) -> tuple[TrialSpec, Ticket | None] | None:
         """The next trial to run, already in GpuSlots' queue (in pop order: `GpuSlots.enqueue`)."""
@@ -295,11 +320,11 @@ class WorkerPool:
                 if self.deadline is not None and time.monotonic() >= self.deadline:
                     break
                 trial = self.pending.popleft()
-                if self._stopped(trial) or self._late(trial):   # a shorter cell's trial may still fit
+                if self._stopped(trial) or self._late(trial):  # a shorter cell's trial may still fit
                     self._leave(trial)
                     continue
                 return trial, self.gpus.enqueue(*self.need_gpus[trial.cell])
-            for trial in self.pending:   # what the clock cut, or the rule had already ended
+            for trial in self.pending:  # what the clock cut, or the rule had already ended
                 self._leave(trial)
             self.pending.clear()
             return None
@@ -331,7 +356,7 @@ class WorkerPool:
                     result = self.run_fn(trial, artefacts)
                 except TrialNotRun as e:
                     result, not_run = None, e
-                    with contextlib.suppress(OSError):   # its folder stays only if a file came back
+                    with contextlib.suppress(OSError):  # its folder stays only if a file came back
                         artefacts.rmdir()
                 finally:
                     self.gpus.release(ids, weight)

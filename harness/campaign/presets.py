@@ -52,6 +52,7 @@ REPRO_GPU_TIMEOUT_S = 600.0
 DEFAULT_PRESET = "cpu-quick"
 """What `python -m harness matrix` runs when no --preset or --file is given."""
 
+
 def _plan(profile: str) -> PlanChoice:
     return PlanChoice(name=profile, profile=profile)
 
@@ -68,29 +69,55 @@ threads and do not depend on intra-op threads."""
 
 def cpu_quick() -> MatrixSpec:
     workloads = {
-        "r06": Workload(name="r06", kind="repro", argv=("r06_fx_tracing_flag",), timeout_s=REPRO_CPU_TIMEOUT_S,
-                        hang_s=60.0, env=CPU_ENV),
-        "r16": Workload(name="r16", kind="repro", argv=("r16_reset_segfault",), timeout_s=REPRO_CPU_TIMEOUT_S,
-                        hang_s=60.0, env=CPU_ENV),
+        "r06": Workload(
+            name="r06",
+            kind="repro",
+            argv=("r06_fx_tracing_flag",),
+            timeout_s=REPRO_CPU_TIMEOUT_S,
+            hang_s=60.0,
+            env=CPU_ENV,
+        ),
+        "r16": Workload(
+            name="r16",
+            kind="repro",
+            argv=("r16_reset_segfault",),
+            timeout_s=REPRO_CPU_TIMEOUT_S,
+            hang_s=60.0,
+            env=CPU_ENV,
+        ),
         # Compiled drafter step (aot_eager: real Dynamo + AOT tracing in two drafter threads at
         # once, without minutes of C++ compiles). hang_s allows a cold synthetic-corpus build,
         # which prints nothing and does not beat.
-        "dflash-tiny": Workload(name="dflash-tiny", kind="dflash",
-                                argv=("--preset", "tiny-cpu", "--set", "train.export=false",
-                                      "--set", "compile.mode=default", "--set", "compile.backend=aot_eager"),
-                                timeout_s=DFLASH_CPU_TIMEOUT_S, hang_s=240.0, env=CPU_ENV),
+        "dflash-tiny": Workload(
+            name="dflash-tiny",
+            kind="dflash",
+            argv=(
+                "--preset",
+                "tiny-cpu",
+                "--set",
+                "train.export=false",
+                "--set",
+                "compile.mode=default",
+                "--set",
+                "compile.backend=aot_eager",
+            ),
+            timeout_s=DFLASH_CPU_TIMEOUT_S,
+            hang_s=240.0,
+            env=CPU_ENV,
+        ),
     }
     return MatrixSpec(
-        name="cpu-quick", workloads=workloads,
+        name="cpu-quick",
+        workloads=workloads,
         strategies=_strategies("raw", "nested-fx-fallback", "global-lock"),
         groups=(
-            Group(workloads=("r06",), strategies=("raw", "nested-fx-fallback"), plans=(_plan("fx-widen"),),
-                  trials=5),
-            Group(workloads=("r16",), strategies=("raw", "global-lock"), plans=(_plan("reset-pressure"),),
-                  trials=3),
+            Group(workloads=("r06",), strategies=("raw", "nested-fx-fallback"), plans=(_plan("fx-widen"),), trials=5),
+            Group(workloads=("r16",), strategies=("raw", "global-lock"), plans=(_plan("reset-pressure"),), trials=3),
             Group(workloads=("dflash-tiny",), strategies=("raw", "global-lock"), plans=(NO_PLAN,), trials=2),
         ),
-        trials=5, workers=2, max_time_s=540.0,
+        trials=5,
+        workers=2,
+        max_time_s=540.0,
         # The README's main job: a fresh checkout must run it, not find the committed store
         # complete and print it (results/cpu-quick is the run REPORT.md cites, made with
         # `--store results/cpu-quick`). runs/ is git-ignored; show/replay/shrink look there first.
@@ -98,8 +125,15 @@ def cpu_quick() -> MatrixSpec:
     )
 
 
-CPU_TRAINER_STRATEGIES = ("raw", "global-lock", "sequential-startup", "thread-local-warmup", "persistent-buffers",
-                          "graph-isolation", "nested-fx-fallback")
+CPU_TRAINER_STRATEGIES = (
+    "raw",
+    "global-lock",
+    "sequential-startup",
+    "thread-local-warmup",
+    "persistent-buffers",
+    "graph-isolation",
+    "nested-fx-fallback",
+)
 
 
 def cpu_trainer() -> MatrixSpec:
@@ -109,30 +143,59 @@ def cpu_trainer() -> MatrixSpec:
     strategies = _strategies(*CPU_TRAINER_STRATEGIES)
     strategies["eager"] = Strategy(name="eager", sets=("compile.mode=none",))
     workloads = {
-        "dflash-tiny": Workload(name="dflash-tiny", kind="dflash",
-                                argv=("--preset", "tiny-cpu", "--set", "train.export=false",
-                                      "--set", "train.eval_prompts=0",
-                                      "--set", "compile.mode=default", "--set", "compile.backend=aot_eager"),
-                                timeout_s=DFLASH_CPU_TIMEOUT_S, hang_s=240.0, env=CPU_ENV),
+        "dflash-tiny": Workload(
+            name="dflash-tiny",
+            kind="dflash",
+            argv=(
+                "--preset",
+                "tiny-cpu",
+                "--set",
+                "train.export=false",
+                "--set",
+                "train.eval_prompts=0",
+                "--set",
+                "compile.mode=default",
+                "--set",
+                "compile.backend=aot_eager",
+            ),
+            timeout_s=DFLASH_CPU_TIMEOUT_S,
+            hang_s=240.0,
+            env=CPU_ENV,
+        ),
     }
     return MatrixSpec(
-        name="cpu-trainer", workloads=workloads, strategies=strategies,
-        groups=(Group(workloads=("dflash-tiny",), strategies=tuple(strategies),
-                      plans=(NO_PLAN, _plan("compile-chaos"), _plan("dflash-stages"))),),
-        trials=3, workers=2, max_failures=None,
+        name="cpu-trainer",
+        workloads=workloads,
+        strategies=strategies,
+        groups=(
+            Group(
+                workloads=("dflash-tiny",),
+                strategies=tuple(strategies),
+                plans=(NO_PLAN, _plan("compile-chaos"), _plan("dflash-stages")),
+            ),
+        ),
+        trials=3,
+        workers=2,
+        max_failures=None,
     )
 
 
 GPU_FIX_STRATEGIES = (
-    "raw", "global-lock", "sequential-startup", "thread-local-warmup", "local-tls-init", "persistent-buffers",
+    "raw",
+    "global-lock",
+    "sequential-startup",
+    "thread-local-warmup",
+    "local-tls-init",
+    "persistent-buffers",
     # The combination the seed projects converged on.
     "thread-local-warmup+persistent-buffers+local-tls-init+sequential-startup",
-    "cstash-tls-init", "graph-isolation", "cstash-tls-init+graph-isolation+sequential-startup",
+    "cstash-tls-init",
+    "graph-isolation",
+    "cstash-tls-init+graph-isolation+sequential-startup",
     "single-thread-autograd",
     # Against G1, G2 and r19, the trainer's own failures (docs/log/2026-11-29-dflash-trainer-on-h200.md):
     # single-thread-autograd keeps the lazy backward compile off the autograd device thread.
-    "cstash-tls-init+graph-isolation+sequential-startup+cublas-handle-init+single-thread-autograd"
-    "+target-hook-taps",
+    "cstash-tls-init+graph-isolation+sequential-startup+cublas-handle-init+single-thread-autograd+target-hook-taps",
     # Without a C-stash init every reduce-overhead cell dies of F1 (a per-thread gap), with it of
     # F1c or a capture beside a synchronize: one lock serialises the captures, plus G1's fix.
     "global-lock+cstash-tls-init+cublas-handle-init",
@@ -148,8 +211,7 @@ GPU_FIX_STRATEGIES = (
     # lock-free candidate adds per-thread graphs, the backward on the drafter's thread (G2) and the
     # narrow lock.
     "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync",
-    "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd+stash-incref"
-    "+stream-sync",
+    "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd+stash-incref+stream-sync",
     # The narrow lock leaves compiles concurrent, so a compiled call can meet another drafter's FX
     # trace (F2, seen in a bench): nested-fx-fallback runs that call eagerly instead.
     "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd+stash-incref"
@@ -194,8 +256,9 @@ def _campaign_strategies(extra: tuple[str, ...] = ()) -> dict[str, Strategy]:
     # Without CUDA graphs the trainer deadlocks in G2 (lazy backward compile on the autograd device
     # thread): pair it with the two fixes that keep that thread out of the lock order.
     for fix in CAMPAIGN_NO_CUDAGRAPHS_FIXES:
-        strategies[f"no-cudagraphs+{fix}"] = Strategy(name=f"no-cudagraphs+{fix}", fixes=(fix,),
-                                                      sets=("compile.mode=default",))
+        strategies[f"no-cudagraphs+{fix}"] = Strategy(
+            name=f"no-cudagraphs+{fix}", fixes=(fix,), sets=("compile.mode=default",)
+        )
     strategies.update(_strategies(*extra))
     strategies["eager"] = Strategy(name="eager", sets=("compile.mode=none",))
     return strategies
@@ -210,29 +273,54 @@ local-tls-init seeds each thread's `local` (the forward's get_obj) and single-th
 the backward on that thread instead of the device's autograd thread."""
 
 
-def _campaign(name: str, *, gpus: int = 1, topology: tuple[str, ...] = (),
-              extra: tuple[str, ...] = ()) -> MatrixSpec:
+def _campaign(name: str, *, gpus: int = 1, topology: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> MatrixSpec:
     """The campaign matrix on both GPU presets; `topology` are `--set` overrides of the thread and
     device plan, each trial taking `gpus` GPUs; `extra` strategies are added before eager."""
     strategies = _campaign_strategies(extra)
     workloads = {
-        wname: Workload(name=wname, kind="dflash",
-                        argv=("--preset", preset, "--set", "compile.mode=reduce-overhead",
-                              "--set", f"train.steps={CAMPAIGN_STEPS[wname]}", "--set", "train.eval_prompts=0",
-                              "--set", "train.export=false", *(a for kv in topology for a in ("--set", kv))),
-                        timeout_s=CAMPAIGN_TIMEOUT_S, hang_s=CAMPAIGN_HANG_S, gpus=gpus, env=CAMPAIGN_ENV,
-                        gpu_slots=CAMPAIGN_GPU_SLOTS[wname])
+        wname: Workload(
+            name=wname,
+            kind="dflash",
+            argv=(
+                "--preset",
+                preset,
+                "--set",
+                "compile.mode=reduce-overhead",
+                "--set",
+                f"train.steps={CAMPAIGN_STEPS[wname]}",
+                "--set",
+                "train.eval_prompts=0",
+                "--set",
+                "train.export=false",
+                *(a for kv in topology for a in ("--set", kv)),
+            ),
+            timeout_s=CAMPAIGN_TIMEOUT_S,
+            hang_s=CAMPAIGN_HANG_S,
+            gpus=gpus,
+            env=CAMPAIGN_ENV,
+            gpu_slots=CAMPAIGN_GPU_SLOTS[wname],
+        )
         for wname, preset in (("launch-bound", "gpu-launch-bound"), ("gpu-bound", "gpu-gpu-bound"))
     }
     return MatrixSpec(
-        name=name, workloads=workloads, strategies=strategies,
-        groups=(Group(workloads=tuple(workloads), strategies=tuple(s for s in strategies if s != "eager"),
-                      plans=(NO_PLAN, _plan("dflash-stages"))),
-                # Eager is the throughput control, not a candidate: 10 trials whatever --trials says,
-                # so that raising --trials for the candidates leaves it out.
-                Group(workloads=tuple(workloads), strategies=("eager",),
-                      plans=(NO_PLAN, _plan("dflash-stages")), trials=10)),
-        trials=10, per_gpu=12, max_failures=CAMPAIGN_MAX_FAILURES,
+        name=name,
+        workloads=workloads,
+        strategies=strategies,
+        groups=(
+            Group(
+                workloads=tuple(workloads),
+                strategies=tuple(s for s in strategies if s != "eager"),
+                plans=(NO_PLAN, _plan("dflash-stages")),
+            ),
+            # Eager is the throughput control, not a candidate: 10 trials whatever --trials says,
+            # so that raising --trials for the candidates leaves it out.
+            Group(
+                workloads=tuple(workloads), strategies=("eager",), plans=(NO_PLAN, _plan("dflash-stages")), trials=10
+            ),
+        ),
+        trials=10,
+        per_gpu=12,
+        max_failures=CAMPAIGN_MAX_FAILURES,
     )
 
 
@@ -261,12 +349,21 @@ GPU_REPRO_FIXES = {
     # The race suite's r01 fix (cstash-tls-init+global-lock, 0/2 in direct runs) has no runner
     # count yet; with stash-incref because r01's workers exit after stashing (r22's double free:
     # a cstash-tls-init+cudagraph-lock trial segfaulted, results/gpu-repros, 2026-12-01).
-    "r01_cgt_tls_fresh_thread": ("local-tls-init", "cstash-tls-init", "cstash-tls-init+cudagraph-lock",
-                                 "cstash-tls-init+global-lock", "cstash-tls-init+global-lock+stash-incref"),
+    "r01_cgt_tls_fresh_thread": (
+        "local-tls-init",
+        "cstash-tls-init",
+        "cstash-tls-init+cudagraph-lock",
+        "cstash-tls-init+global-lock",
+        "cstash-tls-init+global-lock+stash-incref",
+    ),
     "r02_cgt_tls_backward": ("cstash-tls-init", "single-thread-autograd"),
     "r03_cgt_reset_worker": ("cstash-tls-init",),
-    "r04_shared_graph_two_threads": ("graph-isolation", "global-lock", "cudagraph-lock",
-                                     "graph-isolation+cudagraph-lock"),
+    "r04_shared_graph_two_threads": (
+        "graph-isolation",
+        "global-lock",
+        "cudagraph-lock",
+        "graph-isolation+cudagraph-lock",
+    ),
     "r05_concurrent_record_rng": ("global-lock", "cudagraph-lock"),
     "r10_checkpoint_cudagraphs": (),
     "r12_legacy_cudagraphs_ptr": ("graph-isolation", "global-lock"),
@@ -287,18 +384,28 @@ GPU_REPRO_FIXES = {
 
 def gpu_repros() -> MatrixSpec:
     workloads = {
-        script[:3]: Workload(name=script[:3], kind="repro", argv=(script,), timeout_s=REPRO_GPU_TIMEOUT_S,
-                             hang_s=120.0, gpus=1)
+        script[:3]: Workload(
+            name=script[:3], kind="repro", argv=(script,), timeout_s=REPRO_GPU_TIMEOUT_S, hang_s=120.0, gpus=1
+        )
         for script in GPU_REPRO_FIXES
     }
     fixes = sorted({f for fs in GPU_REPRO_FIXES.values() for f in fs})
     groups = tuple(
-        Group(workloads=(script[:3],), strategies=("raw", *GPU_REPRO_FIXES[script]),
-              plans=(NO_PLAN, _plan("compile-chaos")))
+        Group(
+            workloads=(script[:3],),
+            strategies=("raw", *GPU_REPRO_FIXES[script]),
+            plans=(NO_PLAN, _plan("compile-chaos")),
+        )
         for script in GPU_REPRO_FIXES
     )
-    return MatrixSpec(name="gpu-repros", workloads=workloads, strategies=_strategies("raw", *fixes),
-                      groups=groups, trials=10, per_gpu=6)
+    return MatrixSpec(
+        name="gpu-repros",
+        workloads=workloads,
+        strategies=_strategies("raw", *fixes),
+        groups=groups,
+        trials=10,
+        per_gpu=6,
+    )
 
 
 PRESETS: dict[str, Callable[[], MatrixSpec]] = {

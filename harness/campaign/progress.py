@@ -43,12 +43,14 @@ class CellState:
     def line(self, elapsed_s: float) -> str:
         """Go stress style: `1m05s: cell: 12 runs so far, 3 failures (25.00%)`."""
         pct = 100.0 * self.failures / self.runs if self.runs else 0.0
-        extra = "".join([
-            f", {self.timeouts} timeouts" if self.timeouts else "",
-            f", {self.resources} out of memory" if self.resources else "",
-            f", {self.errors} harness errors" if self.errors else "",
-            f", {self.skipped_by_rule} left by stop rules" if self.skipped_by_rule else "",
-        ])
+        extra = "".join(
+            [
+                f", {self.timeouts} timeouts" if self.timeouts else "",
+                f", {self.resources} out of memory" if self.resources else "",
+                f", {self.errors} harness errors" if self.errors else "",
+                f", {self.skipped_by_rule} left by stop rules" if self.skipped_by_rule else "",
+            ]
+        )
         return f"{format_elapsed(elapsed_s)}: {self.name}: {self.runs} runs so far, {self.failures} failures ({pct:.2f}%){extra}"
 
 
@@ -77,8 +79,7 @@ class LiveLines:
         self._next_tick = self._start
         self._live = None
         if live:
-            self._live = Live(self._render(), console=Console(file=stream), refresh_per_second=2,
-                              auto_refresh=False)
+            self._live = Live(self._render(), console=Console(file=stream), refresh_per_second=2, auto_refresh=False)
             self._live.start()
 
     def _render(self):  # -> rich.text.Text
@@ -101,8 +102,11 @@ class LiveLines:
             self._live.update(self._render(), refresh=True)
         else:
             if now > self._start + 1.0:
-                print(f"{format_elapsed(now - self._start)}: {done} trials done, {running} running, "
-                      f"{pending} pending", file=self._stream, flush=True)
+                print(
+                    f"{format_elapsed(now - self._start)}: {done} trials done, {running} running, {pending} pending",
+                    file=self._stream,
+                    flush=True,
+                )
             self._next_tick = now + STATUS_INTERVAL_S
 
     def close(self) -> None:

@@ -109,7 +109,7 @@ def run_remote(trial: TrialSpec, folder: str, not_after: float | None) -> dict[s
     if not_after is not None and time.time() > not_after:
         return {"late": True}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:   # Ray's choice of GPUs, kept in the stored spec.json as the local pool's is
+    if visible:  # Ray's choice of GPUs, kept in the stored spec.json as the local pool's is
         trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": visible}
     with tempfile.TemporaryDirectory(prefix="harness-trial-") as tmp:
         out = Path(tmp) / folder
@@ -159,10 +159,13 @@ class RayBackend:
         require()
         if not (REPO_ROOT / "pyproject.toml").is_file() or not (REPO_ROOT / "repro").is_dir():
             # The job ships the folder the harness runs from; an installed copy is not a checkout.
-            raise UsageError(f"--backend ray ships the checkout the harness runs from, and {REPO_ROOT} is not one "
-                             "(run from a checkout, installed with pip install -e)")
+            raise UsageError(
+                f"--backend ray ships the checkout the harness runs from, and {REPO_ROOT} is not one "
+                "(run from a checkout, installed with pip install -e)"
+            )
         check_reachable(address or os.environ.get("RAY_ADDRESS"))
         import ray  # deferred: an optional extra, and a second to import
+
         self._ray = ray
         self._stream = stream or sys.stderr
         self._lock = threading.Lock()
@@ -174,11 +177,16 @@ class RayBackend:
         main = threading.current_thread() is threading.main_thread()
         on_term = signal.getsignal(signal.SIGTERM) if main else None
         try:
-            ray.init(address=address, runtime_env={"working_dir": str(REPO_ROOT), "excludes": EXCLUDES},
-                     logging_level=logging.ERROR, log_to_driver=False)
+            ray.init(
+                address=address,
+                runtime_env={"working_dir": str(REPO_ROOT), "excludes": EXCLUDES},
+                logging_level=logging.ERROR,
+                log_to_driver=False,
+            )
         except (ConnectionError, ValueError, RuntimeError) as e:
-            raise UsageError(f"cannot start or reach a Ray cluster at {address or 'RAY_ADDRESS or a new local one'}: "
-                             f"{_brief(e)}") from None
+            raise UsageError(
+                f"cannot start or reach a Ray cluster at {address or 'RAY_ADDRESS or a new local one'}: {_brief(e)}"
+            ) from None
         finally:
             if callable(on_term):
                 signal.signal(signal.SIGTERM, on_term)
@@ -186,15 +194,24 @@ class RayBackend:
         self._task = ray.remote(run_remote)
         total = ray.cluster_resources()
         nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-        self._stream.write(f"Ray cluster at {ray.get_runtime_context().gcs_address}: {nodes} node(s), "
-                           f"{total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs\n")
+        self._stream.write(
+            f"Ray cluster at {ray.get_runtime_context().gcs_address}: {nodes} node(s), "
+            f"{total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs\n"
+        )
 
     def workers(self) -> int:
         """Trials in flight by default: the cluster's CPUs (each trial takes at least one)."""
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
 
-    def plan(self, needs: dict[str, tuple[int, int, int]], per_gpu: int, *, max_time_s: float | None,
-             finish_by_s: float | None, expected_s: dict[str, float | None]) -> list[str]:
+    def plan(
+        self,
+        needs: dict[str, tuple[int, int, int]],
+        per_gpu: int,
+        *,
+        max_time_s: float | None,
+        finish_by_s: float | None,
+        expected_s: dict[str, float | None],
+    ) -> list[str]:
         """Per cell its resources (`needs`: cpus, GPUs, slots) and its start-by time; returns one
         warning line per cell that no node of the cluster can hold (its trials wait for one)."""
         now = time.time()
@@ -208,8 +225,10 @@ class RayBackend:
         warnings = []
         for cell, need in self._need.items():
             if not any(r.get("CPU", 0) >= need.cpus and r.get("GPU", 0) >= need.gpus for r in nodes):
-                warnings.append(f"{cell}: no node of the Ray cluster has {need.cpus} CPU(s) and {need.gpus:g} GPU(s); "
-                                "its trials wait until one joins")
+                warnings.append(
+                    f"{cell}: no node of the Ray cluster has {need.cpus} CPU(s) and {need.gpus:g} GPU(s); "
+                    "its trials wait until one joins"
+                )
         return warnings
 
     def run(self, trial: TrialSpec, artefacts: Path) -> TrialResult:
@@ -217,9 +236,9 @@ class RayBackend:
         task gave no record back (lost, cancelled, or started too late)."""
         ray = self._ray
         need = self._need.get(trial.cell, Need(cpus=1, gpus=0.0))
-        ref = self._task.options(num_cpus=need.cpus, num_gpus=need.gpus, max_retries=0,
-                                 name=f"trial {trial.trial_id}").remote(trial, artefacts.name,
-                                                                        self._not_after.get(trial.cell))
+        ref = self._task.options(
+            num_cpus=need.cpus, num_gpus=need.gpus, max_retries=0, name=f"trial {trial.trial_id}"
+        ).remote(trial, artefacts.name, self._not_after.get(trial.cell))
         with self._lock:
             self._in_flight.add(ref)
         try:
@@ -227,9 +246,14 @@ class RayBackend:
         except ray.exceptions.RayTaskError as e:
             # The task itself raised: a harness bug on the node, surfaced as a local one is.
             raise RuntimeError(f"{trial.trial_id}: the task failed on its node: {_brief(e, last=True)}") from None
-        except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.LocalRayletDiedError,
-                ray.exceptions.ObjectLostError, ray.exceptions.TaskCancelledError,
-                ray.exceptions.OutOfMemoryError) as e:
+        except (
+            ray.exceptions.WorkerCrashedError,
+            ray.exceptions.NodeDiedError,
+            ray.exceptions.LocalRayletDiedError,
+            ray.exceptions.ObjectLostError,
+            ray.exceptions.TaskCancelledError,
+            ray.exceptions.OutOfMemoryError,
+        ) as e:
             raise TrialNotRun(f"{type(e).__name__}: {_brief(e)}") from None
         finally:
             with self._lock:

@@ -125,8 +125,9 @@ def replay(record: TrialResult, store_dir: Path, times: int, *, stream=None) -> 
         store.append(result)
         results.append(result)
         mark = "same" if same_failure(record, result) else "different"
-        print(f"replay {j - first + 1}/{times}: {result.outcome.name} ({mark}) {result.detail}",
-              file=stream, flush=True)
+        print(
+            f"replay {j - first + 1}/{times}: {result.outcome.name} ({mark}) {result.detail}", file=stream, flush=True
+        )
     return results
 
 
@@ -135,13 +136,18 @@ def summary(record: TrialResult, results: list[TrialResult]) -> dict:
     n = len(results)
     ci = stats.wilson(k, n)
     others = collections.Counter(
-        f"{r.outcome.name} {r.signature_summary or ''}".strip() for r in results if not same_failure(record, r))
+        f"{r.outcome.name} {r.signature_summary or ''}".strip() for r in results if not same_failure(record, r)
+    )
     return {
-        "trial_id": record.trial_id, "outcome": record.outcome.name, "signature": record.signature,
-        "signature_summary": record.signature_summary, "plan_seed": record.plan_seed, "replays": n,
-        "reproduced": k, "wilson_low": ci.low, "wilson_high": ci.high,
+        "trial_id": record.trial_id,
+        "outcome": record.outcome.name,
+        "signature": record.signature,
+        "signature_summary": record.signature_summary,
+        "plan_seed": record.plan_seed,
+        "replays": n,
+        "reproduced": k,
+        "wilson_low": ci.low,
+        "wilson_high": ci.high,
         "outcomes": dict(sorted(collections.Counter(r.outcome.name for r in results).items())),
         "others": dict(sorted(others.items())),
     }
-
-

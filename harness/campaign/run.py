@@ -44,9 +44,16 @@ class MatrixRun:
     runs them."""
 
 
-def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | None = None,
-               num_gpus: int | None = None, run_fn: Callable[[TrialSpec, Path], TrialResult] | None = None,
-               backend: RayBackend | None = None, workers: int | None = None) -> MatrixRun:
+def run_matrix(
+    spec: MatrixSpec,
+    *,
+    stream: TextIO | None = None,
+    live: bool | None = None,
+    num_gpus: int | None = None,
+    run_fn: Callable[[TrialSpec, Path], TrialResult] | None = None,
+    backend: RayBackend | None = None,
+    workers: int | None = None,
+) -> MatrixRun:
     """Run every planned trial not already in the store; returns all of this matrix's records.
 
     Validation (expand) happens before the store is opened, so bad input leaves it untouched.
@@ -68,7 +75,7 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     key = pool_order(list(cells))
     pending = sorted((t for t in trials if t.trial_id not in done), key=lambda t: key(t.cell, t.trial_index))
     if backend is not None:
-        num_gpus = 0   # the cluster's scheduler admits GPU trials, not this host's slots
+        num_gpus = 0  # the cluster's scheduler admits GPU trials, not this host's slots
     gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
     for line in memory_warnings(spec, existing, {cells[t.cell].workload.name for t in pending}):
         stream.write(line + "\n")
@@ -80,21 +87,41 @@ def run_matrix(spec: MatrixSpec, *, stream: TextIO | None = None, live: bool | N
     expected = {n: median_duration_s(rs) for n, rs in by_cell.items()} if spec.finish_by_s is not None else {}
     kill_running = None
     if backend is not None:
-        for line in backend.plan({n: (c.workload.cpus, c.workload.gpus, slots[n]) for n, c in cells.items()},
-                                 spec.per_gpu, max_time_s=spec.max_time_s, finish_by_s=spec.finish_by_s,
-                                 expected_s=expected):
+        for line in backend.plan(
+            {n: (c.workload.cpus, c.workload.gpus, slots[n]) for n, c in cells.items()},
+            spec.per_gpu,
+            max_time_s=spec.max_time_s,
+            finish_by_s=spec.finish_by_s,
+            expected_s=expected,
+        ):
             stream.write(line + "\n")
         spec = dataclasses.replace(spec, workers=workers or backend.workers())
         run_fn, kill_running = backend.run, backend.kill_running
-    pool = WorkerPool(spec=spec, pending=pending, states=states, store=store, gpus=gpus, lines=live_lines,
-                 need_gpus={n: (c.workload.gpus, slots[n]) for n, c in cells.items()}, run_fn=run_fn or run_local,
-                 attempts=collections.Counter(r.trial_id for r in existing), expected_s=expected,
-                 kill_running=kill_running)
+    pool = WorkerPool(
+        spec=spec,
+        pending=pending,
+        states=states,
+        store=store,
+        gpus=gpus,
+        lines=live_lines,
+        need_gpus={n: (c.workload.gpus, slots[n]) for n, c in cells.items()},
+        run_fn=run_fn or run_local,
+        attempts=collections.Counter(r.trial_id for r in existing),
+        expected_s=expected,
+        kill_running=kill_running,
+    )
     start = time.monotonic()
     try:
         new = pool.run()
     finally:
         live_lines.close()
-    return MatrixRun(spec=spec, records=existing + new, ran=len(new), resumed=len(trials) - len(pending),
-                     left=pool.left, elapsed_s=time.monotonic() - start,
-                     left_by_time=pool.left_by_time, lost=pool.lost)
+    return MatrixRun(
+        spec=spec,
+        records=existing + new,
+        ran=len(new),
+        resumed=len(trials) - len(pending),
+        left=pool.left,
+        elapsed_s=time.monotonic() - start,
+        left_by_time=pool.left_by_time,
+        lost=pool.lost,
+    )

@@ -55,8 +55,9 @@ class Step:
     def line(self) -> str:
         ci = stats.wilson(self.reproduced, self.runs)
         verdict = {True: "-> not needed, removed", False: "-> needed", None: ""}[self.kept]
-        return (f"{self.label:<58} {self.reproduced}/{self.runs}  [{100 * ci.low:.1f}%, "
-                f"{100 * ci.high:.1f}%] {verdict}").rstrip()
+        return (
+            f"{self.label:<58} {self.reproduced}/{self.runs}  [{100 * ci.low:.1f}%, {100 * ci.high:.1f}%] {verdict}"
+        ).rstrip()
 
 
 def components(plan: dict) -> list[tuple[str, str]]:
@@ -75,10 +76,12 @@ def components(plan: dict) -> list[tuple[str, str]]:
 
 def without(plan: dict, keys: set[str]) -> dict:
     """`plan` less the components whose keys are given."""
-    return {**plan,
-            "rules": [r for i, r in enumerate(plan.get("rules", [])) if f"rule{i}" not in keys],
-            "switch_interval": None if "switch" in keys else plan.get("switch_interval"),
-            "start_barrier": None if "barrier" in keys else plan.get("start_barrier")}
+    return {
+        **plan,
+        "rules": [r for i, r in enumerate(plan.get("rules", [])) if f"rule{i}" not in keys],
+        "switch_interval": None if "switch" in keys else plan.get("switch_interval"),
+        "start_barrier": None if "barrier" in keys else plan.get("start_barrier"),
+    }
 
 
 def enough(k: int, baseline: int) -> bool:
@@ -104,12 +107,10 @@ class Shrinker:
             rid = f"{self.record.trial_id}~shrink{self.next_j}"
             self.next_j += 1
             artefacts = self.store.artefacts_dir(rid)
-            specs.append((with_run_dir(dataclasses.replace(self.spec, trial_id=rid, plan=plan), artefacts),
-                          artefacts))
+            specs.append((with_run_dir(dataclasses.replace(self.spec, trial_id=rid, plan=plan), artefacts), artefacts))
         with concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="shrink-run") as pool:
             try:
-                results = list(pool.map(lambda sa: run_trial(sa[0], sa[1], replay_of=self.record.trial_id),
-                                        specs))
+                results = list(pool.map(lambda sa: run_trial(sa[0], sa[1], replay_of=self.record.trial_id), specs))
             except KeyboardInterrupt:
                 # Runs lead their own sessions (Ctrl-C does not reach them): kill them, as the
                 # matrix pool does, so the executor's exit does not wait for them to finish.
@@ -120,19 +121,28 @@ class Shrinker:
             self.store.append(r)
         return sum(same_failure(self.record, r) for r in results)
 
-    def step(self, label: str, plan: dict | None, kept_if: int | None,
-             removed: frozenset[str] = frozenset()) -> Step:
+    def step(self, label: str, plan: dict | None, kept_if: int | None, removed: frozenset[str] = frozenset()) -> Step:
         k = self.measure(plan)
-        s = Step(label=label, plan=plan, reproduced=k, runs=self.runs,
-                 kept=None if kept_if is None else enough(k, kept_if), removed=removed)
+        s = Step(
+            label=label,
+            plan=plan,
+            reproduced=k,
+            runs=self.runs,
+            kept=None if kept_if is None else enough(k, kept_if),
+            removed=removed,
+        )
         print(f"  {s.line()}", file=self.stream, flush=True)
         return s
 
     def run(self) -> list[Step]:
         plan = self.spec.plan
-        print(f"shrink {self.record.trial_id}: {self.record.signature_summary or self.record.outcome.name} "
-              f"(plan {plan.get('profile')} seed {plan.get('seed')}: {len(components(plan))} components), "
-              f"{self.runs} runs per step", file=self.stream, flush=True)
+        print(
+            f"shrink {self.record.trial_id}: {self.record.signature_summary or self.record.outcome.name} "
+            f"(plan {plan.get('profile')} seed {plan.get('seed')}: {len(components(plan))} components), "
+            f"{self.runs} runs per step",
+            file=self.stream,
+            flush=True,
+        )
         steps = [self.step("full plan", plan, None)]
         k0 = steps[0].reproduced
         if k0 == 0:
@@ -167,5 +177,3 @@ def describe(original: dict, minimal: Step) -> str:
         return "no plan (the failure does not need the scheduler)"
     kept = [label for key, label in components(original) if key not in minimal.removed]
     return ", ".join(kept) or "an empty plan (seed only)"
-
-

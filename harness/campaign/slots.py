@@ -19,8 +19,9 @@ def free_gpus(load: Sequence[int], per_gpu: int, need: int, weight: int) -> list
     return sorted(i for _, i in free[:need]) if len(free) >= need else None
 
 
-def admit(queue: Sequence[tuple[int, int]], k: int, load: Sequence[int], per_gpu: int, *,
-          bypassed: int, max_bypass: int) -> list[int] | None:
+def admit(
+    queue: Sequence[tuple[int, int]], k: int, load: Sequence[int], per_gpu: int, *, bypassed: int, max_bypass: int
+) -> list[int] | None:
     """GPU ids for waiter k of `queue` ((need, weight) pairs, first come first), or None.
 
     The head starts when it fits. A later waiter starts ahead of it when it fits, no waiter before
@@ -62,8 +63,9 @@ class Replay:
     """When each job started, in the order given."""
 
 
-def simulate(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int,
-             max_bypass: int | None = None) -> Replay:
+def simulate(
+    jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int, max_bypass: int | None = None
+) -> Replay:
     """`jobs` (in the pool's order) run as WorkerPool runs them, on a virtual clock: `workers`
     threads each take the next job and wait in GpuSlots' queue for its slots (`admit`).
     max_bypass None is GpuSlots' default (one GPU's slots); 0 is strict order."""
@@ -72,7 +74,7 @@ def simulate(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int,
     todo = list(reversed(list(enumerate(jobs))))
     starts = [0.0] * len(jobs)
     queue: list[tuple[int, Job]] = []
-    running: list[tuple[float, int, list[int], int]] = []   # (end, job number, gpu ids, weight)
+    running: list[tuple[float, int, list[int], int]] = []  # (end, job number, gpu ids, weight)
     now, bypassed = 0.0, 0
     while todo or queue or running:
         while todo and len(queue) + len(running) < workers:
@@ -100,10 +102,12 @@ def simulate(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int,
             queue.pop(k)
             while todo and len(queue) + len(running) < workers:
                 queue.append(todo.pop())
-            k = 0   # a start changes who may start next: look again from the head
-        if not running:   # nothing runs and nothing starts: the rule or the arguments are wrong
-            raise ValueError(f"simulate: {len(todo) + len(queue)} job(s) can never start "
-                             f"(workers {workers}, {num_gpus} GPU(s) of {per_gpu} slots)")
+            k = 0  # a start changes who may start next: look again from the head
+        if not running:  # nothing runs and nothing starts: the rule or the arguments are wrong
+            raise ValueError(
+                f"simulate: {len(todo) + len(queue)} job(s) can never start "
+                f"(workers {workers}, {num_gpus} GPU(s) of {per_gpu} slots)"
+            )
         now, _, ids, weight = heapq.heappop(running)
         for i in ids:
             load[i] -= weight
@@ -112,5 +116,7 @@ def simulate(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int,
 
 def strict_and_backfill(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int) -> dict[str, float]:
     """Wall seconds of `jobs` in strict order (max_bypass 0) and with GpuSlots' bounded backfill."""
-    return {name: simulate(jobs, workers=workers, num_gpus=num_gpus, per_gpu=per_gpu, max_bypass=b).wall_s
-            for name, b in (("strict", 0), ("backfill", None))}
+    return {
+        name: simulate(jobs, workers=workers, num_gpus=num_gpus, per_gpu=per_gpu, max_bypass=b).wall_s
+        for name, b in (("strict", 0), ("backfill", None))
+    }

@@ -173,8 +173,10 @@ class MatrixSpec:
             names = [c.name for c in self._all_cells()]
             for pattern in self.only:
                 if not fnmatch.filter(names, pattern):
-                    raise MatrixError(f"no cell of matrix {self.name!r} matches {pattern!r} "
-                                      f"(`python -m harness matrix --list` shows the cells)")
+                    raise MatrixError(
+                        f"no cell of matrix {self.name!r} matches {pattern!r} "
+                        f"(`python -m harness matrix --list` shows the cells)"
+                    )
 
     @property
     def store_dir(self) -> Path:
@@ -202,8 +204,12 @@ class MatrixSpec:
             for w in group.workloads:
                 for s in group.strategies:
                     for p in group.plans:
-                        cell = Cell(workload=self.workloads[w], strategy=self.strategies[s], plan=p,
-                                    trials=group.trials or self.trials)
+                        cell = Cell(
+                            workload=self.workloads[w],
+                            strategy=self.strategies[s],
+                            plan=p,
+                            trials=group.trials or self.trials,
+                        )
                         if cell.name in seen:
                             raise MatrixError(f"cell {cell.name!r} appears twice in matrix {self.name!r}")
                         seen.add(cell.name)

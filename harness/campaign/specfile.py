@@ -10,8 +10,20 @@ from typing import Any
 
 from harness.campaign.spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload, check_name
 
-_SPEC_KEYS = {"name", "workloads", "strategies", "groups", "trials", "workers", "per_gpu",
-              "max_failures", "max_time_s", "finish_by_s", "seed", "store"}
+_SPEC_KEYS = {
+    "name",
+    "workloads",
+    "strategies",
+    "groups",
+    "trials",
+    "workers",
+    "per_gpu",
+    "max_failures",
+    "max_time_s",
+    "finish_by_s",
+    "seed",
+    "store",
+}
 _WORKLOAD_KEYS = {"kind", "argv", "timeout_s", "hang_s", "env", "gpus", "gpu_slots", "cpus"}
 _STRATEGY_KEYS = {"fixes", "sets"}
 _GROUP_KEYS = {"workloads", "strategies", "plans", "trials"}
@@ -62,9 +74,11 @@ def _spec_from_dict(d: Any) -> MatrixSpec:
         for s in group.strategies:
             strategies.setdefault(s, strategy_from_name(s))
         groups.append(group)
-    scalars = {k: d[k] for k in ("trials", "workers", "per_gpu", "max_failures", "max_time_s", "finish_by_s", "seed",
-                                 "store")
-               if k in d and d[k] is not None}
+    scalars = {
+        k: d[k]
+        for k in ("trials", "workers", "per_gpu", "max_failures", "max_time_s", "finish_by_s", "seed", "store")
+        if k in d and d[k] is not None
+    }
     for k, v in scalars.items():
         if k == "store":
             if not isinstance(v, str):
@@ -124,8 +138,12 @@ def _group(g: Any) -> Group:
     trials = g.get("trials")
     if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool)):
         raise MatrixError(f"group trials must be an integer, got {trials!r}")
-    return Group(workloads=tuple(g["workloads"]), strategies=tuple(g["strategies"]),
-                 plans=tuple(_plan_choice(p) for p in plans), trials=trials)
+    return Group(
+        workloads=tuple(g["workloads"]),
+        strategies=tuple(g["strategies"]),
+        plans=tuple(_plan_choice(p) for p in plans),
+        trials=trials,
+    )
 
 
 def _plan_choice(p: Any) -> PlanChoice:
@@ -139,7 +157,7 @@ def _plan_choice(p: Any) -> PlanChoice:
         if not isinstance(p["plan"], dict):
             raise MatrixError(f"plan {p['name']!r}: plan must be a JSON object")
         return PlanChoice(name=p["name"], explicit=p["plan"])
-    raise MatrixError(f"malformed plan entry {p!r}: use null, a profile name or {{\"name\": ..., \"plan\": {{...}}}}")
+    raise MatrixError(f'malformed plan entry {p!r}: use null, a profile name or {{"name": ..., "plan": {{...}}}}')
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:

@@ -119,13 +119,23 @@ def options_from_args(a: argparse.Namespace) -> StressOptions:
         how = "--python" if getattr(a, "python", None) else "the harness's own interpreter; --python PATH for another"
         note = f"`{cmd[0]}` in CMD runs {python} (torch {interpreter_versions(python)[0] or 'not installed'}; {how})"
     return StressOptions(
-        cmd=tuple(cmd), parallel=a.parallel, timeout_s=a.timeout,
+        cmd=tuple(cmd),
+        parallel=a.parallel,
+        timeout_s=a.timeout,
         hang_s=a.hang or min(a.timeout, DEFAULT_HANG_S),
-        max_runs=a.max_runs, max_fails=a.max_fails, max_time_s=a.max_time,
-        failure=_regexp(a.failure, "--failure"), ignore=_regexp(a.ignore, "--ignore"), plan=a.plan, python=python,
+        max_runs=a.max_runs,
+        max_fails=a.max_fails,
+        max_time_s=a.max_time,
+        failure=_regexp(a.failure, "--failure"),
+        ignore=_regexp(a.ignore, "--ignore"),
+        plan=a.plan,
+        python=python,
         out_dir=Path(a.output) if a.output else Path(tempfile.mkdtemp(prefix="harness-stress-")),
-        own_dir=not a.output, interval_s=a.interval, fix_sets=fix_sets,
-        keep_going=bool(getattr(a, "keep_going", False)), python_note=note,
+        own_dir=not a.output,
+        interval_s=a.interval,
+        fix_sets=fix_sets,
+        keep_going=bool(getattr(a, "keep_going", False)),
+        python_note=note,
     )
 
 
@@ -168,8 +178,13 @@ Known = Callable[[Path], bool]
 """Whether a failing run's folder holds a catalogued race (the deterministic rule leaves those)."""
 
 
-def run_stress(a: argparse.Namespace, *, explain: Callable[[Path], str] | None = None,
-               inspect: Inspect | None = None, known: Known | None = None) -> int:
+def run_stress(
+    a: argparse.Namespace,
+    *,
+    explain: Callable[[Path], str] | None = None,
+    inspect: Inspect | None = None,
+    known: Known | None = None,
+) -> int:
     """Run CMD until a stop rule; `explain(out_dir)` says what the failing runs were (the command
     passes the diagnosis) before the artefacts' folder is named."""
     opts = options_from_args(a)
@@ -213,8 +228,12 @@ class _StressLoop:
         with self.lock:
             over_time = o.max_time_s is not None and time.monotonic() - self.start >= o.max_time_s
             per_arm = s.started // len(self.arms)
-            if (self.stop.is_set() or over_time or (o.max_runs is not None and per_arm >= o.max_runs)
-                    or (o.max_fails is not None and max(a.failures for a in self.arms) >= o.max_fails)):
+            if (
+                self.stop.is_set()
+                or over_time
+                or (o.max_runs is not None and per_arm >= o.max_runs)
+                or (o.max_fails is not None and max(a.failures for a in self.arms) >= o.max_fails)
+            ):
                 return None
             s.started += 1
             i = s.started - 1
@@ -225,9 +244,18 @@ class _StressLoop:
         plan = plan_json(PlanChoice(name=o.plan, profile=o.plan), run.seed) if o.plan else None
         fixes = o.fix_sets[run.arm]
         env = {} if fixes is None else {"HARNESS_FIXES": ",".join(fixes) or "none"}
-        return TrialSpec(trial_id=f"stress/{run.index}", cell=f"stress:{arm_name(fixes)}",
-                         workload=WorkloadSpec(kind="command", argv=o.cmd), plan=plan, timeout_s=o.timeout_s,
-                         hang_s=o.hang_s, trial_index=run.seed, cwd=os.getcwd(), python=o.python, env=env)
+        return TrialSpec(
+            trial_id=f"stress/{run.index}",
+            cell=f"stress:{arm_name(fixes)}",
+            workload=WorkloadSpec(kind="command", argv=o.cmd),
+            plan=plan,
+            timeout_s=o.timeout_s,
+            hang_s=o.hang_s,
+            trial_index=run.seed,
+            cwd=os.getcwd(),
+            python=o.python,
+            env=env,
+        )
 
     def _worker(self) -> None:
         try:
@@ -259,8 +287,12 @@ class _StressLoop:
                 for face in faces:
                     s.findings[face] += 1
             if failed:
-                print(f"\n--- run {run.index}{self._arm_tag(run)}: {result.outcome.name} {result.detail}; "
-                      f"artefacts: {folder}\n{output[:ECHO_BYTES]}{_native_lines(folder)}", file=sys.stderr, flush=True)
+                print(
+                    f"\n--- run {run.index}{self._arm_tag(run)}: {result.outcome.name} {result.detail}; "
+                    f"artefacts: {folder}\n{output[:ECHO_BYTES]}{_native_lines(folder)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             self._check_deterministic(run, result, failed, folder)
         if not failed and not faces:
             shutil.rmtree(folder, ignore_errors=True)
@@ -278,16 +310,21 @@ class _StressLoop:
             return
         results = [r for r, _ in self.first.values()]
         same = {(r.outcome, r.signature) for r in results}
-        if (any(not f for _, f in self.first.values()) or len(same) != 1
-                or any(r.duration_s >= DETERMINISTIC_FAST_S for r in results)
-                or any(r.thread_errors for r in results)
-                or (self.known is not None and any(self.known(Path(f)) for _, f in self.first.values()))):
+        if (
+            any(not f for _, f in self.first.values())
+            or len(same) != 1
+            or any(r.duration_s >= DETERMINISTIC_FAST_S for r in results)
+            or any(r.thread_errors for r in results)
+            or (self.known is not None and any(self.known(Path(f)) for _, f in self.first.values()))
+        ):
             return
         r = results[0]
-        self.deterministic = (f"a deterministic failure, not a race: each of the first {DETERMINISTIC_RUNS} runs failed "
-                              f"the same way ({r.outcome.name}: {r.signature_summary or r.detail}) within "
-                              f"{max(x.duration_s for x in results):.1f} s, and no catalogued race matches it; "
-                              "stopped (--keep-going runs on)")
+        self.deterministic = (
+            f"a deterministic failure, not a race: each of the first {DETERMINISTIC_RUNS} runs failed "
+            f"the same way ({r.outcome.name}: {r.signature_summary or r.detail}) within "
+            f"{max(x.duration_s for x in results):.1f} s, and no catalogued race matches it; "
+            "stopped (--keep-going runs on)"
+        )
         self.stop.set()
 
     def run(self) -> None:
@@ -336,13 +373,18 @@ class _StressLoop:
             print(self._arm_table(elapsed))
         else:
             ci = stats.wilson(s.failures, s.runs)
-            bound = f"; p < {100 * stats.rule_of_three(s.runs):.2f}% (rule of three)" if s.runs and not s.failures else ""
-            print(f"{s.runs} runs completed, {s.failures} failures ({100 * s.failures / max(1, s.runs):.2f}%), over "
-                  f"{format_elapsed(elapsed)}; Wilson 95% [{100 * ci.low:.2f}%, {100 * ci.high:.2f}%]{bound}")
+            bound = (
+                f"; p < {100 * stats.rule_of_three(s.runs):.2f}% (rule of three)" if s.runs and not s.failures else ""
+            )
+            print(
+                f"{s.runs} runs completed, {s.failures} failures ({100 * s.failures / max(1, s.runs):.2f}%), over "
+                f"{format_elapsed(elapsed)}; Wilson 95% [{100 * ci.low:.2f}%, {100 * ci.high:.2f}%]{bound}"
+            )
         if s.durations:
-            print(f"run time: min {min(s.durations):.2f}s, median {stats.median_or_none(s.durations):.2f}s, "
-                  f"max {max(s.durations):.2f}s; outcomes: "
-                  + " ".join(f"{k}:{v}" for k, v in sorted(s.outcomes.items())))
+            print(
+                f"run time: min {min(s.durations):.2f}s, median {stats.median_or_none(s.durations):.2f}s, "
+                f"max {max(s.durations):.2f}s; outcomes: " + " ".join(f"{k}:{v}" for k, v in sorted(s.outcomes.items()))
+            )
         for sig, count in s.signatures.most_common():
             print(f"  {count} x {sig}")
         for face, count in s.findings.most_common():
@@ -363,11 +405,15 @@ class _StressLoop:
             ci = stats.wilson(a.failures, a.runs)
             med = stats.median_or_none(a.durations)
             ratio = f"{med / base:.2f}x" if med and base else "-"
-            rows.append(f"{arm_name(fixes):<32} {f'{a.failures}/{a.runs}':>9} "
-                        f"{f'[{100 * ci.low:.1f}%, {100 * ci.high:.1f}%]':>17} "
-                        f"{f'{med:.2f}s' if med is not None else '-':>11} {ratio:>9}")
-        return (f"{self.state.runs} runs over {format_elapsed(elapsed)}; run i of every set had plan seed i\n"
-                + "\n".join(rows))
+            rows.append(
+                f"{arm_name(fixes):<32} {f'{a.failures}/{a.runs}':>9} "
+                f"{f'[{100 * ci.low:.1f}%, {100 * ci.high:.1f}%]':>17} "
+                f"{f'{med:.2f}s' if med is not None else '-':>11} {ratio:>9}"
+            )
+        return (
+            f"{self.state.runs} runs over {format_elapsed(elapsed)}; run i of every set had plan seed i\n"
+            + "\n".join(rows)
+        )
 
 
 def _native_lines(folder: Path, frames: int = 6) -> str:

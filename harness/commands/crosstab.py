@@ -19,12 +19,21 @@ HELP = "does a fix go with a failure family: trials with it vs without"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("fix", help="a fix name as it appears in strategy names (e.g. cstash-tls-init)")
-    p.add_argument("--family", action="append", default=[],
-                   help="count only failures of these families (harness.diagnosis.families; repeat or comma-separate)")
+    p.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        help="count only failures of these families (harness.diagnosis.families; repeat or comma-separate)",
+    )
     p.add_argument("--cells", action="append", default=[], metavar="GLOB", help="only trials of matching cells")
-    p.add_argument("--without", action="append", default=[], metavar="FIX",
-                   help="leave out trials whose strategy holds FIX (repeat or comma-separate): e.g. a "
-                        "count as it stood before a fix's cells ran")
+    p.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="FIX",
+        help="leave out trials whose strategy holds FIX (repeat or comma-separate): e.g. a "
+        "count as it stood before a fix's cells ran",
+    )
     p.add_argument("--store", action="append", help="store folder(s) (default: results/*)")
     p.add_argument("--json", action="store_true")
 
@@ -46,8 +55,16 @@ def run(opts: argparse.Namespace) -> int:
         raise CrosstabError(f"--without {opts.fix} leaves no trial with the fix")
     found = crosstab.rows(loaded, opts.fix, wanted, cells, without)
     if opts.json:
-        print(json.dumps({"fix": opts.fix, "families": sorted(wanted) if wanted else None,
-                          "rows": [dataclasses.asdict(r) for r in found]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "fix": opts.fix,
+                    "families": sorted(wanted) if wanted else None,
+                    "rows": [dataclasses.asdict(r) for r in found],
+                },
+                indent=2,
+            )
+        )
     else:
         print(crosstab.table(opts.fix, wanted, found))
     return 0

@@ -12,11 +12,17 @@ HELP = "which known race a failure is, the fixes that held against it, its repro
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("targets", nargs="+", metavar="TARGET",
-                   help="trial id, artefacts folder, stress -o folder, store folder, or a log/dump file")
+    p.add_argument(
+        "targets",
+        nargs="+",
+        metavar="TARGET",
+        help="trial id, artefacts folder, stress -o folder, store folder, or a log/dump file",
+    )
     p.add_argument("--store", action="append", default=[], help="stores to find trial ids in (default: every store)")
     p.add_argument("--json", action="store_true", help="one JSON object: the findings")
-    p.add_argument("--torch", help="the torch version a log file ran on (default: the one it names, else the installed)")
+    p.add_argument(
+        "--torch", help="the torch version a log file ran on (default: the one it names, else the installed)"
+    )
 
 
 def run(opts: argparse.Namespace) -> int:

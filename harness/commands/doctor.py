@@ -15,8 +15,12 @@ HELP = "what this torch/Python/CUDA means for threads (each fact probed in a sub
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--timeout", type=positive_float, default=probes.DEFAULT_TIMEOUT_S,
-                   help=f"seconds per probe subprocess (default {probes.DEFAULT_TIMEOUT_S:g})")
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=probes.DEFAULT_TIMEOUT_S,
+        help=f"seconds per probe subprocess (default {probes.DEFAULT_TIMEOUT_S:g})",
+    )
 
 
 def run(opts: argparse.Namespace) -> int:

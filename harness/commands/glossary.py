@@ -15,8 +15,9 @@ HELP = "rewrite docs/glossary.md's tables of race ids, repros and fix names"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default=os.path.relpath(glossary.GLOSSARY),
-                   help="the glossary file (default: docs/glossary.md)")
+    p.add_argument(
+        "--out", default=os.path.relpath(glossary.GLOSSARY), help="the glossary file (default: docs/glossary.md)"
+    )
     p.add_argument("--check", action="store_true", help="only say whether the file is stale (exit 1 if so)")
 
 

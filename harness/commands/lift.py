@@ -23,18 +23,29 @@ HELP = "per-trial reproduction probability of races, plain vs under scheduler pl
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=10, help="trials per configuration (10)")
     p.add_argument("--workers", type=int, default=1, help="trials run at once (1)")
-    p.add_argument("--targets", default="F2,R5", help="comma list of F2, R5, F3 (CPU), capture-r05, capture-r23, G2 (GPU) (F2,R5)")
-    p.add_argument("--profiles", action="append", default=None,
-                   help="plans compared with plain, comma list (default: each target's own: "
-                        "switch, its race-specific plan, pct1, pct2, pct3)")
-    p.add_argument("--calibrate", type=int, default=3,
-                   help="pct-count runs per target measuring PCT's k and n (3; 0: the stated default k)")
+    p.add_argument(
+        "--targets", default="F2,R5", help="comma list of F2, R5, F3 (CPU), capture-r05, capture-r23, G2 (GPU) (F2,R5)"
+    )
+    p.add_argument(
+        "--profiles",
+        action="append",
+        default=None,
+        help="plans compared with plain, comma list (default: each target's own: "
+        "switch, its race-specific plan, pct1, pct2, pct3)",
+    )
+    p.add_argument(
+        "--calibrate",
+        type=int,
+        default=3,
+        help="pct-count runs per target measuring PCT's k and n (3; 0: the stated default k)",
+    )
     p.add_argument("--seed", type=int, default=0, help="plan seed of trial 0 (trial i: seed+i)")
     p.add_argument("--replays", type=int, default=0, help="replays of a reproducing F2 trial")
     p.add_argument("--replay-profile", default="fx-widen", help="F2 plan whose trial is replayed")
     p.add_argument("--f2-repro", action="store_true", help="F2 from repro/r06 (saturated plain)")
-    p.add_argument("--out", default=None,
-                   help="result store folder (default runs/lift/<utc time>; an existing one resumes)")
+    p.add_argument(
+        "--out", default=None, help="result store folder (default runs/lift/<utc time>; an existing one resumes)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,17 +65,22 @@ def run(args: argparse.Namespace) -> int:
     now = datetime.datetime.now(datetime.UTC)
     out = Path(args.out or REPO_ROOT / "runs" / "lift" / now.strftime("%Y%m%dT%H%M%SZ"))
     store = Store(out)
-    print(f"lift: torch {lift.torch_version()}, python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, {args.trials} trials/config, "
-          f"{args.workers} workers, store {out}", flush=True)
+    print(
+        f"lift: torch {lift.torch_version()}, python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, {args.trials} trials/config, "
+        f"{args.workers} workers, store {out}",
+        flush=True,
+    )
     for t in chosen:
         print(f"  {t.name}: {' '.join(t.workload.argv)}", flush=True)
     cals = {}
     if args.calibrate and any(lift.depth_of(p) for ps in profiles.values() for p in ps):
         cals = lift.calibrate(chosen, args.calibrate, args.workers, args.seed, store)
     for name, cal in cals.items():
-        print(f"calibration {name}: k={cal.k} n={cal.n} ({cal.source}: steps {cal.steps}, "
-              f"threads {cal.threads})", flush=True)
+        print(
+            f"calibration {name}: k={cal.k} n={cal.n} ({cal.source}: steps {cal.steps}, threads {cal.threads})",
+            flush=True,
+        )
     cells = lift.run_cells(chosen, profiles, args.trials, args.workers, args.seed, store, cals)
     print(lift.format_table(cells, cals))
     for t in chosen:
@@ -76,9 +92,14 @@ def run(args: argparse.Namespace) -> int:
         f2 = all_targets["F2"]
         cell = next(c for c in cells if c.target == "F2" and c.profile == args.replay_profile)
         print(lift.measure_replays(f2, cell, args.replays, args.workers, store))
-    meta = {"command": "python -m harness " + shlex.join(sys.argv[1:]),
-            "date": now.strftime("%Y-%m-%d"), "torch": lift.torch_version(),
-            "python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
-            "targets": {t.name: list(t.workload.argv) for t in chosen}}
+    meta = {
+        "command": "python -m harness " + shlex.join(sys.argv[1:]),
+        "date": now.strftime("%Y-%m-%d"),
+        "torch": lift.torch_version(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "targets": {t.name: list(t.workload.argv) for t in chosen},
+    }
     (out / "lift.json").write_text(json.dumps(lift.to_json(cells, cals, meta), indent=2) + "\n")
     return 0

@@ -1,10 +1,10 @@
 """`python -m harness matrix`: run a matrix of trials (resumable), or say what it would run.
 
-    python -m harness matrix [--preset NAME | --file SPEC.json | --list] [--store DIR] [--cells GLOB]
-                             [--trials N [--every-group]]
-                             [--workers N] [--per-gpu N] [--gpus N] [--pack-by-memory GIB] [--max-failures N]
-                             [--max-time S] [--finish-by S] [--json] [--no-live]
-                             [--pending | --replay-last N] [--backend local|ray [--address ADDR]]
+python -m harness matrix [--preset NAME | --file SPEC.json | --list] [--store DIR] [--cells GLOB]
+                         [--trials N [--every-group]]
+                         [--workers N] [--per-gpu N] [--gpus N] [--pack-by-memory GIB] [--max-failures N]
+                         [--max-time S] [--finish-by S] [--json] [--no-live]
+                         [--pending | --replay-last N] [--backend local|ray [--address ADDR]]
 """
 
 from __future__ import annotations
@@ -46,50 +46,96 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--preset", help=f"one of: {', '.join(presets.names())} (default {presets.DEFAULT_PRESET})")
     src.add_argument("--file", help="JSON matrix spec (see harness.campaign.specfile.spec_from_dict)")
     src.add_argument("--list", action="store_true", help="list the presets and their cells")
-    p.add_argument("--pending", action="store_true",
-                   help="run nothing: per cell, what the store holds and what the next run would start")
+    p.add_argument(
+        "--pending",
+        action="store_true",
+        help="run nothing: per cell, what the store holds and what the next run would start",
+    )
     p.add_argument("--store", help="store folder (default results/<matrix name>)")
-    p.add_argument("--cells", action="append", metavar="GLOB",
-                   help="only the cells whose name (workload:strategy@plan) matches a glob; "
-                        "repeat or separate with commas (ids do not change: the store resumes)")
-    p.add_argument("--trials", "--max-trials", type=positive_int, help="trials per cell (the spec's default; groups with their own count keep it)")
-    p.add_argument("--every-group", action="store_true",
-                   help="--trials also for groups with their own count (a control that became a candidate)")
+    p.add_argument(
+        "--cells",
+        action="append",
+        metavar="GLOB",
+        help="only the cells whose name (workload:strategy@plan) matches a glob; "
+        "repeat or separate with commas (ids do not change: the store resumes)",
+    )
+    p.add_argument(
+        "--trials",
+        "--max-trials",
+        type=positive_int,
+        help="trials per cell (the spec's default; groups with their own count keep it)",
+    )
+    p.add_argument(
+        "--every-group",
+        action="store_true",
+        help="--trials also for groups with their own count (a control that became a candidate)",
+    )
     p.add_argument("--workers", type=positive_int, help="trials at once (default: the spec's)")
     p.add_argument("--per-gpu", type=positive_int, help="trials sharing one GPU at once")
     p.add_argument("--gpus", type=int, help="GPUs to use (default: detected)")
-    p.add_argument("--pack-by-memory", type=positive_float, metavar="GIB",
-                   help="GPUs of GIB GiB: a cell whose stored memory peaks need fewer of --per-gpu's slots "
-                        "than its workload's gpu_slots takes fewer (more of it at once)")
+    p.add_argument(
+        "--pack-by-memory",
+        type=positive_float,
+        metavar="GIB",
+        help="GPUs of GIB GiB: a cell whose stored memory peaks need fewer of --per-gpu's slots "
+        "than its workload's gpu_slots takes fewer (more of it at once)",
+    )
     p.add_argument("--max-failures", type=positive_int, help="stop a cell after this many failures")
     p.add_argument("--max-time", type=positive_float, help="start no trial after this many seconds")
-    p.add_argument("--finish-by", type=positive_float, metavar="S",
-                   help="start a trial only if its cell's stored median duration ends it within S seconds "
-                        "(for a caller that kills the matrix then)")
-    p.add_argument("--replay-last", type=positive_int, metavar="N",
-                   help="run nothing: replay the store's last N records (one run's) as the pool packs them, "
-                        "strict order against bounded backfill, at their recorded durations")
-    p.add_argument("--python", metavar="PATH",
-                   help="run the trials under this interpreter (another venv's torch); its torch version "
-                        "is recorded with every trial and fills a store named with {torch}")
-    p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="where trials run: this host's worker pool (default), or Ray tasks on a cluster's nodes "
-                        "(the optional extra: pip install '.[ray]'; docs/operations.md)")
-    p.add_argument("--address", metavar="ADDR",
-                   help="with --backend ray: the cluster this machine is a node of (the head's HOST:PORT, or auto; "
-                        "default RAY_ADDRESS, else a new local cluster); --workers is then trials in flight "
-                        "(default: the cluster's CPUs)")
+    p.add_argument(
+        "--finish-by",
+        type=positive_float,
+        metavar="S",
+        help="start a trial only if its cell's stored median duration ends it within S seconds "
+        "(for a caller that kills the matrix then)",
+    )
+    p.add_argument(
+        "--replay-last",
+        type=positive_int,
+        metavar="N",
+        help="run nothing: replay the store's last N records (one run's) as the pool packs them, "
+        "strict order against bounded backfill, at their recorded durations",
+    )
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help="run the trials under this interpreter (another venv's torch); its torch version "
+        "is recorded with every trial and fills a store named with {torch}",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where trials run: this host's worker pool (default), or Ray tasks on a cluster's nodes "
+        "(the optional extra: pip install '.[ray]'; docs/operations.md)",
+    )
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="with --backend ray: the cluster this machine is a node of (the head's HOST:PORT, or auto; "
+        "default RAY_ADDRESS, else a new local cluster); --workers is then trials in flight "
+        "(default: the cluster's CPUs)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-live", action="store_true", help="plain progress lines even on a terminal")
 
 
 def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
     spec = load_spec(opts.file) if opts.file else presets.get(opts.preset or presets.DEFAULT_PRESET)
-    changes = {k: v for k, v in (("store", opts.store), ("workers", opts.workers), ("per_gpu", opts.per_gpu),
-                                  ("max_failures", opts.max_failures), ("max_time_s", opts.max_time),
-                                  ("finish_by_s", opts.finish_by),
-                                  ("gpu_mem_gib", opts.pack_by_memory), ("python", opts.python))
-               if v is not None}
+    changes = {
+        k: v
+        for k, v in (
+            ("store", opts.store),
+            ("workers", opts.workers),
+            ("per_gpu", opts.per_gpu),
+            ("max_failures", opts.max_failures),
+            ("max_time_s", opts.max_time),
+            ("finish_by_s", opts.finish_by),
+            ("gpu_mem_gib", opts.pack_by_memory),
+            ("python", opts.python),
+        )
+        if v is not None
+    }
     if opts.cells:
         changes["only"] = tuple(comma_list(opts.cells))
     if opts.trials is not None:
@@ -130,11 +176,23 @@ def run(opts: argparse.Namespace) -> int:
     cells = summarize(done.records)
     findings = diagnose.diagnose(diagnose.from_records(done.records, spec.store_dir))
     if opts.json:
-        print(json.dumps(summary_json(cells, matrix=spec.name, store=str(spec.store_dir), ran=done.ran,
-                                      resumed=done.resumed, left=done.left,
-                                      left_by_time=done.left_by_time, lost=done.lost,
-                                      elapsed_s=round(done.elapsed_s, 3),
-                                      diagnosis=[f.to_json() for f in findings]), indent=2))
+        print(
+            json.dumps(
+                summary_json(
+                    cells,
+                    matrix=spec.name,
+                    store=str(spec.store_dir),
+                    ran=done.ran,
+                    resumed=done.resumed,
+                    left=done.left,
+                    left_by_time=done.left_by_time,
+                    lost=done.lost,
+                    elapsed_s=round(done.elapsed_s, 3),
+                    diagnosis=[f.to_json() for f in findings],
+                ),
+                indent=2,
+            )
+        )
     else:
         _print_matrix_table(done, cells)
         if findings:
@@ -162,9 +220,10 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
     plans = pending_plan(spec, gpus=gpus)
     records = Store(spec.store_dir).load()
     fallback = stats.median_or_none([p.median_s for p in plans if p.median_s is not None])
-    if fallback is None:   # cells not run yet (e.g. a --cells subset): the whole store's median
-        fallback = stats.median_or_none([r.duration_s for r in records
-                                         if r.duration_s is not None and r.matrix == spec.name])
+    if fallback is None:  # cells not run yet (e.g. a --cells subset): the whole store's median
+        fallback = stats.median_or_none(
+            [r.duration_s for r in records if r.duration_s is not None and r.matrix == spec.name]
+        )
     width = max((len(p.cell) for p in plans), default=4)
     print(f"{'cell':<{width}}  stored  failed  other  next")
     for p in plans:
@@ -174,21 +233,31 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
     seconds = sum(p.pending * (p.median_s or fallback or 0.0) for p in plans)
     wall = sum(p.pending * (p.median_s or fallback or 0.0) * p.share for p in plans)
     stopped = sum(p.stopped for p in plans)
-    estimate = (f"~{seconds / 60:.0f} trial-minutes at the stored medians, at least ~{wall / 60:.0f} minutes "
-                f"of wall time packed as the spec packs them (workers {spec.workers}, per_gpu {spec.per_gpu}"
-                f"{f', by memory peaks on {spec.gpu_mem_gib:g} GiB GPUs' if spec.gpu_mem_gib else ''} "
-                f"on {gpus} GPU{'s' if gpus > 1 else ''})") if fallback else "no stored durations yet"
-    print(f"{spec.name}: {len(plans)} cells, {sum(p.planned for p in plans)} planned trials, "
-          f"{sum(p.stored + p.other for p in plans)} records stored, {pending} pending, {stopped} cells stopped; "
-          f"{estimate}")
+    estimate = (
+        (
+            f"~{seconds / 60:.0f} trial-minutes at the stored medians, at least ~{wall / 60:.0f} minutes "
+            f"of wall time packed as the spec packs them (workers {spec.workers}, per_gpu {spec.per_gpu}"
+            f"{f', by memory peaks on {spec.gpu_mem_gib:g} GiB GPUs' if spec.gpu_mem_gib else ''} "
+            f"on {gpus} GPU{'s' if gpus > 1 else ''})"
+        )
+        if fallback
+        else "no stored durations yet"
+    )
+    print(
+        f"{spec.name}: {len(plans)} cells, {sum(p.planned for p in plans)} planned trials, "
+        f"{sum(p.stored + p.other for p in plans)} records stored, {pending} pending, {stopped} cells stopped; "
+        f"{estimate}"
+    )
     if fallback and pending:
         # The bound above assumes perfect packing; the pool packs in order, with bounded backfill.
         key = pool_order([p.cell for p in plans])
         queued = sorted(((p, i) for p in plans for i in p.pending_indices), key=lambda pi: key(pi[0].cell, pi[1]))
         jobs = [slots.Job(seconds=p.median_s or fallback, need=p.gpus, weight=p.slots) for p, _ in queued]
         run = slots.strict_and_backfill(jobs, workers=spec.workers, num_gpus=gpus, per_gpu=spec.per_gpu)
-        print(f"as the pool would run them (harness.campaign.slots.simulate, the stored medians): ~{run['backfill'] / 60:.0f} "
-              f"minutes of wall time; in strict order ~{run['strict'] / 60:.0f}")
+        print(
+            f"as the pool would run them (harness.campaign.slots.simulate, the stored medians): ~{run['backfill'] / 60:.0f} "
+            f"minutes of wall time; in strict order ~{run['strict'] / 60:.0f}"
+        )
     for peak in memory_peaks(spec, records):
         print(f"GPU memory, {peak.line()}")
 
@@ -206,8 +275,10 @@ def _left_words(done: MatrixRun) -> str:
 
 def _print_matrix_table(done: MatrixRun, cells) -> None:
 
-    print(f"matrix {done.spec.name}: ran {done.ran} trials in {format_elapsed(done.elapsed_s)}, "
-          f"{done.resumed} already in {done.spec.store_dir}, {_left_words(done)}")
+    print(
+        f"matrix {done.spec.name}: ran {done.ran} trials in {format_elapsed(done.elapsed_s)}, "
+        f"{done.resumed} already in {done.spec.store_dir}, {_left_words(done)}"
+    )
     print(text_table(cells))
     windows = exposure_lines(cells)
     if windows:
@@ -237,5 +308,7 @@ def _print_replay(spec: MatrixSpec, last: int, *, gpus: int = 1) -> None:
     got = replay_last(spec, Store(spec.store_dir).load(), last, num_gpus=gpus)
     recorded = f"; the run itself spanned {got['recorded'] / 60:.1f}" if "recorded" in got else ""
     ratio = f" ({got['backfill'] / got['strict']:.2f}x)" if got["strict"] > 0 else ""
-    print(f"{spec.name}, last {last} records: strict order {got['strict'] / 60:.1f} minutes, bounded backfill "
-          f"{got['backfill'] / 60:.1f}{ratio}{recorded}")
+    print(
+        f"{spec.name}, last {last} records: strict order {got['strict'] / 60:.1f} minutes, bounded backfill "
+        f"{got['backfill'] / 60:.1f}{ratio}{recorded}"
+    )

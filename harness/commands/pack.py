@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(opts: argparse.Namespace) -> int:
     stores = stores_given(opts.store)
     try:
-        for store in stores:        # every store checked before any is packed: bad input writes nothing
+        for store in stores:  # every store checked before any is packed: bad input writes nothing
             zips.check(store)
     except zips.PackError as e:
         raise UsageError(str(e)) from None

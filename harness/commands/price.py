@@ -16,36 +16,69 @@ HELP = "what fixes cost alone on the machine: interleaved benches, paired ratios
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("configs", nargs="+", metavar="FIXES[:MODE]",
-                    help="configurations, the first is the base: comma-separated fixes, then the compile "
-                         "mode (default the preset's): `global-lock,stash-incref`, `global-lock:default`, `:none` (eager)")
+    p.add_argument(
+        "configs",
+        nargs="+",
+        metavar="FIXES[:MODE]",
+        help="configurations, the first is the base: comma-separated fixes, then the compile "
+        "mode (default the preset's): `global-lock,stash-incref`, `global-lock:default`, `:none` (eager)",
+    )
     p.add_argument("--preset", default="tiny-cpu", help="dflash preset (default tiny-cpu)")
-    p.add_argument("--rounds", type=positive_int, default=3, help="benches per configuration, alternating order (default 3)")
+    p.add_argument(
+        "--rounds", type=positive_int, default=3, help="benches per configuration, alternating order (default 3)"
+    )
     p.add_argument("--steps", type=positive_int, default=60, help="optimizer steps per bench (default 60)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="K=V",
-                    help="dflash override for every bench (e.g. a device plan)")
-    p.add_argument("--topology", type=int, metavar="GPUS",
-                    help="the seed trainer's device plan on this many GPUs (>= 4; 2-3: one target and one drafter per GPU)")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="dflash override for every bench (e.g. a device plan)",
+    )
+    p.add_argument(
+        "--topology",
+        type=int,
+        metavar="GPUS",
+        help="the seed trainer's device plan on this many GPUs (>= 4; 2-3: one target and one drafter per GPU)",
+    )
     p.add_argument("--timeout-s", type=positive_float, default=600.0, help="per bench (default 600)")
-    p.add_argument("--into", type=Path,
-                   help="append the bench records to this JSONL (harness.analysis.bench_records format)")
-    p.add_argument("--run", "--call", dest="host_run", type=int, metavar="N",
-                   help="the GPU-host run's number recorded with them (the report groups benches by it)")
+    p.add_argument(
+        "--into", type=Path, help="append the bench records to this JSONL (harness.analysis.bench_records format)"
+    )
+    p.add_argument(
+        "--run",
+        "--call",
+        dest="host_run",
+        type=int,
+        metavar="N",
+        help="the GPU-host run's number recorded with them (the report groups benches by it)",
+    )
     p.add_argument("--target", type=positive_float, help="say whether each ratio's interval clears this (e.g. 1.2)")
 
 
 def run(opts: argparse.Namespace) -> int:
     try:
-        plan = make_plan(opts.preset, opts.configs, rounds=opts.rounds, steps=opts.steps, sets=opts.sets,
-                         timeout_s=opts.timeout_s, host_run=opts.host_run, topology=opts.topology)
+        plan = make_plan(
+            opts.preset,
+            opts.configs,
+            rounds=opts.rounds,
+            steps=opts.steps,
+            sets=opts.sets,
+            timeout_s=opts.timeout_s,
+            host_run=opts.host_run,
+            topology=opts.topology,
+        )
         if opts.into is not None and opts.into.exists():
-            bench_records.load([opts.into])      # before an hour of benches, not after
+            bench_records.load([opts.into])  # before an hour of benches, not after
     except (PriceError, BenchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     records: list[dict] = []
     try:
-        pricing.run(plan, records=records, done=(lambda d: save([d], opts.into)) if opts.into is not None else (lambda d: None))
+        pricing.run(
+            plan, records=records, done=(lambda d: save([d], opts.into)) if opts.into is not None else (lambda d: None)
+        )
     finally:
         # Stopped (SIGTERM from a run's time limit, Ctrl-C) or not: the rounds that ran are priced.
         if opts.into is not None:

@@ -28,9 +28,11 @@ def run(opts: argparse.Namespace) -> int:
         print(json.dumps(s, indent=2, sort_keys=True))
     else:
         what = record.signature_summary or record.outcome.name
-        print(f"{s['reproduced']}/{s['replays']} replays of {record.trial_id} reproduced "
-              f"{record.outcome.name} {what!r} (plan seed {record.plan_seed}); "
-              f"Wilson 95% [{100 * s['wilson_low']:.1f}%, {100 * s['wilson_high']:.1f}%]")
+        print(
+            f"{s['reproduced']}/{s['replays']} replays of {record.trial_id} reproduced "
+            f"{record.outcome.name} {what!r} (plan seed {record.plan_seed}); "
+            f"Wilson 95% [{100 * s['wilson_low']:.1f}%, {100 * s['wilson_high']:.1f}%]"
+        )
         for other, count in s["others"].items():
             print(f"  {count} x {other}")
     return 0 if s["reproduced"] else 1

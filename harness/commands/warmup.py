@@ -19,7 +19,9 @@ def run(opts: argparse.Namespace) -> int:
     base = warmup.read(opts.base)
     runs = [warmup.read(path) for path in opts.runs]
     print(warmup.table(base, runs))
-    print(f"\npace: the steady window (second half of the steps) with any step over {warmup.PAUSE_FACTOR:g}x "
-          "its median left out; warm-up: total s over what the pace gives; break-even: the run's steps "
-          "from which it has spent less wall time than the base would for the same tokens.")
+    print(
+        f"\npace: the steady window (second half of the steps) with any step over {warmup.PAUSE_FACTOR:g}x "
+        "its median left out; warm-up: total s over what the pace gives; break-even: the run's steps "
+        "from which it has spent less wall time than the base would for the same tokens."
+    )
     return 0

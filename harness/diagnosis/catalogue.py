@@ -230,9 +230,27 @@ def _fix_cells(raw: dict, where: str) -> tuple[str, ...]:
 
 def _race(raw: dict) -> Race:
     where = f"race {raw.get('id', '?')}"
-    unknown = set(raw) - {"id", "title", "kind", "needs_cuda", "summary", "messages", "native", "probe",
-                          "exposure", "repros", "upstream", "aliases", "hint", "faces", "context", "fixes",
-                          "versions", "warnings", "reports"}
+    unknown = set(raw) - {
+        "id",
+        "title",
+        "kind",
+        "needs_cuda",
+        "summary",
+        "messages",
+        "native",
+        "probe",
+        "exposure",
+        "repros",
+        "upstream",
+        "aliases",
+        "hint",
+        "faces",
+        "context",
+        "fixes",
+        "versions",
+        "warnings",
+        "reports",
+    }
     if unknown:
         raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
     if raw.get("kind") not in KINDS:
@@ -249,25 +267,46 @@ def _race(raw: dict) -> Race:
     if exposure is not None:
         probe = PROBES.get(exposure)
         if probe is None:
-            raise CatalogueError(f"{where}: unknown exposure probe {exposure!r} "
-                                 f"(harness.faults.exposure.PROBES: {', '.join(PROBES)})")
+            raise CatalogueError(
+                f"{where}: unknown exposure probe {exposure!r} (harness.faults.exposure.PROBES: {', '.join(PROBES)})"
+            )
         if probe.window != raw.get("id"):
-            raise CatalogueError(f"{where}: exposure probe {exposure!r} counts window {probe.window!r}, "
-                                 "not this race")
-    fixes = tuple(_evidence(FixEvidence, f, f"{where} fix {f.get('name', '?')}", name=f.get("name", ""))
-                  for f in raw.get("fixes", []))
-    versions = tuple(_evidence(VersionEvidence, v, f"{where} torch {v.get('torch', '?')}", torch=v.get("torch", ""),
-                               fix_cells=_fix_cells(v, f"{where} torch {v.get('torch', '?')}"))
-                     for v in raw.get("versions", []))
-    return Race(id=raw["id"], title=raw["title"], kind=raw["kind"], needs_cuda=bool(raw.get("needs_cuda")),
-                summary=_strs(raw, "summary", where), messages=_strs(raw, "messages", where),
-                native=_strs(raw, "native", where), probe=raw.get("probe"), exposure=exposure,
-                repros=_strs(raw, "repros", where),
-                upstream=_strs(raw, "upstream", where), aliases=_strs(raw, "aliases", where),
-                hint=raw.get("hint", ""), faces=_strs(raw, "faces", where),
-                context=_strs(raw, "context", where), warnings=_strs(raw, "warnings", where),
-                reports=_strs(raw, "reports", where),
-                fixes=fixes, versions=versions)
+            raise CatalogueError(f"{where}: exposure probe {exposure!r} counts window {probe.window!r}, not this race")
+    fixes = tuple(
+        _evidence(FixEvidence, f, f"{where} fix {f.get('name', '?')}", name=f.get("name", ""))
+        for f in raw.get("fixes", [])
+    )
+    versions = tuple(
+        _evidence(
+            VersionEvidence,
+            v,
+            f"{where} torch {v.get('torch', '?')}",
+            torch=v.get("torch", ""),
+            fix_cells=_fix_cells(v, f"{where} torch {v.get('torch', '?')}"),
+        )
+        for v in raw.get("versions", [])
+    )
+    return Race(
+        id=raw["id"],
+        title=raw["title"],
+        kind=raw["kind"],
+        needs_cuda=bool(raw.get("needs_cuda")),
+        summary=_strs(raw, "summary", where),
+        messages=_strs(raw, "messages", where),
+        native=_strs(raw, "native", where),
+        probe=raw.get("probe"),
+        exposure=exposure,
+        repros=_strs(raw, "repros", where),
+        upstream=_strs(raw, "upstream", where),
+        aliases=_strs(raw, "aliases", where),
+        hint=raw.get("hint", ""),
+        faces=_strs(raw, "faces", where),
+        context=_strs(raw, "context", where),
+        warnings=_strs(raw, "warnings", where),
+        reports=_strs(raw, "reports", where),
+        fixes=fixes,
+        versions=versions,
+    )
 
 
 def _repro(raw: dict, races: dict[str, Race]) -> Repro:
@@ -284,9 +323,29 @@ def _repro(raw: dict, races: dict[str, Race]) -> Repro:
         re.compile(family)
     except re.error as e:
         raise CatalogueError(f"{where}: bad family regex: {e}") from None
-    keys = {"id", "script", "device", "family", "recorded", "torch", "store", "plan", "recorded_plain",
-            "expect", "fix", "args", "fix_args", "fix_recorded", "fix_trials", "repro_cap", "native", "on_torch",
-            "fix_source", "fix_window", "fix_exposed"}
+    keys = {
+        "id",
+        "script",
+        "device",
+        "family",
+        "recorded",
+        "torch",
+        "store",
+        "plan",
+        "recorded_plain",
+        "expect",
+        "fix",
+        "args",
+        "fix_args",
+        "fix_recorded",
+        "fix_trials",
+        "repro_cap",
+        "native",
+        "on_torch",
+        "fix_source",
+        "fix_window",
+        "fix_exposed",
+    }
     if set(raw) - keys:
         raise CatalogueError(f"{where}: unknown keys {sorted(set(raw) - keys)}")
     fix_window, fix_exposed = raw.get("fix_window"), raw.get("fix_exposed")
@@ -296,15 +355,29 @@ def _repro(raw: dict, races: dict[str, Race]) -> Repro:
         raise CatalogueError(f"{where}: fix_window must be one of {FIX_WINDOWS}")
     if fix_exposed is not None and not (isinstance(fix_exposed, int) and fix_exposed >= 1):
         raise CatalogueError(f"{where}: fix_exposed must be an int >= 1")
-    return Repro(id=raw["id"], script=raw["script"], device=raw["device"], family=family,
-                 recorded=_pair(raw["recorded"], where), torch=raw["torch"], store=raw["store"],
-                 plan=raw.get("plan"), recorded_plain=_pair(raw.get("recorded_plain"), where),
-                 expect=raw.get("expect", "reproduces"), fix=raw.get("fix"),
-                 args=_strs(raw, "args", where),
-                 fix_args=_strs(raw, "fix_args", where), fix_recorded=_pair(raw.get("fix_recorded"), where),
-                 fix_trials=raw.get("fix_trials", 29), repro_cap=raw.get("repro_cap"),
-                 native=raw.get("native"), on_torch=raw.get("on_torch"), fix_source=raw.get("fix_source", ""),
-                 fix_window=fix_window, fix_exposed=fix_exposed)
+    return Repro(
+        id=raw["id"],
+        script=raw["script"],
+        device=raw["device"],
+        family=family,
+        recorded=_pair(raw["recorded"], where),
+        torch=raw["torch"],
+        store=raw["store"],
+        plan=raw.get("plan"),
+        recorded_plain=_pair(raw.get("recorded_plain"), where),
+        expect=raw.get("expect", "reproduces"),
+        fix=raw.get("fix"),
+        args=_strs(raw, "args", where),
+        fix_args=_strs(raw, "fix_args", where),
+        fix_recorded=_pair(raw.get("fix_recorded"), where),
+        fix_trials=raw.get("fix_trials", 29),
+        repro_cap=raw.get("repro_cap"),
+        native=raw.get("native"),
+        on_torch=raw.get("on_torch"),
+        fix_source=raw.get("fix_source", ""),
+        fix_window=fix_window,
+        fix_exposed=fix_exposed,
+    )
 
 
 def parse(text: str) -> Catalogue:
@@ -386,4 +459,3 @@ class RecordSource:
 
 def major_minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
-

@@ -56,8 +56,10 @@ NATIVE_SCORE = 0.5
 SUSPECT_SCORE = 0.4
 WARNING_SCORE = 0.8
 AFTER_FAILURE = "after a thread of the run failed"
-OWN_HANG = re.compile(r"a deadlock in the program's own locks|a lost wake-up in the program's own code|"
-                      r"the program's own threads wait")
+OWN_HANG = re.compile(
+    r"a deadlock in the program's own locks|a lost wake-up in the program's own code|"
+    r"the program's own threads wait"
+)
 """trial.blocking's words for a hang in the program's own code (no torch frame in the way)."""
 
 
@@ -158,8 +160,10 @@ class Finding:
         if self.outcome == "TIMEOUT":
             return f"slow, not hung: {self.detail or 'still working at its deadline'}"
         if self.outcome == "HANG" and not self.race and self.detail.startswith(AFTER_FAILURE):
-            return ("a hang that followed a thread's failure in the same run (a consumer waiting for what the "
-                    "failed thread never sent): that failure, named on its own line, is the cause")
+            return (
+                "a hang that followed a thread's failure in the same run (a consumer waiting for what the "
+                "failed thread never sent): that failure, named on its own line, is the cause"
+            )
         if self.outcome == "HANG" and not self.race and OWN_HANG.search(self.detail):
             return f"a hang of the program's own code, not a torch race: {self.detail.split('; ', 2)[-1]}"
         if not self.matches:
@@ -182,6 +186,7 @@ class Finding:
 
 
 # ------------------------------------------------------------------------------------- matching
+
 
 def match(failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> list[Match]:
     """Catalogue races that fit the failure, best first: the race its summary names (the
@@ -222,16 +227,25 @@ def _warning_faces(failure: Failure, catalogue: Catalogue) -> list[Match]:
             continue
         hit = _first_hit(race.warnings, failure.text) or _first_hit(race.messages, failure.text)
         if hit is not None:
-            out.append(Match(race=race.id, title=race.title, kind=race.kind, score=WARNING_SCORE,
-                             evidence=[f"at {failure.detail or 'exit 0'}, the output shows {hit!r}"]))
+            out.append(
+                Match(
+                    race=race.id,
+                    title=race.title,
+                    kind=race.kind,
+                    score=WARNING_SCORE,
+                    evidence=[f"at {failure.detail or 'exit 0'}, the output shows {hit!r}"],
+                )
+            )
     return out
 
 
 def faces(text: str, catalogue: Catalogue | None = None) -> list[str]:
     """`RACE (title)` for each race an OK run's output shows (stress keeps such runs)."""
     catalogue = catalogue or load()
-    return [f"{m.race} ({m.title})" for m in _warning_faces(Failure(source="", outcome="OK", key=None, summary=None,
-                                                                    text=text), catalogue)]
+    return [
+        f"{m.race} ({m.title})"
+        for m in _warning_faces(Failure(source="", outcome="OK", key=None, summary=None, text=text), catalogue)
+    ]
 
 
 def _which(patterns: Sequence[str], text: str) -> str:
@@ -269,8 +283,9 @@ def _suspects(family: str, failure: Failure, catalogue: Catalogue, records_of: R
         if seen is None:
             continue
         ev = [f"a {family} in a run with {hit!r}", seen]
-        out.append(Match(race=race.id, title=race.title, kind=race.kind, score=SUSPECT_SCORE,
-                         evidence=ev, suspected=True))
+        out.append(
+            Match(race=race.id, title=race.title, kind=race.kind, score=SUSPECT_SCORE, evidence=ev, suspected=True)
+        )
     return out
 
 
@@ -293,8 +308,15 @@ def _by_native(failure: Failure, catalogue: Catalogue) -> list[Match]:
     for race in catalogue.races:
         hit = _first_hit(race.native, failure.native)
         if hit is not None:
-            out.append(Match(race=race.id, title=race.title, kind=race.kind, score=NATIVE_SCORE + SUMMARY_SCORE / 2,
-                             evidence=[f"native frame {hit!r} in the crashing thread"]))
+            out.append(
+                Match(
+                    race=race.id,
+                    title=race.title,
+                    kind=race.kind,
+                    score=NATIVE_SCORE + SUMMARY_SCORE / 2,
+                    evidence=[f"native frame {hit!r} in the crashing thread"],
+                )
+            )
     return out
 
 
@@ -317,8 +339,16 @@ def fix_lines(race: Race, torch: str | None, records_of: RecordSource) -> list[F
     for fe in race.fixes:
         c = count(fe, race, records_of)
         measured = ",".join(sorted({major_minor(t) for t in c.torch})) if c else ""
-        lines.append(FixLine(name=fe.name, where=fe.where() if fe.store else "", torch=measured, count=c,
-                             note=fe.note, same_torch=bool(here) and here in measured.split(",")))
+        lines.append(
+            FixLine(
+                name=fe.name,
+                where=fe.where() if fe.store else "",
+                torch=measured,
+                count=c,
+                note=fe.note,
+                same_torch=bool(here) and here in measured.split(","),
+            )
+        )
     return sorted(lines, key=lambda f: (not f.same_torch, f.held() is not True))
 
 
@@ -359,19 +389,23 @@ def try_fixes_command(fixes: Sequence[FixLine], command: Sequence[str], limit: i
         try:
             guard = Guard(names)
         except GuardError:
-            continue                            # a script argument (`--x`), not a registry fix
+            continue  # a script argument (`--x`), not a registry fix
         if guard.policies or ",".join(guard.names) in sets:
             continue
         sets.append(",".join(guard.names))
     if not sets:
         return ""
     cmd = " ".join(shlex.quote(a) for a in command) if command else "python YOUR_PROGRAM.py"
-    return ("python -m harness stress -p 2 --max-runs 20 --fix none "
-            + " ".join(f"--fix {s}" for s in sets[:limit]) + f" -- {cmd}")
+    return (
+        "python -m harness stress -p 2 --max-runs 20 --fix none "
+        + " ".join(f"--fix {s}" for s in sets[:limit])
+        + f" -- {cmd}"
+    )
 
 
-def diagnose(failures: Iterable[Failure], *, catalogue: Catalogue | None = None,
-             records_of: RecordSource | None = None) -> list[Finding]:
+def diagnose(
+    failures: Iterable[Failure], *, catalogue: Catalogue | None = None, records_of: RecordSource | None = None
+) -> list[Finding]:
     """One finding per distinct signature and race, most runs first. Runs of one signature split
     only where their context differs: a native crash in a run that seeded the C stash is
     suspected to be stash-refcount, the same crash in a run that did not stays unknown."""
@@ -382,16 +416,24 @@ def diagnose(failures: Iterable[Failure], *, catalogue: Catalogue | None = None,
         matches = match(f, catalogue, records_of)
         top = matches[0].race if matches else None
         if f.outcome == "OK" and not matches:
-            continue                            # a clean run: nothing to say
+            continue  # a clean run: nothing to say
         groups.setdefault((f.key or f.summary or f.outcome, top), []).append((f, matches))
     findings = []
     for runs in groups.values():
         # The richest run of the group speaks for it (a trial whose artefacts were kept).
         first, matches = max(runs, key=lambda fm: (len(fm[1][0].evidence) if fm[1] else 0, bool(fm[0].text)))
         sources = list(dict.fromkeys(f.run_id for f, _ in runs))
-        finding = Finding(key=first.key, summary=first.summary, outcome=first.outcome, runs=len(sources),
-                          sources=sources, torch=first.torch, matches=matches,
-                          count=sum(f.count for f, _ in runs), detail=first.detail)
+        finding = Finding(
+            key=first.key,
+            summary=first.summary,
+            outcome=first.outcome,
+            runs=len(sources),
+            sources=sources,
+            torch=first.torch,
+            matches=matches,
+            count=sum(f.count for f, _ in runs),
+            detail=first.detail,
+        )
         if finding.race is not None:
             race = catalogue.race(finding.race)
             finding.fixes = fix_lines(race, first.torch, records_of)
@@ -418,8 +460,11 @@ def version_verdict(race: Race, v: VersionEvidence, records_of: RecordSource) ->
         f = count(Evidence(store=v.store, cells=v.fix_cells), race, records_of) if v.fix_cells else None
         if f is not None and f.n:
             # Where the race is gone a fix can only be unneeded or, failing, harmful.
-            word = (("fix holds" if c.k else "fix no longer needed") if f.failed == 0
-                    else ("fix fails" if c.k else "fix now harmful"))
+            word = (
+                ("fix holds" if c.k else "fix no longer needed")
+                if f.failed == 0
+                else ("fix fails" if c.k else "fix now harmful")
+            )
             seen += f", {word} ({f.failed}/{f.n} failed)"
         seen += f" ({v.where()}{'; ' + ', '.join(v.fix_cells) if v.fix_cells else ''})"
     return "; ".join(x for x in (seen, v.note) if x)
@@ -432,6 +477,7 @@ def version_lines(race: Race, records_of: RecordSource) -> list[str]:
 
 # --------------------------------------------------------------------------------------- inputs
 
+
 def from_record(record: TrialResult, art=None) -> Failure:
     """A stored trial's first failure; its artefacts (a folder or a packed zip) add the output and
     native stack. `failures_of` gives every failure of the run."""
@@ -442,21 +488,35 @@ def failures_of(record: TrialResult, art=None) -> list[Failure]:
     """Every distinct failure of a stored run (TrialResult.failures), each with the run's output;
     one for a run stored before failures were kept, or whose failure printed no traceback (a hang,
     a signal)."""
-    base = Failure(source=record.trial_id, outcome=record.outcome.name, key=record.signature,
-                   summary=record.signature_summary, text=_read(art, OUTPUT), native=_read(art, NATIVE_STACK),
-                   torch=record.torch_version, fixes=_fixes_of(record),
-                   run=record.trial_id, detail=record.detail)
+    base = Failure(
+        source=record.trial_id,
+        outcome=record.outcome.name,
+        key=record.signature,
+        summary=record.signature_summary,
+        text=_read(art, OUTPUT),
+        native=_read(art, NATIVE_STACK),
+        torch=record.torch_version,
+        fixes=_fixes_of(record),
+        run=record.trial_id,
+        detail=record.detail,
+    )
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
     if record.outcome.name == "HANG" and entries:
         # A thread died before the rest hung (a producer whose consumer then waits forever): the
         # hang and each printed failure are findings of the run.
         base.detail = f"{AFTER_FAILURE}; {record.detail}"
-        return [base] + [dataclasses.replace(base, outcome="CRASH", key=e["key"], summary=e.get("summary"),
-                                             count=int(e.get("count") or 1), detail="") for e in entries]
+        return [base] + [
+            dataclasses.replace(
+                base, outcome="CRASH", key=e["key"], summary=e.get("summary"), count=int(e.get("count") or 1), detail=""
+            )
+            for e in entries
+        ]
     if record.outcome.name not in ("CRASH", "ABORT") or len(entries) < 2:
         return [base]
-    return [dataclasses.replace(base, key=e["key"], summary=e.get("summary"), count=int(e.get("count") or 1))
-            for e in entries]
+    return [
+        dataclasses.replace(base, key=e["key"], summary=e.get("summary"), count=int(e.get("count") or 1))
+        for e in entries
+    ]
 
 
 def _read(art, name: str) -> str:
@@ -490,9 +550,20 @@ def failures_in_text(text: str, *, source: str, rc: int | None = None, torch: st
         if threads:
             return [_hang(threads, text, source, torch)]
     native_text = _native_part(text)
-    found = [Failure(source=source, outcome=_outcome_of(f.signature), key=f.signature.key, summary=f.signature.summary,
-                     text=text, native=native_text, torch=torch, run=source, count=f.count)
-             for f in signature.run_failures(text)]
+    found = [
+        Failure(
+            source=source,
+            outcome=_outcome_of(f.signature),
+            key=f.signature.key,
+            summary=f.signature.summary,
+            text=text,
+            native=native_text,
+            torch=torch,
+            run=source,
+            count=f.count,
+        )
+        for f in signature.run_failures(text)
+    ]
     if found:
         return found
     sig = signature.crash_signature(text, rc=rc)
@@ -501,8 +572,18 @@ def failures_in_text(text: str, *, source: str, rc: int | None = None, torch: st
     if sig is None and (bare := tracebacks.bare_exception(text)) is not None:
         sig = signature.exception_signature(bare)
     if sig is not None:
-        return [Failure(source=source, outcome=_outcome_of(sig), key=sig.key, summary=sig.summary, text=text,
-                        native=native_text, torch=torch, run=source)]
+        return [
+            Failure(
+                source=source,
+                outcome=_outcome_of(sig),
+                key=sig.key,
+                summary=sig.summary,
+                text=text,
+                native=native_text,
+                torch=torch,
+                run=source,
+            )
+        ]
     threads = hangs.parse_dump_text(text) or hangs.parse_rendered(text)
     if threads:
         return [_hang(threads, text, source, torch)]
@@ -510,13 +591,15 @@ def failures_in_text(text: str, *, source: str, rc: int | None = None, torch: st
 
 
 def _outcome_of(sig: signature.Signature) -> str:
-    return ("ABORT" if sig.kind in ("fatal", "signal") else "WRONG_RESULT" if sig.kind == "wrong_result"
-            else "CRASH")
+    return "ABORT" if sig.kind in ("fatal", "signal") else "WRONG_RESULT" if sig.kind == "wrong_result" else "CRASH"
 
 
-_TORCH_LINE = re.compile(r'^torch (\d+\.\d+\.\d+\S*?),? |"torch": "(\d+\.\d+\.\d+[^"]*)"|'
-                         r"^PyTorch version: (\d+\.\d+\.\d+\S*)|^(?:\[pip3?\] )?torch[=]=(\d+\.\d+\.\d+\S*)|"
-                         r"^torch\s*(?:version)?\s*[:=]\s*(\d+\.\d+\.\d+\S*)", re.M | re.I)
+_TORCH_LINE = re.compile(
+    r'^torch (\d+\.\d+\.\d+\S*?),? |"torch": "(\d+\.\d+\.\d+[^"]*)"|'
+    r"^PyTorch version: (\d+\.\d+\.\d+\S*)|^(?:\[pip3?\] )?torch[=]=(\d+\.\d+\.\d+\S*)|"
+    r"^torch\s*(?:version)?\s*[:=]\s*(\d+\.\d+\.\d+\S*)",
+    re.M | re.I,
+)
 
 
 def _torch_in(text: str) -> str | None:
@@ -530,8 +613,16 @@ def _torch_in(text: str) -> str | None:
 def _hang(threads, text: str, source: str, torch: str | None) -> Failure:
     sig = signature.hang_signature(threads)
     kind = blocking.classify(threads)
-    return Failure(source=source, outcome="HANG", key=sig.key, summary=sig.summary, text=text, torch=torch,
-                   run=source, detail=f"dump; {kind.text()}" if kind else "")
+    return Failure(
+        source=source,
+        outcome="HANG",
+        key=sig.key,
+        summary=sig.summary,
+        text=text,
+        torch=torch,
+        run=source,
+        detail=f"dump; {kind.text()}" if kind else "",
+    )
 
 
 def _native_part(text: str) -> str:
@@ -545,8 +636,9 @@ def collect(targets: Sequence[str], *, stores: Sequence[Path] = (), torch: str |
     for target in targets:
         path = Path(target)
         if path.is_file() and path.suffix != ".zip":
-            failures += failures_in_text(path.read_text(encoding="utf-8", errors="replace"), source=str(path),
-                                         torch=torch)
+            failures += failures_in_text(
+                path.read_text(encoding="utf-8", errors="replace"), source=str(path), torch=torch
+            )
         elif path.is_dir() and (path / "trials.jsonl").is_file():
             failures += _from_store(path)
         elif path.is_dir() and (path / RESULT).is_file():
@@ -583,7 +675,8 @@ def _from_folder(folder: Path) -> list[Failure]:
         try:
             data = json.loads(spec.read_text())
             fixes = tuple(data.get("fixes") or ()) or tuple(
-                f for f in str((data.get("env") or {}).get("HARNESS_FIXES", "")).split(",") if f and f != "none")
+                f for f in str((data.get("env") or {}).get("HARNESS_FIXES", "")).split(",") if f and f != "none"
+            )
             workload = data.get("workload") or {}
             command = tuple(workload.get("argv") or ()) if workload.get("kind") == "command" else ()
         except (ValueError, AttributeError):
@@ -599,9 +692,16 @@ def _timeout(record: TrialResult, folder: Path) -> Failure:
     dump = folder / PYSPY
     threads = hangs.read_pyspy_json(dump) if dump.is_file() else ()
     key = signature.hang_signature(threads).key if threads else None
-    return Failure(source=str(folder), outcome="TIMEOUT", key=key, summary=f"slow: {record.detail}",
-                   text=_read(folder, HANG_DUMP), torch=record.torch_version, run=str(folder),
-                   detail=record.detail)
+    return Failure(
+        source=str(folder),
+        outcome="TIMEOUT",
+        key=key,
+        summary=f"slow: {record.detail}",
+        text=_read(folder, HANG_DUMP),
+        torch=record.torch_version,
+        run=str(folder),
+        detail=record.detail,
+    )
 
 
 def _from_store(store_dir: Path) -> list[Failure]:
@@ -624,6 +724,7 @@ def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> list[Failure]:
 
 # -------------------------------------------------------------------------------------- output
 
+
 def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) -> str:
     """Every finding; `brief` (under a matrix or stress table): the verdict, the fixes that held
     on the failure's torch and the repro, one line each."""
@@ -638,8 +739,10 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
             held = [x.name for x in f.fixes if x.same_torch and x.held()]
             out += [f"  {clip(head, 160)}", f"    {f.verdict()}"]
             if f.race is not None:
-                out.append(f"    held on this torch: {', '.join(held) if held else 'no measured fix'}"
-                           + (f"; reproduce: {f.repros[0]}" if f.repros else ""))
+                out.append(
+                    f"    held on this torch: {', '.join(held) if held else 'no measured fix'}"
+                    + (f"; reproduce: {f.repros[0]}" if f.repros else "")
+                )
             if f.try_fixes:
                 out.append(f"    try on your program: {f.try_fixes}")
             continue
@@ -667,8 +770,12 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
 def from_records(records: Iterable[TrialResult], store_dir: Path) -> list[Failure]:
     """The failing trials of a matrix run, with their artefacts."""
     store = Store(store_dir)
-    return [f for r in records if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial
-            for f in failures_of(r, store.artefacts_of(r))]
+    return [
+        f
+        for r in records
+        if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial
+        for f in failures_of(r, store.artefacts_of(r))
+    ]
 
 
 def summary_line(findings: Sequence[Finding]) -> str:
@@ -685,9 +792,10 @@ def summary_line(findings: Sequence[Finding]) -> str:
             entry[0].update(f.sources)
             entry[1] += f.count
     if per:
-        line += "; " + ", ".join(f"{race} in {len(r)} run{'s' if len(r) != 1 else ''}"
-                                 + (f" ({n} tracebacks)" if n > len(r) else "")
-                                 for race, (r, n) in sorted(per.items(), key=lambda kv: -len(kv[1][0])))
+        line += "; " + ", ".join(
+            f"{race} in {len(r)} run{'s' if len(r) != 1 else ''}" + (f" ({n} tracebacks)" if n > len(r) else "")
+            for race, (r, n) in sorted(per.items(), key=lambda kv: -len(kv[1][0]))
+        )
     return line
 
 

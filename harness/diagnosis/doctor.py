@@ -72,8 +72,10 @@ def recommended_sets(results: Mapping[str, ProbeResult]) -> tuple[tuple[Recommen
     kinds = [("recommended_cpu", "cpu", False, "the set measured clean for the trainer on CPU")]
     cuda = results.get("cuda_available")
     if cuda is not None and cuda.ok and cuda.value is True:
-        kinds += [("recommended_cuda", "cuda", False, "on a GPU, compile without CUDA graphs"),
-                  ("recommended_cuda_cudagraphs", "cuda", True, "on a GPU, with CUDA graphs (reduce-overhead)")]
+        kinds += [
+            ("recommended_cuda", "cuda", False, "on a GPU, compile without CUDA graphs"),
+            ("recommended_cuda_cudagraphs", "cuda", True, "on a GPU, with CUDA graphs (reduce-overhead)"),
+        ]
     sets = []
     for key, device, graphs, meaning in kinds:
         rec = recommended(str(version.value), device, cudagraphs=graphs)
@@ -85,8 +87,7 @@ def _load_catalogue() -> Any:
     return load()
 
 
-def race_expectations(results: Mapping[str, ProbeResult],
-                      load: Callable[[], Any] = _load_catalogue) -> Races:
+def race_expectations(results: Mapping[str, ProbeResult], load: Callable[[], Any] = _load_catalogue) -> Races:
     """Per catalogued race: expected here or not, from needs_cuda and its probe (`!key` = negated)."""
     try:
         catalogue = load()
@@ -98,8 +99,11 @@ def race_expectations(results: Mapping[str, ProbeResult],
     records_of = RecordSource()
     out = []
     for race in catalogue.races:
-        out.append(RaceExpectation(race.id, race.title, *_expect(race, results, cuda),
-                                   on_this_torch=_on_torch(race, torch, records_of)))
+        out.append(
+            RaceExpectation(
+                race.id, race.title, *_expect(race, results, cuda), on_this_torch=_on_torch(race, torch, records_of)
+            )
+        )
     return Races(True, None, tuple(out))
 
 
@@ -112,8 +116,11 @@ def _on_torch(race: Any, torch: str | None, records_of: RecordSource) -> str:
             kind = "measured" if v.store is not None else "not measured"
             return f"torch {here} {kind}: {version_verdict(race, v, records_of)}"
     known = ", ".join(sorted({v.torch for v in race.versions}))
-    how = ("`harness matrix --preset gpu-repros` on a GPU host measures it" if race.needs_cuda
-           else "`harness matrix --preset versions-cpu` measures the CPU rows")
+    how = (
+        "`harness matrix --preset gpu-repros` on a GPU host measures it"
+        if race.needs_cuda
+        else "`harness matrix --preset versions-cpu` measures the CPU rows"
+    )
     return f"torch {here}: no record (the catalogue has {known}): {how}"
 
 
@@ -164,8 +171,10 @@ def format_text(report: DoctorReport) -> str:
         meaning = probes.fact(r.key).meaning_of(r.value) if r.ok and r.key in _KEYS else ""
         lines.append(f"{r.key}: {r.shown()}" + (f"  ({meaning})" if meaning else ""))
     if skipped:
-        lines.append(f"not on this build (no CUDA device): {len(skipped)} facts about GPUs and CUDA graphs "
-                     f"({', '.join(skipped)}; `--json` has each)")
+        lines.append(
+            f"not on this build (no CUDA device): {len(skipped)} facts about GPUs and CUDA graphs "
+            f"({', '.join(skipped)}; `--json` has each)"
+        )
     if not report.races.available:
         lines.append(f"expected races: unknown (catalogue not available: {report.races.error})")
     else:
@@ -192,19 +201,28 @@ def to_json(report: DoctorReport) -> dict[str, Any]:
     facts = []
     for r in report.facts:
         known = r.key in _KEYS
-        facts.append({"key": r.key, "value": r.value, "ok": r.ok, "error": r.error, "probe": r.script,
-                      "description": probes.fact(r.key).description if known else None,
-                      "meaning": probes.fact(r.key).meaning_of(r.value) if r.ok and known else None,
-                      "duration_s": r.duration_s})
+        facts.append(
+            {
+                "key": r.key,
+                "value": r.value,
+                "ok": r.ok,
+                "error": r.error,
+                "probe": r.script,
+                "description": probes.fact(r.key).description if known else None,
+                "meaning": probes.fact(r.key).meaning_of(r.value) if r.ok and known else None,
+                "duration_s": r.duration_s,
+            }
+        )
     return {
         "facts": facts,
         "recommended": [asdict(rec) for rec in report.recommended],
         "recommended_error": report.recommended_error,
-        "expected_races": {"available": report.races.available, "error": report.races.error,
-                           "races": [asdict(r) for r in report.races.races]},
+        "expected_races": {
+            "available": report.races.available,
+            "error": report.races.error,
+            "races": [asdict(r) for r in report.races.races],
+        },
     }
 
 
 _KEYS = frozenset(f.key for f in probes.PROBES)
-
-

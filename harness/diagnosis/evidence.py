@@ -46,8 +46,11 @@ def build(catalogue: Catalogue | None = None, records_of: RecordSource | None = 
         c = count(evidence, race, records_of)
         counts[evidence_key(evidence, race)] = [c.k, c.n, c.failed, list(c.torch)]
     stores = sorted({e.store for e, _ in present})
-    return {"about": "k/n per race and store cells, counted from these stores by `python -m harness evidence`",
-            "stores": stores, "counts": dict(sorted(counts.items()))}
+    return {
+        "about": "k/n per race and store cells, counted from these stores by `python -m harness evidence`",
+        "stores": stores,
+        "counts": dict(sorted(counts.items())),
+    }
 
 
 def render(data: dict) -> str:

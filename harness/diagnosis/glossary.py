@@ -32,8 +32,10 @@ def races_table(catalogue: Catalogue | None = None) -> str:
     catalogue = catalogue or load()
     rows = ["| id | also called | kind | what | repros | upstream |", "|---|---|---|---|---|---|"]
     for r in catalogue.races:
-        rows.append(f"| {r.id} | {', '.join(r.aliases) or '-'} | {r.kind} | {_esc(r.title)} "
-                    f"| {', '.join(r.repros) or '-'} | {_esc(', '.join(r.upstream)) or '-'} |")
+        rows.append(
+            f"| {r.id} | {', '.join(r.aliases) or '-'} | {r.kind} | {_esc(r.title)} "
+            f"| {', '.join(r.repros) or '-'} | {_esc(', '.join(r.upstream)) or '-'} |"
+        )
     return "\n".join(rows)
 
 

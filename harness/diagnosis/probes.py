@@ -111,13 +111,18 @@ class ProbeFailed(Exception):
 
 # -- the scripts ------------------------------------------------------------------------------
 
-_PYTHON = _PRELUDE + """
+_PYTHON = (
+    _PRELUDE
+    + """
 import platform, sysconfig
 build = " (free-threaded build)" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""
 emit({"python_version": platform.python_implementation() + " " + platform.python_version() + build})
 """
+)
 
-_TORCH = _PRELUDE + """
+_TORCH = (
+    _PRELUDE
+    + """
 import torch
 # After `import torch`: an extension may turn the GIL back on in a free-threaded build.
 gil = sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
@@ -133,9 +138,12 @@ emit({"torch_version": torch.__version__, "torch_build": build, "cuda_available"
       "gpu_count": count, "gpu_names": [torch.cuda.get_device_name(i) for i in range(count)],
       "free_threaded": not gil})
 """
+)
 
 # Thread A traces a module whose forward waits; the main thread looks at FX's state meanwhile.
-_FX = _PRELUDE + """
+_FX = (
+    _PRELUDE
+    + """
 import threading
 import torch, torch.fx
 import torch.fx._symbolic_trace as st
@@ -168,10 +176,13 @@ emit({"fx_tracing_flag_global": seen_flag,
       "current_patcher_global": type(patcher).__name__ == "_Patcher",
       "fx_module_patch_global": patched_call})
 """
+)
 
 # Three Dynamo facts in one process (one `import torch._dynamo`, ~3 s of CPU, instead of three);
 # each is a part of its own, so one that raises leaves the others' answers.
-_DYNAMO = _PRELUDE + """
+_DYNAMO = (
+    _PRELUDE
+    + """
 import inspect, threading
 import torch, torch._dynamo
 
@@ -239,8 +250,11 @@ part(("is_compiling_global",), compiling)
 part(("reset_locked",), reset)
 emit()
 """
+)
 
-_CUDAGRAPH = _PRELUDE + """
+_CUDAGRAPH = (
+    _PRELUDE
+    + """
 import inspect, threading
 import torch
 import torch._inductor.cudagraph_trees as cgt  # imports on CPU builds too
@@ -270,8 +284,11 @@ emit({"cudagraph_trees_capture_lock": capture_lock,
       "cudagraph_trees_fresh_thread_asserts": out.get("asserts") is True,
       "cudagraph_callables_shared": not per_thread_callables})
 """
+)
 
-_STASH = _PRELUDE + """
+_STASH = (
+    _PRELUDE
+    + """
 import threading
 import torch
 from harness.runtime import thread_exit
@@ -299,16 +316,25 @@ part(("stash_steals_reference",), lambda: {"stash_steals_reference": _stash_stea
 part(("stash_dropped_after_join",), late)
 emit()
 """
+)
 
 SCRIPTS: tuple[Script, ...] = (
     Script("python", ("python_version",), _PYTHON),
-    Script("torch", ("torch_version", "torch_build", "cuda_available", "gpu_count", "gpu_names",
-                     "free_threaded"), _TORCH),
-    Script("dynamo", ("config_per_thread", "config_process_global", "is_compiling_global", "reset_locked"),
-           _DYNAMO),
+    Script(
+        "torch", ("torch_version", "torch_build", "cuda_available", "gpu_count", "gpu_names", "free_threaded"), _TORCH
+    ),
+    Script("dynamo", ("config_per_thread", "config_process_global", "is_compiling_global", "reset_locked"), _DYNAMO),
     Script("fx", ("fx_tracing_flag_global", "current_patcher_global", "fx_module_patch_global"), _FX),
-    Script("cudagraph", ("cudagraph_trees_capture_lock", "cudagraph_trees_per_thread_state",
-                         "cudagraph_trees_fresh_thread_asserts", "cudagraph_callables_shared"), _CUDAGRAPH),
+    Script(
+        "cudagraph",
+        (
+            "cudagraph_trees_capture_lock",
+            "cudagraph_trees_per_thread_state",
+            "cudagraph_trees_fresh_thread_asserts",
+            "cudagraph_callables_shared",
+        ),
+        _CUDAGRAPH,
+    ),
     Script("stash", ("stash_steals_reference", "stash_dropped_after_join"), _STASH),
 )
 
@@ -321,91 +347,143 @@ def _fact(key: str, description: str, script: str, **meaning: str) -> Fact:
 
 
 PROBES: tuple[Fact, ...] = (
-    _fact("python_version", "Python implementation and version", "python",
-          other="the interpreter the probes ran on"),
-    _fact("torch_version", "torch.__version__", "torch",
-          other="fix sets are measured per torch major.minor (see the recommended_* lines)"),
-    _fact("torch_build", "what torch was built for: cpu, cuda <version> or rocm <version>", "torch",
-          other="CUDA-graph races (F1*, F9, F11) need a CUDA build and device"),
-    _fact("cuda_available", "torch.cuda.is_available()", "torch",
-          true="CUDA-graph races (F1, F1c, F1d, F9, F11) can happen with mode='reduce-overhead'",
-          false="no CUDA device: the CUDA-graph races (F1*, F9, F11) cannot happen here"),
-    _fact("gpu_count", "torch.cuda.device_count() (0 without CUDA)", "torch",
-          other="threads sharing one GPU share its default RNG generator and allocator (F1d)"),
+    _fact("python_version", "Python implementation and version", "python", other="the interpreter the probes ran on"),
+    _fact(
+        "torch_version",
+        "torch.__version__",
+        "torch",
+        other="fix sets are measured per torch major.minor (see the recommended_* lines)",
+    ),
+    _fact(
+        "torch_build",
+        "what torch was built for: cpu, cuda <version> or rocm <version>",
+        "torch",
+        other="CUDA-graph races (F1*, F9, F11) need a CUDA build and device",
+    ),
+    _fact(
+        "cuda_available",
+        "torch.cuda.is_available()",
+        "torch",
+        true="CUDA-graph races (F1, F1c, F1d, F9, F11) can happen with mode='reduce-overhead'",
+        false="no CUDA device: the CUDA-graph races (F1*, F9, F11) cannot happen here",
+    ),
+    _fact(
+        "gpu_count",
+        "torch.cuda.device_count() (0 without CUDA)",
+        "torch",
+        other="threads sharing one GPU share its default RNG generator and allocator (F1d)",
+    ),
     _fact("gpu_names", "torch.cuda.get_device_name of each device", "torch", other="the devices"),
-    _fact("free_threaded", "the GIL is off after `import torch` (sys._is_gil_enabled() is False)", "torch",
-          true="no GIL: torch.compile's process-global state races far more often (#168042); "
-               "Dynamo needs PR #149549 (3.13t)",
-          false="the GIL is on: a race needs a thread switch inside a critical section "
-                "(sys.setswitchinterval(1e-6) widens it)"),
-    _fact("config_per_thread",
-          "a torch._dynamo.config value set in the main thread is NOT seen by a new thread", "dynamo",
-          true="config is per-thread (ContextVar): set config fixes in every thread, e.g. Guard's "
-               "@guard.thread (F14, r13)",
-          false="config is one process-wide object: a patch in one thread leaks into others (F4, #118260)"),
-    _fact("config_process_global",
-          "a torch._dynamo.config value set in the main thread IS seen by a new thread", "dynamo",
-          true="config patches race across threads: dynamic=False can be lost (F4, #118260, r08)",
-          false="config patches do not cross threads (but fixes must be set per thread: F14)"),
-    _fact("fx_tracing_flag_global",
-          "while one thread runs torch.fx.symbolic_trace, another thread sees FX's is-tracing flag", "fx",
-          true="a compiled call during another thread's trace raises 'Detected that you are using FX "
-               "to symbolically trace a dynamo-optimized function' (F2/R1, r06; #126024): global-lock "
-               "around both, or nested-fx-fallback",
-          false="the flag is per-thread (PR #168999): F2/R1 cannot happen"),
-    _fact("current_patcher_global",
-          "while one thread traces, another thread sees its torch.fx CURRENT_PATCHER", "fx",
-          true="two threads' traces (or a trace and a compile) corrupt each other's patches: "
-               "'CURRENT_PATCHER is None in finally block' (F3/R3, r07), flag stuck (R2, r14); global-lock",
-          false="patchers are per-thread (PR #187589): F3 cannot happen"),
-    _fact("fx_module_patch_global",
-          "while one thread traces, nn.Module.__call__ is patched for every thread", "fx",
-          true="plain eager module calls in other threads go through the tracer: 'NameError: module is "
-               "not installed as a submodule' (R4, r15); only global-lock around both holds",
-          false="module patches stay in the tracing thread (PR #187589): R4 cannot happen"),
-    _fact("is_compiling_global",
-          "while one thread compiles, another thread's torch.compiler.is_compiling() reads True (polled)", "dynamo",
-          true="eager code in other threads takes compile-only paths during any compile: eager Adam not "
-               "bitwise reproducible (R8, r18), transformers' output capture (r19); global-lock or "
-               "compile before going concurrent",
-          false="is_compiling() is per-thread: R8/r19 cannot happen"),
-    _fact("cudagraph_trees_capture_lock",
-          "cudagraph_trees.py serialises capture and pool warm-up with graph_capture_lock (source read)",
-          "cudagraph",
-          true="concurrent captures are serialised inside torch (PR #184357): less need for cudagraph-lock",
-          false="nothing serialises captures across threads: F1c/F1d capture errors; cudagraph-lock or "
-                "global-lock"),
-    _fact("cudagraph_trees_per_thread_state",
-          "a fresh thread's cudagraph_trees.get_obj returns containers of its own (no assertion)",
-          "cudagraph",
-          true="each thread gets its own tree manager lazily (PR #184357): no TLS seeding needed for F1",
-          false="fresh threads have no tree-manager containers: see cudagraph_trees_fresh_thread_asserts"),
-    _fact("cudagraph_trees_fresh_thread_asserts",
-          "a fresh thread's cudagraph_trees.get_obj raises AssertionError (is_key_in_tls)", "cudagraph",
-          true="reduce-overhead in a new thread asserts (F1, #123177): cstash-tls-init in every thread",
-          false="no F1 assertion in fresh threads"),
-    _fact("cudagraph_callables_shared",
-          "cudagraphify_impl caches recorded callables per graph, not per thread (source read)",
-          "cudagraph",
-          true="threads calling one compiled graph share one recording and its memory pool (F1c): give "
-               "each thread its own graph (graph-isolation) or serialise (global-lock)",
-          false="recorded callables are kept per thread"),
-    _fact("stash_steals_reference",
-          "torch._C._stash_obj_in_tls keeps a reference it did not take (measured on a fresh object)",
-          "stash",
-          true="a thread that stashes and exits frees the object twice (r22; heap corruption, SIGSEGV): "
-               "stash-incref",
-          false="the binding takes its own reference: stash-incref is a no-op here"),
-    _fact("stash_dropped_after_join",
-          "a thread's C stash is dropped by its C++ destructor after join() has returned (measured)",
-          "stash",
-          true="a program that exits right after joining such threads can die at exit (SIGABRT, "
-               "'terminate called without an active exception'; r26) on Python <= 3.13: await-thread-exit",
-          false="the stash is dropped before join() returns"),
-    _fact("reset_locked", "torch._dynamo.reset() takes convert_frame.compile_lock (source read)", "dynamo",
-          true="reset waits for compiles, but compiled calls and cache lookups take no lock: a reset "
-               "while another thread runs compiled code can segfault (R5/R6, r16); global-lock around both",
-          false="reset runs unlocked: it can also interleave with compiles (R5/R6, r16)"),
+    _fact(
+        "free_threaded",
+        "the GIL is off after `import torch` (sys._is_gil_enabled() is False)",
+        "torch",
+        true="no GIL: torch.compile's process-global state races far more often (#168042); "
+        "Dynamo needs PR #149549 (3.13t)",
+        false="the GIL is on: a race needs a thread switch inside a critical section "
+        "(sys.setswitchinterval(1e-6) widens it)",
+    ),
+    _fact(
+        "config_per_thread",
+        "a torch._dynamo.config value set in the main thread is NOT seen by a new thread",
+        "dynamo",
+        true="config is per-thread (ContextVar): set config fixes in every thread, e.g. Guard's "
+        "@guard.thread (F14, r13)",
+        false="config is one process-wide object: a patch in one thread leaks into others (F4, #118260)",
+    ),
+    _fact(
+        "config_process_global",
+        "a torch._dynamo.config value set in the main thread IS seen by a new thread",
+        "dynamo",
+        true="config patches race across threads: dynamic=False can be lost (F4, #118260, r08)",
+        false="config patches do not cross threads (but fixes must be set per thread: F14)",
+    ),
+    _fact(
+        "fx_tracing_flag_global",
+        "while one thread runs torch.fx.symbolic_trace, another thread sees FX's is-tracing flag",
+        "fx",
+        true="a compiled call during another thread's trace raises 'Detected that you are using FX "
+        "to symbolically trace a dynamo-optimized function' (F2/R1, r06; #126024): global-lock "
+        "around both, or nested-fx-fallback",
+        false="the flag is per-thread (PR #168999): F2/R1 cannot happen",
+    ),
+    _fact(
+        "current_patcher_global",
+        "while one thread traces, another thread sees its torch.fx CURRENT_PATCHER",
+        "fx",
+        true="two threads' traces (or a trace and a compile) corrupt each other's patches: "
+        "'CURRENT_PATCHER is None in finally block' (F3/R3, r07), flag stuck (R2, r14); global-lock",
+        false="patchers are per-thread (PR #187589): F3 cannot happen",
+    ),
+    _fact(
+        "fx_module_patch_global",
+        "while one thread traces, nn.Module.__call__ is patched for every thread",
+        "fx",
+        true="plain eager module calls in other threads go through the tracer: 'NameError: module is "
+        "not installed as a submodule' (R4, r15); only global-lock around both holds",
+        false="module patches stay in the tracing thread (PR #187589): R4 cannot happen",
+    ),
+    _fact(
+        "is_compiling_global",
+        "while one thread compiles, another thread's torch.compiler.is_compiling() reads True (polled)",
+        "dynamo",
+        true="eager code in other threads takes compile-only paths during any compile: eager Adam not "
+        "bitwise reproducible (R8, r18), transformers' output capture (r19); global-lock or "
+        "compile before going concurrent",
+        false="is_compiling() is per-thread: R8/r19 cannot happen",
+    ),
+    _fact(
+        "cudagraph_trees_capture_lock",
+        "cudagraph_trees.py serialises capture and pool warm-up with graph_capture_lock (source read)",
+        "cudagraph",
+        true="concurrent captures are serialised inside torch (PR #184357): less need for cudagraph-lock",
+        false="nothing serialises captures across threads: F1c/F1d capture errors; cudagraph-lock or global-lock",
+    ),
+    _fact(
+        "cudagraph_trees_per_thread_state",
+        "a fresh thread's cudagraph_trees.get_obj returns containers of its own (no assertion)",
+        "cudagraph",
+        true="each thread gets its own tree manager lazily (PR #184357): no TLS seeding needed for F1",
+        false="fresh threads have no tree-manager containers: see cudagraph_trees_fresh_thread_asserts",
+    ),
+    _fact(
+        "cudagraph_trees_fresh_thread_asserts",
+        "a fresh thread's cudagraph_trees.get_obj raises AssertionError (is_key_in_tls)",
+        "cudagraph",
+        true="reduce-overhead in a new thread asserts (F1, #123177): cstash-tls-init in every thread",
+        false="no F1 assertion in fresh threads",
+    ),
+    _fact(
+        "cudagraph_callables_shared",
+        "cudagraphify_impl caches recorded callables per graph, not per thread (source read)",
+        "cudagraph",
+        true="threads calling one compiled graph share one recording and its memory pool (F1c): give "
+        "each thread its own graph (graph-isolation) or serialise (global-lock)",
+        false="recorded callables are kept per thread",
+    ),
+    _fact(
+        "stash_steals_reference",
+        "torch._C._stash_obj_in_tls keeps a reference it did not take (measured on a fresh object)",
+        "stash",
+        true="a thread that stashes and exits frees the object twice (r22; heap corruption, SIGSEGV): stash-incref",
+        false="the binding takes its own reference: stash-incref is a no-op here",
+    ),
+    _fact(
+        "stash_dropped_after_join",
+        "a thread's C stash is dropped by its C++ destructor after join() has returned (measured)",
+        "stash",
+        true="a program that exits right after joining such threads can die at exit (SIGABRT, "
+        "'terminate called without an active exception'; r26) on Python <= 3.13: await-thread-exit",
+        false="the stash is dropped before join() returns",
+    ),
+    _fact(
+        "reset_locked",
+        "torch._dynamo.reset() takes convert_frame.compile_lock (source read)",
+        "dynamo",
+        true="reset waits for compiles, but compiled calls and cache lookups take no lock: a reset "
+        "while another thread runs compiled code can segfault (R5/R6, r16); global-lock around both",
+        false="reset runs unlocked: it can also interleave with compiles (R5/R6, r16)",
+    ),
 )
 
 _BY_KEY = {fact.key: fact for fact in PROBES}
@@ -415,8 +493,9 @@ def fact(key: str) -> Fact:
     return _BY_KEY[key]
 
 
-def run_script(script: Script, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-               python: str = sys.executable) -> tuple[dict[str, Any], float]:
+def run_script(
+    script: Script, *, timeout_s: float = DEFAULT_TIMEOUT_S, python: str = sys.executable
+) -> tuple[dict[str, Any], float]:
     """Run one probe in a subprocess; its facts and duration, or ProbeFailed with the reason."""
     env = dict(os.environ)
     # The stash probe imports harness.runtime.fixes: the checkout's packages, installed or not.
@@ -424,8 +503,15 @@ def run_script(script: Script, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     env.setdefault("OMP_NUM_THREADS", "1")
     start = time.monotonic()
     try:
-        proc = subprocess.run([python, "-c", script.code], capture_output=True, text=True, timeout=timeout_s,
-                              env=env, cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [python, "-c", script.code],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         raise ProbeFailed(f"timed out after {timeout_s:g} s") from None
     elapsed = time.monotonic() - start
@@ -435,7 +521,7 @@ def run_script(script: Script, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     if not lines:
         raise ProbeFailed("exited 0 without a result line")
     try:
-        facts = json.loads(lines[-1][len(MARKER):])
+        facts = json.loads(lines[-1][len(MARKER) :])
     except json.JSONDecodeError as e:
         raise ProbeFailed(f"unreadable result line ({e})") from None
     if not isinstance(facts, dict):
@@ -455,8 +541,9 @@ def _exit_reason(rc: int, stderr: str) -> str:
     return f"{how}: {last[:200]}" if last else how
 
 
-def run_probes(scripts: Iterable[Script] | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-               workers: int | None = None) -> dict[str, ProbeResult]:
+def run_probes(
+    scripts: Iterable[Script] | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S, workers: int | None = None
+) -> dict[str, ProbeResult]:
     """Every script's facts by key, in PROBES order (then any extra keys); probes run in parallel."""
     scripts = tuple(SCRIPTS if scripts is None else scripts)
     workers = workers or max(1, min(len(scripts), os.cpu_count() or 1, 4))

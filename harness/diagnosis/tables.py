@@ -46,8 +46,10 @@ def race_table(catalogue: Catalogue | None = None, records_of: RecordSource | No
             else:
                 torch = ",".join(sorted({major_minor(t) for t in c.torch})) or "-"
                 fixes.append(f"`{f.name}` {c.k}/{c.n} ({torch})")
-        rows.append(f"| {race.id} | {_esc(race.title)} | {race.kind} | {'yes' if race.needs_cuda else 'no'} "
-                    f"| {', '.join(race.repros) or '-'} | {'; '.join(seen) or '-'} | {'; '.join(fixes) or '-'} |")
+        rows.append(
+            f"| {race.id} | {_esc(race.title)} | {race.kind} | {'yes' if race.needs_cuda else 'no'} "
+            f"| {', '.join(race.repros) or '-'} | {'; '.join(seen) or '-'} | {'; '.join(fixes) or '-'} |"
+        )
     return "\n".join(rows)
 
 
@@ -65,7 +67,9 @@ def repro_table(catalogue: Catalogue | None = None) -> str:
         races = ", ".join(x.id for x in catalogue.races_of_repro(r.id)) or "-"
         fix = r.fix or (" ".join(r.fix_args) if r.fix_args else "-")
         pair = lambda p: f"{p[0]}/{p[1]}" if p else "-"  # noqa: E731
-        rows.append(f"| {r.id} | {races} | {r.device} | {r.torch} | {r.store} | {r.plan or '-'} | {pair(r.recorded)} "
-                    f"| {pair(r.recorded_plain)} | {r.expect} | {fix} | {pair(r.fix_recorded)} "
-                    f"| {r.fix_trials if (r.fix or r.fix_args) else '-'} |")
+        rows.append(
+            f"| {r.id} | {races} | {r.device} | {r.torch} | {r.store} | {r.plan or '-'} | {pair(r.recorded)} "
+            f"| {pair(r.recorded_plain)} | {r.expect} | {fix} | {pair(r.fix_recorded)} "
+            f"| {r.fix_trials if (r.fix or r.fix_args) else '-'} |"
+        )
     return "\n".join(rows)

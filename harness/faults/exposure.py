@@ -67,62 +67,108 @@ class Probe:
 PROBES: dict[str, Probe] = {
     p.name: p
     for p in (
-        Probe(name="fx-flag-overlap", window="F2", points=("fx.trace", "compiled.call"),
-              why="a compiled call checks FX's process-global tracing flag while another thread "
-              "is inside Tracer.trace (R1), or a trace starts while another's is live, so their "
-              "save/restore of the flag can interleave and leave it stuck (R2); pytorch#126024. "
-              "A check made where error_on_nested_fx_trace is off runs the call eagerly: counted "
-              "apart as `eager`"),
-        Probe(name="fx-patcher-overlap", window="F3", points=("fx.trace",),
-              why="a trace starts while another thread's trace is live: both install and restore "
-              "the global CURRENT_PATCHER (pytorch#168042)"),
-        Probe(name="module-call-under-tracer", window="R4", points=("fx.trace", "fx.call_module"),
-              why="a thread that is not tracing lands in Tracer.call_module while another thread "
-              "traces with nn.Module.__call__ patched (PR #187589)"),
-        Probe(name="reset-vs-compiled-frame", window="R5",
-              points=("dynamo.reset", "compiled.call", "dynamo.convert_frame"),
-              why="torch._dynamo.reset() runs while another thread enters a compiled call or "
-              "converts a frame (its cache entry inserted as reset clears them; PR #195355), or "
-              "starts while another thread is converting one"),
-        Probe(name="concurrent-frame-conversion", window="F10", points=("dynamo.convert_frame",),
-              why="a thread enters Dynamo's frame conversion while another is inside it: both "
-              "missed the cache, so the second compiles a duplicate or counts toward the "
-              "recompile limit (R7)"),
-        Probe(name="backward-compile-vs-trace", window="G2",
-              points=("aot.backward_compile", "dynamo.convert_frame"),
-              why="a backward's lazy compile step overlaps another thread's Dynamo frame "
-              "conversion (pytorch#104971); on 2.13 every backward passes the step, compiling on "
-              "the first, so on CPU this bounds the window from above"),
-        Probe(name="cudagraph-tls-unseeded", window="F1", points=("cudagraph.get_container",),
-              cuda=True,
-              why="a CUDAGraph-Trees manager looked up from a thread whose TLS holds no tree "
-              "containers (pytorch#123177); counted once per thread"),
-        Probe(name="cudagraph-record-overlap", window="F1c", points=("cudagraph.record",), cuda=True,
-              why="two threads inside cudagraph trees at once: one starts recording while another "
-              "records, or enters a tree's run (warm-up, record or replay) while another is in one: "
-              "one manager's state and pool, without a lock on 2.11 (PR #184357). Any two trees "
-              "count, so per-thread trees are not told apart; a program whose trees are per-thread "
-              "reads as exposed. cudagraph.run adds its openings where it resolves"),
-        Probe(name="compiled-call-during-record", window="capture",
-              points=("cudagraph.record", "compiled.call"), cuda=True,
-              why="a compiled call or a tree's run starts while another thread records a CUDA "
-              "graph: its kernels meet the capture (pytorch#172390)"),
-        Probe(name="drafter-first-step", window=FIRST_STEP, stages="dflash.step",
-              why="two drafter threads inside their first compiled step (drafter.before_forward "
-              "to drafter.after_backward) at once, where their compiles meet"),
+        Probe(
+            name="fx-flag-overlap",
+            window="F2",
+            points=("fx.trace", "compiled.call"),
+            why="a compiled call checks FX's process-global tracing flag while another thread "
+            "is inside Tracer.trace (R1), or a trace starts while another's is live, so their "
+            "save/restore of the flag can interleave and leave it stuck (R2); pytorch#126024. "
+            "A check made where error_on_nested_fx_trace is off runs the call eagerly: counted "
+            "apart as `eager`",
+        ),
+        Probe(
+            name="fx-patcher-overlap",
+            window="F3",
+            points=("fx.trace",),
+            why="a trace starts while another thread's trace is live: both install and restore "
+            "the global CURRENT_PATCHER (pytorch#168042)",
+        ),
+        Probe(
+            name="module-call-under-tracer",
+            window="R4",
+            points=("fx.trace", "fx.call_module"),
+            why="a thread that is not tracing lands in Tracer.call_module while another thread "
+            "traces with nn.Module.__call__ patched (PR #187589)",
+        ),
+        Probe(
+            name="reset-vs-compiled-frame",
+            window="R5",
+            points=("dynamo.reset", "compiled.call", "dynamo.convert_frame"),
+            why="torch._dynamo.reset() runs while another thread enters a compiled call or "
+            "converts a frame (its cache entry inserted as reset clears them; PR #195355), or "
+            "starts while another thread is converting one",
+        ),
+        Probe(
+            name="concurrent-frame-conversion",
+            window="F10",
+            points=("dynamo.convert_frame",),
+            why="a thread enters Dynamo's frame conversion while another is inside it: both "
+            "missed the cache, so the second compiles a duplicate or counts toward the "
+            "recompile limit (R7)",
+        ),
+        Probe(
+            name="backward-compile-vs-trace",
+            window="G2",
+            points=("aot.backward_compile", "dynamo.convert_frame"),
+            why="a backward's lazy compile step overlaps another thread's Dynamo frame "
+            "conversion (pytorch#104971); on 2.13 every backward passes the step, compiling on "
+            "the first, so on CPU this bounds the window from above",
+        ),
+        Probe(
+            name="cudagraph-tls-unseeded",
+            window="F1",
+            points=("cudagraph.get_container",),
+            cuda=True,
+            why="a CUDAGraph-Trees manager looked up from a thread whose TLS holds no tree "
+            "containers (pytorch#123177); counted once per thread",
+        ),
+        Probe(
+            name="cudagraph-record-overlap",
+            window="F1c",
+            points=("cudagraph.record",),
+            cuda=True,
+            why="two threads inside cudagraph trees at once: one starts recording while another "
+            "records, or enters a tree's run (warm-up, record or replay) while another is in one: "
+            "one manager's state and pool, without a lock on 2.11 (PR #184357). Any two trees "
+            "count, so per-thread trees are not told apart; a program whose trees are per-thread "
+            "reads as exposed. cudagraph.run adds its openings where it resolves",
+        ),
+        Probe(
+            name="compiled-call-during-record",
+            window="capture",
+            points=("cudagraph.record", "compiled.call"),
+            cuda=True,
+            why="a compiled call or a tree's run starts while another thread records a CUDA "
+            "graph: its kernels meet the capture (pytorch#172390)",
+        ),
+        Probe(
+            name="drafter-first-step",
+            window=FIRST_STEP,
+            stages="dflash.step",
+            why="two drafter threads inside their first compiled step (drafter.before_forward "
+            "to drafter.after_backward) at once, where their compiles meet",
+        ),
     )
 }
 
 # Regions, named after the points that open them.
-TRACE, CONVERT, RESET, BACKWARD, RECORD, RUN = ("fx.trace", "dynamo.convert_frame", "dynamo.reset",
-                                                "aot.backward_compile", "cudagraph.record", "cudagraph.run")
+TRACE, CONVERT, RESET, BACKWARD, RECORD, RUN = (
+    "fx.trace",
+    "dynamo.convert_frame",
+    "dynamo.reset",
+    "aot.backward_compile",
+    "cudagraph.record",
+    "cudagraph.run",
+)
 
 
 class Exposure:
     """Counts window openings in this process; `hook` and `stage` are what the points call."""
 
-    def __init__(self, path: str | None = None, *, clock: Callable[[], float] = time.monotonic,
-                 probes: dict[str, Probe] = PROBES) -> None:
+    def __init__(
+        self, path: str | None = None, *, clock: Callable[[], float] = time.monotonic, probes: dict[str, Probe] = PROBES
+    ) -> None:
         self.path = path
         self.probes = probes
         self.regions = Regions()
@@ -248,7 +294,7 @@ class Exposure:
             self.eager[window] = self.eager.get(window, 0) + 1
         if n == 1:
             self.first_s.setdefault(window, round(self._clock() - self._t0, 6))
-        if n & (n - 1) == 0:        # 1, 2, 4, ...: a crash loses at most half the count
+        if n & (n - 1) == 0:  # 1, 2, 4, ...: a crash loses at most half the count
             self.write(final=False)
 
     def measured(self) -> list[str]:
@@ -267,15 +313,20 @@ class Exposure:
         return sorted(set(out))
 
     def snapshot(self, *, final: bool) -> dict:
-        windows = {w: {"count": self.counts.get(w, 0), "eager": self.eager.get(w, 0),
-                       "first_s": self.first_s.get(w)}
-                   for w in self.measured()}
+        windows = {
+            w: {"count": self.counts.get(w, 0), "eager": self.eager.get(w, 0), "first_s": self.first_s.get(w)}
+            for w in self.measured()
+        }
         # A window counted whose probe reads as unmeasured (a CUDA one before is_initialized
         # said so) is still reported: it opened.
         for w, n in self.counts.items():
             windows.setdefault(w, {"count": n, "eager": self.eager.get(w, 0), "first_s": self.first_s.get(w)})
-        return {"version": FORMAT_VERSION, "final": final, "elapsed_s": round(self._clock() - self._t0, 6),
-                "windows": dict(sorted(windows.items()))}
+        return {
+            "version": FORMAT_VERSION,
+            "final": final,
+            "elapsed_s": round(self._clock() - self._t0, 6),
+            "windows": dict(sorted(windows.items())),
+        }
 
     def write(self, *, final: bool) -> None:
         if self.path is None:
@@ -369,6 +420,7 @@ def read(path: str | os.PathLike[str]) -> Reading | None:
             counts={w: int(v["count"]) for w, v in windows.items()},
             first_s={w: float(v["first_s"]) for w, v in windows.items() if v.get("first_s") is not None},
             eager={w: int(v["eager"]) for w, v in windows.items() if v.get("eager")},
-            final=bool(data.get("final")))
+            final=bool(data.get("final")),
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

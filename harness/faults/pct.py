@@ -118,9 +118,16 @@ class _Thread:
 class PctEngine:
     """Runs one `Pct` in this process; `step(point, when)` is called at every hit of its points."""
 
-    def __init__(self, cfg: Pct, seed: int, points: tuple[str, ...], *,
-                 log: Callable[[dict], None], elapsed: Callable[[], float],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        cfg: Pct,
+        seed: int,
+        points: tuple[str, ...],
+        *,
+        log: Callable[[dict], None],
+        elapsed: Callable[[], float],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.cfg, self.seed = cfg, seed
         self.points = frozenset(cfg.points or points)
         self._log, self._elapsed, self._clock = log, elapsed, clock
@@ -128,12 +135,18 @@ class PctEngine:
         self._threads: dict[str, _Thread] = {}
         self._step = 0
         self._changes = {s: i for i, s in enumerate(change_steps(seed, cfg.depth, cfg.steps), 1)}
-        self._pinned = (None if cfg.pinned is None
-                        else {(t, p, w, h): prio for t, p, w, h, prio in cfg.pinned})
+        self._pinned = None if cfg.pinned is None else {(t, p, w, h): prio for t, p, w, h, prio in cfg.pinned}
         self.waits = self.timeouts = 0
         self.waited_s = 0.0
-        log({"event": "pct", "depth": cfg.depth, "steps": cfg.steps, "pinned": cfg.pinned,
-             "change_steps": sorted(self._changes) if cfg.pinned is None else None})
+        log(
+            {
+                "event": "pct",
+                "depth": cfg.depth,
+                "steps": cfg.steps,
+                "pinned": cfg.pinned,
+                "change_steps": sorted(self._changes) if cfg.pinned is None else None,
+            }
+        )
 
     def takes_part(self, name: str) -> bool:
         return fnmatch.fnmatchcase(name, self.cfg.threads)
@@ -167,8 +180,7 @@ class PctEngine:
             st.last_hit = self._clock()
             if not self.cfg.depth:
                 return
-            change = (self._changes.get(step) if self._pinned is None
-                      else self._pinned.get((me.name, point, when, hit)))
+            change = self._changes.get(step) if self._pinned is None else self._pinned.get((me.name, point, when, hit))
             if change is not None:
                 st.priority = float(change)
                 self._record(point, when, me.name, hit, "pct-change", change, step=step)
@@ -194,9 +206,17 @@ class PctEngine:
         self.waits += 1
         self.timeouts += behind is not None
         self.waited_s += now - start
-        self._record(point, when, st.thread.name, hit, "pct-wait", first, step=step,
-                     waited_s=round(now - start, 6),
-                     released="timeout" if behind is not None else "free")
+        self._record(
+            point,
+            when,
+            st.thread.name,
+            hit,
+            "pct-wait",
+            first,
+            step=step,
+            waited_s=round(now - start, 6),
+            released="timeout" if behind is not None else "free",
+        )
 
     def _higher(self, me: _Thread, now: float) -> str | None:
         """A runnable thread of higher priority than `me`, by name (None: `me` may go)."""
@@ -207,17 +227,33 @@ class PctEngine:
                 return name
         return None
 
-    def _record(self, point: str, when: str, thread: str, hit: int, action: str, value,
-                **extra) -> None:
+    def _record(self, point: str, when: str, thread: str, hit: int, action: str, value, **extra) -> None:
         # The scheduler's decision-record shape, so harness.faults.scheduler.decisions reads it.
-        self._log({"point": point, "when": when, "thread": thread, "hit": hit, "rule": "pct",
-                   "action": action, "value": value, "t": round(self._elapsed(), 6)} | extra)
+        self._log(
+            {
+                "point": point,
+                "when": when,
+                "thread": thread,
+                "hit": hit,
+                "rule": "pct",
+                "action": action,
+                "value": value,
+                "t": round(self._elapsed(), 6),
+            }
+            | extra
+        )
 
     def summary(self) -> dict:
         with self._cond:
-            return {"depth": self.cfg.depth, "steps": self._step, "k": self.cfg.steps,
-                    "threads": sorted(self._threads), "waits": self.waits,
-                    "timeouts": self.timeouts, "waited_s": round(self.waited_s, 6)}
+            return {
+                "depth": self.cfg.depth,
+                "steps": self._step,
+                "k": self.cfg.steps,
+                "threads": sorted(self._threads),
+                "waits": self.waits,
+                "timeouts": self.timeouts,
+                "waited_s": round(self.waited_s, 6),
+            }
 
 
 def pinned_from_log(text: str) -> list[list]:

@@ -93,8 +93,7 @@ TORCH_POINTS: dict[str, Point] = {
         Point(
             name="aot.backward_compile",
             targets=(
-                "torch._functorch._aot_autograd.runtime_wrappers:"
-                "_AutogradBackwardCompiler.get_or_compile",
+                "torch._functorch._aot_autograd.runtime_wrappers:_AutogradBackwardCompiler.get_or_compile",
                 # Older torch (2.11) compiles lazily inside a per-graph CompiledFunction class;
                 # the one module global it calls there and only there is this context-manager
                 # factory, so the hook fires as that compile starts ("after" = CM created).
@@ -336,9 +335,7 @@ def on_module_loaded(module_name: str, callback: Callable[[object], None]) -> No
     if module_name in sys.modules:
         callback(sys.modules[module_name])
         return
-    sys.meta_path.insert(
-        0, _LoadWatcher({module_name}, lambda name: callback(sys.modules[name]))
-    )
+    sys.meta_path.insert(0, _LoadWatcher({module_name}, lambda name: callback(sys.modules[name])))
 
 
 # Several harness parts listen at the trainer's stage points (the fault plan, the exposure probes),

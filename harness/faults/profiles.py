@@ -51,8 +51,7 @@ def _fx_widen(seed: int, rng: random.Random) -> Plan:
         ),
         # Spread the victim's compiled calls over time so that some land in a widened trace;
         # without it a fast caller could finish between two traces (15/20 on 2.11, 16 cores).
-        Rule(point="compiled.call", action="delay", probability=0.1,
-             params={"dist": "uniform", "max_s": 0.002}),
+        Rule(point="compiled.call", action="delay", probability=0.1, params={"dist": "uniform", "max_s": 0.002}),
     ]
     return Plan(seed=seed, profile="fx-widen", switch_interval=1e-6, rules=rules)
 
@@ -74,8 +73,7 @@ def _compile_chaos(seed: int, rng: random.Random) -> Plan:
     points = rng.sample(COMPILE_POINTS[:6], 2) + list(COMPILE_POINTS[6:])
     starve = {"thread_p": 0.3, "victim": rng.choice((1, 2)), "max_ms": rng.choice((16, 64, 256))}
     rules = [
-        Rule(point=p, action="starve", probability=rng.choice((0.05, 0.2)), params=dict(starve))
-        for p in sorted(points)
+        Rule(point=p, action="starve", probability=rng.choice((0.05, 0.2)), params=dict(starve)) for p in sorted(points)
     ]
     switch = rng.choice((None, 1e-5, 1e-6))
     return Plan(seed=seed, profile="compile-chaos", switch_interval=switch, rules=rules)
@@ -85,12 +83,8 @@ def _dflash_stages(seed: int, rng: random.Random) -> Plan:
     delay = {"dist": "uniform", "max_s": rng.choice((0.001, 0.005))}
     rules = [Rule(point=p, action="delay", probability=0.1, params=dict(delay)) for p in STAGE_POINTS]
     for p in sorted(rng.sample(STAGE_POINTS, 2)):
-        rules.append(
-            Rule(point=p, action="starve", probability=0.05, params={"thread_p": 0.5, "max_ms": 64})
-        )
-    return Plan(
-        seed=seed, profile="dflash-stages", switch_interval=rng.choice((None, 1e-5)), rules=rules
-    )
+        rules.append(Rule(point=p, action="starve", probability=0.05, params={"thread_p": 0.5, "max_ms": 64}))
+    return Plan(seed=seed, profile="dflash-stages", switch_interval=rng.choice((None, 1e-5)), rules=rules)
 
 
 def _raise_at(seed: int, rng: random.Random) -> Plan:
@@ -122,6 +116,7 @@ def _pct(depth: int):
     def make(seed: int, rng: random.Random) -> Plan:
         # No switch interval and no rules: the priorities and their waits are the whole plan.
         return Plan(seed=seed, profile=f"pct{depth}", pct=Pct(depth=depth, steps=PCT_STEPS))
+
     return make
 
 

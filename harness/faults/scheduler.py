@@ -213,8 +213,7 @@ class Plan:
 class Scheduler:
     """Executes one Plan in this process. `hit(point, when)` is the hook the wrappers call."""
 
-    def __init__(self, plan: Plan, *, log_path: str | None = None, clock=time.monotonic,
-                 sleep=time.sleep) -> None:
+    def __init__(self, plan: Plan, *, log_path: str | None = None, clock=time.monotonic, sleep=time.sleep) -> None:
         self.plan = plan
         self._clock, self._sleep = clock, sleep
         self._t0 = clock()
@@ -230,8 +229,11 @@ class Scheduler:
         self.num_injected = 0
         self.num_skipped_budget = 0
         self._log = open(log_path, "a", buffering=1, encoding="ascii") if log_path else None
-        self.pct = (PctEngine(plan.pct, plan.seed, all_points(), log=self.log, elapsed=self.elapsed,
-                              clock=clock) if plan.pct is not None else None)
+        self.pct = (
+            PctEngine(plan.pct, plan.seed, all_points(), log=self.log, elapsed=self.elapsed, clock=clock)
+            if plan.pct is not None
+            else None
+        )
 
     def elapsed(self) -> float:
         return self._clock() - self._t0
@@ -271,8 +273,16 @@ class Scheduler:
         value = self._draw(rule, rng, thread)
         if value is None:  # starve on a thread that is not low priority
             return
-        record = {"point": point, "when": when, "thread": thread, "hit": index, "rule": i,
-                  "action": rule.action, "value": value, "t": round(self.elapsed(), 6)}
+        record = {
+            "point": point,
+            "when": when,
+            "thread": thread,
+            "hit": index,
+            "rule": i,
+            "action": rule.action,
+            "value": value,
+            "t": round(self.elapsed(), 6),
+        }
         if rule.action in ("delay", "starve") and not self._reserve(value):
             self.num_skipped_budget += 1
             self.log(record | {"action": "skip-budget"})
@@ -322,13 +332,18 @@ class Scheduler:
 
     def summary(self) -> dict:
         wanted = set(self.plan.torch_points())
-        return {"event": "summary", "hits": dict(self.hits), "installed": points.installed(),
-                # Lazy install: a point is missing here when its module was never imported by
-                # the program (not reached) or none of its targets exists (unavailable).
-                "not_installed": sorted(wanted - set(points.installed())),
-                "injected": self.num_injected, "injected_s": round(self.injected_s, 6),
-                "skipped_budget": self.num_skipped_budget, "elapsed_s": round(self.elapsed(), 6)} | (
-                    {"pct": self.pct.summary()} if self.pct is not None else {})
+        return {
+            "event": "summary",
+            "hits": dict(self.hits),
+            "installed": points.installed(),
+            # Lazy install: a point is missing here when its module was never imported by
+            # the program (not reached) or none of its targets exists (unavailable).
+            "not_installed": sorted(wanted - set(points.installed())),
+            "injected": self.num_injected,
+            "injected_s": round(self.injected_s, 6),
+            "skipped_budget": self.num_skipped_budget,
+            "elapsed_s": round(self.elapsed(), 6),
+        } | ({"pct": self.pct.summary()} if self.pct is not None else {})
 
     def close(self) -> None:
         self.log(self.summary())
@@ -344,8 +359,9 @@ def decisions(log_path: str) -> list[tuple]:
         for line in f:
             rec = json.loads(line)
             if "action" in rec:
-                out.append((rec["point"], rec["when"], rec["thread"], rec["hit"], rec["rule"],
-                            rec["action"], rec["value"]))
+                out.append(
+                    (rec["point"], rec["when"], rec["thread"], rec["hit"], rec["rule"], rec["action"], rec["value"])
+                )
     return out
 
 
@@ -407,8 +423,7 @@ def _install_start_barrier(cfg: StartBarrier, sched: Scheduler) -> None:
                 try:
                     barrier.wait()
                 except threading.BrokenBarrierError:
-                    sched.log({"event": "barrier-broken", "thread": self.name,
-                               "t": round(sched.elapsed(), 6)})
+                    sched.log({"event": "barrier-broken", "thread": self.name, "t": round(sched.elapsed(), 6)})
                 run()
 
             self.run = run_after_barrier

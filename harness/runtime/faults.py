@@ -257,9 +257,7 @@ def _perform(rule: Rule, name: str) -> None:
 # Parser (fail-rs grammar)
 
 _RULE_RE = re.compile(r"^(?P<point>[^@=\s]+)(?:@(?P<glob>[^=\s]+))?=(?P<action>.*)$")
-_ACTION_RE = re.compile(
-    r"^(?:(?P<p>[^%*()]+)%)?(?:(?P<cnt>[^%*()]+)\*)?(?P<task>[A-Za-z_]+)(?:\((?P<arg>[^()]*)\))?$"
-)
+_ACTION_RE = re.compile(r"^(?:(?P<p>[^%*()]+)%)?(?:(?P<cnt>[^%*()]+)\*)?(?P<task>[A-Za-z_]+)(?:\((?P<arg>[^()]*)\))?$")
 
 
 def parse_plan(spec: str) -> tuple[Rule, ...]:
@@ -336,6 +334,5 @@ def _parse_arg(task: str, arg: str | None, bad: Callable[[str], ConfigError]) ->
         except ValueError:
             raise bad(f"corrupt({arg}): the factor must be a number") from None
         if not math.isfinite(factor):
-            raise bad(f"corrupt({arg}): the factor must be finite (train.nan_check already "
-                      f"catches a non-finite loss)")
+            raise bad(f"corrupt({arg}): the factor must be finite (train.nan_check already catches a non-finite loss)")
     return arg

@@ -663,9 +663,14 @@ FIXES: dict[str, Fix] = {
 def call_key(fn: Any, *args: Any) -> tuple:
     """A compiled call's key for keyed fixes: the callable and each argument's shape and dtype
     (None and non-tensors by value)."""
-    sig = tuple((tuple(a.shape), a.dtype, a.device.type) if hasattr(a, "shape") and hasattr(a, "dtype")
-                else a if a is None or isinstance(a, (int, float, str, bool)) else type(a).__name__
-                for a in args)
+    sig = tuple(
+        (tuple(a.shape), a.dtype, a.device.type)
+        if hasattr(a, "shape") and hasattr(a, "dtype")
+        else a
+        if a is None or isinstance(a, (int, float, str, bool))
+        else type(a).__name__
+        for a in args
+    )
     return (id(fn), sig)
 
 
@@ -754,13 +759,14 @@ def parse_names(names: Iterable[str]) -> tuple[list[str], bool]:
     unique = list(dict.fromkeys(n.strip() for n in names if n.strip()))
     if NONE in unique:
         if len(unique) > 1:
-            raise ConfigError(f"fixes=none means no fix at all; it cannot be combined with "
-                              f"{', '.join(n for n in unique if n != NONE)}")
+            raise ConfigError(
+                f"fixes=none means no fix at all; it cannot be combined with "
+                f"{', '.join(n for n in unique if n != NONE)}"
+            )
         return [], False
     wants = RECOMMENDED in unique
     unique = [n for n in unique if n != RECOMMENDED]
     unknown = [n for n in unique if n not in FIXES]
     if unknown:
-        raise ConfigError(f"unknown fix {unknown[0]!r}; valid fixes: {', '.join(FIXES)} "
-                          f"(or {RECOMMENDED}, or {NONE})")
+        raise ConfigError(f"unknown fix {unknown[0]!r}; valid fixes: {', '.join(FIXES)} (or {RECOMMENDED}, or {NONE})")
     return unique, wants

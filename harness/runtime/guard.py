@@ -168,8 +168,7 @@ def _with_hint(name: str) -> str:
 class Guard:
     """The active fixes of one program, with thread, call and compile hooks; thread-safe."""
 
-    def __init__(self, fixes: str | Iterable[str] | None = (), *,
-                 recommendation: Recommendation | None = None) -> None:
+    def __init__(self, fixes: str | Iterable[str] | None = (), *, recommendation: Recommendation | None = None) -> None:
         self.names: tuple[str, ...] = parse_fixes(fixes)
         self.recommendation = recommendation
         self._fixes = FixSet(FIXES[n] for n in self.names)
@@ -177,11 +176,11 @@ class Guard:
         # Marks the contextvars context the set-up ran in: config fixes live in torch's ContextVar
         # overrides (F14), so a new context in a started thread needs them again.
         self._context_mark: contextvars.ContextVar[bool] = contextvars.ContextVar(
-            f"harness.runtime.guard.started.{id(self):x}", default=False)
+            f"harness.runtime.guard.started.{id(self):x}", default=False
+        )
 
     @classmethod
-    def recommended(cls, device: Any = "cpu", *, cudagraphs: bool = False,
-                    torch_version: str | None = None) -> Guard:
+    def recommended(cls, device: Any = "cpu", *, cudagraphs: bool = False, torch_version: str | None = None) -> Guard:
         """The registry's recommended set for this device kind and CUDA-graph use, on the installed
         torch (or `torch_version`); see the module docstring for what it was measured on."""
         kind = str(getattr(device, "type", device)).split(":")[0]
@@ -224,8 +223,9 @@ class Guard:
         if not self.names:
             return "guard: no fixes"
         counts = self.counts()
-        parts = [f"{n} (policy: acted on {counts[n]}x)" if n in self.policies else f"{n} ({counts[n]}x)"
-                 for n in self.names]
+        parts = [
+            f"{n} (policy: acted on {counts[n]}x)" if n in self.policies else f"{n} ({counts[n]}x)" for n in self.names
+        ]
         return "guard: " + ", ".join(parts)
 
     def __repr__(self) -> str:
@@ -306,14 +306,18 @@ class GuardedCallable:
             raise GuardError(f"compiled() needs a callable, got {type(fn).__name__}")
         already = _is_compiled(fn)
         if already and options:
-            raise GuardError("compiled(): fn is already torch.compile'd; pass the plain function "
-                             f"to give compile options ({', '.join(sorted(options))})")
+            raise GuardError(
+                "compiled(): fn is already torch.compile'd; pass the plain function "
+                f"to give compile options ({', '.join(sorted(options))})"
+            )
         self.guard = guard
         self.isolated = guard.active("graph-isolation")
         if self.isolated and (already or not isinstance(fn, (types.FunctionType, types.MethodType))):
             what = "an already compiled callable" if already else type(fn).__name__
-            raise GuardError(f"graph-isolation compiles a copy of fn per thread and needs the plain function or "
-                             f"bound method (for a module: model.forward), got {what}")
+            raise GuardError(
+                f"graph-isolation compiles a copy of fn per thread and needs the plain function or "
+                f"bound method (for a module: model.forward), got {what}"
+            )
         self._fn = fn
         self._options = dict(options)
         self._per_thread = threading.local()
@@ -335,7 +339,7 @@ class GuardedCallable:
         return mine
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.guard.enter_thread()      # the thread's fixes before its first compiled callable
+        self.guard.enter_thread()  # the thread's fixes before its first compiled callable
         fn = self.for_this_thread()
         with self.guard.call(call_key(fn, *args, *kwargs.values())):
             return fn(*args, **kwargs)

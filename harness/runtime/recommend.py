@@ -34,30 +34,43 @@ class Recommendation:
 _RECOMMENDED: dict[tuple[str, bool], tuple[str, tuple[str, ...], str]] = {
     # The only trainer race on the CPU: transformers' hidden-state capture under another thread's
     # compile (r19, transformers#44614); tiny-ro raw 10/10, target-hook-taps 0/10.
-    ("cpu", False): ("2.13", ("target-hook-taps",),
-                     "results/cpu-target-taps tiny-ro:target-hook-taps@- 0/10 vs raw 10/10"),
-    ("cpu", True): ("2.13", ("target-hook-taps",),
-                    "results/cpu-target-taps tiny-ro:target-hook-taps@- 0/10 vs raw 10/10"),
+    ("cpu", False): (
+        "2.13",
+        ("target-hook-taps",),
+        "results/cpu-target-taps tiny-ro:target-hook-taps@- 0/10 vs raw 10/10",
+    ),
+    ("cpu", True): (
+        "2.13",
+        ("target-hook-taps",),
+        "results/cpu-target-taps tiny-ro:target-hook-taps@- 0/10 vs raw 10/10",
+    ),
     # Without CUDA graphs the lazy backward compile on the autograd device thread hangs (G2):
     # no-cudagraphs 26/40 raw, no-cudagraphs+global-lock 0/53 over both presets.
-    ("cuda", False): ("2.11", ("global-lock", "target-hook-taps"),
-                      "results/gpu-campaign *:no-cudagraphs+global-lock 0/53 vs *:no-cudagraphs 26/40"),
+    ("cuda", False): (
+        "2.11",
+        ("global-lock", "target-hook-taps"),
+        "results/gpu-campaign *:no-cudagraphs+global-lock 0/53 vs *:no-cudagraphs 26/40",
+    ),
     # The launch-bound recommendation (REPORT.md's answer at a glance): 0/39, 29 stressed.
-    ("cuda", True): ("2.11", ("global-lock", "cstash-tls-init", "cublas-handle-init", "stash-incref",
-                              "stream-sync"),
-                     "results/gpu-campaign launch-bound:global-lock+cstash-tls-init+cublas-handle-init"
-                     "+stash-incref+stream-sync 0/39"),
+    ("cuda", True): (
+        "2.11",
+        ("global-lock", "cstash-tls-init", "cublas-handle-init", "stash-incref", "stream-sync"),
+        "results/gpu-campaign launch-bound:global-lock+cstash-tls-init+cublas-handle-init"
+        "+stash-incref+stream-sync 0/39",
+    ),
 }
 
 
 # An eager GPU trainer (compile.mode=none) needs no fix: both campaign presets' eager cells ran
 # clean, 64 of them under the dflash-stages scheduler plan.
-_EAGER_CUDA = ("2.11", (), "results/gpu-campaign launch-bound:eager 0/40, gpu-bound:eager 0/44 "
-                          "(9 out of memory left out)")
+_EAGER_CUDA = (
+    "2.11",
+    (),
+    "results/gpu-campaign launch-bound:eager 0/40, gpu-bound:eager 0/44 (9 out of memory left out)",
+)
 
 
-def recommended(torch_version: str, device_type: str, *, cudagraphs: bool,
-                compiled: bool = True) -> Recommendation:
+def recommended(torch_version: str, device_type: str, *, cudagraphs: bool, compiled: bool = True) -> Recommendation:
     """The recommended fix set for a run: measured where the store's torch (major.minor) is the
     installed one, else the nearest measured set, labelled a prediction. `compiled=False` (an
     eager drafter step) on CUDA: none."""
@@ -70,8 +83,9 @@ def recommended(torch_version: str, device_type: str, *, cudagraphs: bool,
     return Recommendation(names, f"measured on torch {measured_on} only ({evidence})", False)
 
 
-def resolve_names(names: Iterable[str], torch_version: str, device_type: str, *,
-                  cudagraphs: bool, compiled: bool = True) -> tuple[tuple[str, ...], Recommendation | None]:
+def resolve_names(
+    names: Iterable[str], torch_version: str, device_type: str, *, cudagraphs: bool, compiled: bool = True
+) -> tuple[tuple[str, ...], Recommendation | None]:
     """The registry names a run uses, and the Recommendation if `recommended` was among `names`
     (its set first, then any extra names)."""
     explicit, wants = parse_names(names)

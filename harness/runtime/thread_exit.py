@@ -72,5 +72,8 @@ def _wait_watched() -> None:
         pending = {n for n in _watched if n not in live}
     left = wait_gone(pending)
     if left:
-        print(f"dflash: {len(left)} exited thread(s) still in their C++ thread_local destructors "
-              f"after {DEFAULT_TIMEOUT_S:g} s; exiting anyway", file=sys.stderr)
+        print(
+            f"dflash: {len(left)} exited thread(s) still in their C++ thread_local destructors "
+            f"after {DEFAULT_TIMEOUT_S:g} s; exiting anyway",
+            file=sys.stderr,
+        )

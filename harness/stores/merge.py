@@ -62,10 +62,18 @@ class Merged:
     def line(self) -> str:
         # Said only when it happens: two copies that each ran a cell's next trials ran the same
         # schedules (seed + index, harness.campaign.expand), so the cell sampled fewer than its n says.
-        repeated = (f"; {self.repeated_seeds} of them repeat a scheduler seed their cell already held "
-                    f"(the same fault plan run again)") if self.repeated_seeds else ""
-        return (f"{self.source} -> {self.dest}: {self.added} records added ({self.renumbered} under a new "
-                f"trial index), {self.present} already there, {self.retired} retired records added{repeated}")
+        repeated = (
+            (
+                f"; {self.repeated_seeds} of them repeat a scheduler seed their cell already held "
+                f"(the same fault plan run again)"
+            )
+            if self.repeated_seeds
+            else ""
+        )
+        return (
+            f"{self.source} -> {self.dest}: {self.added} records added ({self.renumbered} under a new "
+            f"trial index), {self.present} already there, {self.retired} retired records added{repeated}"
+        )
 
 
 def _run_key(r: TrialResult) -> tuple:
@@ -105,8 +113,10 @@ def merge(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Merge
 def _check_same_matrix(records: list[TrialResult], held: list[TrialResult], src: Path, dest: Path) -> None:
     theirs, ours = {r.matrix for r in records}, {r.matrix for r in held}
     if theirs and ours and not theirs <= ours:
-        raise MergeError(f"{src} holds matrix {', '.join(sorted(theirs - ours))}, {dest} holds "
-                         f"{', '.join(sorted(ours))}: merging them would mix two experiments")
+        raise MergeError(
+            f"{src} holds matrix {', '.join(sorted(theirs - ours))}, {dest} holds "
+            f"{', '.join(sorted(ours))}: merging them would mix two experiments"
+        )
 
 
 def _fold(src: Store, into: Store, records: list[TrialResult], held: list[TrialResult], done: Merged) -> None:
@@ -170,8 +180,8 @@ def _copy_artefacts(src: Store, into: Store, old: TrialResult, new: TrialResult)
     try:
         if target.exists():
             shutil.rmtree(target)
-        packed_path(target).unlink(missing_ok=True)   # never read beside a folder
-        if isinstance(folder, PackedArtefacts):      # a packed source (harness.stores.zips): copied as a folder
+        packed_path(target).unlink(missing_ok=True)  # never read beside a folder
+        if isinstance(folder, PackedArtefacts):  # a packed source (harness.stores.zips): copied as a folder
             unpack_into(folder, target)
         else:
             shutil.copytree(folder, target)
@@ -203,7 +213,7 @@ def _merge_reasons(src: Path, dest: Path) -> None:
     have = set(dest.read_text(encoding="utf-8").splitlines()) if dest.is_file() else set()
     new = [line for line in src.read_text(encoding="utf-8").splitlines() if line.strip() and line not in have]
     if new:
-        json.loads(new[0])    # a reasons file that is not ours fails here, before anything is written
+        json.loads(new[0])  # a reasons file that is not ours fails here, before anything is written
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(dest, "a", encoding="utf-8") as fh:
             fh.write("".join(line + "\n" for line in new))

@@ -35,9 +35,9 @@ def migrate_store(store_dir: Path) -> Migrated:
     store = Store(store_dir)
     if not store.trials_path.is_file():
         return Migrated(store_dir, 0, 0)
-    store.load()            # the store's own checks: a damaged line is one error, nothing written
+    store.load()  # the store's own checks: a damaged line is one error, nothing written
     text = store.trials_path.read_text(encoding="ascii")
-    records = [json.loads(line) for line in text.split("\n")[:-1]]   # a torn tail is left out, as load() does
+    records = [json.loads(line) for line in text.split("\n")[:-1]]  # a torn tail is left out, as load() does
     filled = 0
     for d in records:
         missing = [f for f in FIELDS if d.get(f) is None]

@@ -34,9 +34,11 @@ class Resigned:
     """Older records without the artefacts to recompute from (kept as they were)."""
 
     def line(self) -> str:
-        return (f"{self.store}: {self.recomputed} of {self.older} older signatures recomputed to "
-                f"v{signature.SIGNATURE_VERSION} ({self.changed} changed key), {self.missing} without "
-                f"artefacts, {self.records} records")
+        return (
+            f"{self.store}: {self.recomputed} of {self.older} older signatures recomputed to "
+            f"v{signature.SIGNATURE_VERSION} ({self.changed} changed key), {self.missing} without "
+            f"artefacts, {self.records} records"
+        )
 
 
 def recompute(record: TrialResult, store: Store) -> signature.Signature | None:

@@ -44,8 +44,10 @@ class Retired:
     cells: int
 
     def line(self) -> str:
-        return (f"{self.store}: retired {self.records} records of {self.cells} cells to "
-                f"{self.store / RETIRED_NAME}; those cells are pending again")
+        return (
+            f"{self.store}: retired {self.records} records of {self.cells} cells to "
+            f"{self.store / RETIRED_NAME}; those cells are pending again"
+        )
 
 
 def retired_store(store_dir: str | os.PathLike[str]) -> Store:
@@ -66,8 +68,9 @@ def reasons(store_dir: str | os.PathLike[str]) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def retire(store_dir: str | os.PathLike[str], globs: Sequence[str], reason: str, *,
-           now: datetime.datetime | None = None) -> Retired:
+def retire(
+    store_dir: str | os.PathLike[str], globs: Sequence[str], reason: str, *, now: datetime.datetime | None = None
+) -> Retired:
     root = Path(store_dir)
     if not (root / TRIALS_NAME).is_file():
         raise RetireError(f"no result store at {root} (no trials.jsonl)")
@@ -87,8 +90,12 @@ def retire(store_dir: str | os.PathLike[str], globs: Sequence[str], reason: str,
         if (record.trial_id, record.started_at) in done:
             continue
         dest.append(_move_artefacts(store, dest, record))
-    entry = {"at": (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="seconds"),
-             "cells": list(globs), "records": len(moving), "reason": reason.strip()}
+    entry = {
+        "at": (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="seconds"),
+        "cells": list(globs),
+        "records": len(moving),
+        "reason": reason.strip(),
+    }
     with open(dest.root / REASONS_NAME, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, sort_keys=True) + "\n")
         fh.flush()
@@ -121,5 +128,5 @@ def _move_artefacts(store: Store, dest: Store, record: TrialResult) -> TrialResu
             shutil.move(str(src), str(to))
         except OSError as exc:
             raise StoreError(f"cannot move {src} to {to}: {exc.strerror or exc}") from None
-    prefix = Path(record.artefacts).parent.parent      # the store as the record named it
+    prefix = Path(record.artefacts).parent.parent  # the store as the record named it
     return dataclasses.replace(record, artefacts=str(prefix / RETIRED_NAME / ARTEFACTS_NAME / target.name))

@@ -85,7 +85,7 @@ class Store:
         self.trials_path = self.root / TRIALS_NAME
         if self.trials_path.exists() and not self.trials_path.is_file():
             raise StoreError(f"result store {self.trials_path} is not a regular file")
-        self._lock = threading.Lock()      # serialises the tail repair with appends
+        self._lock = threading.Lock()  # serialises the tail repair with appends
         self._tail_checked = False
 
     def artefacts_dir(self, trial_id: str, attempt: int = 0) -> Path:
@@ -120,7 +120,7 @@ class Store:
         self.root.mkdir(parents=True, exist_ok=True)
         with self._lock:
             if not self._tail_checked:
-                self.load()                # refuse (untouched) a store that is not ours
+                self.load()  # refuse (untouched) a store that is not ours
                 self._cut_torn_tail()
                 self._tail_checked = True
             fd = os.open(self.trials_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -141,7 +141,7 @@ class Store:
         except OSError as exc:
             raise StoreError(f"{self.trials_path}: cannot read: {exc.strerror}") from None
         lines = raw.split(b"\n")
-        complete = lines[:-1]          # the last element is b"" or a torn line without "\n"
+        complete = lines[:-1]  # the last element is b"" or a torn line without "\n"
         return [_parse_line(self.trials_path, n, line) for n, line in enumerate(complete, 1)]
 
     def rewrite(self, records: list[TrialResult]) -> None:

@@ -64,9 +64,11 @@ class Packed:
     def line(self) -> str:
         if not self.folders:
             return f"{self.store}: nothing to pack ({self.left} folder(s) without a record left as they are)"
-        return (f"{self.store}: packed {self.folders} trial folder(s), {self.files} files, "
-                f"{self.bytes_before / 2**20:.1f} MiB -> {self.bytes_after / 2**20:.1f} MiB"
-                + (f"; {self.left} folder(s) without a record left as they are" if self.left else ""))
+        return (
+            f"{self.store}: packed {self.folders} trial folder(s), {self.files} files, "
+            f"{self.bytes_before / 2**20:.1f} MiB -> {self.bytes_after / 2**20:.1f} MiB"
+            + (f"; {self.left} folder(s) without a record left as they are" if self.left else "")
+        )
 
 
 def check(store_dir: Path) -> None:
@@ -89,7 +91,7 @@ def _pack_one(store: Store) -> Packed:
     base = store.root / ARTEFACTS_NAME
     if not base.is_dir():
         return done
-    for stray in base.glob(".*.tmp"):           # a pack interrupted before its rename
+    for stray in base.glob(".*.tmp"):  # a pack interrupted before its rename
         stray.unlink()
     for folder in sorted(p for p in base.iterdir() if p.is_dir()):
         if folder.name not in named:
@@ -108,8 +110,9 @@ def _pack_one(store: Store) -> Packed:
 
 def _trial_files(folder: Path) -> list[Path]:
     """The files a pack keeps: all but the trainer's `run/`."""
-    return sorted(p for p in folder.rglob("*") if (p.is_file() or p.is_symlink())
-                  and p.relative_to(folder).parts[0] != RUN_DIR)
+    return sorted(
+        p for p in folder.rglob("*") if (p.is_file() or p.is_symlink()) and p.relative_to(folder).parts[0] != RUN_DIR
+    )
 
 
 def _remove_packed(folder: Path) -> None:
@@ -132,11 +135,11 @@ def _pack_folder(folder: Path) -> tuple[int, int]:
     fd, tmp = tempfile.mkstemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp")
     size = 0
     try:
-        os.fchmod(fd, 0o644)                    # mkstemp's 0600 would differ from the files packed
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would differ from the files packed
         with os.fdopen(fd, "wb") as fh:
             with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
                 for path in members:
-                    if path.is_symlink():       # the runner writes none; a link's target may be gone
+                    if path.is_symlink():  # the runner writes none; a link's target may be gone
                         raise StoreError(f"cannot pack {folder}: {path.name} is a symbolic link")
                     data = path.read_bytes()
                     size += len(data)
@@ -173,8 +176,10 @@ def _drop_packed_folder(folder: Path) -> None:
             for path in _trial_files(folder):
                 name = path.relative_to(folder).as_posix()
                 if name not in held or zf.read(name) != path.read_bytes():
-                    raise StoreError(f"{folder} differs from {packed.name} beside it ({name}): "
-                                     "remove the one that is wrong, then pack again")
+                    raise StoreError(
+                        f"{folder} differs from {packed.name} beside it ({name}): "
+                        "remove the one that is wrong, then pack again"
+                    )
     except ZIP_ERRORS as e:
         raise StoreError(f"{packed} beside {folder.name} cannot be read: {e}") from None
     _remove_packed(folder)

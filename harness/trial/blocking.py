@@ -80,16 +80,20 @@ def blocked_on(t: ThreadStack) -> Blocked | None:
     waits_on = ""
     for f in python:
         if is_torch(f):
-            return Blocked(thread=t.name, waits_on=f"{module_of(f.filename)}:{f.name.rsplit('.', 1)[-1]}",
-                           at=f"{f}", in_torch=True, lock=False)
+            return Blocked(
+                thread=t.name,
+                waits_on=f"{module_of(f.filename)}:{f.name.rsplit('.', 1)[-1]}",
+                at=f"{f}",
+                in_torch=True,
+                lock=False,
+            )
         if not is_library(f):
             if not waits_on:
                 lock = any(any(m in n for m in _LOCK_NATIVE) for n in native)
                 waits_on = "a lock" if lock else "a call it made (a C-level wait, a sleep or a lock)"
-            return Blocked(thread=t.name, waits_on=waits_on, at=f"{f}", in_torch=False,
-                           lock=waits_on == "a lock")
+            return Blocked(thread=t.name, waits_on=waits_on, at=f"{f}", in_torch=False, lock=waits_on == "a lock")
         key = (module_of(f.filename), f.name.rsplit(".", 1)[-1])
-        if key in _SYNC_WAITS:          # the outermost one names it (Queue.get, not its Condition.wait)
+        if key in _SYNC_WAITS:  # the outermost one names it (Queue.get, not its Condition.wait)
             waits_on = _SYNC_WAITS[key]
     # Only library frames (a pool's worker idling in its own loop): an idle helper.
     return None
@@ -108,7 +112,6 @@ def classify(threads: tuple[ThreadStack, ...]) -> HangKind | None:
     lockers = [b for b in blocked if b.lock]
     if len(lockers) >= 2:
         return HangKind(kind=OWN_LOCK_CYCLE, blocked=tuple(blocked))
-    if any(b.waits_on in ("Queue.get", "Queue.put", "a Condition/Event wait", "a future", "futures")
-           for b in blocked):
+    if any(b.waits_on in ("Queue.get", "Queue.put", "a Condition/Event wait", "a future", "futures") for b in blocked):
         return HangKind(kind=OWN_LOST_WAKEUP, blocked=tuple(blocked))
     return HangKind(kind=OWN_WAIT, blocked=tuple(blocked))

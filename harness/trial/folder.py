@@ -38,8 +38,20 @@ EXPOSURE = "exposure.json"
 """The child's race-window counts (harness.faults.exposure)."""
 THREAD_ERRORS = "thread_errors.jsonl"
 """Uncaught thread exceptions, one JSON line each, written by the bootstrap's thread hook."""
-FILES = (OUTPUT, SPEC, RESULT, HEARTBEAT, PLAN, PLAN_LOG, PYSPY, HANG_DUMP, NATIVE_STACK, STALL_DUMP,
-         EXPOSURE, THREAD_ERRORS)
+FILES = (
+    OUTPUT,
+    SPEC,
+    RESULT,
+    HEARTBEAT,
+    PLAN,
+    PLAN_LOG,
+    PYSPY,
+    HANG_DUMP,
+    NATIVE_STACK,
+    STALL_DUMP,
+    EXPOSURE,
+    THREAD_ERRORS,
+)
 
 
 class TrialFolder:

@@ -14,24 +14,39 @@ from collections.abc import Iterable
 
 from harness.trial.hangs import Frame
 
-MAX_FRAMES = 3   # top frames in a key (ClusterFuzz's MAX_CRASH_STATE_FRAMES)
+MAX_FRAMES = 3  # top frames in a key (ClusterFuzz's MAX_CRASH_STATE_FRAMES)
 
 # Plumbing frames dropped before taking the top frames (ClusterFuzz STACK_FRAME_IGNORE_REGEXES).
 IGNORED_MODULES = (
-    "threading", "queue", "subprocess", "concurrent.futures", "runpy", "contextlib",
-    "functools", "importlib", "selectors", "multiprocessing", "sitecustomize",
-    "harness.trial.bootstrap", "harness.faults", "harness.runtime.faults",
-    "harness.bootstrap", "harness.scheduler", "harness.points", "dflash.faults",   # their paths in outputs stored before
+    "threading",
+    "queue",
+    "subprocess",
+    "concurrent.futures",
+    "runpy",
+    "contextlib",
+    "functools",
+    "importlib",
+    "selectors",
+    "multiprocessing",
+    "sitecustomize",
+    "harness.trial.bootstrap",
+    "harness.faults",
+    "harness.runtime.faults",
+    "harness.bootstrap",
+    "harness.scheduler",
+    "harness.points",
+    "dflash.faults",  # their paths in outputs stored before
     "torch.utils._contextlib",
 )
-IGNORED_FRAMES = frozenset({
-    ("torch.nn.modules.module", "_call_impl"),
-    ("torch.nn.modules.module", "_wrapped_call_impl"),
-})
+IGNORED_FRAMES = frozenset(
+    {
+        ("torch.nn.modules.module", "_call_impl"),
+        ("torch.nn.modules.module", "_wrapped_call_impl"),
+    }
+)
 
 
-_MODULE_ANCHORS = (re.compile(r"(?:site-packages|dist-packages)/(.*)$"),
-                   re.compile(r"lib/python\d+\.\d+/(.*)$"))
+_MODULE_ANCHORS = (re.compile(r"(?:site-packages|dist-packages)/(.*)$"), re.compile(r"lib/python\d+\.\d+/(.*)$"))
 _PROJECT_ROOTS = ("dflash", "harness", "repro", "torch")
 
 
@@ -53,7 +68,7 @@ def module_of(filename: str) -> str:
     else:
         parts = path.split("/")
         roots = [i for i, p in enumerate(parts[:-1]) if p in _PROJECT_ROOTS]
-        rel = "/".join(parts[roots[-1]:]) if roots else parts[-1]
+        rel = "/".join(parts[roots[-1] :]) if roots else parts[-1]
     rel = re.sub(r"\.py$", "", rel).replace("/", ".")
     return re.sub(r"\.__init__$", "", rel)
 
@@ -86,8 +101,12 @@ def is_torch(frame: Frame) -> bool:
 def is_library(frame: Frame) -> bool:
     """A frame of the standard library or an installed package: not the program's own code."""
     path = frame.filename.replace("\\", "/")
-    return (path.startswith("<frozen") or "/site-packages/" in path or "/dist-packages/" in path
-            or re.search(r"/lib/python\d+\.\d+/", path) is not None)
+    return (
+        path.startswith("<frozen")
+        or "/site-packages/" in path
+        or "/dist-packages/" in path
+        or re.search(r"/lib/python\d+\.\d+/", path) is not None
+    )
 
 
 def torch_entry(frames: tuple[Frame, ...]) -> str | None:

@@ -45,8 +45,9 @@ def _query(args: tuple[str, ...]) -> str | None:
     if exe is None:
         return None
     try:
-        proc = subprocess.run([exe, *args], stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=SMI_TIMEOUT_S)
+        proc = subprocess.run(
+            [exe, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=SMI_TIMEOUT_S
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return proc.stdout if proc.returncode == 0 else None
@@ -178,7 +179,7 @@ class MemorySampler:
         self.error: str | None = None
         """Why sampling stopped early on an exception (a harness bug): the runner notes it in the
         trial's `detail`, so a figure from fewer samples is never taken for a whole one."""
-        self._lock = threading.Lock()       # stop() may read while a late sample still writes
+        self._lock = threading.Lock()  # stop() may read while a late sample still writes
         self._pids = pids
         self._period_s = period_s
         self._stop = threading.Event()
@@ -198,7 +199,7 @@ class MemorySampler:
                 return
             try:
                 now = memory_of(self._pids())
-            except Exception as e:          # not only threading's excepthook on stderr: the record
+            except Exception as e:  # not only threading's excepthook on stderr: the record
                 self.error = f"{type(e).__name__}: {e}"
                 self._sampled.set()
                 return
@@ -206,7 +207,7 @@ class MemorySampler:
                 with self._lock:
                     for uuid, mib in now.items():
                         self.peak_mib[uuid] = max(mib, self.peak_mib.get(uuid, 0.0))
-            self._sampled.set()             # after the update: sample_now's caller reads it next
+            self._sampled.set()  # after the update: sample_now's caller reads it next
             if now is None:
                 return
 

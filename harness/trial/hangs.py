@@ -47,7 +47,7 @@ class Frame:
         return self.filename.endswith(".py") or self.filename.startswith("<")
 
     def __str__(self) -> str:
-        if not self.line:                   # native frame: py-spy prints the library only
+        if not self.line:  # native frame: py-spy prints the library only
             return f"{self.name} ({self.filename.rsplit('/', 1)[-1]})"
         return f"{self.name} ({_short(self.filename)}:{self.line})"
 
@@ -86,8 +86,9 @@ def find_pyspy() -> str | None:
 _DEFAULT = object()
 
 
-def dump(pid: int, out_dir: str | os.PathLike[str], *, output_path: str | None = None,
-         pyspy: str | None | object = _DEFAULT) -> HangDump:
+def dump(
+    pid: int, out_dir: str | os.PathLike[str], *, output_path: str | None = None, pyspy: str | None | object = _DEFAULT
+) -> HangDump:
     """Dump every Python thread of `pid` into `out_dir`; never raises for a failed dump.
 
     `output_path` is the file the child's stderr goes to (needed for the faulthandler fallback);
@@ -115,8 +116,7 @@ def dump(pid: int, out_dir: str | os.PathLike[str], *, output_path: str | None =
 
 
 def _try_pyspy(exe: str, pid: int, out: Path, errors: list[str]) -> HangDump | None:
-    attempts = (("py-spy --native", ["--native"], PYSPY_NATIVE_TIMEOUT_S),
-                ("py-spy", [], PYSPY_TIMEOUT_S))
+    attempts = (("py-spy --native", ["--native"], PYSPY_NATIVE_TIMEOUT_S), ("py-spy", [], PYSPY_TIMEOUT_S))
     for method, extra, timeout in attempts:
         cmd = [exe, "dump", "--pid", str(pid), "--json", *extra]
         try:
@@ -144,8 +144,9 @@ def snapshot(pid: int, pyspy: str | None) -> tuple[ThreadStack, ...] | None:
     if not pyspy:
         return None
     try:
-        proc = subprocess.run([pyspy, "dump", "--pid", str(pid), "--json"], capture_output=True,
-                              timeout=PYSPY_TIMEOUT_S, check=False)
+        proc = subprocess.run(
+            [pyspy, "dump", "--pid", str(pid), "--json"], capture_output=True, timeout=PYSPY_TIMEOUT_S, check=False
+        )
         return parse_pyspy_json(json.loads(proc.stdout)) if proc.returncode == 0 else None
     except (subprocess.TimeoutExpired, OSError, ValueError):
         return None
@@ -174,12 +175,17 @@ def parse_pyspy_json(data: object) -> tuple[ThreadStack, ...]:
     for t in data if isinstance(data, list) else ():
         status = ("active+gil" if t.get("owns_gil") else "active") if t.get("active") else "idle"
         frames = tuple(
-            Frame(name=str(f.get("name", "?")), filename=str(f.get("filename", "?")),
-                  line=int(f.get("line") or 0))
-            for f in t.get("frames") or ())
-        threads.append(ThreadStack(name=str(t.get("thread_name") or "?"),
-                                   thread_id=str(t.get("os_thread_id") or t.get("thread_id")),
-                                   status=status, frames=frames))
+            Frame(name=str(f.get("name", "?")), filename=str(f.get("filename", "?")), line=int(f.get("line") or 0))
+            for f in t.get("frames") or ()
+        )
+        threads.append(
+            ThreadStack(
+                name=str(t.get("thread_name") or "?"),
+                thread_id=str(t.get("os_thread_id") or t.get("thread_id")),
+                status=status,
+                frames=frames,
+            )
+        )
     return tuple(threads)
 
 
@@ -211,8 +217,7 @@ def _try_faulthandler(pid: int, output_path: str, errors: list[str]) -> HangDump
     return HangDump(method="faulthandler", threads=threads)
 
 
-_FH_HEADER = re.compile(
-    r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[([^\]]*)\])? \(most recent call first\):")
+_FH_HEADER = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[([^\]]*)\])? \(most recent call first\):")
 _FH_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 
 
@@ -225,8 +230,7 @@ def parse_faulthandler(text: str) -> tuple[ThreadStack, ...]:
         head = _FH_HEADER.match(line)
         if head:
             if tid is not None:
-                threads.append(ThreadStack(name=name, thread_id=tid, status=status,
-                                           frames=tuple(frames)))
+                threads.append(ThreadStack(name=name, thread_id=tid, status=status, frames=tuple(frames)))
             tid = head.group(2)
             name = head.group(3) or f"Thread {tid}"
             status = "current" if head.group(1).startswith("Current") else ""
@@ -234,11 +238,9 @@ def parse_faulthandler(text: str) -> tuple[ThreadStack, ...]:
             continue
         frame = _FH_FRAME.match(line)
         if frame and tid is not None:
-            frames.append(Frame(name=frame.group(3), filename=frame.group(1),
-                                line=int(frame.group(2))))
+            frames.append(Frame(name=frame.group(3), filename=frame.group(1), line=int(frame.group(2))))
         elif tid is not None and line.strip() and not line.startswith(" "):
-            threads.append(ThreadStack(name=name, thread_id=tid, status=status,
-                                       frames=tuple(frames)))
+            threads.append(ThreadStack(name=name, thread_id=tid, status=status, frames=tuple(frames)))
             tid = None
     if tid is not None:
         threads.append(ThreadStack(name=name, thread_id=tid, status=status, frames=tuple(frames)))
@@ -253,7 +255,7 @@ def render_text(threads: tuple[ThreadStack, ...], *, header: str = "") -> str:
     lines = [header] if header else []
     for frames, members in sorted(groups.items(), key=lambda kv: kv[1][0].name):
         statuses = {t.status for t in members}
-        if len(statuses) == 1:          # the usual case: say the status once, at the end
+        if len(statuses) == 1:  # the usual case: say the status once, at the end
             status = statuses.pop()
             names = ", ".join(t.name for t in members) + (f" ({status})" if status else "")
         else:
@@ -265,8 +267,9 @@ def render_text(threads: tuple[ThreadStack, ...], *, header: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-_PLUMBING = frozenset({"Thread.run", "Thread._bootstrap_inner", "Thread._bootstrap", "_run_code",
-                       "_run_module_as_main", "<module>"})
+_PLUMBING = frozenset(
+    {"Thread.run", "Thread._bootstrap_inner", "Thread._bootstrap", "_run_code", "_run_module_as_main", "<module>"}
+)
 """Frames every thread (or the main one) starts with: nothing about where it is stuck."""
 
 
@@ -275,14 +278,19 @@ def excerpt(threads: tuple[ThreadStack, ...], *, keep, python_frames: int = 12) 
     (if any) and its innermost `python_frames` Python frames: a REPORT.md excerpt, where whole
     dumps run to hundreds of lines. 12 reach from a blocked `autograd.grad` out to the Dynamo
     trace that called it in the G2 hang."""
+
     def cut(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
         named = [f for f in frames if not f.name.startswith("0x") and f.name not in _PLUMBING]
         head = named[:1] if named and not named[0].is_python else []
         return tuple(head + [f for f in named if f.is_python][:python_frames])
 
-    return render_text(tuple(ThreadStack(name=t.name, thread_id=t.thread_id, status=t.status,
-                                         frames=cut(t.frames))
-                             for t in threads if keep(t)))
+    return render_text(
+        tuple(
+            ThreadStack(name=t.name, thread_id=t.thread_id, status=t.status, frames=cut(t.frames))
+            for t in threads
+            if keep(t)
+        )
+    )
 
 
 def _catches_signal(pid: int, sig: int) -> bool:
@@ -332,8 +340,11 @@ def parse_pyspy_text(text: str) -> tuple[ThreadStack, ...]:
             # faulthandler's form too, so that signature.hang_role can tell it by its frames.
             tid = head.group(1)
             nameless = f"Thread {tid if tid.startswith('0x') else hex(int(tid))}"
-            threads.append(ThreadStack(name=head.group(3) or nameless,
-                                       thread_id=head.group(1), status=head.group(2), frames=tuple(frames)))
+            threads.append(
+                ThreadStack(
+                    name=head.group(3) or nameless, thread_id=head.group(1), status=head.group(2), frames=tuple(frames)
+                )
+            )
 
     for line in text.splitlines():
         m = _PYSPY_THREAD.match(line)
@@ -369,8 +380,10 @@ def parse_rendered(text: str) -> tuple[ThreadStack, ...]:
     frames: list[Frame] = []
 
     def close() -> None:
-        threads.extend(ThreadStack(name=n, thread_id=f"{n}#{len(threads) + i}", status=st, frames=tuple(frames))
-                       for i, (n, st) in enumerate(names))
+        threads.extend(
+            ThreadStack(name=n, thread_id=f"{n}#{len(threads) + i}", status=st, frames=tuple(frames))
+            for i, (n, st) in enumerate(names)
+        )
 
     for line in text.splitlines():
         head = _RENDER_HEAD.match(line)

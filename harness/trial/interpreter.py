@@ -18,9 +18,11 @@ def interpreter_versions(python: str | None) -> tuple[str | None, str]:
     torch); one that cannot answer is bad input."""
     if python is None:
         return installed_torch(), platform.python_version()
-    probe = ("import importlib.metadata as m, platform\n"
-             "try: v = m.version('torch')\nexcept m.PackageNotFoundError: v = ''\n"
-             "print(v); print(platform.python_version())")
+    probe = (
+        "import importlib.metadata as m, platform\n"
+        "try: v = m.version('torch')\nexcept m.PackageNotFoundError: v = ''\n"
+        "print(v); print(platform.python_version())"
+    )
     try:
         done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:

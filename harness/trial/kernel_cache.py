@@ -42,11 +42,11 @@ def whole_elf(path: Path) -> bool:
             head = f.read(64)
             size = os.fstat(f.fileno()).st_size
     except OSError:
-        return True     # gone or unreadable: nothing to remove here
+        return True  # gone or unreadable: nothing to remove here
     if len(head) < 52 or head[:4] != ELF_MAGIC:
         return False
     endian = "<" if head[5] == 1 else ">"
-    if head[4] == 2:    # ELFCLASS64
+    if head[4] == 2:  # ELFCLASS64
         if len(head) < 64:
             return False
         (shoff,) = struct.unpack_from(endian + "Q", head, 0x28)
@@ -68,7 +68,7 @@ def _open_elsewhere() -> set[str] | None:
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
-            continue        # gone, or not ours to read
+            continue  # gone, or not ours to read
         for fd in fds:
             try:
                 held.add(os.readlink(f"/proc/{pid}/fd/{fd}"))

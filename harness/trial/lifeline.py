@@ -53,8 +53,13 @@ def token() -> str:
             tok = f"{os.getpid()}-{secrets.token_hex(8)}"
             # stdin is the lifeline: its write end stays here (not inheritable, PEP 446); setsid
             # keeps a terminal's Ctrl-C or a kill of our process group from reaching it.
-            proc = subprocess.Popen([sys.executable, "-I", "-S", __file__, tok], stdin=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", __file__, tok],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             _reaper = (os.getpid(), tok, proc)
         return _reaper[1]
 
@@ -73,7 +78,7 @@ def carriers(tok: str) -> list[int]:
         try:
             with open(f"/proc/{name}/environ", "rb") as fh:
                 environ = fh.read()
-        except OSError:             # gone, or not ours to read
+        except OSError:  # gone, or not ours to read
             continue
         if marker in environ.split(b"\0"):
             found.append(int(name))

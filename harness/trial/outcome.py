@@ -68,7 +68,8 @@ _DESCRIPTIONS = {
 }
 
 RESOURCE_PATTERN = re.compile(
-    r"OutOfMemoryError|\bout of memory\b|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED", re.I)
+    r"OutOfMemoryError|\bout of memory\b|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED", re.I
+)
 """What a device-memory exhaustion prints: torch.OutOfMemoryError (CUDA caching allocator),
 `CUDA error: out of memory` (torch.AcceleratorError, a raw cudaMalloc), and cuBLAS/cuDNN failing to
 allocate a handle's workspace (`CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)`),
@@ -77,8 +78,10 @@ all seen together with `GPU 0 ... of which 42.88 MiB is free` on the H200."""
 
 def resource_exhaustion(result: TrialResult) -> bool:
     """A CRASH or ABORT whose signature says the device ran out of memory."""
-    return (result.outcome in (Outcome.CRASH, Outcome.ABORT)
-            and RESOURCE_PATTERN.search(f"{result.exc_type or ''} {result.signature_summary or ''}") is not None)
+    return (
+        result.outcome in (Outcome.CRASH, Outcome.ABORT)
+        and RESOURCE_PATTERN.search(f"{result.exc_type or ''} {result.signature_summary or ''}") is not None
+    )
 
 
 def mark_resource(result: TrialResult) -> None:

@@ -48,8 +48,9 @@ def group_processes(pgid: int, proc: Path = Path("/proc")) -> dict[int, Proc]:
             continue
         # After the command name: state(0) ppid(1) pgrp(2) ... utime(11) stime(12) cutime(13) cstime(14)
         if len(fields) > 14 and int(fields[2]) == pgid:
-            found[int(entry.parent.name)] = Proc(state=fields[0], cpu_s=sum(int(x) for x in fields[11:15]) / _TICK,
-                                                 name=head.split("(", 1)[-1])
+            found[int(entry.parent.name)] = Proc(
+                state=fields[0], cpu_s=sum(int(x) for x in fields[11:15]) / _TICK, name=head.split("(", 1)[-1]
+            )
     return found
 
 
@@ -87,8 +88,10 @@ class TreeClock:
 
     def busiest(self) -> str:
         """The process that used the most CPU between the last two samples (`pid 7 cc1plus`)."""
-        deltas = [(p.cpu_s - (self.before[pid].cpu_s if pid in self.before else 0.0), pid, p.name)
-                  for pid, p in self.last.items()]
+        deltas = [
+            (p.cpu_s - (self.before[pid].cpu_s if pid in self.before else 0.0), pid, p.name)
+            for pid, p in self.last.items()
+        ]
         if not deltas or max(deltas)[0] <= 0:
             return ""
         _, pid, name = max(deltas)

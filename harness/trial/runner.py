@@ -75,8 +75,11 @@ every trial it runs (a spec turns them off for its own with `exposure: false`)."
 BOOTSTRAP_DIR = REPO_ROOT / "harness" / "trial" / "bootstrap"
 
 _FATAL_SIGNALS = {
-    "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Floating point exception": "SIGFPE",
-    "Bus error": "SIGBUS", "Illegal instruction": "SIGILL",
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Floating point exception": "SIGFPE",
+    "Bus error": "SIGBUS",
+    "Illegal instruction": "SIGILL",
 }
 
 AfterExit = Callable[[TrialResult], None]
@@ -86,7 +89,7 @@ until the GPU memory the trial held is free again, so the next trial starts clea
 
 @dataclass(kw_only=True, slots=True)
 class _Ending:
-    how: str                       # "exited" | "hang" | "timeout"
+    how: str  # "exited" | "hang" | "timeout"
     elapsed_s: float
     last_progress_s: float
     dump: hangs.HangDump | None = None
@@ -106,16 +109,27 @@ class _Ending:
     """Suspected hangs that the second look showed moving (idle, then busy or at other frames)."""
 
 
-def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
-              after_exit: AfterExit | None = None, replay_of: str | None = None) -> TrialResult:
+def run_trial(
+    spec: TrialSpec,
+    artefacts_dir: str | os.PathLike[str],
+    *,
+    after_exit: AfterExit | None = None,
+    replay_of: str | None = None,
+) -> TrialResult:
     """Run `spec` once; every ending (including a bad spec) becomes a TrialResult."""
     out = Path(artefacts_dir)
     out.mkdir(parents=True, exist_ok=True)
     TrialFolder(out).clear()
     result = TrialResult(
-        trial_id=str(spec.trial_id), cell=str(spec.cell), trial_index=spec.trial_index,
-        outcome=Outcome.HARNESS_ERROR, artefacts=str(out), host=socket.gethostname(), replay_of=replay_of,
-        started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+        trial_id=str(spec.trial_id),
+        cell=str(spec.cell),
+        trial_index=spec.trial_index,
+        outcome=Outcome.HARNESS_ERROR,
+        artefacts=str(out),
+        host=socket.gethostname(),
+        replay_of=replay_of,
+        started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    )
     # What ran, as fields, so that no reader parses the cell's name for it.
     result.workload, result.strategy, result.plan = split_cell(str(spec.cell))
     result.fixes = list(spec.fixes)
@@ -135,9 +149,15 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     started = time.time()
     with open(output_path, "wb") as fh:
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh,
-                                    stderr=subprocess.STDOUT, env=env,
-                                    cwd=spec.cwd or REPO_ROOT, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=spec.cwd or REPO_ROOT,
+                start_new_session=True,
+            )
         except OSError as exc:
             result.detail = f"cannot start {argv[0]!r}: {exc}"
             return _finish(result, out, after_exit)
@@ -150,8 +170,9 @@ def run_trial(spec: TrialSpec, artefacts_dir: str | os.PathLike[str], *,
     text = _read_output(output_path)
     _classify(result, ending, text, out, thread_errors(out))
     if removed:
-        note = (f"removed {len(removed)} unfinished kernel(s) from Inductor's cache: "
-                f"{', '.join(p.name for p in removed)}")
+        note = (
+            f"removed {len(removed)} unfinished kernel(s) from Inductor's cache: {', '.join(p.name for p in removed)}"
+        )
         result.detail = "; ".join(filter(None, (result.detail, note)))
     _keep_native_stack(out, text)
     _read_exposure(result, out)
@@ -177,8 +198,8 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"
     env["HARNESS_THREAD_ERRORS"] = str(out / folder.THREAD_ERRORS)
-    env[lifeline.ENV] = lifeline.token()   # the trial dies with us, even after our SIGKILL
-    env = native.with_preload(env)   # a native crash also prints its C/C++ frames (harness.trial.native)
+    env[lifeline.ENV] = lifeline.token()  # the trial dies with us, even after our SIGKILL
+    env = native.with_preload(env)  # a native crash also prints its C/C++ frames (harness.trial.native)
     env.pop("HARNESS_PLAN", None)
     if exposure_on(spec):
         env[exposure.ENV_EXPOSURE] = str(out / folder.EXPOSURE)
@@ -211,22 +232,26 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
     """Watch until exit, hang or deadline; always leaves the group dead and the child reaped."""
     members = {proc.pid} if gpu.available() else None
     # Live members only at each sample: a pid seen earlier may belong to another trial by now.
-    sampler = (gpu.MemorySampler(lambda: set(live_members(proc.pid)), GPU_MEM_POLL_S,
-                                 name=f"harness-gpu-memory-{proc.pid}").start()
-               if members is not None else None)
+    sampler = (
+        gpu.MemorySampler(
+            lambda: set(live_members(proc.pid)), GPU_MEM_POLL_S, name=f"harness-gpu-memory-{proc.pid}"
+        ).start()
+        if members is not None
+        else None
+    )
     gpu_mem_gib = gpu_mem_error = None
     try:
         ending = _watch(proc, spec, out, members)
         if ending.how != "exited":
-            if sampler is not None:     # what a hung trial holds, before the kill frees it
+            if sampler is not None:  # what a hung trial holds, before the kill frees it
                 sampler.sample_now()
             if ending.dump is None:
                 ending.dump = hangs.dump(proc.pid, out, output_path=str(out / folder.OUTPUT))
-            if _has_exited(proc):       # it ended on its own while we were deciding: an exit
+            if _has_exited(proc):  # it ended on its own while we were deciding: an exit
                 ending.how = "exited"
     finally:
         # Also on KeyboardInterrupt or a harness bug: never leave the child running.
-        if sampler is not None:     # before the reap: until then the group id cannot be reused
+        if sampler is not None:  # before the reap: until then the group id cannot be reused
             gpu_mem_gib = sampler.stop()
             gpu_mem_error = sampler.error
         if members is not None:
@@ -241,8 +266,7 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
     return ending
 
 
-def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path,
-           members: set[int] | None = None) -> _Ending:
+def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path, members: set[int] | None = None) -> _Ending:
     """Until exit, a confirmed hang or the deadline. Progress is output, a heartbeat, or the
     tree's CPU (trial.progress); `members`, when given, collects the group's live pids every
     MEMBERS_POLL_S."""
@@ -257,8 +281,9 @@ def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path,
             members.update(live_members(proc.pid))
             next_members = now + MEMBERS_POLL_S
         if _has_exited(proc):
-            return _Ending(how="exited", elapsed_s=now - start, last_progress_s=last_progress - start,
-                           resolved=resolved)
+            return _Ending(
+                how="exited", elapsed_s=now - start, last_progress_s=last_progress - start, resolved=resolved
+            )
         seen = _progress_marker(out)
         if seen != last_seen:
             last_seen, last_progress = seen, now
@@ -269,8 +294,9 @@ def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path,
         idle = now - last_progress
         at_deadline = now - start >= spec.timeout_s
         if idle >= spec.hang_s or at_deadline:
-            ending = _Ending(how="timeout", elapsed_s=now - start, last_progress_s=last_progress - start,
-                             resolved=resolved)
+            ending = _Ending(
+                how="timeout", elapsed_s=now - start, last_progress_s=last_progress - start, resolved=resolved
+            )
             if idle >= min(spec.hang_s, DEADLINE_IDLE_S, (now - start) / 2):
                 ending.dump, hung = _second_look(proc, out, clock)
                 if hung:
@@ -290,7 +316,7 @@ def _second_look(proc: subprocess.Popen, out: Path, clock: progress.TreeClock) -
     """Dump the idle tree, wait HANG_CONFIRM_S, look again: hung when it stayed idle and silent
     and (with py-spy) every thread stood at the same frames. The first dump is kept either way."""
     first = hangs.dump(proc.pid, out, output_path=str(out / folder.OUTPUT))
-    marker = _progress_marker(out)          # the faulthandler fallback writes into the output
+    marker = _progress_marker(out)  # the faulthandler fallback writes into the output
     clock.sample(time.monotonic())
     time.sleep(HANG_CONFIRM_S)
     busy = clock.sample(time.monotonic())
@@ -321,7 +347,7 @@ def _has_exited(proc: subprocess.Popen) -> bool:
         return proc.poll() is not None
     try:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:           # already reaped (should not happen; be safe)
+    except ChildProcessError:  # already reaped (should not happen; be safe)
         return True
     return info is not None
 
@@ -330,14 +356,14 @@ def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
-        pass        # the whole group already exited: nothing to kill (libregrtest does the same)
+        pass  # the whole group already exited: nothing to kill (libregrtest does the same)
 
 
 def _reap(proc: subprocess.Popen) -> None:
     try:
         proc.wait(timeout=REAP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        pass        # uninterruptible sleep; reported by _wait_group_gone
+        pass  # uninterruptible sleep; reported by _wait_group_gone
 
 
 def _wait_group_gone(pgid: int) -> list[int]:
@@ -349,7 +375,7 @@ def _wait_group_gone(pgid: int) -> list[int]:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return []
-        _kill_group(pgid)               # a member forked after the first kill
+        _kill_group(pgid)  # a member forked after the first kill
         time.sleep(POLL_S)
     return live_members(pgid)
 
@@ -360,6 +386,7 @@ def live_members(pgid: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------ classification
+
 
 def thread_errors(out: Path) -> list[dict]:
     """The uncaught thread exceptions the bootstrap's hook recorded (harness.trial.folder.THREAD_ERRORS)."""
@@ -382,8 +409,9 @@ def hooked_blocks(hooked: list[dict]) -> list[str]:
     return [f"Exception in thread {h.get('thread')}:\n{h.get('traceback', '')}" for h in hooked]
 
 
-def _classify(result: TrialResult, ending: _Ending, text: str, out: Path | None = None,
-              hooked: list[dict] | None = None) -> None:
+def _classify(
+    result: TrialResult, ending: _Ending, text: str, out: Path | None = None, hooked: list[dict] | None = None
+) -> None:
     """DESIGN.md "Outcome rules", in order of precedence."""
     hooked = hooked or []
     result.thread_errors = len(hooked) or None
@@ -400,14 +428,18 @@ def _classify(result: TrialResult, ending: _Ending, text: str, out: Path | None 
         threads = ending.dump.threads if ending.dump else ()
         kind = blocking.classify(threads)
         result.hang_kind = kind.kind if kind else None
-        _set(result, Outcome.HANG, signature.hang_signature(threads),
-             f"no progress for {ending.elapsed_s - ending.last_progress_s:.1f} s (idle, silent, the same "
-             f"stacks {HANG_CONFIRM_S:g} s apart); dump by {ending.dump.method if ending.dump else 'none'}"
-             + (f"; {kind.text()}" if kind else ""))
+        _set(
+            result,
+            Outcome.HANG,
+            signature.hang_signature(threads),
+            f"no progress for {ending.elapsed_s - ending.last_progress_s:.1f} s (idle, silent, the same "
+            f"stacks {HANG_CONFIRM_S:g} s apart); dump by {ending.dump.method if ending.dump else 'none'}"
+            + (f"; {kind.text()}" if kind else ""),
+        )
     elif ending.how == "timeout":
         _set(result, Outcome.TIMEOUT, None, _busy_detail(ending))
     elif _stalled(result, out) or _reported_hang(result, text):
-        pass                        # a HANG the workload reported itself
+        pass  # a HANG the workload reported itself
     else:
         _classify_exit(result, text, hooked)
         mark_resource(result)
@@ -419,7 +451,6 @@ def _classify(result: TrialResult, ending: _Ending, text: str, out: Path | None 
         result.detail = f"processes {list(ending.survivors)} survived SIGKILL; {result.detail}"
 
 
-
 def _busy_detail(ending: _Ending) -> str:
     """Why a trial past its deadline is slow, not hung: how busy its tree was and where."""
     parts = [f"still working at the deadline ({ending.elapsed_s:.1f} s)"]
@@ -428,8 +459,7 @@ def _busy_detail(ending: _Ending) -> str:
     if ending.busiest:
         parts.append(f"busiest: {ending.busiest}")
     active = [t for t in (ending.dump.threads if ending.dump else ()) if t.status.startswith("active")]
-    where = [f"{t.name} in {frames[0]}" for t in active
-             if (frames := top_frames(t.frames, limit=1))]
+    where = [f"{t.name} in {frames[0]}" for t in active if (frames := top_frames(t.frames, limit=1))]
     if where:
         parts.append("running: " + ", ".join(where[:3]))
     if ending.resolved:
@@ -451,8 +481,12 @@ def _stalled(result: TrialResult, out: Path | None) -> bool:
         if out is not None:
             (out / folder.STALL_DUMP).write_text(text)
         threads = hangs.parse_dump_text(text)
-    _set(result, Outcome.HANG, signature.hang_signature(threads),
-         f"the workload stalled: no step for {stalled.get('waited_s', '?')} s; dump by {stalled.get('dump_method', 'none')}")
+    _set(
+        result,
+        Outcome.HANG,
+        signature.hang_signature(threads),
+        f"the workload stalled: no step for {stalled.get('waited_s', '?')} s; dump by {stalled.get('dump_method', 'none')}",
+    )
     return True
 
 
@@ -468,9 +502,13 @@ def _reported_hang(result: TrialResult, text: str) -> bool:
     line = _HANG_LINE.search(text)
     if line is None:
         return False
-    threads = hangs.parse_dump_text(text[line.end():])
-    _set(result, Outcome.HANG, signature.hang_signature(threads),
-         f"the workload reported a hang: {line.group(0)[len('HANG:'):].strip()}; dump by faulthandler")
+    threads = hangs.parse_dump_text(text[line.end() :])
+    _set(
+        result,
+        Outcome.HANG,
+        signature.hang_signature(threads),
+        f"the workload reported a hang: {line.group(0)[len('HANG:') :].strip()}; dump by faulthandler",
+    )
     return True
 
 
@@ -480,8 +518,9 @@ def _check_gpu_released(result: TrialResult, members: frozenset[int]) -> None:
     if result.gpu_released is False:
         held = gpu.held_by(set(members))
         pids = sorted(held) if held else sorted(members)
-        result.detail = (f"{result.detail}; GPU memory still held by pids {pids} "
-                         f"{GPU_RELEASE_TIMEOUT_S:g} s after the trial")
+        result.detail = (
+            f"{result.detail}; GPU memory still held by pids {pids} {GPU_RELEASE_TIMEOUT_S:g} s after the trial"
+        )
 
 
 def _classify_exit(result: TrialResult, text: str, hooked: list[dict] = ()) -> None:
@@ -511,16 +550,24 @@ def _classify_exit_0(result: TrialResult, text: str, hooked: list[dict]) -> None
     exception and the program goes on to exit 0. Uncaught (the hook's records, or `Exception in
     thread` blocks when the program replaced the hook) or printed at error level, each is a
     failure; a finaliser's (`Exception ignored in`) or a warning's traceback is not."""
-    printed = [tb for tb in tracebacks.parse_tracebacks(text)
-               if not tb.unraisable and not tb.handled and tb.short_type not in ("SystemExit", "KeyboardInterrupt")]
+    printed = [
+        tb
+        for tb in tracebacks.parse_tracebacks(text)
+        if not tb.unraisable and not tb.handled and tb.short_type not in ("SystemExit", "KeyboardInterrupt")
+    ]
     if hooked or printed:
         found = signature.run_failures(text, extra=hooked_blocks(hooked))
         result.failures = [f.to_json() for f in found] or None
         sig = found[0].signature if found else signature.crash_signature(text, rc=1)
         threads = sorted({str(h.get("thread")) for h in hooked})
-        what = (f"{len(hooked)} uncaught exception(s) in thread(s) {', '.join(threads[:4])}"
-                + (f" and {len(threads) - 4} more" if len(threads) > 4 else "")) if hooked else \
-            f"{len(printed)} exception(s) printed"
+        what = (
+            (
+                f"{len(hooked)} uncaught exception(s) in thread(s) {', '.join(threads[:4])}"
+                + (f" and {len(threads) - 4} more" if len(threads) > 4 else "")
+            )
+            if hooked
+            else f"{len(printed)} exception(s) printed"
+        )
         _set(result, Outcome.CRASH, sig, f"exit 0, but {what}")
         return
     skip = re.search(r"^SKIP: ?(.*)$", text, re.M)
@@ -535,8 +582,7 @@ def _signal_name(signum: int) -> str | None:
         return None
 
 
-def _set(result: TrialResult, outcome: Outcome, sig: signature.Signature | None,
-         detail: str) -> None:
+def _set(result: TrialResult, outcome: Outcome, sig: signature.Signature | None, detail: str) -> None:
     result.outcome = outcome
     result.detail = detail
     if sig is not None:
@@ -580,7 +626,9 @@ def _keep_native_stack(out: Path, text: str) -> None:
         resolved = native.resolve(frames)
         (out / folder.NATIVE_STACK).write_text(
             f"# {socket.gethostname()}: {len(resolved)} frames, innermost first\n"
-            + native.render(resolved, width=None) + "\n")
+            + native.render(resolved, width=None)
+            + "\n"
+        )
 
 
 def _finish(result: TrialResult, out: Path, after_exit: AfterExit | None) -> TrialResult:

@@ -152,8 +152,11 @@ _WHAT = re.compile(r"^\s*what\(\):\s*(.+)$", re.M)
 _CUDA = re.compile(r"CUDA error: ([^\n]+)")
 _WRONG = re.compile(r"^WRONG_RESULT: ?(.*)$", re.M)
 # faulthandler's marker that the crashing thread was running the garbage collector.
-_IN_GC = re.compile(r"^Current thread 0x[0-9a-fA-F]+(?: \[[^\]]*\])? \(most recent call first\):"
-                    r"\n[ \t]+Garbage-collecting[ \t]*$", re.M)
+_IN_GC = re.compile(
+    r"^Current thread 0x[0-9a-fA-F]+(?: \[[^\]]*\])? \(most recent call first\):"
+    r"\n[ \t]+Garbage-collecting[ \t]*$",
+    re.M,
+)
 
 
 def crash_signature(text: str, *, rc: int | None = None) -> Signature | None:
@@ -165,7 +168,7 @@ def crash_signature(text: str, *, rc: int | None = None) -> Signature | None:
     collection came after the trainer's threads had died of out-of-memory (2) or F1c (1)."""
     native = _native_signature(text)
     if native is not None:
-        before = text[:_native_start(text)]
+        before = text[: _native_start(text)]
         earlier = first_failure(parse_tracebacks(before)) or bare_exception(before, known_only=True)
         if earlier is not None:
             return dataclasses.replace(exception_signature(earlier), then=native.summary)
@@ -194,8 +197,13 @@ class RunFailure:
     threads: tuple[str, ...]
 
     def to_json(self) -> dict:
-        return {"key": self.signature.key, "summary": self.signature.summary, "exc_type": self.signature.exc_type,
-                "count": self.count, "threads": list(self.threads)}
+        return {
+            "key": self.signature.key,
+            "summary": self.signature.summary,
+            "exc_type": self.signature.exc_type,
+            "count": self.count,
+            "threads": list(self.threads),
+        }
 
 
 def run_failures(text: str, *, extra: Iterable[str] = ()) -> list[RunFailure]:
@@ -301,8 +309,9 @@ def _native_signature(text: str) -> Signature | None:
         message = "; ".join(filter(None, (message, "during garbage collection")))
         frames = ()
     exc_type = thrown.group(1) if thrown else kind
-    return Signature(kind="fatal", exc_type=exc_type, message=message, frames=frames,
-                     keyed=(exc_type, message, *frames))
+    return Signature(
+        kind="fatal", exc_type=exc_type, message=message, frames=frames, keyed=(exc_type, message, *frames)
+    )
 
 
 HELPER_ROLES = frozenset({"tqdm_monitor", "InductorSubproc"})
@@ -310,8 +319,7 @@ HELPER_ROLES = frozenset({"tqdm_monitor", "InductorSubproc"})
 of compile-subprocess replies): in a key they only make one hang look like two, by whether a
 progress bar or a compile pool happened to exist. The thread waiting on them shows the hang."""
 
-AUTOGRAD_DEVICE_FRAMES = ("torch::autograd::Engine::thread_init",
-                          "torch::autograd::python::PythonEngine::thread_init")
+AUTOGRAD_DEVICE_FRAMES = ("torch::autograd::Engine::thread_init", "torch::autograd::python::PythonEngine::thread_init")
 
 
 def hang_role(t: ThreadStack) -> str:
@@ -338,7 +346,7 @@ def hang_signature(threads: Iterable[ThreadStack]) -> Signature:
             continue
         role = hang_role(t)
         frames = top_frames(t.frames, limit=1)
-        if not frames:                      # only plumbing (e.g. a bare Timer): keep its top
+        if not frames:  # only plumbing (e.g. a bare Timer): keep its top
             frames = (frame_id(next(f for f in t.frames if f.is_python)),)
         pairs.add(f"{role}@{frames[0]}")
     ordered = tuple(sorted(pairs))

@@ -83,8 +83,11 @@ class TrialSpec:
             raise InvalidSpec(f"exposure: expected true or false, got {self.exposure!r}")
         if self.python is not None and not (isinstance(self.python, str) and Path(self.python).is_file()):
             raise InvalidSpec(f"python: {self.python!r} is not an interpreter file")
-        if (self.python is not None and self.workload.kind == "command"
-                and not Path(self.workload.argv[0]).name.startswith("python")):
+        if (
+            self.python is not None
+            and self.workload.kind == "command"
+            and not Path(self.workload.argv[0]).name.startswith("python")
+        ):
             raise InvalidSpec(f"python: the command {self.workload.argv[0]!r} is not a Python interpreter to replace")
         if self.cwd is not None and not Path(self.cwd).is_dir():
             raise InvalidSpec(f"cwd: {self.cwd!r} is not a directory")

@@ -22,10 +22,17 @@ from harness.trial.messages import KNOWN_MESSAGES
 
 # Exceptions that follow another thread's failure (stop requests, broken barriers); the first
 # other exception in the output is the cause.
-SECONDARY_TYPES = frozenset({
-    "StageStopped", "BrokenBarrierError", "KeyboardInterrupt", "SystemExit", "ChannelClosed",
-    "ExceptionGroup", "BaseExceptionGroup",      # containers: their first member is the cause
-})
+SECONDARY_TYPES = frozenset(
+    {
+        "StageStopped",
+        "BrokenBarrierError",
+        "KeyboardInterrupt",
+        "SystemExit",
+        "ChannelClosed",
+        "ExceptionGroup",
+        "BaseExceptionGroup",  # containers: their first member is the cause
+    }
+)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -56,7 +63,7 @@ class PyTraceback:
         """The frames of the thread that raised it: re-raised in another thread (`future.result()`,
         `raise errors[0]`), the traceback also shows that thread's frames, outside `reraise_of`."""
         reraise = reraise_of(self.frames, self.sources)
-        return self.frames[:reraise.cut] if reraise is not None else self.frames
+        return self.frames[: reraise.cut] if reraise is not None else self.frames
 
     def all_text(self) -> str:
         parts = [f"{t.exc_type}: {t.message}" for t in (*self.chain, self)]
@@ -77,8 +84,10 @@ _TB_FRAME = re.compile(r'(?:^|\s)File "([^"]*)", line (\d+), in (\S.*?)\s*$')
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 # What an exception line looks like when the output is garbled (several tracebacks at once) or
 # has no traceback at all: a class named like an exception, or c10's C++ one.
-_EXC_NAME = (r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure|Failed|Interrupt|Exit|Group"
-             r"|Stopped|Closed)|c10::\w+")
+_EXC_NAME = (
+    r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure|Failed|Interrupt|Exit|Group"
+    r"|Stopped|Closed)|c10::\w+"
+)
 _LIKELY_EXC_LINE = re.compile(rf"^({_EXC_NAME})(?::\s?(.*))?$")
 # Only the start: a multi-line message spreads the header over several lines.
 _REPORT_HEADER = re.compile(r"^=== thread (\S+) failed: ")
@@ -155,14 +164,14 @@ class _Reader:
         self.lines, self.first_only = lines, first_only
         self.i = 0
         self.result: list[PyTraceback] = []
-        self.headers: list[str | None] = []     # each result's header thread, before _thread_of
+        self.headers: list[str | None] = []  # each result's header thread, before _thread_of
         self.open: list[_Open] = []
-        self.pending: list[str | None] = []     # headers not yet given to a traceback
-        self.scope: str | None = None           # thread of the last header or traceback read
+        self.pending: list[str | None] = []  # headers not yet given to a traceback
+        self.scope: str | None = None  # thread of the last header or traceback read
         self.chained: list[PyTraceback] = []
         self.after_block = self.in_group = False
-        self.prefix = ""                        # per-line prefix repeated on every line (`[rank0]: `)
-        self.last: _Open | None = None          # the traceback the last frame line went to
+        self.prefix = ""  # per-line prefix repeated on every line (`[rank0]: `)
+        self.last: _Open | None = None  # the traceback the last frame line went to
 
     def read(self) -> list[PyTraceback]:
         while self.i < len(self.lines):
@@ -174,7 +183,7 @@ class _Reader:
     def _line(self, i: int) -> str:
         line = self.lines[i]
         if self.prefix and line.startswith(self.prefix):
-            return line[len(self.prefix):]
+            return line[len(self.prefix) :]
         return line
 
     def _chain_follows(self) -> bool:
@@ -196,7 +205,7 @@ class _Reader:
             self._open_block(line, start.start())
         elif self.open:
             if not self._frames_line(line):
-                return                          # the line is read again, with one block fewer
+                return  # the line is read again, with one block fewer
         elif self.after_block and line.strip():
             self.scope, self.after_block, self.in_group, self.pending = None, False, False, []
         self.i += 1
@@ -220,20 +229,27 @@ class _Reader:
         # Only a prefix on the Traceback line itself says the level: a traceback printed right
         # after an unrelated INFO line is still an uncaught exception's.
         handled = bool(_BELOW_ERROR.match(before))
-        self.open.append(_Open(thread=thread, chain=tuple(_flatten(self.chained)), indent=indent,
-                               unraisable=unraisable, handled=handled))
+        self.open.append(
+            _Open(
+                thread=thread,
+                chain=tuple(_flatten(self.chained)),
+                indent=indent,
+                unraisable=unraisable,
+                handled=handled,
+            )
+        )
         self.chained = []
 
     def _thread_for_block(self) -> str | None:
         if self.pending:
             self.scope = self.pending.pop(0)
         elif self.after_block and not self.chained and not self.in_group:
-            self.scope = None                   # a new, unrelated traceback
+            self.scope = None  # a new, unrelated traceback
         return self.scope
 
     def _frames_line(self, line: str) -> bool:
         """One line while tracebacks are open; False if it is to be read again."""
-        frame = _TB_FRAME.search(line) if line[:1].isspace() else None   # not a message naming a file
+        frame = _TB_FRAME.search(line) if line[:1].isspace() else None  # not a message naming a file
         if frame is not None:
             self._add_frame(Frame(name=frame.group(3), filename=frame.group(1), line=int(frame.group(2))))
             return True
@@ -248,11 +264,11 @@ class _Reader:
         exc = _exception_line(line.strip(), strict=len(self.open) > 1)
         if exc is None:
             if len(self.open) > 1:
-                return True                     # a piece of another thread's output
-            self.open.pop()                     # not a traceback after all
+                return True  # a piece of another thread's output
+            self.open.pop()  # not a traceback after all
             return False
         self._close(exc)
-        return False                            # _close moved self.i past the message
+        return False  # _close moved self.i past the message
 
     def _add_frame(self, frame: Frame) -> None:
         target = self._continued_by(frame) or max(self.open, key=lambda b: len(b.frames))
@@ -264,8 +280,10 @@ class _Reader:
         """The earliest open traceback that `frame` continues in the way another one did."""
         for b in self.open:
             n = len(b.frames)
-            if any(c is not b and len(c.frames) > n and c.frames[n] == frame and c.frames[:n] == b.frames
-                   for c in self.open):
+            if any(
+                c is not b and len(c.frames) > n and c.frames[n] == frame and c.frames[:n] == b.frames
+                for c in self.open
+            ):
                 return b
         return None
 
@@ -280,9 +298,16 @@ class _Reader:
         message, chain = self._message(exc)
         frames = tuple(reversed(block.frames))
         sources = tuple(reversed(block.sources))
-        tb = PyTraceback(thread=_thread_of(block.thread, frames, sources), frames=frames,
-                         sources=sources, exc_type=exc.group(1), message=message,
-                         chain=block.chain + chain, unraisable=block.unraisable, handled=block.handled)
+        tb = PyTraceback(
+            thread=_thread_of(block.thread, frames, sources),
+            frames=frames,
+            sources=sources,
+            exc_type=exc.group(1),
+            message=message,
+            chain=block.chain + chain,
+            unraisable=block.unraisable,
+            handled=block.handled,
+        )
         self.result.append(tb)
         self.headers.append(block.thread)
         self.scope = block.thread
@@ -297,8 +322,12 @@ class _Reader:
         self.i += 1
         while exc.group(2) is not None and self.i < len(self.lines):
             line = self._line(self.i)
-            if not line.strip() or _starts_something(line) or _CPP_DEBUG.match(line) or (
-                    self.open and (line[:1].isspace() or _TB_FRAME.search(line))):
+            if (
+                not line.strip()
+                or _starts_something(line)
+                or _CPP_DEBUG.match(line)
+                or (self.open and (line[:1].isspace() or _TB_FRAME.search(line)))
+            ):
                 break
             message.append(line)
             self.i += 1
@@ -405,8 +434,10 @@ def _pool_reraise(frames: tuple[Frame, ...]) -> Reraise | None:
     for k in range(len(ids) - 1):
         if ids[k] != "concurrent.futures.thread:run" or ids[k + 1] == "concurrent.futures.thread:_worker":
             continue
-        outer = [module_of(f.filename) for f in frames[k + 1:]]
-        caller = next((f for f, m in zip(frames[k + 1:], outer) if not m.startswith(("concurrent.", "asyncio."))), None)
+        outer = [module_of(f.filename) for f in frames[k + 1 :]]
+        caller = next(
+            (f for f, m in zip(frames[k + 1 :], outer) if not m.startswith(("concurrent.", "asyncio."))), None
+        )
         if caller is not None and is_torch(caller):
             return None
         # asyncio's default executor names its threads `asyncio_<n>`.
@@ -421,8 +452,11 @@ def _user_reraise(frames: tuple[Frame, ...], sources: tuple[str, ...]) -> Rerais
     Python then prints that function's frame twice, so the next frame inward is the same."""
     for k in range(1, min(len(frames), len(sources))):
         f, inner = frames[k], frames[k - 1]
-        if (sources[k].startswith("raise ") and not is_library(f)
-                and (inner.filename, inner.name) != (f.filename, f.name)):
+        if (
+            sources[k].startswith("raise ")
+            and not is_library(f)
+            and (inner.filename, inner.name) != (f.filename, f.name)
+        ):
             return Reraise(cut=k, thread=None)
     return None
 
@@ -448,16 +482,22 @@ def _flatten(chained: list[PyTraceback]) -> Iterable[PyTraceback]:
 
 def _starts_something(line: str) -> bool:
     stripped = line.strip()
-    return (stripped == _TB_START or stripped in _CHAIN_LINES or _header(line) is not None
-            or line.startswith("Fatal Python error") or bool(_VERDICT.match(line))
-            or _TB_START_AT.search(line) is not None)
+    return (
+        stripped == _TB_START
+        or stripped in _CHAIN_LINES
+        or _header(line) is not None
+        or line.startswith("Fatal Python error")
+        or bool(_VERDICT.match(line))
+        or _TB_START_AT.search(line) is not None
+    )
 
 
 def first_failure(tracebacks: list[PyTraceback]) -> PyTraceback | None:
     """The first traceback of a thread that failed on its own: not a consequence of another
     thread's failure, nor an exception ignored by a finaliser (v5) or logged as a warning (v7)."""
-    return next((tb for tb in tracebacks if tb.short_type not in SECONDARY_TYPES
-                 and not tb.unraisable and not tb.handled), None)
+    return next(
+        (tb for tb in tracebacks if tb.short_type not in SECONDARY_TYPES and not tb.unraisable and not tb.handled), None
+    )
 
 
 def primary_traceback(tracebacks: list[PyTraceback]) -> PyTraceback | None:
@@ -477,8 +517,11 @@ def bare_exception(text: str, *, known_only: bool = False) -> PyTraceback | None
     line or the line before."""
     lines = [_ANSI.sub("", line) for line in text.splitlines()]
     known = (i for i, line in enumerate(lines) if any(re.search(p, line) for _, p in KNOWN_MESSAGES))
-    bare = (i for i, line in enumerate(lines) if (m := _BARE_EXC.search(line))
-            and m.group(1).rsplit(".", 1)[-1] not in SECONDARY_TYPES)
+    bare = (
+        i
+        for i, line in enumerate(lines)
+        if (m := _BARE_EXC.search(line)) and m.group(1).rsplit(".", 1)[-1] not in SECONDARY_TYPES
+    )
     i = next(known, None)
     i = next(bare, None) if i is None and not known_only else i
     if i is None:
@@ -486,7 +529,7 @@ def bare_exception(text: str, *, known_only: bool = False) -> PyTraceback | None
     m = _BARE_EXC.search(lines[i])
     exc_type, first = (m.group(1), m.group(2)) if m else ("", lines[i].strip())
     message = [first.removesuffix(" ===")]
-    for line in lines[i + 1:]:
+    for line in lines[i + 1 :]:
         if not line.strip() or _starts_something(line) or _CPP_DEBUG.match(line):
             break
         message.append(line)

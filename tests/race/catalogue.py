@@ -46,12 +46,28 @@ def _race(row: Repro, catalogue: Catalogue) -> Race:
     source = f"{row.store}/trials.jsonl cells {', '.join(cells)}"
     if row.fix_source:
         source += f"; fix: {row.fix_source}"
-    return Race(id=row.id, script=row.script, device=row.device, family=row.family, plan=row.plan,
-                recorded=row.recorded, recorded_plain=row.recorded_plain, torch=row.torch, source=source,
-                expect=row.expect, fix=row.fix, args=row.args, fix_args=row.fix_args, fix_recorded=row.fix_recorded,
-                fix_trials=row.fix_trials, repro_cap=row.repro_cap or REPRO_MAX_TRIALS, native=row.native,
-                windows=tuple(r.id for r in catalogue.races_of_repro(row.id) if r.exposure),
-                fix_window=row.fix_window, fix_exposed=row.fix_exposed)
+    return Race(
+        id=row.id,
+        script=row.script,
+        device=row.device,
+        family=row.family,
+        plan=row.plan,
+        recorded=row.recorded,
+        recorded_plain=row.recorded_plain,
+        torch=row.torch,
+        source=source,
+        expect=row.expect,
+        fix=row.fix,
+        args=row.args,
+        fix_args=row.fix_args,
+        fix_recorded=row.fix_recorded,
+        fix_trials=row.fix_trials,
+        repro_cap=row.repro_cap or REPRO_MAX_TRIALS,
+        native=row.native,
+        windows=tuple(r.id for r in catalogue.races_of_repro(row.id) if r.exposure),
+        fix_window=row.fix_window,
+        fix_exposed=row.fix_exposed,
+    )
 
 
 _CATALOGUE = load()
@@ -92,10 +108,15 @@ def measured_on(race: Race, major_minor: str) -> Race | None:
             k = sum(matches_family(race, r) for r in raw)
             torch = sorted({r.torch_version or "?" for r in raw})[-1]
             return dataclasses.replace(
-                race, recorded=(k, len(raw)), recorded_plain=None, torch=torch,
+                race,
+                recorded=(k, len(raw)),
+                recorded_plain=None,
+                torch=torch,
                 source=f"{v.store}/trials.jsonl cells {race.cell}" + (f", {fix_cell}" if fixed else ""),
-                expect="reproduces" if k else "absent", repro_cap=len(raw) if not k else race.repro_cap,
-                fix_recorded=(sum(r.outcome.is_failure for r in fixed), len(fixed)) if fixed else race.fix_recorded)
+                expect="reproduces" if k else "absent",
+                repro_cap=len(raw) if not k else race.repro_cap,
+                fix_recorded=(sum(r.outcome.is_failure for r in fixed), len(fixed)) if fixed else race.fix_recorded,
+            )
     return None
 
 

@@ -16,17 +16,23 @@ def coverage_lines(version: str) -> list[str]:
         for race in rows.values():
             row = catalogue.installed(race, version)
             (ours if catalogue.major_minor(row.torch) == here else other).append((race.id, row))
-    lines = [f"race rows on torch {version}: {len(ours)} checked against a record of torch {here}"
-             + (f" ({', '.join(i for i, _ in ours)})" if ours else "")]
-    hints = {"CPU": "`python -m harness matrix --preset versions-cpu` records them",
-             "GPU": "`python -m harness matrix --preset gpu-repros` on a GPU host records them"}
+    lines = [
+        f"race rows on torch {version}: {len(ours)} checked against a record of torch {here}"
+        + (f" ({', '.join(i for i, _ in ours)})" if ours else "")
+    ]
+    hints = {
+        "CPU": "`python -m harness matrix --preset versions-cpu` records them",
+        "GPU": "`python -m harness matrix --preset gpu-repros` on a GPU host records them",
+    }
     for device in ("CPU", "GPU"):
         by: dict[str, list[str]] = {}
         for i, row in other:
             if row.device == device:
                 by.setdefault(row.torch, []).append(i)
         if by:
-            lines.append(f"{device} rows with no record for torch {here}, checked against another torch's: "
-                         + "; ".join(f"{', '.join(ids)} (recorded on {t})" for t, ids in sorted(by.items()))
-                         + f"; {hints[device]}")
+            lines.append(
+                f"{device} rows with no record for torch {here}, checked against another torch's: "
+                + "; ".join(f"{', '.join(ids)} (recorded on {t})" for t, ids in sorted(by.items()))
+                + f"; {hints[device]}"
+            )
     return lines

@@ -70,7 +70,7 @@ REPRO_MAX_TRIALS = 100
 """Cap on reproduction trials (a recorded rate too low for MISS_PROBABILITY within it prints its
 miss chance). Reached only when the race is gone or far rarer than recorded: r05's 3/10 needs 86."""
 TARGET_RATE = 0.10
-TARGET_FIX_TRIALS = stats.trials_needed(TARGET_RATE)   # 29
+TARGET_FIX_TRIALS = stats.trials_needed(TARGET_RATE)  # 29
 assert TARGET_FIX_TRIALS == 29
 FIX_TRIALS_ENV = "RACE_FIX_TRIALS"
 """Set to an int (e.g. 29) to run every fix check with that many trials instead of its default."""
@@ -78,7 +78,7 @@ FIX_CHUNK_TRIALS = 5
 """Fix-check trials per test item (see `fix_chunks`)."""
 TRIAL_TIMEOUT_S = 120.0
 TRIAL_HANG_S = 60.0
-CPU_ENV = {"OMP_NUM_THREADS": "1"}   # as harness.campaign.presets.CPU_ENV: two trials share two cores
+CPU_ENV = {"OMP_NUM_THREADS": "1"}  # as harness.campaign.presets.CPU_ENV: two trials share two cores
 
 
 class RaceBound(UserWarning):
@@ -177,9 +177,14 @@ def trial(race: Race, index: int, artefacts: Path, *, fixed: bool) -> TrialResul
     spec = TrialSpec(
         trial_id=f"race-suite/{race.id}:{strategy}@{race.plan or '-'}/{index}",
         cell=f"{race.id}:{strategy}@{race.plan or '-'}",
-        workload=WorkloadSpec(kind="repro", argv=(race.script, *args)), fixes=fixes, plan=plan,
-        env=dict(CPU_ENV) if race.device == "CPU" else {}, timeout_s=TRIAL_TIMEOUT_S,
-        hang_s=TRIAL_HANG_S, trial_index=index)
+        workload=WorkloadSpec(kind="repro", argv=(race.script, *args)),
+        fixes=fixes,
+        plan=plan,
+        env=dict(CPU_ENV) if race.device == "CPU" else {},
+        timeout_s=TRIAL_TIMEOUT_S,
+        hang_s=TRIAL_HANG_S,
+        trial_index=index,
+    )
     result = run_trial(spec, artefacts / f"{strategy}-{index}")
     if result.outcome is Outcome.HARNESS_ERROR:
         pytest.fail(f"{race.id}: harness error in trial {index}: {result.detail} ({result.artefacts})")
@@ -234,8 +239,10 @@ class Windows:
             return f"exposure not measured in {self.trials} trials"
         eager = f", {self.eager} run eagerly" if self.eager else ""
         trials = "trial" if self.measured == 1 else "trials"
-        return (f"window {'/'.join(self.race.windows)} opened in {self.opened} of {self.measured} {trials} "
-                f"({self.openings} times{eager})")
+        return (
+            f"window {'/'.join(self.race.windows)} opened in {self.opened} of {self.measured} {trials} "
+            f"({self.openings} times{eager})"
+        )
 
 
 def check_reproduces(race: Race, artefacts: Path) -> None:
@@ -254,26 +261,33 @@ def check_reproduces(race: Race, artefacts: Path) -> None:
         counted += result.outcome.counts_as_trial
         windows.add(i, result)
         if matches_family(race, result):
-            print(f"{race.id}: reproduced in trial {i + 1} of at most {n} under plan {race.plan} "
-                  f"(recorded {k0}/{n0} on torch {race.torch}): {describe(result)}; failed 1 of "
-                  f"{windows.trials} trials run, {windows.text()}")
+            print(
+                f"{race.id}: reproduced in trial {i + 1} of at most {n} under plan {race.plan} "
+                f"(recorded {k0}/{n0} on torch {race.torch}): {describe(result)}; failed 1 of "
+                f"{windows.trials} trials run, {windows.text()}"
+            )
             if race.native and result.outcome is Outcome.ABORT:
                 check_native_site(race, result)
             if miss >= MISS_PROBABILITY:
-                warnings.warn(RaceBound(
-                    f"{race.id}: reproduction check capped at {n} trials: a race at the Wilson lower "
-                    f"bound of its recorded {k0}/{n0} would go unseen with probability {miss:.1%}"),
-                    stacklevel=2)
+                warnings.warn(
+                    RaceBound(
+                        f"{race.id}: reproduction check capped at {n} trials: a race at the Wilson lower "
+                        f"bound of its recorded {k0}/{n0} would go unseen with probability {miss:.1%}"
+                    ),
+                    stacklevel=2,
+                )
             return
         if result.outcome.is_failure:
             other.append(describe(result))
     seen = f"; other failures: {other}" if other else ""
-    pytest.fail(f"{race.id} no longer reproduces on torch {version}: update the catalogue "
-                f"(0/{counted} trials with signature /{race.family}/ under plan {race.plan}, "
-                f"{windows.text()}; "
-                f"recorded {k0}/{n0} on torch {race.torch}; a race still at the Wilson lower bound of "
-                f"that rate goes unseen in {n} trials with probability {miss:.2g}, this check's share "
-                f"of the suite's {SUITE_FALSE_ALARM:.1%} false-alarm budget being {MISS_PROBABILITY:.2g}{seen})")
+    pytest.fail(
+        f"{race.id} no longer reproduces on torch {version}: update the catalogue "
+        f"(0/{counted} trials with signature /{race.family}/ under plan {race.plan}, "
+        f"{windows.text()}; "
+        f"recorded {k0}/{n0} on torch {race.torch}; a race still at the Wilson lower bound of "
+        f"that rate goes unseen in {n} trials with probability {miss:.2g}, this check's share "
+        f"of the suite's {SUITE_FALSE_ALARM:.1%} false-alarm budget being {MISS_PROBABILITY:.2g}{seen})"
+    )
 
 
 def check_native_site(race: Race, result: TrialResult) -> None:
@@ -288,8 +302,10 @@ def check_native_site(race: Race, result: TrialResult) -> None:
     text = path.read_text(errors="replace")
     if re.search(race.native, text) is None:
         top = "; ".join(ln for ln in text.splitlines()[1:4])
-        pytest.fail(f"{race.id}: the native crash site moved on torch {torch_version()}: /{race.native}/ "
-                    f"not in {path} (innermost frames: {top}): update the catalogue")
+        pytest.fail(
+            f"{race.id}: the native crash site moved on torch {torch_version()}: /{race.native}/ "
+            f"not in {path} (innermost frames: {top}): update the catalogue"
+        )
     print(f"{race.id}: native crash site /{race.native}/ as recorded")
 
 
@@ -299,9 +315,11 @@ def check_absent(race: Race, artefacts: Path) -> None:
     for i in range(n):
         result = trial(race, i, artefacts, fixed=False)
         if matches_family(race, result):
-            pytest.fail(f"{race.id} reproduces again on torch {torch_version()}: update the catalogue "
-                        f"(recorded {race.recorded[0]}/{race.recorded[1]} on torch {race.torch}; "
-                        f"trial {i}: {describe(result)})")
+            pytest.fail(
+                f"{race.id} reproduces again on torch {torch_version()}: update the catalogue "
+                f"(recorded {race.recorded[0]}/{race.recorded[1]} on torch {race.torch}; "
+                f"trial {i}: {describe(result)})"
+            )
     print(f"{race.id}: still absent in {n} trials under plan {race.plan} on torch {torch_version()}")
 
 
@@ -334,23 +352,29 @@ def check_fix_holds(race: Race, artefacts: Path, chunk: tuple[int, int] | None =
         if result.outcome.is_failure:
             failures.append(f"trial {i}: {describe(result)}")
     name = race.fix or " ".join(race.fix_args)
-    assert not failures, (f"{race.id}: fix {name} failed {len(failures)}/{counted} stressed trials "
-                          f"under plan {race.plan}: {failures}")
+    assert not failures, (
+        f"{race.id}: fix {name} failed {len(failures)}/{counted} stressed trials under plan {race.plan}: {failures}"
+    )
     assert counted > 0, f"{race.id}: every trial timed out ({timeouts}); the budget is too small"
     exposure = check_exposure(race, artefacts, windows, n=n, first=start == 0)
-    print(f"{race.id} fix {name}: 0/{counted} failures in trials {start}-{stop - 1} of {n} under plan "
-          f"{race.plan}" + (f"; {timeouts} trial(s) timed out and are not counted" if timeouts else "")
-          + f"; {exposure}")
+    print(
+        f"{race.id} fix {name}: 0/{counted} failures in trials {start}-{stop - 1} of {n} under plan "
+        f"{race.plan}" + (f"; {timeouts} trial(s) timed out and are not counted" if timeouts else "") + f"; {exposure}"
+    )
     if start != 0:
         return
     bound = stats.exact_zero_failure_bound(n)
-    line = (f"{race.id} fix {name}: N={n} stressed trials under plan {race.plan}"
-            + (f" in {len(fix_chunks(race))} test items" if chunk and stop < n else "")
-            + f"; 0/{n} failures give a 95% upper bound on the failure rate of {bound:.1%} "
-            f"(rule of three {stats.rule_of_three(n):.1%}); {exposure}")
+    line = (
+        f"{race.id} fix {name}: N={n} stressed trials under plan {race.plan}"
+        + (f" in {len(fix_chunks(race))} test items" if chunk and stop < n else "")
+        + f"; 0/{n} failures give a 95% upper bound on the failure rate of {bound:.1%} "
+        f"(rule of three {stats.rule_of_three(n):.1%}); {exposure}"
+    )
     if n < TARGET_FIX_TRIALS:
-        line += (f"; N={n} < {TARGET_FIX_TRIALS}: weaker than the target (a {TARGET_RATE:.0%} "
-                 f"failure rate is caught with only {1 - (1 - TARGET_RATE) ** n:.0%} probability)")
+        line += (
+            f"; N={n} < {TARGET_FIX_TRIALS}: weaker than the target (a {TARGET_RATE:.0%} "
+            f"failure rate is caught with only {1 - (1 - TARGET_RATE) ** n:.0%} probability)"
+        )
     warnings.warn(RaceBound(line), stacklevel=2)
 
 
@@ -370,21 +394,27 @@ def check_exposure(race: Race, artefacts: Path, windows: Windows, *, n: int, fir
     if race.fix_window is None:
         return f"{windows.text()}; no exposure gate (the row does not state what its fix does to the window)"
     if windows.unmeasured:
-        pytest.fail(f"{race.id}: exposure not measured in fix trials {windows.unmeasured} (probes off: "
-                    f"HARNESS_EXPOSURE=0 or a spec with exposure false): 0 failures say nothing of whether "
-                    f"window {'/'.join(race.windows)} opened, so the fix is not shown to hold")
+        pytest.fail(
+            f"{race.id}: exposure not measured in fix trials {windows.unmeasured} (probes off: "
+            f"HARNESS_EXPOSURE=0 or a spec with exposure false): 0 failures say nothing of whether "
+            f"window {'/'.join(race.windows)} opened, so the fix is not shown to hold"
+        )
     name = race.fix or " ".join(race.fix_args)
     if race.fix_window == "opens":
         need = required_exposed(race, windows.trials, n)
         if windows.opened < need:
-            pytest.fail(f"{race.id}: fix {name}: {windows.text()}, needs at least {need} (the row states "
-                        f"{race.fix_exposed} of {race.fix_trials}): 0 failures in trials that never met "
-                        f"the window are no evidence that the fix holds")
+            pytest.fail(
+                f"{race.id}: fix {name}: {windows.text()}, needs at least {need} (the row states "
+                f"{race.fix_exposed} of {race.fix_trials}): 0 failures in trials that never met "
+                f"the window are no evidence that the fix holds"
+            )
         return f"{windows.text()} (at least {need} needed)"
     if windows.compiled:
-        pytest.fail(f"{race.id}: fix {name}, recorded as keeping window {'/'.join(race.windows)} shut: "
-                    f"{windows.text()} on the compiled path in {windows.compiled}: it meets the window "
-                    f"instead (update the catalogue: fix_window = \"opens\")")
+        pytest.fail(
+            f"{race.id}: fix {name}, recorded as keeping window {'/'.join(race.windows)} shut: "
+            f"{windows.text()} on the compiled path in {windows.compiled}: it meets the window "
+            f'instead (update the catalogue: fix_window = "opens")'
+        )
     line = f"{windows.text()}: the fix keeps it shut"
     if not first:
         return line
@@ -392,9 +422,11 @@ def check_exposure(race: Race, artefacts: Path, windows: Windows, *, n: int, fir
     for i in range(race.fix_exposed or 0):
         control.add(i, trial(race, i, artefacts / "control", fixed=False))
     if control.unmeasured or control.opened < control.trials:
-        pytest.fail(f"{race.id}: control without the fix under plan {race.plan}: {control.text()}, "
-                    f"needs all {control.trials}: the plan does not open the window, so a fix that keeps "
-                    f"it shut is not shown to be what keeps it shut")
+        pytest.fail(
+            f"{race.id}: control without the fix under plan {race.plan}: {control.text()}, "
+            f"needs all {control.trials}: the plan does not open the window, so a fix that keeps "
+            f"it shut is not shown to be what keeps it shut"
+        )
     return f"{line}; without it the same seeds opened it in {control.opened} of {control.trials} ({control.openings} times)"
 
 

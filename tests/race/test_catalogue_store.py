@@ -64,7 +64,9 @@ def test_race_catalogue_counts_are_the_stores(race_id, records):
 
 STORED = [(key, ON_TORCH[key]) for key in sorted(ON_TORCH)] + [
     ((race.id, ".".join(race.torch.split(".")[:2])), race)
-    for race in GPU.values() if race.source.startswith("results/")]
+    for race in GPU.values()
+    if race.source.startswith("results/")
+]
 
 
 @pytest.mark.parametrize("key, race", STORED, ids=[f"{k[0]}-{k[1]}" for k, _ in STORED])
@@ -95,12 +97,20 @@ def test_recorded_failures_are_the_races_family(race, store):
     matching = [r for r in runs if racecheck.matches_family(race, r)]
     assert (len(matching), len(runs)) == race.recorded, (
         f"{race.id}: {len(matching)} of {race.recorded[0]} failures match /{race.family}/; the others: "
-        f"{sorted({r.signature_summary for r in runs if r.outcome.is_failure and r not in matching})}")
+        f"{sorted({r.signature_summary for r in runs if r.outcome.is_failure and r not in matching})}"
+    )
 
 
-@pytest.mark.parametrize("version, recorded_on, r06_on", [
-    ("2.11.0+cu130", "2.11.0+cu130", "2.11.0"), ("2.11.1", "2.11.0+cu130", "2.11.0"),
-    ("2.13.0+cpu", CPU_TORCH, CPU_TORCH), ("2.14.0", "2.14.1", "2.14.1"), ("2.16.0", CPU_TORCH, CPU_TORCH)])
+@pytest.mark.parametrize(
+    "version, recorded_on, r06_on",
+    [
+        ("2.11.0+cu130", "2.11.0+cu130", "2.11.0"),
+        ("2.11.1", "2.11.0+cu130", "2.11.0"),
+        ("2.13.0+cpu", CPU_TORCH, CPU_TORCH),
+        ("2.14.0", "2.14.1", "2.14.1"),
+        ("2.16.0", CPU_TORCH, CPU_TORCH),
+    ],
+)
 def test_the_installed_torch_picks_its_own_record(monkeypatch, version, recorded_on, r06_on):
     # 2.11: r22's ON_TORCH row, r06 from results/versions-cpu-torch2.11.0; 2.14: what
     # results/versions-cpu-torch2.14.1 measured; 2.16: no

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.race, pytest.mark.cuda]
 REPRODUCING = sorted(r.id for r in GPU.values() if r.expect == "reproduces")
 ABSENT = sorted(r.id for r in GPU.values() if r.expect == "absent")
 FIXED = sorted(r.id for r in GPU.values() if r.fix or r.fix_args)
-TIMEOUT_S = 3 * 3600   # a GPU trial may take minutes (cold inductor compiles)
+TIMEOUT_S = 3 * 3600  # a GPU trial may take minutes (cold inductor compiles)
 
 
 @pytest.mark.timeout(TIMEOUT_S)
@@ -40,7 +40,8 @@ FIX_ITEMS = [(race_id, chunk) for race_id in FIXED for chunk in racecheck.fix_ch
 
 
 @pytest.mark.timeout(TIMEOUT_S)
-@pytest.mark.parametrize("race_id, chunk", FIX_ITEMS,
-                         ids=[f"{race_id}-{racecheck.chunk_id(chunk)}" for race_id, chunk in FIX_ITEMS])
+@pytest.mark.parametrize(
+    "race_id, chunk", FIX_ITEMS, ids=[f"{race_id}-{racecheck.chunk_id(chunk)}" for race_id, chunk in FIX_ITEMS]
+)
 def test_race_gpu_fix_holds(race_id, chunk, tmp_path):
     racecheck.check_fix_holds(GPU[race_id], tmp_path, chunk)

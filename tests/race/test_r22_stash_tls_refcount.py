@@ -20,10 +20,11 @@ RACE = installed(CPU["r22"])
 
 @pytest.mark.timeout(racecheck.repro_timeout_s(RACE))
 def test_race_r22_as_recorded_on_this_torch(tmp_path):
-    racecheck.check_reproduces(RACE, tmp_path)   # an `absent` row (2.13's) is checked for absence
+    racecheck.check_reproduces(RACE, tmp_path)  # an `absent` row (2.13's) is checked for absence
 
 
-if RACE.fix is not None:   # the 2.11 record; 2.13's row is a known negative with no fix to check
+if RACE.fix is not None:  # the 2.11 record; 2.13's row is a known negative with no fix to check
+
     @pytest.mark.timeout(racecheck.fix_timeout_s(RACE))
     @pytest.mark.parametrize("chunk", racecheck.fix_chunks(RACE), ids=racecheck.chunk_id)
     def test_race_r22_stash_incref_holds(chunk, tmp_path):

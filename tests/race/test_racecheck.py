@@ -14,8 +14,7 @@ from tests.race.catalogue import CPU
 pytestmark = pytest.mark.race
 
 
-def fake_trials(monkeypatch, outcome: Outcome, signature: str | None = None, *,
-                window: str = "as stated") -> list[int]:
+def fake_trials(monkeypatch, outcome: Outcome, signature: str | None = None, *, window: str = "as stated") -> list[int]:
     """`window`: "as stated" (the fix trials meet the window as the row says, raw trials open it),
     "open" / "shut" (every trial), or "off" (exposure not measured)."""
     calls: list[int] = []
@@ -24,9 +23,16 @@ def fake_trials(monkeypatch, outcome: Outcome, signature: str | None = None, *,
         calls.append(index)
         opened = {"open": True, "shut": False}.get(window, not fixed or race.fix_window == "opens")
         exposures = None if window == "off" else {w: 3 if opened else 0 for w in race.windows}
-        return TrialResult(trial_id=f"t/{index}", cell="c", trial_index=index, outcome=outcome,
-                           signature=signature, signature_summary=signature, artefacts=str(artefacts),
-                           exposures=exposures)
+        return TrialResult(
+            trial_id=f"t/{index}",
+            cell="c",
+            trial_index=index,
+            outcome=outcome,
+            signature=signature,
+            signature_summary=signature,
+            artefacts=str(artefacts),
+            exposures=exposures,
+        )
 
     monkeypatch.setattr(racecheck, "trial", trial)
     return calls
@@ -36,19 +42,23 @@ def test_race_repro_trials_keep_a_consistent_rate_unseen_within_the_checks_share
     assert racecheck.MISS_PROBABILITY == racecheck.SUITE_FALSE_ALARM / racecheck.REPRO_CHECKS
     race = dataclasses.replace(CPU["r06"], recorded=(10, 10))
     n, miss = racecheck.repro_trials(race)
-    assert miss <= racecheck.MISS_PROBABILITY < 0.278 ** (n - 1)   # Wilson low 0.722: the smallest such n
+    assert miss <= racecheck.MISS_PROBABILITY < 0.278 ** (n - 1)  # Wilson low 0.722: the smallest such n
     n, miss = racecheck.repro_trials(dataclasses.replace(race, recorded=(1, 10)))
-    assert n == racecheck.REPRO_MAX_TRIALS and miss > racecheck.MISS_PROBABILITY   # capped: printed
+    assert n == racecheck.REPRO_MAX_TRIALS and miss > racecheck.MISS_PROBABILITY  # capped: printed
 
 
 def test_race_suite_false_alarms_stay_within_the_budget():
     # Every reproduction check of the catalogue at its own trial count: the chance that a race
     # still at its recorded rate goes unseen somewhere in one run adds up to at most 0.1%.
-    rows = [r for r in (*catalogue.CPU.values(), *catalogue.GPU.values(), *catalogue.ON_TORCH.values())
-            if r.expect == "reproduces"]
+    rows = [
+        r
+        for r in (*catalogue.CPU.values(), *catalogue.GPU.values(), *catalogue.ON_TORCH.values())
+        if r.expect == "reproduces"
+    ]
     assert len(rows) == racecheck.REPRO_CHECKS
-    misses = {r.id + ("@" + r.torch if r in catalogue.ON_TORCH.values() else ""): racecheck.repro_trials(r)[1]
-              for r in rows}
+    misses = {
+        r.id + ("@" + r.torch if r in catalogue.ON_TORCH.values() else ""): racecheck.repro_trials(r)[1] for r in rows
+    }
     assert sum(misses.values()) <= racecheck.SUITE_FALSE_ALARM, sorted(misses.items(), key=lambda kv: -kv[1])
 
 
@@ -57,7 +67,7 @@ def test_race_check_fails_loudly_when_a_race_stops_reproducing(monkeypatch, tmp_
     calls = fake_trials(monkeypatch, Outcome.OK)
     with pytest.raises(pytest.fail.Exception, match=r"no longer reproduces on torch \S+: update the catalogue"):
         racecheck.check_reproduces(race, tmp_path)
-    assert calls == list(range(racecheck.repro_trials(race)[0])) and len(calls) == 8   # 0.278**8 < 5.6e-5
+    assert calls == list(range(racecheck.repro_trials(race)[0])) and len(calls) == 8  # 0.278**8 < 5.6e-5
 
 
 def test_race_other_failures_do_not_count_as_reproductions(monkeypatch, tmp_path):
@@ -82,7 +92,7 @@ def test_race_fix_trials_are_split_into_xdist_sized_items(monkeypatch, tmp_path)
     calls = fake_trials(monkeypatch, Outcome.OK)
     with pytest.warns(racecheck.RaceBound, match=r"N=12 stressed trials.* in 3 test items; 0/12"):
         racecheck.check_fix_holds(CPU["r07"], tmp_path, chunks[0])
-    racecheck.check_fix_holds(CPU["r07"], tmp_path, chunks[2])   # later chunks: no bound line
+    racecheck.check_fix_holds(CPU["r07"], tmp_path, chunks[2])  # later chunks: no bound line
     # r07's global-lock keeps its window shut: the first chunk adds raw trials 0 and 1, the control.
     assert calls == [0, 1, 2, 3, 4, 0, 1, 10, 11]
 
@@ -90,7 +100,9 @@ def test_race_fix_trials_are_split_into_xdist_sized_items(monkeypatch, tmp_path)
 def test_race_fix_check_reports_29_trials_without_a_weaker_bound(monkeypatch, tmp_path):
     monkeypatch.setenv(racecheck.FIX_TRIALS_ENV, "29")
     fake_trials(monkeypatch, Outcome.OK)
-    with pytest.warns(racecheck.RaceBound, match=r"0/29 failures give a 95% upper bound on the failure rate of 9\.8%") as seen:
+    with pytest.warns(
+        racecheck.RaceBound, match=r"0/29 failures give a 95% upper bound on the failure rate of 9\.8%"
+    ) as seen:
         racecheck.check_fix_holds(CPU["r07"], tmp_path)
     assert "weaker" not in str(seen[0].message)
 
@@ -110,19 +122,22 @@ def test_race_native_crash_site_is_checked_when_the_runner_kept_it(monkeypatch, 
     assert race.native.startswith("create_cache_entry|ExtraState::invalidate")
     result = TrialResult(trial_id="t/0", cell="c", trial_index=0, outcome=Outcome.ABORT, artefacts=str(tmp_path))
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
-    racecheck.check_native_site(race, result)                       # nothing kept: said, not failed
+    racecheck.check_native_site(race, result)  # nothing kept: said, not failed
     assert "native crash site not checked" in capsys.readouterr().out
     (tmp_path / NATIVE_STACK).write_text("# h: 2 frames\nlibtorch_python.so(+0x1) create_cache_entry\n")
     racecheck.check_native_site(race, result)
     assert "as recorded" in capsys.readouterr().out
     # The same reset meeting a guard's invalidation (seen once in CI, 2026-12-01): the same race.
-    (tmp_path / NATIVE_STACK).write_text("# h: 1 frame\nlibtorch_python.so(+0x8970db) "
-                                              "ExtraState::invalidate(CacheEntry*, pybind11::object)\n")
+    (tmp_path / NATIVE_STACK).write_text(
+        "# h: 1 frame\nlibtorch_python.so(+0x8970db) ExtraState::invalidate(CacheEntry*, pybind11::object)\n"
+    )
     racecheck.check_native_site(race, result)
     assert "as recorded" in capsys.readouterr().out
     # pybind11's binding of it, named by its member-pointer type (seen under load, 2026-12-02).
-    (tmp_path / NATIVE_STACK).write_text("# h: 1 frame\nlibtorch_python.so(+0x9) void pybind11::cpp_function::"
-                                              "initialize<void (ExtraState::*)(CacheEntry*, pybind11::object)>\n")
+    (tmp_path / NATIVE_STACK).write_text(
+        "# h: 1 frame\nlibtorch_python.so(+0x9) void pybind11::cpp_function::"
+        "initialize<void (ExtraState::*)(CacheEntry*, pybind11::object)>\n"
+    )
     racecheck.check_native_site(race, result)
     assert "as recorded" in capsys.readouterr().out
     (tmp_path / NATIVE_STACK).write_text("# h: 1 frame\nlibtorch_python.so(+0x2) lookup\n")
@@ -132,10 +147,11 @@ def test_race_native_crash_site_is_checked_when_the_runner_kept_it(monkeypatch, 
 
 # ------------------------------------------------------------------------------ exposure gate
 
+
 def test_race_fix_check_fails_when_exposure_was_not_measured(monkeypatch, tmp_path):
     monkeypatch.setenv(racecheck.FIX_TRIALS_ENV, "5")
     fake_trials(monkeypatch, Outcome.OK, window="off")
-    for row in ("r06", "r16"):              # a fix that meets the window, one that keeps it shut
+    for row in ("r06", "r16"):  # a fix that meets the window, one that keeps it shut
         with pytest.raises(pytest.fail.Exception, match=r"exposure not measured in fix trials \[0, 1, 2, 3, 4\]"):
             racecheck.check_fix_holds(CPU[row], tmp_path)
 
@@ -150,16 +166,16 @@ def test_race_fix_that_meets_the_window_must_meet_it_in_the_stated_trials(monkey
     fake_trials(monkeypatch, Outcome.OK, window="open")
     with pytest.warns(racecheck.RaceBound, match=r"0/29 failures .*window F2 opened in 29 of 29 trials \(87 times\)"):
         racecheck.check_fix_holds(race, tmp_path)
-    assert racecheck.required_exposed(race, 5, 29) == 4        # a chunk of 5: 25/29 of it
+    assert racecheck.required_exposed(race, 5, 29) == 4  # a chunk of 5: 25/29 of it
 
 
 def test_race_fix_that_keeps_the_window_shut_needs_the_control_to_open_it(monkeypatch, tmp_path):
     race = dataclasses.replace(CPU["r16"], fix_trials=5)
     monkeypatch.delenv(racecheck.FIX_TRIALS_ENV, raising=False)
-    fake_trials(monkeypatch, Outcome.OK, window="shut")          # the plan never opens it, raw either
+    fake_trials(monkeypatch, Outcome.OK, window="shut")  # the plan never opens it, raw either
     with pytest.raises(pytest.fail.Exception, match=r"control without the fix .*opened in 0 of 2 .*not shown"):
         racecheck.check_fix_holds(race, tmp_path)
-    fake_trials(monkeypatch, Outcome.OK, window="open")          # the fix met it after all
+    fake_trials(monkeypatch, Outcome.OK, window="open")  # the fix met it after all
     with pytest.raises(pytest.fail.Exception, match=r"recorded as keeping window R5 shut.*fix_window = \"opens\""):
         racecheck.check_fix_holds(race, tmp_path)
     calls = fake_trials(monkeypatch, Outcome.OK)

@@ -38,12 +38,14 @@ def test_the_run_ends_by_naming_the_rows_without_a_record():
     lines = coverage_lines("2.16.0")
     assert lines[0] == "race rows on torch 2.16.0: 0 checked against a record of torch 2.16"
     cpu = ", ".join(CPU)
-    assert lines[1].startswith("CPU rows with no record for torch 2.16, checked against another torch's: "
-                               f"{cpu} (recorded on 2.13.0+cpu)")
+    assert lines[1].startswith(
+        f"CPU rows with no record for torch 2.16, checked against another torch's: {cpu} (recorded on 2.13.0+cpu)"
+    )
     on_214 = [i for i in CPU if installed(CPU[i], "2.14.1").torch == "2.14.1"]
     assert {"r06", "r16"} <= set(on_214)
-    assert coverage_lines("2.14.1")[0] == (f"race rows on torch 2.14.1: {len(on_214)} checked against a record "
-                                           f"of torch 2.14 ({', '.join(on_214)})")
+    assert coverage_lines("2.14.1")[0] == (
+        f"race rows on torch 2.14.1: {len(on_214)} checked against a record of torch 2.14 ({', '.join(on_214)})"
+    )
 
 
 def test_an_absent_row_is_checked_for_absence(monkeypatch, tmp_path: Path):
@@ -53,12 +55,16 @@ def test_an_absent_row_is_checked_for_absence(monkeypatch, tmp_path: Path):
     assert seen == ["r14"]
 
 
-@pytest.mark.parametrize("extra, message", [
-    ('fix_cells = ["r06:x@*"]\nnote = "n"\n', "fix_cells need a store"),
-    ('store = "s"\ncells = ["c"]\nbogus = 1\n', "unknown keys ['bogus']"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ('fix_cells = ["r06:x@*"]\nnote = "n"\n', "fix_cells need a store"),
+        ('store = "s"\ncells = ["c"]\nbogus = 1\n', "unknown keys ['bogus']"),
+    ],
+)
 def test_a_malformed_version_entry_is_one_line_naming_it(extra, message):
-    text = ('[[race]]\nid = "X"\ntitle = "t"\nkind = "race"\nsummary = ["x"]\n'
-            f'[[race.versions]]\ntorch = "2.14"\n{extra}')
+    text = (
+        f'[[race]]\nid = "X"\ntitle = "t"\nkind = "race"\nsummary = ["x"]\n[[race.versions]]\ntorch = "2.14"\n{extra}'
+    )
     with pytest.raises(CatalogueError, match=re.escape(message)):
         parse(text)

@@ -8,11 +8,7 @@ import subprocess
 import sys
 import time
 
-GRANDCHILD = (
-    "import signal, time\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "time.sleep(600)\n"
-)
+GRANDCHILD = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)\n"
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ def produce() -> None:
         ITEMS.put(1)
         raise OSError("source closed")
     except OSError:
-        return                   # the bug: the sentinel (None) is never put
+        return  # the bug: the sentinel (None) is never put
 
 
 def consume() -> None:

@@ -7,8 +7,11 @@ import threading
 import traceback
 
 MESSAGES = {
-    "oom": ("torch.OutOfMemoryError", "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
-            "capacity of 139.80 GiB of which 42.88 MiB is free."),
+    "oom": (
+        "torch.OutOfMemoryError",
+        "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
+        "capacity of 139.80 GiB of which 42.88 MiB is free.",
+    ),
     "cublas": ("RuntimeError", "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
 }
 
@@ -23,8 +26,11 @@ def main() -> int:
         try:
             raise RuntimeError(message)
         except RuntimeError:
-            text = traceback.format_exc().replace("RuntimeError:", f"{exc_type}:", 1) if exc_type != "RuntimeError" \
+            text = (
+                traceback.format_exc().replace("RuntimeError:", f"{exc_type}:", 1)
+                if exc_type != "RuntimeError"
                 else traceback.format_exc()
+            )
             printed.append(text)
 
     t = threading.Thread(target=worker, name="dflash-train-0")

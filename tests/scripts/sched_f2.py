@@ -69,6 +69,7 @@ def main() -> int:
             finally:
                 if fn is compiler:
                     stop.set()
+
         return body
 
     threads = [threading.Thread(target=guarded(f), name=n) for f, n in ((tracer, "B"), (compiler, "A"))]

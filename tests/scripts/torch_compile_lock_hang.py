@@ -24,8 +24,7 @@ def first_call() -> None:
 def main() -> None:
     torch.set_num_threads(1)
     held, never = threading.Event(), threading.Event()
-    holder = threading.Thread(target=hold_compile_lock, args=(held, never), name="lock-holder-0",
-                              daemon=True)
+    holder = threading.Thread(target=hold_compile_lock, args=(held, never), name="lock-holder-0", daemon=True)
     holder.start()
     held.wait(timeout=60)
     caller = threading.Thread(target=first_call, name="compiler-0", daemon=True)

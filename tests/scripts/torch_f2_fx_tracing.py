@@ -20,7 +20,7 @@ CALL_FOR_S = 5.0
 
 
 def slow(x: torch.Tensor) -> torch.Tensor:
-    time.sleep(TRACE_SLEEP_S)               # runs under the tracer: the flag stays set
+    time.sleep(TRACE_SLEEP_S)  # runs under the tracer: the flag stays set
     return x + 1
 
 
@@ -46,7 +46,7 @@ def main() -> int:
     torch.set_num_threads(1)
     print(f"pid={os.getpid()}", flush=True)
     compiled = torch.compile(double, backend="eager")
-    compiled(torch.randn(4))                # compiled before the tracer starts
+    compiled(torch.randn(4))  # compiled before the tracer starts
     stop, failures = threading.Event(), []
     tracer = threading.Thread(target=trace_repeatedly, args=(stop,), name="tracer-0")
     caller = threading.Thread(target=call_compiled, args=(compiled, failures), name="caller-0")

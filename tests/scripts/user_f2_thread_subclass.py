@@ -14,7 +14,7 @@ import threading
 
 import torch
 
-sys.setswitchinterval(1e-6)          # the user's "make threads fair" tweak; widens the window
+sys.setswitchinterval(1e-6)  # the user's "make threads fair" tweak; widens the window
 torch.set_num_threads(1)
 
 
@@ -51,7 +51,7 @@ class RequestThread(threading.Thread):
 def main():
     model = torch.compile(score, backend="eager")
     batch = torch.randn(4, 8)
-    model(batch)                     # warm up before serving
+    model(batch)  # warm up before serving
     stop = threading.Event()
     Exporter(stop).start()
     workers = [RequestThread(i, model, batch) for i in range(3)]

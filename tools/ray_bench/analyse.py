@@ -1,5 +1,6 @@
 """Per store of bench.sh: trials per minute over the pool's time, and the slot-seconds per trial its
 recorded durations leave uncovered (2 in flight). Reads TP (default /tmp/tp)."""
+
 import glob
 import json
 import os
@@ -18,4 +19,6 @@ for o in sorted(glob.glob(f"{TP}/o-*.txt")):
     el = mins * 60 + secs
     recs = [json.loads(ln) for ln in open(f"{TP}/s-{name}/trials.jsonl")]
     dur = sum(r["duration_s"] for r in recs)
-    print(f"{name:18s} n={n:3d} pool={el:4d}s  {n / el * 60:6.1f} trials/min  sum(duration)={dur:6.1f}s  overhead/trial={(el * 2 - dur) / n:5.2f}s  median dur={statistics.median(r['duration_s'] for r in recs):.2f}s")
+    print(
+        f"{name:18s} n={n:3d} pool={el:4d}s  {n / el * 60:6.1f} trials/min  sum(duration)={dur:6.1f}s  overhead/trial={(el * 2 - dur) / n:5.2f}s  median dur={statistics.median(r['duration_s'] for r in recs):.2f}s"
+    )

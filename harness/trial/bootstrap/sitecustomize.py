@@ -58,8 +58,12 @@ def _record_thread_errors(path: str) -> None:
         if args.exc_type is not SystemExit:
             try:
                 text = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
-                record = {"thread": getattr(args.thread, "name", None), "type": args.exc_type.__qualname__,
-                          "message": str(args.exc_value)[:2000], "traceback": text[-20000:]}
+                record = {
+                    "thread": getattr(args.thread, "name", None),
+                    "type": args.exc_type.__qualname__,
+                    "message": str(args.exc_value)[:2000],
+                    "traceback": text[-20000:],
+                }
                 with open(path, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(record) + "\n")
             except Exception:  # the record is evidence, never a second failure

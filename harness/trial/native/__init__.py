@@ -83,8 +83,13 @@ def _build(target: Path) -> tuple[Path | None, str | None]:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".segv_stack-", suffix=".so", dir=target.parent)
         os.close(fd)
-        done = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", tmp, str(SOURCE)],
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [cc, "-shared", "-fPIC", "-O2", "-o", tmp, str(SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
             return None, f"{cc} failed: {last}"
@@ -137,18 +142,21 @@ def native_stack(text: str) -> list[NativeFrame] | None:
     start = text.rfind(BEGIN)
     if start < 0:
         return None
-    body = text[start + len(BEGIN):]
+    body = text[start + len(BEGIN) :]
     stop = body.find(END)
     lines = [ln.strip() for ln in (body[:stop] if stop >= 0 else body).splitlines() if ln.strip()]
-    frames = [NativeFrame(obj=m.group("obj") or NO_OBJECT, symbol=m.group("sym") or m.group("addr"))
-              for m in map(_LINE.match, lines) if m]
+    frames = [
+        NativeFrame(obj=m.group("obj") or NO_OBJECT, symbol=m.group("sym") or m.group("addr"))
+        for m in map(_LINE.match, lines)
+        if m
+    ]
     if len(frames) < 2:
         return frames
     # frames[0] is the handler, frames[1] the signal return trampoline; the same trampoline
     # appears once more per signal delivery (faulthandler's handler re-raises): the faulting
     # code starts after its last appearance.
     last = max(i for i, f in enumerate(frames) if f == frames[1])
-    return frames[last + 1:]
+    return frames[last + 1 :]
 
 
 def resolve(frames: list[NativeFrame]) -> list[NativeFrame]:
@@ -190,7 +198,7 @@ def _run(argv: list[str]) -> str:
 def render(frames: list[NativeFrame], limit: int | None = None, width: int | None = 160) -> str:
     """One frame per line, innermost first; lines longer than `width` clipped (None: whole)."""
     shown = frames if limit is None else frames[:limit]
-    lines = [str(f) if width is None or len(str(f)) <= width else str(f)[:width - 3] + "..." for f in shown]
+    lines = [str(f) if width is None or len(str(f)) <= width else str(f)[: width - 3] + "..." for f in shown]
     if limit is not None and len(frames) > limit:
         lines.append(f"... {len(frames) - limit} more")
     return "\n".join(lines)
@@ -207,8 +215,11 @@ def read_kept(text: str) -> list[NativeFrame]:
         m = _KEPT.match(line.strip())
         if m and not line.startswith("#"):
             name = m.group("name") or ""
-            frames.append(NativeFrame(obj=m.group("obj"), symbol=m.group("sym"),
-                                      name="" if name == _KEPT_NO_OBJECT.strip() else name))
+            frames.append(
+                NativeFrame(
+                    obj=m.group("obj"), symbol=m.group("sym"), name="" if name == _KEPT_NO_OBJECT.strip() else name
+                )
+            )
     return frames
 
 
@@ -228,8 +239,11 @@ def crash_site(frames: list[NativeFrame]) -> str:
     objects and outside standard-library templates (R5: `create_cache_entry`, not the
     `std::unordered_map::operator[]` it crashed in); else the innermost frame as printed."""
     for f in frames:
-        if f.name and not RUNTIME_OBJECTS.match(os.path.basename(f.obj)) \
-                and not f.name.startswith(("std::", "__gnu_cxx::", "void std::")):
+        if (
+            f.name
+            and not RUNTIME_OBJECTS.match(os.path.basename(f.obj))
+            and not f.name.startswith(("std::", "__gnu_cxx::", "void std::"))
+        ):
             return f.name
     if frames and frames[0].obj == NO_OBJECT:
         return "code outside every loaded object (a dangling function pointer?)"

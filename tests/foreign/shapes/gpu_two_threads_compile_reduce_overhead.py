@@ -33,8 +33,11 @@ def main():
 
     def run(name, width):
         torch.manual_seed(width)
-        model = torch.nn.Sequential(torch.nn.Linear(width, width * 2), torch.nn.SiLU(),
-                                    torch.nn.Linear(width * 2, width)).cuda().eval()
+        model = (
+            torch.nn.Sequential(torch.nn.Linear(width, width * 2), torch.nn.SiLU(), torch.nn.Linear(width * 2, width))
+            .cuda()
+            .eval()
+        )
         compiled = torch.compile(model, mode="reduce-overhead")
         x = torch.randn(16, width, device="cuda")
         start.wait()
@@ -45,8 +48,10 @@ def main():
         finished.append((name, float(y.sum())))
 
     print("starting encoder and ranker", flush=True)
-    threads = [threading.Thread(target=run, args=("encoder", 128), name="encoder"),
-               threading.Thread(target=run, args=("ranker", 192), name="ranker")]
+    threads = [
+        threading.Thread(target=run, args=("encoder", 128), name="encoder"),
+        threading.Thread(target=run, args=("ranker", 192), name="ranker"),
+    ]
     for t in threads:
         t.start()
     for t in threads:

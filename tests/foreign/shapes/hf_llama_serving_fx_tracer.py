@@ -43,8 +43,15 @@ class SamplingHead(nn.Module):
 
 def main():
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    cfg = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     model = LlamaForCausalLM(cfg).eval()
 
     def next_token(ids):

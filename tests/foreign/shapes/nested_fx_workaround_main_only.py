@@ -25,8 +25,9 @@ import torch.nn as nn
 
 torch.set_num_threads(1)
 torch._dynamo.config.error_on_nested_fx_trace = False  # "the fix" for F2, set once at start-up
-print(f"nested FX fallback enabled: error_on_nested_fx_trace={torch._dynamo.config.error_on_nested_fx_trace}",
-      flush=True)
+print(
+    f"nested FX fallback enabled: error_on_nested_fx_trace={torch._dynamo.config.error_on_nested_fx_trace}", flush=True
+)
 
 
 class Summary(nn.Module):
