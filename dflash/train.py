@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from dflash import checkpoint as ckpt_io
-from dflash import compile_cache, faults
+from dflash import compile_cache
 from dflash.buckets import summarize
 from dflash.channel import Channel, OrderedReceiver, StartupGate, Turns
 from dflash.config import RunConfig
@@ -57,6 +57,7 @@ from dflash.target import TargetModel, build_target
 from dflash.target_loop import TargetForwardLoop
 from dflash.timeline import Timeline
 from dflash.watchdog import EXIT_STALLED, Stall, Watchdog
+from harness.runtime import faults
 from harness.runtime.fixes import FixSet
 from harness.runtime.recommend import Recommendation, resolve_names
 

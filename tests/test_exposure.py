@@ -20,8 +20,9 @@ from harness.faults.exposure import FIRST_STEP, PROBES, Exposure
 from harness.faults.points import TORCH_POINTS, Point
 from harness.faults.profiles import plan_from_seed
 from harness.faults.regions import Regions
+from harness.trial.folder import EXPOSURE
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import EXPOSURE_NAME, run_trial
+from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
 
@@ -187,7 +188,7 @@ def test_stage_handlers_are_composed_for_dflash_faults():
 def test_the_file_is_written_at_first_opening_and_doublings_and_read_back(tmp_path, monkeypatch):
     monkeypatch.setattr(points, "installed", lambda: {name: "t" for name in ("fx.trace", "compiled.call")})
     monkeypatch.delitem(sys.modules, "dflash.step", raising=False)  # another test of this worker may have loaded it
-    path = tmp_path / EXPOSURE_NAME
+    path = tmp_path / EXPOSURE
     x = Exposure(str(path))
     elsewhere((x.hook, "fx.trace", "before"))
     writes = []
@@ -340,7 +341,7 @@ def test_r06_counts_its_window_raw_and_the_fixes_that_shut_or_defuse_it(tmp_path
 @pytest.mark.timeout(300)
 def test_exposure_off_installs_nothing_and_records_not_measured(tmp_path, monkeypatch):
     off = _r06(tmp_path / "spec", ("global-lock",), exposure=False)
-    assert off.exposures is None and not (Path(off.artefacts) / EXPOSURE_NAME).exists()
+    assert off.exposures is None and not (Path(off.artefacts) / EXPOSURE).exists()
     assert exposure_text(summarize([off])[0]) == NOT_MEASURED
     monkeypatch.setenv(exposure.ENV_EXPOSURE, "0")  # the harness's own switch, for every trial
     spec = TrialSpec(

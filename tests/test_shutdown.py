@@ -14,8 +14,9 @@ import time
 import pytest
 from test_pipeline_errors import REPO, small_cli_args, small_config, stage_threads
 
-from dflash import checkpoint, faults
+from dflash import checkpoint
 from dflash.train import Trainer
+from harness.runtime import faults
 
 SLOW_STEPS = "drafter.after_step=delay(10)"
 

@@ -23,7 +23,8 @@ import pytest
 
 from harness.diagnosis import diagnose
 from harness.diagnosis.families import family
-from harness.trial.runner import OUTPUT_NAME, run_trial
+from harness.trial.folder import OUTPUT
+from harness.trial.runner import run_trial
 from harness.trial.signature import crash_signature
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
@@ -108,7 +109,7 @@ def _first_failure(script: str, tmp_path: Path) -> tuple[object, str]:
         )
         result = run_trial(spec, tmp_path / str(i))
         if result.outcome.is_failure:
-            return result, (tmp_path / str(i) / OUTPUT_NAME).read_text(errors="replace")
+            return result, (tmp_path / str(i) / OUTPUT).read_text(errors="replace")
     pytest.fail(f"{script}: no failure in {MAX_RUNS} runs (last: {result.outcome.value}, {result.detail})")
 
 

@@ -252,8 +252,9 @@ def test_the_harness_records_a_stall_the_trainer_reports_as_a_hang_keyed_by_its_
     """Exit 4 is no crash: the runner reads the `failed` event's `stalled`, keeps the dump with the
     trial and keys the HANG by its threads (the stuck drafter thread among them), as a hang it had
     detected itself would be."""
+    from harness.trial.folder import STALL_DUMP
     from harness.trial.outcome import Outcome
-    from harness.trial.runner import STALL_DUMP_NAME, run_trial
+    from harness.trial.runner import run_trial
     from harness.trial.spec import TrialSpec, WorkloadSpec
 
     argv = (
@@ -279,7 +280,7 @@ def test_the_harness_records_a_stall_the_trainer_reports_as_a_hang_keyed_by_its_
     result = run_trial(spec, tmp_path / "trial")
     assert result.rc == watchdog.EXIT_STALLED and result.outcome is Outcome.HANG, result.detail
     assert result.detail.startswith("the workload stalled: no step for")
-    assert (tmp_path / "trial" / STALL_DUMP_NAME).is_file()
+    assert (tmp_path / "trial" / STALL_DUMP).is_file()
     # The fault point's own frames are plumbing (harness.trial.frames.IGNORED_MODULES): the stuck
     # thread reads at the drafter loop that called it, its peers at the step barrier.
     assert "dflash-train@dflash.drafter_loop:run" in result.signature_summary, result.signature_summary
