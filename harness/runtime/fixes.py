@@ -142,6 +142,10 @@ class PhaseLock(Fix):
     waits for another. A compile Dynamo starts during a shared call (a guard that failed on a
     known signature) is counted in `stats()` and sends that key back to exclusive. Upstream
     PR #184357 serialises CUDA-graph capture the same way (graph_capture_lock).
+
+    Not for runs that record CUDA graphs (reduce-overhead): replays of cudagraph-trees share
+    process-wide state (output refcounts, the tree's current node), and shared steady calls failed
+    5 of 5 stressed launch-bound trials on torch 2.11 (F1c). Keep global-lock there.
     """
 
     name = "phase-lock"
