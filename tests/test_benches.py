@@ -236,6 +236,26 @@ def test_price_records_are_stamped_with_the_run_number_once(tmp_path):
         bench_records.add_records(bad, 33, into)
 
 
+def test_a_price_run_resumed_in_the_next_host_run_is_one_table_and_its_copy_adds_only_new_benches(tmp_path):
+    # Host run 54 benched round 0 and stopped at --max-time; run 55 resumed it (`harness price
+    # --resume` on a copy of 54's price.jsonl), so 55's price.jsonl holds 54's benches too.
+    def rec(r, c, t):
+        return {"phase": f"bench:default:{c}", "call": None, "run": "p1", "round": r, "tokens_per_s_steady": t}
+
+    first = [rec(0, "global-lock", 100.0), rec(0, "phase-lock", 120.0)]
+    second = [*first, rec(1, "phase-lock", 110.0), rec(1, "global-lock", 100.0)]
+    into = tmp_path / "benches.jsonl"
+    assert bench_records.add_records(first, 54, into) == 2
+    assert bench_records.add_records(second, 55, into) == 2
+    loaded = bench_records.load([into])
+    assert [(b.host_run, b.round) for b in loaded] == [(54, 0), (54, 0), (55, 1), (55, 1)]
+    (pr,) = benches.price_groups(loaded)
+    assert pr.name == "runs 54+55" and pr.order == ["global-lock", "phase-lock"]
+    assert "Priced in rounds (`harness price`), runs 54+55, default, 1 GPU(s): 2 round(s)" in benches.body(
+        loaded, ["b"]
+    )
+
+
 def test_a_priced_run_gets_its_paired_prices_under_the_table(tmp_path):
     # harness price's run order A B, B A, A B: the base is what round 0 benched first.
     path = tmp_path / "benches.jsonl"

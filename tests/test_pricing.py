@@ -101,7 +101,7 @@ def _fake(figures):
     """A bench function that returns figures[(round-independent call index)] in run order."""
     calls = iter(figures)
 
-    def bench(plan, config):
+    def bench(plan, config, limit_s=None, dump_dir=None):
         tok = next(calls)
         if tok is None:
             return {"event": "bench", "exit_code": 1, "signature": "fx-trace-of-dynamo-fn (RuntimeError ...)"}
@@ -233,7 +233,7 @@ def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys
     # A run's time limit sends SIGTERM mid-round (harness.cli turns it into KeyboardInterrupt).
     figures = iter([100.0, 110.0, 120.0])
 
-    def bench(plan, config):
+    def bench(plan, config, limit_s=None, dump_dir=None):
         tok = next(figures, None)
         if tok is None:
             raise KeyboardInterrupt
@@ -252,6 +252,9 @@ def test_a_stopped_run_keeps_and_prices_the_benches_it_finished(tmp_path, capsys
         into=into,
         target=None,
         topology=None,
+        max_time_s=None,
+        resume=False,
+        dumps=None,
     )
     with pytest.raises(KeyboardInterrupt):
         price.run(opts)
@@ -304,7 +307,69 @@ def test_a_configuration_may_name_its_drafter_thread_count_and_is_priced_as_its_
     argvs = []
     pricing.run(
         plan,
-        bench=lambda p, cfg: argvs.append(cfg.sets()) or {"event": "bench", "tokens_per_s_steady": 1.0},
+        bench=lambda p, cfg, *_: argvs.append(cfg.sets()) or {"event": "bench", "tokens_per_s_steady": 1.0},
         log=lambda s: None,
     )
     assert argvs == [["pipeline.num_drafter_threads=1"], ["pipeline.num_drafter_threads=2"]]
+
+
+def test_a_bench_past_its_timeout_is_dumped_before_the_kill_and_recorded_as_timed_out(tmp_path):
+    # One second is less than torch's import: the bench is still starting when it is stopped.
+    into = tmp_path / "b.jsonl"
+    p = subprocess.run(
+        [sys.executable, "-m", "harness", "price", "--rounds", "1", "--timeout-s", "1", "--into", str(into), ":none"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert p.returncode == 1, p.stderr[-2000:]
+    (record,) = bench_records.read_records(into)
+    assert record["exit_code"] == pricing.TIMEOUT_RC and record["signature"].startswith("timed out")
+    dump = tmp_path / record["dump"]  # relative to the bench file's folder
+    assert dump.parent.parent == tmp_path / "b-dumps" and dump.is_file() and "dump of pid" in dump.read_text()
+    assert f"python -m harness diagnose {dump}" in p.stderr
+
+
+def test_max_time_starts_no_bench_that_would_not_fit_and_resume_runs_the_rest(tmp_path):
+    now = [0.0]
+    walls = {"eager": 40.0, "eager+global-lock": 50.0}
+
+    def bench(plan, config, limit_s, dump_dir):
+        wall = walls[config.strategy(plan.workload)]
+        if plan.max_time_s is not None:  # the first run starts at 0
+            assert limit_s == min(plan.timeout_s, plan.max_time_s - now[0])
+        now[0] += wall
+        return {"event": "bench", "tokens_per_s_steady": 100.0 + wall}
+
+    logged = []
+    # r0: eager 40, lock 50 (90 s); r1: lock would end at 140 > 120: not started.
+    plan = _plan(configs=(":none", "global-lock:none"), rounds=2, max_time_s=120.0)
+    first = pricing.run(plan, bench=bench, log=logged.append, clock=lambda: now[0])
+    assert [(d["round"], d["wall_s"]) for d in first] == [(0, 40.0), (0, 50.0)]
+    assert "stopped at --max-time with 2 bench(es) of 4 left" in logged[-1]
+    again = _plan(configs=(":none", "global-lock:none"), rounds=2)
+    held = pricing.resumed(again, first)
+    assert again.run_id == plan.run_id
+    done = pricing.run(again, bench=bench, log=lambda s: None, records=held, clock=lambda: now[0])
+    assert [(d["round"], d["run"]) for d in done] == [(0, plan.run_id)] * 2 + [(1, plan.run_id)] * 2
+    with pytest.raises(PriceError, match="priced something else: bench:tiny-cpu:global-lock:none"):
+        pricing.resumed(_plan(configs=(":none",), rounds=2), first)
+
+
+def test_a_bench_cut_by_max_time_is_not_a_failure(tmp_path):
+    into = tmp_path / "b.jsonl"
+    p = subprocess.run(
+        [sys.executable, "-m", "harness", "price", "--rounds", "1", "--max-time", "1", "--into", str(into), ":none"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "cut by --max-time" in p.stderr and "with --resume runs them" in p.stderr
+    assert not into.exists() or bench_records.read_records(into) == []
+    refused = subprocess.run(
+        [sys.executable, "-m", "harness", "price", "--resume", ":none"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert refused.returncode == 2 and refused.stderr == "error: --resume needs --into with the run to resume\n"

@@ -264,14 +264,19 @@ def add(log: Path, host_run: int, into: Path) -> int:
 def add_records(records: Path | Sequence[dict], host_run: int, into: Path) -> int:
     """Append `harness price` records (its --into file, written on the GPU host without a run
     number, or those records read already) to `into`, stamped with `host_run` (field `call`); a
-    record already there (same host run, price run, phase and round) is skipped, so that unpacking
-    a run twice adds nothing."""
+    record already there (same price run, phase and round: one bench) is skipped, so that unpacking
+    a run twice adds nothing, nor does a resumed price run's copy of the benches an earlier host run
+    kept (`harness price --resume`)."""
     found = read_records(records) if isinstance(records, Path) else records
     held = read_records(into) if into.exists() else []
-    seen = {(d.get("call"), d.get("run"), d.get("phase"), d.get("round")) for d in held}
-    new = [
-        {**d, "call": host_run} for d in found if (host_run, d.get("run"), d.get("phase"), d.get("round")) not in seen
-    ]
+
+    def bench(d: dict, call: int | None) -> tuple:
+        return (
+            (d.get("run"), d.get("phase"), d.get("round")) if d.get("run") else (call, d.get("phase"), d.get("round"))
+        )
+
+    seen = {bench(d, d.get("call")) for d in held}
+    new = [{**d, "call": host_run} for d in found if bench(d, host_run) not in seen]
     if new:
         append(into, new, held)
     return len(new)

@@ -161,14 +161,19 @@ class PriceRun:
     order."""
 
     host_run: int | None
+    """The first GPU-host run that benched it (a resumed price run goes on in the next)."""
     run: str
     preset: str
     group: tuple[Bench, ...]
 
     @property
     def name(self) -> str:
-        """`run N`, or for a price run outside the GPU-host runs (no --run) its start."""
-        return f"run {self.host_run}" if self.host_run is not None else f"run ? (price run of {self.run})"
+        """`run N` (`runs N+M` when resumed in another), or for a price run outside the GPU-host runs
+        (no --run) its start."""
+        if self.host_run is None:
+            return f"run ? (price run of {self.run})"
+        hosts = sorted({b.host_run for b in self.group if b.host_run is not None})
+        return f"run {hosts[0]}" if len(hosts) == 1 else "runs " + "+".join(map(str, hosts))
 
     @property
     def order(self) -> list[str]:
@@ -209,15 +214,20 @@ class PriceRun:
 
 
 def price_groups(benches: Sequence[Bench]) -> list[PriceRun]:
-    """The `harness price` runs among the benches (those with rounds), by GPU-host run and start."""
+    """The `harness price` runs among the benches (those with rounds), by start (a price run's id),
+    else by GPU-host run: a run resumed in the next GPU-host run (`--resume`) stays one."""
     groups: dict[tuple, list[Bench]] = {}
     for b in benches:  # file order is run order: the first bench of a group is its base
         if b.round is not None:
-            groups.setdefault((-1 if b.host_run is None else b.host_run, b.run or "", b.preset, b.gpus), []).append(b)
-    return [
-        PriceRun(host_run=None if n == -1 else n, run=run, preset=preset, group=tuple(group))
-        for (n, run, preset, _), group in sorted(groups.items())
-    ]
+            n = -1 if b.host_run is None else b.host_run
+            groups.setdefault(("", b.run, b.preset, b.gpus) if b.run else (n, "", b.preset, b.gpus), []).append(b)
+    out = []
+    for (_, run, preset, _), group in groups.items():
+        hosts = [b.host_run for b in group if b.host_run is not None]
+        out.append(PriceRun(host_run=min(hosts) if hosts else None, run=run, preset=preset, group=tuple(group)))
+    return sorted(
+        out, key=lambda pr: (pr.host_run if pr.host_run is not None else -1, pr.run, pr.preset, pr.group[0].gpus)
+    )
 
 
 def priced(benches: Sequence[Bench], links: dict[tuple, str] | None = None) -> list[str]:

@@ -16,7 +16,13 @@ compared with. So the price is measured the way a drift is cancelled:
   (`harness.stats.median_interval`, the sign test's order statistics) with its coverage: 75% with
   3 rounds, 94% with 5, 97% with 6 (harness.analysis.prices).
 - A bench that dies is a result, not a gap: its record carries the exit code and the failure's
-  signature (harness.analysis.bench_records), and the command exits 1.
+  signature (harness.analysis.bench_records), and the command exits 1. A bench past `--timeout-s`
+  is dumped (every thread, py-spy) before it is killed: a stall is data, and on the H200 a raw
+  gpu-default bench ran 548 s without a figure and without a word on why.
+- `--max-time S` bounds the whole run: a bench starts only if the benches of its configuration so
+  far fit in what is left, and none runs past it (one cut short is not recorded). `--resume` picks
+  the file's last run up where it stopped, same run and rounds: a run longer than one sitting on
+  a GPU host is two commands.
 
 Records go to `--into` in harness.analysis.bench_records' format (phase `bench:WORKLOAD:FIXES:MODE`, the
 GPU-host run's number, the round), so that `python -m harness report` tables them with the run's other benches
@@ -34,8 +40,11 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +57,7 @@ from dflash.topology import topology as topology_sets
 from harness.analysis.bench_records import BenchError, append, died_signature, strategy_of
 from harness.analysis.prices import Price, Run, price_runs, rows
 from harness.runtime.fixes import FixSet, parse_names
+from harness.trial import hangs
 
 TIMEOUT_RC = 124
 """A run past --timeout-s gets `timeout`'s exit code, which harness.analysis.bench_records reads as timed out."""
@@ -92,6 +102,10 @@ class Plan:
     run_id: str = ""
     """When the run started (UTC): its rounds pair only with each other, in a file that holds
     several runs (harness.analysis.benches groups by it)."""
+    max_time_s: float | None = None
+    """Start no bench that would not end within this many seconds of the run's start (`--max-time`)."""
+    dumps: Path | None = None
+    """Where a bench past its timeout is dumped before it is killed (one folder per bench)."""
 
     @property
     def workload(self) -> str:
@@ -130,6 +144,8 @@ def make_plan(
     host_run: int | None = None,
     topology: int | None = None,
     cuda_count: int | None = None,
+    max_time_s: float | None = None,
+    dumps: Path | None = None,
 ) -> Plan:
     """Validated in-process, as `dflash bench` would read it, so that a typo is one line and exit 2
     before the first bench starts rather than a died bench minutes later. That includes the device
@@ -175,12 +191,17 @@ def make_plan(
         sets=list(sets),
         timeout_s=timeout_s,
         host_run=host_run,
+        max_time_s=max_time_s,
+        dumps=dumps,
         run_id=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     )
 
 
-def bench_once(plan: Plan, config: Config) -> dict:
-    """One `dflash bench` in a fresh process: its JSON record, or {exit_code, signature} if it died."""
+def bench_once(plan: Plan, config: Config, limit_s: float, dump_dir: Path | None) -> dict:
+    """One `dflash bench` in a fresh process, at most `limit_s` seconds: its JSON record, or
+    {exit_code, signature} if it died. Past `plan.timeout_s` it is a stall: dumped into `dump_dir`
+    first, then killed with its process group (the compile workers with it). Stopped earlier by
+    the run's `--max-time`, it is {"cut": True}: no figure and no failure."""
     argv = [
         sys.executable,
         "-m",
@@ -200,53 +221,154 @@ def bench_once(plan: Plan, config: Config) -> dict:
     for kv in (*plan.sets, *config.sets()):
         argv += ["--set", kv]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=plan.timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return {"event": "bench", "exit_code": TIMEOUT_RC, "signature": died_signature([], TIMEOUT_RC)}
+    with tempfile.TemporaryDirectory(prefix="price-bench-") as tmp:
+        out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, start_new_session=True)
+            try:
+                rc = proc.wait(timeout=limit_s)
+            except subprocess.TimeoutExpired:
+                return _stopped(proc, stalled=limit_s >= plan.timeout_s, dump_dir=dump_dir, err_path=err_path)
+            except BaseException:
+                _kill(proc)  # SIGTERM from a time limit: no bench outlives the run
+                raise
+        stdout = out_path.read_text(encoding="utf-8", errors="replace")
+        stderr = err_path.read_text(encoding="utf-8", errors="replace")
     record = next(
-        (json.loads(line) for line in reversed(done.stdout.splitlines()) if line.startswith('{"event": "bench"')), None
+        (json.loads(line) for line in reversed(stdout.splitlines()) if line.startswith('{"event": "bench"')), None
     )
-    if done.returncode == 0 and record is not None:
+    if rc == 0 and record is not None:
         return record
-    rc = done.returncode or 1
-    tail = done.stderr.splitlines()[-STDERR_TAIL:]
+    rc = rc or 1
+    tail = stderr.splitlines()[-STDERR_TAIL:]
     return {"event": "bench", "exit_code": rc, "signature": died_signature(tail, rc)}
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 15.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _stopped(proc: subprocess.Popen, *, stalled: bool, dump_dir: Path | None, err_path: Path) -> dict:
+    if not stalled:
+        _kill(proc)
+        return {"event": "bench", "cut": True}
+    if dump_dir is None:
+        dump_dir = Path(tempfile.mkdtemp(prefix="price-dump-"))
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    dumped = hangs.dump(proc.pid, dump_dir, output_path=str(err_path))
+    _kill(proc)
+    record = {"event": "bench", "exit_code": TIMEOUT_RC, "signature": died_signature([], TIMEOUT_RC)}
+    if dumped.text_path:
+        record["dump"] = dumped.text_path
+        record["dump_method"] = dumped.method
+    return record
+
+
+def _slug(round_: int, config: Config) -> str:
+    name = f"{config.fixes or 'raw'}-{config.mode}" + (f"-{config.drafters}" if config.drafters else "")
+    return f"r{round_}-" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
 
 
 def run(
     plan: Plan,
     *,
-    bench: Callable[[Plan, Config], dict] | None = None,
+    bench: Callable[[Plan, Config, float, Path | None], dict] | None = None,
     log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
     done: Callable[[dict], None] = lambda record: None,
     records: list[dict] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> list[dict]:
     """Every bench of the plan in order; `done` gets each record as it is made (saved at once: a
-    run whose time runs out keeps the rounds it finished), `records` collects them."""
+    run whose time runs out keeps the rounds it finished), `records` collects them. Records
+    already in `records` (a resumed run's) are benches not run again."""
     records = [] if records is None else records
     bench = bench or bench_once
+    had = {(d["round"], d["phase"]) for d in records}
+    walls: dict[str, list[float]] = {}
+    for d in records:
+        if d.get("wall_s"):
+            walls.setdefault(d["phase"], []).append(d["wall_s"])
+    start = clock()
     steps = plan.order()
+    left_over = 0
     for i, (r, c) in enumerate(steps, 1):
-        t0 = time.monotonic()
-        got = bench(plan, c)
+        phase = c.phase(plan.workload)
+        if (r, phase) in had:
+            continue
+        limit = plan.timeout_s
+        if plan.max_time_s is not None:
+            left = plan.max_time_s - (clock() - start)
+            expect = walls.get(phase) or [w for ws in walls.values() for w in ws]
+            if left <= 0 or (expect and statistics.median(expect) > left):
+                left_over = len(steps) - i + 1
+                break
+            limit = min(limit, left)
+        t0 = clock()
+        dump_dir = plan.dumps / _slug(r, c) if plan.dumps is not None else None
+        got = bench(plan, c, limit, dump_dir)
+        wall = round(clock() - t0, 1)
+        if got.get("cut"):
+            left_over = len(steps) - i + 1
+            log(f"[{i}/{len(steps)}] round {r} `{c.strategy(plan.workload)}`: cut by --max-time after {wall:.0f}s")
+            break
         record = {
-            "phase": c.phase(plan.workload),
+            "phase": phase,
             "call": plan.host_run,
             "run": plan.run_id,
             "round": r,
             **({"sets": plan.sets} if plan.sets else {}),
             **got,
+            "wall_s": wall,
         }
+        shown = record.get("dump")
+        if shown and plan.dumps is not None and Path(shown).is_relative_to(plan.dumps.parent):
+            # Kept relative to the bench file's folder: a GPU host's $OUT is not where it is read.
+            record["dump"] = str(Path(shown).relative_to(plan.dumps.parent))
         records.append(record)
         done(record)
+        walls.setdefault(phase, []).append(wall)
         what = (
             f"{record['tokens_per_s_steady']:.0f} tokens/s (steady half)"
             if record.get("tokens_per_s_steady")
             else f"died: exit {record.get('exit_code')}: {record.get('signature')}"
         )
-        log(f"[{i}/{len(steps)}] round {r} `{c.strategy(plan.workload)}`: {what} ({time.monotonic() - t0:.0f}s)")
+        if shown:
+            what += f"; threads dumped before the kill: python -m harness diagnose {shown}"
+        log(f"[{i}/{len(steps)}] round {r} `{c.strategy(plan.workload)}`: {what} ({wall:.0f}s)")
+    if left_over:
+        log(
+            f"stopped at --max-time with {left_over} bench(es) of {len(steps)} left: the same command with --resume runs them"
+        )
     return records
+
+
+def resumed(plan: Plan, held: Sequence[dict]) -> list[dict]:
+    """The records of the last run in a bench file, checked to be this plan's: `plan` takes its run id,
+    and run() benches only what they lack. Another plan's run is a PriceError (one line, exit 2)."""
+    if not held:
+        raise PriceError("--resume: the file has no run to resume")
+    run_id = held[-1].get("run")
+    mine = [d for d in held if d.get("run") == run_id]
+    phases = {c.phase(plan.workload) for c in plan.configs}
+    other = sorted({d["phase"] for d in mine} - phases)
+    if (
+        other
+        or any(list(d.get("sets") or []) != plan.sets for d in mine)
+        or any(d["round"] >= plan.rounds for d in mine)
+    ):
+        what = ", ".join(other) if other else "other --set overrides or more rounds"
+        raise PriceError(f"--resume: the last run in the file ({run_id}) priced something else: {what}")
+    plan.run_id = run_id
+    return mine
 
 
 def prices(plan: Plan, records: Sequence[dict]) -> list[Price]:

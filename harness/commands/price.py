@@ -10,7 +10,7 @@ from harness.analysis import bench_records
 from harness.analysis.bench_records import BenchError
 from harness.args import positive_float, positive_int
 from harness.bench import pricing
-from harness.bench.pricing import PriceError, make_plan, prices, save
+from harness.bench.pricing import PriceError, make_plan, prices, resumed, save
 
 HELP = "what fixes cost alone on the machine: interleaved benches, paired ratios"
 
@@ -54,10 +54,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the GPU-host run's number recorded with them (the report groups benches by it)",
     )
+    p.add_argument(
+        "--max-time",
+        dest="max_time_s",
+        type=positive_float,
+        metavar="S",
+        help="start no bench that would not end within S seconds of the start; none runs past it",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the last run in --into: same run, only the benches it lacks",
+    )
+    p.add_argument(
+        "--dumps",
+        type=Path,
+        metavar="DIR",
+        help="where a bench past --timeout-s is dumped before the kill (default: beside --into, else a temporary folder)",
+    )
     p.add_argument("--target", type=positive_float, help="say whether each ratio's interval clears this (e.g. 1.2)")
 
 
 def run(opts: argparse.Namespace) -> int:
+    if opts.resume and (opts.into is None or not opts.into.exists()):
+        print("error: --resume needs --into with the run to resume", file=sys.stderr)
+        return 2
+    dumps = opts.dumps
+    if dumps is None:
+        dumps = opts.into.with_name(opts.into.stem + "-dumps") if opts.into is not None else None
     try:
         plan = make_plan(
             opts.preset,
@@ -68,13 +92,20 @@ def run(opts: argparse.Namespace) -> int:
             timeout_s=opts.timeout_s,
             host_run=opts.host_run,
             topology=opts.topology,
+            max_time_s=opts.max_time_s,
+            dumps=dumps,
         )
+        records: list[dict] = []
         if opts.into is not None and opts.into.exists():
-            bench_records.load([opts.into])  # before an hour of benches, not after
+            held = bench_records.read_records(opts.into)  # before an hour of benches, not after
+            if opts.resume:
+                records = resumed(plan, held)
     except (PriceError, BenchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    records: list[dict] = []
+    resumed_n = len(records)
+    if records:
+        print(f"resuming run {plan.run_id}: {len(records)} bench(es) already done", file=sys.stderr)
     try:
         pricing.run(
             plan, records=records, done=(lambda d: save([d], opts.into)) if opts.into is not None else (lambda d: None)
@@ -82,6 +113,6 @@ def run(opts: argparse.Namespace) -> int:
     finally:
         # Stopped (SIGTERM from a run's time limit, Ctrl-C) or not: the rounds that ran are priced.
         if opts.into is not None:
-            print(f"{opts.into}: {len(records)} bench record(s) added", file=sys.stderr)
+            print(f"{opts.into}: {len(records) - resumed_n} bench record(s) added", file=sys.stderr)
         print(pricing.table(plan, prices(plan, records), opts.target), flush=True)
     return 1 if any(d.get("exit_code") for d in records) else 0
