@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from dflash.config import ATTENTION_BACKENDS, PRECISIONS
-from dflash.drafter import SLIDING, DFlashDrafter
+from dflash.drafter import FULL, SLIDING, DenseMask, DFlashDrafter, window_mask
 from dflash.errors import ConfigError
 from dflash.loss import LossOut, block_labels, block_loss, position_weights
 from dflash.masks import flex_block_mask, sdpa_mask
@@ -132,16 +132,36 @@ class DFlashObjective(nn.Module):
         return block_loss(logits, labels, valid, self.pos_weights)
 
     @torch.no_grad()
-    def draft_logits(self, context: torch.Tensor, anchor_tokens: torch.Tensor) -> torch.Tensor:
+    def draft_logits(
+        self, context: torch.Tensor, anchor_tokens: torch.Tensor, context_lens: list[int] | None = None
+    ) -> torch.Tensor:
         """Inference draft of one block per row: context [b, S, k*H] holds the verified
         positions 0..S-1, the anchor (last verified token) sits at position S. The block sees all
-        context and itself (no mask, as at z-lab inference). Returns logits [b, B_s-1, V]."""
+        context and itself (no mask, as at z-lab inference). Returns logits [b, B_s-1, V].
+
+        `context_lens`: rows of different lengths in one batch (the evaluation's lockstep): row r's
+        context is its first context_lens[r] rows, its anchor sits at that position, and a mask
+        hides the padding after it from the block."""
         dev = self.pos_weights.device  # the target may live on another device
         context, anchor_tokens = context.to(dev), anchor_tokens.to(dev)
         b, seq_len = context.shape[:2]
         offs = torch.arange(self.block_size, device=dev)
         ids = torch.where(offs == 0, anchor_tokens[:, None], self.mask_token_id)  # [b, B_s]
         positions = torch.arange(seq_len + self.block_size, device=dev).expand(b, -1)
+        mask = None
+        if context_lens is not None:
+            lens = torch.tensor(context_lens, device=dev)[:, None]  # [b, 1]
+            col = torch.arange(seq_len + self.block_size, device=dev)[None, :]
+            # Context columns past the row's own length are padding; the block's columns sit at
+            # positions len..len+B_s-1.
+            positions = torch.where(col < seq_len, col, lens + col - seq_len)
+            seen = (col < lens) | (col >= seq_len)  # [b, S+B_s]
+            allowed = seen[:, None, None, :].expand(b, 1, self.block_size, -1)
+            valid = torch.ones(b, 1, self.block_size, 1, dtype=torch.bool, device=dev)
+            mask = DenseMask(allowed=allowed, row_valid=valid)
+            if self.drafter.sliding_window is not None:  # sliding layers: the padding and the window
+                window = window_mask(positions, self.block_size, self.drafter.sliding_window)
+                mask = {FULL: mask, SLIDING: DenseMask(allowed=allowed & window.allowed, row_valid=valid)}
         with self._autocast(dev):
-            hidden = self.drafter(self.embed(ids), context, positions, None)
+            hidden = self.drafter(self.embed(ids), context, positions, mask)
             return self.lm_head(hidden[:, 1:].to(self.lm_head.weight.dtype))

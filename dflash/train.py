@@ -58,7 +58,7 @@ from dflash.target_loop import TargetForwardLoop
 from dflash.timeline import Timeline
 from dflash.watchdog import EXIT_STALLED, Stall, Watchdog
 from harness.runtime import faults
-from harness.runtime.fixes import FixSet
+from harness.runtime.fixes import FixSet, check_cuda_graphs
 from harness.runtime.recommend import Recommendation, resolve_names
 
 SIGNAL_GRACE_S = 2.0
@@ -267,6 +267,7 @@ class Trainer:
                     "drafter.attention=flex needs CUDA drafter devices (flex backward "
                     "is not implemented on CPU); use auto or sdpa"
                 )
+            check_cuda_graphs(cfg.fixes, cfg.compile.cudagraphs and any(d.type == "cuda" for d in self.plan.drafter))
             self.resume = _resume_state(cfg, self.err)
             compile_cache.check(cfg.compile.cache_artifacts)
         if cfg.compile.cache_file:

@@ -10,7 +10,7 @@ from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
 from dflash.errors import ConfigError
-from dflash.evaluate import acceptance_length, speculative_generate
+from dflash.evaluate import acceptance_length, speculative_generate, speculative_generate_batch
 from dflash.masks import sdpa_mask
 from dflash.objective import DFlashObjective
 from dflash.target import build_target
@@ -29,8 +29,8 @@ def objective(target):
     return make_objective(target)
 
 
-def make_objective(target):
-    cfg = DrafterConfig(num_layers=1, block_size=BS, init_seed=1)
+def make_objective(target, **drafter):
+    cfg = DrafterConfig(num_layers=drafter.pop("num_layers", 1), block_size=BS, init_seed=1, **drafter)
     layer_ids = resolve_layer_ids(cfg, target.num_layers)
     drafter = DFlashDrafter(
         cfg,
@@ -96,6 +96,38 @@ def test_inference_draft_equals_training_block_at_the_same_anchor(target, object
         train_logits = objective.lm_head(hidden[:, 1:])
     infer_logits = objective.draft_logits(context[:, :anchor], seq[:, anchor])
     torch.testing.assert_close(infer_logits, train_logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "drafter",
+    [{}, {"num_layers": 2, "layer_types": ("sliding_attention", "full_attention"), "sliding_window": 3}],
+    ids=["full", "sliding"],
+)
+def test_rows_of_different_lengths_in_one_batch_draft_what_each_drafts_alone(target, drafter):
+    # The evaluation's lockstep pads contexts to the longest row: the mask must hide the padding.
+    objective = make_objective(target, **drafter)
+    seqs = [p + target.greedy_generate([p], 5)[0] for p in PROMPTS]
+    lens = [len(p) for p in PROMPTS]  # anchors at the prompts' ends: 6, 5, 7
+    ctx = [
+        target.hidden(torch.tensor([q]), torch.ones(1, len(q), dtype=torch.long), objective.layer_ids)[0] for q in seqs
+    ]
+    padded = torch.zeros(len(seqs), max(lens), ctx[0].shape[-1])
+    for row, (c, n) in enumerate(zip(ctx, lens)):
+        padded[row, :n] = c[:n]
+        padded[row, n:] = 7.0  # anything: a leak would change the drafts
+    anchors = torch.tensor([q[n] for q, n in zip(seqs, lens)])
+    with torch.no_grad():
+        together = objective.draft_logits(padded, anchors, context_lens=lens)
+        for row, (c, n) in enumerate(zip(ctx, lens)):
+            alone = objective.draft_logits(c[None, :n], anchors[row : row + 1])
+            torch.testing.assert_close(together[row : row + 1], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_the_batched_loop_gives_each_prompt_its_own_tokens_and_rounds(target, objective):
+    together = speculative_generate_batch(target, objective, PROMPTS, 13)
+    assert together == [speculative_generate(target, objective, p, 13) for p in PROMPTS]
+    with pytest.raises(ValueError):
+        speculative_generate_batch(target, objective, [PROMPTS[0], []], 8)
 
 
 def test_bad_evaluation_input_is_rejected(target, objective):
@@ -173,3 +205,9 @@ def test_training_on_target_regenerated_data_raises_tau(target):
         opt.step()
     tau_after = acceptance_length(target, objective, prompts[:6], seq_len - prompt_len)
     assert tau_before < 1.2 and tau_after > 1.5, (tau_before, tau_after)
+    # Rows now accept different numbers of drafts a round, so the lockstep's rows drift apart in
+    # length: each still gets what it gets alone.
+    mixed = [*prompts[:6], PROMPTS[0]]
+    together = speculative_generate_batch(target, objective, mixed, seq_len - prompt_len)
+    assert together == [speculative_generate(target, objective, p, seq_len - prompt_len) for p in mixed]
+    assert len({len(r) for _, r in together}) > 1  # the rows did drift apart

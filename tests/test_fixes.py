@@ -535,3 +535,23 @@ def test_thread_local_stance_keeps_skip_guard_eval_unsafe_in_the_thread_that_set
     with fs.around_call():
         assert fixes.GLOBAL_LOCK._is_owned()
     assert not fixes.GLOBAL_LOCK._is_owned()
+
+
+def test_a_fix_known_not_to_hold_with_cuda_graphs_is_refused_beside_them_in_one_line():
+    from harness.runtime.fixes import check_cuda_graphs
+
+    check_cuda_graphs(["phase-lock", "target-hook-taps"], cuda_graphs=False)  # no graphs: fine
+    check_cuda_graphs(["global-lock", "stream-sync"], cuda_graphs=True)  # sound with them
+    with pytest.raises(ConfigError, match=r"'phase-lock' does not hold where compiled calls record CUDA graphs.*F1c"):
+        check_cuda_graphs(["target-hook-taps", "phase-lock"], cuda_graphs=True)
+
+
+def test_harness_price_refuses_phase_lock_beside_cuda_graphs_before_any_bench():
+    from harness.bench import pricing
+
+    with pytest.raises(pricing.PriceError, match="does not hold where compiled calls record CUDA graphs"):
+        pricing.make_plan("gpu-launch-bound", ["phase-lock"], rounds=1, steps=5, cuda_count=1)
+    plan = pricing.make_plan("gpu-launch-bound", ["phase-lock:default"], rounds=1, steps=5, cuda_count=1)
+    assert plan.configs[0].mode == "default"
+    # On the CPU reduce-overhead records no CUDA graph: nothing to refuse.
+    assert pricing.make_plan("tiny-cpu", ["phase-lock:reduce-overhead"], rounds=1, steps=5).rounds == 1

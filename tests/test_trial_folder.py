@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 from harness.trial import folder
-from harness.trial.folder import TrialFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,14 +24,13 @@ def test_no_module_but_the_folder_module_names_an_artefact_file():
 
 
 def test_a_folder_is_cleared_written_and_read(tmp_path):
-    tf = TrialFolder(tmp_path)
     for name in folder.FILES:
         (tmp_path / name).write_text("old")
     (tmp_path / "kept.txt").write_text("not an artefact")
-    tf.clear()
+    folder.clear(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"]
-    tf.write_json(tf.result, {"outcome": "ok"})
-    assert tf.has_result() and tf.read_json(tf.result) == {"outcome": "ok"}
-    assert TrialFolder.text(tf.output) is None
-    tf.output.write_text("line\n")
-    assert TrialFolder.text(tf.output) == "line\n"
+    folder.write_json(tmp_path / folder.RESULT, {"outcome": "ok"})
+    assert (tmp_path / folder.RESULT).read_text() == '{\n  "outcome": "ok"\n}\n'
+    assert folder.text(tmp_path / folder.OUTPUT) is None  # the trial left none
+    (tmp_path / folder.OUTPUT).write_bytes(b"line \xff\n")
+    assert folder.text(tmp_path / folder.OUTPUT) == "line \ufffd\n"  # undecodable bytes do not raise

@@ -16,6 +16,8 @@
 #             (a new, empty cache + the cold run's compile.cache_artifacts file); each run's
 #             `timeline:` line in the log, its records in run.tgz
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
+#   bench-eval  tools/bench_eval.py on gpu-default and gpu-launch-bound: the evaluation's prompts one at
+#             a time against one batch
 #   bench:PRESET:FIXES[:MODE[:GPUS]]  one campaign cell alone (GPUS: in the seed topology)
 #   price     `python -m harness price $PRICE_ARGS` (configurations benched in alternating rounds,
 #             paired ratios with intervals) until 45 s before SECONDS; records in $OUT/price.jsonl,
@@ -148,6 +150,10 @@ run_phase() {
                  --set train.progress=false --out /tmp/st-$label > "$X/startup-$label.out" 2> "$X/startup-$label.err"
                echo "startup $label rc=$? $(( $(date +%s) - s ))s: $(grep -h '^timeline:' "$X/startup-$label.err")"
              done; rm -f "$c" ;;   # the file (~60 MB) is over what a returned file may have
+    # The end-of-run evaluation, prompts one at a time against one batch (tools/bench_eval.py).
+    bench-eval) for bp in default launch-bound; do s=$(date +%s)
+             timeout -k 15 -s TERM 240 python3 -m tools.bench_eval --preset gpu-$bp > "$X/bench-eval-$bp.out" 2>&1
+             echo "bench-eval $bp rc=$? $(( $(date +%s) - s ))s: $(tail -n 1 "$X/bench-eval-$bp.out")"; done ;;
     bench) s=$(date +%s); timeout -k 15 -s TERM 200 python3 -m dflash bench --preset gpu-default --steps 40 > "$X/bench.out" 2> "$X/bench.err"
            echo "bench rc=$? $(( $(date +%s) - s ))s"; cat "$X/bench.out"; grep -v "^train:" "$X/bench.err" | tail -n 8 ;;
     bench:*) # bench:PRESET:FIXES[:MODE[:GPUS]]: one campaign cell alone on the GPU (its GPU busy fraction);

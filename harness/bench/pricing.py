@@ -56,7 +56,7 @@ from dflash.errors import DevicePlanError
 from dflash.topology import topology as topology_sets
 from harness.analysis.bench_records import BenchError, append, died_signature, strategy_of
 from harness.analysis.prices import Price, Run, price_runs, rows
-from harness.runtime.fixes import FixSet, parse_names
+from harness.runtime.fixes import FixSet, check_cuda_graphs, parse_names
 from harness.trial import hangs
 
 TIMEOUT_RC = 124
@@ -173,12 +173,13 @@ def make_plan(
             # `recommended` resolves per machine in the bench itself; validate its extra names here.
             names, _ = parse_names(cfg.fixes)
             FixSet.from_names(names)
-            resolve(
+            plan = resolve(
                 cfg.devices,
                 num_target_threads=cfg.pipeline.num_target_threads,
                 num_drafter_threads=cfg.pipeline.num_drafter_threads,
                 cuda_count=cuda_count,
             )
+            check_cuda_graphs(names, cfg.compile.cudagraphs and any(d.type == "cuda" for d in plan.drafter))
     except (ConfigError, DevicePlanError) as e:
         raise PriceError(str(e)) from None
     if len(set(parsed)) != len(parsed):

@@ -45,6 +45,7 @@ from harness.faults.profiles import plan_from_seed
 from harness.faults.scheduler import decisions
 from harness.stores.store import Store
 from harness.trial.folder import OUTPUT, PLAN_LOG, SPEC
+from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import installed_torch
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import run_trial
@@ -196,7 +197,7 @@ def _run_one(
         result = run_trial(spec, store.artefacts_dir(spec.trial_id), replay_of=replay_of)
         store.append(result)
     art = store.artefacts_of(result)
-    text = (art / OUTPUT).read_text(errors="replace") if art is not None else ""
+    text = (folder_text(art / OUTPUT) if art is not None else None) or ""
     return result, target.reproduced(result, text)
 
 

@@ -46,6 +46,7 @@ from harness.campaign.progress import format_elapsed
 from harness.campaign.spec import MatrixError, PlanChoice
 from harness.trial import native
 from harness.trial.folder import NATIVE_STACK, OUTPUT
+from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import interpreter_versions
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import run_trial
@@ -262,7 +263,7 @@ class _StressLoop:
             while (run := self._take()) is not None:
                 folder = self.opts.out_dir / str(run.index)
                 result = run_trial(self._spec(run), folder)
-                output = (folder / OUTPUT).read_text(errors="replace") if (folder / OUTPUT).exists() else ""
+                output = folder_text(folder / OUTPUT) or ""
                 self._record(run, result, output, folder)
         except BaseException as e:
             with self.lock:

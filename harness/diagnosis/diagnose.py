@@ -47,6 +47,7 @@ from harness.stores.store import Store, StoreError
 from harness.text import clip
 from harness.trial import blocking, hangs, native, signature, tracebacks
 from harness.trial.folder import HANG_DUMP, NATIVE_STACK, OUTPUT, PYSPY, RESULT, SPEC
+from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import installed_torch
 from harness.trial.outcome import Outcome, TrialResult
 
@@ -520,12 +521,7 @@ def failures_of(record: TrialResult, art=None) -> list[Failure]:
 
 
 def _read(art, name: str) -> str:
-    if art is None:
-        return ""
-    try:
-        return (art / name).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
+    return (folder_text(art / name) if art is not None else None) or ""
 
 
 def from_text(text: str, *, source: str, rc: int | None = None, torch: str | None = None) -> Failure | None:

@@ -1,8 +1,7 @@
 """A trial's folder: the name of every artefact the runner, the child's bootstrap and the readers
 share, and their reading and writing, in one place.
 
-    folder = TrialFolder(store.artefacts_of(record))   # a folder, or a packed trial's zip
-    folder.text(folder.output)                         # None when the trial left none
+    folder.text(store.artefacts_of(record) / folder.OUTPUT)   # None when the trial left none
 
 The path may be a `pathlib.Path` or a packed trial's zip path (harness.stores.store.PackedArtefacts):
 both take `/`, `is_file()` and `read_text()`; writing is for folders only.
@@ -54,46 +53,19 @@ FILES = (
 )
 
 
-class TrialFolder:
-    """One trial's artefacts: `folder.output` is the path of OUTPUT in it, and so on."""
+def text(path: Any) -> str | None:
+    """An artefact's text, or None where the trial left none (or it cannot be read)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+    except OSError:
+        return None
 
-    def __init__(self, path: Any) -> None:
-        self.path = path
 
-    def __truediv__(self, name: str) -> Any:
-        return self.path / name
+def clear(path: Path) -> None:
+    """A reused folder must not show a previous trial's files."""
+    for name in FILES:
+        (Path(path) / name).unlink(missing_ok=True)
 
-    output = property(lambda self: self.path / OUTPUT)
-    spec = property(lambda self: self.path / SPEC)
-    result = property(lambda self: self.path / RESULT)
-    heartbeat = property(lambda self: self.path / HEARTBEAT)
-    plan = property(lambda self: self.path / PLAN)
-    plan_log = property(lambda self: self.path / PLAN_LOG)
-    pyspy = property(lambda self: self.path / PYSPY)
-    hang_dump = property(lambda self: self.path / HANG_DUMP)
-    native_stack = property(lambda self: self.path / NATIVE_STACK)
-    stall_dump = property(lambda self: self.path / STALL_DUMP)
-    exposure = property(lambda self: self.path / EXPOSURE)
-    thread_errors = property(lambda self: self.path / THREAD_ERRORS)
 
-    def has_result(self) -> bool:
-        return self.result.is_file()
-
-    @staticmethod
-    def text(path: Any) -> str | None:
-        """An artefact's text, or None where the trial left none (or it cannot be read)."""
-        try:
-            return path.read_text(errors="replace") if path.is_file() else None
-        except OSError:
-            return None
-
-    def read_json(self, path: Any) -> Any:
-        return json.loads(path.read_text())
-
-    def clear(self) -> None:
-        """A reused folder must not show a previous trial's files."""
-        for name in FILES:
-            (Path(self.path) / name).unlink(missing_ok=True)
-
-    def write_json(self, path: Path, data: Any) -> None:
-        Path(path).write_text(json.dumps(data, indent=2) + "\n")
+def write_json(path: Path, data: Any) -> None:
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")

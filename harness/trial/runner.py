@@ -41,7 +41,6 @@ from pathlib import Path
 from harness.faults import exposure
 from harness.trial import blocking, folder, gpu, hangs, kernel_cache, lifeline, native, progress, signature, tracebacks
 from harness.trial.cells import split_cell
-from harness.trial.folder import TrialFolder
 from harness.trial.frames import top_frames
 from harness.trial.interpreter import installed_torch, interpreter_versions
 from harness.trial.outcome import Outcome, TrialResult, mark_resource
@@ -119,7 +118,7 @@ def run_trial(
     """Run `spec` once; every ending (including a bad spec) becomes a TrialResult."""
     out = Path(artefacts_dir)
     out.mkdir(parents=True, exist_ok=True)
-    TrialFolder(out).clear()
+    folder.clear(out)
     result = TrialResult(
         trial_id=str(spec.trial_id),
         cell=str(spec.cell),
@@ -142,7 +141,7 @@ def run_trial(
         result.detail = f"invalid spec: {exc}"
         return _finish(result, out, after_exit)
     result.plan_seed = spec.plan_seed
-    TrialFolder(out).write_json(out / folder.SPEC, spec.to_json())
+    folder.write_json(out / folder.SPEC, spec.to_json())
     env = child_env(spec, out)
     result.gpu = gpu.names(env.get("CUDA_VISIBLE_DEVICES")) if gpu.available() else None
     output_path = out / folder.OUTPUT
@@ -207,7 +206,7 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
         env.pop(exposure.ENV_EXPOSURE, None)
     if spec.plan is not None:
         plan_path = out / folder.PLAN
-        TrialFolder(out).write_json(plan_path, spec.plan)
+        folder.write_json(plan_path, spec.plan)
         env["HARNESS_PLAN"] = str(plan_path)
     return env
 
@@ -632,7 +631,7 @@ def _keep_native_stack(out: Path, text: str) -> None:
 
 
 def _finish(result: TrialResult, out: Path, after_exit: AfterExit | None) -> TrialResult:
-    TrialFolder(out).write_json(out / folder.RESULT, result.to_json())
+    folder.write_json(out / folder.RESULT, result.to_json())
     if after_exit is not None:
         after_exit(result)
     return result
