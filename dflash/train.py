@@ -242,6 +242,7 @@ class Trainer:
             )
             names, self.recommendation = self._resolve_fixes(cfg)
             self.fs = FixSet.from_names(names)
+            self.fs.process_start()  # the trainer is built in the thread that outlives its workers
             # The resolved names, so that checkpoints and records store what ran.
             self.cfg: RunConfig = dataclasses.replace(cfg, fixes=self.fs.names())
         self.oracle = Oracle(self.cfg.train)

@@ -45,6 +45,7 @@ def install(names: str) -> Guard:
         return guard
     _hook_threads(guard)
     on_module_loaded("torch", lambda torch: _hook_compile(guard, torch))
+    on_module_loaded("torch", lambda torch: guard.process_start())  # acts only in the main thread
     on_module_loaded("torch.fx._symbolic_trace", lambda mod: _guard_method(guard, mod.Tracer, "trace"))
     on_module_loaded("torch._dynamo", lambda mod: _guard_function(guard, mod, "reset"))
     return guard

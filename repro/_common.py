@@ -67,10 +67,12 @@ def setup(p):
         )
         sys.exit(2)
     try:
-        return args, FixSet.from_names(args.fix)
+        fs = FixSet.from_names(args.fix)
     except ValueError as exc:  # harness.runtime.errors.ConfigError
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    fs.process_start()  # the main thread, before any worker starts
+    return args, fs
 
 
 def run_threads(bodies, deadline_s):

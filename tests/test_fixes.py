@@ -53,6 +53,7 @@ def test_registry_names_and_docstrings():
         "await-thread-exit",
         "phase-lock",
         "thread-local-stance",
+        "pin-fake-cuda-guard",
     }
     for fix in FIXES.values():
         doc = type(fix).__doc__ or ""

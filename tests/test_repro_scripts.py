@@ -42,6 +42,7 @@ CATALOGUE = {
     "r26_stash_exit_finalize": "CPU",
     "r27_dict_mutation": "CPU",
     "r28_stance_leak": "CPU",
+    "r29_fake_guard_thread_exit": "CPU",
 }
 GPU = sorted(k for k, v in CATALOGUE.items() if v == "GPU")
 SECTIONS = ("Symptom:", "Mechanism:", "Trigger:", "Affected versions:", "Fix:", "Upstream:")
@@ -160,6 +161,7 @@ def test_r26_rejects_an_empty_run_in_one_line():
     [
         ("r27_dict_mutation", ("--traces", "0"), "error: --traces must be >= 1 and --items >= 0"),
         ("r28_stance_leak", ("--calls", "0"), "error: --calls must be >= 1"),
+        ("r29_fake_guard_thread_exit", ("--workers", "0"), "error: --workers must be >= 1"),
     ],
 )
 def test_an_empty_run_is_one_error_line(name, args, line):

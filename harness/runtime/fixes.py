@@ -51,6 +51,10 @@ class Fix:
     """Why the fix does not hold where compiled calls record CUDA graphs ('' = it does):
     check_cuda_graphs() refuses the pair."""
 
+    def process_start(self) -> bool:
+        """Once, in the thread that outlives the workers (the main thread), before they start."""
+        return False
+
     def thread_start(self, role: str) -> bool:
         return False
 
@@ -534,6 +538,36 @@ class AwaitThreadExit(Fix):
         return True
 
 
+class PinFakeCudaGuard(Fix):
+    """Install the no-GPU CUDA device guard once from the main thread, before the workers start.
+
+    On a CUDA build of torch 2.11 on a machine without a GPU, every FakeTensorMode entry (every
+    compile) calls torch._C._ensureCUDADeviceGuardSet, which puts a guard owned by the calling
+    thread's C++ thread_local into the process-wide registry; once that thread exits, the next
+    entry in any thread calls through the freed guard: SIGSEGV (race fake-guard-exit, repro r29).
+    Called from the main thread, the registry holds a guard that lives as long as the process, and
+    later entries find a device count and leave it alone. A no-op on a CPU-only build, with a GPU,
+    and outside the main thread. PR #163016 (the fake guard for FakeTensorMode on CUDA-less
+    machines, issue #122109) put it in a thread_local.
+    """
+
+    name = "pin-fake-cuda-guard"
+    targets = ("fake-guard-exit",)
+    upstream = ("#163016", "#122109")
+
+    def process_start(self) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return False  # a worker's guard is what dangles: pinning it there would be the bug
+        # the harness reads this registry without torch: a fix imports it when it acts
+        import torch
+
+        ensure = getattr(torch._C, "_ensureCUDADeviceGuardSet", None)
+        if ensure is None or torch.version.cuda is None:
+            return False
+        ensure()
+        return True
+
+
 class NestedFxFallback(Fix):
     """Set torch._dynamo.config.error_on_nested_fx_trace = False inside each worker thread.
 
@@ -664,6 +698,7 @@ FIXES: dict[str, Fix] = {
         StreamSync(),
         AwaitThreadExit(),
         ThreadLocalStance(),
+        PinFakeCudaGuard(),
     )
 }
 
@@ -712,6 +747,12 @@ class FixSet:
         if name in self._names:
             with self._lock:
                 self.counts[name] += n
+
+    def process_start(self) -> None:
+        """Process-wide initialisation; call once from the main thread before starting workers."""
+        for fix in self.fixes:
+            if fix.process_start():
+                self.note(fix.name)
 
     def thread_start(self, role: str) -> None:
         """Per-thread initialisation; call first thing in every worker thread's body."""

@@ -117,6 +117,7 @@ import contextlib
 import contextvars
 import difflib
 import functools
+import sys
 import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
@@ -178,6 +179,8 @@ class Guard:
         self._context_mark: contextvars.ContextVar[bool] = contextvars.ContextVar(
             f"harness.runtime.guard.started.{id(self):x}", default=False
         )
+        if "torch" in sys.modules:  # built after torch's import, as programs do: pin what needs the main thread
+            self.process_start()
 
     @classmethod
     def recommended(cls, device: Any = "cpu", *, cudagraphs: bool = False, torch_version: str | None = None) -> Guard:
@@ -232,6 +235,11 @@ class Guard:
         return f"Guard({','.join(self.names)!r})"
 
     # -- hooks --------------------------------------------------------------------------------
+
+    def process_start(self) -> None:
+        """The fixes that act once from the main thread before the workers start
+        (pin-fake-cuda-guard); a no-op elsewhere. The constructor calls it when torch is imported."""
+        self._fixes.process_start()
 
     def enter_thread(self, role: str | None = None) -> bool:
         """Run the fixes' per-thread set-up unless this thread (and context) already has; returns
