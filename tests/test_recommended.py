@@ -74,8 +74,12 @@ def test_bad_fixes_value_is_one_error_line_exit_2(value, match, tmp_path, capsys
 
 
 def test_gpu_presets_default_to_recommended_cpu_presets_to_raw():
+    # gpu-default names the set REPORT recommends for it (measured there: phase-lock), which the
+    # recommended rule for any CUDA run without CUDA graphs (global-lock) does not generalise to.
     for name in presets.PRESETS:
         want = ("recommended",) if name in GPU_PRESETS else ()
+        if name == "gpu-default":
+            want = ("phase-lock", "target-hook-taps")
         assert presets.get(name).fixes == want, name
 
 
