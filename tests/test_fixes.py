@@ -556,3 +556,21 @@ def test_harness_price_refuses_phase_lock_beside_cuda_graphs_before_any_bench():
     assert plan.configs[0].mode == "default"
     # On the CPU reduce-overhead records no CUDA graph: nothing to refuse.
     assert pricing.make_plan("tiny-cpu", ["phase-lock:reduce-overhead"], rounds=1, steps=5).rounds == 1
+
+
+def test_pin_fake_cuda_guard_acts_once_from_the_main_thread_only(monkeypatch):
+    # The CUDA build's call is stood in for: on this CPU-only build there is nothing to pin (r29
+    # reproduces only on a CUDA build without a GPU: tests/race/test_r29_fake_guard_thread_exit.py).
+    calls = []
+    monkeypatch.setattr(torch._C, "_ensureCUDADeviceGuardSet", lambda: calls.append(1), raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    fs = FixSet.from_names(["pin-fake-cuda-guard"])
+    worker = threading.Thread(target=fs.process_start)
+    worker.start()
+    worker.join()
+    assert calls == [] and fs.counts["pin-fake-cuda-guard"] == 0  # a worker's guard is the one that dangles
+    fs.process_start()
+    assert calls == [1] and fs.counts["pin-fake-cuda-guard"] == 1
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU-only build: nothing to pin
+    fs.process_start()
+    assert calls == [1]

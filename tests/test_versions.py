@@ -8,14 +8,25 @@ from harness.analysis import versions
 from harness.trial.outcome import Outcome, TrialResult
 
 
-def _r(matrix: str, cell: str, i: int, failed: bool, torch: str) -> TrialResult:
+OWN = {
+    "r06": "fx-trace-of-dynamo-fn (RuntimeError in repro-caller at torch._dynamo.eval_frame:compile_wrapper)",
+    "r07": "fx-current-patcher (torch._dynamo.exc.BackendCompilerFailed in repro-compiler)",
+    "r13": "WRONG_RESULT: main set error_on_nested_fx_trace=False but 1/1 worker threads see True",
+    "r25": "WRONG_RESULT: block-mask: 1/24 outputs unequal to SDPA",
+}
+"""A failure of each repro's own race, as its trials' signatures read."""
+
+
+def _r(matrix: str, cell: str, i: int, failed: bool, torch: str, summary: str | None = None) -> TrialResult:
+    summary = summary or OWN[cell.split(":")[0]]
     return TrialResult(
         trial_id=f"{matrix}/{cell}/{i}",
         cell=cell,
         trial_index=i,
         outcome=Outcome.CRASH if failed else Outcome.OK,
         torch_version=torch,
-        signature="s" if failed else None,
+        signature=summary if failed else None,
+        signature_summary=summary if failed else None,
     )
 
 
@@ -53,3 +64,15 @@ def test_an_older_torch_that_never_had_the_race_is_not_said_to_have_lost_it():
         "| r13 | `r13:raw@switch` | `nested-fx-fallback` | 0/1, fix 0/1: not reproduced, fix not needed | "
         "1/1: reproduces | 0/1: no longer reproduces |"
     ) in text
+
+
+def test_a_failure_by_another_race_is_shown_and_decides_nothing():
+    # Torch 2.11's CUDA build on a machine without a GPU: r25's trials segfault by fake-guard-exit
+    # (r29) before its own race could show; the row says so instead of "reproduces".
+    segv = "Segmentation fault at torch._subclasses.fake_tensor:__enter__"
+    rs = [_r("versions-cpu", "r25:raw@switch", i, True, "2.11.0", segv) for i in range(3)]
+    rs += [_r("versions-cpu", "r25:raw@switch", 3, True, "2.11.0")]
+    rs += [_r("catalogue-cpu", "r25:raw@switch", 0, False, "2.13.0+cpu")]
+    text = versions.body([(Path("a"), rs)])
+    assert "| r25 | `r25:raw@switch` | `-` | 1/4 (+3 fake-guard-exit): reproduces | 0/1: no longer reproduces |" in text
+    assert versions.counts([(Path("a"), rs)])[("r25:raw@switch", "2.11.0")] == (1, 4)

@@ -6,14 +6,23 @@ records its interpreter's torch: `harness matrix --python`), so the CPU catalogu
 and the versions-cpu stores (one per torch) meet in one row. Verdicts per version:
 `reproduces` / `not reproduced`, and for the fix `holds` / `fails`, or, where the race no longer
 reproduces, `no longer needed` / `now harmful` (the fixed cell fails where raw does not).
+
+A trial counts against a row's race only when its failure is of the repro's family (the
+catalogue's `[[repro]] family`); other failures are shown beside it and decide nothing: on torch
+2.11's CUDA build without a GPU, r25's raw cell failed 10/10 by another race (fake-guard-exit,
+r29), not by its own.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.diagnosis.catalogue import load
+from harness.diagnosis.families import family
 from harness.trial.outcome import TrialResult
 
 BLOCK = "torch-versions"
@@ -29,9 +38,27 @@ def _key(v: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in v.split("."))
 
 
+@functools.cache
+def _race_patterns() -> dict[str, re.Pattern]:
+    """Repro id -> the regex its own race's failures match (outcome, signature and summary)."""
+    return {row.id: re.compile(row.family) for row in load().repros if row.family}
+
+
+def _own(r: TrialResult) -> bool:
+    """Whether a failing trial failed by its repro's race (a workload without a catalogue row: any failure)."""
+    pattern = _race_patterns().get(r.workload or "")
+    text = f"{r.outcome.value} {r.signature or ''} {r.signature_summary or ''}"
+    return pattern is None or pattern.search(text) is not None
+
+
 def counts(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> dict[tuple[str, str], tuple[int, int]]:
-    """(cell, torch version) -> (failing, counted) over every store's records of MATRICES."""
-    out: dict[tuple[str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
+    """(cell, torch version) -> (failing by the repro's race, counted) over every store's records of MATRICES."""
+    return {k: (v[0], v[1]) for k, v in _tally(loaded).items()}
+
+
+def _tally(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> dict[tuple[str, str], list]:
+    """(cell, version) -> [own failures, counted, Counter of the other failures' families]."""
+    out: dict[tuple[str, str], list] = collections.defaultdict(lambda: [0, 0, collections.Counter()])
     for _, records in loaded:
         for r in records:
             version = _version(r)
@@ -40,9 +67,19 @@ def counts(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> dict[tuple[s
             if not r.outcome.counts_as_trial:
                 continue
             kn = out[(r.cell, version)]
-            kn[0] += r.outcome.is_failure
+            if r.outcome.is_failure:
+                if _own(r):
+                    kn[0] += 1
+                else:
+                    kn[2][family(r.signature_summary)] += 1
             kn[1] += 1
-    return {k: (v[0], v[1]) for k, v in out.items()}
+    return out
+
+
+def _others(tally: list | None) -> str:
+    if not tally or not tally[2]:
+        return ""
+    return " (" + ", ".join(f"+{n} {fam}" for fam, n in tally[2].most_common()) + ")"
 
 
 def _verdict(raw: tuple[int, int] | None, fix: tuple[int, int] | None, *, earlier: bool = True) -> str:
@@ -63,7 +100,8 @@ def _verdict(raw: tuple[int, int] | None, fix: tuple[int, int] | None, *, earlie
 
 
 def body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
-    found = counts(loaded)
+    tallies = _tally(loaded)
+    found = {k: (v[0], v[1]) for k, v in tallies.items()}
     versions = sorted({v for _, v in found}, key=_key)
     # The cells versions-cpu runs (each race under its plan, raw and with its fix), not the catalogue
     # store's others (its plain cells): the rows every version is compared on.
@@ -81,7 +119,8 @@ def body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
     lines = [
         f"Regenerate with `python -m harness report`. Repro cells of `{MATRICES[0]}` and `{MATRICES[1]}` by the "
         "torch each trial ran on (`harness matrix --preset versions-cpu --python ENV/bin/python`): failing/"
-        "counted trials, raw and with the race's fix, under the race's plan.",
+        "counted trials, raw and with the race's fix, under the race's plan; a failure by another race "
+        "(its family in brackets) is shown and decides nothing.",
         "",
         "| race | raw cell | fix | " + " | ".join(f"torch {v}" for v in versions) + " |",
         "|---|---|---|" + "---|" * len(versions),
@@ -94,7 +133,9 @@ def body(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> str:
             if r is None:
                 entries.append("not run")
                 continue
-            text = f"{r[0]}/{r[1]}" + (f", fix {f[0]}/{f[1]}" if f else "")
+            text = f"{r[0]}/{r[1]}{_others(tallies.get((raw, v)))}" + (
+                f", fix {f[0]}/{f[1]}{_others(tallies.get((fix, v)))}" if f else ""
+            )
             entries.append(f"{text}: {_verdict(r, f, earlier=seen)}")
             seen = seen or r[0] > 0
         fix_name = parts[fix][1] if fix else "-"
