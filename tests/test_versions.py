@@ -7,7 +7,6 @@ from pathlib import Path
 from harness.analysis import versions
 from harness.trial.outcome import Outcome, TrialResult
 
-
 OWN = {
     "r06": "fx-trace-of-dynamo-fn (RuntimeError in repro-caller at torch._dynamo.eval_frame:compile_wrapper)",
     "r07": "fx-current-patcher (torch._dynamo.exc.BackendCompilerFailed in repro-compiler)",
