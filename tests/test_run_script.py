@@ -114,8 +114,19 @@ def test_a_price_phase_hands_its_configurations_over_unexpanded_and_its_records_
     args = (out / "args.txt").read_text().splitlines()
     assert args[:3] == ["-m", "harness", "price"]
     assert args[3:10] == ["--preset", "gpu-launch-bound", "--rounds", "3", "global-lock,stash-incref", ":none", "x?"]
-    assert args[-2:] == ["--into", str(out / "price.jsonl")]
+    assert args[10] == "--max-time" and 0 < int(args[11]) < 400  # bounded by what the run has left
+    assert args[12:] == ["--into", str(out / "price.jsonl"), "--dumps", "/tmp/x/price-dumps"]
     assert "price rc=0" in (out / "log.txt").read_text()
+    # PRICE_RESUME: the earlier run's records become this run's file, and the run goes on.
+    (tmp_path / "earlier.jsonl").write_text('{"phase": "bench:launch-bound::none", "run": "r1", "round": 0}\n')
+    env["PRICE_RESUME"] = "earlier.jsonl"
+    (out / "log.txt").unlink()
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "400", "price"], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--resume" in (out / "args.txt").read_text().splitlines()
+    assert (out / "price.jsonl").read_text() == (tmp_path / "earlier.jsonl").read_text()
 
 
 UNPACK = ROOT / "tools" / "unpack_run.sh"

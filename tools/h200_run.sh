@@ -21,7 +21,7 @@
 #   bench:PRESET:FIXES[:MODE[:GPUS]]  one campaign cell alone (GPUS: in the seed topology)
 #   price     `python -m harness price $PRICE_ARGS` (configurations benched in alternating rounds,
 #             paired ratios with intervals) until 45 s before SECONDS; records in $OUT/price.jsonl,
-#             stalled benches' thread dumps in $OUT/price-dumps; env PRICE_RESUME=FILE goes on with
+#             stalled benches' thread dumps in run.tgz (x/price-dumps); env PRICE_RESUME=FILE goes on with
 #             FILE's last price run (an earlier run's price.jsonl)
 #   campaign  the gpu-campaign matrix until 25 s before SECONDS are spent (store resumed)
 #   campaign:GLOB[,GLOB]  the same for the matching cells only (`harness matrix --cells`)
@@ -174,11 +174,12 @@ for kv in seed_topology(int(sys.argv[1])): print("--set"); print(kv)' "$bgpu")
            # Env PRICE_RESUME: an earlier run's price.jsonl (carried): its last price run goes on (--resume),
            # the copy comes back whole and unpack_run.sh adds only the new benches. --max-time starts no
            # bench that would not end before the run does; a bench past --timeout-s is dumped into
-           # $OUT/price-dumps before it is killed.
+           # price-dumps/ of run.tgz before it is killed ($OUT takes 8 files: a folder of dumps is more).
            read -ra pa <<< "${PRICE_ARGS:-}"; s=$(date +%s); ra=()
            [ -n "${PRICE_RESUME:-}" ] && { cp "$PRICE_RESUME" "$OUT/price.jsonl"; ra=(--resume); }
            timeout -k 15 -s TERM $(( $(left) - 25 )) python3 -m harness price "${pa[@]}" "${ra[@]}" \
-             --max-time $(( $(left) - 45 )) --into "$OUT/price.jsonl" > "$X/price.out" 2> "$X/price.err"
+             --max-time $(( $(left) - 45 )) --into "$OUT/price.jsonl" --dumps "$X/price-dumps" \
+             > "$X/price.out" 2> "$X/price.err"
            echo "price rc=$? $(( $(date +%s) - s ))s"; cat "$X/price.out"; grep -v "^train:" "$X/price.err" | tail -n 60 ;;
     # Start window: until 70 s before the end (SIGTERM at 25, --finish-by at 40): --finish-by keeps
     # out any trial its cell's median would not end in time, so a wider margin only idles the GPU
