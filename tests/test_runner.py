@@ -440,3 +440,11 @@ def test_a_hang_the_workload_reports_itself_is_a_hang(tmp_path):
     assert first.outcome is Outcome.HANG and first.rc == 1
     assert first.detail.startswith("the workload reported a hang: threads still alive after 0.2 s")
     assert first.signature == second.signature and "stuck" in first.signature_summary
+
+
+def test_a_futures_exception_nobody_read_is_a_crash_at_exit_0_and_a_read_one_is_not(tmp_path):
+    result = _run(tmp_path, "future_unread_exit0")
+    assert result.rc == 0 and result.outcome is Outcome.CRASH, result.detail
+    assert result.thread_errors == 1  # request 2's exception was read and handled
+    assert "a Future's exception, never read" in result.detail
+    assert result.signature_summary.startswith("ValueError in pool"), result.signature_summary

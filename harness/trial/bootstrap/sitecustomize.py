@@ -3,7 +3,9 @@
 Always: faulthandler for all threads on fatal signals, and SIGUSR1 dumps every thread's stack
 (the hang fallback when py-spy cannot attach). If HARNESS_THREAD_ERRORS names a file, every
 uncaught exception of a thread is appended to it (one JSON line) before the hook in place prints
-it: Python's default prints and carries on, and most threaded programs then exit 0.
+it: Python's default prints and carries on, and most threaded programs then exit 0. So is the
+exception of a concurrent.futures Future that the program never read (`result()` or
+`exception()`): a pool's task that failed prints nothing at all, and the program exits 0.
 Only if HARNESS_PLAN is set: load the plan, install the scheduler (switch interval, start barrier,
 lazy torch point wrappers, harness.runtime.faults handler) and print one line
 `HARNESS_PLAN seed=<seed> profile=<name>` to stderr.
@@ -13,7 +15,7 @@ after the plan, so that a probe's region opens inside the plan's delays at the s
 Only if HARNESS_FIXES is set (`harness stress --fix`): apply those registry fixes to the unmodified
 program (harness.inject), print `HARNESS_FIXES <names>` at start and how often each acted at exit.
 Without these variables nothing of the harness is imported and nothing is patched, so the cost is
-two faulthandler calls and a thread hook.
+two faulthandler calls, a thread hook and three methods of concurrent.futures.Future wrapped.
 """
 
 import faulthandler
@@ -71,6 +73,69 @@ def _record_thread_errors(path: str) -> None:
         previous(args)
 
     threading.excepthook = recording_hook
+    _record_unread_futures(path)
+
+
+def _record_unread_futures(path: str) -> None:
+    """A Future's exception that no one read by exit: one record per Future, with the thread that
+    set it, written (and printed as a thread's would be) from an atexit hook, which runs after
+    the pools' workers are joined (threading's own exit hooks come first)."""
+    import atexit
+    from concurrent.futures import _base
+
+    # Each record hangs off its Future and stays in `records` after the Future is gone: one a
+    # program dropped unread is still reported at exit.
+    records: list[dict] = []
+    lock = threading.Lock()
+    set_exception, result, exception = _base.Future.set_exception, _base.Future.result, _base.Future.exception
+
+    def recording_set_exception(self, exc):
+        try:
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            record = {
+                "thread": f"{threading.current_thread().name} (a Future's exception, never read)",
+                "type": type(exc).__qualname__,
+                "message": str(exc)[:2000],
+                "traceback": text[-20000:],
+                "read": False,
+            }
+            self._harness_exception_record = record
+            with lock:
+                records.append(record)
+        except Exception:  # the record is evidence, never a second failure
+            pass
+        return set_exception(self, exc)
+
+    def reading(method):
+        def read(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                # After the call: a reader that waited gets the exception set meanwhile.
+                record = getattr(self, "_harness_exception_record", None)
+                if record is not None:
+                    record["read"] = True
+
+        read.__name__, read.__doc__ = method.__name__, method.__doc__
+        return read
+
+    def report() -> None:
+        with lock:
+            left = [r for r in records if not r["read"]]
+        for record in left:
+            record = {k: v for k, v in record.items() if k != "read"}
+            try:
+                with open(path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(record) + "\n")
+                sys.stderr.write(f"Exception in thread {record['thread']}:\n{record['traceback']}")
+                sys.stderr.flush()
+            except Exception:
+                pass
+
+    _base.Future.set_exception = recording_set_exception
+    _base.Future.result = reading(result)
+    _base.Future.exception = reading(exception)
+    atexit.register(report)
 
 
 def _chain_next_sitecustomize() -> None:

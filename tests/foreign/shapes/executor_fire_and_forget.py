@@ -10,9 +10,8 @@ FX's process-global is-tracing flag is set and a batch job's compiled call raise
 Detected that you are using FX to symbolically trace a dynamo-optimized function`. The
 exception is stored in the job's Future and never retrieved: concurrent.futures prints nothing,
 threading.excepthook never runs (the pool's worker catches it), the process exits 0. The only
-trace is `wrote N of 40 embeddings` with N < 40. The harness can only see what is printed or
-hooked (its bootstrap hooks threading.excepthook, not Future.set_exception), so an honest
-verdict from the output alone is OK; a harness that hooked futures would call it CRASH / F2.
+trace is `wrote N of 40 embeddings` with N < 40. The harness's bootstrap records a Future's
+exception that was never read by exit as a thread's uncaught one, so the verdict is CRASH / F2.
 """
 
 import concurrent.futures
