@@ -76,6 +76,19 @@ def test_tokens_ratio_is_against_the_fastest_clean_cell_of_the_workload():
     assert cells["w:raw@p"].tokens_ratio == pytest.approx(100.0 / 84.5)
 
 
+def test_tokens_ratio_compares_only_cells_measured_on_the_same_host_and_day():
+    import dataclasses
+
+    # The lock cell ran on another day: it is its own day's best, not 0.47x the fix of this one.
+    other_day = [
+        dataclasses.replace(r, started_at="2026-11-30T10:00:00Z") if r.cell == "w:lock@p" else r for r in _records()
+    ]
+    cells = {c.cell: c for c in summarize(other_day)}
+    assert cells["w:lock@p"].tokens_ratio == pytest.approx(1.0)
+    assert cells["w:fix@p"].tokens_ratio == pytest.approx(1.0)
+    assert cells["w:lock@p"].measured_on == ("h", "2026-11-30")
+
+
 def test_time_to_first_failure_uses_time_to_failure_of_failing_runs():
     raw = {c.cell: c for c in summarize(_records())}["w:raw@p"]
     # p = 0.4 -> median 2 runs: one passing run (2 s) + mean time to failure (0.875 s).

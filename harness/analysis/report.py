@@ -103,7 +103,7 @@ def block_body(
         "device out-of-memory (oom) and harness errors are shown as +N and left out); p<x is the rule-of-three bound at k=0; p vs raw is "
         "the one-sided Fisher exact p that the strategy fails less often than raw; TTFF is "
         "the median serial time to the first failure; vs best is tokens/s over the fastest clean cell "
-        "of the same workload"
+        "of the same workload measured on the same host and day (most of each cell's trials)"
         + (
             "; GPU GiB is the most one trial held on one GPU: the workload's "
             "reported allocator peak (the CUDA context, about 1 GiB, not counted) "

@@ -62,7 +62,10 @@ class CellSummary:
     """Slowest and fastest trial behind the median: trials that share a GPU move with their
     neighbours (gpu-campaign's gpu-bound no-cudagraphs+global-lock ran 9,882-42,922 tokens/s)."""
     tokens_ratio: float | None = None
-    """tokens_per_s / the fastest clean cell's of the same workload."""
+    """tokens_per_s / the fastest clean cell's of the same workload measured where and when this
+    one was (`measured_on`): tokens/s of two days or two hosts are not one price."""
+    measured_on: tuple[str, str] | None = None
+    """(host, UTC day) most of the cell's tokens/s trials ran on; None without a figure."""
     gpu_peak_gib: float | None = None
     """The most one trial of the cell held on one GPU (`TrialResult.gpu_peak_gib`): what a fix
     costs in memory."""
@@ -125,7 +128,9 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
         (r.time_to_failure_s if r.outcome.is_failure and r.time_to_failure_s is not None else r.duration_s)
         for r in counted
     ]
-    tokens = [r.tokens_per_s for r in counted if r.tokens_per_s is not None and not r.outcome.is_failure]
+    with_tokens = [r for r in counted if r.tokens_per_s is not None and not r.outcome.is_failure]
+    tokens = [r.tokens_per_s for r in with_tokens]
+    where = collections.Counter((r.host or "?", (r.started_at or "?")[:10]) for r in with_tokens)
     peaks = [p for p in (r.gpu_peak_gib for r in rs) if p is not None]
     # Every record of a cell carries the same parts (TrialResult.workload, strategy, plan).
     w, s, p = rs[0].workload or cell, rs[0].strategy or "", rs[0].plan or NO_PLAN
@@ -155,6 +160,7 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
         median_duration_s=stats.median_or_none([r.duration_s for r in counted]),
         tokens_per_s=stats.median_or_none(tokens),
         tokens_range=(min(tokens), max(tokens)) if tokens else None,
+        measured_on=where.most_common(1)[0][0] if where else None,
         gpu_peak_gib=max(peaks) if peaks else None,
     )
 
@@ -203,13 +209,17 @@ def _exposure(counted: list[TrialResult], windows: tuple[str, ...] | None) -> di
 
 
 def _fill_ratios(cells: list[CellSummary]) -> None:
-    best: dict[str, float] = {}
+    """vs best within one workload, host and day: a store's cells ran on several days (and hosts)
+    whose tokens/s are not comparable (gpu-phase's default cells: one clean cell's trials two at a
+    time beside another job, another's alone on another day)."""
+    best: dict[tuple, float] = {}
     for c in cells:
         if c.k == 0 and c.n > 0 and c.tokens_per_s:
-            best[c.workload] = max(best.get(c.workload, 0.0), c.tokens_per_s)
+            key = (c.workload, c.measured_on)
+            best[key] = max(best.get(key, 0.0), c.tokens_per_s)
     for c in cells:
-        if c.tokens_per_s is not None and best.get(c.workload):
-            c.tokens_ratio = c.tokens_per_s / best[c.workload]
+        if c.tokens_per_s is not None and best.get((c.workload, c.measured_on)):
+            c.tokens_ratio = c.tokens_per_s / best[(c.workload, c.measured_on)]
 
 
 def _fill_fisher(cells: list[CellSummary]) -> None:
