@@ -3,7 +3,8 @@
 `tiny-cpu` is the embedded default: a random 4-layer target regenerates a small synthetic
 corpus, and a 1-layer drafter learns it in well under a minute on 2 CPU cores. The GPU presets
 keep the same code path and scale the models, the batches and the thread/device plan, and run
-with `fixes=recommended`; the CPU presets run raw (the CPU is where races are studied, and raw
+with `fixes=recommended` (gpu-default with the set measured cheapest and clean on it,
+`phase-lock,target-hook-taps`); the CPU presets run raw (the CPU is where races are studied, and raw
 is what the CPU tests and matrices measure).
 """
 
