@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.diagnosis.catalogue import load
 from harness.diagnosis.families import DESCRIPTIONS, family
 from harness.trial.signature import crash_signature
 
@@ -82,3 +83,14 @@ def test_hang_families_and_the_unknown():
     assert family("ValueError in worker at crash:load_batch") == "other"
     assert family(None) == "?"
     assert all(DESCRIPTIONS.values())
+
+
+def test_a_failures_aftermath_does_not_rename_it():
+    # A daemon thread ended at exit prints stash-exit-finalize's terminate message after the R4
+    # crash that failed the run: the family is the crash's, as Catalogue.family reads it.
+    summary = (
+        "fx-module-not-submodule (NameError in server at torch.fx._symbolic_trace:path_of_module); "
+        "then std::terminate at ?: terminate called without an active exception"
+    )
+    assert family(summary) == "R4" == load().family(summary)
+    assert family("std::terminate at ?: terminate called without an active exception") == "stash-exit-finalize"

@@ -448,3 +448,22 @@ def test_a_futures_exception_nobody_read_is_a_crash_at_exit_0_and_a_read_one_is_
     assert result.thread_errors == 1  # request 2's exception was read and handled
     assert "a Future's exception, never read" in result.detail
     assert result.signature_summary.startswith("ValueError in pool"), result.signature_summary
+
+
+def test_a_threads_exception_keeps_the_hooks_clean_frames_where_the_output_interleaved_them():
+    import dataclasses
+
+    from harness.trial import signature
+    from harness.trial.runner import _hooked_version
+
+    text = (ROOT_FIXTURES / "1.txt").read_text()
+    clean = signature.crash_signature(text, rc=1)
+    # What an interleaved print reads as: the same failure, other frames (another summary).
+    garbled = dataclasses.replace(clean, frames=("torch._dynamo.eval_frame:compile_wrapper",) * 3)
+    hooked = [{"thread": "caller-0", "traceback": text[text.index("Traceback") :]}]
+    got = _hooked_version(garbled, hooked)
+    assert got.key == clean.key and got.summary == clean.summary != garbled.summary
+    assert _hooked_version(garbled, []) is garbled  # no hook records: the output's reading stands
+
+
+ROOT_FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks" / "f2_fx_trace_of_compiled_fn"

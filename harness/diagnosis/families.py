@@ -28,7 +28,11 @@ def family(summary: str | None) -> str:
     """The family of a signature summary; `other` when no rule matches, `?` without a summary."""
     if not summary:
         return "?"
-    for name, pattern in _COMPILED:
-        if pattern.search(summary):
-            return name
+    # The failure's own part first, as Catalogue.family reads it: `...; then <native crash>` is its
+    # aftermath, and a daemon thread's terminate at exit must not rename an R4 crash.
+    head = summary.split("; then ", 1)[0]
+    for text in dict.fromkeys((head, summary)):
+        for name, pattern in _COMPILED:
+            if pattern.search(text):
+                return name
     return "other"

@@ -538,10 +538,22 @@ def _classify_exit(result: TrialResult, text: str, hooked: list[dict] = ()) -> N
         sig = signature.wrong_result_signature(text, rc=rc)
         _set(result, Outcome.WRONG_RESULT, sig, f"WRONG_RESULT: {sig.message}")
     elif rc != 0:
-        sig = signature.crash_signature(text, rc=rc)
+        sig = _hooked_version(signature.crash_signature(text, rc=rc), hooked)
         _set(result, Outcome.CRASH, sig, f"exit {rc}")
     else:
         _classify_exit_0(result, text, hooked)
+
+
+def _hooked_version(sig: signature.Signature | None, hooked: list[dict]) -> signature.Signature | None:
+    """A thread's exception as the hook recorded it, where the output printed the same exception:
+    threads that fail at once print their tracebacks interleaved, and the frames read from the
+    output then differ from run to run (one program's runs split into two groups under load)."""
+    if not hooked or sig is None or sig.kind not in ("known", "exception", "cuda"):
+        return sig
+    clean = [f.signature for f in signature.run_failures("", extra=hooked_blocks(hooked))]
+    return next((c for c in clean if c.exc_type == sig.exc_type and c.key == sig.key), None) or next(
+        (c for c in clean if c.exc_type == sig.exc_type), sig
+    )
 
 
 def _classify_exit_0(result: TrialResult, text: str, hooked: list[dict]) -> None:
