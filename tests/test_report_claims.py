@@ -81,6 +81,27 @@ def test_the_launch_bound_row_is_what_the_campaign_and_its_priced_run_say():
     assert f"{(hi / lo - 1):.0%} apart" in REPORT
 
 
+def test_the_gpu_default_row_is_what_the_phase_store_and_its_priced_run_say():
+    r = row("1 H200", "gpu-default")
+    assert f"| {kn('gpu-phase', 'default', 'phase-lock+target-hook-taps')} |" in r
+    run = price_runs()["runs 54+55"]  # one price run, resumed in the next GPU-host run
+    assert len({b.round for b in run.group}) == 5 and "5 paired rounds" in r
+    base = price("runs 54+55", "no-cudagraphs+target-hook-taps+global-lock")
+    phase = price("runs 54+55", "no-cudagraphs+target-hook-taps+phase-lock")
+    raw = price("runs 54+55", "no-cudagraphs")
+    eager = price("runs 54+55", "eager")
+    assert (
+        f"{x(phase.ratio.median)} `global-lock+target-hook-taps` (94% interval {x(phase.ratio.low)}-{x(phase.ratio.high)})"
+        in r
+    )
+    over_raw = median_interval(paired_ratios(phase, raw))
+    assert f"{x(over_raw.median)} raw (94% interval {x(over_raw.low)}-{x(over_raw.high)})" in r
+    assert f"{statistics.median(phase.tokens):,.0f} tokens/s median" in r
+    e = median_interval(paired_ratios(eager, phase))
+    assert f"eager runs {x(e.median)} it (94% interval {x(e.low)}-{x(e.high)})" in r
+    assert base.tokens and not any(p.died for p in run.prices())  # every bench ran to a figure
+
+
 def test_the_gpu_bound_row_is_what_the_campaign_and_its_priced_run_say():
     r = row("1 H200", "gpu-bound")
     assert f"| {kn('gpu-campaign', 'gpu-bound', 'eager')} |" in r
