@@ -15,9 +15,11 @@ after the plan, so that a probe's region opens inside the plan's delays at the s
 Only if HARNESS_FIXES is set (`harness stress --fix`): apply those registry fixes to the unmodified
 program (harness.inject), print `HARNESS_FIXES <names>` at start and how often each acted at exit.
 Without these variables nothing of the harness is imported and nothing is patched, so the cost is
-two faulthandler calls, a thread hook and three methods of concurrent.futures.Future wrapped.
+two faulthandler calls, a thread hook, the import of concurrent.futures (stdlib) and three of its
+Future methods wrapped.
 """
 
+import atexit
 import faulthandler
 import json
 import os
@@ -25,6 +27,7 @@ import signal
 import sys
 import threading
 import traceback
+from concurrent.futures import _base
 from types import ModuleType
 
 
@@ -80,9 +83,6 @@ def _record_unread_futures(path: str) -> None:
     """A Future's exception that no one read by exit: one record per Future, with the thread that
     set it, written (and printed as a thread's would be) from an atexit hook, which runs after
     the pools' workers are joined (threading's own exit hooks come first)."""
-    import atexit
-    from concurrent.futures import _base
-
     # Each record hangs off its Future and stays in `records` after the Future is gone: one a
     # program dropped unread is still reported at exit.
     records: list[dict] = []
