@@ -14,9 +14,8 @@ from harness.diagnosis.catalogue import load
 
 # (family, regex over the signature summary, what it is), in matching order: the catalogue's races
 # (harness/diagnosis/races.toml, the one place a family's patterns are written).
-FAMILIES: tuple[tuple[str, str, str], ...] = tuple((r.id, r.pattern, r.title) for r in load().races)
-
-_COMPILED = tuple((r.id, r.summary_re) for r in load().races)
+_CATALOGUE = load()
+FAMILIES: tuple[tuple[str, str, str], ...] = tuple((r.id, r.pattern, r.title) for r in _CATALOGUE.races)
 DESCRIPTIONS = {name: what for name, _, what in FAMILIES}
 PATTERNS = {name: pattern for name, pattern, _ in FAMILIES}
 """A family's regex, for checks that name a failure by its family (tests/race/catalogue.py)."""
@@ -25,14 +24,6 @@ ORDER = (*DESCRIPTIONS, "other", "?")
 
 
 def family(summary: str | None) -> str:
-    """The family of a signature summary; `other` when no rule matches, `?` without a summary."""
-    if not summary:
-        return "?"
-    # The failure's own part first, as Catalogue.family reads it: `...; then <native crash>` is its
-    # aftermath, and a daemon thread's terminate at exit must not rename an R4 crash.
-    head = summary.split("; then ", 1)[0]
-    for text in dict.fromkeys((head, summary)):
-        for name, pattern in _COMPILED:
-            if pattern.search(text):
-                return name
-    return "other"
+    """The family of a signature summary; `other` when no rule matches, `?` without a summary
+    (Catalogue.family: a failure's own part before its `; then` aftermath)."""
+    return _CATALOGUE.family(summary)
