@@ -16,6 +16,12 @@ from harness.commands import price
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
+def _price_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m harness price ARGS` in a fresh process, from the checkout."""
+    cmd = [sys.executable, "-m", "harness", "price", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
 def _plan(configs=(":none", "global-lock:none", "global-lock:default"), rounds=3, **kw):
     return pricing.make_plan("tiny-cpu", list(configs), rounds=rounds, steps=5, **kw)
 
@@ -86,13 +92,7 @@ def test_a_device_plan_this_machine_cannot_run_is_refused_before_any_bench():
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
 def test_the_cli_refuses_a_topology_without_cuda_in_one_line_and_writes_nothing(tmp_path):
     into = tmp_path / "b.jsonl"
-    p = subprocess.run(
-        [sys.executable, "-m", "harness", "price", "--topology", "4", "--into", str(into), ":none"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    p = _price_cli("--topology", "4", "--into", str(into), ":none")
     assert p.returncode == 2 and not into.exists() and p.stdout == ""
     assert p.stderr.strip().splitlines() == ["error: device 'cuda:0' requested but CUDA is not available"]
 
@@ -192,17 +192,11 @@ def test_the_cli_benches_for_real_and_refuses_a_foreign_file_before_running(tmp_
     """Two eager configurations of tiny-cpu, one round each (about 10 s of CPU each)."""
     bad = tmp_path / "notes.jsonl"
     bad.write_text("hello\n")
-    cmd = [sys.executable, "-m", "harness", "price", "--steps", "6", "--rounds", "1"]
-    refused = subprocess.run([*cmd, ":none", "--into", str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    cmd = ["--steps", "6", "--rounds", "1"]
+    refused = _price_cli(*cmd, ":none", "--into", str(bad))
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "not a bench record" in refused.stderr
     into = tmp_path / "benches.jsonl"
-    done = subprocess.run(
-        [*cmd, ":none", "global-lock:none", "--into", str(into), "--run", "5"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
+    done = _price_cli(*cmd, ":none", "global-lock:none", "--into", str(into), "--run", "5", timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| `eager+global-lock` | 1/1 |" in done.stdout
     loaded = bench_records.load([into])
@@ -316,13 +310,7 @@ def test_a_configuration_may_name_its_drafter_thread_count_and_is_priced_as_its_
 def test_a_bench_past_its_timeout_is_dumped_before_the_kill_and_recorded_as_timed_out(tmp_path):
     # One second is less than torch's import: the bench is still starting when it is stopped.
     into = tmp_path / "b.jsonl"
-    p = subprocess.run(
-        [sys.executable, "-m", "harness", "price", "--rounds", "1", "--timeout-s", "1", "--into", str(into), ":none"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    p = _price_cli("--rounds", "1", "--timeout-s", "1", "--into", str(into), ":none")
     assert p.returncode == 1, p.stderr[-2000:]
     (record,) = bench_records.read_records(into)
     assert record["exit_code"] == pricing.TIMEOUT_RC and record["signature"].startswith("timed out")
@@ -359,17 +347,9 @@ def test_max_time_starts_no_bench_that_would_not_fit_and_resume_runs_the_rest(tm
 
 def test_a_bench_cut_by_max_time_is_not_a_failure(tmp_path):
     into = tmp_path / "b.jsonl"
-    p = subprocess.run(
-        [sys.executable, "-m", "harness", "price", "--rounds", "1", "--max-time", "1", "--into", str(into), ":none"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    p = _price_cli("--rounds", "1", "--max-time", "1", "--into", str(into), ":none")
     assert p.returncode == 0, p.stderr[-2000:]
     assert "cut by --max-time" in p.stderr and "with --resume runs them" in p.stderr
     assert not into.exists() or bench_records.read_records(into) == []
-    refused = subprocess.run(
-        [sys.executable, "-m", "harness", "price", "--resume", ":none"], capture_output=True, text=True, cwd=ROOT
-    )
+    refused = _price_cli("--resume", ":none")
     assert refused.returncode == 2 and refused.stderr == "error: --resume needs --into with the run to resume\n"
