@@ -551,7 +551,8 @@ def _hooked_version(sig: signature.Signature | None, hooked: list[dict]) -> sign
     if not hooked or sig is None or sig.kind not in ("known", "exception", "cuda"):
         return sig
     clean = [f.signature for f in signature.run_failures("", extra=hooked_blocks(hooked))]
-    return next((c for c in clean if c.exc_type == sig.exc_type and c.key == sig.key), None) or next(
+    # The same key first (a known message keys without frames), else the same exception type.
+    return next((c for c in clean if c.key == sig.key), None) or next(
         (c for c in clean if c.exc_type == sig.exc_type), sig
     )
 
