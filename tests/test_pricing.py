@@ -134,6 +134,33 @@ def test_a_bench_that_dies_is_listed_and_drops_out_of_its_rounds_ratio():
     assert "| `eager` | 1/2 |" in pricing.table(plan, pricing.prices(plan, records))
 
 
+def test_a_bench_past_the_limit_is_counted_and_said_timed_out_not_died():
+    # H200 run 58's shape: the first, cold bench of the CUDA-graph set was still autotuning at 150 s.
+    plan = _plan(configs=("global-lock:none", ":none"), rounds=2)
+    figures = iter([None, 100.0, 130.0, 120.0])
+
+    def bench(plan, config, limit_s=None, dump_dir=None):
+        tok = next(figures)
+        if tok is None:
+            return {"event": "bench", "exit_code": pricing.TIMEOUT_RC, "signature": "timed out (exit 124)"}
+        return {"event": "bench", "tokens_per_s_steady": tok, "steps": plan.steps}
+
+    records = pricing.run(plan, bench=bench, log=lambda s: None)
+    base, _ = pricing.prices(plan, records)
+    assert base.died == [] and base.timed_out == ["round 0"] and base.tokens == [120.0]
+    text = pricing.table(plan, [base, _])
+    assert "| `eager+global-lock` | 1/2 |" in text and "died alone" not in text
+    assert "- `eager+global-lock` timed out: round 0 (still running at the bench limit" in text
+    # The bench file's reading of the same records says the same.
+    rows = prices.rows(
+        prices.price_runs(
+            [prices.Run(strategy="a", round=0, tokens=None, timed_out=True), prices.Run(strategy="a", round=1, tokens=9.0)],
+            ["a"],
+        )
+    )
+    assert "| `a` | 1/2 |" in "\n".join(rows) and any("timed out: round 0" in line for line in rows)
+
+
 def test_three_configurations_are_also_priced_each_over_each_other_by_round():
     # H200 run 35's figures (2026-12-01): the base column shows B 0.95x A and C 0.84x A;
     # B over C, 1.13x in every round, shows only in the grid. A died bench weakens its pairs.

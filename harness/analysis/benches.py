@@ -188,6 +188,7 @@ class PriceRun:
                 tokens=None if b.exit_code else b.tokens_steady,
                 died=b.signature if b.failed else None,
                 gpu_busy=b.gpu_busy_steady,
+                timed_out=b.timed_out,
             )
             for b in self.group
         ]

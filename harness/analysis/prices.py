@@ -23,6 +23,9 @@ class Price:
     tokens: list[float]
     died: list[str]
     ratio: stats.MedianInterval | None
+    timed_out: list[str] = field(default_factory=list)
+    """Rounds whose bench was still running at the bench limit (killed, dumped): no figure and not
+    a failure, but the table says so rather than showing fewer benches."""
     """Per-round tokens/s over the base configuration's, summarised; None for the base itself or
     without a round where both ran."""
     by_round: dict[int, float] = field(default_factory=dict)
@@ -40,6 +43,7 @@ class Run:
     tokens: float | None
     died: str | None = None
     gpu_busy: float | None = None
+    timed_out: bool = False
     """The GPU's busy fraction over the bench's steady half (None on CPU): a configuration is
     priced by its tokens/s and by how busy it keeps the GPU."""
 
@@ -62,6 +66,7 @@ def price_runs(runs: Sequence[Run], order: Sequence[str]) -> list[Price]:
                 tokens=[x.tokens for x in mine if x.tokens],
                 died=[f"round {x.round}: {x.died}" for x in mine if x.died is not None],
                 ratio=None,
+                timed_out=[f"round {x.round}" for x in mine if x.timed_out],
                 by_round={x.round: x.tokens for x in mine if x.tokens},
                 gpu_busy=[x.gpu_busy for x in mine if x.tokens and x.gpu_busy is not None],
             )
@@ -116,7 +121,7 @@ def rows(ps: Sequence[Price], target: float | None = None) -> list[str]:
     for p in ps:
         med = f"{statistics.median(p.tokens):.0f}" if p.tokens else "-"
         rng = f"{min(p.tokens):.0f}-{max(p.tokens):.0f}" if p.tokens else "-"
-        ran = f"{len(p.tokens)}/{len(p.tokens) + len(p.died)}"
+        ran = f"{len(p.tokens)}/{len(p.tokens) + len(p.died) + len(p.timed_out)}"
         if p.ratio is None:
             vs, iv, cov = ("1.00x (base)", "-", "-") if p.strategy == base else ("-", "-", "-")
         else:
@@ -125,6 +130,11 @@ def rows(ps: Sequence[Price], target: float | None = None) -> list[str]:
         lines.append(f"| `{p.strategy}` | {ran} | {med} | {rng} | {vs} | {iv} | {cov} |{gpu}")
     for p in ps:
         lines += [f"- `{p.strategy}` died alone: {d}" for d in p.died]
+        if p.timed_out:
+            lines.append(
+                f"- `{p.strategy}` timed out: {', '.join(p.timed_out)} (still running at the bench limit, "
+                "dumped and killed: no figure, not a failure)"
+            )
     lines += pairwise(ps)
     if target is not None:
         lines.append("")
