@@ -277,6 +277,46 @@ def test_the_trainers_own_stall_dump_from_the_h200_is_g2():
     assert {"global-lock", "single-thread-autograd"} <= held
 
 
+def test_a_bench_killed_while_autotuning_is_called_slow_not_hung():
+    """`harness price` on the H200 (torch 2.11, launch-bound, CUDA graphs, `global-lock`): the first
+    bench on a cold Inductor cache passed its 150 s limit and was dumped before the kill. One drafter
+    thread ran Inductor's autotuning under the lock, the others waited on it: busy, not a deadlock."""
+    for name in ("hang_dump.txt", "pyspy.json"):
+        dump = ROOT / "results" / "h200-campaign" / "logs" / "run58-price-dump" / name
+        (finding,) = diagnose.diagnose(
+            [*diagnose.failures_in_text(dump.read_text(), source=str(dump), torch="2.11.0+cu130")]
+        )
+        assert finding.outcome == "HANG" and finding.race is None
+        verdict = finding.verdict()
+        assert verdict.startswith("probably slow, not hung"), verdict
+        assert "dflash-train-1 autotuning Inductor kernels" in verdict and "other thread(s) wait" in verdict
+
+
+def test_one_dump_with_no_thread_running_stays_a_hang():
+    from harness.trial import blocking
+    from harness.trial.hangs import Frame, ThreadStack
+
+    def stack(name, status, *frames):
+        return ThreadStack(
+            name=name, thread_id="1", status=status, frames=tuple(Frame(name=f, filename=p, line=1) for f, p in frames)
+        )
+
+    waiting = stack("worker-1", "idle", ("acquire", "/usr/lib/python3.12/threading.py"), ("step", "/app/train.py"))
+    compiling = stack(
+        "worker-0",
+        "active+gil",
+        ("codegen", "/v/lib/python3.12/site-packages/torch/_inductor/graph.py"),
+        ("compile", "/v/lib/python3.12/site-packages/torch/_dynamo/convert_frame.py"),
+        ("step", "/app/train.py"),
+    )
+    busy = blocking.classify((waiting, compiling), one_dump=True)
+    assert busy.kind == blocking.BUSY_IN_TORCH and "worker-0 compiling a graph with Inductor" in busy.text()
+    # The runner's hangs were idle twice: a thread it saw `active` is not enough to call them busy.
+    assert blocking.classify((waiting, compiling)).kind == blocking.TORCH_WAIT
+    idle = stack("worker-0", "idle", *[(f.name, f.filename) for f in compiling.frames])
+    assert blocking.classify((waiting, idle), one_dump=True).kind == blocking.TORCH_WAIT
+
+
 def test_a_log_names_its_own_torch():
     text = "STALLED: ...\ntorch 2.11.0+cu130, Python 3.12.3\nthreads (...):\n"
     assert diagnose._torch_in(text) == "2.11.0+cu130"

@@ -154,7 +154,10 @@ def test_a_bench_past_the_limit_is_counted_and_said_timed_out_not_died():
     # The bench file's reading of the same records says the same.
     rows = prices.rows(
         prices.price_runs(
-            [prices.Run(strategy="a", round=0, tokens=None, timed_out=True), prices.Run(strategy="a", round=1, tokens=9.0)],
+            [
+                prices.Run(strategy="a", round=0, tokens=None, timed_out=True),
+                prices.Run(strategy="a", round=1, tokens=9.0),
+            ],
             ["a"],
         )
     )
@@ -343,6 +346,7 @@ def test_a_bench_past_its_timeout_is_dumped_before_the_kill_and_recorded_as_time
     assert record["exit_code"] == pricing.TIMEOUT_RC and record["signature"].startswith("timed out")
     dump = tmp_path / record["dump"]  # relative to the bench file's folder
     assert dump.parent.parent == tmp_path / "b-dumps" and dump.is_file() and "dump of pid" in dump.read_text()
+    assert dump.read_text().startswith("torch ")  # `harness diagnose` judges it on the bench's torch
     assert f"python -m harness diagnose {dump}" in p.stderr
 
 

@@ -38,6 +38,7 @@ campaign names its workloads (harness.campaign.presets).
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import json
 import os
 import signal
@@ -265,13 +266,23 @@ def _stopped(proc: subprocess.Popen, *, stalled: bool, dump_dir: Path | None, er
     if dump_dir is None:
         dump_dir = Path(tempfile.mkdtemp(prefix="price-dump-"))
     dump_dir.mkdir(parents=True, exist_ok=True)
-    dumped = hangs.dump(proc.pid, dump_dir, output_path=str(err_path))
+    # The torch line lets `harness diagnose` judge the dump on the torch the bench ran on.
+    dumped = hangs.dump(
+        proc.pid, dump_dir, output_path=str(err_path), note=f"torch {_torch_version()}, a bench past its limit"
+    )
     _kill(proc)
     record = {"event": "bench", "exit_code": TIMEOUT_RC, "signature": died_signature([], TIMEOUT_RC)}
     if dumped.text_path:
         record["dump"] = dumped.text_path
         record["dump_method"] = dumped.method
     return record
+
+
+def _torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
 
 
 def _slug(round_: int, config: Config) -> str:

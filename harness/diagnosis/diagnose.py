@@ -62,6 +62,8 @@ OWN_HANG = re.compile(
     r"the program's own threads wait"
 )
 """trial.blocking's words for a hang in the program's own code (no torch frame in the way)."""
+BUSY = "busy inside torch when dumped"
+"""trial.blocking's words for a single dump whose program threads were running in torch."""
 
 
 class DiagnoseError(ValueError):
@@ -164,6 +166,11 @@ class Finding:
             return (
                 "a hang that followed a thread's failure in the same run (a consumer waiting for what the "
                 "failed thread never sent): that failure, named on its own line, is the cause"
+            )
+        if self.outcome == "HANG" and not self.race and BUSY in self.detail:
+            return (
+                "probably slow, not hung (one dump; dump again a minute later: other frames mean a slow "
+                f"compile, give it longer or a warm cache; the same frames a stall): {self.detail.split('; ', 1)[-1]}"
             )
         if self.outcome == "HANG" and not self.race and OWN_HANG.search(self.detail):
             return f"a hang of the program's own code, not a torch race: {self.detail.split('; ', 2)[-1]}"
@@ -608,7 +615,7 @@ def _torch_in(text: str) -> str | None:
 
 def _hang(threads, text: str, source: str, torch: str | None) -> Failure:
     sig = signature.hang_signature(threads)
-    kind = blocking.classify(threads)
+    kind = blocking.classify(threads, one_dump=True)
     return Failure(
         source=source,
         outcome="HANG",

@@ -21,6 +21,23 @@ OWN_LOST_WAKEUP = "own-lost-wakeup"
 TORCH_WAIT = "torch-wait"
 OWN_WAIT = "own-wait"
 """Blocked in the program's code on something else (a join, a sleep, a pipe)."""
+BUSY_IN_TORCH = "busy-in-torch"
+"""One dump only: a thread of the program was running inside torch (py-spy's `active`), so the
+process was working, not stuck, when it was taken: a cold compile or autotuning under a lock looks
+like a hang from outside (a price bench of the launch-bound CUDA-graph set, H200, torch 2.11)."""
+
+# What a running thread does, by the innermost torch module of its stack that names a phase.
+_BUSY_PHASES = (
+    ("torch._inductor.runtime.benchmarking", "autotuning Inductor kernels (benchmarking configurations)"),
+    ("torch._inductor.select_algorithm", "autotuning Inductor kernels (benchmarking configurations)"),
+    ("triton", "compiling Triton kernels"),
+    ("torch._inductor.async_compile", "compiling kernels"),
+    ("torch._inductor.codecache", "compiling kernels"),
+    ("torch._inductor.cudagraph_trees", "recording or warming up CUDA graphs"),
+    ("torch._inductor", "compiling a graph with Inductor"),
+    ("torch._functorch", "tracing a graph (AOT autograd)"),
+    ("torch._dynamo", "tracing a function (Dynamo)"),
+)
 
 _SYNC_WAITS = {
     ("threading", "wait"): "a Condition/Event wait",
@@ -45,6 +62,8 @@ class Blocked:
     """The program's own frame it waits from (`app.py:31 in handle`), or the torch frame."""
     in_torch: bool
     lock: bool
+    running: bool = False
+    """Not waiting: running inside torch when dumped (`waits_on` then says what it was doing)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,7 +78,13 @@ class HangKind:
             OWN_LOST_WAKEUP: "a lost wake-up in the program's own code (a notify, item or event that never came)",
             OWN_WAIT: "the program's own threads wait (no torch frame between their code and the wait)",
             TORCH_WAIT: "a wait inside torch",
+            BUSY_IN_TORCH: "busy inside torch when dumped",
         }[self.kind]
+        if self.kind == BUSY_IN_TORCH:  # who runs and where says it; the waiters are counted
+            running = [b for b in self.blocked if b.running]
+            waiting = len(self.blocked) - len(running)
+            shown = "; ".join(f"{b.thread} {b.waits_on} at {b.at}" for b in running)
+            return f"{what}: {shown}" + (f"; {waiting} other thread(s) wait" if waiting else "")
         shown = "; ".join(f"{b.thread} on {b.waits_on} at {b.at}" for b in self.blocked[:4])
         more = f"; and {len(self.blocked) - 4} more" if len(self.blocked) > 4 else ""
         return f"{what}: {shown}{more}" if shown else what
@@ -99,9 +124,34 @@ def blocked_on(t: ThreadStack) -> Blocked | None:
     return None
 
 
-def classify(threads: tuple[ThreadStack, ...]) -> HangKind | None:
-    """The kind of a hang from one dump (None when no thread of the program shows in it)."""
-    blocked = [b for t in threads if in_hang_key(t) and (b := blocked_on(t)) is not None]
+def busy_in_torch(t: ThreadStack) -> Blocked | None:
+    """A thread py-spy saw running (not idle) with torch frames: what it was doing, in words."""
+    if not t.status.startswith("active"):
+        return None
+    python = [f for f in t.frames if f.is_python]
+    for prefix, what in _BUSY_PHASES:
+        for f in python:  # innermost first: the phase nearest the running code names it
+            module = module_of(f.filename)
+            if module == prefix or module.startswith(prefix + "."):
+                return Blocked(thread=t.name, waits_on=what, at=f"{f}", in_torch=True, lock=False, running=True)
+    torch_frame = next((f for f in python if is_torch(f)), None)
+    if torch_frame is None:
+        return None
+    return Blocked(
+        thread=t.name, waits_on="running torch code", at=f"{torch_frame}", in_torch=True, lock=False, running=True
+    )
+
+
+def classify(threads: tuple[ThreadStack, ...], *, one_dump: bool = False) -> HangKind | None:
+    """The kind of a hang from one dump (None when no thread of the program shows in it).
+
+    `one_dump`: the dump is all there is (a log, a bench killed at its limit), not a hang the
+    runner confirmed idle twice; a program thread running in torch then makes it BUSY_IN_TORCH."""
+    keyed = [t for t in threads if in_hang_key(t)]
+    busy = [b for t in keyed if (b := busy_in_torch(t)) is not None] if one_dump else []
+    blocked = [b for t in keyed if not any(x.thread == t.name for x in busy) and (b := blocked_on(t)) is not None]
+    if busy:
+        return HangKind(kind=BUSY_IN_TORCH, blocked=tuple(busy + sorted(blocked, key=lambda b: b.thread)))
     if not blocked:
         return None
     # A thread joining others waits on them, not on the bug: it comes last in the words.

@@ -87,12 +87,18 @@ _DEFAULT = object()
 
 
 def dump(
-    pid: int, out_dir: str | os.PathLike[str], *, output_path: str | None = None, pyspy: str | None | object = _DEFAULT
+    pid: int,
+    out_dir: str | os.PathLike[str],
+    *,
+    output_path: str | None = None,
+    pyspy: str | None | object = _DEFAULT,
+    note: str = "",
 ) -> HangDump:
     """Dump every Python thread of `pid` into `out_dir`; never raises for a failed dump.
 
     `output_path` is the file the child's stderr goes to (needed for the faulthandler fallback);
-    `pyspy=None` skips py-spy (tests of the fallback)."""
+    `pyspy=None` skips py-spy (tests of the fallback); `note` is a first line above the dump (the
+    torch it ran on: a dump read on another machine is judged on it)."""
     out = Path(out_dir)
     exe = find_pyspy() if pyspy is _DEFAULT else pyspy
     errors: list[str] = []
@@ -106,7 +112,9 @@ def dump(
     if result is None:
         result = HangDump(method="none")
     result.errors = errors
-    result.text = render_text(result.threads, header=f"{result.method} dump of pid {pid}")
+    result.text = (f"{note}\n" if note else "") + render_text(
+        result.threads, header=f"{result.method} dump of pid {pid}"
+    )
     if errors:
         result.text += "".join(f"# {e}\n" for e in errors)
     text_path = out / HANG_DUMP
