@@ -204,6 +204,26 @@ def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_pat
         timeout=60,
     )
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "unpacked already" in proc.stderr
+    # A price-only run whose stores.tgz did not come back (a host returns at most 8 files): its log
+    # and price records are unpacked; a log alone is refused, nothing written.
+    only = tmp_path / "files14"
+    only.mkdir()
+    (only / "log.txt").write_text("run 14\n")
+    (only / "price.jsonl").write_text(
+        '{"phase": "bench:x::none", "call": null, "round": 2, "tokens_per_s_steady": 11.0}\n'
+    )
+    proc = subprocess.run(
+        ["bash", str(UNPACK), str(only), "14"], cwd=repo, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    priced = bench_records.load([repo / "results" / "h200-campaign" / "benches.jsonl"])
+    assert [(b.host_run, b.tokens_steady) for b in priced][-1] == (14, 11.0) and len(Store(base).load()) == 3
+    (only / "price.jsonl").unlink()
+    proc = subprocess.run(
+        ["bash", str(UNPACK), str(only), "15"], cwd=repo, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and "no log.txt with stores.tgz or price.jsonl" in proc.stderr
+    assert not (repo / "results" / "h200-campaign" / "run15-log.txt").exists()
 
 
 def test_campaign_arguments_do_not_reach_the_repros_matrix(tmp_path):

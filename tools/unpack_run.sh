@@ -13,13 +13,16 @@
 set -euo pipefail
 [ $# = 2 ] || { echo "error: usage: bash tools/unpack_run.sh FOLDER RUN_NUMBER" >&2; exit 2; }
 src=$1 n=$2
-[ -f "$src/stores.tgz" ] && [ -f "$src/log.txt" ] || { echo "error: $src has no stores.tgz and log.txt" >&2; exit 2; }
+# A host returns at most 8 files: a run that wrote more beside the script's may come back without
+# stores.tgz. Its log and price records are still a run (its stores are then the checkout's).
+[ -f "$src/log.txt" ] && { [ -f "$src/stores.tgz" ] || [ -f "$src/price.jsonl" ]; } \
+  || { echo "error: $src has no log.txt with stores.tgz or price.jsonl" >&2; exit 2; }
 [[ $n =~ ^[0-9]+$ ]] || { echo "error: the run number must be a whole number, not '$n'" >&2; exit 2; }
 log=results/h200-campaign/run$n-log.txt
 [ -e "$log" ] && { echo "error: $log exists: run $n is unpacked already" >&2; exit 2; }
 py=${PYTHON:-python3}; [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && py=.venv/bin/python
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-tar xzf "$src/stores.tgz" -C "$tmp" || { echo "error: $src/stores.tgz does not unpack" >&2; exit 2; }
+[ -f "$src/stores.tgz" ] && { tar xzf "$src/stores.tgz" -C "$tmp" || { echo "error: $src/stores.tgz does not unpack" >&2; exit 2; }; }
 packs=()
 for store in "$tmp"/results/*/; do
   [ -f "$store/trials.jsonl" ] || continue
