@@ -12,14 +12,15 @@ Mechanism: on a CUDA build of torch on a machine without a usable GPU, FakeTenso
   later compile.
 Trigger: --workers threads one after another each compile a fresh function (backend aot_eager,
   which builds fake tensors) and exit; then the main thread compiles once more.
-Affected versions: 2.11.0+cu130 on a machine without a GPU (measured by the harness: catalogue row
-  r29, versions-cpu); not 2.14.1+cu130 there (its ensureCUDADeviceGuardSet was rewritten), not a
-  CPU-only build (nothing to replace), not a machine with a GPU (the real guard stays).
+Affected versions: 2.11.0+cu130 on a machine without a GPU, or with its GPUs hidden by
+  `CUDA_VISIBLE_DEVICES=` (measured by the harness: catalogue row r29, versions-cpu; the H200 with
+  its GPU hidden 3/3); not the CUDA wheels from 2.12.0 to 2.15.0 there (0/10 each), not a CPU-only
+  build (nothing to replace), not a machine with a visible GPU (the real guard stays).
 Fix: pin-fake-cuda-guard (call torch._C._ensureCUDADeviceGuardSet() once in the main thread
   before the workers start: the registry then holds the main thread's guard, which lives as long
   as the process, and later calls find a device count and leave it alone).
 Upstream: PR #163016 (a no-op CUDA guard under FakeTensorMode on CUDA-less machines, for issue
-  #122109) keeps that guard in a thread_local; on 2.14.1 the same script does not crash.
+  #122109) keeps that guard in a thread_local; from 2.12.0 on the same script does not crash.
 """
 
 import argparse
