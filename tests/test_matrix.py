@@ -25,7 +25,7 @@ from harness.campaign.expand import expand
 from harness.campaign.pool import GpuSlots
 from harness.campaign.run import run_matrix
 from harness.campaign.spec import MatrixError
-from harness.campaign.specfile import spec_from_dict
+from harness.campaign.specfile import load_spec, spec_from_dict
 from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
 
@@ -823,3 +823,10 @@ def test_gpu_slots_serve_trials_in_the_order_they_were_queued_not_the_order_thei
         assert got == [("second", [0])]
     finally:
         stop.set()
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "harness" / "campaign" / "specs").glob("*.json")), ids=lambda p: p.stem)
+def test_every_shipped_spec_file_loads_and_expands(path):
+    # A spec for a GPU host is first run there: a typo must fail here, not in device time.
+    spec = load_spec(path)
+    assert spec.name == path.stem and expand(spec)
