@@ -118,6 +118,22 @@ def test_the_launch_bound_cost_table_is_its_price_run():
     assert {p.ratio.coverage for p in by.values() if p.ratio} == {0.875}
 
 
+def test_the_launch_bound_busy_fractions_are_its_benches():
+    runs = [b for b in price_runs()[LB_RUN].group if b.tokens_steady]
+
+    def span(strategy: str, stage: str) -> str:
+        vals = [b.busy[stage] for b in runs if b.strategy == strategy]
+        return f"{min(vals):.0%}-{max(vals):.0%}"
+
+    assert (
+        f"the two target threads were busy {span(LOCK, 'target')}\n  of the run and the three drafters {span(LOCK, 'drafter')}"
+        in REPORT
+    )
+    no_cg = "no-cudagraphs+global-lock+target-hook-taps"
+    assert f"under the lock, {span(no_cg, 'target')} and\n  {span(no_cg, 'drafter')}" in REPORT
+    assert f"eager, {span('eager', 'target')} and {span('eager', 'drafter')}" in REPORT
+
+
 def test_the_gpu_default_row_is_what_the_phase_store_and_its_priced_run_say():
     r = row("1 H200", "gpu-default")
     assert f"| {kn('gpu-phase', 'default', 'phase-lock+target-hook-taps')} |" in r
