@@ -9,6 +9,7 @@ The last thread to see its input channel closed closes the output channel.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 
@@ -65,7 +66,13 @@ class TargetForwardLoop:
         input_ids = tb.input_ids.to(device, non_blocking=True)  # [B, L]
         fault_point("target.before_forward")
         doc_ids = None if tb.doc_ids is None else tb.doc_ids.to(device, non_blocking=True)
-        with self.fs.around_call(call_key(fwd, input_ids, doc_ids)):
+        # An eager target's forward may leave the call locks (eager-target-unlocked): a compiled
+        # one never does.
+        unlocked = not self.ccfg.compile_target and self.fs.active("eager-target-unlocked")
+        call = contextlib.nullcontext() if unlocked else self.fs.around_call(call_key(fwd, input_ids, doc_ids))
+        if unlocked:
+            self.fs.note("eager-target-unlocked")
+        with call:
             if doc_ids is None:
                 # No attention mask: padding is on the right and the target is causal, so real
                 # positions never attend to padding (and one fewer input keeps compiles simple).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -9,6 +10,8 @@ import pytest
 import torch
 import torch._dynamo
 import torch._inductor.cudagraph_trees as cgt  # imported here: the main thread is the importer
+from test_cli import run_cli
+from test_pipeline_errors import small_cli_args
 
 from dflash.errors import ConfigError
 from harness.runtime import fixes
@@ -47,6 +50,7 @@ def test_registry_names_and_docstrings():
         "graph-isolation",
         "cublas-handle-init",
         "target-hook-taps",
+        "eager-target-unlocked",
         "cudagraph-lock",
         "stash-incref",
         "stream-sync",
@@ -57,7 +61,8 @@ def test_registry_names_and_docstrings():
     }
     for fix in FIXES.values():
         doc = type(fix).__doc__ or ""
-        assert fix.targets and fix.upstream, fix.name
+        # A cost policy (eager-target-unlocked) fixes nothing: it names the fix it needs instead.
+        assert (fix.targets or fix.requires) and fix.upstream, fix.name
         assert all(t in doc for t in fix.targets), f"{fix.name}: docstring must name its targets"
         assert any(u.split()[0] in doc for u in fix.upstream), f"{fix.name}: docstring must cite upstream"
 
@@ -574,3 +579,27 @@ def test_pin_fake_cuda_guard_acts_once_from_the_main_thread_only(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", None)  # a CPU-only build: nothing to pin
     fs.process_start()
     assert calls == [1]
+
+
+def test_a_fix_named_without_the_fix_it_needs_is_refused():
+    with pytest.raises(ConfigError, match="only safe beside target-hook-taps"):
+        FixSet.from_names(["global-lock", "eager-target-unlocked"])
+    assert FixSet.from_names(["global-lock", "target-hook-taps", "eager-target-unlocked"]).active(
+        "eager-target-unlocked"
+    )
+
+
+@pytest.mark.slow
+def test_eager_target_unlocked_keeps_the_targets_forward_out_of_the_lock(tmp_path, capsys):
+    """The trainer's target forwards take no lock under it; the drafter's steps still do."""
+    counts = {}
+    for names in ("global-lock,target-hook-taps", "global-lock,target-hook-taps,eager-target-unlocked"):
+        argv = ["train", *small_cli_args(str(tmp_path / names)), "--set", "train.steps=3", "--set", f"fixes={names}"]
+        code, out, err = run_cli(argv, capsys)
+        assert code == 0, err[-2000:]
+        counts[names] = json.loads(out.strip().splitlines()[-1])["fix_counts"]
+    locked, unlocked = counts.values()
+    forwards = unlocked["target-hook-taps"]
+    assert forwards > 0 and unlocked["eager-target-unlocked"] == forwards
+    # Without it every forward took the lock too; with it only the drafter's calls do.
+    assert unlocked["global-lock"] == locked["global-lock"] - locked["target-hook-taps"] > 0

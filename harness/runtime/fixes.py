@@ -50,6 +50,8 @@ class Fix:
     unsound_with_cuda_graphs = ""
     """Why the fix does not hold where compiled calls record CUDA graphs ('' = it does):
     check_cuda_graphs() refuses the pair."""
+    requires: tuple[str, ...] = ()
+    """Fixes it is unsafe without: a FixSet naming it without them is a ConfigError."""
 
     def process_start(self) -> bool:
         """Once, in the thread that outlives the workers (the main thread), before they start."""
@@ -253,6 +255,23 @@ class TargetHookTaps(Policy):
 
     name = "target-hook-taps"
     targets = ("r19", "R8")
+    upstream = ("transformers#44614",)
+
+
+class EagerTargetUnlocked(Policy):
+    """Policy: an uncompiled target's forward runs outside the call-level fixes (no lock).
+
+    `global-lock` wraps the target's eager forward as well as the drafter's compiled step, so a
+    target forward and a drafter step never overlap: in the H200 launch-bound benches (torch 2.11,
+    CUDA graphs, global-lock) the target threads were busy 88-100% of the run, lock waits
+    included, and the drafters 45-60%. The lock covers that eager forward only for r19
+    (transformers' hidden-state capture under another thread's compile, transformers#44614), which target-hook-taps
+    removes, so it is only allowed beside target-hook-taps. It fixes nothing: it is a cost
+    candidate, clean only once a stressed cell says so.
+    """
+
+    name = "eager-target-unlocked"
+    requires = ("target-hook-taps",)
     upstream = ("transformers#44614",)
 
 
@@ -693,6 +712,7 @@ FIXES: dict[str, Fix] = {
         GraphIsolation(),
         CublasHandleInit(),
         TargetHookTaps(),
+        EagerTargetUnlocked(),
         CudagraphLock(),
         StashIncref(),
         StreamSync(),
@@ -724,6 +744,10 @@ class FixSet:
         # `early` fixes (a patch the others' imports must already see) run their hooks first.
         self.fixes: tuple[Fix, ...] = tuple(sorted(fixes, key=lambda f: not f.early))
         self._names = frozenset(f.name for f in self.fixes)
+        for f in self.fixes:
+            missing = [r for r in f.requires if r not in self._names]
+            if missing:
+                raise ConfigError(f"fix {f.name!r} is only safe beside {', '.join(missing)}: add it to the fixes")
         self._call_fixes = tuple(f for f in self.fixes if type(f).enter is not Fix.enter)
         self.counts: dict[str, int] = {f.name: 0 for f in self.fixes}
         self._lock = threading.Lock()
