@@ -311,12 +311,39 @@ def test_child_environment_and_plan_file(tmp_path):
         str(REPO_ROOT / "harness" / "trial" / "bootstrap"),
         str(REPO_ROOT),
     ]
-    assert seen["HARNESS_PLAN"] == str(art / "plan.json")
+    # The bootstrap took the plan out of the program's environment once installed (see below).
+    assert seen["HARNESS_PLAN"] is None and child_env(spec, art)["HARNESS_PLAN"] == str(art / "plan.json")
     assert json.loads((art / "plan.json").read_text()) == {"seed": 7, "rules": []}
     assert seen["HARNESS_HEARTBEAT"] == str(art / "heartbeat")
     assert seen["HARNESS_PLAN_LOG"] == str(art / "plan_log.jsonl")
     assert seen["PYTHONFAULTHANDLER"] == "1" and seen["EXTRA"] == "1"
     assert result.plan_seed == 7
+
+
+def test_a_process_the_program_starts_elsewhere_runs_unplanned(tmp_path, monkeypatch):
+    """torch 2.11's Inductor checks the CPU's vector ISA with `python -c "import torch ..."` run in
+    its cache folder. With the trial's artefacts given as a relative path (a store named
+    `results/...`), that process inherited a plan path it could not open and exited 2: the ISA
+    check failed and every flex-attention compile of r25 with it, 10/10 on 2.11."""
+    monkeypatch.chdir(tmp_path)
+    probe = "import os; print(os.environ.get('HARNESS_PLAN'), os.environ.get('HARNESS_FIXES'))"
+    code = (
+        "import subprocess, sys; "
+        f"r = subprocess.run([sys.executable, '-c', {probe!r}], cwd='/', capture_output=True, text=True); "
+        "print('child', r.returncode, r.stdout.strip(), r.stderr.strip()[-200:])"
+    )
+    spec = TrialSpec(
+        trial_id="sub",
+        cell="sub",
+        plan={"seed": 1, "rules": []},
+        env={"HARNESS_FIXES": "global-lock"},
+        hang_s=20,
+        workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)),
+    )
+    result = run_trial(spec, Path("relative") / "sub")
+    assert result.outcome is Outcome.OK, result.detail
+    assert "child 0 None None" in _output(result), _output(result)[-2000:]
+    assert os.path.isabs(child_env(spec, Path("relative"))["HARNESS_PLAN_LOG"])
 
 
 def test_no_plan_means_no_plan_variable(tmp_path, monkeypatch):

@@ -187,7 +187,9 @@ def run_trial(
 
 
 def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
-    """The child's environment: ours + spec.env + the harness variables (which win)."""
+    """The child's environment: ours + spec.env + the harness variables (which win). Paths are
+    absolute: the program may start processes of its own in other folders."""
+    out = Path(out).resolve()
     env = dict(os.environ)
     env.update(spec.env)
     tail = env.get("PYTHONPATH", "")

@@ -14,6 +14,8 @@ the exposure probes (harness.faults.exposure), which count the races' windows in
 after the plan, so that a probe's region opens inside the plan's delays at the same point.
 Only if HARNESS_FIXES is set (`harness stress --fix`): apply those registry fixes to the unmodified
 program (harness.inject), print `HARNESS_FIXES <names>` at start and how often each acted at exit.
+The plan, the probes and the fixes act on the first Python process of the command: each variable is
+taken out of the environment once read, so the processes it starts run unplanned and unpatched.
 Without these variables nothing of the harness is imported and nothing is patched, so the cost is
 two faulthandler calls, a thread hook, the import of concurrent.futures (stdlib) and three of its
 Future methods wrapped.
@@ -163,7 +165,11 @@ if os.environ.get("HARNESS_PLAN"):
         from harness.faults import scheduler
     except ImportError as e:  # PYTHONPATH lacks the repo root: say so instead of running unplanned
         _fail(f"cannot import harness.faults.scheduler: {e}")
-    _install_plan(scheduler, os.environ["HARNESS_PLAN"])
+    # Taken out of the environment, as the probes below: the plan is for the program's own process.
+    # A process it starts inherits the variables with another cwd (torch 2.11's Inductor checks its
+    # CPU vector ISA by running `python -c "import torch ..."` in its cache folder), and a plan it
+    # cannot load there is exit 2: the ISA check failed and every flex-attention compile with it.
+    _install_plan(scheduler, os.environ.pop("HARNESS_PLAN"))
 if os.environ.get("HARNESS_FIXES"):
     try:
         from harness import inject
@@ -171,7 +177,7 @@ if os.environ.get("HARNESS_FIXES"):
     except ImportError as e:
         _fail(f"cannot import harness.inject: {e}", "HARNESS_FIXES")
     try:
-        _guard = inject.install(os.environ["HARNESS_FIXES"])
+        _guard = inject.install(os.environ.pop("HARNESS_FIXES"))
     except GuardError as e:
         _fail(str(e), "HARNESS_FIXES")
     sys.stderr.write(f"HARNESS_FIXES {','.join(_guard.names) or 'none'}\n")
