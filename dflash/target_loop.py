@@ -68,7 +68,7 @@ class TargetForwardLoop:
         doc_ids = None if tb.doc_ids is None else tb.doc_ids.to(device, non_blocking=True)
         # An eager target's forward may leave the call locks (eager-target-unlocked): a compiled
         # one never does.
-        unlocked = not self.ccfg.compile_target and self.fs.active("eager-target-unlocked")
+        unlocked = self.fs.active("eager-target-unlocked") and not self.ccfg.compile_target
         call = contextlib.nullcontext() if unlocked else self.fs.around_call(call_key(fwd, input_ids, doc_ids))
         if unlocked:
             self.fs.note("eager-target-unlocked")
