@@ -827,6 +827,6 @@ def test_gpu_slots_serve_trials_in_the_order_they_were_queued_not_the_order_thei
 
 @pytest.mark.parametrize("path", sorted((REPO / "harness" / "campaign" / "specs").glob("*.json")), ids=lambda p: p.stem)
 def test_every_shipped_spec_file_loads_and_expands(path):
-    # A spec for a GPU host is first run there: a typo must fail here, not in device time.
+    # A spec for a GPU host is first run there: a typo must fail here, before that host's run.
     spec = load_spec(path)
     assert spec.name == path.stem and expand(spec)

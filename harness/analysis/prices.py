@@ -23,11 +23,11 @@ class Price:
     tokens: list[float]
     died: list[str]
     ratio: stats.MedianInterval | None
+    """Per-round tokens/s over the base configuration's, summarised; None for the base itself or
+    without a round where both ran."""
     timed_out: list[str] = field(default_factory=list)
     """Rounds whose bench was still running at the bench limit (killed, dumped): no figure and not
     a failure, but the table says so rather than showing fewer benches."""
-    """Per-round tokens/s over the base configuration's, summarised; None for the base itself or
-    without a round where both ran."""
     by_round: dict[int, float] = field(default_factory=dict)
     """Round -> tokens/s of the benches that ran to a figure: what `pairwise` pairs."""
     gpu_busy: list[float] = field(default_factory=list)
@@ -43,9 +43,9 @@ class Run:
     tokens: float | None
     died: str | None = None
     gpu_busy: float | None = None
-    timed_out: bool = False
     """The GPU's busy fraction over the bench's steady half (None on CPU): a configuration is
     priced by its tokens/s and by how busy it keeps the GPU."""
+    timed_out: bool = False
 
 
 def paired_ratios(row: Price, col: Price) -> list[float]:

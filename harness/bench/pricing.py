@@ -38,7 +38,6 @@ campaign names its workloads (harness.campaign.presets).
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import json
 import os
 import signal
@@ -59,6 +58,7 @@ from harness.analysis.bench_records import TIMEOUT_RCS, BenchError, append, died
 from harness.analysis.prices import Price, Run, price_runs, rows
 from harness.runtime.fixes import FixSet, check_cuda_graphs, parse_names
 from harness.trial import hangs
+from harness.trial.interpreter import installed_torch
 
 TIMEOUT_RC = 124
 """A run past --timeout-s gets `timeout`'s exit code, which harness.analysis.bench_records reads as timed out."""
@@ -268,7 +268,7 @@ def _stopped(proc: subprocess.Popen, *, stalled: bool, dump_dir: Path | None, er
     dump_dir.mkdir(parents=True, exist_ok=True)
     # The torch line lets `harness diagnose` judge the dump on the torch the bench ran on.
     dumped = hangs.dump(
-        proc.pid, dump_dir, output_path=str(err_path), note=f"torch {_torch_version()}, a bench past its limit"
+        proc.pid, dump_dir, output_path=str(err_path), note=f"torch {installed_torch() or '?'}, a bench past its limit"
     )
     _kill(proc)
     record = {"event": "bench", "exit_code": TIMEOUT_RC, "signature": died_signature([], TIMEOUT_RC)}
@@ -276,13 +276,6 @@ def _stopped(proc: subprocess.Popen, *, stalled: bool, dump_dir: Path | None, er
         record["dump"] = dumped.text_path
         record["dump_method"] = dumped.method
     return record
-
-
-def _torch_version() -> str:
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return "?"
 
 
 def _slug(round_: int, config: Config) -> str:

@@ -147,9 +147,15 @@ def classify(threads: tuple[ThreadStack, ...], *, one_dump: bool = False) -> Han
 
     `one_dump`: the dump is all there is (a log, a bench killed at its limit), not a hang the
     runner confirmed idle twice; a program thread running in torch then makes it BUSY_IN_TORCH."""
-    keyed = [t for t in threads if in_hang_key(t)]
-    busy = [b for t in keyed if (b := busy_in_torch(t)) is not None] if one_dump else []
-    blocked = [b for t in keyed if not any(x.thread == t.name for x in busy) and (b := blocked_on(t)) is not None]
+    busy: list[Blocked] = []
+    blocked: list[Blocked] = []
+    for t in threads:
+        if not in_hang_key(t):
+            continue
+        if one_dump and (b := busy_in_torch(t)) is not None:
+            busy.append(b)
+        elif (b := blocked_on(t)) is not None:
+            blocked.append(b)
     if busy:
         return HangKind(kind=BUSY_IN_TORCH, blocked=tuple(busy + sorted(blocked, key=lambda b: b.thread)))
     if not blocked:
