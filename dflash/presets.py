@@ -3,8 +3,9 @@
 `tiny-cpu` is the embedded default: a random 4-layer target regenerates a small synthetic
 corpus, and a 1-layer drafter learns it in well under a minute on 2 CPU cores. The GPU presets
 keep the same code path and scale the models, the batches and the thread/device plan, and run
-with `fixes=recommended` (gpu-default with the set measured cheapest and clean on it,
-`phase-lock,target-hook-taps`); the CPU presets run raw (the CPU is where races are studied, and raw
+with what REPORT recommends for each: gpu-default and gpu-gpu-bound eager (the fastest clean
+configuration measured on each), gpu-launch-bound `reduce-overhead`, all with `fixes=recommended`;
+the CPU presets run raw (the CPU is where races are studied, and raw
 is what the CPU tests and matrices measure).
 """
 
@@ -117,7 +118,7 @@ def _gpu(
 
 
 def gpu_default() -> RunConfig:
-    """cuda:0, 2 target threads + 3 drafter threads on one GPU, compiled drafter, bf16 target."""
+    """cuda:0, 2 target threads + 3 drafter threads on one GPU, eager drafter, bf16 target."""
     cfg = _gpu(
         "gpu-default",
         target=TargetConfig(
@@ -150,10 +151,11 @@ def gpu_default() -> RunConfig:
         devices=DeviceConfig(target_devices=("cuda:0",), drafter_devices=("cuda:0",)),
         steps=300,
     )
-    # What REPORT recommends here: the cheapest clean set, measured on this preset (one H200,
-    # torch 2.11): 0/29 stressed (results/gpu-phase), 1.07x global-lock,target-hook-taps and 0.98x
-    # raw in one 5-round price run. Not for CUDA graphs (phase-lock failed 5/5 there).
-    return dataclasses.replace(cfg, fixes=("phase-lock", "target-hook-taps"))
+    # What REPORT recommends here: eager (one H200, torch 2.11): 0/29 stressed (results/gpu-exposure),
+    # 1.06x the cheapest clean compiled set (phase-lock,target-hook-taps, 0/33 in results/gpu-phase)
+    # in one 5-round price run, and no compile before the first step. `--set compile.mode=default
+    # --set fixes=phase-lock,target-hook-taps` runs that compiled set.
+    return dataclasses.replace(cfg, compile=dataclasses.replace(cfg.compile, mode="none"))
 
 
 def gpu_launch_bound() -> RunConfig:
@@ -238,6 +240,8 @@ def gpu_multi() -> RunConfig:
     return dataclasses.replace(
         cfg,
         preset="gpu-multi",
+        # Compiled as before gpu-default went eager: no multi-GPU eager cell has been run.
+        compile=dataclasses.replace(cfg.compile, mode="default"),
         pipeline=PipelineConfig(num_prefetch_threads=2, num_target_threads=5, num_drafter_threads=3),
         devices=DeviceConfig(
             target_devices=tuple(f"cuda:{i}" for i in range(5)),

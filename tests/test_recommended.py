@@ -74,12 +74,8 @@ def test_bad_fixes_value_is_one_error_line_exit_2(value, match, tmp_path, capsys
 
 
 def test_gpu_presets_default_to_recommended_cpu_presets_to_raw():
-    # gpu-default names the set REPORT recommends for it (measured there: phase-lock), which the
-    # recommended rule for any CUDA run without CUDA graphs (global-lock) does not generalise to.
     for name in presets.PRESETS:
         want = ("recommended",) if name in GPU_PRESETS else ()
-        if name == "gpu-default":
-            want = ("phase-lock", "target-hook-taps")
         assert presets.get(name).fixes == want, name
 
 
@@ -128,12 +124,15 @@ def test_fixes_none_prepares_the_raw_pipeline(tmp_path):
 
 
 def test_gpu_presets_compile_as_report_recommends_and_resolve_its_fix_set():
-    """launch-bound: reduce-overhead with the five-fix set; gpu-bound: eager, no fix."""
+    """launch-bound: reduce-overhead with the five-fix set; gpu-default and gpu-bound: eager, no fix
+    (gpu-multi, never run eager, compiles as gpu-default did)."""
     lb, gb = presets.get("gpu-launch-bound"), presets.get("gpu-gpu-bound")
     assert lb.compile.mode == "reduce-overhead" and gb.compile.mode == "none"
+    assert presets.get("gpu-default").compile.mode == "none" and presets.get("gpu-multi").compile.mode == "default"
     names, rec = resolve_names(lb.fixes, "2.11.0+cu130", "cuda", cudagraphs=lb.compile.cudagraphs)
     assert names == ("global-lock", "cstash-tls-init", "cublas-handle-init", "stash-incref", "stream-sync")
     assert rec is not None and rec.measured
     names, rec = resolve_names(gb.fixes, "2.11.0+cu130", "cuda", cudagraphs=False, compiled=False)
     assert names == () and rec is not None and "gpu-bound:eager 0/44" in rec.evidence
+    assert "gpu-exposure default:eager 0/29" in rec.evidence
     assert rec.line().startswith("fixes=recommended -> none (measured")

@@ -10,8 +10,9 @@
 #   repros:S  the gpu-repros matrix for at most S seconds (store results/gpu-repros, resumed)
 #   pytest[:S[:N]]  (env PYTEST_K: a -k expression) the GPU race suite through the runner, r22's 2.11 record (tests/race/catalogue.py) and r23's test,
 #             for at most S seconds (240) on N pytest-xdist workers (1)
-#   default   `python -m dflash train --preset gpu-default` alone on the GPU (the trainer's GPU smoke run)
-#   startup   gpu-default (STARTUP_STEPS, 300, phase-lock+target-hook-taps) three times alone on the GPU: cold
+#   default   `python -m dflash train --preset gpu-default` alone on the GPU (the trainer's GPU smoke run, eager
+#             as the preset ships)
+#   startup   gpu-default compiled (STARTUP_STEPS, 300, phase-lock+target-hook-taps) three times alone on the GPU: cold
 #             (the run's Inductor cache emptied; the shipped corpus), warm (the same cache again) and preloaded
 #             (a new, empty cache + the cold run's compile.cache_artifacts file); each run's
 #             `timeline:` line in the log, its records in run.tgz
@@ -107,7 +108,7 @@ warm() {  # waits on its own pids: a bare `wait` would also wait for the tee beh
     train warm-pb-$p --preset gpu-$p --steps 6 $ro --set fixes=cstash-tls-init,persistent-buffers --out /tmp/w2-$p & pids+=($!)
     train warm-nocg-$p --preset gpu-$p --steps 6 --set compile.mode=default --set train.eval_prompts=0 --out /tmp/w3-$p & pids+=($!)
   done
-  train warm-default --preset gpu-default --steps 4 --set train.eval_prompts=0 --out /tmp/w0 & pids+=($!)
+  train warm-default --preset gpu-default --steps 4 --set compile.mode=default --set train.eval_prompts=0 --out /tmp/w0 & pids+=($!)
   wait "${pids[@]}"
 }
 
@@ -146,7 +147,7 @@ run_phase() {
                case $label in cold) d=$TORCHINDUCTOR_CACHE_DIR; rm -rf $d ;; warm) d=$TORCHINDUCTOR_CACHE_DIR ;; preloaded) d=/tmp/ind-s2; rm -rf $d ;; esac
                s=$(date +%s)
                TORCHINDUCTOR_CACHE_DIR=$d timeout -k 15 -s TERM 300 python3 -m dflash train --preset gpu-default \
-                 --steps ${STARTUP_STEPS:-300} --set fixes=phase-lock,target-hook-taps --set compile.cache_artifacts="$c" \
+                 --steps ${STARTUP_STEPS:-300} --set compile.mode=default --set fixes=phase-lock,target-hook-taps --set compile.cache_artifacts="$c" \
                  --set train.progress=false --out /tmp/st-$label > "$X/startup-$label.out" 2> "$X/startup-$label.err"
                echo "startup $label rc=$? $(( $(date +%s) - s ))s: $(grep -h '^timeline:' "$X/startup-$label.err")"
              done; rm -f "$c" ;;   # the file (~60 MB) is over what a returned file may have

@@ -51,22 +51,24 @@ _RECOMMENDED: dict[tuple[str, bool], tuple[str, tuple[str, ...], str]] = {
         ("global-lock", "target-hook-taps"),
         "results/gpu-campaign *:no-cudagraphs+global-lock 0/53 vs *:no-cudagraphs 26/40",
     ),
-    # The launch-bound recommendation (REPORT.md's answer at a glance): 0/39, 29 stressed.
+    # The launch-bound recommendation (REPORT.md's answer at a glance): 0/39, 29 stressed, and
+    # 0/29 more with the race windows measured (all shut).
     ("cuda", True): (
         "2.11",
         ("global-lock", "cstash-tls-init", "cublas-handle-init", "stash-incref", "stream-sync"),
         "results/gpu-campaign launch-bound:global-lock+cstash-tls-init+cublas-handle-init"
-        "+stash-incref+stream-sync 0/39",
+        "+stash-incref+stream-sync 0/39; results/gpu-exposure the same cell 0/29",
     ),
 }
 
 
-# An eager GPU trainer (compile.mode=none) needs no fix: both campaign presets' eager cells ran
-# clean, 64 of them under the dflash-stages scheduler plan.
+# An eager GPU trainer (compile.mode=none) needs no fix: the eager cells of three presets ran
+# clean, 93 of them under the dflash-stages scheduler plan.
 _EAGER_CUDA = (
     "2.11",
     (),
-    "results/gpu-campaign launch-bound:eager 0/40, gpu-bound:eager 0/44 (9 out of memory left out)",
+    "results/gpu-campaign launch-bound:eager 0/40, gpu-bound:eager 0/44 (9 out of memory left out); "
+    "results/gpu-exposure default:eager 0/29",
 )
 
 
