@@ -70,7 +70,7 @@ def row(*words: str) -> str:
 
 def test_the_launch_bound_row_is_what_the_campaign_and_its_priced_run_say():
     r = row("1 H200", "launch-bound")
-    assert f"| {kn('gpu-campaign', 'launch-bound', LOCK)} |" in r
+    assert f"| {kn('gpu-campaign', 'launch-bound', LOCK)}, and {kn('gpu-exposure', 'launch-bound', LOCK)} probed |" in r
     run = price_runs()[LB_RUN]  # one price run, resumed in the next two GPU-host runs
     assert len({b.round for b in run.group}) == 5 and "5 paired rounds" in r
     lock = price(LB_RUN, LOCK)
@@ -136,7 +136,7 @@ def test_the_launch_bound_busy_fractions_are_its_benches():
 
 def test_the_gpu_default_row_is_what_the_phase_store_and_its_priced_run_say():
     r = row("1 H200", "gpu-default")
-    assert f"| {kn('gpu-phase', 'default', 'phase-lock+target-hook-taps')} |" in r
+    assert f"eager {kn('gpu-exposure', 'default', 'eager')}; `phase-lock+target-hook-taps` {kn('gpu-phase', 'default', 'phase-lock+target-hook-taps')} |" in r
     run = price_runs()["runs 54+55"]  # one price run, resumed in the next GPU-host run
     assert len({b.round for b in run.group}) == 5 and "5 paired rounds" in r
     base = price("runs 54+55", "no-cudagraphs+target-hook-taps+global-lock")
@@ -149,10 +149,14 @@ def test_the_gpu_default_row_is_what_the_phase_store_and_its_priced_run_say():
     )
     over_raw = median_interval(paired_ratios(phase, raw))
     assert f"{x(over_raw.median)} raw (94% interval {x(over_raw.low)}-{x(over_raw.high)})" in r
-    assert f"{statistics.median(phase.tokens):,.0f} tokens/s median" in r
     e = median_interval(paired_ratios(eager, phase))
-    assert f"eager runs {x(e.median)} it (94% interval {x(e.low)}-{x(e.high)})" in r
+    assert f"eager runs {x(e.median)} `phase-lock+target-hook-taps` (94% interval {x(e.low)}-{x(e.high)})" in r
+    assert f"eager {statistics.median(eager.tokens):,.0f} tokens/s median" in r
     assert base.tokens and not any(p.died for p in run.prices())  # every bench ran to a figure
+    # The preset trains what the row recommends.
+    from dflash import presets
+
+    assert presets.get("gpu-default").compile.mode == "none"
 
 
 def test_the_gpu_bound_row_is_what_the_campaign_and_its_priced_run_say():
@@ -305,6 +309,28 @@ def test_the_windows_paragraph_is_what_the_probes_recorded():
     text = REPORT.replace("\n", " ")
     assert "opened the F1, F1c, capture and G2 windows 0 times in 2 of 2 trials" in text
     assert "Its 39 launch-bound trials predate the exposure probes" in text
+    # The 29 probed launch-bound trials since: every race window shut, the first-step window open.
+    later = [r for r in Store(RESULTS / "gpu-exposure").load() if r.cell == f"launch-bound:{cell}"]
+    assert len(later) == 29 and not any(r.outcome.is_failure for r in later)
+    assert all(v == 0 for r in later for w, v in r.exposures.items() if w != "drafter-first-step")
+    assert all(r.exposures["drafter-first-step"] > 0 for r in later)
+    first = sum(r.exposures["drafter-first-step"] for r in later)
+    assert f"R5: 0 of 29 trials) while the drafters' first compiled steps overlapped in 29 of 29 ({first} times)" in text
+
+
+def test_the_token_budget_table_is_its_store():
+    start = REPORT.index("## Token-budget batches on the H200")
+    table = REPORT[start : REPORT.index("\n\n", REPORT.index("|---|", start))]
+    t = totals("gpu-batching")
+    for workload, preset in (("default-tb", "gpu-default"), ("launch-bound-tb", "gpu-launch-bound")):
+        for strategy, cell in t[workload].items():
+            name = "raw" if strategy == "raw" else f"`{strategy}`"
+            assert f"| {preset}, " in table and f"| {name} | {cell.k}/{cell.n} |" in table, (workload, strategy)
+    assert t["launch-bound-tb"]["raw"].k == t["launch-bound-tb"]["raw"].n == 9
+    raw = [r for r in Store(RESULTS / "gpu-batching").load() if r.cell.startswith("launch-bound-tb:raw")]
+    assert {load().family(r.signature_summary) for r in raw} == {"F1"}
+    hung = [r for r in Store(RESULTS / "gpu-batching").load() if r.cell.startswith("default-tb:raw") and r.outcome.is_failure]
+    assert len(hung) == 2 and {load().family(r.signature_summary) for r in hung} == {"G2"}
 
 
 def test_the_r24_claim_is_what_its_stores_hold():
