@@ -136,7 +136,10 @@ def test_the_launch_bound_busy_fractions_are_its_benches():
 
 def test_the_gpu_default_row_is_what_the_phase_store_and_its_priced_run_say():
     r = row("1 H200", "gpu-default")
-    assert f"eager {kn('gpu-exposure', 'default', 'eager')}; `phase-lock+target-hook-taps` {kn('gpu-phase', 'default', 'phase-lock+target-hook-taps')} |" in r
+    assert (
+        f"eager {kn('gpu-exposure', 'default', 'eager')}; `phase-lock+target-hook-taps` {kn('gpu-phase', 'default', 'phase-lock+target-hook-taps')} |"
+        in r
+    )
     run = price_runs()["runs 54+55"]  # one price run, resumed in the next GPU-host run
     assert len({b.round for b in run.group}) == 5 and "5 paired rounds" in r
     base = price("runs 54+55", "no-cudagraphs+target-hook-taps+global-lock")
@@ -315,7 +318,9 @@ def test_the_windows_paragraph_is_what_the_probes_recorded():
     assert all(v == 0 for r in later for w, v in r.exposures.items() if w != "drafter-first-step")
     assert all(r.exposures["drafter-first-step"] > 0 for r in later)
     first = sum(r.exposures["drafter-first-step"] for r in later)
-    assert f"R5: 0 of 29 trials) while the drafters' first compiled steps overlapped in 29 of 29 ({first} times)" in text
+    assert (
+        f"R5: 0 of 29 trials) while the drafters' first compiled steps overlapped in 29 of 29 ({first} times)" in text
+    )
 
 
 def test_the_token_budget_table_is_its_store():
@@ -329,7 +334,11 @@ def test_the_token_budget_table_is_its_store():
     assert t["launch-bound-tb"]["raw"].k == t["launch-bound-tb"]["raw"].n == 9
     raw = [r for r in Store(RESULTS / "gpu-batching").load() if r.cell.startswith("launch-bound-tb:raw")]
     assert {load().family(r.signature_summary) for r in raw} == {"F1"}
-    hung = [r for r in Store(RESULTS / "gpu-batching").load() if r.cell.startswith("default-tb:raw") and r.outcome.is_failure]
+    hung = [
+        r
+        for r in Store(RESULTS / "gpu-batching").load()
+        if r.cell.startswith("default-tb:raw") and r.outcome.is_failure
+    ]
     assert len(hung) == 2 and {load().family(r.signature_summary) for r in hung} == {"G2"}
 
 

@@ -41,6 +41,13 @@ def _spec(script: str, *args: str, hang_s: float = QUIET_S, timeout_s: float = 3
     )
 
 
+def _code_spec(name: str, code: str, **kw) -> TrialSpec:
+    """A trial of `python -c CODE`, named `name`."""
+    return TrialSpec(
+        trial_id=name, cell=name, workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)), **kw
+    )
+
+
 def _run(tmp_path: Path, script: str, *args: str, run: int = 0, **kw) -> TrialResult:
     return run_trial(_spec(script, *args, **kw), tmp_path / f"{script}-{run}")
 
@@ -296,14 +303,7 @@ def test_child_environment_and_plan_file(tmp_path):
         "('PYTHONPATH', 'HARNESS_PLAN', 'HARNESS_HEARTBEAT', 'HARNESS_PLAN_LOG', "
         "'PYTHONFAULTHANDLER', 'EXTRA')}))"
     )
-    spec = TrialSpec(
-        trial_id="env",
-        cell="env",
-        plan={"seed": 7, "rules": []},
-        env={"EXTRA": "1"},
-        hang_s=5,
-        workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)),
-    )
+    spec = _code_spec("env", code, plan={"seed": 7, "rules": []}, env={"EXTRA": "1"}, hang_s=5)
     result = run_trial(spec, tmp_path / "env")
     seen = json.loads(_output(result).strip().splitlines()[-1])
     art = tmp_path / "env"
@@ -332,14 +332,7 @@ def test_a_process_the_program_starts_elsewhere_runs_unplanned(tmp_path, monkeyp
         f"r = subprocess.run([sys.executable, '-c', {probe!r}], cwd='/', capture_output=True, text=True); "
         "print('child', r.returncode, r.stdout.strip(), r.stderr.strip()[-200:])"
     )
-    spec = TrialSpec(
-        trial_id="sub",
-        cell="sub",
-        plan={"seed": 1, "rules": []},
-        env={"HARNESS_FIXES": "global-lock"},
-        hang_s=20,
-        workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)),
-    )
+    spec = _code_spec("sub", code, plan={"seed": 1, "rules": []}, env={"HARNESS_FIXES": "global-lock"}, hang_s=20)
     result = run_trial(spec, Path("relative") / "sub")
     assert result.outcome is Outcome.OK, result.detail
     assert "child 0 None None" in _output(result), _output(result)[-2000:]
@@ -456,13 +449,7 @@ def test_a_hang_the_workload_reports_itself_is_a_hang(tmp_path):
         "print('HANG: threads still alive after 0.2 s', file=sys.stderr, flush=True)\n"
         "faulthandler.dump_traceback(all_threads=True)\nos._exit(1)\n"
     )
-    spec = TrialSpec(
-        trial_id="h",
-        cell="h",
-        timeout_s=60,
-        hang_s=QUIET_S,
-        workload=WorkloadSpec(kind="command", argv=(sys.executable, "-c", code)),
-    )
+    spec = _code_spec("h", code, timeout_s=60, hang_s=QUIET_S)
     first, second = (run_trial(spec, tmp_path / f"h{i}") for i in range(2))
     assert first.outcome is Outcome.HANG and first.rc == 1
     assert first.detail.startswith("the workload reported a hang: threads still alive after 0.2 s")

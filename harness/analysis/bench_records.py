@@ -78,13 +78,21 @@ class Bench:
 
     @property
     def failed(self) -> bool:
-        """Died of an error. A bench past h200_run.sh's limit is not counted as one: it was still
-        running (the matrix leaves TIMEOUT out of k/n alike)."""
-        return self.exit_code != 0 and not self.timed_out
+        return died(self.exit_code)
 
     @property
     def timed_out(self) -> bool:
-        return self.exit_code in TIMEOUT_RCS
+        return timed_out(self.exit_code)
+
+
+def died(exit_code: int | None) -> bool:
+    """A bench that died of an error. One past its time limit is not counted as one: it was still
+    running (the matrix leaves TIMEOUT out of k/n alike)."""
+    return bool(exit_code) and not timed_out(exit_code)
+
+
+def timed_out(exit_code: int | None) -> bool:
+    return exit_code in TIMEOUT_RCS
 
 
 def strategy_of(phase: str) -> tuple[str, str]:

@@ -54,7 +54,7 @@ from dflash import presets
 from dflash.config import ConfigError, apply_overrides
 from dflash.errors import DevicePlanError
 from dflash.topology import topology as topology_sets
-from harness.analysis.bench_records import TIMEOUT_RCS, BenchError, append, died_signature, strategy_of
+from harness.analysis.bench_records import BenchError, append, died, died_signature, strategy_of, timed_out
 from harness.analysis.prices import Price, Run, price_runs, rows
 from harness.runtime.fixes import FixSet, check_cuda_graphs, parse_names
 from harness.trial import hangs
@@ -382,9 +382,9 @@ def prices(plan: Plan, records: Sequence[dict]) -> list[Price]:
             strategy=strategy_of(d["phase"])[1],
             round=d["round"],
             tokens=d.get("tokens_per_s_steady"),
-            died=d.get("signature") if d.get("exit_code") and d["exit_code"] not in TIMEOUT_RCS else None,
+            died=d.get("signature") if died(d.get("exit_code")) else None,
             gpu_busy=d.get("gpu_busy_steady"),
-            timed_out=d.get("exit_code") in TIMEOUT_RCS,
+            timed_out=timed_out(d.get("exit_code")),
         )
         for d in records
     ]
