@@ -118,6 +118,61 @@ def test_the_launch_bound_cost_table_is_its_price_run():
     assert {p.ratio.coverage for p in by.values() if p.ratio} == {0.875}
 
 
+LB_RUN2 = "runs 65+66"
+UNLOCKED = LOCK + "+target-hook-taps+eager-target-unlocked"
+
+
+def test_the_second_launch_bound_price_run_is_its_table():
+    start = REPORT.index("**launch-bound, second run**")
+    table = REPORT[start : REPORT.index("\n\n", REPORT.index("|---|", start))]
+    run = price_runs()[LB_RUN2]  # one price run, resumed once
+    assert run.preset == "launch-bound" and len({b.round for b in run.group}) == 5
+    by = {p.strategy: p for p in run.prices()}
+    assert set(by) == {LOCK, UNLOCKED, LOCK_FREE, "eager"}
+    assert not any(p.died or p.timed_out for p in by.values())
+    for name in (LOCK, UNLOCKED, LOCK_FREE, "eager"):
+        p = by[name]
+        ratio = "1.00x (base)" if p.ratio is None else f"{x(p.ratio.median)} ({x(p.ratio.low)}-{x(p.ratio.high)})"
+        line = f"| 5/5 | {statistics.median(p.tokens):,.0f} | {ratio} | {statistics.median(p.gpu_busy):.0%} |"
+        assert line in table, line
+    assert {p.ratio.coverage for p in by.values() if p.ratio} == {0.9375}
+    assert f"| {kn('gpu-exposure', 'launch-bound', UNLOCKED)} probed |" in table
+    assert f"| {kn('gpu-campaign', 'launch-bound', LOCK_FREE)} |" in table
+    assert f"| {kn('gpu-campaign', 'launch-bound', 'eager')} |" in table
+    text = " ".join(REPORT.split())
+    over_eager = {n: median_interval(paired_ratios(by[n], by["eager"])) for n in (LOCK, UNLOCKED, LOCK_FREE)}
+    lock, unlocked, free = (over_eager[n] for n in (LOCK, UNLOCKED, LOCK_FREE))
+    assert (
+        f"Over eager: the recommended set {x(lock.median)} (94% interval {x(lock.low)}-{x(lock.high)}), "
+        f"with `eager-target-unlocked` {x(unlocked.median)} ({x(unlocked.low)}-{x(unlocked.high)}), "
+        f"the concurrent set {x(free.median)} ({x(free.low)}-{x(free.high)})"
+    ) in text
+    assert f"it ran {x(lock.median)} eager with three drafter threads" in text
+    assert (
+        f"{x(unlocked.median)} with `eager-target-unlocked`, whose interval, {x(unlocked.low)}-{x(unlocked.high)}, reaches it"
+        in text
+    )
+    assert unlocked.high >= 1.5 > unlocked.median
+    u = by[UNLOCKED].ratio
+    assert f"(1.07x, 94% interval {x(u.low)}-{x(u.high)}); the drafters'" in text and x(u.median) == "1.07x"
+    benched = [b for b in run.group if b.tokens_steady]
+
+    def span(strategy: str, stage: str) -> str:
+        vals = [b.busy[stage] for b in benched if b.strategy == strategy]
+        return f"{min(vals):.0%}-{max(vals):.0%}"
+
+    assert (
+        f"the recommended set's target threads {span(LOCK, 'target')} and drafters {span(LOCK, 'drafter')}; "
+        f"with `eager-target-unlocked` {span(UNLOCKED, 'target')} and {span(UNLOCKED, 'drafter')}; "
+        f"the concurrent set {span(LOCK_FREE, 'target')} and {span(LOCK_FREE, 'drafter')}; "
+        f"eager {span('eager', 'target')} and {span('eager', 'drafter')}"
+    ) in text
+    assert (
+        f"{statistics.median(by[LOCK].tokens):,.0f} against {statistics.median(price(LB_RUN, LOCK).tokens):,.0f}"
+        in text
+    )
+
+
 def test_the_launch_bound_busy_fractions_are_its_benches():
     runs = [b for b in price_runs()[LB_RUN].group if b.tokens_steady]
 
@@ -331,15 +386,18 @@ def test_the_token_budget_table_is_its_store():
         for strategy, cell in t[workload].items():
             name = "raw" if strategy == "raw" else f"`{strategy}`"
             assert f"| {preset}, " in table and f"| {name} | {cell.k}/{cell.n} |" in table, (workload, strategy)
-    assert t["launch-bound-tb"]["raw"].k == t["launch-bound-tb"]["raw"].n == 9
+    assert t["launch-bound-tb"]["raw"].k == t["launch-bound-tb"]["raw"].n == 10
     raw = [r for r in Store(RESULTS / "gpu-batching").load() if r.cell.startswith("launch-bound-tb:raw")]
-    assert {load().family(r.signature_summary) for r in raw} == {"F1"}
+    families = [load().family(r.signature_summary) for r in raw]
+    assert (families.count("F1"), families.count("G2")) == (9, 1)
+    assert "| raw | 10/10 | F1 in 9: `AssertionError` in `cudagraph_trees:get_obj`; G2 in 1" in table
     hung = [
         r
         for r in Store(RESULTS / "gpu-batching").load()
         if r.cell.startswith("default-tb:raw") and r.outcome.is_failure
     ]
-    assert len(hung) == 2 and {load().family(r.signature_summary) for r in hung} == {"G2"}
+    assert len(hung) == 3 and {load().family(r.signature_summary) for r in hung} == {"G2"}
+    assert "| raw | 3/10 | G2: all three hangs" in table
 
 
 def test_the_r24_claim_is_what_its_stores_hold():
