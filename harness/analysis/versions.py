@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import collections
 import functools
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.diagnosis.catalogue import load
+from harness.diagnosis.catalogue import fails_by, load
 from harness.diagnosis.families import family
 from harness.trial.outcome import TrialResult
 
@@ -39,16 +38,15 @@ def _key(v: str) -> tuple[int, ...]:
 
 
 @functools.cache
-def _race_patterns() -> dict[str, re.Pattern]:
+def _families() -> dict[str, str]:
     """Repro id -> the regex its own race's failures match (outcome, signature and summary)."""
-    return {row.id: re.compile(row.family) for row in load().repros if row.family}
+    return {row.id: row.family for row in load().repros if row.family}
 
 
 def _own(r: TrialResult) -> bool:
     """Whether a failing trial failed by its repro's race (a workload without a catalogue row: any failure)."""
-    pattern = _race_patterns().get(r.workload or "")
-    text = f"{r.outcome.value} {r.signature or ''} {r.signature_summary or ''}"
-    return pattern is None or pattern.search(text) is not None
+    family = _families().get(r.workload or "")
+    return family is None or fails_by(family, r)
 
 
 def counts(loaded: Sequence[tuple[Path, Sequence[TrialResult]]]) -> dict[tuple[str, str], tuple[int, int]]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness.faults.exposure import PROBES
 from harness.stores.store import Store
+from harness.trial.outcome import TrialResult
 
 CATALOGUE_PATH = Path(__file__).with_name("races.toml")
 EVIDENCE_PATH = Path(__file__).with_name("evidence.json")
@@ -459,3 +460,10 @@ class RecordSource:
 
 def major_minor(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def fails_by(family: str, result: TrialResult) -> bool:
+    """Whether `result` failed by a repro row's race: a failure whose outcome, signature or summary
+    match the row's `family` regex (another race's failure in the same trial does not count)."""
+    text = f"{result.outcome.value} {result.signature or ''} {result.signature_summary or ''}"
+    return result.outcome.is_failure and re.search(family, text) is not None

@@ -51,7 +51,7 @@ from pathlib import Path
 import pytest
 
 from harness import stats
-from harness.diagnosis.catalogue import load
+from harness.diagnosis.catalogue import fails_by, load
 from harness.faults.profiles import plan_from_seed
 from harness.trial import native
 from harness.trial.folder import NATIVE_STACK
@@ -194,8 +194,7 @@ def trial(race: Race, index: int, artefacts: Path, *, fixed: bool) -> TrialResul
 
 
 def matches_family(race: Race, result: TrialResult) -> bool:
-    text = f"{result.outcome.value} {result.signature or ''} {result.signature_summary or ''}"
-    return result.outcome.is_failure and re.search(race.family, text) is not None
+    return fails_by(race.family, result)
 
 
 def describe(result: TrialResult) -> str:
