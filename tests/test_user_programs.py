@@ -121,6 +121,33 @@ def test_a_recompile_limit_at_exit_0_is_a_finding(tmp_path):
     assert "F10 at exit 0 in 1 run" in diagnose.summary_line([finding])
 
 
+def test_the_default_recompile_limit_alone_only_suggests_f14(tmp_path):
+    # pytorch#118260's own program hits the default limit by design, single config, exit 0: the
+    # same line as a thread that missed another thread's raised limit (F14), so F14 is suspected.
+    line = (
+        "W1202 12:00:01.123000 77 torch/_dynamo/convert_frame.py:1050] torch._dynamo hit config.recompile_limit (8)\n"
+    )
+    run = tmp_path / "stress" / "0"
+    run.mkdir(parents=True)
+    (run / "output.txt").write_text(line + "   function: 'f' (prog.py:12)\n")
+    (run / "result.json").write_text(
+        json.dumps(
+            {"trial_id": "stress/0", "cell": "stress", "trial_index": 0, "outcome": "ok", "rc": 0, "detail": "exit 0"}
+        )
+    )
+    (finding,) = diagnose.diagnose(diagnose.collect([str(tmp_path / "stress")]))
+    assert finding.race == "F14" and finding.verdict().startswith("suspected: F14"), finding.verdict()
+    (m,) = finding.matches
+    assert m.suspected and any("never raised the limit" in e for e in m.evidence), m.evidence
+    assert diagnose.faces(line) == ["F14 (config set in one thread invisible to others (R9)), suspected"]
+    # F14's exception face is its own: named as known.
+    crash = "torch._dynamo.exc.FailOnRecompileLimitHit: recompile_limit reached\n" + line
+    assert diagnose.faces(crash) == ["F14 (config set in one thread invisible to others (R9))"]
+    # Beside F10's own warning the limit hit is F10's, named first.
+    both = line + "   last reason: 0/7: Unexpected recompilation: runtime guards failed even though they passed\n"
+    assert diagnose.faces(both)[0].startswith("F10 (")
+
+
 def test_no_record_is_not_read_as_not_reproduced(tmp_path, monkeypatch):
     monkeypatch.setattr(catalogue_module, "shipped", lambda: {})  # neither the stores nor their counts
     catalogue = diagnose.load()

@@ -108,6 +108,9 @@ class Race:
     warnings: tuple[str, ...] = ()
     """Regexes over the output of a run that did not fail: the race's face at warning level (a
     recompile limit hit, an eager fallback), a finding even at exit 0."""
+    warnings_unsure: str = ""
+    """Why a `warnings` hit alone does not show the race (what else prints the same line): such a
+    face is named as suspected, with this as its evidence. Empty: the warning is the race's own."""
     fixes: tuple[FixEvidence, ...] = ()
     versions: tuple[VersionEvidence, ...] = ()
     summary_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
@@ -250,6 +253,7 @@ def _race(raw: dict) -> Race:
         "fixes",
         "versions",
         "warnings",
+        "warnings_unsure",
         "reports",
     }
     if unknown:
@@ -304,6 +308,7 @@ def _race(raw: dict) -> Race:
         faces=_strs(raw, "faces", where),
         context=_strs(raw, "context", where),
         warnings=_strs(raw, "warnings", where),
+        warnings_unsure=raw.get("warnings_unsure", ""),
         reports=_strs(raw, "reports", where),
         fixes=fixes,
         versions=versions,

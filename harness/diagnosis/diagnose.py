@@ -233,17 +233,26 @@ def _warning_faces(failure: Failure, catalogue: Catalogue) -> list[Match]:
     for race in catalogue.races:
         if race.kind == "generic":
             continue
-        hit = _first_hit(race.warnings, failure.text) or _first_hit(race.messages, failure.text)
-        if hit is not None:
-            out.append(
-                Match(
-                    race=race.id,
-                    title=race.title,
-                    kind=race.kind,
-                    score=WARNING_SCORE,
-                    evidence=[f"at {failure.detail or 'exit 0'}, the output shows {hit!r}"],
-                )
+        message = _first_hit(race.messages, failure.text)
+        hit = message or _first_hit(race.warnings, failure.text)
+        if hit is None:
+            continue
+        evidence = [f"at {failure.detail or 'exit 0'}, the output shows {hit!r}"]
+        # A warning other code prints as well (F14's default recompile limit) only suggests the race.
+        unsure = message is None and bool(race.warnings_unsure)
+        if unsure:
+            evidence.append(f"not shown by that line alone: {race.warnings_unsure}")
+        out.append(
+            Match(
+                race=race.id,
+                title=race.title,
+                kind=race.kind,
+                score=SUSPECT_SCORE if unsure else WARNING_SCORE,
+                evidence=evidence,
+                suspected=unsure,
             )
+        )
+    out.sort(key=lambda m: -m.score)
     return out
 
 
@@ -251,7 +260,7 @@ def faces(text: str, catalogue: Catalogue | None = None) -> list[str]:
     """`RACE (title)` for each race an OK run's output shows (stress keeps such runs)."""
     catalogue = catalogue or load()
     return [
-        f"{m.race} ({m.title})"
+        f"{m.race} ({m.title})" + (", suspected" if m.suspected else "")
         for m in _warning_faces(Failure(source="", outcome="OK", key=None, summary=None, text=text), catalogue)
     ]
 
