@@ -234,7 +234,7 @@ def _warning_faces(failure: Failure, catalogue: Catalogue) -> list[Match]:
         if race.kind == "generic":
             continue
         message = _first_hit(race.messages, failure.text)
-        hit = message or _first_hit(race.warnings, failure.text)
+        hit = _first_hit(race.warnings, failure.text) or message
         if hit is None:
             continue
         evidence = [f"at {failure.detail or 'exit 0'}, the output shows {hit!r}"]
