@@ -6,6 +6,7 @@ the expected answer from stress and diagnose. `python -m tools.corpus` runs them
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,3 +37,157 @@ FAST = [p for p in corpus.load() if p.fast and p.device == "cpu"]
 def test_a_fast_program_gets_its_expected_answer(program):
     found = corpus.run_one(program, python=sys.executable)
     assert found.ok, f"{found.verdict}; outcomes {found.outcomes}, races {found.found_races}"
+
+
+# ------------------------------------------------------------------ fixes side by side (--fixes)
+
+# stress's side-by-side report as harness/campaign/stress.py `_arm_table` prints it, then the
+# summary lines that follow it (the races column is newer; both forms must read the same).
+ARM_TABLE = """\
+4 runs over 33s; run i of every set had plan seed i
+fixes                               failed        Wilson 95%  median run  vs first  races
+none                                   2/2   [34.2%, 100.0%]       8.49s     1.00x  F2 2
+nested-fx-fallback                     0/2     [0.0%, 65.8%]       8.38s     0.99x  -
+run time: min 6.55s, median 8.49s, max 10.21s; outcomes: CRASH:2 OK:2
+  2 x fx-trace-of-dynamo-fn (RuntimeError in ? at torch._dynamo.eval_frame:compile_wrapper)
+"""
+
+ARM_TABLE_OLD = """\
+6 runs over 1m02s; run i of every set had plan seed i
+fixes                               failed        Wilson 95%  median run  vs first
+as is                                  3/3   [43.9%, 100.0%]       4.10s     1.00x
+cstash-tls-init,global-lock,cublas-handle-init    1/3    [6.1%, 79.2%]       4.30s     1.05x
+run time: min 3.9s, median 4.2s, max 4.4s; outcomes: CRASH:4 OK:2
+"""
+
+
+def program(**kw) -> corpus.Program:
+    base = dict(name="p", path="x.py", args=(), source="user shape: test", device="cpu", expect="CRASH", races=())
+    return corpus.Program(**(base | kw))
+
+
+def test_the_arm_table_reads_each_sets_failed_column():
+    rows = corpus.arm_rows(ARM_TABLE)
+    assert {k: (a.failed, a.runs) for k, a in rows.items()} == {"none": (2, 2), "nested-fx-fallback": (0, 2)}
+    assert rows["none"].row.endswith("F2 2")
+    old = corpus.arm_rows(ARM_TABLE_OLD)
+    # a set's name may hold a space (`as is`) or outrun the 32-character column
+    assert {k: (a.failed, a.runs) for k, a in old.items()} == {
+        "as is": (3, 3),
+        "cstash-tls-init,global-lock,cublas-handle-init": (1, 3),
+    }
+
+
+def test_the_arm_table_is_found_among_other_lines_and_absent_without_its_header():
+    noisy = "stress: `python` in CMD runs /x/python\n--- run 0 [none]: CRASH\n 1/2 apples\n" + ARM_TABLE
+    assert list(corpus.arm_rows(noisy)) == ["none", "nested-fx-fallback"]
+    # a single-set report has no table: its `3 runs completed` line is no row
+    assert corpus.arm_rows("3 runs completed, 3 failures (100.00%), over 20s\noutcomes: CRASH:3\n") == {}
+    assert corpus.arm_rows("") == {}
+
+
+def test_the_raw_and_fixed_rows_are_picked_by_name_whatever_the_order():
+    rows = corpus.arm_rows(ARM_TABLE_OLD.replace("as is", "none"))
+    raw, fixed = corpus.pick_arms(rows, ("global-lock", "cublas-handle-init", "cstash-tls-init"))
+    assert (raw.failed, fixed.failed) == (3, 1)
+    # two rows naming neither set: the order given (`--fix none` first)
+    raw, fixed = corpus.pick_arms(corpus.arm_rows(ARM_TABLE_OLD), ("stash-incref",))
+    assert (raw.failed, fixed.failed) == (3, 1)
+    assert corpus.pick_arms({}, ("global-lock",)) is None
+
+
+def fix_found(raw: tuple[int, int], fixed: tuple[int, int], *, holds: bool = True) -> corpus.FixFound:
+    return corpus.FixFound(
+        name="p",
+        expect="CRASH",
+        fix="global-lock",
+        fix_holds=holds,
+        raw_failed=raw[0],
+        raw_runs=raw[1],
+        fixed_failed=fixed[0],
+        fixed_runs=fixed[1],
+    )
+
+
+@pytest.mark.parametrize(
+    ("expect", "holds", "raw", "fixed", "verdict"),
+    [
+        ("CRASH", True, (2, 4), (0, 4), "as expected"),
+        ("CRASH", True, (0, 4), (0, 4), "differs: raw did not fail (0/4; expected CRASH)"),
+        ("CRASH", True, (4, 4), (1, 4), "differs: global-lock did not hold (1/4 failed)"),
+        ("HANG", False, (4, 4), (3, 4), "as expected"),
+        ("HANG", False, (4, 4), (0, 4), "differs: global-lock held (0/4; the entry expects it not to)"),
+        ("OK", True, (0, 3), (0, 3), "as expected"),
+        ("OK", True, (1, 3), (0, 3), "differs: raw failed 1/3 (expected OK)"),
+        ("DETERMINISTIC", False, (3, 3), (3, 3), "as expected"),
+        ("CRASH", True, (0, 0), (0, 0), "differs: no completed runs (raw 0/0, fixed 0/0)"),
+    ],
+)
+def test_a_fix_verdict_wants_raw_failing_and_the_fix_holding(expect, holds, raw, fixed, verdict):
+    p = program(expect=expect, fix=("global-lock",), fix_holds=holds)
+    assert corpus.judge_fix(p, fix_found(raw, fixed, holds=holds)) == verdict
+
+
+def test_stress_output_is_read_into_a_verdict_or_says_why_not():
+    p = program(fix=("nested-fx-fallback",))
+
+    def read(stdout: str, rc: int = 1, stderr: str = "") -> corpus.FixFound:
+        f = corpus.FixFound(name="p", expect="CRASH", fix="nested-fx-fallback", fix_holds=True)
+        corpus.read_fix_run(p, f, subprocess.CompletedProcess([], rc, stdout, stderr))
+        return f
+
+    good = read(ARM_TABLE)
+    assert (good.raw_failed, good.raw_runs, good.fixed_failed, good.fixed_runs, good.verdict) == (
+        2,
+        2,
+        0,
+        2,
+        "as expected",
+    )
+    assert corpus.fix_row(good)["raw"] == "2/2" and corpus.fix_row(good)["as_expected"] is True
+    assert (
+        read("", 2, "error: --fix: unknown fix 'x'").verdict
+        == "differs: stress refused it: error: --fix: unknown fix 'x'"
+    )
+    assert read("3 runs completed\n").verdict == "differs: no side-by-side table in stress's output (exit 1)"
+
+
+def test_a_gpu_entry_on_a_host_without_cuda_is_skipped_unrun():
+    p = program(device="cuda", fix=("cstash-tls-init", "global-lock"))
+    f = corpus.run_fix(p, python=sys.executable, cuda=False)
+    assert f.skipped and f.verdict.startswith("skipped") and f.raw_runs == 0
+    assert "1 skipped" in corpus.fix_table([f], torch="t", host="h")
+
+
+def test_an_entrys_fix_must_be_registry_fixes_with_hooks(tmp_path):
+    def entry(fix: str) -> Path:
+        path = tmp_path / "c.toml"
+        path.write_text(
+            f'[[program]]\nname = "a"\npath = "{FAST[0].path}"\nexpect = "CRASH"\nfix = "{fix}"\nfix_holds = false\n'
+        )
+        return path
+
+    (p,) = corpus.load(entry("cstash-tls-init, global-lock"))
+    assert p.fix == ("cstash-tls-init", "global-lock") and p.fix_holds is False
+    with pytest.raises(corpus.CorpusError, match="not a registry fix"):
+        corpus.load(entry("global-lok"))
+    with pytest.raises(corpus.CorpusError, match="policy"):
+        corpus.load(entry("sequential-startup"))
+
+
+def test_every_entry_with_a_fix_is_a_program_and_fixes_selects_only_those():
+    programs = corpus.load()
+    with_fix = [p for p in programs if p.fix]
+    assert any(p.name == "serve_while_tracing_example" for p in with_fix)
+    a = corpus.parse_args(["--fixes", "--device", "all"])
+    assert corpus.choose(programs, a) == with_fix
+    with pytest.raises(corpus.CorpusError, match="name no fix"):
+        corpus.choose(programs, corpus.parse_args(["--fixes", "--only", "missing_import"]))
+
+
+@pytest.mark.slow
+def test_the_readme_example_fails_raw_and_holds_under_its_fix_side_by_side():
+    # ~15 s here: one run a set; F2 fails nearly every request of a raw run (switch interval 1 us)
+    (p,) = [p for p in corpus.load() if p.name == "serve_while_tracing_example"]
+    f = corpus.run_fix(p, python=sys.executable, runs=1, parallel=1)
+    assert f.ok, f"{f.verdict}; rows {f.rows}"

@@ -12,6 +12,14 @@ failure; OK: no run failed) and the races diagnose names are the expected ones, 
 (`unknown` for a failure no catalogued race matches, `own-code` for a hang in the program's own
 locks or queues, which is not a race); an entry with no races expects no catalogued one; warnings are the races an OK run showed.
 A program that needs CUDA on a host without it prints SKIP and is counted apart.
+
+    python -m tools.corpus --fixes [--device cuda] [--out STEM]   # side by side: raw vs the entry's fix
+
+`--fixes` runs each selected entry that names a `fix` (comma-separated registry fixes: the fix the
+diagnosis offers) as `harness stress --fix none --fix FIX -- python PROGRAM` (run i of each set on
+the same seed) and reads stress's arm table: raw k/n and fixed k/n. As expected when the raw set
+fails where the entry expects a failure (and does not where it expects OK), and the fixed set is
+0/n where `fix_holds` (the default), failing where `fix_holds = false`.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ import time
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from harness.runtime.fixes import FIXES, Policy
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "foreign" / "corpus.toml"
@@ -58,6 +68,10 @@ class Program:
     runs: int = 3
     fast: bool = False
     notes: str = ""
+    fix: tuple[str, ...] = ()
+    """Registry fixes the diagnosis offers (`fix = "a,b"`): what `--fixes` runs beside raw."""
+    fix_holds: bool = True
+    """Whether the fix is expected to hold: no failing run under it."""
 
 
 @dataclass(kw_only=True)
@@ -78,6 +92,41 @@ class Found:
     @property
     def ok(self) -> bool:
         return self.verdict == "as expected"
+
+
+@dataclass(kw_only=True)
+class FixFound:
+    """One side-by-side stress of an entry: raw (`--fix none`) and its fix, from stress's arm table."""
+
+    name: str
+    expect: str
+    fix: str
+    fix_holds: bool
+    raw_failed: int = 0
+    raw_runs: int = 0
+    fixed_failed: int = 0
+    fixed_runs: int = 0
+    rows: list[str] = field(default_factory=list)
+    """The arm table's two rows as stress printed them (its further columns: Wilson, time, races)."""
+    skipped: bool = False
+    seconds: float = 0.0
+    verdict: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "as expected"
+
+
+def parse_fixes(text: str, where: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    for n in names:
+        if n not in FIXES:
+            raise CorpusError(f"{where}: fix {n!r} is not a registry fix (harness/runtime/fixes.py)")
+        if isinstance(FIXES[n], Policy):
+            raise CorpusError(f"{where}: fix {n!r} is a policy: it acts only in a program that reads it")
+    if text.strip() and not names:
+        raise CorpusError(f"{where}: fix names no fix")
+    return names
 
 
 def load(path: Path = CORPUS) -> list[Program]:
@@ -110,6 +159,8 @@ def load(path: Path = CORPUS) -> list[Program]:
                 runs=int(raw.get("runs", 3)),
                 fast=bool(raw.get("fast", False)),
                 notes=raw.get("notes", ""),
+                fix=parse_fixes(str(raw.get("fix", "")), where),
+                fix_holds=bool(raw.get("fix_holds", True)),
             )
         )
     names = [p.name for p in programs]
@@ -118,33 +169,25 @@ def load(path: Path = CORPUS) -> list[Program]:
     return programs
 
 
+def stress_command(
+    p: Program, *, python: str, runs: int, parallel: int, out: Path, fix_sets: tuple[str, ...] = ()
+) -> list[str]:
+    """`python -m harness stress ... -- python PROGRAM ARGS`, as a user runs it; one `--fix` per set."""
+    cmd = [sys.executable, "-m", "harness", "stress", "-p", str(parallel), "--max-runs", str(runs)]
+    cmd += ["--timeout", str(p.timeout), "--hang", str(p.hang), "--interval", "3600"]
+    cmd += ["--python", python, "-o", str(out)]
+    cmd += ["--plan", p.plan] if p.plan else []
+    for fixes in fix_sets:
+        cmd += ["--fix", fixes]
+    return [*cmd, "--", "python", str(ROOT / p.path), *p.args]
+
+
 def run_one(p: Program, *, python: str, runs: int | None = None, parallel: int = 2) -> Found:
     found = Found(name=p.name, expect=p.expect, races=list(p.races), warnings=list(p.warnings))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"corpus-{p.name}-") as tmp:
         out = Path(tmp) / "runs"
-        cmd = [
-            sys.executable,
-            "-m",
-            "harness",
-            "stress",
-            "-p",
-            str(parallel),
-            "--max-runs",
-            str(runs or p.runs),
-            "--timeout",
-            str(p.timeout),
-            "--hang",
-            str(p.hang),
-            "--interval",
-            "3600",
-            "--python",
-            python,
-            "-o",
-            str(out),
-        ]
-        cmd += ["--plan", p.plan] if p.plan else []
-        cmd += ["--", "python", str(ROOT / p.path), *p.args]
+        cmd = stress_command(p, python=python, runs=runs or p.runs, parallel=parallel, out=out)
         # The programs' relative paths and imports resolve as from the checkout.
         done = subprocess.run(
             cmd, capture_output=True, text=True, cwd=ROOT, timeout=(runs or p.runs) * (p.timeout + 90) + 120
@@ -204,6 +247,132 @@ def judge(p: Program, f: Found) -> str:
     return "as expected" if not problems else "differs: " + "; ".join(problems)
 
 
+_ARM_HEADER = re.compile(r"^\s*fix(?:es|\s+sets?)?\s+failed\b", re.I)
+_ARM_ROW = re.compile(r"^\s*(?P<arm>\S(?:.*?\S)?)\s+(?P<k>\d+)/(?P<n>\d+)(?=\s|$)")
+
+
+@dataclass(frozen=True)
+class Arm:
+    failed: int
+    runs: int
+    row: str
+
+
+def arm_rows(text: str) -> dict[str, Arm]:
+    """Stress's side-by-side table, by set name (`none`, `a,b`, `as is`): each row's `failed` k/n.
+
+    The rows follow a header line `fixes  failed ...` and end at the first line that is not one;
+    columns after `failed` (Wilson, run time, races...) are kept in the row's text, not read."""
+    rows: dict[str, Arm] = {}
+    inside = False
+    for line in text.splitlines():
+        if _ARM_HEADER.match(line):
+            inside, rows = True, {}
+            continue
+        m = _ARM_ROW.match(line) if inside else None
+        if m is None:
+            inside = inside and not rows  # a line before the first row (none so far) keeps it open
+            continue
+        rows[m["arm"]] = Arm(failed=int(m["k"]), runs=int(m["n"]), row=line.strip())
+    return rows
+
+
+def pick_arms(rows: dict[str, Arm], fix: tuple[str, ...]) -> tuple[Arm, Arm] | None:
+    """(raw, fixed): the `none` row and the row naming the fix's set (stress may reorder the names);
+    two rows that name neither are taken in the order given (`--fix none` first)."""
+    raw = rows.get("none")
+    fixed = next((a for name, a in rows.items() if set(name.replace(" ", "").split(",")) == set(fix)), None)
+    if (raw is None or fixed is None) and len(rows) == 2:
+        raw, fixed = rows.values()
+    return (raw, fixed) if raw is not None and fixed is not None else None
+
+
+def judge_fix(p: Program, f: FixFound) -> str:
+    if f.skipped:
+        return "skipped: needs CUDA, which this host lacks"
+    if not f.raw_runs or not f.fixed_runs:
+        return f"differs: no completed runs (raw {f.raw_failed}/{f.raw_runs}, fixed {f.fixed_failed}/{f.fixed_runs})"
+    problems = []
+    if p.expect == "OK" and f.raw_failed:
+        problems.append(f"raw failed {f.raw_failed}/{f.raw_runs} (expected OK)")
+    elif p.expect != "OK" and not f.raw_failed:
+        problems.append(f"raw did not fail (0/{f.raw_runs}; expected {p.expect})")
+    if p.fix_holds and f.fixed_failed:
+        problems.append(f"{f.fix} did not hold ({f.fixed_failed}/{f.fixed_runs} failed)")
+    elif not p.fix_holds and not f.fixed_failed:
+        problems.append(f"{f.fix} held (0/{f.fixed_runs}; the entry expects it not to)")
+    return "as expected" if not problems else "differs: " + "; ".join(problems)
+
+
+def read_fix_run(p: Program, f: FixFound, done: subprocess.CompletedProcess) -> None:
+    """Fill f from one side-by-side stress: its arm table, or why there is none."""
+    if done.returncode == 2:
+        lines = done.stderr.strip().splitlines() or ["(no message)"]
+        f.verdict = f"differs: stress refused it: {lines[-1][:200]}"
+        return
+    arms = pick_arms(arm_rows(done.stdout), p.fix)
+    if arms is None:
+        f.verdict = f"differs: no side-by-side table in stress's output (exit {done.returncode})"
+        return
+    raw, fixed = arms
+    f.raw_failed, f.raw_runs, f.fixed_failed, f.fixed_runs = raw.failed, raw.runs, fixed.failed, fixed.runs
+    f.rows = [raw.row, fixed.row]
+    f.verdict = judge_fix(p, f)
+
+
+def run_fix(p: Program, *, python: str, runs: int | None = None, parallel: int = 2, cuda: bool = True) -> FixFound:
+    """Raw and the entry's fix side by side under one stress (same seeds)."""
+    fix = ",".join(p.fix)
+    f = FixFound(name=p.name, expect=p.expect, fix=fix, fix_holds=p.fix_holds)
+    if p.device == "cuda" and not cuda:
+        f.skipped = True
+        f.verdict = judge_fix(p, f)
+        return f
+    n = runs or p.runs
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"corpus-fix-{p.name}-") as tmp:
+        cmd = stress_command(
+            p, python=python, runs=n, parallel=parallel, out=Path(tmp) / "runs", fix_sets=("none", fix)
+        )
+        limit = 2 * n * (p.timeout + 90) + 120
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=limit)
+        except subprocess.TimeoutExpired:
+            done = None
+    f.seconds = round(time.monotonic() - started, 1)
+    if done is None:
+        # one stuck stress must not cost the other entries' verdicts (a GPU gate runs them in one go)
+        f.verdict = f"differs: stress did not finish within {limit:g} s"
+    else:
+        read_fix_run(p, f, done)
+    return f
+
+
+def has_cuda(python: str) -> bool:
+    """Whether the programs' interpreter sees a GPU (a GPU entry elsewhere prints SKIP: not judged)."""
+    probe = "import torch; print(torch.cuda.is_available())"
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    return done.stdout.strip() == "True"
+
+
+def fix_table(found: list[FixFound], *, torch: str, host: str) -> str:
+    judged = [f for f in found if not f.skipped]
+    good = sum(f.ok for f in judged)
+    lines = [
+        f"fixes side by side on torch {torch}, {host}: {good}/{len(judged)} as expected"
+        + (f"; {len(found) - len(judged)} skipped" if len(found) != len(judged) else ""),
+        "",
+        "| program | expected | fix (holds?) | raw failed | fixed failed | s | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in found:
+        raw = f"{f.raw_failed}/{f.raw_runs}" if f.raw_runs else "-"
+        fixed = f"{f.fixed_failed}/{f.fixed_runs}" if f.fixed_runs else "-"
+        holds = "holds" if f.fix_holds else "does not hold"
+        lines.append(f"| {f.name} | {f.expect} | {f.fix} ({holds}) | {raw} | {fixed} | {f.seconds:g} | {f.verdict} |")
+    return "\n".join(lines)
+
+
 def table(found: list[Found], *, torch: str, host: str) -> str:
     judged = [f for f in found if not f.verdict.startswith("skipped")]
     good = sum(f.ok for f in judged)
@@ -232,48 +401,79 @@ def torch_of(python: str) -> str:
     return subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout.strip() or "?"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m tools.corpus", description=__doc__.splitlines()[0])
     ap.add_argument("--fast", action="store_true", help="only the programs marked fast (the default test run's)")
     ap.add_argument("--device", choices=("cpu", "cuda", "all"), default="cpu", help="which programs (default cpu)")
     ap.add_argument("--only", help="comma-separated program names")
-    ap.add_argument("--runs", type=int, help="max runs per program (default: each entry's)")
+    ap.add_argument("--runs", type=int, help="max runs per program (default: each entry's; per set with --fixes)")
     ap.add_argument("-p", "--parallel", type=int, default=2, help="runs at once per program (2)")
     ap.add_argument("--python", default=sys.executable, help="interpreter the programs run under (its torch)")
+    ap.add_argument(
+        "--fixes", action="store_true", help="side by side: each chosen entry with a `fix`, raw vs that fix"
+    )
     ap.add_argument("--out", help="also write the table (.md) and the findings (.json) here, by this stem")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def choose(programs: list[Program], a: argparse.Namespace) -> list[Program]:
+    """The programs the flags select; CorpusError for an --only name that is not there (or, with
+    --fixes, names no fix)."""
+    only = set(a.only.split(",")) if a.only else None
+    if only and only - {p.name for p in programs}:
+        raise CorpusError(f"--only: no program {sorted(only - {p.name for p in programs})}")
+    if a.fixes and only and only - {p.name for p in programs if p.fix}:
+        raise CorpusError(f"--fixes: these entries name no fix: {sorted(only - {p.name for p in programs if p.fix})}")
+    return [
+        p
+        for p in programs
+        if (only is None or p.name in only)
+        and (not a.fast or p.fast)
+        and (a.device == "all" or p.device == a.device)
+        and (p.fix or not a.fixes)
+    ]
+
+
+def fix_row(f: FixFound) -> dict:
+    return {**asdict(f), "raw": f"{f.raw_failed}/{f.raw_runs}", "fixed": f"{f.fixed_failed}/{f.fixed_runs}"} | {
+        "as_expected": f.ok
+    }
+
+
+def write_out(stem: Path, text: str, record: dict, argv: list[str] | None) -> None:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    command = " ".join(argv if argv is not None else sys.argv[1:])
+    Path(f"{stem}.md").write_text(f"{text}\n\nCommand: python -m tools.corpus {command}\n")
+    Path(f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
     try:
-        programs = load()
+        chosen = choose(load(), a)
     except CorpusError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    only = set(a.only.split(",")) if a.only else None
-    if only and only - {p.name for p in programs}:
-        print(f"error: --only: no program {sorted(only - {p.name for p in programs})}", file=sys.stderr)
-        return 2
-    chosen = [
-        p
-        for p in programs
-        if (only is None or p.name in only) and (not a.fast or p.fast) and (a.device == "all" or p.device == a.device)
-    ]
     torch = torch_of(a.python)
-    found = []
+    cuda = a.fixes and any(p.device == "cuda" for p in chosen) and has_cuda(a.python)
+    found: list = []
     for p in chosen:
-        f = run_one(p, python=a.python, runs=a.runs, parallel=a.parallel)
+        if a.fixes:
+            f = run_fix(p, python=a.python, runs=a.runs, parallel=a.parallel, cuda=cuda)
+        else:
+            f = run_one(p, python=a.python, runs=a.runs, parallel=a.parallel)
         print(f"{p.name}: {f.verdict} ({f.seconds:g} s)", file=sys.stderr, flush=True)
         found.append(f)
     host = f"{platform.node()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}"
-    text = table(found, torch=torch, host=host)
+    if a.fixes:
+        text = fix_table(found, torch=torch, host=host)
+        record = {"torch": torch, "host": host, "fixes": [fix_row(f) for f in found]}
+    else:
+        text = table(found, torch=torch, host=host)
+        record = {"torch": torch, "host": host, "programs": [asdict(f) for f in found]}
     print(text)
     if a.out:
-        stem = Path(a.out)
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        Path(f"{stem}.md").write_text(
-            text + "\n\nCommand: python -m tools.corpus " + " ".join(argv if argv is not None else sys.argv[1:]) + "\n"
-        )
-        Path(f"{stem}.json").write_text(
-            json.dumps({"torch": torch, "host": host, "programs": [asdict(f) for f in found]}, indent=1) + "\n"
-        )
+        write_out(Path(a.out), text, record, argv)
     judged = [f for f in found if not f.verdict.startswith("skipped")]
     return 0 if all(f.ok for f in judged) else 1
 
