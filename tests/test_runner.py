@@ -81,9 +81,14 @@ def test_a_record_says_its_workload_fixes_and_plan_as_fields(tmp_path):
     result = run_trial(dataclasses.replace(_spec("ok"), cell="w:raw@switch"), tmp_path / "t")
     assert result.outcome is Outcome.OK
     assert (result.workload, result.fixes, result.plan) == ("w", [], "switch")
-    # a spec the runner refuses (fixes on a plain command) still says what was asked for
+    # a spec the runner refuses (fixes on a command that is no Python program) still says what was asked for
     refused = run_trial(
-        dataclasses.replace(_spec("ok", fixes=("global-lock",)), cell="w:global-lock@-"), tmp_path / "u"
+        dataclasses.replace(
+            _spec("ok", fixes=("global-lock",)),
+            cell="w:global-lock@-",
+            workload=WorkloadSpec(kind="command", argv=("/bin/true",)),
+        ),
+        tmp_path / "u",
     )
     assert refused.outcome is Outcome.HARNESS_ERROR
     stored = TrialResult.from_json(json.loads(json.dumps(refused.to_json())))
@@ -396,7 +401,10 @@ def test_argv_for_each_workload_kind():
             "workload.argv: repro script '../x' must be a bare name",
         ),
         ({"fixes": ("a,b",)}, "fixes: invalid fix name 'a,b'"),
-        ({"fixes": ("a",)}, "fixes: a `command` workload cannot take fixes; put them in argv"),
+        (
+            {"fixes": ("a",), "workload": WorkloadSpec(kind="command", argv=("/bin/true",))},
+            "fixes: the command '/bin/true' is not a Python program to fix",
+        ),
         ({"trial_index": -1}, "trial_index: must be >= 0, got -1"),
     ],
 )

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
+import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -45,7 +48,8 @@ from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
 from harness.campaign.progress import format_elapsed
 from harness.campaign.spec import MatrixError, PlanChoice
 from harness.trial import native
-from harness.trial.folder import NATIVE_STACK, OUTPUT
+from harness.trial.cells import NO_PLAN, cell_name
+from harness.trial.folder import NATIVE_STACK, OUTPUT, PLAN_LOG
 from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import interpreter_versions
 from harness.trial.outcome import Outcome, TrialResult
@@ -60,6 +64,8 @@ DETERMINISTIC_FAST_S = 30.0
 DEFAULT_HANG_S = 60.0
 """Idle this long (no CPU, no output, the same stacks) and a run is a HANG (trial.runner)."""
 _BARE_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+INTERRUPTED_RC = 130
+"""Exit status after Ctrl-C, as a shell reports a command SIGINT ended (128 + 2)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -158,7 +164,14 @@ class StressState:
     outcomes: collections.Counter = field(default_factory=collections.Counter)
     signatures: collections.Counter = field(default_factory=collections.Counter)
     findings: collections.Counter = field(default_factory=collections.Counter)
-    """Runs that exited OK but showed a race's face (a recompile limit hit, eager fallback)."""
+    """Runs that exited OK but showed a race's face (a recompile limit hit, eager fallback); each
+    such run also counts as a failure, unless the face is only suspected."""
+    races: collections.Counter = field(default_factory=collections.Counter)
+    """Failing runs per race the diagnosis named (`unknown` where none)."""
+    plan_hits: int = 0
+    """Points of the fault plan the runs reached (the plan log's summary), over all runs."""
+    plan_logs: int = 0
+    """Runs whose plan log had its closing summary (a run killed before exit writes none)."""
 
     def line(self, elapsed_s: float) -> str:
         pct = 100.0 * self.failures / self.runs if self.runs else 0.0
@@ -174,30 +187,69 @@ def counts_as_failure(result: TrialResult, output: str, opts: StressOptions) -> 
 
 
 Inspect = Callable[[str], list[str]]
-"""The command's reading of an OK run's output: the race faces it shows (`F10: recompile limit`)."""
-Known = Callable[[Path], bool]
-"""Whether a failing run's folder holds a catalogued race (the deterministic rule leaves those)."""
+"""The command's reading of an OK run's output: the race faces it shows (`F10 (recompile limit)`;
+`..., suspected` where the face only suggests the race)."""
+Known = Callable[[Path], list[str]]
+"""The catalogued races a failing run's folder shows, by id (the deterministic rule leaves those)."""
 
 
 def run_stress(
     a: argparse.Namespace,
     *,
-    explain: Callable[[Path], str] | None = None,
+    explain: Callable[[Path, str], str] | None = None,
     inspect: Inspect | None = None,
     known: Known | None = None,
 ) -> int:
-    """Run CMD until a stop rule; `explain(out_dir)` says what the failing runs were (the command
-    passes the diagnosis) before the artefacts' folder is named."""
+    """Run CMD until a stop rule; `explain(out_dir, deterministic)` says what the failing runs were
+    (the command passes the diagnosis; `deterministic` is the stop's verdict, or "") before the
+    artefacts' folder is named. Exits 130 after Ctrl-C."""
     opts = options_from_args(a)
     if opts.python_note:
         print(f"stress: {opts.python_note}", file=sys.stderr, flush=True)
     loop = _StressLoop(opts, inspect=inspect, known=known)
     loop.run()
-    return loop.report(explain)
+    rc = loop.report(explain)
+    return INTERRUPTED_RC if loop.interrupted else rc
 
 
 def arm_name(fixes: tuple[str, ...] | None) -> str:
     return "as is" if fixes is None else ",".join(fixes) or "none"
+
+
+def _strategy(fixes: tuple[str, ...] | None) -> str:
+    """The arm as a cell's strategy: `as-is` (no bootstrap fixes at all), `raw` (`--fix none`: the
+    guard with no fix) or the fixes joined by `+`."""
+    return "as-is" if fixes is None else "+".join(fixes) or "raw"
+
+
+def plan_hits(folder: Path) -> int | None:
+    """Points the run's plan reached, from the plan log's closing summary; None where it wrote none."""
+    path = folder / PLAN_LOG
+    if not path.is_file():
+        return None
+    lines = path.read_text(encoding="ascii", errors="replace").splitlines()
+    try:
+        summary = json.loads(lines[-1]) if lines else None
+    except ValueError:  # killed while writing it
+        return None
+    hits = summary.get("hits") if isinstance(summary, dict) else None
+    return sum(v for v in hits.values() if isinstance(v, int)) if isinstance(hits, dict) else None
+
+
+def _failure_key(r: TrialResult) -> tuple:
+    """What "the same way" compares: the ending, its signature and every failure of the run."""
+    keys = tuple(sorted(str(f.get("key")) for f in r.failures or () if isinstance(f, dict)))
+    return r.outcome, r.signature, keys, r.rc if r.signature is None else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    result: TrialResult
+    folder: Path
+    failed: bool
+    faces: list[str]
+    races: list[str]
+    plan_hits: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,8 +272,11 @@ class _StressLoop:
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
         self.interrupted = False
+        self.running = 0
+        self.done = threading.Event()
+        """Set when the last worker has ended (its own flag: see _catch_sigint)."""
         self.deterministic = ""
-        self.first: dict[int, tuple[TrialResult, str]] = {}
+        self.first: dict[int, _Judged] = {}
         self.start = time.monotonic()
 
     def _take(self) -> _Run | None:
@@ -244,11 +299,14 @@ class _StressLoop:
         o = self.opts
         plan = plan_json(PlanChoice(name=o.plan, profile=o.plan), run.seed) if o.plan else None
         fixes = o.fix_sets[run.arm]
-        env = {} if fixes is None else {"HARNESS_FIXES": ",".join(fixes) or "none"}
+        # The runner hands spec.fixes to the bootstrap; `none` alone installs the guard with no fix.
+        env = {"HARNESS_FIXES": "none"} if fixes == () else {}
         return TrialSpec(
             trial_id=f"stress/{run.index}",
-            cell=f"stress:{arm_name(fixes)}",
+            cell=cell_name("stress", _strategy(fixes), o.plan or NO_PLAN),
             workload=WorkloadSpec(kind="command", argv=o.cmd),
+            fixes=fixes or (),
+            foreign=True,
             plan=plan,
             timeout_s=o.timeout_s,
             hang_s=o.hang_s,
@@ -264,123 +322,173 @@ class _StressLoop:
                 folder = self.opts.out_dir / str(run.index)
                 result = run_trial(self._spec(run), folder)
                 output = folder_text(folder / OUTPUT) or ""
-                self._record(run, result, output, folder)
+                self._record(run, self._judge(result, output, folder))
         except BaseException as e:
             with self.lock:
                 self.errors.append(e)
             self.stop.set()
+        finally:
+            with self.lock:
+                self.running -= 1
+                if not self.running:
+                    self.done.set()
 
-    def _record(self, run: _Run, result: TrialResult, output: str, folder: Path) -> None:
+    def _judge(self, result: TrialResult, output: str, folder: Path) -> _Judged:
+        """Whether a run failed and which races it showed. A run that exits OK but shows a race's
+        face (a message logged and carried on) failed too: the race happened."""
         failed = counts_as_failure(result, output, self.opts)
         faces = self.inspect(output) if self.inspect is not None and not failed else []
+        shown = [f for f in faces if not f.endswith(", suspected")]
+        if shown and counts_as_failure(dataclasses.replace(result, outcome=Outcome.CRASH), output, self.opts):
+            failed = True
+        races = [f.split(" ", 1)[0] for f in shown]
+        if failed and not shown and self.known is not None:
+            races = self.known(folder)
+        return _Judged(result, folder, failed, faces, races, plan_hits(folder) if self.opts.plan else None)
+
+    def _record(self, run: _Run, j: _Judged) -> None:
+        result = j.result
         with self.lock:
             if self.interrupted:
                 # Killed by our own Ctrl-C: not a run of the program, not kept.
-                shutil.rmtree(folder, ignore_errors=True)
+                shutil.rmtree(j.folder, ignore_errors=True)
                 return
             for s in (self.state, self.arms[run.arm]):
                 s.runs += 1
-                s.failures += failed
+                s.failures += j.failed
                 s.durations.append(result.duration_s)
                 s.outcomes[result.outcome.name] += 1
-                if failed:
+                s.plan_hits += j.plan_hits or 0
+                s.plan_logs += j.plan_hits is not None
+                if j.failed:
                     s.signatures[result.signature_summary or result.detail or result.outcome.name] += 1
-                for face in faces:
+                    s.races.update(set(j.races) or {"unknown"})
+                for face in j.faces:
                     s.findings[face] += 1
-            if failed:
-                print(
-                    f"\n--- run {run.index}{self._arm_tag(run)}: {result.outcome.name} {result.detail}; "
-                    f"artefacts: {folder}\n{output[:ECHO_BYTES]}{_native_lines(folder)}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            self._check_deterministic(run, result, failed, folder)
-        if not failed and not faces:
-            shutil.rmtree(folder, ignore_errors=True)
+            if j.failed:
+                self._echo(run, j)
+            self._check_deterministic(run, j)
+        if not j.failed and not j.faces:
+            shutil.rmtree(j.folder, ignore_errors=True)
+
+    def _echo(self, run: _Run, j: _Judged) -> None:
+        output = folder_text(j.folder / OUTPUT) or ""
+        what = f"{j.result.outcome.name} {j.result.detail}"
+        if j.result.outcome is Outcome.OK:
+            what = f"exit 0, but showed {', '.join(j.faces)}"
+        print(
+            f"\n--- run {run.index}{self._arm_tag(run)}: {what}; "
+            f"artefacts: {j.folder}\n{output[:ECHO_BYTES]}{_native_lines(j.folder)}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _arm_tag(self, run: _Run) -> str:
         return f" [{arm_name(self.opts.fix_sets[run.arm])}]" if len(self.arms) > 1 else ""
 
-    def _check_deterministic(self, run: _Run, result: TrialResult, failed: bool, folder: Path) -> None:
-        """Each of the first DETERMINISTIC_RUNS runs failed the same way, fast, in the main thread,
-        as no catalogued race: a deterministic failure, not a race (caller holds the lock)."""
+    def _check_deterministic(self, run: _Run, j: _Judged) -> None:
+        """Each of the first DETERMINISTIC_RUNS runs failed the same way (outcome, signature and
+        every failure of the run, in any thread), fast: a deterministic failure, not a race. A
+        catalogued race keeps it going, unless the program started no thread of its own (then the
+        message is the program's own doing). Caller holds the lock."""
         if self.opts.keep_going or run.index >= DETERMINISTIC_RUNS or len(self.arms) > 1:
             return
-        self.first[run.index] = (result, str(folder) if failed else "")
+        self.first[run.index] = j
         if len(self.first) < DETERMINISTIC_RUNS:
             return
-        results = [r for r, _ in self.first.values()]
-        same = {(r.outcome, r.signature) for r in results}
+        judged = list(self.first.values())
+        results = [x.result for x in judged]
+        alone = all(r.threads_started == 0 for r in results)
         if (
-            any(not f for _, f in self.first.values())
-            or len(same) != 1
+            not all(x.failed for x in judged)
+            or len({_failure_key(r) for r in results}) != 1
             or any(r.duration_s >= DETERMINISTIC_FAST_S for r in results)
-            or any(r.thread_errors for r in results)
-            or (self.known is not None and any(self.known(Path(f)) for _, f in self.first.values()))
+            or (any(x.races for x in judged) and not alone)
         ):
             return
         r = results[0]
-        self.deterministic = (
-            f"a deterministic failure, not a race: each of the first {DETERMINISTIC_RUNS} runs failed "
-            f"the same way ({r.outcome.name}: {r.signature_summary or r.detail}) within "
-            f"{max(x.duration_s for x in results):.1f} s, and no catalogued race matches it; "
-            "stopped (--keep-going runs on)"
-        )
+        how = f"{r.outcome.name}: {r.signature_summary or r.detail}"
+        took = f"within {max(x.duration_s for x in results):.1f} s"
+        if any(x.races for x in judged):
+            self.deterministic = (
+                f"your program fails this way on its own, not by a race: it started no thread, and each "
+                f"of the first {DETERMINISTIC_RUNS} runs failed the same way ({how}) {took}, though the "
+                f"message is {', '.join(sorted({race for x in judged for race in x.races}))}'s; stopped"
+            )
+        else:
+            self.deterministic = (
+                f"a deterministic failure, not a race: each of the first {DETERMINISTIC_RUNS} runs failed "
+                f"the same way ({how}) {took}, and no catalogued race matches it; stopped "
+                "(--keep-going runs on)"
+            )
         self.stop.set()
 
     def run(self) -> None:
         o = self.opts
         n = max(1, o.parallel if o.max_runs is None else min(o.parallel, o.max_runs * len(self.arms)))
         threads = [threading.Thread(target=self._worker, name=f"harness-stress-{k}") for k in range(n)]
-        for t in threads:
-            t.start()
-        next_line = time.monotonic() + o.interval_s
+        self.running = n
+        previous = self._catch_sigint()
         try:
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(timeout=0.1)
-                if time.monotonic() >= next_line:
-                    next_line += o.interval_s
-                    with self.lock:
-                        print(self.state.line(time.monotonic() - self.start), file=sys.stderr, flush=True)
+            for t in threads:
+                t.start()
+            self._watch()
         except KeyboardInterrupt:
+            self._interrupt()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        if self.interrupted:
             # Like Go's stress, Ctrl-C ends the loop and the summary still prints; runs cut short
             # are killed, and neither counted nor kept (they would all look like failures).
-            with self.lock:
-                self.interrupted = True
-            self.stop.set()
             killed = kill_child_groups()
             print(f"interrupted: killed {killed} running run(s), not counted", file=sys.stderr, flush=True)
-            self._join(threads)
-            return
         self._join(threads)
-        if self.errors:
+        if self.errors and not self.interrupted:
             raise ExceptionGroup("stress worker failed", self.errors)
+
+    def _catch_sigint(self):
+        """SIGINT marks the loop interrupted and raises nothing: a KeyboardInterrupt inside
+        Thread.join can leave a live thread marked stopped (Python 3.11), and the process would
+        exit with a run half-recorded. The flag is read under the lock, so a run that ends of
+        our kill is never counted or kept."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return signal.signal(signal.SIGINT, lambda signum, frame: self._interrupt())
+
+    def _interrupt(self) -> None:
+        self.interrupted = True
+        self.stop.set()
+
+    def _watch(self) -> None:
+        next_line = time.monotonic() + self.opts.interval_s
+        while not self.done.wait(0.1) and not self.interrupted:
+            if time.monotonic() >= next_line:
+                next_line += self.opts.interval_s
+                with self.lock:
+                    print(self.state.line(time.monotonic() - self.start), file=sys.stderr, flush=True)
 
     def _join(self, threads: list[threading.Thread]) -> None:
         deadline = time.monotonic() + self.opts.timeout_s + JOIN_MARGIN_S
+        self.done.wait(max(0.0, deadline - time.monotonic()))
         for t in threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in threads if t.is_alive()]
-        if stuck:
+        if stuck or not self.done.is_set():
             raise RuntimeError(f"stress workers still running after their deadline: {stuck}")
 
-    def report(self, explain: Callable[[Path], str] | None = None) -> int:
+    def report(self, explain: Callable[[Path, str], str] | None = None) -> int:
         s = self.state
         elapsed = time.monotonic() - self.start
         if self.deterministic:
             print(self.deterministic)
+        idle_plan = self._idle_plan()
         if len(self.arms) > 1:
             print(self._arm_table(elapsed))
         else:
-            ci = stats.wilson(s.failures, s.runs)
-            bound = (
-                f"; p < {100 * stats.rule_of_three(s.runs):.2f}% (rule of three)" if s.runs and not s.failures else ""
-            )
-            print(
-                f"{s.runs} runs completed, {s.failures} failures ({100 * s.failures / max(1, s.runs):.2f}%), over "
-                f"{format_elapsed(elapsed)}; Wilson 95% [{100 * ci.low:.2f}%, {100 * ci.high:.2f}%]{bound}"
-            )
+            print(self._total_line(elapsed, idle_plan))
+        if idle_plan:
+            print(idle_plan)
         if s.durations:
             print(
                 f"run time: min {min(s.durations):.2f}s, median {stats.median_or_none(s.durations):.2f}s, "
@@ -392,15 +500,43 @@ class _StressLoop:
             print(f"  {count} run(s) exited OK but showed {face}")
         if s.failures or s.findings:
             if explain is not None:
-                print(explain(self.opts.out_dir))
+                print(explain(self.opts.out_dir, self.deterministic))
             print(f"{'failing' if s.failures else 'kept'} runs' artefacts: {self.opts.out_dir}")
         elif self.opts.own_dir:
             shutil.rmtree(self.opts.out_dir, ignore_errors=True)
         return 1 if s.failures else 0
 
+    def _total_line(self, elapsed: float, idle_plan: str) -> str:
+        s = self.state
+        ci = stats.wilson(s.failures, s.runs)
+        # A bound says how rare the failure is under the plan; a race the runs showed needs none.
+        bound = ""
+        if s.runs and not s.failures:
+            bound = (
+                f"; p < {100 * stats.rule_of_three(s.runs):.2f}% (rule of three{', plain runs' if idle_plan else ''})"
+            )
+        races = f"; races: {_races_text(s.races)}" if s.failures and not self.deterministic else ""
+        return (
+            f"{s.runs} runs completed, {s.failures} failures ({100 * s.failures / max(1, s.runs):.2f}%), over "
+            f"{format_elapsed(elapsed)}; Wilson 95% [{100 * ci.low:.2f}%, {100 * ci.high:.2f}%]{bound}{races}"
+        )
+
+    def _idle_plan(self) -> str:
+        """A plan whose points no run reached, and that sets no switch interval, did nothing."""
+        o, s = self.opts, self.state
+        if not o.plan or not s.plan_logs or s.plan_hits:
+            return ""
+        if plan_json(PlanChoice(name=o.plan, profile=o.plan), 0).get("switch_interval") is not None:
+            return ""
+        return (
+            f"the plan did nothing here: no run reached any of {o.plan}'s points (torch functions the "
+            "program never called); these were plain runs. --plan switch perturbs any Python threads"
+        )
+
     def _arm_table(self, elapsed: float) -> str:
-        """One row per fix set: failures k/n, Wilson 95%, median run time and its ratio to the first."""
-        rows = [f"{'fixes':<32} {'failed':>9} {'Wilson 95%':>17} {'median run':>11} {'vs first':>9}"]
+        """One row per fix set: failures k/n (a run that showed a race counts, whatever its exit
+        code), Wilson 95%, median run time and its ratio to the first, and the races it showed."""
+        rows = [f"{'fixes':<32} {'failed':>9} {'Wilson 95%':>17} {'median run':>11} {'vs first':>9}  races"]
         base = stats.median_or_none(self.arms[0].durations)
         for fixes, a in zip(self.opts.fix_sets, self.arms):
             ci = stats.wilson(a.failures, a.runs)
@@ -409,12 +545,16 @@ class _StressLoop:
             rows.append(
                 f"{arm_name(fixes):<32} {f'{a.failures}/{a.runs}':>9} "
                 f"{f'[{100 * ci.low:.1f}%, {100 * ci.high:.1f}%]':>17} "
-                f"{f'{med:.2f}s' if med is not None else '-':>11} {ratio:>9}"
+                f"{f'{med:.2f}s' if med is not None else '-':>11} {ratio:>9}  {_races_text(a.races) or '-'}"
             )
         return (
             f"{self.state.runs} runs over {format_elapsed(elapsed)}; run i of every set had plan seed i\n"
             + "\n".join(rows)
         )
+
+
+def _races_text(races: collections.Counter) -> str:
+    return ", ".join(f"{race} {n}" for race, n in races.most_common())
 
 
 def _native_lines(folder: Path, frames: int = 6) -> str:

@@ -76,16 +76,24 @@ def _fix_set(names: str) -> tuple[str, ...]:
     return guard.names
 
 
-def _known(folder: Path) -> bool:
-    """Whether a failing run's folder shows a catalogued race."""
+def _known(folder: Path) -> list[str]:
+    """The catalogued races a failing run's folder shows, by id."""
     try:
-        return any(f.race is not None for f in diagnose.diagnose(diagnose.collect([str(folder)])))
+        findings = diagnose.diagnose(diagnose.collect([str(folder)]))
     except diagnose.DiagnoseError:
-        return False
+        return []
+    return list(dict.fromkeys(f.race for f in findings if f.race is not None))
 
 
-def _diagnose_folder(out_dir: Path) -> str:
-    """The failing runs' diagnosis (harness diagnose OUT_DIR, brief), or why there is none."""
+def _diagnose_folder(out_dir: Path, deterministic: str = "") -> str:
+    """The failing runs' diagnosis (harness diagnose OUT_DIR, brief), or why there is none. After
+    a deterministic stop the verdict is that stop's: no race, and nothing "possibly new"."""
+    if deterministic:
+        return (
+            "diagnosis: "
+            + deterministic.split(":", 1)[0]
+            + "; `python -m harness diagnose` on the folder shows the failure"
+        )
     try:
         findings = diagnose.diagnose(diagnose.collect([str(out_dir)]))
     except diagnose.DiagnoseError as e:

@@ -37,6 +37,8 @@ EXPOSURE = "exposure.json"
 """The child's race-window counts (harness.faults.exposure)."""
 THREAD_ERRORS = "thread_errors.jsonl"
 """Uncaught thread exceptions, one JSON line each, written by the bootstrap's thread hook."""
+THREADS = "threads.json"
+"""How many threads the program itself started (`{"started": n, "names": [...]}`), written at exit."""
 FILES = (
     OUTPUT,
     SPEC,
@@ -50,6 +52,7 @@ FILES = (
     STALL_DUMP,
     EXPOSURE,
     THREAD_ERRORS,
+    THREADS,
 )
 
 
@@ -65,6 +68,15 @@ def clear(path: Path) -> None:
     """A reused folder must not show a previous trial's files."""
     for name in FILES:
         (Path(path) / name).unlink(missing_ok=True)
+
+
+def read_json(path: Path) -> Any:
+    """An artefact's JSON, or None where the trial left none or it is not JSON (a child killed mid-write)."""
+    raw = text(Path(path))
+    try:
+        return json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def write_json(path: Path, data: Any) -> None:

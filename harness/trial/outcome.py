@@ -154,7 +154,15 @@ class TrialResult:
     exc_type, count, threads), in order of first appearance; `signature` is the run's first. A run
     may show several races. None for a run that printed none (or stored before this existed)."""
     thread_errors: int | None = None
-    """Uncaught thread exceptions the child's thread hook recorded (None: none, or not recorded)."""
+    """Uncaught thread exceptions of the program's own threads and Futures that the child's hook
+    recorded (None: none, or not recorded)."""
+    noise: list[dict] | None = None
+    """Exceptions of a library's own threads or Futures (Inductor's compile pool failing its pending
+    Futures with `SubprocPool closed` as it closes at exit): thread, type, message and the frames
+    that created it. Kept as evidence, never a failure."""
+    threads_started: int | None = None
+    """Threads the program itself started (library threads not counted); None: not recorded (the
+    child died before exit, or the record predates it)."""
     hang_kind: str | None = None
     """A HANG's kind (trial.blocking): own-lock-cycle, own-lost-wakeup, own-wait or torch-wait."""
     exposure_eager: dict[str, int] | None = None

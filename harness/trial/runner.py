@@ -39,7 +39,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.faults import exposure
-from harness.trial import blocking, folder, gpu, hangs, kernel_cache, lifeline, native, progress, signature, tracebacks
+from harness.trial import (
+    blocking,
+    folder,
+    gpu,
+    hangs,
+    kernel_cache,
+    lifeline,
+    native,
+    progress,
+    signature,
+    thread_records,
+    tracebacks,
+)
 from harness.trial.cells import split_cell
 from harness.trial.frames import top_frames
 from harness.trial.interpreter import installed_torch, interpreter_versions
@@ -167,7 +179,7 @@ def run_trial(
     result.rc = proc.returncode
     result.duration_s = round(ending.elapsed_s, 3)
     text = _read_output(output_path)
-    _classify(result, ending, text, out, thread_errors(out))
+    _classify(result, ending, text, out, thread_records.read(out), foreign=spec.foreign)
     if removed:
         note = (
             f"removed {len(removed)} unfinished kernel(s) from Inductor's cache: {', '.join(p.name for p in removed)}"
@@ -199,9 +211,13 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"
     env["HARNESS_THREAD_ERRORS"] = str(out / folder.THREAD_ERRORS)
+    env["HARNESS_THREADS"] = str(out / folder.THREADS)
     env[lifeline.ENV] = lifeline.token()  # the trial dies with us, even after our SIGKILL
     env = native.with_preload(env)  # a native crash also prints its C/C++ frames (harness.trial.native)
     env.pop("HARNESS_PLAN", None)
+    if spec.workload.kind == "command" and spec.fixes:
+        # The trainer and repros take their fixes as arguments; a command gets them in the bootstrap.
+        env["HARNESS_FIXES"] = ",".join(spec.fixes)
     if exposure_on(spec):
         env[exposure.ENV_EXPOSURE] = str(out / folder.EXPOSURE)
     else:
@@ -389,33 +405,34 @@ def live_members(pgid: int) -> list[int]:
 # ------------------------------------------------------------------------------ classification
 
 
-def thread_errors(out: Path) -> list[dict]:
-    """The uncaught thread exceptions the bootstrap's hook recorded (harness.trial.folder.THREAD_ERRORS)."""
-    path = out / folder.THREAD_ERRORS
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+def _noise_entries(noise: list[dict]) -> list[dict] | None:
+    keep = ("thread", "type", "message", "created_at")
+    return [{k: (r.get(k)[:3] if k == "created_at" else r.get(k)) for k in keep if r.get(k)} for r in noise] or None
 
 
-def hooked_blocks(hooked: list[dict]) -> list[str]:
-    """The hook's records as printed tracebacks, each under its thread's header."""
-    return [f"Exception in thread {h.get('thread')}:\n{h.get('traceback', '')}" for h in hooked]
+def _threads_started(out: Path | None) -> int | None:
+    data = folder.read_json(out / folder.THREADS) if out is not None else None
+    started = data.get("started") if isinstance(data, dict) else None
+    return started if isinstance(started, int) and not isinstance(started, bool) else None
 
 
 def _classify(
-    result: TrialResult, ending: _Ending, text: str, out: Path | None = None, hooked: list[dict] | None = None
+    result: TrialResult,
+    ending: _Ending,
+    text: str,
+    out: Path | None = None,
+    records: list[dict] | None = None,
+    *,
+    foreign: bool = False,
 ) -> None:
-    """DESIGN.md "Outcome rules", in order of precedence."""
-    hooked = hooked or []
+    """DESIGN.md "Outcome rules", in order of precedence. `foreign`: a user's command, whose exit
+    codes mean zero, non-zero or a signal and nothing more (the trainer's and repros' 2 and 3
+    are their contract's)."""
+    hooked, noise = thread_records.split_noise(records or [])
+    text = thread_records.without_noise(text, noise)
     result.thread_errors = len(hooked) or None
+    result.noise = _noise_entries(noise)
+    result.threads_started = _threads_started(out)
     # A workload that failed may still say what it held (dflash's `failed` event: its GPU memory).
     result.final = _final_json(text) or _final_json(text, event="failed")
     if result.final is not None:
@@ -426,30 +443,55 @@ def _classify(
                 result.tokens_per_s = float(result.final[key])
                 break
     if ending.how == "hang":
-        threads = ending.dump.threads if ending.dump else ()
-        kind = blocking.classify(threads)
-        result.hang_kind = kind.kind if kind else None
-        _set(
-            result,
-            Outcome.HANG,
-            signature.hang_signature(threads),
-            f"no progress for {ending.elapsed_s - ending.last_progress_s:.1f} s (idle, silent, the same "
-            f"stacks {HANG_CONFIRM_S:g} s apart); dump by {ending.dump.method if ending.dump else 'none'}"
-            + (f"; {kind.text()}" if kind else ""),
-        )
+        _classify_hang(result, ending)
     elif ending.how == "timeout":
         _set(result, Outcome.TIMEOUT, None, _busy_detail(ending))
-    elif _stalled(result, out) or _reported_hang(result, text):
+    elif _stalled(result, out) or (not foreign and _reported_hang(result, text)):
         pass  # a HANG the workload reported itself
     else:
-        _classify_exit(result, text, hooked)
+        _classify_exit(result, text, hooked, foreign=foreign)
         mark_resource(result)
     # _classify_exit_0 has read them already for a run that exited 0.
     if result.failures is None and (result.outcome is not Outcome.OK or hooked):
-        result.failures = [f.to_json() for f in signature.run_failures(text, extra=hooked_blocks(hooked))] or None
+        result.failures = [
+            f.to_json() for f in signature.run_failures(text, extra=thread_records.blocks(hooked))
+        ] or None
+    _harness_defect(result, text, hooked)
     if ending.survivors:
         result.outcome = Outcome.HARNESS_ERROR
         result.detail = f"processes {list(ending.survivors)} survived SIGKILL; {result.detail}"
+
+
+def _classify_hang(result: TrialResult, ending: _Ending) -> None:
+    threads = ending.dump.threads if ending.dump else ()
+    kind = blocking.classify(threads)
+    result.hang_kind = kind.kind if kind else None
+    _set(
+        result,
+        Outcome.HANG,
+        signature.hang_signature(threads),
+        f"no progress for {ending.elapsed_s - ending.last_progress_s:.1f} s (idle, silent, the same "
+        f"stacks {HANG_CONFIRM_S:g} s apart); dump by {ending.dump.method if ending.dump else 'none'}"
+        + (f"; {kind.text()}" if kind else ""),
+    )
+
+
+HARNESS_CODE = re.compile(r"[/\\]harness[/\\](?:runtime|faults|inject\.py|trial[/\\]bootstrap)")
+"""A frame of the harness's code that runs inside the program: the fixes, the scheduler, the probes."""
+
+
+def _harness_defect(result: TrialResult, text: str, hooked: list[dict]) -> None:
+    """A failure whose innermost frame is the harness's own code (a fix's wrapper, the scheduler)
+    is the harness's defect, not the program's: HARNESS_ERROR, with where it raised."""
+    if result.outcome not in (Outcome.CRASH, Outcome.ABORT):
+        return
+    found = tracebacks.parse_tracebacks(text + "\n" + "\n".join(thread_records.blocks(hooked)))
+    for tb in found:
+        innermost = tb.frames[0] if tb.frames else None  # innermost first
+        if innermost is not None and HARNESS_CODE.search(innermost.filename):
+            where = f"{innermost.filename}:{innermost.line} in {innermost.name}"
+            _set(result, Outcome.HARNESS_ERROR, None, f"harness defect: {tb.exc_type}: {tb.message[:200]} at {where}")
+            return
 
 
 def _busy_detail(ending: _Ending) -> str:
@@ -524,10 +566,10 @@ def _check_gpu_released(result: TrialResult, members: frozenset[int]) -> None:
         )
 
 
-def _classify_exit(result: TrialResult, text: str, hooked: list[dict] = ()) -> None:
+def _classify_exit(result: TrialResult, text: str, hooked: list[dict] = (), *, foreign: bool = False) -> None:
     rc = result.rc
     fatal = re.search(r"Fatal Python error: (.+?)[ \t]*$", text, re.M)
-    if rc == 2:
+    if rc == 2 and not foreign:
         line = next((ln for ln in text.splitlines() if ln.startswith("error:")), "no error: line")
         _set(result, Outcome.HARNESS_ERROR, None, f"workload rejected its input: {line}")
     elif (rc is not None and rc < 0) or fatal:
@@ -536,7 +578,7 @@ def _classify_exit(result: TrialResult, text: str, hooked: list[dict] = ()) -> N
             result.signal = _FATAL_SIGNALS.get(fatal.group(1))
         sig = signature.crash_signature(text, rc=rc)
         _set(result, Outcome.ABORT, sig, fatal.group(0) if fatal else f"killed by {result.signal}")
-    elif rc == 3 or re.search(r"^WRONG_RESULT:", text, re.M):
+    elif not foreign and (rc == 3 or re.search(r"^WRONG_RESULT:", text, re.M)):
         sig = signature.wrong_result_signature(text, rc=rc)
         _set(result, Outcome.WRONG_RESULT, sig, f"WRONG_RESULT: {sig.message}")
     elif rc != 0:
@@ -552,7 +594,7 @@ def _hooked_version(sig: signature.Signature | None, hooked: list[dict]) -> sign
     output then differ from run to run (one program's runs split into two groups under load)."""
     if not hooked or sig is None or sig.kind not in ("known", "exception", "cuda"):
         return sig
-    clean = [f.signature for f in signature.run_failures("", extra=hooked_blocks(hooked))]
+    clean = [f.signature for f in signature.run_failures("", extra=thread_records.blocks(hooked))]
     # The same key first (a known message keys without frames), else the same exception type.
     return next((c for c in clean if c.key == sig.key), None) or next(
         (c for c in clean if c.exc_type == sig.exc_type), sig
@@ -570,7 +612,7 @@ def _classify_exit_0(result: TrialResult, text: str, hooked: list[dict]) -> None
         if not tb.unraisable and not tb.handled and tb.short_type not in ("SystemExit", "KeyboardInterrupt")
     ]
     if hooked or printed:
-        found = signature.run_failures(text, extra=hooked_blocks(hooked))
+        found = signature.run_failures(text, extra=thread_records.blocks(hooked))
         result.failures = [f.to_json() for f in found] or None
         sig = found[0].signature if found else signature.crash_signature(text, rc=1)
         threads = sorted({str(h.get("thread")) for h in hooked})

@@ -55,6 +55,10 @@ class TrialSpec:
     """Working directory of the child; None = the repository root."""
     exposure: bool = True
     """Count the races' windows in the child (harness.faults.exposure); False installs nothing."""
+    foreign: bool = False
+    """A user's own program (`harness stress`): its exit codes mean zero, non-zero or a signal and
+    nothing more, where the trainer's and repros' contract reads 2 as bad input, 3 as a wrong
+    result and a `HANG:` line as a hang they reported."""
     python: str | None = None
     """Interpreter of a `dflash` or `repro` child (another venv's, i.e. another torch); None = the
     harness's own. The project must be importable there with its dependencies (repro: torch)."""
@@ -67,8 +71,9 @@ class TrialSpec:
         for name in self.fixes:
             if not isinstance(name, str) or not name or "," in name or name != name.strip():
                 raise InvalidSpec(f"fixes: invalid fix name {name!r}")
-        if self.fixes and self.workload.kind == "command":
-            raise InvalidSpec("fixes: a `command` workload cannot take fixes; put them in argv")
+        if self.fixes and self.workload.kind == "command" and not Path(self.workload.argv[0]).name.startswith("python"):
+            # A command's fixes act through the trial bootstrap (HARNESS_FIXES): Python programs only.
+            raise InvalidSpec(f"fixes: the command {self.workload.argv[0]!r} is not a Python program to fix")
         if self.plan is not None and not isinstance(self.plan, dict):
             raise InvalidSpec(f"plan: expected a JSON object or null, got {type(self.plan).__name__}")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
@@ -79,6 +84,8 @@ class TrialSpec:
             raise InvalidSpec(f"trial_index: expected an int, got {self.trial_index!r}")
         if self.trial_index < 0:
             raise InvalidSpec(f"trial_index: must be >= 0, got {self.trial_index}")
+        if not isinstance(self.foreign, bool):
+            raise InvalidSpec(f"foreign: expected true or false, got {self.foreign!r}")
         if not isinstance(self.exposure, bool):
             raise InvalidSpec(f"exposure: expected true or false, got {self.exposure!r}")
         if self.python is not None and not (isinstance(self.python, str) and Path(self.python).is_file()):
@@ -110,6 +117,7 @@ class TrialSpec:
             "trial_index": self.trial_index,
             "cwd": self.cwd,
             "exposure": self.exposure,
+            **({"foreign": True} if self.foreign else {}),
             **({"python": self.python} if self.python is not None else {}),
         }
 

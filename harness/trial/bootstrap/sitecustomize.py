@@ -5,7 +5,9 @@ Always: faulthandler for all threads on fatal signals, and SIGUSR1 dumps every t
 uncaught exception of a thread is appended to it (one JSON line) before the hook in place prints
 it: Python's default prints and carries on, and most threaded programs then exit 0. So is the
 exception of a concurrent.futures Future that the program never read (`result()` or
-`exception()`): a pool's task that failed prints nothing at all, and the program exits 0.
+`exception()`): a pool's task that failed prints nothing at all, and the program exits 0. Each
+record says who owns it (`owner`: the program, or a library whose own thread or Future it was,
+decided by the frames that created the thread or Future, `created_at`): a library's is noise.
 Only if HARNESS_PLAN is set: load the plan, install the scheduler (switch interval, start barrier,
 lazy torch point wrappers, harness.runtime.faults handler) and print one line
 `HARNESS_PLAN seed=<seed> profile=<name>` to stderr.
@@ -17,16 +19,18 @@ program (harness.inject), print `HARNESS_FIXES <names>` at start and how often e
 The plan, the probes and the fixes act on the first Python process of the command: each variable is
 taken out of the environment once read, so the processes it starts run unplanned and unpatched.
 Without these variables nothing of the harness is imported and nothing is patched, so the cost is
-two faulthandler calls, a thread hook, the import of concurrent.futures (stdlib) and three of its
-Future methods wrapped.
+two faulthandler calls, a thread hook, the import of concurrent.futures (stdlib), four of its
+Future methods and Thread.__init__ wrapped.
 """
 
 import atexit
 import faulthandler
+import functools
 import json
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import traceback
 from concurrent.futures import _base
@@ -57,8 +61,63 @@ def _install_plan(scheduler: ModuleType, value: str) -> None:
     sys.stderr.flush()
 
 
+# Where the program's own code ends: the interpreter's standard library and installed packages
+# (torch, triton, ...) are the library side; the harness's own files count as library too.
+_LIBRARY_DIRS = tuple(
+    {os.path.realpath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])}
+)
+_HARNESS_DIR = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")) + os.sep
+_SITE_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_stdlib(filename: str) -> bool:
+    path = os.path.realpath(filename)
+    return path.startswith(_LIBRARY_DIRS) and not any(m in path for m in _SITE_MARKERS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_library(filename: str) -> bool:
+    """An installed package's file, or the harness's own (the trial's fixes and probes)."""
+    path = os.path.realpath(filename)
+    return any(m in path for m in _SITE_MARKERS) or path.startswith(_HARNESS_DIR) or filename.startswith("<frozen")
+
+
+def _creator(depth: int = 2) -> tuple[str, list[str]]:
+    """Who made the current Future or thread: the innermost frame outside the standard library
+    (concurrent.futures, threading, asyncio and the like only pass the call on). 'library' when
+    that frame is an installed package's (Inductor's compile pool, an autotuner's), else
+    'program'; with the first frames from there outwards, as `file:line in function`."""
+    frame, frames, owner = sys._getframe(depth), [], None
+    while frame is not None and len(frames) < 6:
+        code = frame.f_code
+        if owner is None and not _is_stdlib(code.co_filename):
+            owner = "library" if _is_library(code.co_filename) else "program"
+        if owner is not None:
+            frames.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        frame = frame.f_back
+    return owner or "program", frames
+
+
+def _thread_owner(thread) -> str:
+    """A thread is the program's when the program created it or its body is the program's code."""
+    created = getattr(thread, "_harness_owner", "program")
+    target = getattr(thread, "_target", None)
+    code = getattr(target, "__code__", None) or getattr(type(thread).run, "__code__", None)
+    body = "library" if code is None or _is_stdlib(code.co_filename) or _is_library(code.co_filename) else "program"
+    return "program" if "program" in (created, body) else "library"
+
+
 def _record_thread_errors(path: str) -> None:
     previous = threading.excepthook
+    thread_init = threading.Thread.__init__
+
+    def init(self, *args, **kwargs):
+        thread_init(self, *args, **kwargs)
+        try:
+            self._harness_owner, self._harness_created_at = _creator()
+        except Exception:  # ownership is evidence, never a second failure
+            pass
 
     def recording_hook(args) -> None:
         # SystemExit in a thread is a quiet exit (the default hook ignores it too).
@@ -70,6 +129,8 @@ def _record_thread_errors(path: str) -> None:
                     "type": args.exc_type.__qualname__,
                     "message": str(args.exc_value)[:2000],
                     "traceback": text[-20000:],
+                    "owner": _thread_owner(args.thread) if args.thread is not None else "program",
+                    "created_at": getattr(args.thread, "_harness_created_at", []),
                 }
                 with open(path, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(record) + "\n")
@@ -77,19 +138,53 @@ def _record_thread_errors(path: str) -> None:
                 pass
         previous(args)
 
+    threading.Thread.__init__ = init
     threading.excepthook = recording_hook
     _record_unread_futures(path)
 
 
+def _count_program_threads(path: str) -> None:
+    """How many threads the program itself started, written at exit (`{"started": n, "names":
+    [...]}`): a failure in a run that started none cannot be a race between its threads."""
+    started: list[str] = []
+    thread_start = threading.Thread.start
+
+    def start(self, *args, **kwargs):
+        if _thread_owner(self) == "program" and len(started) < 10_000:
+            started.append(self.name)
+        return thread_start(self, *args, **kwargs)
+
+    def report() -> None:
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump({"started": len(started), "names": started[:20]}, fh)
+        except Exception:
+            pass
+
+    threading.Thread.start = start
+    atexit.register(report)
+
+
 def _record_unread_futures(path: str) -> None:
     """A Future's exception that no one read by exit: one record per Future, with the thread that
-    set it, written (and printed as a thread's would be) from an atexit hook, which runs after
-    the pools' workers are joined (threading's own exit hooks come first)."""
+    set it and who created the Future, written from an atexit hook, which runs after the pools'
+    workers are joined (threading's own exit hooks come first). Nothing is printed: the program
+    would not print it. A library's Future (Inductor's compile pool closing at exit fails its
+    pending Futures with `SubprocPool closed`) is recorded as the library's, which the runner
+    keeps as noise."""
     # Each record hangs off its Future and stays in `records` after the Future is gone: one a
     # program dropped unread is still reported at exit.
     records: list[dict] = []
     lock = threading.Lock()
+    future_init = _base.Future.__init__
     set_exception, result, exception = _base.Future.set_exception, _base.Future.result, _base.Future.exception
+
+    def init(self, *args, **kwargs):
+        future_init(self, *args, **kwargs)
+        try:
+            self._harness_owner, self._harness_created_at = _creator()
+        except Exception:
+            pass
 
     def recording_set_exception(self, exc):
         try:
@@ -99,6 +194,8 @@ def _record_unread_futures(path: str) -> None:
                 "type": type(exc).__qualname__,
                 "message": str(exc)[:2000],
                 "traceback": text[-20000:],
+                "owner": getattr(self, "_harness_owner", "program"),
+                "created_at": getattr(self, "_harness_created_at", []),
                 "read": False,
             }
             self._harness_exception_record = record
@@ -123,17 +220,16 @@ def _record_unread_futures(path: str) -> None:
 
     def report() -> None:
         with lock:
-            left = [r for r in records if not r["read"]]
-        for record in left:
-            record = {k: v for k, v in record.items() if k != "read"}
-            try:
-                with open(path, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(record) + "\n")
-                sys.stderr.write(f"Exception in thread {record['thread']}:\n{record['traceback']}")
-                sys.stderr.flush()
-            except Exception:
-                pass
+            left = [{k: v for k, v in r.items() if k != "read"} for r in records if not r["read"]]
+        if not left:
+            return
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(record) + "\n" for record in left)
+        except Exception:
+            pass
 
+    _base.Future.__init__ = init
     _base.Future.set_exception = recording_set_exception
     _base.Future.result = reading(result)
     _base.Future.exception = reading(exception)
@@ -158,6 +254,9 @@ def _chain_next_sitecustomize() -> None:
 _enable_faulthandler()
 if os.environ.get("HARNESS_THREAD_ERRORS"):
     _record_thread_errors(os.environ["HARNESS_THREAD_ERRORS"])
+if os.environ.get("HARNESS_THREADS"):
+    # Taken out of the environment: a process the program starts would overwrite the count.
+    _count_program_threads(os.environ.pop("HARNESS_THREADS"))
 _chain_next_sitecustomize()
 if os.environ.get("HARNESS_PLAN"):
     # Only under a plan: without one, nothing of the harness is imported.

@@ -1,0 +1,58 @@
+"""The bootstrap's records of uncaught thread and Future exceptions (`thread_errors.jsonl`), and
+whose each one is: the program's own, or a library's (noise).
+
+The bootstrap decides the owner by the frames that created the thread or Future (an installed
+package's code made it: a library's). A library's own pool failing its pending Futures as it closes
+at exit (Inductor's compile workers: `SubprocPool closed`) is noise: kept with the trial, never
+a failure, never part of the program's output.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harness.trial import folder
+
+
+def read(out: Any) -> list[dict]:
+    """Every record of a trial's folder (a Path, or a packed trial's zip path)."""
+    raw = folder.text(out / folder.THREAD_ERRORS) or ""
+    records = []
+    for line in raw.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def split_noise(records: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The program's own records, and a library's (noise)."""
+    own = [r for r in records if r.get("owner", "program") != "library"]
+    return own, [r for r in records if r.get("owner", "program") == "library"]
+
+
+def blocks(records: list[dict]) -> list[str]:
+    """Records as printed tracebacks, each under its thread's header."""
+    return [f"Exception in thread {r.get('thread')}:\n{r.get('traceback', '')}" for r in records]
+
+
+def without_noise(text: str, noise: list[dict]) -> str:
+    """The output less what Python's thread hook printed for a library's threads (the record's
+    traceback is the text it printed, under `Exception in thread NAME:`)."""
+    for block in blocks(noise):
+        text = text.replace(block, "")
+    return text
+
+
+def program_text(out: Any) -> str:
+    """What a reader of the run should see: its output less the libraries' noise, plus the
+    program's records that the output does not hold (a Future's exception nobody read is
+    recorded, not printed)."""
+    own, noise = split_noise(read(out))
+    text = without_noise(folder.text(out / folder.OUTPUT) or "", noise)
+    missing = [b for b in blocks(own) if b not in text]
+    return text + ("\n" + "\n".join(missing) if missing else "")
