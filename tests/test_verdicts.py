@@ -178,3 +178,15 @@ def test_ctrl_c_exits_130_and_keeps_no_run_it_killed(tmp_path):
     assert proc.returncode == 130, stdout + stderr
     assert "interrupted: killed 1 running run(s), not counted" in stderr
     assert "0 runs completed" in stdout and not (out / "0").exists()
+
+
+def test_a_thread_header_after_another_threads_caret_markers_names_the_thread():
+    from harness.trial.tracebacks import parse_tracebacks
+
+    text = (
+        "Exception in thread ^^^^Thread-12:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/app.py", line 3, in run\n    serve()\n'
+        "ValueError: lost\n"
+    )
+    assert [tb.thread for tb in parse_tracebacks(text)] == ["Thread-12"]

@@ -372,7 +372,12 @@ def _headers(line: str) -> list[str]:
     if report:
         return [report.group(1)]
     at = line.rfind(_HOOK_HEADER)
-    name = _THREAD_NAME.match(line, at + len(_HOOK_HEADER)) if at >= 0 else None
+    if at < 0:
+        return []
+    # Interleaved tracebacks can put another thread's caret markers (Python 3.11's `^^^~~~`)
+    # between the header and its name: the name starts after them.
+    rest = line[at + len(_HOOK_HEADER) :]
+    name = _THREAD_NAME.match(line, len(line) - len(rest.lstrip("^~")))
     if name is None:
         return []
     return _run_together(name.group(0), line.count(_HOOK_HEADER))
