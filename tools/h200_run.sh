@@ -10,6 +10,9 @@
 #   repros:S  the gpu-repros matrix for at most S seconds (store results/gpu-repros, resumed)
 #   pytest[:S[:N]]  (env PYTEST_K: a -k expression) the GPU race suite through the runner, r22's 2.11 record (tests/race/catalogue.py) and r23's test,
 #             for at most S seconds (240) on N pytest-xdist workers (1)
+#   gate[:S[:N]]  the GPU gate: the GPU race suite and the corpus's GPU programs raw vs their offered
+#             fix, record in results/gpu-gate/<date>.json (tools/gpu_gate.py; run it after any change to
+#             harness/trial or harness/runtime, and commit the record)
 #   default   `python -m dflash train --preset gpu-default` alone on the GPU (the trainer's GPU smoke run, eager
 #             as the preset ships)
 #   startup   gpu-default compiled (STARTUP_STEPS, 300, phase-lock+target-hook-taps) three times alone on the GPU: cold
@@ -139,6 +142,26 @@ run_phase() {
               tests/race/test_gpu_catalogue.py tests/race/test_r22_stash_tls_refcount.py tests/test_r23.py \
               > "$X/pytest-race-cuda.txt" 2>&1; echo "pytest race+cuda rc=$? $(( $(date +%s) - s ))s"
             tail -n 15 "$X/pytest-race-cuda.txt" ;;
+    # gate[:S[:N]]: the GPU gate (tools/gpu_gate.py), within S seconds (560): the GPU race suite
+    # (-m "race or cuda") on N xdist workers (4) beside the corpus's GPU programs, raw against the
+    # fix the diagnosis offers (2 shards at once, 2 runs at a time each); the record goes to
+    # results/gpu-gate/<date>.json and $OUT/gpu-gate.json. Env GATE_COMMIT: the commit the checkout
+    # is (a host's copy has no .git); GATE_RUNS: runs per arm (4).
+    gate|gate:*) IFS=: read -r _ gs gn <<< "$phase"; gs=${gs:-560}; s=$(date +%s)
+            export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+            timeout -k 15 $(( gs - 20 )) python3 -m pytest -v -rfE -p no:cacheprovider --basetemp "$X/gate-tmp" -n "${gn:-4}" \
+              -m "race or cuda" --junitxml "$X/gate-junit.xml" tests/race/test_gpu_catalogue.py \
+              tests/race/test_r22_stash_tls_refcount.py tests/test_r23.py > "$X/gate-pytest.txt" 2>&1 & gp=$!
+            gc=(); k=0
+            while read -r names; do [ -n "$names" ] || continue; k=$(( k + 1 ))
+              timeout -k 15 $(( gs - 30 )) python3 -m tools.corpus --device cuda --fixes --only "$names" \
+                --runs "${GATE_RUNS:-4}" -p 2 --out "$X/gate-corpus-$k" > "$X/gate-corpus-$k.txt" 2>&1 & gc+=($!)
+            done < <(python3 -m tools.gpu_gate programs --shards 2)
+            wait $gp "${gc[@]}"; echo "gate pytest+corpus $(( $(date +%s) - s ))s"; tail -n 25 "$X/gate-pytest.txt"
+            cat "$X"/gate-corpus-*.txt | grep -v "^$" | tail -n 40
+            python3 -m tools.gpu_gate record --junit "$X/gate-junit.xml" --corpus "$X"/gate-corpus-*.json \
+              --commit "${GATE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" \
+              --out "results/gpu-gate/$(date -u +%F).json"; cp "results/gpu-gate/$(date -u +%F).json" "$OUT/gpu-gate.json" ;;
     default) train gpu-default --preset gpu-default --steps 120 --out /tmp/gd ;;
     # Cold and warm use the run's own Inductor cache (emptied first: the phases after this one
     # start warm from it); env STARTUP_STEPS (300) steps each.
