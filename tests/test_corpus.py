@@ -39,6 +39,14 @@ def test_a_fast_program_gets_its_expected_answer(program):
     assert found.ok, f"{found.verdict}; outcomes {found.outcomes}, races {found.found_races}"
 
 
+def test_stress_calling_a_failure_deterministic_is_read_in_either_wording():
+    assert corpus.said_deterministic("a deterministic failure, not a race: each of the first 3 runs failed ...")
+    assert corpus.said_deterministic(
+        "your program fails this way on its own, not by a race: it started no thread, and ... F2's; stopped\n"
+    )
+    assert not corpus.said_deterministic("3 runs completed, 3 failures (100.00%)\nnot a race: quoted later\n")
+
+
 # ------------------------------------------------------------------ fixes side by side (--fixes)
 
 # stress's side-by-side report as harness/campaign/stress.py `_arm_table` prints it, then the

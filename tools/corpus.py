@@ -169,6 +169,15 @@ def load(path: Path = CORPUS) -> list[Program]:
     return programs
 
 
+_DETERMINISTIC = re.compile(r"[^\n]*\bnot (?:by )?a race:")
+"""Stress's first line when it stops on a deterministic failure: `a deterministic failure, not a race:
+...`, or `your program fails this way on its own, not by a race: ...` (no thread, a race's message)."""
+
+
+def said_deterministic(stdout: str) -> bool:
+    return _DETERMINISTIC.match(stdout) is not None
+
+
 def stress_command(
     p: Program, *, python: str, runs: int, parallel: int, out: Path, fix_sets: tuple[str, ...] = ()
 ) -> list[str]:
@@ -194,7 +203,7 @@ def run_one(p: Program, *, python: str, runs: int | None = None, parallel: int =
         )
         found.seconds = round(time.monotonic() - started, 1)
         text = done.stdout
-        found.deterministic = text.startswith("a deterministic failure")
+        found.deterministic = said_deterministic(text)
         m = re.search(r"outcomes: (.*)$", text, re.M)
         found.outcomes = {k: int(v) for k, v in (x.split(":") for x in m.group(1).split())} if m else {}
         found.skipped = (not any(o in found.outcomes for o in FAILING) and "SKIP:" in done.stderr) or (
