@@ -26,7 +26,6 @@ import types
 from typing import Any
 
 from harness.faults.points import on_module_loaded
-from harness.runtime.fixes import call_key
 from harness.runtime.guard import Guard, GuardError
 
 ENV_FIXES = "HARNESS_FIXES"
@@ -106,7 +105,7 @@ def guarded(guard: Guard, compiled: Any, torch: Any) -> Any:
 def _call(guard: Guard, fn: Any, args: tuple, kwargs: dict, owner: Any = None) -> Any:
     # Keyed by the compiled callable (a compiled module, not its per-call bound __call__) and the
     # inputs' signature: phase-lock runs a key's first calls alone and later ones side by side.
-    with guard.call(call_key(fn if owner is None else owner, *args, *kwargs.values())):
+    with guard.call(guard.key(fn if owner is None else owner, args, kwargs)):
         return fn(*args, **kwargs)
 
 
@@ -128,7 +127,8 @@ def _guard_method(guard: Guard, owner: type, name: str) -> None:
 
     @functools.wraps(original)
     def method(*args: Any, **kwargs: Any) -> Any:
-        return _call(guard, original, args, kwargs)
+        with guard.call():  # no key: a trace or reset always runs alone under phase-lock
+            return original(*args, **kwargs)
 
     setattr(owner, name, method)
 
@@ -138,6 +138,7 @@ def _guard_function(guard: Guard, module: Any, name: str) -> None:
 
     @functools.wraps(original)
     def function(*args: Any, **kwargs: Any) -> Any:
-        return _call(guard, original, args, kwargs)
+        with guard.call():  # no key: a trace or reset always runs alone under phase-lock
+            return original(*args, **kwargs)
 
     setattr(module, name, function)

@@ -603,3 +603,39 @@ def test_eager_target_unlocked_keeps_the_targets_forward_out_of_the_lock(tmp_pat
     assert forwards > 0 and unlocked["eager-target-unlocked"] == forwards
     # Without it every forward took the lock too; with it only the drafter's calls do.
     assert unlocked["global-lock"] == locked["global-lock"] - locked["target-hook-taps"] > 0
+
+
+# -- call keys under tracing: a fix reads no traced argument ------------------------------------
+
+
+def test_call_key_of_plain_tensors_and_values():
+    key = fixes.call_key(len, torch.zeros(2, 3), None, 4, "mean", [1])
+    assert key == (id(len), (((2, 3), torch.float32, "cpu"), None, 4, "mean", "list"))
+    assert fixes.call_key(len, torch.nn.Parameter(torch.zeros(2))) == (id(len), (((2,), torch.float32, "cpu"),))
+
+
+def test_call_key_passes_an_fx_proxy_through_unread():
+    # `tuple(proxy.shape)` raised TraceError inside symbolic_trace; reading `.shape` records a node.
+    graph = torch.fx.Graph()
+    proxy = torch.fx.Proxy(graph.placeholder("x"))
+    assert fixes.call_key(len, torch.zeros(2), proxy) is None
+    assert [n.op for n in graph.nodes] == ["placeholder"]
+
+
+def test_call_key_passes_fake_tensors_and_fake_modes_through_unread():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    dynamic = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * 2)
+    symbolic = mode.from_tensor(torch.ones(2, 3), symbolic_context=dynamic)  # sizes are SymInts: unhashable
+    assert fixes.call_key(len, symbolic) is None
+    with mode:
+        assert fixes.call_key(len, torch.ones(2, 3)) is None  # made under the mode: fake
+    with FakeTensorMode():
+        assert fixes.call_key(len, 3) is None  # any argument: the call is part of a trace
+
+
+def test_fix_sets_say_whether_they_read_call_keys():
+    assert FixSet([FIXES["phase-lock"]]).keyed
+    assert not FixSet([FIXES["global-lock"], FIXES["nested-fx-fallback"]]).keyed

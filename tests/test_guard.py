@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextvars
+import operator
 import os
 import re
 import subprocess
@@ -279,6 +280,42 @@ def test_compiled_as_decorator():
         return x + 1
 
     assert torch.equal(f(torch.zeros(2)), torch.ones(2)) and guard.counts() == {"global-lock": 1}
+
+
+# -- tracing: the wrappers read no traced argument -------------------------------------------
+
+
+@pytest.mark.parametrize("fixes_named", ["global-lock,nested-fx-fallback", "phase-lock,nested-fx-fallback"])
+def test_symbolic_trace_through_a_guarded_compiled_call(fixes_named):
+    # The tracer hands the guarded call FX Proxies: reading their shapes raised TraceError from the
+    # wrapper; passed through, the compiled function runs eagerly under the trace (nested-fx-fallback).
+    guard = Guard(fixes_named)
+    inner = guard.compiled(double_plus_one, backend="eager")
+
+    class Outer(torch.nn.Module):
+        def forward(self, x):
+            return inner(x).relu()
+
+    traced = []
+    in_threads(lambda: traced.append(torch.fx.symbolic_trace(Outer())))  # config overrides stay in the thread
+    assert [n.target for n in traced[0].graph.nodes if n.op.startswith("call")] == [operator.mul, operator.add, "relu"]
+    assert torch.equal(traced[0](torch.ones(2)), torch.full((2,), 3.0))
+    assert guard.counts()[fixes_named.split(",")[0]] == 1
+
+
+def test_a_guarded_compiled_call_under_fake_tensor_mode():
+    # Symbolic fake sizes are unhashable: a key read from them raised TypeError under phase-lock.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    guard = Guard("phase-lock")
+    f = guard.compiled(double_plus_one, backend="eager")
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    x = mode.from_tensor(torch.ones(2, 3), symbolic_context=StatelessSymbolicContext([DimDynamic.DYNAMIC] * 2))
+    with mode:
+        y = f(x)
+    assert type(y).__name__ == "FakeTensor" and len(y.shape) == 2
+    assert fixes.FIXES["phase-lock"].stats()["exclusive"] >= 1
 
 
 # -- the example under `harness stress` -------------------------------------------------------

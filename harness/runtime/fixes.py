@@ -723,18 +723,48 @@ FIXES: dict[str, Fix] = {
 }
 
 
-def call_key(fn: Any, *args: Any) -> tuple:
-    """A compiled call's key for keyed fixes: the callable and each argument's shape and dtype
-    (None and non-tensors by value)."""
-    sig = tuple(
-        (tuple(a.shape), a.dtype, a.device.type)
-        if hasattr(a, "shape") and hasattr(a, "dtype")
-        else a
-        if a is None or isinstance(a, (int, float, str, bool))
-        else type(a).__name__
-        for a in args
-    )
-    return (id(fn), sig)
+_OPAQUE = object()
+"""An argument whose reading could break or change a trace: the call gets no key."""
+_PLAIN_VALUES = (int, float, str, bool)
+
+
+def call_key(fn: Any, *args: Any) -> tuple | None:
+    """A compiled call's key for keyed fixes: the callable and each plain tensor argument's shape,
+    dtype and device (None and scalars by value, anything else by type name).
+
+    None (the call then runs alone under phase-lock) when the call is part of a trace: an argument
+    is an FX Proxy or a FakeTensor, or a fake/proxy/functional dispatch mode is active in this
+    thread. Their attributes are not read: `tuple(proxy.shape)` raises TraceError inside
+    symbolic_trace, and a fake tensor's symbolic sizes are unhashable."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch._C._len_torch_dispatch_stack():
+        return None
+    sig = []
+    for a in args:
+        part = _arg_key(a, torch)
+        if part is _OPAQUE:
+            return None
+        sig.append(part)
+    return (id(fn), tuple(sig))
+
+
+def _arg_key(a: Any, torch: Any) -> Any:
+    if a is None or isinstance(a, _PLAIN_VALUES):
+        return a
+    if torch is None:
+        return type(a).__name__
+    if _traced(a, torch):
+        return _OPAQUE
+    if type(a) in (torch.Tensor, torch.nn.Parameter):
+        shape = tuple(a.shape)
+        return (shape, a.dtype, a.device.type) if all(type(d) is int for d in shape) else _OPAQUE
+    return type(a).__name__  # a tensor subclass or another object: its attributes may run user code
+
+
+def _traced(a: Any, torch: Any) -> bool:
+    """An FX Proxy (whose every attribute read records a node) or a FakeTensor."""
+    fake = sys.modules.get("torch._subclasses.fake_tensor")
+    return isinstance(a, torch.fx.Proxy) or (fake is not None and isinstance(a, fake.FakeTensor))
 
 
 class FixSet:
@@ -749,6 +779,8 @@ class FixSet:
             if missing:
                 raise ConfigError(f"fix {f.name!r} is only safe beside {', '.join(missing)}: add it to the fixes")
         self._call_fixes = tuple(f for f in self.fixes if type(f).enter is not Fix.enter)
+        self.keyed = any(f.keyed for f in self._call_fixes)
+        """Whether a call's key is read (call_key): without a keyed fix the arguments are never inspected."""
         self.counts: dict[str, int] = {f.name: 0 for f in self.fixes}
         self._lock = threading.Lock()
 

@@ -286,6 +286,11 @@ class Guard:
         with self._fixes.around_call(key):
             yield
 
+    def key(self, fn: Any, args: tuple, kwargs: dict) -> Any:
+        """The call key of `fn(*args, **kwargs)` for keyed fixes (call_key); None, without reading the
+        arguments, when no keyed fix is active."""
+        return call_key(fn, *args, *kwargs.values()) if self._fixes.keyed else None
+
     @overload
     def compiled(self, fn: F, /, **options: Any) -> GuardedCallable: ...
 
@@ -349,7 +354,7 @@ class GuardedCallable:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.guard.enter_thread()  # the thread's fixes before its first compiled callable
         fn = self.for_this_thread()
-        with self.guard.call(call_key(fn, *args, *kwargs.values())):
+        with self.guard.call(self.guard.key(fn, args, kwargs)):
             return fn(*args, **kwargs)
 
     def __repr__(self) -> str:
