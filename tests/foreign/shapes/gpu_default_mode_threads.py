@@ -1,0 +1,62 @@
+"""GPU: an Inductor model without CUDA graphs (mode="default") called from 3 threads from the first call on.
+
+User program: a GPU scoring service whose engineer left CUDA graphs off (plain
+torch.compile(model), mode="default": Inductor's Triton kernels, no graph trees). Three request
+threads start together behind a Barrier, so their first calls (and Dynamo's compile) coincide;
+each then scores 150 batches of its own fixed size (16, 32, 48; dynamic=False, one graph per
+size) and, at the end, checks its last result against the eager model (`allclose`, raising
+AssertionError on a mismatch). Thread exceptions are uncaught; the main thread joins and exits 0.
+Without CUDA it prints `SKIP: needs CUDA` and exits 0.
+What should happen (CUDA): no failure. Without CUDA graphs there is no tree manager, no per-thread
+graph state and no capture (F1, F1c, G1 and capture need one); Dynamo's compile_lock serializes the
+compiles, and the duplicate compiles of threads that missed the cache together (F10) stay far
+below the recompile limit (3 sizes, at most 3 compiles each). global-lock (the diagnosis's control)
+changes nothing but speed.
+Expected classification: OK, no race.
+"""
+
+import sys
+import threading
+
+import torch
+import torch.nn as nn
+
+if not torch.cuda.is_available():
+    print("SKIP: needs CUDA")
+    sys.exit(0)
+
+SIZES = (16, 32, 48)
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.SiLU(), nn.Linear(512, 256), nn.Tanh()).cuda().eval()
+    compiled = torch.compile(model, mode="default", dynamic=False)
+    start = threading.Barrier(len(SIZES))
+    ok = []
+
+    def serve(size):
+        x = torch.randn(size, 256, device="cuda")
+        start.wait()
+        with torch.no_grad():
+            for _ in range(150):
+                y = compiled(x)
+            expected = model(x)
+        if not torch.allclose(y, expected, atol=1e-3, rtol=1e-3):
+            raise AssertionError(
+                f"batch {size}: compiled result differs from eager by {(y - expected).abs().max():.3g}"
+            )
+        ok.append(size)
+
+    print(f"serving batch sizes {SIZES} on {len(SIZES)} threads (no CUDA graphs)", flush=True)
+    threads = [threading.Thread(target=serve, args=(s,), name=f"score-{s}") for s in SIZES]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"{len(ok)} of {len(SIZES)} threads matched eager", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
