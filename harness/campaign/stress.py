@@ -49,7 +49,7 @@ from harness.campaign.progress import format_elapsed
 from harness.campaign.spec import MatrixError, PlanChoice
 from harness.trial import native
 from harness.trial.cells import NO_PLAN, cell_name
-from harness.trial.folder import NATIVE_STACK, OUTPUT, PLAN_LOG
+from harness.trial.folder import NATIVE_STACK, OUTPUT, PLAN_LOG, RESULT, write_json
 from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import interpreter_versions
 from harness.trial.outcome import Outcome, TrialResult
@@ -341,6 +341,10 @@ class _StressLoop:
         shown = [f for f in faces if not f.endswith(", suspected")]
         if shown and counts_as_failure(dataclasses.replace(result, outcome=Outcome.CRASH), output, self.opts):
             failed = True
+            # The record says so too: readers of the folder (diagnose, the corpus) see a failed run.
+            result.outcome, result.detail = Outcome.CRASH, f"exit 0, but the output shows {', '.join(shown)}"
+            result.signature_summary = result.signature_summary or result.detail
+            write_json(folder / RESULT, result.to_json())
         races = [f.split(" ", 1)[0] for f in shown]
         if failed and not shown and self.known is not None:
             races = self.known(folder)
@@ -363,7 +367,7 @@ class _StressLoop:
                 if j.failed:
                     s.signatures[result.signature_summary or result.detail or result.outcome.name] += 1
                     s.races.update(set(j.races) or {"unknown"})
-                for face in j.faces:
+                for face in j.faces if not j.failed else ():  # a failed run's faces are its races
                     s.findings[face] += 1
             if j.failed:
                 self._echo(run, j)
@@ -374,8 +378,6 @@ class _StressLoop:
     def _echo(self, run: _Run, j: _Judged) -> None:
         output = folder_text(j.folder / OUTPUT) or ""
         what = f"{j.result.outcome.name} {j.result.detail}"
-        if j.result.outcome is Outcome.OK:
-            what = f"exit 0, but showed {', '.join(j.faces)}"
         print(
             f"\n--- run {run.index}{self._arm_tag(run)}: {what}; "
             f"artefacts: {j.folder}\n{output[:ECHO_BYTES]}{_native_lines(j.folder)}",
