@@ -83,7 +83,10 @@ def _stored_failures():
         store = Store(store_dir)
         for r in store.load():
             if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial:
-                out.append((store_dir.name, r, diagnose.from_record(r, store.artefacts_of(r))))
+                # Stores of one matrix on several torches share trial ids: the run is the store's.
+                failure = diagnose.from_record(r, store.artefacts_of(r))
+                failure.run = f"{store_dir.name}:{r.trial_id}"
+                out.append((store_dir.name, r, failure))
     return out
 
 
@@ -98,7 +101,7 @@ def test_committed_stores_failures_are_matched_to_their_race():
     stored = _stored_failures()
     findings = diagnose.diagnose([f for _, _, f in stored])
     by_source = {s: f for f in findings for s in f.sources}
-    unmatched = [(name, r.trial_id, r.signature_summary) for name, r, _ in stored if by_source[r.trial_id].race is None]
+    unmatched = [(name, r.trial_id, r.signature_summary) for name, r, f in stored if by_source[f.run_id].race is None]
     share = 1 - len(unmatched) / len(stored)
     print(f"{len(stored) - len(unmatched)} of {len(stored)} failing trials matched ({100 * share:.1f}%); unmatched:")
     for line in collections.Counter((n, s) for n, _, s in unmatched).most_common():
@@ -115,9 +118,9 @@ def test_committed_stores_failures_are_matched_to_their_race():
     ), "REPORT.md's diagnosis counts are stale"
     wrong = []
     catalogue = load()
-    for _name, r, _ in stored:
+    for _name, r, f in stored:
         rid, _, rest = r.cell.partition(":")
-        race = by_source[r.trial_id].race
+        race = by_source[f.run_id].race
         if rid not in rows or not rest.startswith("raw@") or race is None:
             continue
         if major_minor(r.torch_version or rows[rid].torch) != major_minor(rows[rid].torch):
@@ -322,3 +325,52 @@ def test_a_log_names_its_own_torch():
     assert diagnose._torch_in(text) == "2.11.0+cu130"
     assert diagnose._torch_in('{"event": "failed", "torch": "2.11.0+cu130"}') == "2.11.0+cu130"
     assert diagnose._torch_in("no version here") is None
+
+
+# ------------------------------------------------------------------ every race of a run, honestly
+
+FAMILIES = ROOT / "tests" / "fixtures" / "race_families"
+
+
+def _by_race(findings) -> dict:
+    return {f.race: f for f in findings if f.race is not None}
+
+
+def test_every_race_of_a_run_is_named_once_from_every_thread_and_source():
+    """dict_mutation_beside_f2: two scorers die of F2, the live scorer of dict-mutation, in the same
+    runs. Run 0's record lists both; run 1's lists F2 only (an older runner), its dict-mutation face
+    only in thread_errors.jsonl and the output. Each race is named once a run, and the KeyError faces
+    are dict-mutation's, not F2's (whose message is elsewhere in the same output)."""
+    folder = FAMILIES / "dict_mutation_beside_f2"
+    findings = diagnose.diagnose(diagnose.collect([str(folder)]))
+    races = _by_race(findings)
+    assert set(races) == {"F2", "dict-mutation"}, [f.verdict() for f in findings]
+    for race in races.values():
+        assert race.runs == 2 and len(set(race.sources)) == 2
+    assert all(f.race is not None for f in findings), [f.verdict() for f in findings]
+    assert "KeyError" in races["dict-mutation"].summary and "KeyError" not in races["F2"].summary
+    line = diagnose.summary_line(findings)
+    assert "2 of 2 failing runs" in line and "F2 in 2 runs" in line and "dict-mutation in 2 runs" in line, line
+    # The output alone (a pasted log) shows both as well.
+    log = diagnose.diagnose(diagnose.collect([str(folder / "1" / "output.txt")]))
+    assert set(_by_race(log)) == {"F2", "dict-mutation"}
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        "torch._dynamo.exc.InternalTorchDynamoError in scorer-live at <string>:<module> < torch._guards:get_value"
+        " < torch._dynamo.guards:get: KeyError: session_3",
+        "KeyError in ? at <string>:<module> < torch._guards:get_value < torch._dynamo.guards:get: 'session_3'",
+        "RuntimeError in scorer-live at shape:score < shape:scorer_loop: dictionary keys changed during iteration",
+        "torch._dynamo.exc.InternalTorchDynamoError in repro-caller at torch._dynamo.variables.builder:<genexpr>:"
+        " RuntimeError: dictionary keys changed during iteration",
+        "torch._dynamo.exc.InternalTorchDynamoError in repro-caller at x:y: RuntimeError: OrderedDict mutated during"
+        " iteration",
+        "RuntimeError in scorer at x:y: dictionary changed size during iteration",
+    ],
+)
+def test_dict_mutation_is_named_by_each_of_its_faces(summary):
+    from harness.diagnosis import families
+
+    assert families.family(summary) == "dict-mutation"

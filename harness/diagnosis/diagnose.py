@@ -16,6 +16,11 @@ table's family and a diagnosis agree); message templates and native frames found
 add evidence. A generic family (a native crash, an unnamed hang) is not a race: it is "unknown"
 unless a race lists it among its `faces` and its `context` matches the run (the fixes it ran with,
 the output) on a torch where that race's repro reproduced, which makes it "suspected".
+
+A run is read whole: every failure its record lists, every traceback of its thread hook's records
+(thread_errors.jsonl) and of its output, so that each race of the run is named, once a run, by
+whichever of its faces showed it; another thread's message in the same output says nothing of a
+failure that is not its own.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
 from harness.text import clip
 from harness.trial import blocking, hangs, native, signature, tracebacks
-from harness.trial.folder import HANG_DUMP, NATIVE_STACK, OUTPUT, PYSPY, RESULT, SPEC
+from harness.trial.folder import HANG_DUMP, NATIVE_STACK, OUTPUT, PYSPY, RESULT, SPEC, THREAD_ERRORS
 from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import installed_torch
 from harness.trial.outcome import Outcome, TrialResult
@@ -91,6 +96,8 @@ class Failure:
     """The run's outcome detail (a HANG's kind, a TIMEOUT's busy cores)."""
     command: tuple[str, ...] = ()
     """The user's command (a stress run's), for the `stress --fix` line."""
+    threads: tuple[str, ...] = ()
+    """The threads that printed it (the run record's failure entry); () where unknown."""
 
     @property
     def run_id(self) -> str:
@@ -133,7 +140,8 @@ class FixLine:
 
 @dataclass(kw_only=True, slots=True)
 class Finding:
-    """One distinct signature and what it is."""
+    """One race named in some runs (whichever of its faces each showed), or one distinct signature
+    no race names, and what it is."""
 
     key: str | None
     summary: str | None
@@ -153,6 +161,8 @@ class Finding:
     versions: list[str] = field(default_factory=list)
     repros: list[str] = field(default_factory=list)
     hint: str = ""
+    faces: list[str] = field(default_factory=list)
+    """The race's other faces in these runs (summaries besides `summary`): one race, named once a run."""
 
     @property
     def race(self) -> str | None:
@@ -196,9 +206,13 @@ class Finding:
 # ------------------------------------------------------------------------------------- matching
 
 
-def match(failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> list[Match]:
+def match(
+    failure: Failure, catalogue: Catalogue, records_of: RecordSource, named: frozenset[str] = frozenset()
+) -> list[Match]:
     """Catalogue races that fit the failure, best first: the race its summary names (the
-    families' first-match rule), else races suspected behind its generic family."""
+    families' first-match rule), else races suspected behind its generic family. `named`: races
+    another failure of the same run names by its own summary; the run's output shows their
+    messages, which say nothing of this failure."""
     if failure.outcome == "OK":
         return _warning_faces(failure, catalogue)
     if failure.outcome == "TIMEOUT":
@@ -222,7 +236,7 @@ def match(failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> l
         # wherever the Python frame of the crash happened to be.
         matches[:0] = _by_native(failure, catalogue)
         if family in ("other", "?"):
-            matches += _by_text(failure, catalogue)
+            matches += [m for m in _by_text(failure, catalogue) if m.race not in named]
     return matches
 
 
@@ -266,6 +280,7 @@ def faces(text: str, catalogue: Catalogue | None = None) -> list[str]:
 
 
 def _which(patterns: Sequence[str], text: str) -> str:
+    """The first pattern that matches (evidence text)."""
     return next((p for p in patterns if re.search(p, text)), patterns[0])
 
 
@@ -420,49 +435,104 @@ def try_fixes_command(fixes: Sequence[FixLine], command: Sequence[str], limit: i
     )
 
 
+@dataclass(slots=True)
+class _Seen:
+    """One failure as matched: its races."""
+
+    failure: Failure
+    matches: list[Match]
+
+
 def diagnose(
     failures: Iterable[Failure], *, catalogue: Catalogue | None = None, records_of: RecordSource | None = None
 ) -> list[Finding]:
-    """One finding per distinct signature and race, most runs first. Runs of one signature split
-    only where their context differs: a native crash in a run that seeded the C stash is
-    suspected to be stash-refcount, the same crash in a run that did not stays unknown."""
+    """One finding per race, named once a run whichever of its faces (signatures, threads) showed
+    it, and one per distinct signature no race names; most runs first. Unnamed runs of one
+    signature split only where their context differs: a native crash in a run that seeded the C
+    stash is suspected to be stash-refcount, the same crash in a run that did not stays unknown."""
     catalogue = catalogue or load()
     records_of = records_of or RecordSource()
-    groups: dict[tuple[str, str | None], list[tuple[Failure, list[Match]]]] = {}
+    failures = list(failures)
+    named = _named_per_run(failures, catalogue)
+    groups: dict[tuple, list[_Seen]] = {}
     for f in failures:
-        matches = match(f, catalogue, records_of)
-        top = matches[0].race if matches else None
-        if f.outcome == "OK" and not matches:
-            continue  # a clean run: nothing to say
-        groups.setdefault((f.key or f.summary or f.outcome, top), []).append((f, matches))
-    findings = []
-    for runs in groups.values():
-        # The richest run of the group speaks for it (a trial whose artefacts were kept).
-        first, matches = max(runs, key=lambda fm: (len(fm[1][0].evidence) if fm[1] else 0, bool(fm[0].text)))
-        sources = list(dict.fromkeys(f.run_id for f, _ in runs))
-        finding = Finding(
-            key=first.key,
-            summary=first.summary,
-            outcome=first.outcome,
-            runs=len(sources),
-            sources=sources,
-            torch=first.torch,
-            matches=matches,
-            count=sum(f.count for f, _ in runs),
-            detail=first.detail,
-        )
-        if finding.race is not None:
-            race = catalogue.race(finding.race)
-            finding.fixes = fix_lines(race, first.torch, records_of)
-            finding.versions = version_lines(race, records_of)
-            finding.repros = repro_commands(race, catalogue)
-            finding.hint = race.hint
-            finding.try_fixes = try_fixes_command(finding.fixes, first.command)
-            finding.reports = list(race.reports)
-        elif matches:
-            finding.hint = catalogue.race(matches[0].race).hint
-        findings.append(finding)
+        seen = _see(f, catalogue, records_of, named.get(f.run_id, frozenset()))
+        if seen is not None:
+            groups.setdefault(_group_key(seen), []).append(seen)
+    findings = [_finding(group, catalogue, records_of) for group in groups.values()]
     return sorted(findings, key=lambda f: -f.runs)
+
+
+def _named_per_run(failures: Sequence[Failure], catalogue: Catalogue) -> dict[str, frozenset[str]]:
+    """The races each run's failures name by their own summaries (the families' rule)."""
+    out: dict[str, set[str]] = {}
+    for f in failures:
+        family = catalogue.family(f.summary)
+        if family not in ("other", "?") and catalogue.race(family).kind != "generic":
+            out.setdefault(f.run_id, set()).add(family)
+    return {run: frozenset(races) for run, races in out.items()}
+
+
+def _see(f: Failure, catalogue: Catalogue, records_of: RecordSource, named: frozenset[str]) -> _Seen | None:
+    """The failure matched; None for a clean OK run (nothing to say)."""
+    matches = match(f, catalogue, records_of, named - {catalogue.family(f.summary)})
+    if f.outcome == "OK" and not matches:
+        return None
+    return _Seen(f, matches)
+
+
+def _group_key(seen: _Seen) -> tuple:
+    """A race's faces group under the race; anything else under its signature and what it is."""
+    f, top = seen.failure, (seen.matches[0] if seen.matches else None)
+    if top is not None and top.kind != "generic":
+        return ("race", top.race, top.suspected, f.outcome == "OK")
+    return ("signature", f.key or f.summary or f.outcome, top.race if top else None)
+
+
+def _finding(group: Sequence[_Seen], catalogue: Catalogue, records_of: RecordSource) -> Finding:
+    # The richest run of the group speaks for it (a trial whose artefacts were kept).
+    best = max(group, key=lambda s: (len(s.matches[0].evidence) if s.matches else 0, bool(s.failure.text)))
+    first = best.failure
+    sources = list(dict.fromkeys(s.failure.run_id for s in group))
+    finding = Finding(
+        key=first.key,
+        summary=first.summary,
+        outcome=first.outcome,
+        runs=len(sources),
+        sources=sources,
+        torch=first.torch,
+        matches=best.matches,
+        count=sum(s.failure.count for s in group),
+        detail=first.detail,
+    )
+    finding.faces = _other_faces(first.summary, [s.failure.summary for s in group])
+    if finding.race is not None:
+        _explain(finding, catalogue.race(finding.race), first, catalogue, records_of)
+    elif best.matches:
+        finding.hint = catalogue.race(best.matches[0].race).hint
+    return finding
+
+
+def _other_faces(shown: str | None, summaries: Sequence[str | None], limit: int = 3) -> list[str]:
+    """The group's summaries besides the one shown, one per shape (numbers and quoted names aside)."""
+    shape = lambda x: re.sub(r"'[^']*'|\b\w*\d\w*\b", "_", x)  # noqa: E731
+    seen = {shape(shown or "")}
+    out = []
+    for x in summaries:
+        if x and shape(x) not in seen:
+            seen.add(shape(x))
+            out.append(x)
+    return out[:limit]
+
+
+def _explain(finding: Finding, race: Race, first: Failure, catalogue: Catalogue, records_of: RecordSource) -> None:
+    """A named race's fixes, versions, repros and advice."""
+    finding.fixes = fix_lines(race, first.torch, records_of)
+    finding.versions = version_lines(race, records_of)
+    finding.repros = repro_commands(race, catalogue)
+    finding.hint = race.hint
+    finding.try_fixes = try_fixes_command(finding.fixes, first.command)
+    finding.reports = list(race.reports)
 
 
 def version_verdict(race: Race, v: VersionEvidence, records_of: RecordSource) -> str:
@@ -501,10 +571,12 @@ def from_record(record: TrialResult, art=None) -> Failure:
     return failures_of(record, art)[0]
 
 
-def failures_of(record: TrialResult, art=None) -> list[Failure]:
+def failures_of(record: TrialResult, art=None, *, every_thread: bool = False) -> list[Failure]:
     """Every distinct failure of a stored run (TrialResult.failures), each with the run's output;
     one for a run stored before failures were kept, or whose failure printed no traceback (a hang,
-    a signal)."""
+    a signal). `every_thread`: also each face the artefacts show that the record lacks (the thread
+    hook's thread_errors.jsonl, every traceback of the whole output), so that every race of the run
+    is named."""
     base = Failure(
         source=record.trial_id,
         outcome=record.outcome.name,
@@ -518,22 +590,70 @@ def failures_of(record: TrialResult, art=None) -> list[Failure]:
         detail=record.detail,
     )
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
+    if every_thread:
+        entries = _every_face(entries, base.text, _read(art, THREAD_ERRORS), record)
     if record.outcome.name == "HANG" and entries:
         # A thread died before the rest hung (a producer whose consumer then waits forever): the
         # hang and each printed failure are findings of the run.
         base.detail = f"{AFTER_FAILURE}; {record.detail}"
-        return [base] + [
-            dataclasses.replace(
-                base, outcome="CRASH", key=e["key"], summary=e.get("summary"), count=int(e.get("count") or 1), detail=""
-            )
-            for e in entries
-        ]
+        return [base] + [dataclasses.replace(_of_entry(base, e), outcome="CRASH", detail="") for e in entries]
     if record.outcome.name not in ("CRASH", "ABORT") or len(entries) < 2:
-        return [base]
-    return [
-        dataclasses.replace(base, key=e["key"], summary=e.get("summary"), count=int(e.get("count") or 1))
-        for e in entries
-    ]
+        return [dataclasses.replace(base, threads=_entry_threads(entries[0])) if entries else base]
+    return [_of_entry(base, e) for e in entries]
+
+
+def _of_entry(base: Failure, entry: dict) -> Failure:
+    return dataclasses.replace(
+        base,
+        key=entry["key"],
+        summary=entry.get("summary"),
+        count=int(entry.get("count") or 1),
+        threads=_entry_threads(entry),
+    )
+
+
+def _entry_threads(entry: dict) -> tuple[str, ...]:
+    threads = entry.get("threads") or ()
+    return tuple(str(t) for t in threads) if isinstance(threads, list) else ()
+
+
+def _every_face(entries: list[dict], text: str, hooked: str, record: TrialResult) -> list[dict]:
+    """The record's failures, then each failure the output and the thread hook's records show that
+    none of them is (by key, summary or race): a record kept fewer (stored before they were all
+    kept, or by an older signature version)."""
+    if record.signature and not entries and record.outcome.name in ("CRASH", "ABORT"):
+        entries = [{"key": record.signature, "summary": record.signature_summary, "count": 1}]
+    seen = {e["key"] for e in entries} | {e.get("summary") for e in entries}
+    races = {_race_of(e.get("summary")) for e in entries} - {None}
+    for found in signature.run_failures(text, extra=_hooked_blocks(hooked)):
+        entry = found.to_json()
+        race = _race_of(entry["summary"])
+        if entry["key"] in seen or entry["summary"] in seen or (race is not None and race in races):
+            continue
+        entries.append(entry)
+        seen |= {entry["key"], entry["summary"]}
+        races.add(race)
+    return entries
+
+
+def _race_of(summary: str | None) -> str | None:
+    """The catalogued race a summary names by the families' rule; None for a generic or no race."""
+    catalogue = load()
+    family = catalogue.family(summary)
+    return None if family in ("other", "?") or catalogue.race(family).kind == "generic" else family
+
+
+def _hooked_blocks(text: str) -> list[str]:
+    """thread_errors.jsonl's records as printed tracebacks, each under its thread's header."""
+    blocks = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("traceback"):
+            blocks.append(f"Exception in thread {record.get('thread')}:\n{record['traceback']}")
+    return blocks
 
 
 def _read(art, name: str) -> str:
@@ -679,7 +799,7 @@ def _from_folder(folder: Path) -> list[Failure]:
         return [_timeout(record, folder)]
     if not record.outcome.is_failure and record.outcome is not Outcome.OK:
         return []
-    failures = failures_of(record, folder)
+    failures = failures_of(record, folder, every_thread=True)
     spec = folder / SPEC
     for failure in failures:
         failure.source = failure.run = str(folder)
@@ -731,7 +851,7 @@ def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> list[Failure]:
         raise DiagnoseError(f"{trial_id}: not a file, a folder or a stored trial ({e})") from None
     if not record.outcome.is_failure:
         raise DiagnoseError(f"{trial_id}: ended {record.outcome.name}, nothing to diagnose")
-    return failures_of(record, Store(store_dir).artefacts_of(record))
+    return failures_of(record, Store(store_dir).artefacts_of(record), every_thread=True)
 
 
 # -------------------------------------------------------------------------------------- output
@@ -744,39 +864,52 @@ def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) 
         return "diagnosis: no failing run"
     out = [summary_line(findings)]
     for f in findings:
-        outcome = "OK, but" if f.outcome == "OK" else f.outcome
-        times = f" ({f.count} tracebacks)" if f.count > f.runs else ""
-        head = f"{f.runs} run{'s' if f.runs != 1 else ''}{times} {outcome}: {f.summary or f.key or f.detail or '?'}"
-        if brief:
-            held = [x.name for x in f.fixes if x.same_torch and x.held()]
-            out += [f"  {clip(head, 160)}", f"    {f.verdict()}"]
-            if f.race is not None:
-                out.append(
-                    f"    held on this torch: {', '.join(held) if held else 'no measured fix'}"
-                    + (f"; reproduce: {f.repros[0]}" if f.repros else "")
-                )
-            if f.try_fixes:
-                out.append(f"    try on your program: {f.try_fixes}")
-            continue
-        out += [head, f"  {f.verdict()}" + (f" on torch {f.torch}" if f.torch else "")]
-        for m in f.matches[:width]:
-            tag = "suspected" if m.suspected else m.kind
-            out.append(f"  - {m.race} [{tag}, score {m.score:.1f}]: " + "; ".join(m.evidence))
-        if f.fixes:
-            out.append("  fixes measured against it (k = runs failing as this race):")
-            out += [f"    {line.text()}" for line in f.fixes]
-        out += [f"  {line}" for line in f.versions]
-        out += [f"  reproduce: {c}" for c in f.repros]
-        if f.try_fixes:
-            out.append(f"  try the fixes on your program (no edit): {f.try_fixes}")
-        out += [f"  reported: {r}" for r in f.reports]
-        if f.hint:
-            out.append(f"  hint: {f.hint}")
-        shown = ", ".join(f.sources[:3]) + (f" and {len(f.sources) - 3} more" if len(f.sources) > 3 else "")
-        out.append(f"  runs: {shown}")
+        out += _brief(f) if brief else _full(f, width)
     if brief:
         out.append("  (python -m harness diagnose TRIAL_OR_FOLDER for the evidence and every fix)")
     return "\n".join(out)
+
+
+def _head(f: Finding) -> str:
+    outcome = "OK, but" if f.outcome == "OK" else f.outcome
+    times = f" ({f.count} tracebacks)" if f.count > f.runs else ""
+    return f"{f.runs} run{'s' if f.runs != 1 else ''}{times} {outcome}: {f.summary or f.key or f.detail or '?'}"
+
+
+def _held_here(f: Finding) -> str:
+    """The fixes that held on the failure's torch."""
+    held = [x.name for x in f.fixes if x.same_torch and x.held()]
+    return ", ".join(held) if held else "no measured fix"
+
+
+def _brief(f: Finding) -> list[str]:
+    out = [f"  {clip(_head(f), 160)}", f"    {f.verdict()}"]
+    if f.race is not None:
+        out.append(f"    held on this torch: {_held_here(f)}" + (f"; reproduce: {f.repros[0]}" if f.repros else ""))
+    if f.try_fixes:
+        out.append(f"    try on your program: {f.try_fixes}")
+    return out
+
+
+def _full(f: Finding, width: int) -> list[str]:
+    out = [_head(f), f"  {f.verdict()}" + (f" on torch {f.torch}" if f.torch else "")]
+    out += [f"  also as: {face}" for face in f.faces]
+    for m in f.matches[:width]:
+        tag = "suspected" if m.suspected else m.kind
+        out.append(f"  - {m.race} [{tag}, score {m.score:.1f}]: " + "; ".join(m.evidence))
+    if f.fixes:
+        out.append("  fixes measured against it (k = runs failing as this race):")
+        out += [f"    {line.text()}" for line in f.fixes]
+    out += [f"  {line}" for line in f.versions]
+    out += [f"  reproduce: {c}" for c in f.repros]
+    if f.try_fixes:
+        out.append(f"  try the fixes on your program (no edit): {f.try_fixes}")
+    out += [f"  reported: {r}" for r in f.reports]
+    if f.hint:
+        out.append(f"  hint: {f.hint}")
+    shown = ", ".join(f.sources[:3]) + (f" and {len(f.sources) - 3} more" if len(f.sources) > 3 else "")
+    out.append(f"  runs: {shown}")
+    return out
 
 
 def from_records(records: Iterable[TrialResult], store_dir: Path) -> list[Failure]:
@@ -786,7 +919,7 @@ def from_records(records: Iterable[TrialResult], store_dir: Path) -> list[Failur
         f
         for r in records
         if r.replay_of is None and r.outcome.is_failure and r.outcome.counts_as_trial
-        for f in failures_of(r, store.artefacts_of(r))
+        for f in failures_of(r, store.artefacts_of(r), every_thread=True)
     ]
 
 
