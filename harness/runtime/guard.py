@@ -53,7 +53,9 @@ global-lock             One process-wide RLock around every guarded call. Holds 
                         during a compile (R8, r18), concurrent CUDA graph recording (F1d), a dict
                         argument mutated by another thread mid-trace (pytorch#196208, r27). Put
                         the tracer / resetter / mutator under `guard.call()` too, or it does not
-                        hold.
+                        hold. Threads started inside a guarded call (a pool its compile
+                        waits on, pytorch#168042) count as part of it while it lasts: they run
+                        one at a time beside it instead of waiting for it.
                         Cost: guarded calls no longer overlap.
 phase-lock              global-lock for the phases that race only: a key's (callable and input
                         signature's) first 3 calls run alone (trace, compile, lazy backward,
