@@ -112,6 +112,7 @@ def test_the_hand_written_cpu_table_quotes_the_catalogues_counts():
             'torch = "t"\nstore = "s"\n',
             "unknown race 'nope'",
         ),
+        ('[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\ncrash_sites = ["("]\n', "bad crash_sites regex"),
         ('[[race]]\nid = "x"\n', "kind must be one of"),
         ("not toml = = 1", "catalogue:"),
     ],
@@ -128,3 +129,19 @@ def test_every_probe_the_catalogue_names_is_a_doctor_probe():
     for race in load().races:
         if race.probe is not None:
             assert race.probe.lstrip("!") in keys, f"{race.id}: no doctor probe {race.probe!r}"
+
+
+def test_a_race_is_named_by_any_crash_site_of_its_family():
+    """crash_sites: each is a summary pattern `<signal> at <site>`, so a native crash landing in
+    any of them names the race (R5 at compile_wrapper or guards:invalidate, any signal)."""
+    cat = parse(
+        '[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\ncrash_sites = ["a\\\\.b:c", "d:e"]\n'
+        '[[race]]\nid = "segv"\ntitle = "t"\nkind = "generic"\nsummary = ["Segmentation fault"]\n'
+    )
+    assert cat.family("Segmentation fault at a.b:c") == "x" and cat.family("Floating point exception at d:e") == "x"
+    assert cat.family("Segmentation fault at f:g") == "segv"
+    r5 = load().race("R5")
+    for site in ("torch._dynamo.eval_frame:compile_wrapper", "torch._dynamo.guards:invalidate"):
+        for signal in ("Segmentation fault", "Floating point exception", "Aborted"):
+            assert families.family(f"{signal} at {site}") == "R5"
+    assert len(r5.crash_sites) >= 2 and len(r5.native) >= 4

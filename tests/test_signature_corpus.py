@@ -10,10 +10,17 @@ most MAX_RUNS times, and must give the signature key of the project's own real o
 (tests/fixtures/tracebacks), the race's family, the failing thread's role (empty where the output
 does not say which thread) and the frames where torch raised it, never the frames of the thread that
 printed or re-raised it.
+
+A native crash lands wherever the race met the other thread: R5's program crashed in
+`compile_wrapper`, in `guards:invalidate` (CI, 2026-12-04, a frame outside the keys this test then
+knew), or raised a TypeError first. A race is named by its family (crash sites, native frames,
+faces), so R5's program is checked on stored runs of several crash sites
+(tests/fixtures/race_families/r5_crash_sites), never on whichever frame a live run crashes in.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -41,20 +48,23 @@ R4_AT = (
     "torch.fx._symbolic_trace:module_call_wrapper",
 )
 REFERENCE = {
-    # race: fixture folders of this project's own runs of it (one key each; R5 has four faces:
-    # a segfault in compile_wrapper, its SIGFPE twin (3 of 14 runs of user_r5_cache_cleaner.py,
-    # torch 2.13.0+cpu, 2026-12-02), R6's NameError first and the segfault after it, or a
-    # TypeError from the cleared cache entry and a segfault at exit (1 of 14). A fifth face fails
-    # this test on purpose: a race that changes how it dies is news for the catalogue.
+    # race: fixture folders of this project's own runs of it (one key each: an exception's key is
+    # its message's, wherever it was raised).
     "F2": ("f2_fx_trace_of_compiled_fn",),
     "R4": ("r4_eager_module_nameerror",),
-    "R5": (
-        "r5_reset_segfault",
-        "r5_reset_fpe",
-        "r5_reset_segfault_after_nameerror",
-        "r5_reset_typeerror_then_segfault",
-    ),
 }
+FAMILY_RUNS = ROOT / "tests" / "fixtures" / "race_families" / "r5_crash_sites"
+STORED = {"user_r5_cache_cleaner.py": "R5"}
+"""Programs whose race is a native crash, checked on stored runs (FAMILY_RUNS) instead of a live run."""
+R5_OUTPUTS = (
+    # R5's faces in this project's own outputs (tests/fixtures/tracebacks): a segfault in
+    # compile_wrapper, its SIGFPE twin, R6's NameError then the segfault, a TypeError from the
+    # cleared cache entry then a segfault at exit in guards:invalidate.
+    "r5_reset_segfault",
+    "r5_reset_fpe",
+    "r5_reset_segfault_after_nameerror",
+    "r5_reset_typeerror_then_segfault",
+)
 
 
 @dataclass(frozen=True)
@@ -88,7 +98,6 @@ CORPUS = (
     Program("user_r4_pool_map.py", "R4", "ThreadPoolExecutor", R4_AT),
     Program("user_r4_logging_default.py", "R4", "", R4_AT),
     Program("user_r4_daemon_excepthook.py", "R4", "server", R4_AT),
-    Program("user_r5_cache_cleaner.py", "R5", None),
 )
 
 
@@ -114,8 +123,8 @@ def _first_failure(script: str, tmp_path: Path) -> tuple[object, str]:
 
 
 def test_the_corpus_is_every_user_program():
-    assert sorted(p.script for p in CORPUS) == sorted(p.name for p in SCRIPTS.glob("user_*.py"))
-    assert len(CORPUS) >= 15
+    assert sorted([*(p.script for p in CORPUS), *STORED]) == sorted(p.name for p in SCRIPTS.glob("user_*.py"))
+    assert len(CORPUS) + len(STORED) >= 15
 
 
 @pytest.mark.parametrize("program", CORPUS, ids=lambda p: Path(p.script).stem)
@@ -125,11 +134,40 @@ def test_a_user_program_groups_with_its_race(program, tmp_path):
     assert result.signature == sig.key, "the runner stored the signature of this output"
     assert sig.key in _reference_keys(program.race), sig.summary
     assert family(result.signature_summary) == program.race, result.signature_summary
-    # And `harness diagnose` on that output names the race (R5's SIGSEGV and SIGFPE faces alike).
+    # And `harness diagnose` on that output names the race.
     (finding,) = diagnose.diagnose([diagnose.from_text(output, source=program.script, rc=result.rc)])
     assert finding.race == program.race, finding.verdict()
     if program.role is not None:
         assert (sig.role, sig.frames) == (program.role, program.frames()), sig.summary
+
+
+def _family_runs() -> list[Path]:
+    return sorted(p for p in FAMILY_RUNS.iterdir() if (p / "result.json").is_file())
+
+
+@pytest.mark.parametrize("run", _family_runs(), ids=lambda p: p.name)
+def test_a_native_crash_race_is_named_at_any_crash_site_of_its_family(run):
+    """Stored runs of R5 (user_r5_cache_cleaner.py and repro r16) that crashed in different places:
+    each is named R5 by `harness diagnose` on the run's folder, whichever site it crashed in."""
+    findings = diagnose.diagnose(diagnose.collect([str(run)]))
+    assert [f.race for f in findings] == [STORED["user_r5_cache_cleaner.py"]], [f.verdict() for f in findings]
+
+
+@pytest.mark.parametrize("folder", R5_OUTPUTS)
+def test_r5_outputs_are_named_by_their_family(folder):
+    (finding,) = diagnose.diagnose([diagnose.from_text((FIXTURES / folder / "1.txt").read_text(), source=folder)])
+    assert finding.race == "R5", finding.verdict()
+
+
+def test_the_stored_family_runs_cover_several_crash_sites():
+    """At least three places R5's program and repro died (two crash frames and a Python face): a
+    family, not one frame."""
+    sites = set()
+    for run in _family_runs():
+        record = json.loads((run / "result.json").read_text())
+        sites.add(record["signature_summary"].split(" at ", 1)[-1].split(" < ")[0])
+    assert {"torch._dynamo.eval_frame:compile_wrapper", "torch._dynamo.guards:invalidate"} <= sites
+    assert len(sites) >= 3, sites
 
 
 def test_stress_groups_a_programs_runs_under_one_signature(tmp_path):

@@ -29,6 +29,8 @@ EVIDENCE_PATH = Path(__file__).with_name("evidence.json")
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: store paths in the catalogue are relative to it."""
 KINDS = ("race", "compiler-bug", "generic")
+NATIVE_CRASH = r"(?:Segmentation fault|Floating point exception|Aborted|Bus error|Illegal instruction)"
+"""How a native crash's signature summary begins (harness.trial.signature: `<signal> at <frame>`)."""
 FIX_WINDOWS = ("opens", "shut")
 REPRO_WORKLOAD = re.compile(r"(r\d\d)(?:$|[-_:])")
 """A workload named after a repro id (cpu-quick's `r06`, a spec's `r06-inductor`)."""
@@ -111,17 +113,26 @@ class Race:
     warnings_unsure: str = ""
     """Why a `warnings` hit alone does not show the race (what else prints the same line): such a
     face is named as suspected, with this as its evidence. Empty: the warning is the race's own."""
+    crash_sites: tuple[str, ...] = ()
+    """Regexes of the Python frames where the race's native crash may land (the crashing thread's
+    innermost frame): each is a summary pattern `<signal> at <site>`, so that any crash site of the
+    family matches, whichever one a run happened to crash in."""
     fixes: tuple[FixEvidence, ...] = ()
     versions: tuple[VersionEvidence, ...] = ()
     summary_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "summary_re", re.compile("|".join(f"(?:{p})" for p in self.summary)))
+        object.__setattr__(self, "summary_re", re.compile("|".join(f"(?:{p})" for p in self.summaries)))
+
+    @property
+    def summaries(self) -> tuple[str, ...]:
+        """The summary patterns and one per crash site (a native crash landing there)."""
+        return self.summary + tuple(f"{NATIVE_CRASH} at (?:{site})" for site in self.crash_sites)
 
     @property
     def pattern(self) -> str:
         """The summary patterns as one regex (what harness.diagnosis.families matches)."""
-        return "|".join(self.summary)
+        return "|".join(self.summaries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,19 +265,20 @@ def _race(raw: dict) -> Race:
         "versions",
         "warnings",
         "warnings_unsure",
+        "crash_sites",
         "reports",
     }
     if unknown:
         raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
     if raw.get("kind") not in KINDS:
         raise CatalogueError(f"{where}: kind must be one of {KINDS}")
-    for key in ("summary", "messages", "native", "context", "warnings"):
+    for key in ("summary", "messages", "native", "context", "warnings", "crash_sites"):
         for p in _strs(raw, key, where):
             try:
                 re.compile(p)
             except re.error as e:
                 raise CatalogueError(f"{where}: bad {key} regex {p!r}: {e}") from None
-    if not raw.get("summary"):
+    if not raw.get("summary") and not raw.get("crash_sites"):
         raise CatalogueError(f"{where}: no summary pattern")
     exposure = raw.get("exposure")
     if exposure is not None:
@@ -309,6 +321,7 @@ def _race(raw: dict) -> Race:
         context=_strs(raw, "context", where),
         warnings=_strs(raw, "warnings", where),
         warnings_unsure=raw.get("warnings_unsure", ""),
+        crash_sites=_strs(raw, "crash_sites", where),
         reports=_strs(raw, "reports", where),
         fixes=fixes,
         versions=versions,

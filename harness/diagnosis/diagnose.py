@@ -227,7 +227,7 @@ def match(
             other = [m for m in _by_native(failure, catalogue) if m.race != race.id]
             if other:
                 return other
-        ev = [f"signature summary matches /{_which(race.summary, failure.summary or '')}/"]
+        ev = [f"signature summary matches /{_which(race.summaries, failure.summary or '')}/"]
         score = SUMMARY_SCORE + _extra(race, failure, ev)
         matches.append(Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=ev))
     if family in ("other", "?") or catalogue.race(family).kind == "generic":
