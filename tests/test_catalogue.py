@@ -113,6 +113,16 @@ def test_the_hand_written_cpu_table_quotes_the_catalogues_counts():
             "unknown race 'nope'",
         ),
         ('[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\ncrash_sites = ["("]\n', "bad crash_sites regex"),
+        (
+            '[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\nsummary = ["a"]\n[[race.fixes]]\nname = "f"\n'
+            'note = "n"\ncolour = 1\n',
+            "unknown keys ['colour']",
+        ),
+        (
+            '[[race]]\nid = "x"\ntitle = "t"\nkind = "race"\nsummary = ["a"]\n[[race.fixes]]\nname = "f"\n'
+            'note = "n"\nleaves = ["("]\n',
+            "bad leaves regex",
+        ),
         ('[[race]]\nid = "x"\n', "kind must be one of"),
         ("not toml = = 1", "catalogue:"),
     ],
@@ -145,3 +155,12 @@ def test_a_race_is_named_by_any_crash_site_of_its_family():
         for signal in ("Segmentation fault", "Floating point exception", "Aborted"):
             assert families.family(f"{signal} at {site}") == "R5"
     assert len(r5.crash_sites) >= 2 and len(r5.native) >= 4
+
+
+def test_fix_edits_and_leaves_are_where_the_evidence_says():
+    """dict-mutation's global-lock was measured with the mutator under the lock (an edit); F14's
+    nested-fx-fallback sets one override, not the recompile limit (it leaves that face)."""
+    dm = {f.name: f for f in load().race("dict-mutation").fixes}
+    assert dm["global-lock"].edit
+    f14 = {f.name: f for f in load().race("F14").fixes}
+    assert any(re.search(p, "hit config.recompile_limit (8)") for p in f14["nested-fx-fallback"].leaves)

@@ -4,6 +4,7 @@ race; each input form (trial id, trial folder, stress folder, store, log, py-spy
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.diagnosis import catalogue as catalogue_module
 from harness.diagnosis import diagnose
 from harness.diagnosis.catalogue import RecordSource, load, major_minor
 from harness.stores.discovery import trial_stores
@@ -374,3 +376,23 @@ def test_dict_mutation_is_named_by_each_of_its_faces(summary):
     from harness.diagnosis import families
 
     assert families.family(summary) == "dict-mutation"
+
+
+def test_a_fix_is_offered_only_where_it_holds_on_the_program_as_it_is():
+    """dict-mutation's global-lock held in r27 only because r27's mutator takes the lock; the
+    unmodified corpus program fails 3/3 under it. So no `--fix` is offered: the program must
+    change, in the catalogue's words. F2's fixes reach an unedited program and are offered."""
+    findings = _by_race(diagnose.diagnose(diagnose.collect([str(FAMILIES / "dict_mutation_beside_f2")])))
+    dm, f2 = findings["dict-mutation"], findings["F2"]
+    assert dm.try_fixes == "" and "global-lock" not in dm.try_fixes
+    assert "around each mutation" in dm.change and "pass a copy" in dm.change, dm.change
+    assert "--fix nested-fx-fallback" in f2.try_fixes and not f2.change
+    brief = diagnose.render([dm], brief=True)
+    assert "try on your program" not in brief and "change it:" in brief, brief
+    assert "global-lock (with an edit of the program)" in brief, brief
+    # The rule itself: a fix measured with an edit, or one that leaves the face shown, is not offered.
+    held = catalogue_module.Count(k=0, n=10, failed=0, torch=("2.13.0",))
+    line = diagnose.FixLine(name="global-lock", where="w", torch="2.13", count=held, same_torch=True)
+    assert "--fix global-lock" in diagnose.try_fixes_command([line], ())
+    for changed in ({"edit": "the mutator takes the lock"}, {"leaves": "hit config.recompile_limit"}):
+        assert diagnose.try_fixes_command([dataclasses.replace(line, **changed)], ()) == ""

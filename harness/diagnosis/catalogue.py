@@ -75,6 +75,13 @@ class Evidence:
 class FixEvidence(Evidence):
     name: str = ""
     """A registry fix or `+` combination (harness.runtime.fixes.FIXES), or a script argument (`--x`)."""
+    edit: str = ""
+    """What the measured program did that `--fix` alone cannot do to a user's program (r27's mutator
+    takes the lock): the count holds only with that edit, so the fix is never offered as a no-edit
+    `--fix`. Empty: measured on a program the fix reaches unedited."""
+    leaves: tuple[str, ...] = ()
+    """Regexes over a failure's output: faces of the race this fix does not remove (F14's
+    nested-fx-fallback sets one override, not the recompile limit); not offered where one shows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +250,21 @@ def _fix_cells(raw: dict, where: str) -> tuple[str, ...]:
     return cells
 
 
+def _fix(raw: dict, where: str) -> FixEvidence:
+    unknown = set(raw) - {"name", "store", "cells", "note", "edit", "leaves"}
+    if unknown:
+        raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
+    for p in _strs(raw, "leaves", where):
+        try:
+            re.compile(p)
+        except re.error as e:
+            raise CatalogueError(f"{where}: bad leaves regex {p!r}: {e}") from None
+    edit = raw.get("edit", "")
+    if not isinstance(edit, str):
+        raise CatalogueError(f"{where}: edit must be a string")
+    return _evidence(FixEvidence, raw, where, name=raw.get("name", ""), edit=edit, leaves=_strs(raw, "leaves", where))
+
+
 def _race(raw: dict) -> Race:
     where = f"race {raw.get('id', '?')}"
     unknown = set(raw) - {
@@ -289,10 +311,7 @@ def _race(raw: dict) -> Race:
             )
         if probe.window != raw.get("id"):
             raise CatalogueError(f"{where}: exposure probe {exposure!r} counts window {probe.window!r}, not this race")
-    fixes = tuple(
-        _evidence(FixEvidence, f, f"{where} fix {f.get('name', '?')}", name=f.get("name", ""))
-        for f in raw.get("fixes", [])
-    )
+    fixes = tuple(_fix(f, f"{where} fix {f.get('name', '?')}") for f in raw.get("fixes", []))
     versions = tuple(
         _evidence(
             VersionEvidence,

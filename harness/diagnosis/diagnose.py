@@ -21,6 +21,10 @@ A run is read whole: every failure its record lists, every traceback of its thre
 (thread_errors.jsonl) and of its output, so that each race of the run is named, once a run, by
 whichever of its faces showed it; another thread's message in the same output says nothing of a
 failure that is not its own.
+
+A fix is offered as `harness stress --fix` only where it held against the race on a program it
+reaches unedited, for the face the failure shows (races.toml: a fix's `edit`, `leaves`); where none
+did, the diagnosis says what the program must change.
 """
 
 from __future__ import annotations
@@ -123,9 +127,17 @@ class FixLine:
     count: Count | None
     note: str = ""
     same_torch: bool = False
+    edit: str = ""
+    """The edit of the program the count was measured with (FixEvidence.edit): not a no-edit fix."""
+    leaves: str = ""
+    """The face of this failure the fix does not remove (FixEvidence.leaves' hit), if any."""
 
     def held(self) -> bool | None:
         return None if self.count is None or not self.count.n else self.count.k == 0
+
+    def offered(self) -> bool:
+        """Whether `--fix` may offer it on the program as it is: it held, unedited, for this face."""
+        return self.held() is True and not self.edit and not self.leaves
 
     def text(self) -> str:
         if self.count is None:
@@ -134,7 +146,15 @@ class FixLine:
             return f"{self.name}: no record ({self.where} holds no trials here)"
         verdict = "held" if self.held() else "did not hold"
         on = f"torch {self.torch}" if self.torch else "torch ?"
-        note = f"; {self.note}" if self.note else ""
+        note = "".join(
+            f"; {x}"
+            for x in (
+                self.note,
+                self.edit and f"measured with an edit: {self.edit}",
+                self.leaves and f"leaves {self.leaves!r}",
+            )
+            if x
+        )
         return f"{self.name}: {verdict}, {self.count.text()} ({on}; {self.where}){note}"
 
 
@@ -163,6 +183,8 @@ class Finding:
     hint: str = ""
     faces: list[str] = field(default_factory=list)
     """The race's other faces in these runs (summaries besides `summary`): one race, named once a run."""
+    change: str = ""
+    """What the program must change where no fix holds on it unedited (the race's edits and hint)."""
 
     @property
     def race(self) -> str | None:
@@ -364,8 +386,9 @@ def _by_text(failure: Failure, catalogue: Catalogue) -> list[Match]:
     return sorted(out, key=lambda m: -m.score)
 
 
-def fix_lines(race: Race, torch: str | None, records_of: RecordSource) -> list[FixLine]:
-    """The race's measured fixes, those on the failure's torch first."""
+def fix_lines(race: Race, torch: str | None, records_of: RecordSource, text: str = "") -> list[FixLine]:
+    """The race's measured fixes, those on the failure's torch first; `text` (the failure's output)
+    tells which fixes leave the face it shows."""
     here = major_minor(torch) if torch else None
     lines = []
     for fe in race.fixes:
@@ -379,6 +402,8 @@ def fix_lines(race: Race, torch: str | None, records_of: RecordSource) -> list[F
                 count=c,
                 note=fe.note,
                 same_torch=bool(here) and here in measured.split(","),
+                edit=fe.edit,
+                leaves=(_first_hit(fe.leaves, text) or "") if text else "",
             )
         )
     return sorted(lines, key=lambda f: (not f.same_torch, f.held() is not True))
@@ -412,10 +437,11 @@ def repro_commands(race: Race, catalogue: Catalogue) -> list[str]:
 
 def try_fixes_command(fixes: Sequence[FixLine], command: Sequence[str], limit: int = 3) -> str:
     """`stress --fix none --fix A ...` on the user's command: the fixes with hooks that held against
-    the race (on this torch first), raw beside them on the same seeds."""
+    the race on a program they reach unedited, for the face it shows (on this torch first), raw
+    beside them on the same seeds; '' where none did."""
     sets: list[str] = []
     for line in sorted(fixes, key=lambda f: (not f.same_torch, f.held() is not True)):
-        if line.held() is not True:
+        if not line.offered():
             continue
         names = tuple(line.name.replace("+", ",").split(","))
         try:
@@ -433,6 +459,14 @@ def try_fixes_command(fixes: Sequence[FixLine], command: Sequence[str], limit: i
         + " ".join(f"--fix {s}" for s in sets[:limit])
         + f" -- {cmd}"
     )
+
+
+def change_text(race: Race, fixes: Sequence[FixLine]) -> str:
+    """What the program must change where no fix holds on it as it is: the edits the measured fixes
+    needed, then the race's own advice (its hint, else its title)."""
+    edits = [f"{x.name} held only where {x.edit}" for x in fixes if x.held() and x.edit]
+    left = [f"{x.name} leaves this face ({x.leaves!r})" for x in fixes if x.held() and x.leaves]
+    return "; ".join([*edits, *left, race.hint or f"remove the race: {race.title}"])
 
 
 @dataclass(slots=True)
@@ -526,13 +560,15 @@ def _other_faces(shown: str | None, summaries: Sequence[str | None], limit: int 
 
 
 def _explain(finding: Finding, race: Race, first: Failure, catalogue: Catalogue, records_of: RecordSource) -> None:
-    """A named race's fixes, versions, repros and advice."""
-    finding.fixes = fix_lines(race, first.torch, records_of)
+    """A named race's fixes, versions, repros and advice; what to change where no fix is offered."""
+    finding.fixes = fix_lines(race, first.torch, records_of, first.text)
     finding.versions = version_lines(race, records_of)
     finding.repros = repro_commands(race, catalogue)
     finding.hint = race.hint
     finding.try_fixes = try_fixes_command(finding.fixes, first.command)
     finding.reports = list(race.reports)
+    if not finding.try_fixes:
+        finding.change = change_text(race, finding.fixes)
 
 
 def version_verdict(race: Race, v: VersionEvidence, records_of: RecordSource) -> str:
@@ -877,8 +913,12 @@ def _head(f: Finding) -> str:
 
 
 def _held_here(f: Finding) -> str:
-    """The fixes that held on the failure's torch."""
-    held = [x.name for x in f.fixes if x.same_torch and x.held()]
+    """The fixes that held on the failure's torch, each said for what it needs on this program."""
+    held = [
+        x.name + ("" if x.offered() else " (with an edit of the program)" if x.edit else " (not for this face)")
+        for x in f.fixes
+        if x.same_torch and x.held()
+    ]
     return ", ".join(held) if held else "no measured fix"
 
 
@@ -888,6 +928,8 @@ def _brief(f: Finding) -> list[str]:
         out.append(f"    held on this torch: {_held_here(f)}" + (f"; reproduce: {f.repros[0]}" if f.repros else ""))
     if f.try_fixes:
         out.append(f"    try on your program: {f.try_fixes}")
+    elif f.change:
+        out.append(f"    no --fix holds on your program as it is; change it: {f.change}")
     return out
 
 
@@ -904,8 +946,10 @@ def _full(f: Finding, width: int) -> list[str]:
     out += [f"  reproduce: {c}" for c in f.repros]
     if f.try_fixes:
         out.append(f"  try the fixes on your program (no edit): {f.try_fixes}")
+    elif f.change:
+        out.append(f"  no --fix holds on your program as it is; change it: {f.change}")
     out += [f"  reported: {r}" for r in f.reports]
-    if f.hint:
+    if f.hint and f.hint not in f.change:
         out.append(f"  hint: {f.hint}")
     shown = ", ".join(f.sources[:3]) + (f" and {len(f.sources) - 3} more" if len(f.sources) > 3 else "")
     out.append(f"  runs: {shown}")
