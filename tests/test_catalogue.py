@@ -164,3 +164,4 @@ def test_fix_edits_and_leaves_are_where_the_evidence_says():
     assert dm["global-lock"].edit
     f14 = {f.name: f for f in load().race("F14").fixes}
     assert any(re.search(p, "hit config.recompile_limit (8)") for p in f14["nested-fx-fallback"].leaves)
+    assert load().race("F14").warnings_alone and load().race("F14").context

@@ -396,3 +396,63 @@ def test_a_fix_is_offered_only_where_it_holds_on_the_program_as_it_is():
     assert "--fix global-lock" in diagnose.try_fixes_command([line], ())
     for changed in ({"edit": "the mutator takes the lock"}, {"leaves": "hit config.recompile_limit"}):
         assert diagnose.try_fixes_command([dataclasses.replace(line, **changed)], ()) == ""
+
+
+F2_SUMMARY = "fx-trace-of-dynamo-fn (RuntimeError in MainThread at torch._dynamo.eval_frame:compile_wrapper < m:main)"
+F2_TEXT = (
+    'Traceback (most recent call last):\n  File "m.py", line 9, in main\n    f(x)\n'
+    "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. "
+    "This is not supported at the moment.\n"
+)
+
+
+def _f2_failure(**kw) -> diagnose.Failure:
+    return diagnose.Failure(
+        source="run", outcome="CRASH", key="fx-trace-of-dynamo-fn-1", summary=F2_SUMMARY, text=F2_TEXT, **kw
+    )
+
+
+def test_one_thread_is_not_a_race():
+    """F2's message from a program that started no thread (FX-tracing a module whose submodule was
+    compiled): its own failure, no thread-safety fix; unknown threads or a second thread keep F2."""
+    (alone,) = diagnose.diagnose([_f2_failure(threads_started=0, threads=("MainThread",))])
+    assert alone.race is None and not alone.fixes and not alone.try_fixes
+    assert alone.verdict().startswith("your program fails this way on its own (one thread)"), alone.verdict()
+    for kw in ({}, {"threads_started": 2}, {"threads_started": 0, "threads": ("worker-1",)}):
+        (finding,) = diagnose.diagnose([_f2_failure(**kw)])
+        assert finding.race == "F2", (kw, finding.verdict())
+    (shut,) = diagnose.diagnose([_f2_failure(exposures={"F2": 0, "R4": 3})])
+    assert shut.race is None and "window (fx-flag-overlap) was measured and never opened" in shut.verdict()
+    (opened,) = diagnose.diagnose([_f2_failure(exposures={"F2": 5})])
+    assert opened.race == "F2"
+    # The real run (threads_started 0 from a runner that records it; F2's window at 0 in any case).
+    (real,) = diagnose.diagnose(diagnose.collect([str(FAMILIES / "f2_one_thread")]))
+    assert real.race is None and real.verdict().startswith("your program fails this way on its own"), real.verdict()
+
+
+def test_a_deterministic_failure_is_never_called_possibly_new():
+    text = 'Traceback (most recent call last):\n  File "x.py", line 3, in <module>\n    f()\nValueError: nope\n'
+    findings = diagnose.diagnose([diagnose.from_text(text, source="x.log")])
+    why = "each of the first 3 runs failed the same way within 2.0 s"
+    for brief in (True, False):
+        out = diagnose.render(findings, brief=brief, deterministic=why)
+        assert f"deterministic: {why}" in out and "possibly new" not in out, out
+    assert "possibly new" in diagnose.render(findings)
+
+
+def _ok_run(text: str, **kw) -> diagnose.Failure:
+    return diagnose.Failure(source="ok", outcome="OK", key=None, summary=None, text=text, detail="exit 0", **kw)
+
+
+def test_the_default_recompile_limit_alone_is_a_note_not_f14():
+    limit_8 = "W1202 torch/_dynamo/convert_frame.py:1050] torch._dynamo hit config.recompile_limit (8)\n"
+    (note,) = diagnose.diagnose([_ok_run(limit_8)])
+    assert note.race is None and note.verdict() == "note: recompile limit hit (not a race by itself)"
+    assert diagnose.faces(limit_8) == []
+    # A thread that set the limit (another thread hit a raised one, or the runner's record of configs
+    # set in threads): F14 suspected, and its fix that only sets error_on_nested_fx_trace not offered.
+    limit_64 = limit_8.replace("(8)", "(64)")
+    for failure in (_ok_run(limit_8 + limit_64), _ok_run(limit_8, config_threads='{"worker-0": ["recompile_limit"]}')):
+        (f14,) = diagnose.diagnose([failure])
+        assert f14.race == "F14" and f14.matches[0].suspected, f14.verdict()
+        assert "nested-fx-fallback" not in f14.try_fixes and "set it in each thread" in f14.change, f14.change

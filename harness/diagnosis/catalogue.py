@@ -119,7 +119,11 @@ class Race:
     recompile limit hit, an eager fallback), a finding even at exit 0."""
     warnings_unsure: str = ""
     """Why a `warnings` hit alone does not show the race (what else prints the same line): such a
-    face is named as suspected, with this as its evidence. Empty: the warning is the race's own."""
+    face is named as suspected only where `context` shows the race's precondition in the run (with
+    this as its evidence); without it, not named at all. Empty: the warning is the race's own."""
+    warnings_alone: str = ""
+    """The note an unsure warning gets where `context` does not match (`recompile limit hit (not a
+    race by itself)`); empty: nothing is said."""
     crash_sites: tuple[str, ...] = ()
     """Regexes of the Python frames where the race's native crash may land (the crashing thread's
     innermost frame): each is a summary pattern `<signal> at <site>`, so that any crash site of the
@@ -287,6 +291,7 @@ def _race(raw: dict) -> Race:
         "versions",
         "warnings",
         "warnings_unsure",
+        "warnings_alone",
         "crash_sites",
         "reports",
     }
@@ -340,6 +345,7 @@ def _race(raw: dict) -> Race:
         context=_strs(raw, "context", where),
         warnings=_strs(raw, "warnings", where),
         warnings_unsure=raw.get("warnings_unsure", ""),
+        warnings_alone=raw.get("warnings_alone", ""),
         crash_sites=_strs(raw, "crash_sites", where),
         reports=_strs(raw, "reports", where),
         fixes=fixes,

@@ -25,6 +25,12 @@ failure that is not its own.
 A fix is offered as `harness stress --fix` only where it held against the race on a program it
 reaches unedited, for the face the failure shows (races.toml: a fix's `edit`, `leaves`); where none
 did, the diagnosis says what the program must change.
+
+A race's message is not a race where the run shows it could not be one: a program that started no
+thread and failed in its main thread fails that way on its own, and so does a run whose exposure
+probe measured the race's window and never saw it open. A warning other code prints as well (F14's
+default recompile limit) names its race only where the run shows the race's precondition, else it
+is a note.
 """
 
 from __future__ import annotations
@@ -102,10 +108,23 @@ class Failure:
     """The user's command (a stress run's), for the `stress --fix` line."""
     threads: tuple[str, ...] = ()
     """The threads that printed it (the run record's failure entry); () where unknown."""
+    threads_started: int | None = None
+    """Threads the program itself started (TrialResult.threads_started); None: unknown."""
+    exposures: dict[str, int] | None = None
+    """Openings of each measured race window in the run (TrialResult.exposures); None: not measured."""
+    config_threads: str = ""
+    """The configs the run set outside the main thread (TrialResult.config_set_in_threads), as JSON."""
 
     @property
     def run_id(self) -> str:
         return self.run or self.source
+
+    def context(self) -> str:
+        """What a race's `context` regexes read: the output, the fixes, the configs set in threads."""
+        parts = [self.text, "fixes: " + ",".join(self.fixes)]
+        if self.config_threads:
+            parts.append(f"config set in threads: {self.config_threads}")
+        return "\n".join(parts)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -183,15 +202,35 @@ class Finding:
     hint: str = ""
     faces: list[str] = field(default_factory=list)
     """The race's other faces in these runs (summaries besides `summary`): one race, named once a run."""
+    own: str = ""
+    """Why the program fails this way on its own, not by a race (`one thread`): the message is a
+    race's, the run's threads or exposure say otherwise; empty: not so."""
+    note: str = ""
+    """An OK run's face that is no race by itself (the race's `warnings_alone`)."""
     change: str = ""
     """What the program must change where no fix holds on it unedited (the race's edits and hint)."""
 
     @property
     def race(self) -> str | None:
-        """The race the failure is (or is suspected to be); None: no catalogued race matches."""
-        return self.matches[0].race if self.matches and self.matches[0].kind != "generic" else None
+        """The race the failure is (or is suspected to be); None: no catalogued race matches, or the
+        program fails this way on its own."""
+        if self.own or not self.matches or self.matches[0].kind == "generic":
+            return None
+        return self.matches[0].race
 
-    def verdict(self) -> str:
+    def verdict(self, deterministic: str = "") -> str:
+        """One line; `deterministic`: the reason the failures were found deterministic (stress's
+        stop), which replaces "unknown ... possibly new" for a failure no race names."""
+        if self.own:
+            top = self.matches[0]
+            return (
+                f"your program fails this way on its own ({self.own}), not by a race: the message is "
+                f"{top.race}'s ({top.title})"
+            )
+        if self.note:
+            return f"note: {self.note}"
+        if deterministic and self.race is None and self.outcome not in ("OK", "TIMEOUT"):
+            return f"deterministic: {deterministic}"
         if self.outcome == "TIMEOUT":
             return f"slow, not hung: {self.detail or 'still working at its deadline'}"
         if self.outcome == "HANG" and not self.race and self.detail.startswith(AFTER_FAILURE):
@@ -274,10 +313,14 @@ def _warning_faces(failure: Failure, catalogue: Catalogue) -> list[Match]:
         if hit is None:
             continue
         evidence = [f"at {failure.detail or 'exit 0'}, the output shows {hit!r}"]
-        # A warning other code prints as well (F14's default recompile limit) only suggests the race.
+        # A warning other code prints as well (F14's default recompile limit) suggests the race only
+        # where the run shows its precondition (a thread set the limit); alone it names nothing.
         unsure = message is None and bool(race.warnings_unsure)
         if unsure:
-            evidence.append(f"not shown by that line alone: {race.warnings_unsure}")
+            shown = _first_hit(race.context, failure.context())
+            if shown is None:
+                continue
+            evidence += [f"not shown by that line alone: {race.warnings_unsure}", f"the run shows {shown!r}"]
         out.append(
             Match(
                 race=race.id,
@@ -290,6 +333,19 @@ def _warning_faces(failure: Failure, catalogue: Catalogue) -> list[Match]:
         )
     out.sort(key=lambda m: -m.score)
     return out
+
+
+def _warning_notes(failure: Failure, catalogue: Catalogue) -> str:
+    """The notes an OK run's unsure warnings get where no race is named by them (F14's recompile
+    limit hit with no thread that set it: `recompile limit hit (not a race by itself)`)."""
+    notes = [
+        race.warnings_alone
+        for race in catalogue.races
+        if race.warnings_alone
+        and _first_hit(race.warnings, failure.text) is not None
+        and _first_hit(race.context, failure.context()) is None
+    ]
+    return "; ".join(dict.fromkeys(notes))
 
 
 def faces(text: str, catalogue: Catalogue | None = None) -> list[str]:
@@ -326,7 +382,7 @@ def _suspects(family: str, failure: Failure, catalogue: Catalogue, records_of: R
     """Races whose `faces` include this generic family, whose `context` is in the run, on a torch
     where their repro reproduced."""
     out = []
-    context = "\n".join([failure.text, "fixes: " + ",".join(failure.fixes)])
+    context = failure.context()
     for race in catalogue.races:
         if family not in race.faces:
             continue
@@ -471,10 +527,12 @@ def change_text(race: Race, fixes: Sequence[FixLine]) -> str:
 
 @dataclass(slots=True)
 class _Seen:
-    """One failure as matched: its races."""
+    """One failure as matched: its races, and whether it is the program's own or a note."""
 
     failure: Failure
     matches: list[Match]
+    own: str = ""
+    note: str = ""
 
 
 def diagnose(
@@ -510,17 +568,39 @@ def _named_per_run(failures: Sequence[Failure], catalogue: Catalogue) -> dict[st
 def _see(f: Failure, catalogue: Catalogue, records_of: RecordSource, named: frozenset[str]) -> _Seen | None:
     """The failure matched; None for a clean OK run (nothing to say)."""
     matches = match(f, catalogue, records_of, named - {catalogue.family(f.summary)})
-    if f.outcome == "OK" and not matches:
+    note = _warning_notes(f, catalogue) if f.outcome == "OK" and not matches else ""
+    if f.outcome == "OK" and not matches and not note:
         return None
-    return _Seen(f, matches)
+    top = matches[0] if matches else None
+    own = _on_its_own(f, catalogue.race(top.race)) if top is not None and top.kind != "generic" else ""
+    return _Seen(f, matches, own, note)
+
+
+def _on_its_own(failure: Failure, race: Race) -> str:
+    """Why a failure showing a race's message is the program's own doing, not that race: it ran
+    with one thread (the race needs two), or the race's window was measured and never opened."""
+    if race.kind != "race":
+        return ""
+    if failure.threads_started == 0 and _main_thread_only(failure):
+        return "one thread"
+    if race.exposure and (failure.exposures or {}).get(race.id) == 0:
+        return f"{race.id}'s window ({race.exposure}) was measured and never opened in the run"
+    return ""
+
+
+def _main_thread_only(failure: Failure) -> bool:
+    """Whether the failure's text shows the main thread only (no other thread printed a failure)."""
+    if any(t not in ("", "MainThread") for t in failure.threads):
+        return False
+    return re.search(r"^Exception in thread (?!MainThread\b)", failure.text, re.M) is None
 
 
 def _group_key(seen: _Seen) -> tuple:
     """A race's faces group under the race; anything else under its signature and what it is."""
     f, top = seen.failure, (seen.matches[0] if seen.matches else None)
-    if top is not None and top.kind != "generic":
+    if top is not None and top.kind != "generic" and not seen.own:
         return ("race", top.race, top.suspected, f.outcome == "OK")
-    return ("signature", f.key or f.summary or f.outcome, top.race if top else None)
+    return ("signature", f.key or f.summary or f.outcome, top.race if top else None, seen.own, seen.note)
 
 
 def _finding(group: Sequence[_Seen], catalogue: Catalogue, records_of: RecordSource) -> Finding:
@@ -538,11 +618,13 @@ def _finding(group: Sequence[_Seen], catalogue: Catalogue, records_of: RecordSou
         matches=best.matches,
         count=sum(s.failure.count for s in group),
         detail=first.detail,
+        own=best.own,
+        note=best.note,
     )
     finding.faces = _other_faces(first.summary, [s.failure.summary for s in group])
     if finding.race is not None:
         _explain(finding, catalogue.race(finding.race), first, catalogue, records_of)
-    elif best.matches:
+    elif best.matches and not best.own:
         finding.hint = catalogue.race(best.matches[0].race).hint
     return finding
 
@@ -624,6 +706,9 @@ def failures_of(record: TrialResult, art=None, *, every_thread: bool = False) ->
         fixes=_fixes_of(record),
         run=record.trial_id,
         detail=record.detail,
+        threads_started=getattr(record, "threads_started", None),
+        exposures=record.exposures,
+        config_threads=_config_threads(record),
     )
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
     if every_thread:
@@ -690,6 +775,12 @@ def _hooked_blocks(text: str) -> list[str]:
         if isinstance(record, dict) and record.get("traceback"):
             blocks.append(f"Exception in thread {record.get('thread')}:\n{record['traceback']}")
     return blocks
+
+
+def _config_threads(record: TrialResult) -> str:
+    """The record's configs set outside the main thread (a field newer runners write), as JSON."""
+    value = getattr(record, "config_set_in_threads", None)
+    return json.dumps(value, sort_keys=True, default=str) if value else ""
 
 
 def _read(art, name: str) -> str:
@@ -893,14 +984,16 @@ def _from_trial_id(trial_id: str, stores: Sequence[Path]) -> list[Failure]:
 # -------------------------------------------------------------------------------------- output
 
 
-def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False) -> str:
+def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False, deterministic: str = "") -> str:
     """Every finding; `brief` (under a matrix or stress table): the verdict, the fixes that held
-    on the failure's torch and the repro, one line each."""
+    on the failure's torch and the repro, one line each. `deterministic`: why the caller found the
+    failures deterministic (stress's stop rule); a failure no race names then reads
+    `deterministic: <reason>`, never "possibly new"."""
     if not findings:
         return "diagnosis: no failing run"
     out = [summary_line(findings)]
     for f in findings:
-        out += _brief(f) if brief else _full(f, width)
+        out += _brief(f, deterministic) if brief else _full(f, width, deterministic)
     if brief:
         out.append("  (python -m harness diagnose TRIAL_OR_FOLDER for the evidence and every fix)")
     return "\n".join(out)
@@ -922,8 +1015,8 @@ def _held_here(f: Finding) -> str:
     return ", ".join(held) if held else "no measured fix"
 
 
-def _brief(f: Finding) -> list[str]:
-    out = [f"  {clip(_head(f), 160)}", f"    {f.verdict()}"]
+def _brief(f: Finding, deterministic: str) -> list[str]:
+    out = [f"  {clip(_head(f), 160)}", f"    {f.verdict(deterministic)}"]
     if f.race is not None:
         out.append(f"    held on this torch: {_held_here(f)}" + (f"; reproduce: {f.repros[0]}" if f.repros else ""))
     if f.try_fixes:
@@ -933,8 +1026,8 @@ def _brief(f: Finding) -> list[str]:
     return out
 
 
-def _full(f: Finding, width: int) -> list[str]:
-    out = [_head(f), f"  {f.verdict()}" + (f" on torch {f.torch}" if f.torch else "")]
+def _full(f: Finding, width: int, deterministic: str) -> list[str]:
+    out = [_head(f), f"  {f.verdict(deterministic)}" + (f" on torch {f.torch}" if f.torch else "")]
     out += [f"  also as: {face}" for face in f.faces]
     for m in f.matches[:width]:
         tag = "suspected" if m.suspected else m.kind
