@@ -1,5 +1,6 @@
 """A fix must never deadlock a program by itself: global-lock beside a compile that waits on its own
-pool threads (pytorch#168042's backend runs compile_fx in 50 workers)."""
+pool threads (pytorch#168042's backend runs compile_fx in 50 workers); and a hang whose wait cycle
+runs through a fix's lock is said to be the fix's, never the program's own locks."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from harness.runtime import fixes
 from harness.runtime.fixes import FixSet
+from harness.trial import blocking, hangs
+from harness.trial.hangs import Frame, ThreadStack
 
 ROOT = Path(__file__).resolve().parents[1]
 JOIN_S = 30.0
@@ -137,3 +140,123 @@ def test_a_backend_tracing_in_pool_threads_under_stress_fix_global_lock():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[2.0, 2.0, 2.0]"
+
+
+# -- a HANG whose wait cycle runs through a fix's lock (trial.blocking) ---------------------------
+
+FIXTURE = ROOT / "tests" / "fixtures" / "hangs" / "global_lock_compile_fx_pool.pyspy.json"
+"""py-spy --native of pt168042_compile_fx_threads.py under `stress --fix global-lock` before the
+lock had scopes (torch 2.13.0+cpu): MainThread and 3 of the 50 pool workers, plus tqdm's monitor."""
+
+LIB = "/usr/lib/python3.11"
+SITE = "/v/lib/python3.11/site-packages"
+LOCK_WAIT = (Frame(name="lock_PyThread_acquire_lock", filename="/usr/lib/libpython3.11.so.1.0"),)
+POOL_BOTTOM = (
+    Frame(name="_worker", filename=f"{LIB}/concurrent/futures/thread.py", line=83),
+    Frame(name="Thread.run", filename=f"{LIB}/threading.py", line=982),
+    Frame(name="_hook_threads.<locals>.bootstrap_inner", filename="/repo/harness/inject.py", line=66),
+)
+FIX_ENTRY = (
+    Frame(name="GlobalLock.enter", filename="/repo/harness/runtime/fixes.py", line=91),
+    Frame(name="FixSet.around_call", filename="/repo/harness/runtime/fixes.py", line=834),
+    Frame(name="Guard.call", filename="/repo/harness/runtime/guard.py", line=286),
+    Frame(name="_guard_method.<locals>.method", filename="/repo/harness/inject.py", line=130),
+    Frame(name="Tracer.trace", filename=f"{SITE}/torch/fx/_symbolic_trace.py", line=800),
+)
+
+
+def stack(name, *frames):
+    return ThreadStack(name=name, thread_id=name, status="idle", frames=tuple(frames))
+
+
+def waiter(name):
+    return stack(name, *LOCK_WAIT, *FIX_ENTRY, Frame(name="export", filename="/app/serve.py", line=12), *POOL_BOTTOM)
+
+
+def test_the_fix_lock_cycle_of_a_real_dump_is_the_fixs_deadlock():
+    threads = hangs.read_pyspy_json(FIXTURE)
+    kind = blocking.classify(threads)
+    assert kind.kind == blocking.FIX_LOCK_CYCLE
+    text = kind.text()
+    assert text.startswith("the fix deadlocks this program"), text
+    assert "program's own locks (a lock-order cycle" not in text
+    assert (
+        "MainThread holds it in a guarded call from test_fn (public/pt168042_compile_fx_threads.py:70) and waits on "
+        "a future at custom_inductor_backend.<locals>.<listcomp> (public/pt168042_compile_fx_threads.py:60)"
+    ) in text
+    assert (
+        "3 thread(s) wait for it at GlobalLock.enter (runtime/fixes.py:91), called from "
+        "custom_inductor_backend.<locals>.compile_with_no_grad (public/pt168042_compile_fx_threads.py:54): "
+        "ThreadPoolExecutor-1_0, ThreadPoolExecutor-1_1, ThreadPoolExecutor-1_2"
+    ) in text
+    assert blocking.classify(threads, one_dump=True).kind == blocking.FIX_LOCK_CYCLE  # nobody running
+
+
+def test_a_holder_waiting_on_a_join_inside_a_guarded_call_closes_the_cycle():
+    holder = stack(
+        "MainThread",
+        *LOCK_WAIT,
+        Frame(name="Thread._wait_for_tstate_lock", filename=f"{LIB}/threading.py", line=1132),
+        Frame(name="Thread.join", filename=f"{LIB}/threading.py", line=1112),
+        Frame(name="backend", filename="/app/serve.py", line=30),
+        Frame(name="OptimizedModule.__call__", filename=f"{SITE}/torch/_dynamo/eval_frame.py", line=511),
+        Frame(name="_call", filename="/repo/harness/inject.py", line=109),
+        Frame(name="main", filename="/app/serve.py", line=44),
+    )
+    kind = blocking.classify((holder, waiter("exporter-0"), waiter("exporter-1")))
+    assert kind.kind == blocking.FIX_LOCK_CYCLE
+    assert (
+        "MainThread holds it in a guarded call from main (app/serve.py:44) and waits on a thread's end" in kind.text()
+    )
+    assert "2 thread(s) wait for it at GlobalLock.enter" in kind.text() and "called from export (app/serve.py:12)" in (
+        kind.text()
+    )
+
+
+def test_fix_lock_waiters_without_a_visible_holder_are_never_the_programs_own_locks():
+    # `with guard.call():` in the program's own code leaves no guarded-call frame on the holder.
+    holder = stack(
+        "MainThread",
+        *LOCK_WAIT,
+        Frame(name="Event.wait", filename=f"{LIB}/threading.py", line=629),
+        Frame(name="main", filename="/app/serve.py", line=44),
+    )
+    kind = blocking.classify((holder, waiter("exporter-0"), waiter("exporter-1")))
+    assert kind.kind == blocking.FIX_LOCK_WAIT
+    assert kind.text().startswith("threads wait on the fix's lock, held by a call that does not return")
+
+
+def test_a_holder_waiting_inside_torch_is_a_torch_wait():
+    holder = stack(
+        "MainThread",
+        Frame(name="wait", filename=f"{SITE}/torch/_inductor/async_compile.py", line=400),
+        Frame(name="_call", filename="/repo/harness/inject.py", line=109),
+        Frame(name="main", filename="/app/serve.py", line=44),
+    )
+    assert blocking.classify((holder, waiter("exporter-0"))).kind == blocking.TORCH_WAIT
+
+
+def test_phase_locks_condition_wait_is_the_fixs_lock():
+    phase = stack(
+        "worker-0",
+        Frame(name="Condition.wait", filename=f"{LIB}/threading.py", line=327),
+        Frame(name="ReadersWriterLock.acquire", filename="/repo/harness/runtime/fixes.py", line=120),
+        Frame(name="PhaseLock.enter", filename="/repo/harness/runtime/fixes.py", line=180),
+        Frame(name="_call", filename="/repo/harness/inject.py", line=109),
+        Frame(name="step", filename="/app/serve.py", line=20),
+    )
+    (b,) = [blocking.blocked_on(phase)]
+    assert (
+        b.fix_lock and b.at == "ReadersWriterLock.acquire (runtime/fixes.py:120)" and b.via == "step (app/serve.py:20)"
+    )
+
+
+def test_the_programs_own_deadlock_under_a_fix_stays_its_own():
+    # inject's thread bootstrap under every thread is plumbing, not a fix's frame.
+    def locker(name, fn):
+        return stack(name, *LOCK_WAIT, Frame(name=fn, filename="/app/locks.py", line=9), *POOL_BOTTOM[1:])
+
+    idle = stack("pool-idle", *LOCK_WAIT, Frame(name="Queue.get", filename=f"{LIB}/queue.py", line=171), *POOL_BOTTOM)
+    kind = blocking.classify((locker("locker-0", "take_a_then_b"), locker("locker-1", "take_b_then_a"), idle))
+    assert kind.kind == blocking.OWN_LOCK_CYCLE
+    assert [b.thread for b in kind.blocked] == ["locker-0", "locker-1"]  # the idle pool worker is no party

@@ -5,7 +5,9 @@ A user whose threaded program hangs first needs to know whose hang it is. Thread
 code and the wait are a deadlock of the program (two or more lock waiters: a lock-order cycle;
 otherwise a wake-up that never came: a lost notify, a sentinel never sent). A thread whose wait
 sits under a torch frame (a compile lock, the autograd engine, a CUDA sync) is a wait inside
-torch, which is where the catalogued hangs live.
+torch, which is where the catalogued hangs live. Threads waiting on a lock of a `--fix`
+(harness.runtime's frames) while the thread holding it waits, inside its guarded call, on threads
+of its own, are the fix deadlocking the program: never the program's own locks.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.trial.frames import is_library, is_torch, module_of
-from harness.trial.hangs import ThreadStack
+from harness.trial.hangs import Frame, ThreadStack
 from harness.trial.signature import in_hang_key
 
 OWN_LOCK_CYCLE = "own-lock-cycle"
@@ -21,6 +23,11 @@ OWN_LOST_WAKEUP = "own-lost-wakeup"
 TORCH_WAIT = "torch-wait"
 OWN_WAIT = "own-wait"
 """Blocked in the program's code on something else (a join, a sleep, a pipe)."""
+FIX_LOCK_CYCLE = "fix-lock-cycle"
+"""Threads wait on a fix's lock while its holder, inside a guarded call, waits on threads (a future, a
+join, a queue): the fix deadlocks the program (global-lock around a compile that waits on its pool)."""
+FIX_LOCK_WAIT = "fix-lock-wait"
+"""Threads wait on a fix's lock whose holder the dump does not show waiting on threads in a guarded call."""
 BUSY_IN_TORCH = "busy-in-torch"
 """One dump only: a thread of the program was running inside torch (py-spy's `active`), so the
 process was working, not stuck, when it was taken: a cold compile or autotuning under a lock looks
@@ -51,6 +58,19 @@ _SYNC_WAITS = {
     ("concurrent.futures.thread", "shutdown"): "an executor's shutdown",
 }
 _LOCK_NATIVE = ("acquire", "lock_PyThread", "sem_", "futex", "pthread_cond", "pthread_mutex")
+_THREAD_WAITS = frozenset(
+    ("a future", "futures", "a thread's end (join)", "an executor's shutdown", "Queue.get", "Queue.put")
+    + ("a Condition/Event wait", "a lock")
+)
+"""What a holder waits on when it waits on other threads."""
+FIX_MODULES = ("harness.runtime.fixes", "harness.runtime.guard", "harness.inject")
+"""The fixes' code in a program (`stress --fix`, Guard): their locks are the fix's, not the program's."""
+_GUARDED_CALLS = frozenset(
+    (("harness.inject", "_call"), ("harness.inject", "method"), ("harness.inject", "function"))
+    + (("harness.runtime.guard", "__call__"),)
+)
+"""Frames of a call wrapped by a fix (inject's wrappers, Guard.compiled's callable): a thread with one
+on its stack is inside a guarded call, holding the fix's lock."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,6 +84,11 @@ class Blocked:
     lock: bool
     running: bool = False
     """Not waiting: running inside torch when dumped (`waits_on` then says what it was doing)."""
+    fix_lock: bool = False
+    """Waiting on a fix's lock (`at` is the fix's frame, `via` the frame that made the guarded call)."""
+    via: str = ""
+    guarded: str = ""
+    """Inside a guarded call: the frame that made it ('' when not)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,7 +104,11 @@ class HangKind:
             OWN_WAIT: "the program's own threads wait (no torch frame between their code and the wait)",
             TORCH_WAIT: "a wait inside torch",
             BUSY_IN_TORCH: "busy inside torch when dumped",
+            FIX_LOCK_CYCLE: "the fix deadlocks this program (its lock is in a wait cycle, not the program's own locks)",
+            FIX_LOCK_WAIT: "threads wait on the fix's lock, held by a call that does not return",
         }[self.kind]
+        if self.kind in (FIX_LOCK_CYCLE, FIX_LOCK_WAIT):
+            return f"{what}: {_fix_cycle_text(self.blocked)}"
         if self.kind == BUSY_IN_TORCH:  # who runs and where says it; the waiters are counted
             running = [b for b in self.blocked if b.running]
             waiting = len(self.blocked) - len(running)
@@ -92,18 +121,15 @@ class HangKind:
 
 def blocked_on(t: ThreadStack) -> Blocked | None:
     """Where one thread waits: the innermost frames down to the first frame of the program's own
-    code. None for a thread with no Python frame."""
+    code (or of a fix, whose lock it then waits on). None for a thread with no Python frame."""
     python = [f for f in t.frames if f.is_python]
     if not python:
         return None
-    # The native frames above the innermost Python frame (py-spy --native): what the C call waits in.
-    native = []
-    for f in t.frames:
-        if f.is_python:
-            break
-        native.append(f.name)
+    guarded = _guarded_from(python)
     waits_on = ""
-    for f in python:
+    for i, f in enumerate(python):
+        if _is_fix(f):
+            return _at_fix(t, python, i, waits_on or _native_wait(t), guarded)
         if is_torch(f):
             return Blocked(
                 thread=t.name,
@@ -111,17 +137,91 @@ def blocked_on(t: ThreadStack) -> Blocked | None:
                 at=f"{f}",
                 in_torch=True,
                 lock=False,
+                guarded=guarded,
             )
+        if _is_harness(f):  # the harness's plumbing in the program (bootstrap, fault points): not its code
+            continue
         if not is_library(f):
-            if not waits_on:
-                lock = any(any(m in n for m in _LOCK_NATIVE) for n in native)
-                waits_on = "a lock" if lock else "a call it made (a C-level wait, a sleep or a lock)"
-            return Blocked(thread=t.name, waits_on=waits_on, at=f"{f}", in_torch=False, lock=waits_on == "a lock")
+            waits_on = waits_on or _native_wait(t)
+            return Blocked(
+                thread=t.name, waits_on=waits_on, at=f"{f}", in_torch=False, lock=waits_on == "a lock", guarded=guarded
+            )
         key = (module_of(f.filename), f.name.rsplit(".", 1)[-1])
         if key in _SYNC_WAITS:  # the outermost one names it (Queue.get, not its Condition.wait)
             waits_on = _SYNC_WAITS[key]
     # Only library frames (a pool's worker idling in its own loop): an idle helper.
     return None
+
+
+def _native_wait(t: ThreadStack) -> str:
+    """What the C call under the innermost Python frame waits in (py-spy --native's frames above it)."""
+    native = []
+    for f in t.frames:
+        if f.is_python:
+            break
+        native.append(f.name)
+    lock = any(any(m in n for m in _LOCK_NATIVE) for n in native)
+    return "a lock" if lock else "a call it made (a C-level wait, a sleep or a lock)"
+
+
+def _is_harness(f: Frame) -> bool:
+    module = module_of(f.filename)
+    return module.startswith("harness.") or module == "sitecustomize"
+
+
+def _is_fix(f: Frame) -> bool:
+    # inject's thread bootstrap sits under every thread of a `--fix` run: plumbing, not a fix's wait
+    return module_of(f.filename).startswith(FIX_MODULES) and not f.name.endswith("bootstrap_inner")
+
+
+def _program_frame(frames: list[Frame]) -> Frame | None:
+    """The first frame of the program's own code in `frames` (else the first torch frame)."""
+    own = next((f for f in frames if not (is_library(f) or _is_harness(f) or is_torch(f))), None)
+    return own or next((f for f in frames if is_torch(f)), None)
+
+
+def _guarded_from(python: list[Frame]) -> str:
+    """The frame that made the guarded call this thread is inside ('' when it is in none)."""
+    for i, f in enumerate(python):
+        if (module_of(f.filename), f.name.rsplit(".", 1)[-1]) in _GUARDED_CALLS:
+            caller = _program_frame(python[i + 1 :])
+            return f"{caller or f}"
+    return ""
+
+
+def _at_fix(t: ThreadStack, python: list[Frame], i: int, waits_on: str, guarded: str) -> Blocked:
+    """A thread whose innermost own frame is a fix's: waiting on the fix's lock when it waits on a lock."""
+    lock = waits_on in ("a lock", "a Condition/Event wait")
+    via = _program_frame(python[i + 1 :])
+    return Blocked(
+        thread=t.name,
+        waits_on="the fix's lock" if lock else waits_on,
+        at=f"{python[i]}",
+        in_torch=False,
+        lock=lock,
+        fix_lock=lock,
+        via=f"{via}" if via else "",
+        guarded=guarded,
+    )
+
+
+def _fix_cycle_text(blocked: tuple[Blocked, ...]) -> str:
+    """Who holds the fix's lock and what it waits on; who waits for the lock, where and from where."""
+    holders = [b for b in blocked if not b.fix_lock]
+    waiters = [b for b in blocked if b.fix_lock]
+    parts = [
+        f"{b.thread} holds it in a guarded call from {b.guarded} and waits on {b.waits_on} at {b.at}"
+        if b.guarded
+        else f"{b.thread} on {b.waits_on} at {b.at}"
+        for b in holders[:2]
+    ]
+    for at, via in dict.fromkeys((b.at, b.via) for b in waiters):
+        group = [b.thread for b in waiters if (b.at, b.via) == (at, via)]
+        shown = ", ".join(group[:3]) + (f" and {len(group) - 3} more" if len(group) > 3 else "")
+        parts.append(
+            f"{len(group)} thread(s) wait for it at {at}" + (f", called from {via}" if via else "") + f": {shown}"
+        )
+    return "; ".join(parts)
 
 
 def busy_in_torch(t: ThreadStack) -> Blocked | None:
@@ -160,6 +260,9 @@ def classify(threads: tuple[ThreadStack, ...], *, one_dump: bool = False) -> Han
         return HangKind(kind=BUSY_IN_TORCH, blocked=tuple(busy + sorted(blocked, key=lambda b: b.thread)))
     if not blocked:
         return None
+    fix_kind = _fix_lock_kind(blocked)
+    if fix_kind is not None:
+        return fix_kind
     # A thread joining others waits on them, not on the bug: it comes last in the words.
     blocked.sort(key=lambda b: (b.waits_on == "a thread's end (join)", b.thread))
     if any(b.in_torch for b in blocked):
@@ -171,3 +274,19 @@ def classify(threads: tuple[ThreadStack, ...], *, one_dump: bool = False) -> Han
     if any(b.waits_on in ("Queue.get", "Queue.put", "a Condition/Event wait", "a future", "futures") for b in blocked):
         return HangKind(kind=OWN_LOST_WAKEUP, blocked=tuple(blocked))
     return HangKind(kind=OWN_WAIT, blocked=tuple(blocked))
+
+
+def _fix_lock_kind(blocked: list[Blocked]) -> HangKind | None:
+    """FIX_LOCK_CYCLE when threads wait on a fix's lock and a thread inside a guarded call (its holder)
+    waits on threads; FIX_LOCK_WAIT when no holder shows and no thread waits in torch (then the torch
+    wait is the story, and the fix's waiters queue behind it)."""
+    waiters = sorted((b for b in blocked if b.fix_lock), key=lambda b: b.thread)
+    if not waiters:
+        return None
+    others = [b for b in blocked if not b.fix_lock]
+    holders = [b for b in others if b.guarded and not b.in_torch and b.waits_on in _THREAD_WAITS]
+    if holders:
+        return HangKind(kind=FIX_LOCK_CYCLE, blocked=(*holders, *waiters))
+    if any(b.in_torch for b in others):
+        return None
+    return HangKind(kind=FIX_LOCK_WAIT, blocked=(*others, *waiters))
