@@ -164,7 +164,8 @@ class TrialResult:
     """Threads the program itself started (library threads not counted); None: not recorded (the
     child died before exit, or the record predates it)."""
     hang_kind: str | None = None
-    """A HANG's kind (trial.blocking): own-lock-cycle, own-lost-wakeup, own-wait or torch-wait."""
+    """A HANG's kind (trial.blocking): own-lock-cycle, own-lost-wakeup, own-wait, torch-wait, or
+    fix-lock-cycle / fix-lock-wait (a `--fix` lock's wait: the fix deadlocks the program)."""
     exposure_eager: dict[str, int] | None = None
     """Openings whose compiled call took Dynamo's eager fallback instead (nested-fx-fallback):
     the window opened, but not on the compiled path the race needs."""
