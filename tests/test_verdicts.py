@@ -190,3 +190,32 @@ def test_a_thread_header_after_another_threads_caret_markers_names_the_thread():
         "ValueError: lost\n"
     )
     assert [tb.thread for tb in parse_tracebacks(text)] == ["Thread-12"]
+
+
+def test_diagnose_names_the_fixs_deadlock_and_a_harness_defect_never_the_programs(tmp_path):
+    from harness.diagnosis import diagnose
+
+    def folder(name: str, **fields) -> str:
+        run = tmp_path / name
+        run.mkdir()
+        record = {"trial_id": f"stress/{name}", "cell": "stress:global-lock@-", "trial_index": 0, **fields}
+        (run / "result.json").write_text(json.dumps(record))
+        (run / "output.txt").write_text("")
+        return str(run)
+
+    hang = folder(
+        "0",
+        outcome="hang",
+        detail="no progress for 60.0 s; dump by py-spy; the fix deadlocks this program: MainThread holds global-lock",
+        hang_kind="fix-lock-cycle",
+    )
+    defect = folder(
+        "1",
+        outcome="harness_error",
+        detail="harness defect: TraceError: Proxy object cannot be iterated at harness/runtime/fixes.py:1 in key",
+    )
+    verdicts = [f.verdict() for f in diagnose.diagnose(diagnose.collect([hang, defect]))]
+    assert any(v.startswith("the fix deadlocks this program, not a race of yours") for v in verdicts), verdicts
+    assert any(
+        v.startswith("a harness defect, not your program's failure: harness defect: TraceError") for v in verdicts
+    )

@@ -190,7 +190,9 @@ Inspect = Callable[[str], list[str]]
 """The command's reading of an OK run's output: the race faces it shows (`F10 (recompile limit)`;
 `..., suspected` where the face only suggests the race)."""
 Known = Callable[[Path], list[str]]
-"""The catalogued races a failing run's folder shows, by id (the deterministic rule leaves those)."""
+"""The catalogued races a failing run's folder shows, by id (the deterministic rule leaves those);
+`F2 (own)` where the diagnosis found a race's message the program's own doing (one thread)."""
+OWN = " (own)"
 
 
 def run_stress(
@@ -236,6 +238,10 @@ def plan_hits(folder: Path) -> int | None:
     return sum(v for v in hits.values() if isinstance(v, int)) if isinstance(hits, dict) else None
 
 
+def _harness_defect(r: TrialResult) -> bool:
+    return r.outcome is Outcome.HARNESS_ERROR and r.detail.startswith("harness defect:")
+
+
 def _failure_key(r: TrialResult) -> tuple:
     """What "the same way" compares: the ending, its signature and every failure of the run."""
     keys = tuple(sorted(str(f.get("key")) for f in r.failures or () if isinstance(f, dict)))
@@ -250,6 +256,8 @@ class _Judged:
     faces: list[str]
     races: list[str]
     plan_hits: int | None
+    own: list[str] = dataclasses.field(default_factory=list)
+    """Races whose message the run showed, though the diagnosis found it the program's own doing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +281,8 @@ class _StressLoop:
         self.errors: list[BaseException] = []
         self.interrupted = False
         self.running = 0
+        self.defects = 0
+        """Runs the harness's own code failed (never the program's failures; kept and named)."""
         self.done = threading.Event()
         """Set when the last worker has ended (its own flag: see _catch_sigint)."""
         self.deterministic = ""
@@ -336,7 +346,8 @@ class _StressLoop:
     def _judge(self, result: TrialResult, output: str, folder: Path) -> _Judged:
         """Whether a run failed and which races it showed. A run that exits OK but shows a race's
         face (a message logged and carried on) failed too: the race happened."""
-        failed = counts_as_failure(result, output, self.opts)
+        # A harness defect (a fix's wrapper raised) is ours, not the program's: kept, never counted.
+        failed = counts_as_failure(result, output, self.opts) and not _harness_defect(result)
         faces = self.inspect(output) if self.inspect is not None and not failed else []
         shown = [f for f in faces if not f.endswith(", suspected")]
         if shown and counts_as_failure(dataclasses.replace(result, outcome=Outcome.CRASH), output, self.opts):
@@ -345,10 +356,13 @@ class _StressLoop:
             result.outcome, result.detail = Outcome.CRASH, f"exit 0, but the output shows {', '.join(shown)}"
             result.signature_summary = result.signature_summary or result.detail
             write_json(folder / RESULT, result.to_json())
-        races = [f.split(" ", 1)[0] for f in shown]
+        races, own = [f.split(" ", 1)[0] for f in shown], []
         if failed and not shown and self.known is not None:
-            races = self.known(folder)
-        return _Judged(result, folder, failed, faces, races, plan_hits(folder) if self.opts.plan else None)
+            named = self.known(folder)
+            races = [r for r in named if not r.endswith(OWN)]
+            own = [r.removesuffix(OWN) for r in named if r.endswith(OWN)]
+        hits = plan_hits(folder) if self.opts.plan else None
+        return _Judged(result, folder, failed, faces, races, hits, own)
 
     def _record(self, run: _Run, j: _Judged) -> None:
         result = j.result
@@ -356,6 +370,14 @@ class _StressLoop:
             if self.interrupted:
                 # Killed by our own Ctrl-C: not a run of the program, not kept.
                 shutil.rmtree(j.folder, ignore_errors=True)
+                return
+            if _harness_defect(result):
+                # Not a run of the program: neither counted nor removed.
+                self.defects += 1
+                print(
+                    f"\n--- run {run.index}{self._arm_tag(run)}: {result.detail}; artefacts: {j.folder}",
+                    file=sys.stderr,
+                )
                 return
             for s in (self.state, self.arms[run.arm]):
                 s.runs += 1
@@ -411,11 +433,12 @@ class _StressLoop:
         r = results[0]
         how = f"{r.outcome.name}: {r.signature_summary or r.detail}"
         took = f"within {max(x.duration_s for x in results):.1f} s"
-        if any(x.races for x in judged):
+        shown = sorted({race for x in judged for race in x.races + x.own})
+        if shown and alone:
             self.deterministic = (
                 f"your program fails this way on its own, not by a race: it started no thread, and each "
                 f"of the first {DETERMINISTIC_RUNS} runs failed the same way ({how}) {took}, though the "
-                f"message is {', '.join(sorted({race for x in judged for race in x.races}))}'s; stopped"
+                f"message is {', '.join(shown)}'s; stopped"
             )
         else:
             self.deterministic = (
@@ -500,7 +523,11 @@ class _StressLoop:
             print(f"  {count} x {sig}")
         for face, count in s.findings.most_common():
             print(f"  {count} run(s) exited OK but showed {face}")
-        if s.failures or s.findings:
+        if self.defects:
+            print(
+                f"  {self.defects} run(s) failed in the harness's own code (a harness defect, not counted): please report"
+            )
+        if s.failures or s.findings or self.defects:
             if explain is not None:
                 print(explain(self.opts.out_dir, self.deterministic))
             print(f"{'failing' if s.failures else 'kept'} runs' artefacts: {self.opts.out_dir}")

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from harness.campaign.spec import MatrixError
-from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, run_stress
+from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, OWN, run_stress
 from harness.diagnosis import diagnose
 from harness.faults.profiles import PROFILES
 from harness.runtime.guard import Guard, GuardError
@@ -82,20 +82,15 @@ def _known(folder: Path) -> list[str]:
         findings = diagnose.diagnose(diagnose.collect([str(folder)]))
     except diagnose.DiagnoseError:
         return []
-    return list(dict.fromkeys(f.race for f in findings if f.race is not None))
+    own = [f"{f.matches[0].race}{OWN}" for f in findings if f.own and f.matches]
+    return list(dict.fromkeys([f.race for f in findings if f.race is not None] + own))
 
 
 def _diagnose_folder(out_dir: Path, deterministic: str = "") -> str:
     """The failing runs' diagnosis (harness diagnose OUT_DIR, brief), or why there is none. After
     a deterministic stop the verdict is that stop's: no race, and nothing "possibly new"."""
-    if deterministic:
-        return (
-            "diagnosis: "
-            + deterministic.split(":", 1)[0]
-            + "; `python -m harness diagnose` on the folder shows the failure"
-        )
     try:
         findings = diagnose.diagnose(diagnose.collect([str(out_dir)]))
     except diagnose.DiagnoseError as e:
         return f"diagnosis: none ({e})"
-    return diagnose.render(findings, brief=True)
+    return diagnose.render(findings, brief=True, deterministic=deterministic.split(":", 1)[0])

@@ -60,8 +60,8 @@ from harness.stores.discovery import TrialNotFound, find_trial, trial_stores_giv
 from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
 from harness.text import clip
-from harness.trial import blocking, hangs, native, signature, tracebacks
-from harness.trial.folder import HANG_DUMP, NATIVE_STACK, OUTPUT, PYSPY, RESULT, SPEC, THREAD_ERRORS
+from harness.trial import blocking, hangs, native, signature, thread_records, tracebacks
+from harness.trial.folder import HANG_DUMP, NATIVE_STACK, PYSPY, RESULT, SPEC, THREAD_ERRORS
 from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import installed_torch
 from harness.trial.outcome import Outcome, TrialResult
@@ -77,6 +77,10 @@ OWN_HANG = re.compile(
     r"the program's own threads wait"
 )
 """trial.blocking's words for a hang in the program's own code (no torch frame in the way)."""
+FIX_DEADLOCK = "the fix deadlocks this program"
+"""trial.blocking's words for a hang on a `--fix` lock (fix-lock-cycle, fix-lock-wait)."""
+HARNESS_DEFECT = "harness defect:"
+"""trial.runner's words for a failure raised in the harness's own code inside the program."""
 BUSY = "busy inside torch when dumped"
 """trial.blocking's words for a single dump whose program threads were running in torch."""
 
@@ -243,6 +247,11 @@ class Finding:
                 "probably slow, not hung (one dump; dump again a minute later: other frames mean a slow "
                 f"compile, give it longer or a warm cache; the same frames a stall): {self.detail.split('; ', 1)[-1]}"
             )
+        if self.outcome == "HANG" and FIX_DEADLOCK in self.detail:
+            # Never the program's locks: the harness's fix made this wait (trial.blocking).
+            return f"the fix deadlocks this program, not a race of yours: {self.detail.split('; ', 2)[-1]}"
+        if self.outcome == "HARNESS_ERROR" and self.detail.startswith(HARNESS_DEFECT):
+            return f"a harness defect, not your program's failure: {self.detail}"
         if self.outcome == "HANG" and not self.race and OWN_HANG.search(self.detail):
             return f"a hang of the program's own code, not a torch race: {self.detail.split('; ', 2)[-1]}"
         if not self.matches:
@@ -700,7 +709,8 @@ def failures_of(record: TrialResult, art=None, *, every_thread: bool = False) ->
         outcome=record.outcome.name,
         key=record.signature,
         summary=record.signature_summary,
-        text=_read(art, OUTPUT),
+        # The output less libraries' noise, plus the program's Futures' exceptions (recorded, not printed).
+        text=thread_records.program_text(art) if art is not None else "",
         native=_read(art, NATIVE_STACK),
         torch=record.torch_version,
         fixes=_fixes_of(record),
@@ -772,7 +782,8 @@ def _hooked_blocks(text: str) -> list[str]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and record.get("traceback"):
+        # A library's own thread or Future (Inductor's compile pool closing) is noise, not a face.
+        if isinstance(record, dict) and record.get("traceback") and record.get("owner") != "library":
             blocks.append(f"Exception in thread {record.get('thread')}:\n{record['traceback']}")
     return blocks
 
@@ -924,6 +935,8 @@ def _from_folder(folder: Path) -> list[Failure]:
         raise DiagnoseError(f"{folder}/result.json: not a trial result: {e}") from None
     if record.outcome is Outcome.TIMEOUT:
         return [_timeout(record, folder)]
+    if record.outcome is Outcome.HARNESS_ERROR and record.detail.startswith(HARNESS_DEFECT):
+        return [_harness_defect(record, folder)]
     if not record.outcome.is_failure and record.outcome is not Outcome.OK:
         return []
     failures = failures_of(record, folder, every_thread=True)
@@ -944,6 +957,20 @@ def _from_folder(folder: Path) -> list[Failure]:
             failure.fixes = fixes or failure.fixes
             failure.command = command
     return failures
+
+
+def _harness_defect(record: TrialResult, folder: Path) -> Failure:
+    """A run the harness's own code failed (a fix's wrapper raised): said so, never matched as a race."""
+    return Failure(
+        source=str(folder),
+        outcome="HARNESS_ERROR",
+        key=None,
+        summary=record.detail,
+        text="",
+        torch=record.torch_version,
+        run=str(folder),
+        detail=record.detail,
+    )
 
 
 def _timeout(record: TrialResult, folder: Path) -> Failure:
