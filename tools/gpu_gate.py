@@ -27,9 +27,13 @@ class GateError(ValueError):
     """Bad input to the gate's record: one line, exit 2."""
 
 
-def programs(shards: int) -> list[list[str]]:
-    """The GPU entries that name a fix, dealt round-robin into `shards` groups."""
-    names = [p.name for p in corpus.load() if p.device == "cuda" and p.fix]
+def programs(shards: int, only: str = "") -> list[list[str]]:
+    """The GPU entries that name a fix (those of `only`, comma-separated, if given), dealt
+    round-robin into `shards` groups."""
+    chosen = set(only.split(",")) if only else None
+    names = [p.name for p in corpus.load() if p.device == "cuda" and p.fix and (chosen is None or p.name in chosen)]
+    if chosen is not None and chosen - set(names):
+        raise GateError(f"--only: no GPU entry with a fix named {sorted(chosen - set(names))}")
     return [names[i::shards] for i in range(shards) if names[i::shards]]
 
 
@@ -101,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="verb", required=True)
     sp = sub.add_parser("programs", help="the GPU entries with a fix, one shard per line")
     sp.add_argument("--shards", type=int, default=1)
+    sp.add_argument("--only", default="", help="comma-separated entry names (default: all)")
     rp = sub.add_parser("record", help="write the gate's record")
     rp.add_argument("--junit", required=True, type=Path)
     rp.add_argument("--corpus", nargs="+", default=[], type=Path)
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.verb == "programs":
             if a.shards < 1:
                 raise GateError("--shards must be >= 1")
-            print("\n".join(",".join(names) for names in programs(a.shards)))
+            print("\n".join(",".join(names) for names in programs(a.shards, a.only)))
             return 0
         record = build(a.junit, a.corpus, a.commit)
     except (GateError, corpus.CorpusError) as e:

@@ -146,7 +146,8 @@ run_phase() {
     # (-m "race or cuda") on N xdist workers (4) beside the corpus's GPU programs, raw against the
     # fix the diagnosis offers (3 shards at once, 2 runs at a time each); the record goes to
     # results/gpu-gate/<date>.json and $OUT/gpu-gate.json. Env GATE_COMMIT: the commit the checkout
-    # is (a host's copy has no .git); GATE_RUNS: runs per arm (4).
+    # is (a host's copy has no .git); GATE_RUNS: runs per arm (4); GATE_ONLY: these entries only;
+    # GATE_SHARDS: programs at once (3); GATE_PARALLEL: runs at once per program (2).
     gate|gate:*) IFS=: read -r _ gs gn <<< "$phase"; gs=${gs:-560}; s=$(date +%s)
             export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
             timeout -k 15 $(( gs - 20 )) python3 -m pytest -v -rfE -p no:cacheprovider --basetemp "$X/gate-tmp" -n "${gn:-4}" \
@@ -155,8 +156,8 @@ run_phase() {
             gc=(); k=0
             while read -r names; do [ -n "$names" ] || continue; k=$(( k + 1 ))
               timeout -k 15 $(( gs - 30 )) python3 -m tools.corpus --device cuda --fixes --only "$names" \
-                --runs "${GATE_RUNS:-4}" -p 2 --out "$X/gate-corpus-$k" > "$X/gate-corpus-$k.txt" 2>&1 & gc+=($!)
-            done < <(python3 -m tools.gpu_gate programs --shards 3)
+                --runs "${GATE_RUNS:-4}" -p "${GATE_PARALLEL:-2}" --out "$X/gate-corpus-$k" > "$X/gate-corpus-$k.txt" 2>&1 & gc+=($!)
+            done < <(python3 -m tools.gpu_gate programs --shards "${GATE_SHARDS:-3}" --only "${GATE_ONLY:-}")
             wait $gp "${gc[@]}"; echo "gate pytest+corpus $(( $(date +%s) - s ))s"; tail -n 25 "$X/gate-pytest.txt"
             cat "$X"/gate-corpus-*.txt | grep -v "^$" | tail -n 40
             python3 -m tools.gpu_gate record --junit "$X/gate-junit.xml" --corpus "$X"/gate-corpus-*.json \
