@@ -121,9 +121,9 @@ def test_a_recompile_limit_at_exit_0_is_a_finding(tmp_path):
     assert "F10 at exit 0 in 1 run" in diagnose.summary_line([finding])
 
 
-def test_the_default_recompile_limit_alone_only_suggests_f14(tmp_path):
+def test_the_default_recompile_limit_alone_is_a_note_not_f14(tmp_path):
     # pytorch#118260's own program hits the default limit by design, single config, exit 0: the
-    # same line as a thread that missed another thread's raised limit (F14), so F14 is suspected.
+    # line alone does not show that a thread set the limit, so no race is named, only a note.
     line = (
         "W1202 12:00:01.123000 77 torch/_dynamo/convert_frame.py:1050] torch._dynamo hit config.recompile_limit (8)\n"
     )
@@ -136,10 +136,8 @@ def test_the_default_recompile_limit_alone_only_suggests_f14(tmp_path):
         )
     )
     (finding,) = diagnose.diagnose(diagnose.collect([str(tmp_path / "stress")]))
-    assert finding.race == "F14" and finding.verdict().startswith("suspected: F14"), finding.verdict()
-    (m,) = finding.matches
-    assert m.suspected and any("never raised the limit" in e for e in m.evidence), m.evidence
-    assert diagnose.faces(line) == ["F14 (config set in one thread invisible to others (R9)), suspected"]
+    assert finding.race is None and finding.verdict() == "note: recompile limit hit (not a race by itself)"
+    assert diagnose.faces(line) == []
     # F14's exception face is its own: named as known.
     crash = "torch._dynamo.exc.FailOnRecompileLimitHit: recompile_limit reached\n" + line
     assert diagnose.faces(crash) == ["F14 (config set in one thread invisible to others (R9))"]
