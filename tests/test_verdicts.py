@@ -219,3 +219,26 @@ def test_diagnose_names_the_fixs_deadlock_and_a_harness_defect_never_the_program
     assert any(
         v.startswith("a harness defect, not your program's failure: harness defect: TraceError") for v in verdicts
     )
+
+
+def test_a_program_run_from_its_installed_package_owns_its_threads(tmp_path):
+    # `python -m mypkg.serve` with mypkg under site-packages: its threads are the program's, not a library's.
+    pkg = tmp_path / "venv" / "lib" / "site-packages" / "mypkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "serve.py").write_text(
+        "import threading\n"
+        "def work():\n    raise ValueError('request lost')\n"
+        "t = threading.Thread(target=work, name='server-0'); t.start(); t.join()\n"
+    )
+    spec = TrialSpec(
+        trial_id="pkg",
+        cell="pkg",
+        workload=WorkloadSpec(kind="command", argv=(PY, "-m", "mypkg.serve")),
+        env={"PYTHONPATH": str(pkg.parent)},
+        timeout_s=60,
+        hang_s=30,
+        foreign=True,
+    )
+    result = run_trial(spec, tmp_path / "pkg")
+    assert result.outcome is Outcome.CRASH and result.thread_errors == 1 and result.noise is None, result.detail

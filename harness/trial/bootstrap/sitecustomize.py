@@ -76,11 +76,34 @@ def _is_stdlib(filename: str) -> bool:
     return path.startswith(_LIBRARY_DIRS) and not any(m in path for m in _SITE_MARKERS)
 
 
-@functools.lru_cache(maxsize=4096)
 def _is_library(filename: str) -> bool:
-    """An installed package's file, or the harness's own (the trial's fixes and probes)."""
+    """An installed package's file, or the harness's own (the trial's fixes and probes); never a
+    file of the package the program runs from (`python -m mypkg.serve` with mypkg installed)."""
+    root = _program_root()
+    return _library_path(filename) and not (root and os.path.realpath(filename).startswith(root))
+
+
+@functools.lru_cache(maxsize=4096)
+def _library_path(filename: str) -> bool:
     path = os.path.realpath(filename)
     return any(m in path for m in _SITE_MARKERS) or path.startswith(_HARNESS_DIR) or filename.startswith("<frozen")
+
+
+def _program_root() -> str:
+    """The folder of the top-level package __main__ belongs to ("" for a plain script, whose own
+    folder is no library anyway, or before __main__ has a file)."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    return _package_root(main_file) if main_file else ""
+
+
+@functools.lru_cache(maxsize=8)
+def _package_root(main_file: str) -> str:
+    folder = os.path.dirname(os.path.realpath(main_file))
+    if not os.path.isfile(os.path.join(folder, "__init__.py")):
+        return ""
+    while os.path.isfile(os.path.join(os.path.dirname(folder), "__init__.py")):
+        folder = os.path.dirname(folder)
+    return folder + os.sep
 
 
 def _creator(depth: int = 2) -> tuple[str, list[str]]:
