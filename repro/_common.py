@@ -2,7 +2,7 @@
 
 The output protocol they implement is repro/README.md's "Contract". Stdlib only, so that a script
 still runs with torch alone: `harness.runtime.fixes` (the installed project, or the checkout on
-PYTHONPATH, or else the checkout this file lies in) is imported only when `--fix` is given. Running
+PYTHONPATH) is imported only when `--fix` is given. Running
 `python repro/rNN_slug.py` puts repro/ first on sys.path, so the scripts' `from _common import ...`
 finds this file without repro/ being a package.
 """
@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 import traceback
-from pathlib import Path
 
 _HB = {"n": 0, "t": 0.0, "lock": threading.Lock()}
 
@@ -57,11 +56,10 @@ def setup(p):
         sys.setswitchinterval(args.switch_interval)
     if not args.fix:
         return args, NoFixes()
-    # The registry comes from the installed project (`pip install -e .`), from the checkout that
-    # harness trials put on PYTHONPATH, or from the checkout this script lies in (a GPU host's
-    # plain checkout, where nothing is installed).
+    # The registry comes from the installed project (`pip install -e .`), or from the checkout
+    # that harness trials put on PYTHONPATH.
     try:
-        FixSet = _fix_set_class()
+        from harness.runtime.fixes import FixSet
     except ImportError:
         print(
             "error: --fix needs the project importable: `pip install -e .` in the checkout, or PYTHONPATH=<checkout>",
@@ -101,15 +99,3 @@ def run_threads(bodies, deadline_s):
         print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
         traceback.print_exception(exc)
     return errors
-
-
-def _fix_set_class():
-    try:
-        from harness.runtime.fixes import FixSet
-    except ImportError:
-        checkout = Path(__file__).resolve().parents[1]
-        if not (checkout / "harness" / "runtime" / "fixes.py").is_file():
-            raise
-        sys.path.insert(0, str(checkout))
-        from harness.runtime.fixes import FixSet
-    return FixSet

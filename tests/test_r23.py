@@ -22,6 +22,9 @@ CELL = "launch-bound:global-lock+cstash-tls-init+cublas-handle-init+stash-incref
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_HEARTBEAT"}
+    # --fix imports the registry: the checkout on PYTHONPATH, as the runner gives every trial (a GPU
+    # host's plain checkout has nothing installed).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, env=env)
 
 

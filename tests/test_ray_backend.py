@@ -282,7 +282,13 @@ def test_a_task_that_starts_past_its_start_by_time_runs_nothing(tmp_path):
     (folder / "stale.txt").write_text("a lost attempt's file")
     record = ray_backend.land(value, folder)
     assert record.outcome is Outcome.OK and record.artefacts == str(folder)
-    assert sorted(p.name for p in folder.iterdir()) == ["exposure.json", "output.txt", "result.json", "spec.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "exposure.json",
+        "output.txt",
+        "result.json",
+        "spec.json",
+        "threads.json",
+    ]
     assert TrialResult.from_json(json.loads((folder / "result.json").read_text())) == record
 
 

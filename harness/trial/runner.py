@@ -488,6 +488,9 @@ def _harness_defect(result: TrialResult, text: str, hooked: list[dict]) -> None:
     found = tracebacks.parse_tracebacks(text + "\n" + "\n".join(thread_records.blocks(hooked)))
     for tb in found:
         innermost = tb.frames[0] if tb.frames else None  # innermost first
+        # The plan's own `raise` rule raises there on purpose: the fault it injects is no defect.
+        if tb.short_type == "InjectedFault":
+            continue
         if innermost is not None and HARNESS_CODE.search(innermost.filename):
             where = f"{innermost.filename}:{innermost.line} in {innermost.name}"
             _set(result, Outcome.HARNESS_ERROR, None, f"harness defect: {tb.exc_type}: {tb.message[:200]} at {where}")
