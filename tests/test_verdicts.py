@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.trial.blocking import FIX_LOCK_TEXTS
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import _classify, _Ending, run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
@@ -206,7 +207,8 @@ def test_diagnose_names_the_fixs_deadlock_and_a_harness_defect_never_the_program
     hang = folder(
         "0",
         outcome="hang",
-        detail="no progress for 60.0 s; dump by py-spy; the fix deadlocks this program: MainThread holds global-lock",
+        # As trial.runner writes it: the hang kind's text after the dump's method.
+        detail=f"no progress for 60.0 s; dump by py-spy; {FIX_LOCK_TEXTS[0]}: MainThread holds global-lock",
         hang_kind="fix-lock-cycle",
     )
     defect = folder(

@@ -39,8 +39,9 @@ class Calibration:
         return {"k": self.k, "n": self.n, "steps": self.steps, "threads": self.threads, "source": self.source}
 
 
-def pct_summary(artefacts: ArtefactPath) -> dict | None:
-    """The `pct` part of a trial's plan-log summary; None without one (no plan, or a native crash)."""
+def plan_summary(artefacts: ArtefactPath) -> dict | None:
+    """A trial's plan-log summary (points hit, faults injected, `pct`); None without one (no plan,
+    or a native crash)."""
     log = artefacts / PLAN_LOG
     if not log.is_file():
         return None
@@ -50,8 +51,14 @@ def pct_summary(artefacts: ArtefactPath) -> dict | None:
         except json.JSONDecodeError:  # the torn last line of a process that died writing it
             continue
         if rec.get("event") == "summary":
-            return rec.get("pct")
+            return rec
     return None
+
+
+def pct_summary(artefacts: ArtefactPath) -> dict | None:
+    """The `pct` part of a trial's plan-log summary; None without one."""
+    summary = plan_summary(artefacts)
+    return summary.get("pct") if summary is not None else None
 
 
 def calibrate(summaries: list[dict | None]) -> Calibration:

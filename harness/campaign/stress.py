@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
-import json
 import os
 import re
 import shutil
@@ -43,16 +41,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import stats
+from harness.campaign.calibration import plan_summary
 from harness.campaign.expand import plan_json
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
 from harness.campaign.progress import format_elapsed
 from harness.campaign.spec import MatrixError, PlanChoice
 from harness.trial import native
 from harness.trial.cells import NO_PLAN, cell_name
-from harness.trial.folder import NATIVE_STACK, OUTPUT, PLAN_LOG, RESULT, write_json
+from harness.trial.folder import NATIVE_STACK, OUTPUT, RESULT, write_json
 from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import interpreter_versions
-from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.outcome import HARNESS_DEFECT, Outcome, TrialResult
 from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
@@ -179,8 +178,11 @@ class StressState:
 
 
 def counts_as_failure(result: TrialResult, output: str, opts: StressOptions) -> bool:
-    if result.outcome is Outcome.OK:
-        return False
+    return result.outcome is not Outcome.OK and passes_filters(output, opts)
+
+
+def passes_filters(output: str, opts: StressOptions) -> bool:
+    """A failing run's output as `--failure` and `--ignore` let it count."""
     if opts.failure is not None and not opts.failure.search(output):
         return False
     return not (opts.ignore is not None and opts.ignore.search(output))
@@ -226,20 +228,13 @@ def _strategy(fixes: tuple[str, ...] | None) -> str:
 
 def plan_hits(folder: Path) -> int | None:
     """Points the run's plan reached, from the plan log's closing summary; None where it wrote none."""
-    path = folder / PLAN_LOG
-    if not path.is_file():
-        return None
-    lines = path.read_text(encoding="ascii", errors="replace").splitlines()
-    try:
-        summary = json.loads(lines[-1]) if lines else None
-    except ValueError:  # killed while writing it
-        return None
-    hits = summary.get("hits") if isinstance(summary, dict) else None
+    summary = plan_summary(folder)
+    hits = summary.get("hits") if summary is not None else None
     return sum(v for v in hits.values() if isinstance(v, int)) if isinstance(hits, dict) else None
 
 
 def _harness_defect(r: TrialResult) -> bool:
-    return r.outcome is Outcome.HARNESS_ERROR and r.detail.startswith("harness defect:")
+    return r.outcome is Outcome.HARNESS_ERROR and r.detail.startswith(HARNESS_DEFECT)
 
 
 def _failure_key(r: TrialResult) -> tuple:
@@ -256,7 +251,7 @@ class _Judged:
     faces: list[str]
     races: list[str]
     plan_hits: int | None
-    own: list[str] = dataclasses.field(default_factory=list)
+    own: list[str] = field(default_factory=list)
     """Races whose message the run showed, though the diagnosis found it the program's own doing."""
 
 
@@ -350,7 +345,7 @@ class _StressLoop:
         failed = counts_as_failure(result, output, self.opts) and not _harness_defect(result)
         faces = self.inspect(output) if self.inspect is not None and not failed else []
         shown = [f for f in faces if not f.endswith(", suspected")]
-        if shown and counts_as_failure(dataclasses.replace(result, outcome=Outcome.CRASH), output, self.opts):
+        if shown and passes_filters(output, self.opts):
             failed = True
             # The record says so too: readers of the folder (diagnose, the corpus) see a failed run.
             result.outcome, result.detail = Outcome.CRASH, f"exit 0, but the output shows {', '.join(shown)}"

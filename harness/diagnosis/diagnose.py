@@ -61,10 +61,10 @@ from harness.stores.retire import with_retired
 from harness.stores.store import Store, StoreError
 from harness.text import clip
 from harness.trial import blocking, hangs, native, signature, thread_records, tracebacks
-from harness.trial.folder import HANG_DUMP, NATIVE_STACK, PYSPY, RESULT, SPEC, THREAD_ERRORS
+from harness.trial.folder import HANG_DUMP, NATIVE_STACK, PYSPY, RESULT, SPEC
 from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import installed_torch
-from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.outcome import HARNESS_DEFECT, Outcome, TrialResult
 
 SUMMARY_SCORE = 1.0
 MESSAGE_SCORE = 0.5
@@ -77,10 +77,6 @@ OWN_HANG = re.compile(
     r"the program's own threads wait"
 )
 """trial.blocking's words for a hang in the program's own code (no torch frame in the way)."""
-FIX_DEADLOCK = "the fix deadlocks this program"
-"""trial.blocking's words for a hang on a `--fix` lock (fix-lock-cycle, fix-lock-wait)."""
-HARNESS_DEFECT = "harness defect:"
-"""trial.runner's words for a failure raised in the harness's own code inside the program."""
 BUSY = "busy inside torch when dumped"
 """trial.blocking's words for a single dump whose program threads were running in torch."""
 
@@ -247,7 +243,7 @@ class Finding:
                 "probably slow, not hung (one dump; dump again a minute later: other frames mean a slow "
                 f"compile, give it longer or a warm cache; the same frames a stall): {self.detail.split('; ', 1)[-1]}"
             )
-        if self.outcome == "HANG" and FIX_DEADLOCK in self.detail:
+        if self.outcome == "HANG" and any(words in self.detail for words in blocking.FIX_LOCK_TEXTS):
             # Never the program's locks: the harness's fix made this wait (trial.blocking).
             return f"the fix deadlocks this program, not a race of yours: {self.detail.split('; ', 2)[-1]}"
         if self.outcome == "HARNESS_ERROR" and self.detail.startswith(HARNESS_DEFECT):
@@ -704,13 +700,14 @@ def failures_of(record: TrialResult, art=None, *, every_thread: bool = False) ->
     a signal). `every_thread`: also each face the artefacts show that the record lacks (the thread
     hook's thread_errors.jsonl, every traceback of the whole output), so that every race of the run
     is named."""
+    # The output less libraries' noise, plus the program's Futures' exceptions (recorded, not printed).
+    text, own_blocks = thread_records.program_view(art) if art is not None else ("", [])
     base = Failure(
         source=record.trial_id,
         outcome=record.outcome.name,
         key=record.signature,
         summary=record.signature_summary,
-        # The output less libraries' noise, plus the program's Futures' exceptions (recorded, not printed).
-        text=thread_records.program_text(art) if art is not None else "",
+        text=text,
         native=_read(art, NATIVE_STACK),
         torch=record.torch_version,
         fixes=_fixes_of(record),
@@ -722,7 +719,7 @@ def failures_of(record: TrialResult, art=None, *, every_thread: bool = False) ->
     )
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
     if every_thread:
-        entries = _every_face(entries, base.text, _read(art, THREAD_ERRORS), record)
+        entries = _every_face(entries, base.text, own_blocks, record)
     if record.outcome.name == "HANG" and entries:
         # A thread died before the rest hung (a producer whose consumer then waits forever): the
         # hang and each printed failure are findings of the run.
@@ -748,7 +745,7 @@ def _entry_threads(entry: dict) -> tuple[str, ...]:
     return tuple(str(t) for t in threads) if isinstance(threads, list) else ()
 
 
-def _every_face(entries: list[dict], text: str, hooked: str, record: TrialResult) -> list[dict]:
+def _every_face(entries: list[dict], text: str, hooked: list[str], record: TrialResult) -> list[dict]:
     """The record's failures, then each failure the output and the thread hook's records show that
     none of them is (by key, summary or race): a record kept fewer (stored before they were all
     kept, or by an older signature version)."""
@@ -756,7 +753,7 @@ def _every_face(entries: list[dict], text: str, hooked: str, record: TrialResult
         entries = [{"key": record.signature, "summary": record.signature_summary, "count": 1}]
     seen = {e["key"] for e in entries} | {e.get("summary") for e in entries}
     races = {_race_of(e.get("summary")) for e in entries} - {None}
-    for found in signature.run_failures(text, extra=_hooked_blocks(hooked)):
+    for found in signature.run_failures(text, extra=hooked):
         entry = found.to_json()
         race = _race_of(entry["summary"])
         if entry["key"] in seen or entry["summary"] in seen or (race is not None and race in races):
@@ -772,20 +769,6 @@ def _race_of(summary: str | None) -> str | None:
     catalogue = load()
     family = catalogue.family(summary)
     return None if family in ("other", "?") or catalogue.race(family).kind == "generic" else family
-
-
-def _hooked_blocks(text: str) -> list[str]:
-    """thread_errors.jsonl's records as printed tracebacks, each under its thread's header."""
-    blocks = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        # A library's own thread or Future (Inductor's compile pool closing) is noise, not a face.
-        if isinstance(record, dict) and record.get("traceback") and record.get("owner") != "library":
-            blocks.append(f"Exception in thread {record.get('thread')}:\n{record['traceback']}")
-    return blocks
 
 
 def _config_threads(record: TrialResult) -> str:

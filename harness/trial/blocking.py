@@ -32,6 +32,11 @@ BUSY_IN_TORCH = "busy-in-torch"
 """One dump only: a thread of the program was running inside torch (py-spy's `active`), so the
 process was working, not stuck, when it was taken: a cold compile or autotuning under a lock looks
 like a hang from outside (a price bench of the launch-bound CUDA-graph set, H200, torch 2.11)."""
+FIX_LOCK_TEXTS = (
+    "the fix deadlocks this program (its lock is in a wait cycle, not the program's own locks)",
+    "threads wait on the fix's lock, held by a call that does not return",
+)
+"""How a hang's detail says it waits on a `--fix` lock (FIX_LOCK_CYCLE, FIX_LOCK_WAIT): diagnose reads it."""
 
 # What a running thread does, by the innermost torch module of its stack that names a phase.
 _BUSY_PHASES = (
@@ -104,8 +109,8 @@ class HangKind:
             OWN_WAIT: "the program's own threads wait (no torch frame between their code and the wait)",
             TORCH_WAIT: "a wait inside torch",
             BUSY_IN_TORCH: "busy inside torch when dumped",
-            FIX_LOCK_CYCLE: "the fix deadlocks this program (its lock is in a wait cycle, not the program's own locks)",
-            FIX_LOCK_WAIT: "threads wait on the fix's lock, held by a call that does not return",
+            FIX_LOCK_CYCLE: FIX_LOCK_TEXTS[0],
+            FIX_LOCK_WAIT: FIX_LOCK_TEXTS[1],
         }[self.kind]
         if self.kind in (FIX_LOCK_CYCLE, FIX_LOCK_WAIT):
             return f"{what}: {_fix_cycle_text(self.blocked)}"

@@ -67,6 +67,10 @@ _DESCRIPTIONS = {
     Outcome.RESOURCE: "ran out of device memory (an out-of-memory error or a failed cuBLAS allocation)",
 }
 
+HARNESS_DEFECT = "harness defect:"
+"""How the detail of a HARNESS_ERROR begins when the harness's own code, running inside the program
+(a fix, the scheduler, a probe), raised the failure (trial.runner); stress and diagnose read it."""
+
 RESOURCE_PATTERN = re.compile(
     r"OutOfMemoryError|\bout of memory\b|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED", re.I
 )

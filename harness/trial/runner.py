@@ -55,7 +55,7 @@ from harness.trial import (
 from harness.trial.cells import split_cell
 from harness.trial.frames import top_frames
 from harness.trial.interpreter import installed_torch, interpreter_versions
-from harness.trial.outcome import Outcome, TrialResult, mark_resource
+from harness.trial.outcome import HARNESS_DEFECT, Outcome, TrialResult, mark_resource
 from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
 POLL_S = 0.1
@@ -493,7 +493,7 @@ def _harness_defect(result: TrialResult, text: str, hooked: list[dict]) -> None:
             continue
         if innermost is not None and HARNESS_CODE.search(innermost.filename):
             where = f"{innermost.filename}:{innermost.line} in {innermost.name}"
-            _set(result, Outcome.HARNESS_ERROR, None, f"harness defect: {tb.exc_type}: {tb.message[:200]} at {where}")
+            _set(result, Outcome.HARNESS_ERROR, None, f"{HARNESS_DEFECT} {tb.exc_type}: {tb.message[:200]} at {where}")
             return
 
 

@@ -48,11 +48,12 @@ def without_noise(text: str, noise: list[dict]) -> str:
     return text
 
 
-def program_text(out: Any) -> str:
-    """What a reader of the run should see: its output less the libraries' noise, plus the
-    program's records that the output does not hold (a Future's exception nobody read is
-    recorded, not printed)."""
+def program_view(out: Any) -> tuple[str, list[str]]:
+    """What a reader of the run should see, from one read of its records: the output less the
+    libraries' noise plus the program's records it does not hold (a Future's exception nobody read
+    is recorded, not printed), and the program's records as printed tracebacks."""
     own, noise = split_noise(read(out))
     text = without_noise(folder.text(out / folder.OUTPUT) or "", noise)
-    missing = [b for b in blocks(own) if b not in text]
-    return text + ("\n" + "\n".join(missing) if missing else "")
+    own_blocks = blocks(own)
+    missing = [b for b in own_blocks if b not in text]
+    return text + ("\n" + "\n".join(missing) if missing else ""), own_blocks

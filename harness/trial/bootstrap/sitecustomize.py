@@ -131,37 +131,54 @@ def _thread_owner(thread) -> str:
     return "program" if "program" in (created, body) else "library"
 
 
-def _record_thread_errors(path: str) -> None:
-    previous = threading.excepthook
-    thread_init = threading.Thread.__init__
+def _remembering_creator(init):
+    """A class's __init__ that also stamps each instance with who created it (`_creator`)."""
 
-    def init(self, *args, **kwargs):
-        thread_init(self, *args, **kwargs)
+    def wrapped(self, *args, **kwargs):
+        init(self, *args, **kwargs)
         try:
             self._harness_owner, self._harness_created_at = _creator()
         except Exception:  # ownership is evidence, never a second failure
             pass
 
+    return wrapped
+
+
+def _exception_record(exc_type, exc, tb, *, thread: str | None, owner: str, created_at: list[str]) -> dict:
+    """One line of the thread-errors file: the exception as Python's thread hook prints it."""
+    text = "".join(traceback.format_exception(exc_type, exc, tb))
+    return {
+        "thread": thread,
+        "type": exc_type.__qualname__,
+        "message": str(exc)[:2000],
+        "traceback": text[-20000:],
+        "owner": owner,
+        "created_at": created_at,
+    }
+
+
+def _record_thread_errors(path: str) -> None:
+    previous = threading.excepthook
+
     def recording_hook(args) -> None:
         # SystemExit in a thread is a quiet exit (the default hook ignores it too).
         if args.exc_type is not SystemExit:
             try:
-                text = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
-                record = {
-                    "thread": getattr(args.thread, "name", None),
-                    "type": args.exc_type.__qualname__,
-                    "message": str(args.exc_value)[:2000],
-                    "traceback": text[-20000:],
-                    "owner": _thread_owner(args.thread) if args.thread is not None else "program",
-                    "created_at": getattr(args.thread, "_harness_created_at", []),
-                }
+                record = _exception_record(
+                    args.exc_type,
+                    args.exc_value,
+                    args.exc_traceback,
+                    thread=getattr(args.thread, "name", None),
+                    owner=_thread_owner(args.thread) if args.thread is not None else "program",
+                    created_at=getattr(args.thread, "_harness_created_at", []),
+                )
                 with open(path, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(record) + "\n")
             except Exception:  # the record is evidence, never a second failure
                 pass
         previous(args)
 
-    threading.Thread.__init__ = init
+    threading.Thread.__init__ = _remembering_creator(threading.Thread.__init__)
     threading.excepthook = recording_hook
     _record_unread_futures(path)
 
@@ -199,28 +216,19 @@ def _record_unread_futures(path: str) -> None:
     # program dropped unread is still reported at exit.
     records: list[dict] = []
     lock = threading.Lock()
-    future_init = _base.Future.__init__
-    set_exception, result, exception = _base.Future.set_exception, _base.Future.result, _base.Future.exception
-
-    def init(self, *args, **kwargs):
-        future_init(self, *args, **kwargs)
-        try:
-            self._harness_owner, self._harness_created_at = _creator()
-        except Exception:
-            pass
+    set_exception = _base.Future.set_exception
 
     def recording_set_exception(self, exc):
         try:
-            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            record = {
-                "thread": f"{threading.current_thread().name} (a Future's exception, never read)",
-                "type": type(exc).__qualname__,
-                "message": str(exc)[:2000],
-                "traceback": text[-20000:],
-                "owner": getattr(self, "_harness_owner", "program"),
-                "created_at": getattr(self, "_harness_created_at", []),
-                "read": False,
-            }
+            record = _exception_record(
+                type(exc),
+                exc,
+                exc.__traceback__,
+                thread=f"{threading.current_thread().name} (a Future's exception, never read)",
+                owner=getattr(self, "_harness_owner", "program"),
+                created_at=getattr(self, "_harness_created_at", []),
+            )
+            record["read"] = False
             self._harness_exception_record = record
             with lock:
                 records.append(record)
@@ -228,35 +236,39 @@ def _record_unread_futures(path: str) -> None:
             pass
         return set_exception(self, exc)
 
-    def reading(method):
-        def read(self, *args, **kwargs):
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                # After the call: a reader that waited gets the exception set meanwhile.
-                record = getattr(self, "_harness_exception_record", None)
-                if record is not None:
-                    record["read"] = True
-
-        read.__name__, read.__doc__ = method.__name__, method.__doc__
-        return read
-
-    def report() -> None:
-        with lock:
-            left = [{k: v for k, v in r.items() if k != "read"} for r in records if not r["read"]]
-        if not left:
-            return
-        try:
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.writelines(json.dumps(record) + "\n" for record in left)
-        except Exception:
-            pass
-
-    _base.Future.__init__ = init
+    _base.Future.__init__ = _remembering_creator(_base.Future.__init__)
     _base.Future.set_exception = recording_set_exception
-    _base.Future.result = reading(result)
-    _base.Future.exception = reading(exception)
-    atexit.register(report)
+    _base.Future.result = _marking_read(_base.Future.result)
+    _base.Future.exception = _marking_read(_base.Future.exception)
+    atexit.register(_write_unread, path, records, lock)
+
+
+def _marking_read(method):
+    """A Future method that marks the Future's exception record read, after the call: a reader that
+    waited gets the exception set meanwhile."""
+
+    def read(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            record = getattr(self, "_harness_exception_record", None)
+            if record is not None:
+                record["read"] = True
+
+    read.__name__, read.__doc__ = method.__name__, method.__doc__
+    return read
+
+
+def _write_unread(path: str, records: list[dict], lock: threading.Lock) -> None:
+    with lock:
+        left = [{k: v for k, v in r.items() if k != "read"} for r in records if not r["read"]]
+    if not left:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(record) + "\n" for record in left)
+    except Exception:
+        pass
 
 
 def _chain_next_sitecustomize() -> None:
