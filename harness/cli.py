@@ -21,8 +21,8 @@ from dflash.errors import UserInputError
 from harness.analysis.bench_records import BenchError
 from harness.analysis.crosstab import CrosstabError
 from harness.args import Parser, UsageError
+from harness.campaign.matrix_spec import MatrixError
 from harness.campaign.replay import ReplayError
-from harness.campaign.spec import MatrixError
 from harness.commands import (
     benches,
     crosstab,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import recommend
+from harness.analysis import verdicts
 from harness.analysis.cell_tables import NOT_MEASURED, exposure_lines, exposure_text, markdown_table, text_table
 from harness.analysis.summary import summarize
 from harness.diagnosis.catalogue import CatalogueError, load, parse
@@ -278,10 +278,10 @@ def test_recommend_does_not_count_stressed_trials_whose_window_never_opened():
     cells = [c for c in _cells().values() if c.strategy in ("raw", "global-lock", "old")]
     for c in cells:  # 29 trials each: the lock's never met the window, old's were not measured
         c.n, c.measured, c.exposed = 29, (29 if c.strategy != "old" else 0), (29 if c.strategy == "raw" else 0)
-    by = recommend.totals(cells)["r06"]
+    by = verdicts.totals(cells)["r06"]
     assert (by["global-lock"].n_stressed, by["global-lock"].n_unexposed) == (0, 29)
     assert by["old"].n_stressed == 29  # stores from before the probes: verdicts stand
-    verdict = recommend.lines(recommend.recommend([c for c in cells if c.strategy != "old"]))[0]
+    verdict = verdicts.lines(verdicts.recommend([c for c in cells if c.strategy != "old"]))[0]
     assert "`global-lock` 0/29 (0 stressed; 29 more whose window never opened, not counted)" in verdict
 
 

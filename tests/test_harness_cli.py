@@ -81,12 +81,12 @@ def test_missing_and_malformed_spec_files_are_bad_input(tmp_path, capsys):
 
 
 def test_matrix_without_a_source_runs_the_default_preset():
-    from harness.campaign import presets
+    from harness.campaign import matrix_presets
     from harness.cli import build_parser
     from harness.commands.matrix import matrix_from_options
 
     opts = build_parser().parse_args(["matrix", "--store", "unused"])
-    assert matrix_from_options(opts).name == presets.DEFAULT_PRESET == "cpu-quick"
+    assert matrix_from_options(opts).name == matrix_presets.DEFAULT_PRESET == "cpu-quick"
 
 
 def test_trials_option_sets_the_default_and_groups_with_their_own_count_keep_it():
@@ -302,15 +302,15 @@ def test_a_trial_stored_without_artefacts_is_rebuilt_from_its_matrix_spec(tmp_pa
 def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path, monkeypatch):
     # A fresh checkout holds the committed results/cpu-quick complete: the README's main job must
     # run its trials, so its default store is the git-ignored runs/cpu-quick.
-    from harness.campaign import presets
+    from harness.campaign import matrix_presets
     from harness.cli import build_parser
     from harness.commands.matrix import matrix_from_options
     from harness.stores.store import Store
     from harness.trial.outcome import Outcome, TrialResult
 
     spec = matrix_from_options(build_parser().parse_args(["matrix"]))
-    assert str(spec.store_dir) == "runs/cpu-quick" == str(presets.get("cpu-quick").store_dir)
-    assert str(presets.get("gpu-campaign").store_dir) == "results/gpu-campaign"
+    assert str(spec.store_dir) == "runs/cpu-quick" == str(matrix_presets.get("cpu-quick").store_dir)
+    assert str(matrix_presets.get("gpu-campaign").store_dir) == "results/gpu-campaign"
     monkeypatch.chdir(tmp_path)
     for root in ("results/cpu-quick", "runs/cpu-quick", "results/other"):
         Store(root).append(

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign import planning, pool, progress
+from harness.campaign import matrix_progress, planning, pool
 from harness.campaign.expand import expand
+from harness.campaign.matrix_spec import MatrixError
 from harness.campaign.pool import GpuSlots
 from harness.campaign.run import run_matrix
-from harness.campaign.spec import MatrixError
 from harness.campaign.specfile import load_spec, spec_from_dict
 from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
@@ -211,7 +211,7 @@ def test_gpu_slots_weigh_each_trial_by_its_workloads_gpu_slots():
 
 
 def test_cell_line_is_in_go_stress_format():
-    state = progress.CellState(name="r06:raw@fx-widen", runs=12, failures=3)
+    state = matrix_progress.CellState(name="r06:raw@fx-widen", runs=12, failures=3)
     assert state.line(65) == "1m05s: r06:raw@fx-widen: 12 runs so far, 3 failures (25.00%)"
     # Device memory exhaustion is counted apart and never feeds the max-failures stop rule.
     state.add(TrialResult(trial_id="t", cell=state.name, trial_index=12, outcome=Outcome.RESOURCE))
@@ -328,9 +328,9 @@ def test_gpu_trials_get_cuda_visible_devices_and_share_gpus_up_to_per_gpu(tmp_pa
     "name", ["cpu-quick", "cpu-trainer", "gpu-campaign", "gpu-repros", "gpu-topology", "gpu-topology-4"]
 )
 def test_every_preset_expands_against_the_real_fixes_scripts_and_profiles(name):
-    from harness.campaign import presets
+    from harness.campaign import matrix_presets
 
-    spec = presets.get(name)
+    spec = matrix_presets.get(name)
     trials = expand(spec)
     assert len({t.trial_id for t in trials}) == len(trials) >= 20
     assert all(t.trial_id.startswith(f"{name}/") for t in trials)

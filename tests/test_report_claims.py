@@ -9,7 +9,7 @@ import json
 import statistics
 from pathlib import Path
 
-from harness.analysis import bench_records, benches, recommend
+from harness.analysis import bench_records, benches, verdicts
 from harness.analysis.crosstab import rows as crosstab_rows
 from harness.analysis.prices import paired_ratios
 from harness.analysis.summary import summarize
@@ -31,7 +31,7 @@ LOCK_FREE = (
 @functools.cache
 def totals(store: str) -> dict:
     records = [r for r in Store(RESULTS / store).load() if r.replay_of is None]
-    return recommend.totals(summarize(records))
+    return verdicts.totals(summarize(records))
 
 
 def kn(store: str, workload: str, strategy: str, stressed: bool = True) -> str:

@@ -11,7 +11,7 @@ from dflash.cli import build_parser, config_from_args
 from dflash.devices import resolve
 from dflash.errors import DevicePlanError
 from dflash.topology import paired_topology, seed_topology, topology
-from harness.campaign import presets
+from harness.campaign import matrix_presets
 from harness.campaign.expand import expand
 from harness.trial.spec import TrialSpec
 
@@ -28,11 +28,11 @@ def _plan(trial: TrialSpec, cuda_count: int):
 
 @pytest.mark.parametrize("name, gpus", [("gpu-topology", 8), ("gpu-topology-4", 4)])
 def test_each_drafter_owns_a_gpu_in_every_trial(name, gpus):
-    spec = presets.get(name)
+    spec = matrix_presets.get(name)
     assert {w.gpus for w in spec.workloads.values()} == {gpus}
     trials = expand(spec)
-    extra = len(presets.TOPOLOGY_EXTRA_STRATEGIES) * 2 * 2 * spec.trials  # x workloads x plans
-    assert len(trials) == len(expand(presets.get("gpu-campaign"))) + extra
+    extra = len(matrix_presets.TOPOLOGY_EXTRA_STRATEGIES) * 2 * 2 * spec.trials  # x workloads x plans
+    assert len(trials) == len(expand(matrix_presets.get("gpu-campaign"))) + extra
     for trial in trials[:: len(trials) // 20]:  # both workloads, many strategies
         cfg, plan = _plan(trial, gpus)
         assert (cfg.pipeline.num_target_threads, cfg.pipeline.num_drafter_threads) == (5, 3)
@@ -45,7 +45,7 @@ def test_each_drafter_owns_a_gpu_in_every_trial(name, gpus):
 
 
 def test_the_two_gpu_topology_gives_each_drafter_its_own_gpu_beside_one_target():
-    spec = presets.get("gpu-topology-2")
+    spec = matrix_presets.get("gpu-topology-2")
     assert {w.gpus for w in spec.workloads.values()} == {2}
     trials = expand(spec)
     for trial in trials[:: len(trials) // 10]:
@@ -73,14 +73,14 @@ def test_topology_cells_are_the_campaign_cells_and_the_stash_free_cudagraph_cell
     # local-tls-init+single-thread-autograd: CUDA graphs reached without the C stash (4 H200s,
     # 2026-11-30: is the stash behind the 4-GPU segfaults?).
     names = lambda s: {c.name for c in s.cells()}  # noqa: E731
-    campaign = names(presets.get("gpu-campaign"))
+    campaign = names(matrix_presets.get("gpu-campaign"))
     added = {
         f"{w}:local-tls-init+single-thread-autograd@{p}"
         for w in ("launch-bound", "gpu-bound")
         for p in ("-", "dflash-stages")
     }
     for name in ("gpu-topology", "gpu-topology-4", "gpu-topology-2"):
-        assert names(presets.get(name)) == campaign | added
-    spec = presets.get("gpu-topology-4")
+        assert names(matrix_presets.get(name)) == campaign | added
+    spec = matrix_presets.get("gpu-topology-4")
     strategy = spec.strategies["local-tls-init+single-thread-autograd"]
     assert strategy.fixes == ("local-tls-init", "single-thread-autograd") and not strategy.sets

@@ -13,7 +13,7 @@ the run's number, kept as JSONL beside the stores (`results/<folder>/bench-<date
 
 (run by tools/unpack_run.sh) and tabled by `python -m harness report` (harness.analysis.benches).
 A bench that died is a record too, with its exit code and failure signature and no figures: the
-configuration failed alone on the GPU, which harness.analysis.recommend counts against it.
+configuration failed alone on the GPU, which harness.analysis.verdicts counts against it.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class Bench:
     its workload's trials took (a 4-GPU topology cell is not costed by a one-GPU bench)."""
     exit_code: int = 0
     """Non-zero for a bench that died (it has no figures): a configuration that failed alone on the
-    GPU is not clean, whatever its matrix cells say (harness.analysis.recommend): a cell clean at
+    GPU is not clean, whatever its matrix cells say (harness.analysis.verdicts): a cell clean at
     29 stressed trials has died of F2 in a bench."""
     signature: str | None = None
     """The died bench's failure (harness.trial.signature's summary of the stderr tail h200_run.sh prints)."""

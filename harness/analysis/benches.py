@@ -17,7 +17,7 @@ from harness.analysis.bench_records import Bench
 from harness.analysis.plots import CLEAN_COLOR, FAILED_COLOR, png_figure
 from harness.analysis.plots import bar_plot as _bar_plot
 from harness.analysis.prices import Price, Run, paired_ratios, price_runs, rows
-from harness.analysis.recommend import serialised
+from harness.analysis.verdicts import serialised
 from harness.diagnosis import families
 
 BLOCK = "benches"
@@ -136,7 +136,7 @@ def body(
         lines += [
             "",
             "Benches that did not finish (no figures). One that died of an error failed alone on "
-            "the GPU, and harness.analysis.recommend does not recommend its configuration; one that timed "
+            "the GPU, and harness.analysis.verdicts does not recommend its configuration; one that timed "
             "out is not counted either way:",
             "",
         ]

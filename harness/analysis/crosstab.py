@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness import stats
-from harness.analysis.recommend import holds
+from harness.analysis.verdicts import holds
 from harness.diagnosis import families
 from harness.trial.outcome import TrialResult
 

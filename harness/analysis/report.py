@@ -16,13 +16,13 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from harness.analysis import bench_records, benches, recommend, versions
+from harness.analysis import bench_records, benches, verdicts, versions
 from harness.analysis.cell_plots import plot_paths, write_plots
 from harness.analysis.cell_tables import family_legend, has_memory, markdown_table, pivot_table, signature_lines
 from harness.analysis.excerpts import hang_excerpts, native_excerpts
 from harness.analysis.family_table import family_table
 from harness.analysis.summary import CellSummary, summarize
-from harness.campaign import presets
+from harness.campaign import matrix_presets
 from harness.diagnosis import families, tables
 from harness.diagnosis.catalogue import RecordSource
 from harness.stores import retire
@@ -72,7 +72,11 @@ def benches_for(matrix: str, bench_runs: Sequence) -> list:
     the workload of that name took (the preset's `Workload.gpus`; 1 for a matrix that is no
     preset). tools/h200_run.sh names benches by preset alone, and gpu-topology-4's `launch-bound`
     (the seed topology) is not gpu-campaign's."""
-    gpus = {w.name: w.gpus for w in presets.get(matrix).workloads.values()} if matrix in presets.PRESETS else {}
+    gpus = (
+        {w.name: w.gpus for w in matrix_presets.get(matrix).workloads.values()}
+        if matrix in matrix_presets.PRESETS
+        else {}
+    )
     return [b for b in bench_runs if b.gpus == gpus.get(b.preset, 1)]
 
 
@@ -134,14 +138,14 @@ def block_body(
     if sigs:
         lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in sigs]
     priced = benches_for(name, bench_runs)
-    verdicts = recommend.lines(recommend.recommend(cells, bench_runs=priced), bench_runs=priced)
-    if verdicts:
+    verdict_lines = verdicts.lines(verdicts.verdicts(cells, bench_runs=priced), bench_runs=priced)
+    if verdict_lines:
         lines += [
             "",
-            f"Verdict ({recommend.__name__}: 0 failures and >= {recommend.MIN_STRESSED} trials under "
+            f"Verdict ({verdicts.__name__}: 0 failures and >= {verdicts.MIN_STRESSED} trials under "
             "a fault plan; priced against global-lock and eager):",
             "",
-        ] + [f"- {v}" for v in verdicts]
+        ] + [f"- {v}" for v in verdict_lines]
     for summary, trial_id, text in hang_excerpts(records, store_dir):
         lines += [
             "",

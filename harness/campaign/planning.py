@@ -13,8 +13,8 @@ from datetime import datetime
 from harness import stats
 from harness.campaign import slots
 from harness.campaign.expand import expand
-from harness.campaign.progress import CellState
-from harness.campaign.spec import MatrixError, MatrixSpec
+from harness.campaign.matrix_progress import CellState
+from harness.campaign.matrix_spec import MatrixError, MatrixSpec
 from harness.stores.store import Store, done_ids
 from harness.trial import gpu
 from harness.trial.outcome import Outcome, TrialResult
@@ -175,7 +175,7 @@ def memory_warnings(
 
 def pending_plan(spec: MatrixSpec, *, gpus: int = 1) -> list[CellPlan]:
     """Per cell: planned, stored, failures and the trials a run would start now. Reads the store;
-    runs nothing. Counts and the stop rule are the running pool's (progress.CellState over every
+    runs nothing. Counts and the stop rule are the running pool's (matrix_progress.CellState over every
     stored record of the cell), so a stopped cell here is one the pool would skip."""
     trials = expand(spec)
     records = Store(spec.store_dir).load()

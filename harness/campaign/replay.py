@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 
 from harness import stats
-from harness.campaign import presets, specfile
+from harness.campaign import matrix_presets, specfile
 from harness.campaign.expand import expand
+from harness.campaign.matrix_spec import MatrixError
 from harness.campaign.pool import with_run_dir
-from harness.campaign.spec import MatrixError
 from harness.faults.pct import pinned_from_log
 from harness.stores.store import ARTEFACTS_NAME, ArtefactPath, Store, StoreError, safe_name
 from harness.trial.folder import PLAN_LOG, SPEC
@@ -90,8 +90,8 @@ def spec_from_matrix(record: TrialResult, store_dir: Path) -> TrialSpec | None:
     candidates = []
     if (store_dir / SPEC).is_file():
         candidates.append(lambda: specfile.load_spec(store_dir / SPEC))
-    if name in presets.names():
-        candidates.append(lambda: presets.get(name))
+    if name in matrix_presets.names():
+        candidates.append(lambda: matrix_presets.get(name))
     for make in candidates:
         try:
             spec = make()

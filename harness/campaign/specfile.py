@@ -8,7 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.campaign.spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload, check_name
+from harness.campaign.matrix_spec import (
+    NO_PLAN,
+    Group,
+    MatrixError,
+    MatrixSpec,
+    PlanChoice,
+    Strategy,
+    Workload,
+    check_name,
+)
 
 _SPEC_KEYS = {
     "name",

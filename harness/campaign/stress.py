@@ -43,9 +43,9 @@ from pathlib import Path
 from harness import stats
 from harness.campaign.calibration import plan_summary
 from harness.campaign.expand import plan_json
+from harness.campaign.matrix_progress import format_elapsed
+from harness.campaign.matrix_spec import MatrixError, PlanChoice
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
-from harness.campaign.progress import format_elapsed
-from harness.campaign.spec import MatrixError, PlanChoice
 from harness.trial import native
 from harness.trial.cells import NO_PLAN, cell_name
 from harness.trial.folder import NATIVE_STACK, OUTPUT, RESULT, write_json

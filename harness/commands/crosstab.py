@@ -8,7 +8,7 @@ import json
 
 from harness.analysis import crosstab
 from harness.analysis.crosstab import CrosstabError
-from harness.analysis.recommend import holds
+from harness.analysis.verdicts import holds
 from harness.args import comma_list
 from harness.diagnosis import families
 from harness.stores.discovery import stores_given

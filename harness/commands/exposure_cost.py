@@ -1,5 +1,5 @@
 """`python -m harness exposure-cost`: what the exposure probes cost the trainer, probes on vs off
-in one run (harness.bench.exposure_cost says how)."""
+in one run (harness.bench.probe_overhead says how)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from dflash.config import apply_overrides
 from dflash.presets import get as preset
 from harness.args import UsageError, positive_int
-from harness.bench.exposure_cost import measure
+from harness.bench.probe_overhead import measure
 
 HELP = "what the exposure probes cost the trainer: tokens/s with probes on vs off, in one run"
 

@@ -26,12 +26,12 @@ from harness.analysis.cell_tables import (
 from harness.analysis.excerpts import native_excerpts
 from harness.analysis.summary import summarize
 from harness.args import UsageError, comma_list, positive_float, positive_int
-from harness.campaign import presets, ray_backend, slots
+from harness.campaign import matrix_presets, ray_backend, slots
 from harness.campaign.expand import expand
+from harness.campaign.matrix_progress import format_elapsed
+from harness.campaign.matrix_spec import MatrixSpec
 from harness.campaign.planning import memory_peaks, pending_plan, pool_order, replay_last
-from harness.campaign.progress import format_elapsed
 from harness.campaign.run import MatrixRun, run_matrix
-from harness.campaign.spec import MatrixSpec
 from harness.campaign.specfile import load_spec
 from harness.diagnosis import diagnose
 from harness.stores.store import Store
@@ -43,7 +43,9 @@ HELP = "run a matrix of trials (resumable)"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", help=f"one of: {', '.join(presets.names())} (default {presets.DEFAULT_PRESET})")
+    src.add_argument(
+        "--preset", help=f"one of: {', '.join(matrix_presets.names())} (default {matrix_presets.DEFAULT_PRESET})"
+    )
     src.add_argument("--file", help="JSON matrix spec (see harness.campaign.specfile.spec_from_dict)")
     src.add_argument("--list", action="store_true", help="list the presets and their cells")
     p.add_argument(
@@ -121,7 +123,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
-    spec = load_spec(opts.file) if opts.file else presets.get(opts.preset or presets.DEFAULT_PRESET)
+    spec = load_spec(opts.file) if opts.file else matrix_presets.get(opts.preset or matrix_presets.DEFAULT_PRESET)
     changes = {
         k: v
         for k, v in (
@@ -153,8 +155,8 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
 
 def run(opts: argparse.Namespace) -> int:
     if opts.list:
-        for name in presets.names():
-            spec = presets.get(name)
+        for name in matrix_presets.names():
+            spec = matrix_presets.get(name)
             cells = spec.cells()
             print(f"{name}: {len(cells)} cells, {sum(c.trials for c in cells)} trials, store {spec.store_dir}")
             for c in cells:

@@ -7,7 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
-from harness.campaign.spec import MatrixError
+from harness.campaign.matrix_spec import MatrixError
 from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, OWN, run_stress
 from harness.diagnosis import diagnose
 from harness.faults.profiles import PROFILES

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dflash.topology import paired_topology, seed_topology
-from harness.campaign.spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload
+from harness.campaign.matrix_spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload
 from harness.campaign.specfile import load_spec, strategy_from_name
 
 # Trial budgets, sized from compile times measured on the 2-core CPU box (3-6 s per eager/aot_eager

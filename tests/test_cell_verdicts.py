@@ -1,6 +1,6 @@
 """The recommendation rule: clean, >= 29 stressed trials, fastest; priced against the baselines."""
 
-from harness.analysis import recommend
+from harness.analysis import verdicts
 from harness.analysis.summary import summarize
 from harness.trial.outcome import Outcome, TrialResult
 
@@ -23,7 +23,7 @@ def _cell(cell, n, *, k=0, tok=None):
 
 
 def _verdicts(records):
-    return recommend.recommend(summarize(records))
+    return verdicts.recommend(summarize(records))
 
 
 def test_the_fastest_clean_strategy_with_29_stressed_trials_is_recommended_and_priced():
@@ -42,14 +42,14 @@ def test_the_fastest_clean_strategy_with_29_stressed_trials_is_recommended_and_p
     (v,) = _verdicts(rs)
     assert [t.strategy for t in v.chosen] == ["a"]
     assert [t.strategy for t in v.short] == ["c"] and [t.strategy for t in v.failing] == ["b"]
-    (line,) = recommend.lines([v])
+    (line,) = verdicts.lines([v])
     assert "recommend `a`" in line and "0/39 failures (29 under a fault plan)" in line
     assert "300 tokens/s = 1.50x global-lock (200 tokens/s), 0.75x eager (400 tokens/s)" in line
 
 
 def test_nothing_qualifies_is_said_with_the_evidence():
     rs = _cell("w:raw@plan", 5, k=5) + _cell("w:a@plan", 28, tok=1.0) + _cell("w:b@plan", 40, k=2, tok=1.0)
-    (line,) = recommend.lines(_verdicts(rs))
+    (line,) = verdicts.lines(_verdicts(rs))
     assert line.startswith("w: no configuration qualifies")
     assert "`a` 0/28 (28 stressed)" in line and "`b` 2/40" in line
 
@@ -66,13 +66,13 @@ def test_baselines_are_never_recommended_and_a_failing_lock_is_flagged():
     verdicts = _verdicts(rs)
     assert [v.workload for v in verdicts] == ["w"]
     assert [t.strategy for t in verdicts[0].chosen] == ["a"]
-    (line,) = recommend.lines(verdicts)
+    (line,) = verdicts.lines(verdicts)
     assert "and global-lock itself failed 1/45" in line
 
 
 def test_without_throughput_every_qualifying_strategy_is_listed():
     rs = _cell("r:raw@plan", 29, k=29) + _cell("r:x@plan", 29) + _cell("r:y@plan", 30)
-    (line,) = recommend.lines(_verdicts(rs))
+    (line,) = verdicts.lines(_verdicts(rs))
     assert line == "r: clean with >= 29 stressed trials: `x` (0/29, 29 stressed), `y` (0/30, 30 stressed)."
 
 
@@ -91,7 +91,7 @@ def test_a_lock_variant_can_win_and_the_concurrent_one_is_priced_against_it():
     (v,) = _verdicts(rs)
     assert v.chosen[0].strategy == "no-cudagraphs+global-lock"
     assert v.concurrent.strategy == "no-cudagraphs+single-thread-autograd" and v.serial is v.chosen[0]
-    (line,) = recommend.lines([v])
+    (line,) = verdicts.lines([v])
     assert "24897 tokens/s = no global-lock figure (global-lock failed 2/2), 1.49x eager" in line
     assert (
         "Fastest clean concurrent configuration: `no-cudagraphs+single-thread-autograd` (0/31), 23538 "
@@ -106,7 +106,7 @@ def test_a_concurrent_winner_meets_the_target_against_the_plain_lock():
         + _cell("w:a@-", 5, tok=130.0)
         + _cell("w:a@plan", 29, tok=110.0)
     )
-    (line,) = recommend.lines(_verdicts(rs))
+    (line,) = verdicts.lines(_verdicts(rs))
     assert "recommend `a`" in line and "1.30x global-lock (100 tokens/s)" in line
     assert "`a` (0/34), 130 tokens/s = 1.30x `global-lock`: meets the 1.2x target." in line
 
@@ -118,13 +118,13 @@ def test_when_only_lock_variants_qualify_that_is_the_finding():
         + _cell("w:a@plan", 29, k=1, tok=200.0)
         + _cell("w:b@plan", 10, tok=300.0)
     )
-    (line,) = recommend.lines(_verdicts(rs))
+    (line,) = verdicts.lines(_verdicts(rs))
     assert "recommend `global-lock+x`" in line
     assert line.endswith(
         "No concurrent configuration qualifies (each failed or has under 29 stressed "
         "trials): on this workload only serialised compiled calls are clean."
     )
-    assert recommend.serialised("global-lock+x") and not recommend.serialised("cudagraph-lock")
+    assert verdicts.serialised("global-lock+x") and not verdicts.serialised("cudagraph-lock")
 
 
 def test_a_priced_cell_whose_trials_spread_widely_is_named_with_its_range():
@@ -134,10 +134,10 @@ def test_a_priced_cell_whose_trials_spread_widely_is_named_with_its_range():
         + [_r("w:eager@-", i, tok=t) for i, t in enumerate([100.0, 200.0, 400.0])]
         + _cell("w:global-lock@-", 3, tok=200.0)
     )
-    (line,) = recommend.lines(_verdicts(rs))
+    (line,) = verdicts.lines(_verdicts(rs))
     # eager's trials ran 100..400 (4x): named; a and the lock ran steady: not named.
     assert "Throughput spread over 1.5x between trials (`eager` 100-400 tokens/s)" in line
-    (steady,) = recommend.lines(
+    (steady,) = verdicts.lines(
         _verdicts(_cell("w:a@plan", 29, tok=250.0) + _cell("w:a@-", 4, tok=300.0) + _cell("w:eager@-", 3, tok=200.0))
     )
     assert "spread" not in steady
@@ -148,9 +148,9 @@ def test_where_the_lock_is_the_only_fix_tried_it_is_judged_as_the_fix():
     held = _verdicts(
         _cell("r16:raw@reset", 10, k=6) + _cell("r16:global-lock@-", 1) + _cell("r16:global-lock@reset", 29)
     )
-    assert recommend.lines(held) == ["r16: clean with >= 29 stressed trials: `global-lock` (0/30, 29 stressed)."]
+    assert verdicts.lines(held) == ["r16: clean with >= 29 stressed trials: `global-lock` (0/30, 29 stressed)."]
     short = _verdicts(_cell("r16:raw@reset", 10, k=6) + _cell("r16:global-lock@reset", 10))
-    assert "clean so far: `global-lock` 0/10 (10 stressed)" in recommend.lines(short)[0]
+    assert "clean so far: `global-lock` 0/10 (10 stressed)" in verdicts.lines(short)[0]
     # Raw alone is still no verdict, and where other fixes were tried the lock stays a baseline.
     assert _verdicts(_cell("r16:raw@reset", 10, k=6)) == []
     (v,) = _verdicts(_cell("w:global-lock@p", 29) + _cell("w:a@p", 29))
@@ -199,12 +199,12 @@ def test_the_recommendation_carries_its_cost_alone_on_the_gpu_per_benched_run():
             torch="2.11",
         ),
     ]
-    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
+    (line,) = verdicts.lines(_verdicts(rs), bench_runs=runs)
     assert line.endswith(
         "Alone on the GPU (`dflash bench`, steady half): run 9: 400 tokens/s, 1.25x eager, "
         "`y` 0.95x it; run 11: 330 tokens/s, `y` 0.91x it."
     )
-    assert "Alone" not in recommend.lines(_verdicts(rs))[0]
+    assert "Alone" not in verdicts.lines(_verdicts(rs))[0]
 
 
 def _bench(host_run, strategy, tok, busy=None):
@@ -235,7 +235,7 @@ def test_eager_clean_at_29_stressed_is_recommended_when_no_compiled_configuratio
         + _cell("w:raw@-", 1, k=1)
     )
     runs = [_bench(15, "eager", 47798.0, 0.9851), _bench(15, "no-cudagraphs+global-lock", 40957.0)]
-    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
+    (line,) = verdicts.lines(_verdicts(rs), bench_runs=runs)
     assert line.startswith(
         "w: recommend `eager` (do not compile): 0/38 failures (34 under a fault plan), "
         "the fastest clean cell, 30148 tokens/s in the matrix = no global-lock figure "
@@ -245,14 +245,14 @@ def test_eager_clean_at_29_stressed_is_recommended_when_no_compiled_configuratio
     assert "`no-cudagraphs+global-lock` (0/22, 19 stressed) 0.86x eager (alone on the GPU, run 15)" in line
     assert line.endswith("failing: none.")  # the baselines (raw, global-lock) are not candidates
     # Eager short of 29 stressed trials is no recommendation: the old verdict stands.
-    (short,) = recommend.lines(_verdicts(_cell("w:eager@plan", 28, tok=1.0) + _cell("w:a@plan", 5, tok=1.0)))
+    (short,) = verdicts.lines(_verdicts(_cell("w:eager@plan", 28, tok=1.0) + _cell("w:a@plan", 5, tok=1.0)))
     assert short.startswith("w: no configuration qualifies")
 
 
 def test_eager_beats_a_qualifying_compiled_strategy_only_when_it_is_faster_alone():
     rs = _cell("w:eager@plan", 29, tok=200.0) + _cell("w:a@plan", 29, tok=100.0) + _cell("w:a@-", 3, tok=150.0)
     # By the matrix's medians eager (200) beats a (150) ...
-    (line,) = recommend.lines(_verdicts(rs))
+    (line,) = verdicts.lines(_verdicts(rs))
     assert (
         line.startswith("w: recommend `eager`")
         and "clean compiled configurations are slower: `a` (0/32) 0.75x eager (campaign medians)." in line
@@ -265,9 +265,9 @@ def test_eager_beats_a_qualifying_compiled_strategy_only_when_it_is_faster_alone
         _bench(5, "eager", 300.0),
         _bench(6, "a", 999.0),
     ]
-    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
+    (line,) = verdicts.lines(_verdicts(rs), bench_runs=runs)
     assert line.startswith("w: recommend `a`")
-    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs[:2])
+    (line,) = verdicts.lines(_verdicts(rs), bench_runs=runs[:2])
     assert line.startswith("w: recommend `eager`") and "`a` (0/32) 0.33x eager (alone on the GPU, run 3)" in line
 
 
@@ -286,16 +286,16 @@ def test_a_strategy_that_died_in_a_bench_is_ruled_out_though_its_cells_are_clean
     died = replace(_bench(26, "y", None), exit_code=1, signature="fx-trace-of-dynamo-fn (RuntimeError ...)")
     slow = replace(_bench(26, "global-lock+x", None), exit_code=124, signature="timed out (exit 124)")
     elsewhere = replace(died, preset="other")
-    (v,) = recommend.recommend(summarize(rs), bench_runs=[died, slow, elsewhere])
+    (v,) = verdicts.recommend(summarize(rs), bench_runs=[died, slow, elsewhere])
     assert [t.strategy for t in v.chosen] == ["global-lock+x"] and [t.strategy for t in v.failing] == ["y"]
-    (line,) = recommend.lines([v], bench_runs=[died, slow])
+    (line,) = verdicts.lines([v], bench_runs=[died, slow])
     assert "recommend `global-lock+x`" in line and "No concurrent configuration qualifies" in line
     assert line.endswith(
         "Clean in the matrix but died alone on the GPU, so not recommended: `y` (0/31; "
         "run 26: fx-trace-of-dynamo-fn (RuntimeError ...))."
     )
     # Without the benches the faster lock-free cell wins, as it did before the bench died.
-    (v,) = recommend.recommend(summarize(rs))
+    (v,) = verdicts.recommend(summarize(rs))
     assert [t.strategy for t in v.chosen] == ["y"]
 
 
@@ -329,7 +329,7 @@ def test_a_strategy_benched_twice_in_a_run_is_priced_by_the_median_and_judged_al
     ]
     (v,) = _verdicts(rs)
     assert [t.strategy for t in v.qualified] == ["global-lock+x", "no-cudagraphs+global-lock", "y"]
-    (line,) = recommend.lines([v], bench_runs=runs)
+    (line,) = verdicts.lines([v], bench_runs=runs)
     assert (
         "Fastest clean concurrent configuration: `y` (0/39), 27455 tokens/s = 0.95x `global-lock+x` "
         "(campaign medians), 1.07x alone on the GPU, run 30: misses the 1.2x target."
@@ -338,7 +338,7 @@ def test_a_strategy_benched_twice_in_a_run_is_priced_by_the_median_and_judged_al
         "run 30: 33124 tokens/s (median of 2 benches), 1.29x eager, 1.20x `no-cudagraphs+global-lock`, `y` 1.07x it."
     )
     # The latest run that benched both decides: one where y runs 1.21x the lock meets the target.
-    (fast,) = recommend.lines(
+    (fast,) = verdicts.lines(
         _verdicts(rs), bench_runs=[*runs, _bench(31, "y", 40000.0), _bench(31, "global-lock+x", 33000.0)]
     )
     assert "1.21x alone on the GPU, run 31: meets the 1.2x target." in fast
@@ -357,7 +357,7 @@ def test_a_price_run_is_read_by_its_paired_rounds_not_by_the_ratio_of_medians():
         "no-cudagraphs+global-lock": (39781.0, 38150.0, 34324.0),
     }
     runs = [replace(_bench(35, s, tok[r]), round=r, run="t0") for r in range(3) for s, tok in figures.items()]
-    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
+    (line,) = verdicts.lines(_verdicts(rs), bench_runs=runs)
     assert (
         "`y` (0/39), 27455 tokens/s = 0.95x `global-lock+x` (campaign medians), 0.95x alone on the GPU, "
         "run 35, 3 paired rounds: misses the 1.2x target." in line
@@ -368,11 +368,11 @@ def test_a_price_run_is_read_by_its_paired_rounds_not_by_the_ratio_of_medians():
     )
     # Benches of two price runs in one host run do not pair across them: the ratio of the medians again.
     other = [replace(b, run="t1") if b.strategy == "y" else b for b in runs]
-    (line,) = recommend.lines(_verdicts(rs), bench_runs=other)
+    (line,) = verdicts.lines(_verdicts(rs), bench_runs=other)
     assert "1.06x alone on the GPU, run 35: misses" in line
     # Two runs that both paired them are not pooled: the latest run decides (y 2x the lock there).
     later = [replace(b, run="t9", tokens_steady=b.tokens_steady * (2 if b.strategy == "y" else 1)) for b in runs]
-    (line,) = recommend.lines(_verdicts(rs), bench_runs=[*runs, *later])
+    (line,) = verdicts.lines(_verdicts(rs), bench_runs=[*runs, *later])
     assert "1.91x alone on the GPU, run 35, 3 paired rounds: meets the 1.2x target." in line
 
 
@@ -384,10 +384,10 @@ def test_eager_alone_is_the_median_of_the_runs_benches():
         _bench(34, "eager", 47932.0, 0.99),
         _bench(34, "eager", 47870.0, 0.99),
     ]
-    (line,) = recommend.lines(_verdicts(rs), bench_runs=runs)
+    (line,) = verdicts.lines(_verdicts(rs), bench_runs=runs)
     assert "alone on the GPU (run 34, steady half) 47870 tokens/s (median of 3 benches), GPU busy 99%" in line
     # Benches outside the GPU-host runs (a CPU price run) have no run number: `run ?`.
-    (line,) = recommend.lines(_verdicts(rs), bench_runs=[_bench(None, "eager", 5.0), _bench(None, "a", 4.0)])
+    (line,) = verdicts.lines(_verdicts(rs), bench_runs=[_bench(None, "eager", 5.0), _bench(None, "a", 4.0)])
     assert (
         "alone on the GPU (run ?, steady half) 5 tokens/s" in line and "0.80x eager (alone on the GPU, run ?)" in line
     )
@@ -403,7 +403,7 @@ def test_a_run_with_paired_and_unpaired_benches_says_which_ratio_is_which():
         for r, tok in enumerate((40.0, 40.0, 40.0))
     ]
     runs.append(_bench(36, "eager", 22.0))
-    (line,) = recommend.lines(_verdicts(_launch_bound_cells()), bench_runs=runs)
+    (line,) = verdicts.lines(_verdicts(_launch_bound_cells()), bench_runs=runs)
     assert line.endswith(
         "run 36: 44 tokens/s (median of 3 benches), 2.00x eager, 1.10x `no-cudagraphs+global-lock` (3 paired rounds)."
     )
