@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.runtime.errors import UserInputError
 from harness.stores.store import write_atomic
 from harness.trial.signature import crash_signature
 
@@ -36,7 +37,7 @@ DEFAULT_MODE = "reduce-overhead"
 """h200_run.sh's bench phase compiles with this mode when the phase names none."""
 
 
-class BenchError(ValueError):
+class BenchError(UserInputError):
     """Bad input: one line, nothing written."""
 
 

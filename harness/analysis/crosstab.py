@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from harness import stats
 from harness.analysis.verdicts import holds
 from harness.diagnosis import families
+from harness.runtime.errors import UserInputError
 from harness.trial.outcome import TrialResult
 
 
-class CrosstabError(ValueError):
+class CrosstabError(UserInputError):
     """Bad input: one line, exit 2."""
 
 

@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.args import UsageError
+from harness.runtime.errors import UserInputError
 
 PAUSE_FACTOR = 10.0
 """A step this many times slower than the window's median is a one-off (a compile), not pace."""
@@ -30,7 +30,7 @@ PAUSE_FACTOR = 10.0
 _EVENT = re.compile(r'\{"event": ')
 
 
-class WarmupError(UsageError):
+class WarmupError(UserInputError):
     """Bad input (a missing log, a log without metrics lines): one `error:` line, exit 2."""
 
 

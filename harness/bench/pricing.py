@@ -56,6 +56,7 @@ from dflash.errors import DevicePlanError
 from dflash.topology import topology as topology_sets
 from harness.analysis.bench_records import BenchError, append, died, died_signature, strategy_of, timed_out
 from harness.analysis.prices import Price, Run, price_runs, rows
+from harness.runtime.errors import UserInputError
 from harness.runtime.fixes import FixSet, check_cuda_graphs, parse_names
 from harness.trial import hangs
 from harness.trial.interpreter import installed_torch
@@ -66,7 +67,7 @@ STDERR_TAIL = 40
 """Lines of a died run's stderr kept for its signature (h200_run.sh's bench phase keeps as many)."""
 
 
-class PriceError(ValueError):
+class PriceError(UserInputError):
     """Bad input: one line, exit 2, nothing run or written."""
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.runtime.errors import UserInputError
 from harness.trial.cells import cell_name
 from harness.trial.interpreter import interpreter_versions
 from harness.trial.spec import WORKLOAD_KINDS, InvalidSpec
@@ -22,7 +23,7 @@ DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_HANG_S = 60.0
 
 
-class MatrixError(ValueError):
+class MatrixError(UserInputError):
     """A matrix spec the user can fix: unknown strategy, malformed plan, missing workload."""
 
 

@@ -25,6 +25,7 @@ from harness.campaign.expand import expand
 from harness.campaign.matrix_spec import MatrixError
 from harness.campaign.pool import with_run_dir
 from harness.faults.pct import pinned_from_log
+from harness.runtime.errors import UserInputError
 from harness.stores.store import ARTEFACTS_NAME, ArtefactPath, Store, StoreError, safe_name
 from harness.trial.folder import PLAN_LOG, SPEC
 from harness.trial.outcome import TrialResult
@@ -34,7 +35,7 @@ from harness.trial.spec import InvalidSpec, TrialSpec
 REPLAYS_NAME = "replays"
 
 
-class ReplayError(ValueError):
+class ReplayError(UserInputError):
     """Unknown trial id, or a stored trial that cannot be replayed."""
 
 
