@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.diagnosis import catalogue as catalogue_module
-from harness.diagnosis import diagnose
+from harness.diagnosis import diagnose, log_text
 from harness.diagnosis.catalogue import RecordSource, load, major_minor
 from harness.stores.discovery import trial_stores
 from harness.stores.store import Store
@@ -324,9 +324,9 @@ def test_one_dump_with_no_thread_running_stays_a_hang():
 
 def test_a_log_names_its_own_torch():
     text = "STALLED: ...\ntorch 2.11.0+cu130, Python 3.12.3\nthreads (...):\n"
-    assert diagnose._torch_in(text) == "2.11.0+cu130"
-    assert diagnose._torch_in('{"event": "failed", "torch": "2.11.0+cu130"}') == "2.11.0+cu130"
-    assert diagnose._torch_in("no version here") is None
+    assert log_text.torch_in(text) == "2.11.0+cu130"
+    assert log_text.torch_in('{"event": "failed", "torch": "2.11.0+cu130"}') == "2.11.0+cu130"
+    assert log_text.torch_in("no version here") is None
 
 
 # ------------------------------------------------------------------ every race of a run, honestly

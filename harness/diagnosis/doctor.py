@@ -22,8 +22,8 @@ from typing import Any
 
 from harness.diagnosis import probes
 from harness.diagnosis.catalogue import RecordSource, load, major_minor
-from harness.diagnosis.diagnose import version_verdict
 from harness.diagnosis.probes import ProbeResult
+from harness.diagnosis.race_evidence import version_verdict
 from harness.runtime.recommend import recommended
 
 

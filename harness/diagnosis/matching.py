@@ -1,0 +1,230 @@
+"""Matching one failure against the catalogue: the race its summary names, races suspected behind a
+generic family, a race's warning-level face in a run that did not fail, and whether the program
+fails that way on its own (one thread, a measured window that never opened)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.diagnosis.catalogue import Catalogue, Race, RecordSource, count, load, major_minor
+from harness.diagnosis.failure import Failure
+
+SUMMARY_SCORE = 1.0
+
+
+MESSAGE_SCORE = 0.5
+
+
+NATIVE_SCORE = 0.5
+
+
+SUSPECT_SCORE = 0.4
+
+
+WARNING_SCORE = 0.8
+
+
+@dataclass(kw_only=True, slots=True)
+class Match:
+    race: str
+    title: str
+    kind: str
+    score: float
+    evidence: list[str]
+    suspected: bool = False
+
+
+def match(
+    failure: Failure, catalogue: Catalogue, records_of: RecordSource, named: frozenset[str] = frozenset()
+) -> list[Match]:
+    """Catalogue races that fit the failure, best first: the race its summary names (the
+    families' first-match rule), else races suspected behind its generic family. `named`: races
+    another failure of the same run names by its own summary; the run's output shows their
+    messages, which say nothing of this failure."""
+    if failure.outcome == "OK":
+        return warning_faces(failure, catalogue)
+    if failure.outcome == "TIMEOUT":
+        return []
+    family = catalogue.family(failure.summary)
+    matches: list[Match] = []
+    if family not in ("other", "?"):
+        race = catalogue.race(family)
+        if race.native and failure.native and first_hit(race.native, failure.native) is None:
+            # The message is the race's, its own native frames are not there, another's are: that
+            # other (a daemon thread ended at exit prints stash-exit-finalize's terminate message).
+            other = [m for m in _by_native(failure, catalogue) if m.race != race.id]
+            if other:
+                return other
+        ev = [f"signature summary matches /{_which(race.summaries, failure.summary or '')}/"]
+        score = SUMMARY_SCORE + _extra(race, failure, ev)
+        matches.append(Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=ev))
+    if family in ("other", "?") or catalogue.race(family).kind == "generic":
+        matches[:0] = _suspects(family, failure, catalogue, records_of)
+        # A native crash whose frames are a race's own (R5's cache-entry insertion) is that race,
+        # wherever the Python frame of the crash happened to be.
+        matches[:0] = _by_native(failure, catalogue)
+        if family in ("other", "?"):
+            matches += [m for m in _by_text(failure, catalogue) if m.race not in named]
+    return matches
+
+
+def warning_faces(failure: Failure, catalogue: Catalogue) -> list[Match]:
+    """A run that did not fail but whose output shows a race: its warning-level face (F10's
+    recompile limit: those threads ran eagerly) or a race's message logged and carried on."""
+    out = []
+    for race in catalogue.races:
+        if race.kind == "generic":
+            continue
+        message = first_hit(race.messages, failure.text)
+        hit = first_hit(race.warnings, failure.text) or message
+        if hit is None:
+            continue
+        evidence = [f"at {failure.detail or 'exit 0'}, the output shows {hit!r}"]
+        # A warning other code prints as well (F14's default recompile limit) suggests the race only
+        # where the run shows its precondition (a thread set the limit); alone it names nothing.
+        unsure = message is None and bool(race.warnings_unsure)
+        if unsure:
+            shown = first_hit(race.context, failure.context())
+            if shown is None:
+                continue
+            evidence += [f"not shown by that line alone: {race.warnings_unsure}", f"the run shows {shown!r}"]
+        out.append(
+            Match(
+                race=race.id,
+                title=race.title,
+                kind=race.kind,
+                score=SUSPECT_SCORE if unsure else WARNING_SCORE,
+                evidence=evidence,
+                suspected=unsure,
+            )
+        )
+    out.sort(key=lambda m: -m.score)
+    return out
+
+
+def warning_notes(failure: Failure, catalogue: Catalogue) -> str:
+    """The notes an OK run's unsure warnings get where no race is named by them (F14's recompile
+    limit hit with no thread that set it: `recompile limit hit (not a race by itself)`)."""
+    notes = [
+        race.warnings_alone
+        for race in catalogue.races
+        if race.warnings_alone
+        and first_hit(race.warnings, failure.text) is not None
+        and first_hit(race.context, failure.context()) is None
+    ]
+    return "; ".join(dict.fromkeys(notes))
+
+
+def faces(text: str, catalogue: Catalogue | None = None) -> list[str]:
+    """`RACE (title)` for each race an OK run's output shows (stress keeps such runs)."""
+    catalogue = catalogue or load()
+    return [
+        f"{m.race} ({m.title})" + (", suspected" if m.suspected else "")
+        for m in warning_faces(Failure(source="", outcome="OK", key=None, summary=None, text=text), catalogue)
+    ]
+
+
+def _which(patterns: Sequence[str], text: str) -> str:
+    """The first pattern that matches (evidence text)."""
+    return next((p for p in patterns if re.search(p, text)), patterns[0])
+
+
+def first_hit(patterns: Sequence[str], text: str) -> str | None:
+    """The text the first matching pattern found, or None."""
+    return next((m.group(0) for p in patterns if (m := re.search(p, text))), None)
+
+
+def _extra(race: Race, failure: Failure, ev: list[str]) -> float:
+    score = 0.0
+    if (hit := first_hit(race.messages, failure.text)) is not None:
+        ev.append(f"message {hit!r}")
+        score += MESSAGE_SCORE
+    if (hit := first_hit(race.native, failure.native)) is not None:
+        ev.append(f"native frame {hit!r}")
+        score += NATIVE_SCORE
+    return score
+
+
+def _suspects(family: str, failure: Failure, catalogue: Catalogue, records_of: RecordSource) -> list[Match]:
+    """Races whose `faces` include this generic family, whose `context` is in the run, on a torch
+    where their repro reproduced."""
+    out = []
+    context = failure.context()
+    for race in catalogue.races:
+        if family not in race.faces:
+            continue
+        hit = first_hit(race.context, context)
+        if hit is None:
+            continue
+        seen = _reproduced_on(race, failure.torch, records_of)
+        if seen is None:
+            continue
+        ev = [f"a {family} in a run with {hit!r}", seen]
+        out.append(
+            Match(race=race.id, title=race.title, kind=race.kind, score=SUSPECT_SCORE, evidence=ev, suspected=True)
+        )
+    return out
+
+
+def _reproduced_on(race: Race, torch: str | None, records_of: RecordSource) -> str | None:
+    """Where the race's own repro failed on this torch (major.minor), or None."""
+    if not torch:
+        return None
+    here = major_minor(torch)
+    for v in race.versions:
+        if v.torch != here or v.store is None:
+            continue
+        c = count(v, race, records_of)
+        if c is not None and c.k:
+            return f"its repro reproduced {c.k}/{c.n} on torch {here} ({v.where()})"
+    return None
+
+
+def _by_native(failure: Failure, catalogue: Catalogue) -> list[Match]:
+    out = []
+    for race in catalogue.races:
+        hit = first_hit(race.native, failure.native)
+        if hit is not None:
+            out.append(
+                Match(
+                    race=race.id,
+                    title=race.title,
+                    kind=race.kind,
+                    score=NATIVE_SCORE + SUMMARY_SCORE / 2,
+                    evidence=[f"native frame {hit!r} in the crashing thread"],
+                )
+            )
+    return out
+
+
+def _by_text(failure: Failure, catalogue: Catalogue) -> list[Match]:
+    """No signature family: races whose message templates or native frames are in the output
+    (a log whose signature did not parse, a program that printed the error and exited 0)."""
+    out = []
+    for race in catalogue.races:
+        ev: list[str] = []
+        score = _extra(race, failure, ev)
+        if score:
+            out.append(Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=ev))
+    return sorted(out, key=lambda m: -m.score)
+
+
+def on_its_own(failure: Failure, race: Race) -> str:
+    """Why a failure showing a race's message is the program's own doing, not that race: it ran
+    with one thread (the race needs two), or the race's window was measured and never opened."""
+    if race.kind != "race":
+        return ""
+    if failure.threads_started == 0 and _main_thread_only(failure):
+        return "one thread"
+    if race.exposure and (failure.exposures or {}).get(race.id) == 0:
+        return f"{race.id}'s window ({race.exposure}) was measured and never opened in the run"
+    return ""
+
+
+def _main_thread_only(failure: Failure) -> bool:
+    """Whether the failure's text shows the main thread only (no other thread printed a failure)."""
+    if any(t not in ("", "MainThread") for t in failure.threads):
+        return False
+    return re.search(r"^Exception in thread (?!MainThread\b)", failure.text, re.M) is None
