@@ -157,6 +157,12 @@ def _exception_record(exc_type, exc, tb, *, thread: str | None, owner: str, crea
     }
 
 
+_HOOK_LOCK = threading.RLock()
+"""One thread's uncaught traceback is printed whole: the default hook writes it line by line, and
+threads that fail together (one race, every worker) interleave them past telling which frame is
+whose."""
+
+
 def _record_thread_errors(path: str) -> None:
     previous = threading.excepthook
 
@@ -176,7 +182,8 @@ def _record_thread_errors(path: str) -> None:
                     fh.write(json.dumps(record) + "\n")
             except Exception:  # the record is evidence, never a second failure
                 pass
-        previous(args)
+        with _HOOK_LOCK:
+            previous(args)
 
     threading.Thread.__init__ = _remembering_creator(threading.Thread.__init__)
     threading.excepthook = recording_hook
