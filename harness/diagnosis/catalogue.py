@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.faults.exposure import PROBES
+from harness.runtime.errors import UserInputError
 from harness.stores.store import Store
 from harness.trial.outcome import TrialResult
 
@@ -36,7 +37,7 @@ REPRO_WORKLOAD = re.compile(r"(r\d\d)(?:$|[-_:])")
 """A workload named after a repro id (cpu-quick's `r06`, a spec's `r06-inductor`)."""
 
 
-class CatalogueError(ValueError):
+class CatalogueError(UserInputError):
     """The catalogue file is malformed: one line, naming the entry."""
 
 
@@ -269,105 +270,38 @@ def _fix(raw: dict, where: str) -> FixEvidence:
     return _evidence(FixEvidence, raw, where, name=raw.get("name", ""), edit=edit, leaves=_strs(raw, "leaves", where))
 
 
-def _race(raw: dict) -> Race:
-    where = f"race {raw.get('id', '?')}"
-    unknown = set(raw) - {
+RACE_LISTS = (
+    "summary",
+    "messages",
+    "native",
+    "repros",
+    "upstream",
+    "aliases",
+    "faces",
+    "context",
+    "warnings",
+    "crash_sites",
+    "reports",
+)
+"""A race's keys that hold a list of strings."""
+RACE_KEYS = frozenset(
+    (
+        *RACE_LISTS,
         "id",
         "title",
         "kind",
         "needs_cuda",
-        "summary",
-        "messages",
-        "native",
         "probe",
         "exposure",
-        "repros",
-        "upstream",
-        "aliases",
         "hint",
-        "faces",
-        "context",
         "fixes",
         "versions",
-        "warnings",
         "warnings_unsure",
         "warnings_alone",
-        "crash_sites",
-        "reports",
-    }
-    if unknown:
-        raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
-    if raw.get("kind") not in KINDS:
-        raise CatalogueError(f"{where}: kind must be one of {KINDS}")
-    for key in ("summary", "messages", "native", "context", "warnings", "crash_sites"):
-        for p in _strs(raw, key, where):
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise CatalogueError(f"{where}: bad {key} regex {p!r}: {e}") from None
-    if not raw.get("summary") and not raw.get("crash_sites"):
-        raise CatalogueError(f"{where}: no summary pattern")
-    exposure = raw.get("exposure")
-    if exposure is not None:
-        probe = PROBES.get(exposure)
-        if probe is None:
-            raise CatalogueError(
-                f"{where}: unknown exposure probe {exposure!r} (harness.faults.exposure.PROBES: {', '.join(PROBES)})"
-            )
-        if probe.window != raw.get("id"):
-            raise CatalogueError(f"{where}: exposure probe {exposure!r} counts window {probe.window!r}, not this race")
-    fixes = tuple(_fix(f, f"{where} fix {f.get('name', '?')}") for f in raw.get("fixes", []))
-    versions = tuple(
-        _evidence(
-            VersionEvidence,
-            v,
-            f"{where} torch {v.get('torch', '?')}",
-            torch=v.get("torch", ""),
-            fix_cells=_fix_cells(v, f"{where} torch {v.get('torch', '?')}"),
-        )
-        for v in raw.get("versions", [])
     )
-    return Race(
-        id=raw["id"],
-        title=raw["title"],
-        kind=raw["kind"],
-        needs_cuda=bool(raw.get("needs_cuda")),
-        summary=_strs(raw, "summary", where),
-        messages=_strs(raw, "messages", where),
-        native=_strs(raw, "native", where),
-        probe=raw.get("probe"),
-        exposure=exposure,
-        repros=_strs(raw, "repros", where),
-        upstream=_strs(raw, "upstream", where),
-        aliases=_strs(raw, "aliases", where),
-        hint=raw.get("hint", ""),
-        faces=_strs(raw, "faces", where),
-        context=_strs(raw, "context", where),
-        warnings=_strs(raw, "warnings", where),
-        warnings_unsure=raw.get("warnings_unsure", ""),
-        warnings_alone=raw.get("warnings_alone", ""),
-        crash_sites=_strs(raw, "crash_sites", where),
-        reports=_strs(raw, "reports", where),
-        fixes=fixes,
-        versions=versions,
-    )
-
-
-def _repro(raw: dict, races: dict[str, Race]) -> Repro:
-    where = f"repro {raw.get('id', '?')}"
-    family = raw.get("family", "")
-
-    def expand(m: re.Match) -> str:
-        if m.group(1) not in races:
-            raise CatalogueError(f"{where}: family names unknown race {m.group(1)!r}")
-        return races[m.group(1)].pattern
-
-    family = re.sub(r"\{([\w-]+)\}", expand, family)
-    try:
-        re.compile(family)
-    except re.error as e:
-        raise CatalogueError(f"{where}: bad family regex: {e}") from None
-    keys = {
+)
+REPRO_KEYS = frozenset(
+    (
         "id",
         "script",
         "device",
@@ -389,16 +323,76 @@ def _repro(raw: dict, races: dict[str, Race]) -> Repro:
         "fix_source",
         "fix_window",
         "fix_exposed",
-    }
-    if set(raw) - keys:
-        raise CatalogueError(f"{where}: unknown keys {sorted(set(raw) - keys)}")
-    fix_window, fix_exposed = raw.get("fix_window"), raw.get("fix_exposed")
-    if (fix_window is None) != (fix_exposed is None):
-        raise CatalogueError(f"{where}: fix_window and fix_exposed go together")
-    if fix_window is not None and fix_window not in FIX_WINDOWS:
-        raise CatalogueError(f"{where}: fix_window must be one of {FIX_WINDOWS}")
-    if fix_exposed is not None and not (isinstance(fix_exposed, int) and fix_exposed >= 1):
-        raise CatalogueError(f"{where}: fix_exposed must be an int >= 1")
+    )
+)
+
+
+def _race(raw: dict) -> Race:
+    where = f"race {raw.get('id', '?')}"
+    _check_race(raw, where)
+    fixes = tuple(_fix(f, f"{where} fix {f.get('name', '?')}") for f in raw.get("fixes", []))
+    versions = tuple(_version(v, f"{where} torch {v.get('torch', '?')}") for v in raw.get("versions", []))
+    return Race(
+        id=raw["id"],
+        title=raw["title"],
+        kind=raw["kind"],
+        needs_cuda=bool(raw.get("needs_cuda")),
+        probe=raw.get("probe"),
+        exposure=raw.get("exposure"),
+        hint=raw.get("hint", ""),
+        warnings_unsure=raw.get("warnings_unsure", ""),
+        warnings_alone=raw.get("warnings_alone", ""),
+        fixes=fixes,
+        versions=versions,
+        **{key: _strs(raw, key, where) for key in RACE_LISTS},
+    )
+
+
+def _check_race(raw: dict, where: str) -> None:
+    """A race entry's keys, kind, regexes and exposure probe, before any of it is read."""
+    unknown = set(raw) - RACE_KEYS
+    if unknown:
+        raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
+    if raw.get("kind") not in KINDS:
+        raise CatalogueError(f"{where}: kind must be one of {KINDS}")
+    for key in ("summary", "messages", "native", "context", "warnings", "crash_sites"):
+        for p in _strs(raw, key, where):
+            _regex(p, f"{where}: bad {key} regex {p!r}")
+    if not raw.get("summary") and not raw.get("crash_sites"):
+        raise CatalogueError(f"{where}: no summary pattern")
+    _check_exposure(raw.get("exposure"), raw.get("id"), where)
+
+
+def _regex(pattern: str, what: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise CatalogueError(f"{what}: {e}") from None
+
+
+def _check_exposure(exposure: str | None, race_id: str | None, where: str) -> None:
+    """The race's exposure probe exists and counts this race's window."""
+    if exposure is None:
+        return
+    probe = PROBES.get(exposure)
+    if probe is None:
+        raise CatalogueError(
+            f"{where}: unknown exposure probe {exposure!r} (harness.faults.exposure.PROBES: {', '.join(PROBES)})"
+        )
+    if probe.window != race_id:
+        raise CatalogueError(f"{where}: exposure probe {exposure!r} counts window {probe.window!r}, not this race")
+
+
+def _version(raw: dict, where: str) -> VersionEvidence:
+    return _evidence(VersionEvidence, raw, where, torch=raw.get("torch", ""), fix_cells=_fix_cells(raw, where))
+
+
+def _repro(raw: dict, races: dict[str, Race]) -> Repro:
+    where = f"repro {raw.get('id', '?')}"
+    family = _repro_family(raw.get("family", ""), races, where)
+    if set(raw) - REPRO_KEYS:
+        raise CatalogueError(f"{where}: unknown keys {sorted(set(raw) - REPRO_KEYS)}")
+    _check_fix_window(raw.get("fix_window"), raw.get("fix_exposed"), where)
     return Repro(
         id=raw["id"],
         script=raw["script"],
@@ -419,9 +413,31 @@ def _repro(raw: dict, races: dict[str, Race]) -> Repro:
         native=raw.get("native"),
         on_torch=raw.get("on_torch"),
         fix_source=raw.get("fix_source", ""),
-        fix_window=fix_window,
-        fix_exposed=fix_exposed,
+        fix_window=raw.get("fix_window"),
+        fix_exposed=raw.get("fix_exposed"),
     )
+
+
+def _repro_family(family: str, races: dict[str, Race], where: str) -> str:
+    """The repro's family regex with each `{race}` replaced by that race's pattern."""
+
+    def expand(m: re.Match) -> str:
+        if m.group(1) not in races:
+            raise CatalogueError(f"{where}: family names unknown race {m.group(1)!r}")
+        return races[m.group(1)].pattern
+
+    family = re.sub(r"\{([\w-]+)\}", expand, family)
+    _regex(family, f"{where}: bad family regex")
+    return family
+
+
+def _check_fix_window(fix_window: object, fix_exposed: object, where: str) -> None:
+    if (fix_window is None) != (fix_exposed is None):
+        raise CatalogueError(f"{where}: fix_window and fix_exposed go together")
+    if fix_window is not None and fix_window not in FIX_WINDOWS:
+        raise CatalogueError(f"{where}: fix_window must be one of {FIX_WINDOWS}")
+    if fix_exposed is not None and not (isinstance(fix_exposed, int) and fix_exposed >= 1):
+        raise CatalogueError(f"{where}: fix_exposed must be an int >= 1")
 
 
 def parse(text: str) -> Catalogue:

@@ -3,7 +3,7 @@ mean for threads.
 
 Every fact comes from a probe run in a subprocess (`harness.diagnosis.probes`); a probe that
 crashes, hangs or prints no result is reported as `unknown (probe failed: ...)`, never guessed.
-Then the fix sets `harness.runtime.recommend.recommended` gives for this torch (cpu; cuda with and without
+Then the fix sets `harness.runtime.fixes.recommended_sets.recommended` gives for this torch (cpu; cuda with and without
 CUDA graphs when a GPU is present), which catalogued races (`harness.diagnosis.catalogue`)
 are expected here, from each race's `needs_cuda` and the probe it names, and what was measured on
 this torch's major.minor (the catalogue's `[[race.versions]]`, counted from the committed stores:
@@ -24,7 +24,7 @@ from harness.diagnosis import probes
 from harness.diagnosis.catalogue import RecordSource, load, major_minor
 from harness.diagnosis.probes import ProbeResult
 from harness.diagnosis.race_evidence import version_verdict
-from harness.runtime.recommend import recommended
+from harness.runtime.fixes.recommended_sets import recommended
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +160,12 @@ def _cuda_only(key: str) -> bool:
 def format_text(report: DoctorReport) -> str:
     """One line per fact; where no CUDA device is, the facts and races that need one are named on
     one line each (`--json` keeps them all), and the bundled trainer's fix set comes last."""
-    by_key = {r.key: r for r in report.facts}
-    cuda = by_key.get("cuda_available")
+    lines = _fact_lines(report) + _race_lines(report) + _recommended_lines(report)
+    return "\n".join(lines) + "\n"
+
+
+def _fact_lines(report: DoctorReport) -> list[str]:
+    cuda = next((r for r in report.facts if r.key == "cuda_available"), None)
     no_cuda = cuda is not None and cuda.ok and cuda.value is False
     lines, skipped = [], []
     for r in report.facts:
@@ -175,26 +179,34 @@ def format_text(report: DoctorReport) -> str:
             f"not on this build (no CUDA device): {len(skipped)} facts about GPUs and CUDA graphs "
             f"({', '.join(skipped)}; `--json` has each)"
         )
+    return lines
+
+
+def _race_lines(report: DoctorReport) -> list[str]:
     if not report.races.available:
-        lines.append(f"expected races: unknown (catalogue not available: {report.races.error})")
-    else:
-        lines.append("expected races (harness.diagnosis.catalogue):")
-        cuda_races = [r.id for r in report.races.races if r.reason.startswith("needs CUDA;")]
-        for race in report.races.races:
-            if race.id in cuda_races:
-                continue
-            lines.append(f"race {race.id}: {race.status}  ({race.title}; {race.reason})")
-            if race.on_this_torch:
-                lines.append(f"  {race.on_this_torch}")
-        if cuda_races:
-            lines.append(f"races that need CUDA, not expected here: {', '.join(cuda_races)}")
+        return [f"expected races: unknown (catalogue not available: {report.races.error})"]
+    lines = ["expected races (harness.diagnosis.catalogue):"]
+    cuda_races = [r.id for r in report.races.races if r.reason.startswith("needs CUDA;")]
+    for race in report.races.races:
+        if race.id in cuda_races:
+            continue
+        lines.append(f"race {race.id}: {race.status}  ({race.title}; {race.reason})")
+        if race.on_this_torch:
+            lines.append(f"  {race.on_this_torch}")
+    if cuda_races:
+        lines.append(f"races that need CUDA, not expected here: {', '.join(cuda_races)}")
+    return lines
+
+
+def _recommended_lines(report: DoctorReport) -> list[str]:
+    lines = []
     if report.recommended_error or report.recommended:
         lines.append("for the bundled trainer (python -m dflash train --set fixes=recommended):")
     if report.recommended_error:
         lines.append(f"recommended: unknown ({report.recommended_error})")
     for rec in report.recommended:
         lines.append(f"{rec.key}: {rec.line}  ({rec.meaning}; from harness.runtime.recommend.recommended)")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def to_json(report: DoctorReport) -> dict[str, Any]:
