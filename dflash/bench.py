@@ -25,7 +25,7 @@ from dflash.config import RunConfig
 from dflash.devices import resolve
 from dflash.gpu_busy import GpuBusy
 from dflash.train import train
-from harness.runtime import faults
+from harness.runtime import failpoints as faults
 
 ROUNDS = 4
 MICRO_CALLS = 200_000

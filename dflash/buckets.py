@@ -46,7 +46,7 @@ from itertools import pairwise
 import numpy as np
 
 from dflash.config import BATCHING_RULES
-from dflash.errors import DataError
+from dflash.trainer_errors import DataError
 
 
 @dataclass(frozen=True, slots=True)

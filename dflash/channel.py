@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Generic, TypeVar
 
-from dflash.errors import StageStopped
-from harness.runtime.faults import fault_point
+from dflash.trainer_errors import StageStopped
+from harness.runtime.failpoints import fault_point
 
 T = TypeVar("T")
 _CLOSED = object()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dflash.errors import UserInputError
+from harness.runtime.errors import UserInputError
 
 KEEP = 2
 LATEST = "LATEST"

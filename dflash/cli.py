@@ -19,19 +19,19 @@ import threading
 
 from dflash import presets
 from dflash.config import RunConfig, apply_overrides, from_dict
-from dflash.errors import UserInputError
 from dflash.plan import run as plan_text
 from dflash.prepare import main as prepare_main
+from harness.runtime.errors import UserInputError
 from harness.runtime.fixes import parse_names
 
 
-class UsageError(UserInputError):
+class CommandLineError(UserInputError):
     """Bad command line (unknown flag, missing argument)."""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line instead of usage + message
-        raise UsageError(message)
+        raise CommandLineError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,9 +144,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     rounds = ROUNDS if args.rounds is None else args.rounds
     if rounds < 1:
-        raise UsageError(f"--rounds must be >= 1, got {rounds}")
+        raise CommandLineError(f"--rounds must be >= 1, got {rounds}")
     if args.oracle_every < 0:
-        raise UsageError(f"--oracle-every must be >= 0, got {args.oracle_every}")
+        raise CommandLineError(f"--oracle-every must be >= 0, got {args.oracle_every}")
     return bench(config_from_args(args), rounds=rounds, oracle_every=args.oracle_every)
 
 
@@ -168,7 +168,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.epoch < 0 or (args.seed is not None and args.seed < 0):
-        raise UsageError("--seed and --epoch must be >= 0")
+        raise CommandLineError("--seed and --epoch must be >= 0")
     cfg = config_from_args(args)
     seed = cfg.data.shuffle_seed if args.seed is None else args.seed
     print(plan_text(cfg, lengths_path=args.lengths, seed=seed, epoch=args.epoch), flush=True)

@@ -13,7 +13,7 @@ import os
 import torch
 import torch.compiler
 
-from dflash.errors import ConfigError
+from harness.runtime.errors import ConfigError
 
 
 def check(path: str | None) -> None:

@@ -12,7 +12,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 
-from dflash.errors import ConfigError
+from harness.runtime.errors import ConfigError
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 ATTENTION_BACKENDS = ("auto", "flex", "sdpa")

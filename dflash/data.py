@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dflash.errors import DataError
+from dflash.trainer_errors import DataError
 
 COLUMNS = ("input_ids", "loss_mask")
 DOC_IDS = "doc_ids"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from dflash.config import DeviceConfig
-from dflash.errors import DevicePlanError
+from dflash.trainer_errors import DevicePlanError
 
 SUPPORTED_TYPES = ("cpu", "cuda")
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dflash.config import DrafterConfig
-from dflash.errors import ConfigError
+from harness.runtime.errors import ConfigError
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 

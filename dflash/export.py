@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from dflash.config import DrafterConfig, RunConfig
 from dflash.drafter import DFlashDrafter, resolve_mask_token_id
-from dflash.errors import UserInputError
+from harness.runtime.errors import UserInputError
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"

@@ -37,8 +37,8 @@ import numpy as np
 
 from dflash.buckets import batch_sizes
 from dflash.data import open_dataset
-from dflash.errors import DataError
 from dflash.seeds import SEEDS
+from dflash.trainer_errors import DataError
 
 SHIPPED_SAMPLES = SEEDS.samples
 SHIPPED_SEED = 0

@@ -28,9 +28,9 @@ from torch import nn
 
 from dflash.config import ATTENTION_BACKENDS, PRECISIONS
 from dflash.drafter import FULL, SLIDING, DenseMask, DFlashDrafter, window_mask
-from dflash.errors import ConfigError
 from dflash.loss import LossOut, block_labels, block_loss, position_weights
 from dflash.masks import flex_block_mask, sdpa_mask
+from harness.runtime.errors import ConfigError
 
 
 class DFlashObjective(nn.Module):

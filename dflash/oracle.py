@@ -28,9 +28,9 @@ import torch
 from torch import nn
 
 from dflash.config import TrainConfig
-from dflash.errors import WrongResult
 from dflash.loss import LossOut
 from dflash.step import StepInputs, StepResult
+from dflash.trainer_errors import WrongResult
 
 
 @dataclass(kw_only=True, slots=True)

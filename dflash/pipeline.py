@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from dflash import stacks
 from dflash.channel import ChannelClosed
-from dflash.errors import StageStopped
+from dflash.trainer_errors import StageStopped
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from dflash.data import pack_documents, write_token_file
-from dflash.errors import DataError, UserInputError
+from dflash.trainer_errors import DataError
+from harness.runtime.errors import UserInputError
 
 
 @dataclass(kw_only=True, slots=True)

@@ -24,8 +24,8 @@ from dflash.config import (
     TargetConfig,
     TrainConfig,
 )
-from dflash.errors import ConfigError
 from dflash.seeds import SEEDS
+from harness.runtime.errors import ConfigError
 from harness.runtime.fixes import RECOMMENDED
 
 DEFAULT_PRESET = "tiny-cpu"
@@ -110,7 +110,7 @@ def _gpu(
         train=TrainConfig(
             steps=steps, lr=6e-4, out_dir=f"runs/{name}", log_interval_s=10.0, eval_prompts=16, eval_new_tokens=64
         ),
-        # The set measured clean for this device kind and compile mode (harness.runtime.recommend.recommended):
+        # The set measured clean for this device kind and compile mode (harness.runtime.fixes.recommended_sets.recommended):
         # raw, gpu-default showed no step after 140 s on one H200 (torch 2.11), three drafter
         # threads compiling at once. `--set fixes=none` (or `fixes=`) runs the raw pipeline.
         fixes=(RECOMMENDED,),

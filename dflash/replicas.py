@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from dflash.config import TrainConfig
-from dflash.errors import StageStopped, WrongResult
 from dflash.step import StepResult
+from dflash.trainer_errors import StageStopped, WrongResult
 
 
 def warmup_cosine(total_steps: int, warmup_ratio: float) -> Callable[[int], float]:

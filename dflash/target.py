@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from dflash.config import TargetConfig
-from dflash.errors import ConfigError
+from harness.runtime.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PAD_TOKEN_ID = 0

@@ -10,7 +10,7 @@ GPUs (everything doubles up), which is how CPU tests and one GPU check them.
 
 from __future__ import annotations
 
-from dflash.errors import DevicePlanError
+from dflash.trainer_errors import DevicePlanError
 
 
 def seed_topology(num_gpus: int) -> tuple[str, ...]:

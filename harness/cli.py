@@ -17,7 +17,6 @@ import signal
 import sys
 from types import ModuleType
 
-from dflash.errors import UserInputError
 from harness.analysis.bench_records import BenchError
 from harness.analysis.crosstab import CrosstabError
 from harness.args import Parser, UsageError
@@ -52,6 +51,7 @@ from harness.commands import (
 from harness.diagnosis.catalogue import CatalogueError
 from harness.diagnosis.diagnose import DiagnoseError
 from harness.faults.scheduler import InvalidPlan
+from harness.runtime.errors import UserInputError
 from harness.stores.store import StoreError
 from harness.trial.spec import InvalidSpec
 

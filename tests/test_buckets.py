@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dflash.buckets import Batch, batch_sizes, bucket_of, fill, plan_epoch, summarize
-from dflash.errors import DataError
+from dflash.trainer_errors import DataError
 
 
 @st.composite

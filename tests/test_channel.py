@@ -9,8 +9,8 @@ import time
 import pytest
 
 from dflash.channel import Channel, ChannelClosed, OrderedReceiver, StartupGate, Turns
-from dflash.errors import StageStopped
 from dflash.heartbeat import Heartbeat
+from dflash.trainer_errors import StageStopped
 
 POLL_S = 0.01
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from dflash import compile_cache
-from dflash.errors import ConfigError
+from harness.runtime.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

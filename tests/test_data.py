@@ -15,7 +15,7 @@ from dflash.batch import HiddenBatch, TokenBatch
 from dflash.buckets import Batch
 from dflash.collate import collate
 from dflash.data import open_dataset, split_for_training, validate_vocab, write_token_file
-from dflash.errors import DataError
+from dflash.trainer_errors import DataError
 from tests.datautil import arrow_files, make_rows, write_save_to_disk
 
 ROWS = make_rows(50, seed=1)

@@ -8,7 +8,7 @@ import torch
 from dflash import presets
 from dflash.config import DeviceConfig
 from dflash.devices import resolve
-from dflash.errors import DevicePlanError
+from dflash.trainer_errors import DevicePlanError
 
 
 def test_threads_take_devices_round_robin():

@@ -13,9 +13,9 @@ from dflash.drafter import (
     resolve_layer_ids,
     resolve_mask_token_id,
 )
-from dflash.errors import ConfigError
 from dflash.objective import DFlashObjective
 from dflash.target import build_target
+from harness.runtime.errors import ConfigError
 
 BS = 4
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -9,11 +9,11 @@ import torch.nn.functional as F
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
-from dflash.errors import ConfigError
 from dflash.evaluate import acceptance_length, speculative_generate, speculative_generate_batch
 from dflash.masks import sdpa_mask
 from dflash.objective import DFlashObjective
 from dflash.target import build_target
+from harness.runtime.errors import ConfigError
 
 BS = 4
 PROMPTS = [[5, 17, 33, 9, 41, 2], [100, 3, 3, 250, 7], [60, 61, 62, 63, 64, 65, 66]]

@@ -12,7 +12,7 @@ import torch
 import dflash.export as export
 from dflash.config import DrafterConfig, RunConfig
 from dflash.drafter import DFlashDrafter
-from dflash.errors import UserInputError
+from harness.runtime.errors import UserInputError
 
 
 def _run_cfg(**drafter_kw) -> RunConfig:

@@ -8,8 +8,9 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from dflash.errors import ConfigError, InjectedFault
-from harness.runtime import faults
+from dflash import fault_points
+from harness.runtime import failpoints as faults
+from harness.runtime.errors import ConfigError, InjectedFault
 
 
 @pytest.fixture(autouse=True)

@@ -13,9 +13,9 @@ import torch._inductor.cudagraph_trees as cgt  # imported here: the main thread 
 from test_cli import run_cli
 from test_pipeline_errors import small_cli_args
 
-from dflash.errors import ConfigError
 from harness.runtime import fixes
-from harness.runtime.fixes import FIXES, FixSet
+from harness.runtime.errors import ConfigError
+from harness.runtime.fixes import FIXES, FixSet, phase_lock
 
 JOIN_S = 20.0
 

@@ -17,8 +17,9 @@ import pytest
 import torch
 import torch._dynamo
 
-from dflash.errors import ConfigError
-from harness.runtime import fixes, recommend
+from harness.runtime import fixes
+from harness.runtime.errors import ConfigError
+from harness.runtime.fixes import recommended_sets as recommend
 from harness.runtime.guard import Guard, GuardError, parse_fixes
 
 ROOT = Path(__file__).resolve().parents[1]

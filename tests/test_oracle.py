@@ -18,12 +18,12 @@ import torch
 from test_pipeline_errors import REPO, small_cli_args, small_config
 
 from dflash.config import TrainConfig
-from dflash.errors import WrongResult
 from dflash.loss import LossOut
 from dflash.oracle import Diff, compare
 from dflash.step import StepResult
 from dflash.train import train
-from harness.runtime import faults
+from dflash.trainer_errors import WrongResult
+from harness.runtime import failpoints as faults
 from harness.trial.outcome import Outcome
 from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec

@@ -26,7 +26,6 @@ from dflash.channel import Channel, ChannelClosed
 from dflash.collate import collate
 from dflash.config import CompileConfig, DataConfig, DrafterConfig, TargetConfig
 from dflash.data import DOC_IDS, open_dataset, pack_documents, write_token_file
-from dflash.errors import ConfigError, DataError
 from dflash.metrics import Metrics
 from dflash.prefetch import BatchPrefetcher, EpochPlanner
 from dflash.prepare import prepare_jsonl
@@ -35,6 +34,8 @@ from dflash.synthetic import ensure_synthetic_corpus
 from dflash.target import build_target, document_inputs
 from dflash.target_loop import TargetForwardLoop
 from dflash.train import train
+from dflash.trainer_errors import DataError
+from harness.runtime.errors import ConfigError
 from harness.runtime.fixes import FixSet
 from tests.datautil import affine_generate, build_tokenizer, make_rows
 from tests.test_doc_ids import BS, obj, target  # noqa: F401  (module fixtures: the objective under test)

@@ -20,9 +20,9 @@ import time
 import pytest
 
 from dflash.config import DataConfig, DrafterConfig, PipelineConfig, RunConfig, TargetConfig, TrainConfig
-from dflash.errors import InjectedFault
 from dflash.train import train
-from harness.runtime import faults
+from harness.runtime import failpoints as faults
+from harness.runtime.errors import InjectedFault
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE_DIR = os.path.join(REPO, ".cache", "dflash-test")

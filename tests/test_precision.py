@@ -8,9 +8,9 @@ import torch
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig, TrainConfig
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
-from dflash.errors import ConfigError
 from dflash.objective import DFlashObjective
 from dflash.target import build_target
+from harness.runtime.errors import ConfigError
 
 BS = 4
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from dflash.data import open_dataset
-from dflash.errors import DataError
 from dflash.prepare import load_tokenizer, prepare_jsonl
+from dflash.trainer_errors import DataError
 from tests.datautil import CHAT_TEMPLATE, build_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -14,8 +14,8 @@ from test_cli import assert_bad_input, run_cli
 from test_pipeline_errors import small_cli_args, small_config
 
 from dflash import checkpoint, cli, presets
-from dflash.errors import ConfigError
 from dflash.train import Trainer
+from harness.runtime.errors import ConfigError
 from harness.runtime.fixes import FIXES, FixSet
 from harness.runtime.recommend import recommended, resolve_names
 

@@ -84,7 +84,7 @@ def test_missing_or_corrupt_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_resume_with_another_replica_count_is_bad_input(tmp_path):
-    from dflash.errors import ConfigError
+    from harness.runtime.errors import ConfigError
 
     cfg = small_config(tmp_path / "run", steps=4)
     assert train(_with_train(cfg, stop_at_step=2)).exit_code == 0

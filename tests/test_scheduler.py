@@ -322,8 +322,8 @@ def test_stage_points_reach_the_scheduler_through_dflash_faults(tmp_path):
         rules=[Rule(point="drafter.before_step", action="raise", first_hit=2, max_hits=1, params={"message": "m"})],
     )
     code = """
-        import harness.runtime.faults as faults
-        from dflash.errors import InjectedFault
+        import harness.runtime.failpoints as faults
+        from harness.runtime.errors import InjectedFault
         faults.fault_point("drafter.before_step")
         try:
             faults.fault_point("drafter.before_step")

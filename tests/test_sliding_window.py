@@ -8,10 +8,10 @@ import torch
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, RunConfig, TargetConfig, apply_overrides
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
-from dflash.errors import ConfigError
 from dflash.masks import dense_mask
 from dflash.objective import DFlashObjective
 from dflash.target import build_target
+from harness.runtime.errors import ConfigError
 
 BS = 4
 MIXED = ("sliding_attention", "full_attention")

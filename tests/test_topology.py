@@ -9,8 +9,8 @@ import torch
 
 from dflash.cli import build_parser, config_from_args
 from dflash.devices import resolve
-from dflash.errors import DevicePlanError
 from dflash.topology import paired_topology, seed_topology, topology
+from dflash.trainer_errors import DevicePlanError
 from harness.campaign import matrix_presets
 from harness.campaign.expand import expand
 from harness.trial.spec import TrialSpec

@@ -19,7 +19,7 @@ import time
 
 from dflash import presets
 from dflash.config import ConfigError, apply_overrides
-from dflash.errors import DevicePlanError
+from dflash.trainer_errors import DevicePlanError
 
 
 def main(argv: list[str] | None = None) -> int:

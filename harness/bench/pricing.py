@@ -52,8 +52,8 @@ from pathlib import Path
 
 from dflash import presets
 from dflash.config import ConfigError, apply_overrides
-from dflash.errors import DevicePlanError
 from dflash.topology import topology as topology_sets
+from dflash.trainer_errors import DevicePlanError
 from harness.analysis.bench_records import BenchError, append, died, died_signature, strategy_of, timed_out
 from harness.analysis.prices import Price, Run, price_runs, rows
 from harness.runtime.errors import UserInputError

@@ -34,10 +34,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from dflash.errors import InjectedFault
 from harness.faults import points
 from harness.faults.pct import Pct, PctEngine
 from harness.faults.points import STAGE_POINTS, TORCH_POINTS
+from harness.runtime.errors import InjectedFault
 
 ENV_PLAN = "HARNESS_PLAN"
 ENV_PLAN_LOG = "HARNESS_PLAN_LOG"
