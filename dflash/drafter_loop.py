@@ -30,7 +30,7 @@ from dflash.metrics import Metrics
 from dflash.oracle import Oracle
 from dflash.replicas import ReplicaGroup
 from dflash.step import StepInputs, compile_step, grad_step, make_inputs
-from harness.runtime.faults import fault_point
+from harness.runtime.failpoints import fault_point
 
 STAGE = "drafter"
 WARMUP_SEED = 0x5741524D

@@ -20,7 +20,7 @@ from dflash.config import DataConfig
 from dflash.data import TokenDataset
 from dflash.heartbeat import beat
 from dflash.metrics import Metrics
-from harness.runtime.faults import fault_point
+from harness.runtime.failpoints import fault_point
 
 STAGE = "prefetch"
 

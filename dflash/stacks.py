@@ -51,13 +51,17 @@ COMPILE_FUNCTIONS = {
 """Inductor's first-launch autotuning of a kernel runs outside compile_fx, at the first call."""
 WAIT_SITES = {
     ("dflash.replicas", "_wait"),
+    ("harness.runtime.fixes.global_lock", "enter"),
+    ("harness.runtime.fixes.phase_lock", "enter"),
+    ("harness.runtime.fixes.cudagraph_trees", "locked_run"),
     ("harness.runtime.fixes", "enter"),
     ("harness.runtime.fixes", "locked_run"),
     ("dflash.fixes", "enter"),
     ("dflash.fixes", "locked_run"),
 }
 """Innermost frames of a thread blocked on another one (channels are all of dflash.channel); the
-registry's frames under its module name before and after it moved to harness.runtime."""
+registry's frames under its modules now and under the names it had before (harness.runtime.fixes,
+dflash.fixes)."""
 
 
 @dataclass(frozen=True, slots=True)

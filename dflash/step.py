@@ -17,7 +17,7 @@ from torch import nn
 from dflash.anchors import sample_anchors
 from dflash.batch import HiddenBatch
 from dflash.config import CompileConfig, DrafterConfig
-from harness.runtime.faults import fault_point, fault_value
+from harness.runtime.failpoints import fault_point, fault_value
 from harness.runtime.fixes import call_key
 
 # Large odd multiplier: distinct (seed, seq) pairs give distinct generator seeds.

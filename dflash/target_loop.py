@@ -23,7 +23,7 @@ from dflash.heartbeat import beat
 from dflash.metrics import Metrics
 from dflash.step import compile_fn
 from dflash.target import TargetModel, document_inputs
-from harness.runtime.faults import fault_point
+from harness.runtime.failpoints import fault_point
 from harness.runtime.fixes import call_key
 
 STAGE = "target"

@@ -57,9 +57,9 @@ from dflash.target import TargetModel, build_target
 from dflash.target_loop import TargetForwardLoop
 from dflash.timeline import Timeline
 from dflash.watchdog import EXIT_STALLED, Stall, Watchdog
-from harness.runtime import faults
+from harness.runtime import failpoints as faults
 from harness.runtime.fixes import FixSet, check_cuda_graphs
-from harness.runtime.recommend import Recommendation, resolve_names
+from harness.runtime.fixes.recommended_sets import Recommendation, resolve_names
 
 SIGNAL_GRACE_S = 2.0
 """After SIGINT/SIGTERM, how long the pipeline may run on to reach a step boundary."""

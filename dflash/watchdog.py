@@ -49,7 +49,7 @@ then once more without native frames, then faulthandler."""
 DIAGNOSE_TIMEOUT_S = 30.0
 PR_SET_PTRACER = 0x59616D61
 PR_SET_PTRACER_ANY = ctypes.c_ulong(-1)
-_CHILD_ENV_DROP = ("HARNESS_PLAN", "DFLASH_FAULTS")
+_CHILD_ENV_DROP = ("HARNESS_PLAN", "HARNESS_FAULTS")
 """Not passed to py-spy and the diagnosis: a fault plan must not run in the helper processes."""
 
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def run_dflash(argv: list[str], timeout_s: float = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=REPO)
-    env.pop("DFLASH_FAULTS", None)
+    env.pop("HARNESS_FAULTS", None)
     return subprocess.run(
         [sys.executable, "-m", "dflash", *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s
     )

@@ -168,7 +168,7 @@ def test_a_point_takes_several_hooks_nested_and_a_raise_reaches_them(fake_point)
 
 
 def test_stage_handlers_are_composed_for_dflash_faults():
-    from harness.runtime import faults
+    from harness.runtime import failpoints as faults
 
     seen = []
     points.uninstall_all()

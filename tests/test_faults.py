@@ -37,7 +37,7 @@ def run_in_thread(name: str, fn):
 
 
 def test_fault_point_is_noop_without_handler():
-    for name in faults.POINTS:
+    for name in fault_points.POINTS:
         faults.fault_point(name)
     assert faults.measure_off_cost(1000) > 0
 
@@ -100,7 +100,7 @@ def test_delay_and_yield_and_off_do_not_raise():
 def test_handler_and_env_plan_are_chained():
     seen: list[str] = []
     faults.set_handler(seen.append)
-    faults.install_from_env({"DFLASH_FAULTS": "drafter.before_backward=raise", "DFLASH_FAULTS_SEED": "3"})
+    faults.install_from_env({"HARNESS_FAULTS": "drafter.before_backward=raise", "HARNESS_FAULTS_SEED": "3"})
     with pytest.raises(InjectedFault):
         faults.fault_point("drafter.before_backward")
     faults.fault_point("drafter.after_backward")
@@ -139,8 +139,8 @@ def test_parse_errors_are_specific(spec, message):
 
 
 def test_bad_seed_is_config_error():
-    with pytest.raises(ConfigError, match="DFLASH_FAULTS_SEED"):
-        faults.install_from_env({"DFLASH_FAULTS": "gate.before_open=raise", "DFLASH_FAULTS_SEED": "x"})
+    with pytest.raises(ConfigError, match="HARNESS_FAULTS_SEED"):
+        faults.install_from_env({"HARNESS_FAULTS": "gate.before_open=raise", "HARNESS_FAULTS_SEED": "x"})
 
 
 class Out(NamedTuple):
@@ -177,3 +177,32 @@ def test_fault_value_runs_the_other_tasks_and_the_handler_as_fault_point_does():
     faults.install_plan("drafter.after_forward=raise")
     with pytest.raises(InjectedFault):
         faults.fault_value("drafter.after_forward", x)
+
+
+def test_a_program_registers_its_own_points(monkeypatch):
+    # A private registry: the trainer's points stay registered for the other tests.
+    monkeypatch.setattr(faults, "_registered", {})
+    with pytest.raises(ConfigError, match="none; a program names its own"):
+        faults.parse_plan("serve.before_reply=raise")
+    faults.register_points(["serve.before_reply", "serve.after_decode"], value_points=["serve.after_decode"])
+    assert faults.registered_points() == ("serve.before_reply", "serve.after_decode")
+    assert faults.registered_value_points() == ("serve.after_decode",)
+    assert faults.parse_plan("serve.after_decode=corrupt")[0].task == "corrupt"
+    with pytest.raises(ConfigError, match="unknown point 'drafter.before_step'"):
+        faults.parse_plan("drafter.before_step=raise")
+
+
+@pytest.mark.parametrize(
+    ("names", "value_points", "message"),
+    [(["nodot"], (), "not named stage.event"), (["a.b"], ("c.d",), "not among the points")],
+)
+def test_register_points_refuses_bad_names(monkeypatch, names, value_points, message):
+    monkeypatch.setattr(faults, "_registered", {})
+    with pytest.raises(ValueError, match=message):
+        faults.register_points(names, value_points=value_points)
+    assert faults.registered_points() == ()
+
+
+def test_the_trainer_registers_its_points():
+    assert set(fault_points.POINTS) <= set(faults.registered_points())
+    assert faults.registered_value_points() == fault_points.VALUE_POINTS

@@ -374,7 +374,7 @@ def test_stash_incref_gives_a_stealing_stash_the_reference_it_keeps(monkeypatch)
     # ... patched, the stash holds one of its own, and the exit gives it back.
     assert exits_after_stash(keep[1], torch._C._stash_obj_in_tls, expect=0) == 0
     # The patch probed the binding once (a private object of its own), then passed the stash on.
-    assert [k for k in stole if not k.startswith("dflash_stash_probe_")] == ["dflash-test-stash"] * 2
+    assert [k for k in stole if not k.startswith("harness_stash_probe_")] == ["dflash-test-stash"] * 2
     assert len(stole) == 3
 
     # Over a binding that increfs (torch 2.13, measured by repro r22) the wrapper adds nothing.
@@ -449,7 +449,7 @@ def test_readers_writer_lock_lets_readers_share_and_a_writer_wait_for_them():
 
 
 def test_phase_lock_runs_a_keys_first_calls_alone_and_later_ones_side_by_side(monkeypatch):
-    monkeypatch.setattr(fixes, "PHASE_LOCK", fixes.ReadersWriterLock())
+    monkeypatch.setattr(phase_lock, "PHASE_LOCK", fixes.ReadersWriterLock())
     fix = fixes.PhaseLock()
     fs = FixSet([fix])
     key = fixes.call_key(len, torch.zeros(2, 3))
@@ -464,7 +464,8 @@ def test_phase_lock_runs_a_keys_first_calls_alone_and_later_ones_side_by_side(mo
         with fs.around_call(key):
             # exclusive: another thread cannot share it now
             t = threading.Thread(
-                target=lambda: (fixes.PHASE_LOCK.acquire(False), fixes.PHASE_LOCK.release(False)), name="reader"
+                target=lambda: (phase_lock.PHASE_LOCK.acquire(False), phase_lock.PHASE_LOCK.release(False)),
+                name="reader",
             )
             t.start()
             t.join(0.2)
@@ -483,10 +484,10 @@ def test_phase_lock_runs_a_keys_first_calls_alone_and_later_ones_side_by_side(mo
 
 
 def test_phase_lock_sends_a_key_back_to_exclusive_when_dynamo_compiled_during_a_shared_call(monkeypatch):
-    monkeypatch.setattr(fixes, "PHASE_LOCK", fixes.ReadersWriterLock())
+    monkeypatch.setattr(phase_lock, "PHASE_LOCK", fixes.ReadersWriterLock())
     compiled = iter(range(100))
     graphs = [0]
-    monkeypatch.setattr(fixes, "_graphs_compiled", lambda: graphs[0])
+    monkeypatch.setattr(phase_lock, "_graphs_compiled", lambda: graphs[0])
     fix = fixes.PhaseLock()
     fs = FixSet([fix])
     for _ in range(fixes.PHASE_WARM_CALLS + 1):

@@ -168,7 +168,7 @@ def test_compiled_steps_agree_with_eager_and_the_corruption_is_caught(fault_env,
 
 @pytest.mark.slow
 def test_python_m_dflash_train_exits_3_with_a_wrong_result_line(tmp_path):
-    env = dict(os.environ, PYTHONPATH=REPO, DFLASH_FAULTS=ZERO_TRAIN_1)
+    env = dict(os.environ, PYTHONPATH=REPO, HARNESS_FAULTS=ZERO_TRAIN_1)
     proc = subprocess.run(
         [sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run")), *ORACLE_ON],
         cwd=tmp_path,

@@ -324,7 +324,7 @@ def test_a_small_run_trains_on_packed_rows_with_warmup_and_persistent_buffers(tm
 @pytest.mark.slow
 def test_the_trainer_command_finishes_on_a_packed_synthetic_corpus(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO)
-    env.pop("DFLASH_FAULTS", None)
+    env.pop("HARNESS_FAULTS", None)
     proc = subprocess.run(
         [
             sys.executable,

@@ -272,7 +272,7 @@ def test_lift_rejects_unknown_profiles_and_targets(capsys):
 
 WORKLOAD = textwrap.dedent("""
     import threading
-    import harness.runtime.faults as faults
+    import harness.runtime.failpoints as faults
 
     def body():
         for i in range(150):

@@ -1,7 +1,7 @@
 """Error propagation: a fault at any point, in any stage thread, ends the run cleanly with exit 1.
 
 Each case injects `raise` at one fault point limited to one thread (`point@thread=raise`, the
-DFLASH_FAULTS thread filter) into a small in-process run with 2 prefetch, 2 target and 2
+HARNESS_FAULTS thread filter) into a small in-process run with 2 prefetch, 2 target and 2
 drafter threads, and checks what a person would see: exit code 1 within 10 s, the failing
 thread named in a `=== thread <name> failed: InjectedFault: ... ===` report, and every stage
 thread joined (threading.enumerate() back to its baseline).
@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from dflash import fault_points
 from dflash.config import DataConfig, DrafterConfig, PipelineConfig, RunConfig, TargetConfig, TrainConfig
 from dflash.train import train
 from harness.runtime import failpoints as faults
@@ -81,9 +82,9 @@ def stage_threads() -> list[str]:
 
 
 STAGE_POINTS = {
-    "prefetch": [p for p in faults.POINTS if p.startswith("prefetch.")],
-    "target": [p for p in faults.POINTS if p.startswith("target.")],
-    "train": [p for p in faults.POINTS if p.startswith("drafter.")],
+    "prefetch": [p for p in fault_points.POINTS if p.startswith("prefetch.")],
+    "target": [p for p in fault_points.POINTS if p.startswith("target.")],
+    "train": [p for p in fault_points.POINTS if p.startswith("drafter.")],
 }
 CASES = [(point, f"dflash-{stage}-{i}") for stage, points in STAGE_POINTS.items() for point in points for i in (0, 1)]
 CASES.append(("gate.before_open", "dflash-train-*"))
@@ -156,7 +157,7 @@ def test_small_config_trains_without_faults(tmp_path):
 
 def test_subprocess_fault_exits_1_with_the_thread_report(tmp_path):
     """The process contract as the harness sees it: exit status 1 and the report on stderr."""
-    env = dict(os.environ, PYTHONPATH=REPO, DFLASH_FAULTS="drafter.after_backward@dflash-train-1=raise(boom)")
+    env = dict(os.environ, PYTHONPATH=REPO, HARNESS_FAULTS="drafter.after_backward@dflash-train-1=raise(boom)")
     proc = subprocess.run(
         [sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run"))],
         cwd=tmp_path,

@@ -311,7 +311,7 @@ def test_a_topology_prices_the_seed_device_plan_and_a_bad_one_is_refused():
 
 
 def test_recommended_is_a_configuration_a_bench_resolves_and_its_extra_names_are_checked():
-    # `dflash bench` resolves `recommended` on the machine that runs it (harness.runtime.recommend.resolve_names).
+    # `dflash bench` resolves `recommended` on the machine that runs it (harness.runtime.fixes.recommended_sets.resolve_names).
     plan = pricing.make_plan("tiny-cpu", ["recommended", "recommended,global-lock:default", ":none"], rounds=1, steps=5)
     assert [c.fixes for c in plan.configs][:2] == ["recommended", "recommended,global-lock"]
     with pytest.raises(pricing.PriceError, match="unknown fix 'bogus'"):

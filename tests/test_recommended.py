@@ -1,4 +1,4 @@
-"""`fixes=recommended` resolves at start to harness.runtime.recommend.recommended's set for the installed torch,
+"""`fixes=recommended` resolves at start to harness.runtime.fixes.recommended_sets.recommended's set for the installed torch,
 the plan's device kind and the compile mode, prints that line and stores the resolved names;
 `fixes=none` (and `fixes=`, as the harness's raw cells pass it) is the raw pipeline; GPU presets
 default to recommended, CPU presets to raw; a bad value is one `error:` line and exit 2."""
@@ -17,7 +17,7 @@ from dflash import checkpoint, cli, presets
 from dflash.train import Trainer
 from harness.runtime.errors import ConfigError
 from harness.runtime.fixes import FIXES, FixSet
-from harness.runtime.recommend import recommended, resolve_names
+from harness.runtime.fixes.recommended_sets import recommended, resolve_names
 
 GPU_PRESETS = ("gpu-default", "gpu-launch-bound", "gpu-gpu-bound", "gpu-multi")
 

@@ -202,7 +202,7 @@ def _child(code: str, env_extra: dict[str, str], timeout: float = 120) -> subpro
 
 PROBE = """
     import sys, json, torch, torch.fx._symbolic_trace as st, torch._dynamo
-    import harness.runtime.faults as faults
+    import harness.runtime.failpoints as faults
     print(json.dumps({
         "harness_imported": "harness.faults.scheduler" in sys.modules,
         "trace_wrapped": hasattr(st.Tracer.trace, "__harness_point__"),

@@ -16,7 +16,7 @@ from test_pipeline_errors import REPO, small_cli_args, small_config, stage_threa
 
 from dflash import checkpoint
 from dflash.train import Trainer
-from harness.runtime import faults
+from harness.runtime import failpoints as faults
 
 SLOW_STEPS = "drafter.after_step=delay(10)"
 
@@ -84,7 +84,7 @@ def test_thread_alive_after_deadline_is_reported(tmp_path, monkeypatch):
 def test_sigterm_subprocess_exit_143_and_heartbeat(tmp_path):
     """The real process contract: heartbeat file, SIGTERM, checkpoint, exit 143."""
     hb = tmp_path / "heartbeat"
-    env = dict(os.environ, PYTHONPATH=REPO, HARNESS_HEARTBEAT=str(hb), DFLASH_FAULTS=SLOW_STEPS)
+    env = dict(os.environ, PYTHONPATH=REPO, HARNESS_HEARTBEAT=str(hb), HARNESS_FAULTS=SLOW_STEPS)
     argv = [
         sys.executable,
         "-m",

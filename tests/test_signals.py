@@ -25,7 +25,7 @@ STUCK_AFTER_STEP_1 = "drafter.after_step@dflash-train-1=1*spin(60000)"
 @pytest.mark.slow
 def test_sigterm_with_a_stuck_thread_exits_143_within_10s_with_checkpoint(tmp_path):
     run = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=REPO, DFLASH_FAULTS=STUCK_AFTER_STEP_1)
+    env = dict(os.environ, PYTHONPATH=REPO, HARNESS_FAULTS=STUCK_AFTER_STEP_1)
     argv = [
         sys.executable,
         "-m",
@@ -65,7 +65,7 @@ def test_sigterm_with_a_stuck_thread_exits_143_within_10s_with_checkpoint(tmp_pa
     assert proc.returncode == 143, err[-3000:]
     assert took < SIGNAL_DEADLINE_S, f"took {took:.1f} s"
     assert "=== threads still alive after the shutdown deadline: dflash-train-1 ===" in err
-    assert "  dflash-train-1 in harness.runtime.faults:_perform:" in err
+    assert "  dflash-train-1 in harness.runtime.failpoints:_perform:" in err
     assert "stopped by signal: checkpoint written to" in err, err[-3000:]
     ck = checkpoint.load(str(run))
     assert ck.step == 1 and ck.data_seq == 2

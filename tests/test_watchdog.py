@@ -19,7 +19,7 @@ from test_pipeline_errors import REPO, small_cli_args, small_config
 from dflash import stacks, watchdog
 from dflash.channel import Channel
 from dflash.train import STALL_JOIN_S, Trainer
-from harness.runtime import faults
+from harness.runtime import failpoints as faults
 
 STUCK_AFTER_STEP_1 = "drafter.after_step@dflash-train-1=1*delay(600000)"
 
@@ -46,7 +46,7 @@ def _timed_lines(proc: subprocess.Popen, limit_s: float) -> list[tuple[float, st
 @pytest.mark.slow
 def test_stalled_run_exits_4_with_dump_headline_and_diagnosis(tmp_path):
     run = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=REPO, DFLASH_FAULTS=STUCK_AFTER_STEP_1)
+    env = dict(os.environ, PYTHONPATH=REPO, HARNESS_FAULTS=STUCK_AFTER_STEP_1)
     argv = [
         sys.executable,
         "-m",
@@ -74,14 +74,14 @@ def test_stalled_run_exits_4_with_dump_headline_and_diagnosis(tmp_path):
     # From the headline to the exit: the join allowance plus the diagnosis, not minutes.
     assert lines[-1][0] - declared < STALL_JOIN_S + 10, err[-3000:]
     assert "no training step for 2 s after step 1 (train.stall_s=2)" in head
-    assert "stuck: dflash-train-1 in harness.runtime.faults:_perform:" in head
+    assert "stuck: dflash-train-1 in harness.runtime.failpoints:_perform:" in head
     waiting = head.split("waiting on them: ")[1].split(";")[0].split(", ")
     assert "dflash-train-0" in waiting and "dflash-train-1" not in waiting
     dump_path = str(run / watchdog.DUMP_NAME)
     assert f"dump: {dump_path}" in head
     dump = open(dump_path).read()
     assert dump.splitlines()[0] == head
-    assert "dflash-train-1 = 0x" in dump and "harness.runtime.faults:_perform:" in dump
+    assert "dflash-train-1 = 0x" in dump and "harness.runtime.failpoints:_perform:" in dump
     # The stacks themselves name the stuck thread: py-spy's by name, faulthandler's as annotated.
     assert '"dflash-train-1"' in dump or "[dflash-train-1] (most recent call first)" in dump
     assert "dflash-watchdog" not in dump.split("\n\n", 1)[1], "the dumping thread is noise"
@@ -91,7 +91,7 @@ def test_stalled_run_exits_4_with_dump_headline_and_diagnosis(tmp_path):
     assert "=== threads still alive after the shutdown deadline: dflash-train-1 ===" in err
     failed = [json.loads(ln) for ln in out_lines if ln.startswith('{"event": "failed"')]
     assert failed and failed[0]["stalled"]["step"] == 1
-    assert failed[0]["stalled"]["threads"]["dflash-train-1"].startswith("harness.runtime.faults:_perform:")
+    assert failed[0]["stalled"]["threads"]["dflash-train-1"].startswith("harness.runtime.failpoints:_perform:")
 
 
 def test_first_step_allowance_applies_until_the_first_step(tmp_path, monkeypatch):
@@ -113,7 +113,7 @@ def test_first_step_allowance_applies_until_the_first_step(tmp_path, monkeypatch
     assert outcome.stall.headline.startswith(
         "STALLED: no training step for 1 s since this run started (train.first_step_stall_s=1)"
     )
-    assert "stuck: dflash-train-0 in harness.runtime.faults:_perform:" in outcome.stall.headline
+    assert "stuck: dflash-train-0 in harness.runtime.failpoints:_perform:" in outcome.stall.headline
     assert returned - t0 < 60
     assert returned - outcome.stall.at < STALL_JOIN_S + 1  # did not wait for the sleeper
 
@@ -220,7 +220,7 @@ def test_threads_in_a_compile_are_compiling_and_channel_waiters_are_waiting():
 
 
 def _get_until_stop(chan: Channel) -> None:
-    from dflash.errors import StageStopped
+    from dflash.trainer_errors import StageStopped
 
     try:
         chan.get()
@@ -274,7 +274,7 @@ def test_the_harness_records_a_stall_the_trainer_reports_as_a_hang_keyed_by_its_
         timeout_s=240,
         hang_s=120,
         workload=WorkloadSpec(kind="command", argv=argv),
-        env={"DFLASH_FAULTS": STUCK_AFTER_STEP_1},
+        env={"HARNESS_FAULTS": STUCK_AFTER_STEP_1},
         cwd=str(tmp_path),
     )
     result = run_trial(spec, tmp_path / "trial")

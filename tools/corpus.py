@@ -121,7 +121,7 @@ def parse_fixes(text: str, where: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     for n in names:
         if n not in FIXES:
-            raise CorpusError(f"{where}: fix {n!r} is not a registry fix (harness/runtime/fixes.py)")
+            raise CorpusError(f"{where}: fix {n!r} is not a registry fix (harness/runtime/fixes/registry.py)")
         if isinstance(FIXES[n], Policy):
             raise CorpusError(f"{where}: fix {n!r} is a policy: it acts only in a program that reads it")
     if text.strip() and not names:

@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from harness.faults import exposure, points
-from harness.runtime import faults
+from harness.runtime import failpoints as faults
 
 
 def measure(cfg, rounds: int) -> dict:

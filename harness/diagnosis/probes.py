@@ -292,7 +292,7 @@ _STASH = (
 import threading
 import torch
 from harness.runtime import thread_exit
-from harness.runtime.fixes import _stash_steals
+from harness.runtime.fixes.stash import _stash_steals
 
 def late():
     # Who drops a thread's stash: its Python thread (before join() returns) or its OS thread's C++

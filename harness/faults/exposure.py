@@ -3,7 +3,7 @@ can say whether the race was given a chance to happen.
 
 A probe watches a precondition of one catalogued race (`exposure = "NAME"` in
 harness/diagnosis/races.toml) that point hooks can see cheaply: regions entered and left at
-harness.faults.points (torch) and harness.runtime.faults stage points, per thread (harness.faults.regions),
+harness.faults.points (torch) and harness.runtime.failpoints stage points, per thread (harness.faults.regions),
 and events that find another thread inside a region. Each opening of a window is counted under
 the probe's `window` key (the race id), with the time it first opened.
 
@@ -58,7 +58,7 @@ class Probe:
     points: tuple[str, ...] = ()
     """Torch points it needs: measured only once every one is installed (its module loaded)."""
     stages: str | None = None
-    """The trainer module whose harness.runtime.faults stage points it reads: measured once it is loaded."""
+    """The trainer module whose harness.runtime.failpoints stage points it reads: measured once it is loaded."""
     cuda: bool = False
     """Only meaningful once CUDA is initialised (the F1 family)."""
     why: str
@@ -204,7 +204,7 @@ class Exposure:
             on(threading.get_ident())
 
     def stage(self, name: str) -> None:
-        """harness.runtime.faults handler (stage points have no after side: a pair makes a region)."""
+        """harness.runtime.failpoints handler (stage points have no after side: a pair makes a region)."""
         if name == "drafter.before_forward":
             thread = threading.get_ident()
             if thread not in self._first_step_done and not self.regions.inside(FIRST_STEP, thread):

@@ -26,8 +26,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# The trainer's named points: one list, owned by harness.runtime.faults (stdlib-only, cheap to import).
-from harness.runtime.faults import POINTS as STAGE_POINTS  # noqa: F401  (re-exported: the harness names them here)
+# The trainer's named points: one list, owned by the trainer (stdlib and the runtime only, cheap to import).
+from dflash.fault_points import POINTS as STAGE_POINTS  # noqa: F401  (re-exported: the harness names them here)
 
 Hook = Callable[[str, str], None]
 """hook(point, when): when is "before" the call, "after" it returned, or "raise" when it (or a
@@ -339,14 +339,14 @@ def on_module_loaded(module_name: str, callback: Callable[[object], None]) -> No
 
 
 # Several harness parts listen at the trainer's stage points (the fault plan, the exposure probes),
-# but harness.runtime.faults takes one external handler: they are composed here, in the order added.
+# but harness.runtime.failpoints takes one external handler: they are composed here, in the order added.
 _stage_handlers: list[Callable[[str], None]] = []
 
 
 def add_stage_handler(handler: Callable[[str], None]) -> None:
-    """Call `handler(name)` at every harness.runtime.faults stage point, once the program imports it."""
+    """Call `handler(name)` at every harness.runtime.failpoints stage point, once the program imports it."""
     _stage_handlers.append(handler)
-    on_module_loaded("harness.runtime.faults", _set_stage_handler)
+    on_module_loaded("harness.runtime.failpoints", _set_stage_handler)
 
 
 def _set_stage_handler(module) -> None:

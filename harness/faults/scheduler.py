@@ -259,7 +259,7 @@ class Scheduler:
             self._apply(i, rule, point, when, thread, index)
 
     def stage_handler(self, name: str) -> None:
-        """harness.runtime.faults handler: fn(name) -> None."""
+        """harness.runtime.failpoints handler: fn(name) -> None."""
         self.hit(name, "before")
 
     def _apply(self, i: int, rule: Rule, point: str, when: str, thread: str, index: int) -> None:
@@ -399,7 +399,7 @@ def install(plan: Plan, *, log_path: str | None = None) -> Scheduler:
     if plan.start_barrier is not None:
         _install_start_barrier(plan.start_barrier, sched)
     points.install_lazily(plan.torch_points(), sched.hit)
-    # Composed with the exposure probes' handler (harness.runtime.faults takes one), once it is loaded.
+    # Composed with the exposure probes' handler (harness.runtime.failpoints takes one), once it is loaded.
     points.add_stage_handler(sched.stage_handler)
     atexit.register(sched.close)
     _active = sched

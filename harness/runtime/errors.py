@@ -1,8 +1,8 @@
 """The errors the runtime raises into the program under test.
 
-`UserInputError` is the project's one "the user can fix this" base: the trainer's and the
-harness's command lines print it as one line and exit 2 (dflash.errors subclasses it for data and
-device plans).
+`UserInputError` is the project's one "the user can fix this" base: a program's and the harness's
+command lines print it as one line and exit 2 (a program subclasses it for its own inputs, as the
+trainer does for data and device plans).
 """
 
 

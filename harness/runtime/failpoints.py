@@ -4,20 +4,22 @@ Modelled on tikv/fail-rs (named points, `FAILPOINTS=name=[p%][cnt*]task(arg)`) a
 ThreadFuzzer (off unless configured; sleeps and yields next to synchronization points).
 
 Key properties:
+- The program names its points (`register_points`, before a plan is parsed); a plan naming
+  another point is refused.
 - `fault_point(name)` costs one module-global read and a `None` test when nothing is installed;
-  it sits on hot paths (every channel hand-off, every drafter step).
+  it sits on hot paths (a trainer's every channel hand-off and step).
 - Two sources can be installed at once and are chained: the harness scheduler's handler
-  (`set_handler`) runs first, then the `DFLASH_FAULTS` plan (`install_from_env`).
-- A plan is repeatable: its probabilities draw from one `random.Random(DFLASH_FAULTS_SEED)`
+  (`set_handler`) runs first, then the `HARNESS_FAULTS` plan (`install_from_env`).
+- A plan is repeatable: its probabilities draw from one `random.Random(HARNESS_FAULTS_SEED)`
   (default 0) under a lock. Which thread draws first still depends on scheduling.
 
-Grammar: `DFLASH_FAULTS="rule;rule;..."`, `rule = name[@thread-glob]=[p%][cnt*]task[(arg)]`,
+Grammar: `HARNESS_FAULTS="rule;rule;..."`, `rule = name[@thread-glob]=[p%][cnt*]task[(arg)]`,
 tasks `off`, `raise[(message)]`, `delay(ms)` (sleeps: a thread blocked in a C call that releases
 the GIL), `spin(ms)` (a busy Python loop: a thread in a long compile, holding the GIL between
 switch intervals; neither looks at the pipeline's stop event), `yield`, and `corrupt[(factor)]`
 (every floating tensor the point holds times factor, default 0, autograd graph kept: a silent
 wrong value, finite and without an exception, as a stale buffer or another thread's output would
-be; only at VALUE_POINTS, which pass their value through `fault_value`). `@glob` limits a rule to
+be; only at value points, which pass their value through `fault_value`). `@glob` limits a rule to
 threads whose name matches (`fnmatch`). For one point the first rule that matches the thread and
 still has count left decides; its probability is then rolled.
 """
@@ -31,34 +33,14 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from harness.runtime.errors import ConfigError, InjectedFault
 
-POINTS = (
-    "prefetch.before_put",
-    "prefetch.after_put",
-    "target.after_get",
-    "target.before_forward",
-    "target.after_forward",
-    "target.before_put",
-    "drafter.after_get",
-    "drafter.before_compile",
-    "drafter.after_compile",
-    "drafter.before_forward",
-    "drafter.after_forward",
-    "drafter.before_backward",
-    "drafter.after_backward",
-    "drafter.before_step",
-    "drafter.after_step",
-    "gate.before_open",
-)
 TASKS = ("off", "raise", "delay", "spin", "yield", "corrupt")
-VALUE_POINTS = ("drafter.after_forward",)
-"""Points that hold a value (`fault_value`): the only ones a `corrupt` rule may name."""
-ENV_PLAN = "DFLASH_FAULTS"
-ENV_SEED = "DFLASH_FAULTS_SEED"
+ENV_PLAN = "HARNESS_FAULTS"
+ENV_SEED = "HARNESS_FAULTS_SEED"
 
 Handler = Callable[[str], None]
 
@@ -67,8 +49,35 @@ _handler: Handler | None = None
 _external: Handler | None = None
 _plan: FaultPlan | None = None
 _install_lock = threading.Lock()
+# The program's points, name -> whether it holds a value (`fault_value`): what a plan may name.
+_registered: dict[str, bool] = {}
+_POINT_NAME = re.compile(r"^[\w-]+\.[\w-]+$")
 # A `corrupt` rule that fired in this thread, for the fault_value call that ran it: (point, factor).
 _corrupting = threading.local()
+
+
+def register_points(names: Iterable[str], *, value_points: Iterable[str] = ()) -> None:
+    """Add a program's point names (`stage.event`) to the set a plan is checked against;
+    `value_points`, among them, hold a value (`fault_value`): the only ones `corrupt` may name."""
+    listed, holding = tuple(names), frozenset(value_points)
+    bad = [n for n in listed if not _POINT_NAME.match(n)]
+    if bad:
+        raise ValueError(f"fault point {bad[0]!r} is not named stage.event")
+    if not holding <= set(listed):
+        raise ValueError(f"value points {sorted(holding - set(listed))} are not among the points registered with them")
+    with _install_lock:
+        for n in listed:
+            _registered[n] = _registered.get(n, False) or n in holding
+
+
+def registered_points() -> tuple[str, ...]:
+    """Every point a plan may name, in the order registered."""
+    return tuple(_registered)
+
+
+def registered_value_points() -> tuple[str, ...]:
+    """The registered points that hold a value (`fault_value`)."""
+    return tuple(n for n, holds in _registered.items() if holds)
 
 
 def fault_point(name: str) -> None:
@@ -124,7 +133,7 @@ def install_plan(spec: str, seed: int = 0) -> FaultPlan | None:
 
 
 def install_from_env(environ: Mapping[str, str] | None = None) -> FaultPlan | None:
-    """Install the plan in `DFLASH_FAULTS` (seeded by `DFLASH_FAULTS_SEED`); None if unset."""
+    """Install the plan in `HARNESS_FAULTS` (seeded by `HARNESS_FAULTS_SEED`); None if unset."""
     env = os.environ if environ is None else environ
     seed_text = env.get(ENV_SEED, "0")
     try:
@@ -167,13 +176,13 @@ def _chain(*handlers: Handler) -> Handler:
 
 
 def measure_off_cost(n: int = 1_000_000) -> float:
-    """Nanoseconds per `fault_point` call with nothing installed (for `python -m dflash bench`)."""
+    """Nanoseconds per `fault_point` call with nothing installed (a program's bench reports it)."""
     if _handler is not None:
         raise RuntimeError("measure_off_cost needs no fault handler installed")
     point = fault_point
     t0 = time.perf_counter_ns()
     for _ in range(n):
-        point("drafter.before_step")
+        point("bench.off_cost")
     return (time.perf_counter_ns() - t0) / max(n, 1)
 
 
@@ -274,16 +283,19 @@ def parse_rule(text: str) -> Rule:
     if m is None:
         raise bad("expected name[@thread-glob]=[p%][cnt*]task[(arg)]")
     point = m["point"]
-    if point not in POINTS:
-        raise bad(f"unknown point {point!r} (known: {', '.join(POINTS)})")
+    known = registered_points()
+    if point not in known:
+        listed = ", ".join(known) or "none; a program names its own with register_points"
+        raise bad(f"unknown point {point!r} (known: {listed})")
     a = _ACTION_RE.match(m["action"].strip())
     if a is None:
         raise bad(f"cannot parse action {m['action']!r}; expected [p%][cnt*]task[(arg)]")
     task = a["task"]
     if task not in TASKS:
         raise bad(f"unknown task {task!r} (known: {', '.join(TASKS)})")
-    if task == "corrupt" and point not in VALUE_POINTS:
-        raise bad(f"task 'corrupt' needs a point that holds a value ({', '.join(VALUE_POINTS)})")
+    holding = registered_value_points()
+    if task == "corrupt" and point not in holding:
+        raise bad(f"task 'corrupt' needs a point that holds a value ({', '.join(holding)})")
     return Rule(
         point=point,
         thread_glob=m["glob"],

@@ -102,7 +102,7 @@ policies                sequential-startup, thread-local-warmup, persistent-buff
                         time before going concurrent (F7, F8, F10).
 ======================  ====================================================================
 
-`Guard.recommended(device=..., cudagraphs=...)` takes the set `harness.runtime.recommend.recommended` measured
+`Guard.recommended(device=..., cudagraphs=...)` takes the set `harness.runtime.fixes.recommended_sets.recommended` measured
 clean for the project's trainer on that device kind (a prediction, labelled so in
 `guard.recommendation.line()`, when the installed torch is not the measured one). It was measured
 on a trainer, not on your program: on CPU it is a policy only (target-hook-taps) and does not
@@ -127,7 +127,7 @@ from typing import Any, TypeVar, overload
 
 from harness.runtime.errors import ConfigError
 from harness.runtime.fixes import FIXES, FixSet, Policy, call_key
-from harness.runtime.recommend import Recommendation, recommended
+from harness.runtime.fixes.recommended_sets import Recommendation, recommended
 
 F = TypeVar("F", bound=Callable[..., Any])
 

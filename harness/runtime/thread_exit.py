@@ -73,7 +73,7 @@ def _wait_watched() -> None:
     left = wait_gone(pending)
     if left:
         print(
-            f"dflash: {len(left)} exited thread(s) still in their C++ thread_local destructors "
+            f"harness: {len(left)} exited thread(s) still in their C++ thread_local destructors "
             f"after {DEFAULT_TIMEOUT_S:g} s; exiting anyway",
             file=sys.stderr,
         )

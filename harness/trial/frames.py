@@ -31,6 +31,7 @@ IGNORED_MODULES = (
     "sitecustomize",
     "harness.trial.bootstrap",
     "harness.faults",
+    "harness.runtime.failpoints",
     "harness.runtime.faults",
     "harness.bootstrap",
     "harness.scheduler",

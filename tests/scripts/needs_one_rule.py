@@ -3,7 +3,7 @@
 
 import threading
 
-from harness.runtime.faults import fault_point
+from harness.runtime.failpoints import fault_point
 
 
 def step() -> None:

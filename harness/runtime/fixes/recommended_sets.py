@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from harness.runtime.fixes import parse_names
+from harness.runtime.fixes.registry import parse_names
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
