@@ -9,7 +9,7 @@ exception of a concurrent.futures Future that the program never read (`result()`
 record says who owns it (`owner`: the program, or a library whose own thread or Future it was,
 decided by the frames that created the thread or Future, `created_at`): a library's is noise.
 Only if HARNESS_PLAN is set: load the plan, install the scheduler (switch interval, start barrier,
-lazy torch point wrappers, harness.runtime.faults handler) and print one line
+lazy torch point wrappers, harness.runtime.failpoints handler) and print one line
 `HARNESS_PLAN seed=<seed> profile=<name>` to stderr.
 Only if HARNESS_EXPOSURE is set (the runner sets it unless the trial turns exposure off): install
 the exposure probes (harness.faults.exposure), which count the races' windows into that file;
