@@ -3,7 +3,9 @@
 Runs CMD over and over, `-p` at a time, each run through `runner.run_trial` (own session, output to
 a file, deadline, stack dump on hang), and prints every `--interval` seconds
 `<elapsed>: N runs so far, M failures (x.xx%)` (golang.org/x/tools/cmd/stress). A failing run's
-folder is kept and the first 2 KiB of its output echoed; passing runs' folders are removed. Stop
+folder is kept (its whole output in `<run>/output.txt`); the first run of each distinct failure
+(signature) is echoed as one short excerpt, and the report counts each; passing runs' folders are
+removed. Stop
 rules from the CockroachDB fork: --max-runs, --max-fails, --max-time; without any, it runs until
 Ctrl-C. `--plan PROFILE` runs a Python CMD under the seeded scheduler (run i gets seed i), which
 is how a user's own threads get the perturbation our matrices use.
@@ -46,7 +48,8 @@ from harness.campaign.expand import plan_json
 from harness.campaign.matrix_progress import format_elapsed
 from harness.campaign.matrix_spec import MatrixError, PlanChoice
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
-from harness.trial import native
+from harness.text import clip
+from harness.trial import native, tracebacks
 from harness.trial.cells import NO_PLAN, cell_name
 from harness.trial.folder import NATIVE_STACK, OUTPUT, RESULT, write_json
 from harness.trial.folder import text as folder_text
@@ -55,8 +58,11 @@ from harness.trial.outcome import HARNESS_DEFECT, Outcome, TrialResult
 from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
-ECHO_BYTES = 2048
-"""Bytes of a failing run's output echoed to the terminal (Go stress: 2 KiB)."""
+EXCERPT_FRAMES = 3
+"""Innermost frames of a failure's traceback echoed with its exception line."""
+EXCERPT_LINES = 4
+"""Last lines of a failing run's output echoed where it printed no traceback."""
+EXCERPT_WIDTH = 200
 DETERMINISTIC_RUNS = 3
 DETERMINISTIC_FAST_S = 30.0
 """A failure in each of the first DETERMINISTIC_RUNS runs, each shorter than this, the same way."""
@@ -94,36 +100,10 @@ class StressOptions:
 
 
 def options_from_args(a: argparse.Namespace) -> StressOptions:
-    cmd = list(a.cmd)
-    if cmd[:1] == ["--"]:
-        cmd = cmd[1:]
-    if not cmd:
-        raise MatrixError("stress needs a command: python -m harness stress [options] -- CMD ...")
-    python = getattr(a, "python", None)
-    bare = "/" not in cmd[0] and _BARE_PYTHON.fullmatch(cmd[0]) is not None
-    if python is None and bare:
-        python = sys.executable
-    if shutil.which(cmd[0]) is None and not Path(cmd[0]).is_file() and not bare:
-        raise MatrixError(f"program {cmd[0]!r} not found")
-    for name in ("parallel", "max_runs", "max_fails"):
-        if getattr(a, name) is not None and getattr(a, name) < 1:
-            raise MatrixError(f"--{name.replace('_', '-')} must be >= 1")
-    for name in ("timeout", "hang", "max_time", "interval"):
-        if getattr(a, name) is not None and not getattr(a, name) > 0:
-            raise MatrixError(f"--{name.replace('_', '-')} must be > 0")
-    if a.plan is not None:
-        plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> MatrixError
-    if python is not None and not Path(cmd[0]).name.startswith("python"):
-        raise MatrixError(f"--python: CMD starts with {cmd[0]!r}, not a Python interpreter to replace")
-    if python is not None and not Path(python).is_file():
-        raise MatrixError(f"--python: no interpreter at {python}")
+    cmd, python = _command(a)
+    _check_numbers(a)
     fix_sets = tuple(getattr(a, "fix_sets", None) or (None,))
-    if any(f is not None for f in fix_sets) and not Path(cmd[0]).name.startswith("python"):
-        raise MatrixError(f"--fix: CMD starts with {cmd[0]!r}; fixes go into a Python program (python ...)")
-    note = ""
-    if python is not None:
-        how = "--python" if getattr(a, "python", None) else "the harness's own interpreter; --python PATH for another"
-        note = f"`{cmd[0]}` in CMD runs {python} (torch {interpreter_versions(python)[0] or 'not installed'}; {how})"
+    _check_python_options(a, cmd, python, fix_sets)
     return StressOptions(
         cmd=tuple(cmd),
         parallel=a.parallel,
@@ -141,8 +121,54 @@ def options_from_args(a: argparse.Namespace) -> StressOptions:
         interval_s=a.interval,
         fix_sets=fix_sets,
         keep_going=bool(getattr(a, "keep_going", False)),
-        python_note=note,
+        python_note=_python_note(cmd[0], python, given=getattr(a, "python", None) is not None),
     )
+
+
+def _command(a: argparse.Namespace) -> tuple[list[str], str | None]:
+    """CMD after `--`, and the interpreter that runs its `python` (a bare `python`: ours)."""
+    cmd = list(a.cmd)
+    if cmd[:1] == ["--"]:
+        cmd = cmd[1:]
+    if not cmd:
+        raise MatrixError("stress needs a command: python -m harness stress [options] -- CMD ...")
+    python = getattr(a, "python", None)
+    bare = "/" not in cmd[0] and _BARE_PYTHON.fullmatch(cmd[0]) is not None
+    if python is None and bare:
+        python = sys.executable
+    if shutil.which(cmd[0]) is None and not Path(cmd[0]).is_file() and not bare:
+        raise MatrixError(f"program {cmd[0]!r} not found")
+    return cmd, python
+
+
+def _check_numbers(a: argparse.Namespace) -> None:
+    for name in ("parallel", "max_runs", "max_fails"):
+        if getattr(a, name) is not None and getattr(a, name) < 1:
+            raise MatrixError(f"--{name.replace('_', '-')} must be >= 1")
+    for name in ("timeout", "hang", "max_time", "interval"):
+        if getattr(a, name) is not None and not getattr(a, name) > 0:
+            raise MatrixError(f"--{name.replace('_', '-')} must be > 0")
+
+
+def _check_python_options(a: argparse.Namespace, cmd: list[str], python: str | None, fix_sets: tuple) -> None:
+    """--plan names a profile; --python and --fix need a Python CMD (and --python an interpreter)."""
+    if a.plan is not None:
+        plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> MatrixError
+    is_python = Path(cmd[0]).name.startswith("python")
+    if python is not None and not is_python:
+        raise MatrixError(f"--python: CMD starts with {cmd[0]!r}, not a Python interpreter to replace")
+    if python is not None and not Path(python).is_file():
+        raise MatrixError(f"--python: no interpreter at {python}")
+    if any(f is not None for f in fix_sets) and not is_python:
+        raise MatrixError(f"--fix: CMD starts with {cmd[0]!r}; fixes go into a Python program (python ...)")
+
+
+def _python_note(program: str, python: str | None, *, given: bool) -> str:
+    """What `python` in CMD runs, for the first line; '' where CMD runs no interpreter of ours."""
+    if python is None:
+        return ""
+    how = "--python" if given else "the harness's own interpreter; --python PATH for another"
+    return f"`{program}` in CMD runs {python} (torch {interpreter_versions(python)[0] or 'not installed'}; {how})"
 
 
 def _regexp(text: str | None, flag: str) -> re.Pattern | None:
@@ -374,6 +400,7 @@ class _StressLoop:
                     file=sys.stderr,
                 )
                 return
+            sig = result.signature_summary or result.detail or result.outcome.name
             for s in (self.state, self.arms[run.arm]):
                 s.runs += 1
                 s.failures += j.failed
@@ -382,22 +409,26 @@ class _StressLoop:
                 s.plan_hits += j.plan_hits or 0
                 s.plan_logs += j.plan_hits is not None
                 if j.failed:
-                    s.signatures[result.signature_summary or result.detail or result.outcome.name] += 1
+                    s.signatures[sig] += 1
                     s.races.update(set(j.races) or {"unknown"})
                 for face in j.faces if not j.failed else ():  # a failed run's faces are its races
                     s.findings[face] += 1
-            if j.failed:
+            if j.failed and self.state.signatures[sig] == 1:
+                # The first run of each way of failing; the report counts them all.
                 self._echo(run, j)
             self._check_deterministic(run, j)
         if not j.failed and not j.faces:
             shutil.rmtree(j.folder, ignore_errors=True)
 
     def _echo(self, run: _Run, j: _Judged) -> None:
-        output = folder_text(j.folder / OUTPUT) or ""
+        """The run's ending and one short excerpt: its native crash site, else its failure's
+        exception and innermost frames, else its output's last lines."""
         what = f"{j.result.outcome.name} {j.result.detail}"
+        excerpt = _native_lines(j.folder) or _excerpt(folder_text(j.folder / OUTPUT) or "")
         print(
-            f"\n--- run {run.index}{self._arm_tag(run)}: {what}; "
-            f"artefacts: {j.folder}\n{output[:ECHO_BYTES]}{_native_lines(j.folder)}",
+            f"\n--- run {run.index}{self._arm_tag(run)}: {what}; artefacts: {j.folder}",
+            *excerpt,
+            sep="\n",
             file=sys.stderr,
             flush=True,
         )
@@ -499,14 +530,26 @@ class _StressLoop:
 
     def report(self, explain: Callable[[Path, str], str] | None = None) -> int:
         s = self.state
-        elapsed = time.monotonic() - self.start
+        self._print_totals(time.monotonic() - self.start)
+        self._print_groups()
+        if s.failures or s.findings or self.defects:
+            if explain is not None:
+                print(explain(self.opts.out_dir, self.deterministic))
+            out = self.opts.out_dir
+            print(
+                f"{'failing' if s.failures else 'kept'} runs' artefacts: {out} (each run's whole output: {out}/<run>/{OUTPUT})"
+            )
+        elif self.opts.own_dir:
+            shutil.rmtree(self.opts.out_dir, ignore_errors=True)
+        return 1 if s.failures else 0
+
+    def _print_totals(self, elapsed: float) -> None:
+        """The stop's verdict, the totals (or the fix sets' table) and the run times."""
+        s = self.state
         if self.deterministic:
             print(self.deterministic)
         idle_plan = self._idle_plan()
-        if len(self.arms) > 1:
-            print(self._arm_table(elapsed))
-        else:
-            print(self._total_line(elapsed, idle_plan))
+        print(self._arm_table(elapsed) if len(self.arms) > 1 else self._total_line(elapsed, idle_plan))
         if idle_plan:
             print(idle_plan)
         if s.durations:
@@ -514,6 +557,10 @@ class _StressLoop:
                 f"run time: min {min(s.durations):.2f}s, median {stats.median_or_none(s.durations):.2f}s, "
                 f"max {max(s.durations):.2f}s; outcomes: " + " ".join(f"{k}:{v}" for k, v in sorted(s.outcomes.items()))
             )
+
+    def _print_groups(self) -> None:
+        """Each distinct failure once with its count, each race face of an OK run, harness defects."""
+        s = self.state
         for sig, count in s.signatures.most_common():
             print(f"  {count} x {sig}")
         for face, count in s.findings.most_common():
@@ -522,13 +569,6 @@ class _StressLoop:
             print(
                 f"  {self.defects} run(s) failed in the harness's own code (a harness defect, not counted): please report"
             )
-        if s.failures or s.findings or self.defects:
-            if explain is not None:
-                print(explain(self.opts.out_dir, self.deterministic))
-            print(f"{'failing' if s.failures else 'kept'} runs' artefacts: {self.opts.out_dir}")
-        elif self.opts.own_dir:
-            shutil.rmtree(self.opts.out_dir, ignore_errors=True)
-        return 1 if s.failures else 0
 
     def _total_line(self, elapsed: float, idle_plan: str) -> str:
         s = self.state
@@ -581,11 +621,23 @@ def _races_text(races: collections.Counter) -> str:
     return ", ".join(f"{race} {n}" for race, n in races.most_common())
 
 
-def _native_lines(folder: Path, frames: int = 6) -> str:
-    """The crash site and innermost native frames the runner kept (harness.trial.native), echoed after
-    the output's head, where a long output would have cut them off."""
+def _native_lines(folder: Path, frames: int = EXCERPT_FRAMES) -> list[str]:
+    """The crash site and innermost native frames the runner kept (harness.trial.native); [] where
+    it kept none (no native crash)."""
     path = folder / NATIVE_STACK
     if not path.is_file():
-        return ""
+        return []
     site, shown = native.kept_summary(path.read_text(errors="replace"), frames)
-    return f"\nnative crash site: {site}\n" + "\n".join(f"  {line}" for line in shown.splitlines())
+    return [f"native crash site: {site}"] + [f"  {line}" for line in shown.splitlines()]
+
+
+def _excerpt(output: str) -> list[str]:
+    """A failing run in a few lines: its first failure's exception and innermost frames (the
+    thread that raised it), else the output's last lines."""
+    tb = tracebacks.primary_traceback(tracebacks.parse_tracebacks(output))
+    if tb is None:
+        tail = [line for line in output.splitlines() if line.strip()][-EXCERPT_LINES:]
+        return [clip(line, EXCERPT_WIDTH) for line in tail]
+    thread = f" (thread {tb.thread})" if tb.thread else ""
+    head = clip(" ".join(f"{tb.exc_type}: {tb.message}".split()) + thread, EXCERPT_WIDTH)
+    return [head] + [clip(f"  at {frame}", EXCERPT_WIDTH) for frame in tb.frames[:EXCERPT_FRAMES]]

@@ -1,0 +1,69 @@
+"""harness stress on the terminal: each distinct failure echoed once, as a short excerpt, and
+counted in the report; every run's whole output stays in its folder."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+from harness.campaign.stress import EXCERPT_FRAMES, EXCERPT_LINES, _excerpt
+from harness.cli import main
+
+PY = sys.executable
+
+# Run i (its folder's name, the heartbeat's parent) fails in a worker thread, five frames deep: an
+# even run with a ValueError, an odd one with a KeyError.
+PROGRAM = textwrap.dedent(
+    """
+    import os, sys, threading
+    run = int(os.environ["HARNESS_HEARTBEAT"].split("/")[-2])
+    def outermost_frame(n):
+        if n:
+            return outermost_frame(n - 1)
+        raise (ValueError("even run") if run % 2 == 0 else KeyError("odd run"))
+    t = threading.Thread(target=outermost_frame, args=(4,), name="worker")
+    t.start(); t.join()
+    """
+)
+
+
+def _stress(tmp_path, runs: int, *extra: str) -> list[str]:
+    out = tmp_path / "o"
+    args = ["stress", "-p", "1", "--max-runs", str(runs), "--timeout", "60", "-o", str(out), *extra]
+    assert main([*args, "--", PY, "-c", PROGRAM]) == 1
+    return sorted(p.name for p in out.iterdir())
+
+
+def test_each_distinct_failure_is_echoed_once_and_counted(tmp_path, capsys):
+    assert _stress(tmp_path, 4, "--keep-going") == ["0", "1", "2", "3"]
+    captured = capsys.readouterr()
+    echoed = [line for line in captured.err.splitlines() if line.startswith("--- run ")]
+    assert [line.split(":")[0] for line in echoed] == ["--- run 0", "--- run 1"]
+    assert "ValueError: even run (thread worker)" in captured.err
+    assert "KeyError: 'odd run' (thread worker)" in captured.err
+    # An excerpt, not the traceback: the thread's outer frames stay in the run's folder.
+    assert "Traceback (most recent call last)" not in captured.err and "threading.py" not in captured.err
+    out = captured.out.splitlines()
+    assert sum(line.startswith("  2 x ") for line in out) == 2, out
+    artefacts = next(line for line in out if "runs' artefacts: " in line)
+    assert artefacts.endswith(f"(each run's whole output: {tmp_path / 'o'}/<run>/output.txt)")
+    # The whole traceback of every run, the ones not echoed included, is in its folder.
+    for run in ("2", "3"):
+        whole = (tmp_path / "o" / run / "output.txt").read_text()
+        assert "Traceback (most recent call last)" in whole and "threading.py" in whole
+
+
+def test_an_excerpt_is_the_exception_and_its_innermost_frames():
+    frames = "".join(f'  File "prog.py", line {i}, in f{i}\n    f{i + 1}()\n' for i in range(1, 9))
+    text = f"starting\nException in thread w:\nTraceback (most recent call last):\n{frames}RuntimeError: boom\n"
+    lines = _excerpt(text)
+    assert lines[0] == "RuntimeError: boom (thread w)"
+    assert len(lines) == 1 + EXCERPT_FRAMES and all(line.startswith("  at f") for line in lines[1:])
+    assert "f8" in lines[1]  # innermost first
+
+
+def test_an_excerpt_without_a_traceback_is_the_outputs_last_lines():
+    text = "\n".join(f"line {i}" for i in range(10)) + "\n\n"
+    assert _excerpt(text) == [f"line {i}" for i in range(10 - EXCERPT_LINES, 10)]
+    assert _excerpt("x" * 500)[0].endswith("...") and len(_excerpt("x" * 500)[0]) == 200
+    assert _excerpt("") == []
