@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 
+from harness.runtime.errors import UserInputError
 
-class UsageError(ValueError):
+
+class UsageError(UserInputError):
     """Bad command line; printed as one `error:` line."""
 
 

@@ -42,13 +42,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.runtime.errors import UserInputError
+
 MAX_DEPTH = 8
 POLLS_PER_IDLE = 4
 """A waiting thread looks again every idle_s / 4: staleness and deaths change runnability without
 a notification, and each look takes the GIL from the running thread."""
 
 
-class InvalidPct(ValueError):
+class InvalidPct(UserInputError):
     """A PCT configuration that cannot run (the scheduler reports it as an invalid plan)."""
 
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from harness.faults import points
 from harness.faults.pct import Pct, PctEngine
 from harness.faults.points import STAGE_POINTS, TORCH_POINTS
-from harness.runtime.errors import InjectedFault
+from harness.runtime.errors import InjectedFault, UserInputError
 
 ENV_PLAN = "HARNESS_PLAN"
 ENV_PLAN_LOG = "HARNESS_PLAN_LOG"
@@ -48,7 +48,7 @@ BUDGET_GRACE_S = 0.5  # lets the first injections happen before the budget has a
 STARVE_MS = tuple(2**i for i in range(12))  # 1 ms .. 2048 ms, rr chaos's 12 doublings
 
 
-class InvalidPlan(ValueError):
+class InvalidPlan(UserInputError):
     """A plan that cannot be executed (unknown point/action, bad probability, ...)."""
 
 

@@ -27,6 +27,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.runtime.errors import UserInputError
 from harness.stores.retire import REASONS_NAME, RETIRED_NAME
 from harness.stores.store import (
     ARTEFACTS_NAME,
@@ -43,7 +44,7 @@ from harness.trial.folder import RESULT, SPEC
 from harness.trial.outcome import Outcome, TrialResult
 
 
-class MergeError(ValueError):
+class MergeError(UserInputError):
     """Bad input to merge: one line, nothing written."""
 
 

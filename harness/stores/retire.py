@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.runtime.errors import UserInputError
 from harness.stores.store import ARTEFACTS_NAME, TRIALS_NAME, PackedArtefacts, Store, StoreError, packed_path
 from harness.trial.outcome import TrialResult
 
@@ -33,7 +34,7 @@ RETIRED_NAME = "retired"
 REASONS_NAME = "reasons.jsonl"
 
 
-class RetireError(ValueError):
+class RetireError(UserInputError):
     """Bad input to retire: one line, nothing moved."""
 
 

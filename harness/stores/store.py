@@ -28,6 +28,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from harness.runtime.errors import UserInputError
 from harness.trial.outcome import Outcome, TrialResult
 
 TRIALS_NAME = "trials.jsonl"
@@ -35,7 +36,7 @@ ARTEFACTS_NAME = "artefacts"
 PACKED_SUFFIX = ".zip"
 
 
-class StoreError(Exception):
+class StoreError(UserInputError):
     """The store cannot be read or written; the message is one line naming the file."""
 
 

@@ -30,6 +30,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.runtime.errors import UserInputError
 from harness.stores.retire import RETIRED_NAME
 from harness.stores.store import (
     ARTEFACTS_NAME,
@@ -47,7 +48,7 @@ RUN_DIR = "run"
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
-class PackError(ValueError):
+class PackError(UserInputError):
     """Bad input to pack: one line, nothing written."""
 
 

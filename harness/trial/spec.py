@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.runtime.errors import UserInputError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD_KINDS = ("dflash", "repro", "command")
 
 
-class InvalidSpec(ValueError):
+class InvalidSpec(UserInputError):
     """A trial spec that cannot be run; the message is one line naming the field."""
 
 
