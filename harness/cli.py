@@ -17,11 +17,7 @@ import signal
 import sys
 from types import ModuleType
 
-from harness.analysis.bench_records import BenchError
-from harness.analysis.crosstab import CrosstabError
-from harness.args import Parser, UsageError
-from harness.campaign.matrix_spec import MatrixError
-from harness.campaign.replay import ReplayError
+from harness.args import Parser
 from harness.commands import (
     benches,
     crosstab,
@@ -48,12 +44,7 @@ from harness.commands import (
     stress,
     warmup,
 )
-from harness.diagnosis.catalogue import CatalogueError
-from harness.diagnosis.diagnose import DiagnoseError
-from harness.faults.scheduler import InvalidPlan
 from harness.runtime.errors import UserInputError
-from harness.stores.store import StoreError
-from harness.trial.spec import InvalidSpec
 
 COMMANDS: dict[str, ModuleType] = {
     # running trials
@@ -85,21 +76,6 @@ COMMANDS: dict[str, ModuleType] = {
     "re-sign": resign,
     "migrate": migrate,
 }
-
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    UsageError,
-    MatrixError,
-    InvalidSpec,
-    InvalidPlan,
-    StoreError,
-    ReplayError,
-    UserInputError,
-    BenchError,
-    CrosstabError,
-    CatalogueError,
-    DiagnoseError,
-)
-"""Bad input: one `error:` line and exit 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         # flush does not raise again (Python docs, "Note on SIGPIPE").
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except USER_ERRORS as e:
+    except UserInputError as e:
+        # Every bad-input error of the harness and the trainer derives from it (harness.runtime.errors).
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     finally:
