@@ -34,7 +34,8 @@ is a note.
 
 The pieces: harness.diagnosis.targets and log_text read the inputs, trial_failures a stored run's
 failures, matching names each failure's races, fix_advice and race_evidence say what to do about a
-named race, verdicts and rendering say it; this module groups the failures into findings.
+named race, finding holds a finding and its verdict line, rendering the text; this module groups
+the failures into findings.
 """
 
 from __future__ import annotations

@@ -1,13 +1,26 @@
-"""A finding: one race named in some runs, or one distinct signature no race names, with what it is."""
+"""A finding: one race named in some runs, or one distinct signature no race names, and its verdict
+line: known, suspected, unknown, or what it is where it is no race (slow, the program's own, the
+harness's or its fix's doing, a hang that followed another failure)."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
-from harness.diagnosis import verdicts
+from harness.diagnosis.failure import AFTER_FAILURE
 from harness.diagnosis.fix_advice import FixLine
 from harness.diagnosis.matching import Match
+from harness.trial import blocking
+from harness.trial.outcome import HARNESS_DEFECT
+
+OWN_HANG = re.compile(
+    r"a deadlock in the program's own locks|a lost wake-up in the program's own code|"
+    r"the program's own threads wait"
+)
+"""trial.blocking's words for a hang in the program's own code (no torch frame in the way)."""
+BUSY = "busy inside torch when dumped"
+"""trial.blocking's words for a single dump whose program threads were running in torch."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -52,9 +65,9 @@ class Finding:
         return self.matches[0].race
 
     def verdict(self, deterministic: str = "") -> str:
-        """One line (harness.diagnosis.verdicts); `deterministic`: why stress found the failures
+        """One line; `deterministic`: why stress found the failures
         deterministic, which replaces "unknown ... possibly new" for a failure no race names."""
-        return verdicts.verdict(self, deterministic)
+        return verdict(self, deterministic)
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -64,3 +77,61 @@ class Finding:
             f["held"] = line.held()
             f["count"] = None if line.count is None else dataclasses.asdict(line.count)
         return d
+
+
+def verdict(f: Finding, deterministic: str = "") -> str:
+    """One line; `deterministic`: the reason the failures were found deterministic (stress's
+    stop), which replaces "unknown ... possibly new" for a failure no race names."""
+    if f.own:
+        top = f.matches[0]
+        return (
+            f"your program fails this way on its own ({f.own}), not by a race: the message is "
+            f"{top.race}'s ({top.title})"
+        )
+    if f.note:
+        return f"note: {f.note}"
+    if deterministic and f.race is None and f.outcome not in ("OK", "TIMEOUT"):
+        return f"deterministic: {deterministic}"
+    return _not_a_race(f) or _race_verdict(f)
+
+
+def _not_a_race(f: Finding) -> str:
+    """A slow run, a harness defect, or a hang that is none of the program's races; '' otherwise."""
+    if f.outcome == "TIMEOUT":
+        return f"slow, not hung: {f.detail or 'still working at its deadline'}"
+    if f.outcome == "HARNESS_ERROR" and f.detail.startswith(HARNESS_DEFECT):
+        return f"a harness defect, not your program's failure: {f.detail}"
+    return _hang_verdict(f) if f.outcome == "HANG" else ""
+
+
+def _hang_verdict(f: Finding) -> str:
+    """A hang that another failure, a slow compile, the harness's fix or the program's own code
+    explains; '' for one a race may explain."""
+    if not f.race and f.detail.startswith(AFTER_FAILURE):
+        return (
+            "a hang that followed a thread's failure in the same run (a consumer waiting for what the "
+            "failed thread never sent): that failure, named on its own line, is the cause"
+        )
+    if not f.race and BUSY in f.detail:
+        return (
+            "probably slow, not hung (one dump; dump again a minute later: other frames mean a slow "
+            f"compile, give it longer or a warm cache; the same frames a stall): {f.detail.split('; ', 1)[-1]}"
+        )
+    if any(words in f.detail for words in blocking.FIX_LOCK_TEXTS):
+        # Never the program's locks: the harness's fix made this wait (trial.blocking).
+        return f"the fix deadlocks this program, not a race of yours: {f.detail.split('; ', 2)[-1]}"
+    if not f.race and OWN_HANG.search(f.detail):
+        return f"a hang of the program's own code, not a torch race: {f.detail.split('; ', 2)[-1]}"
+    return ""
+
+
+def _race_verdict(f: Finding) -> str:
+    """Which catalogued race the failure is (known or suspected), or unknown."""
+    if not f.matches:
+        return "unknown: no catalogued race matches (possibly new)"
+    top = f.matches[0]
+    if top.kind == "generic":
+        return f"unknown: a generic failure ({top.race}: {top.title}), no catalogued race matches it"
+    how = "suspected" if top.suspected else "known"
+    kind = "" if top.kind == "race" else f", a {top.kind}"
+    return f"{how}: {top.race} ({top.title}{kind})"
