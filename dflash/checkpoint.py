@@ -5,6 +5,9 @@ Layout under `<out_dir>/checkpoints/`: one folder per save, `step-0000012/` hold
 `LATEST` file naming the newest folder. A save writes a temp folder, fsyncs every file and the
 folder, renames it into place, and only then replaces `LATEST` (tmp + `os.replace`), so a crash
 at any moment leaves the previous checkpoint intact and readable. The newest `KEEP` are kept.
+
+`RunCheckpoints` is a run's side of it: the checkpoint to resume from, and the saves of the
+replica group's state during and at the end of the run (one against a deadline after a signal).
 """
 
 from __future__ import annotations
@@ -13,11 +16,15 @@ import json
 import os
 import pickle
 import shutil
+import threading
+import time
 from dataclasses import dataclass
+from typing import TextIO
 
 import torch
 
-from harness.runtime.errors import UserInputError
+from dflash.config import RunConfig
+from harness.runtime.errors import ConfigError, UserInputError
 
 KEEP = 2
 LATEST = "LATEST"
@@ -142,3 +149,69 @@ def load(path: str, map_location: str | torch.device = "cpu") -> Checkpoint:
         scheduler=state["scheduler"],
         path=step_dir,
     )
+
+
+def resume_state(cfg: RunConfig, err: TextIO) -> Checkpoint | None:
+    """The checkpoint train.resume continues from; None to start at step 0. ConfigError when it was
+    written with another number of drafter threads."""
+    if not cfg.train.resume:
+        return None
+    if find(cfg.train.out_dir) is None:
+        print(f"resume: no checkpoint under {cfg.train.out_dir}, starting at step 0", file=err)
+        return None
+    ck = load(cfg.train.out_dir)
+    num_rep = cfg.pipeline.num_drafter_threads
+    if ck.data_seq != ck.step * num_rep:
+        # The data position is step * M: another M would silently train on other batches.
+        raise ConfigError(
+            f"checkpoint {ck.path} was written with {ck.data_seq // max(ck.step, 1)} "
+            f"drafter threads; resume needs pipeline.num_drafter_threads to match "
+            f"(got {num_rep})"
+        )
+    return ck
+
+
+class RunCheckpoints:
+    """Saves of one run's replica group (dflash.replicas.ReplicaGroup) under train.out_dir."""
+
+    def __init__(self, cfg: RunConfig, group) -> None:
+        self.cfg = cfg
+        self.group = group
+
+    def save(self, step: int, state: dict | None = None) -> str:
+        """Write the checkpoint of `step` from the replica group's `state` (read now if None)."""
+        st = self.group.state() if state is None else state
+        return save(
+            self.cfg.train.out_dir,
+            Checkpoint(
+                step=step,
+                data_seq=step * self.group.num_replicas,
+                config=self.cfg.to_dict(),
+                drafter=st["drafter"],
+                optimizer=st["optimizer"],
+                scheduler=st["scheduler"],
+            ),
+        )
+
+    def save_by(self, deadline: float) -> tuple[str | None, str | None]:
+        """(path, why not): checkpoint from a helper thread, waited for until `deadline`
+        (time.monotonic()): a save that cannot finish (a device that no longer answers) must not
+        keep the process alive; saves are atomic, so one abandoned midway leaves the previous one."""
+        box: dict[str, object] = {}
+
+        def body() -> None:
+            try:
+                got = self.group.state_when_idle(deadline - time.monotonic())
+                if got is None:
+                    box["why"] = "the replica leader is stuck inside an optimizer update"
+                    return
+                box["path"] = self.save(*got)
+            except Exception as e:  # noqa: BLE001  reported; the run is ending either way
+                box["why"] = f"{type(e).__name__}: {e}"
+
+        t = threading.Thread(target=body, name="dflash-checkpoint", daemon=True)
+        t.start()
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            return None, "the write did not finish within the shutdown deadline"
+        return box.get("path"), box.get("why")  # type: ignore[return-value]

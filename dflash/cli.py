@@ -154,7 +154,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     # these import torch: `--help` and a bad argument answer without it
     from dflash.checkpoint import load
     from dflash.export import export_hf
-    from dflash.train import build_export_drafter
+    from dflash.models import build_export_drafter
 
     if os.path.exists(args.out):
         raise UserInputError(f"export folder {args.out!r} already exists")

@@ -13,7 +13,9 @@ Properties:
 - Total lengths are uniform in [synthetic_min_len, synthetic_max_len], so several buckets are used;
   the prompt takes 1/4 to 1/2 of a sample and `loss_mask` is 1 on the completion only.
 - The file is written atomically (tmp + rename, `data.write_token_file`) under `cfg.cache_dir`,
-  named from `cache_key` and a digest of every input, and reused when present.
+  named from `cache_key` and a digest of every input, and reused when present. A corpus of that
+  name shipped with the package (dflash.packaged_corpus) is read in place when the target
+  reproduces its probe rows, instead of being generated.
 - `data.synthetic_pack_len` > 0 packs the samples of the unpacked corpus (generated or reused
   first: packing only regroups rows, the target is not run again) in order into rows of at most
   that many tokens, with a `doc_ids` column; a file of its own.
@@ -30,6 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dflash import packaged_corpus
 from dflash.config import DataConfig
 from dflash.data import open_dataset, pack_documents, write_token_file
 
@@ -122,11 +125,20 @@ def _complete(
     return completions
 
 
-def ensure_synthetic_corpus(cfg: DataConfig, generate: Generate, vocab_size: int, cache_key: str) -> str:
+def ensure_synthetic_corpus(
+    cfg: DataConfig,
+    generate: Generate,
+    vocab_size: int,
+    cache_key: str,
+    *,
+    probe: Generate | None = None,
+    report: Callable[[str], None] | None = None,
+) -> str:
     """Path of the synthetic corpus for (cfg, vocab_size, cache_key), generating it on first use.
 
     `generate(prompts, max_new_tokens)` must return one list of new token ids per prompt;
     `cache_key` names the target (e.g. its config digest) so different targets get different files.
+    A shipped corpus is checked with `probe` (default `generate`); `report` hears the verdict.
     """
     if vocab_size < 3:
         raise ValueError(f"vocab_size {vocab_size} leaves no ids for prompts (0 = pad, last = mask)")
@@ -135,20 +147,28 @@ def ensure_synthetic_corpus(cfg: DataConfig, generate: Generate, vocab_size: int
     path = corpus_path(cfg, vocab_size, cache_key)
     if os.path.isfile(path):
         return path
+    shipped = packaged_corpus.find(path, probe or generate, report)
+    if shipped is not None:
+        return shipped
     if cfg.synthetic_pack_len:
-        plain = open_dataset(
-            ensure_synthetic_corpus(dataclasses.replace(cfg, synthetic_pack_len=0), generate, vocab_size, cache_key)
+        plain = ensure_synthetic_corpus(
+            dataclasses.replace(cfg, synthetic_pack_len=0), generate, vocab_size, cache_key, probe=probe, report=report
         )
-        docs = (plain.row(i) for i in range(len(plain)))
-        write_token_file(
-            path,
-            pack_documents(docs, cfg.synthetic_pack_len),
-            doc_ids=True,
-            metadata={"source": "dflash.synthetic", "cache_key": cache_key, "pack_len": cfg.synthetic_pack_len},
-        )
+        _write_packed(path, open_dataset(plain), cfg.synthetic_pack_len, cache_key)
         return path
     prompts, needs = _prompts(cfg, vocab_size)
     completions = _complete(prompts, needs, generate, vocab_size, cfg.synthetic_generate_batch)
     rows = ((p + c, [0] * len(p) + [1] * len(c)) for p, c in zip(prompts, completions))
     write_token_file(path, rows, metadata={"source": "dflash.synthetic", "cache_key": cache_key})
     return path
+
+
+def _write_packed(path: str, plain, pack_len: int, cache_key: str) -> None:
+    """The unpacked corpus's samples packed in order into rows of at most `pack_len` tokens."""
+    docs = (plain.row(i) for i in range(len(plain)))
+    write_token_file(
+        path,
+        pack_documents(docs, pack_len),
+        doc_ids=True,
+        metadata={"source": "dflash.synthetic", "cache_key": cache_key, "pack_len": pack_len},
+    )

@@ -131,3 +131,21 @@ class Timeline:
         if frac is not None:
             tail.append(f"{frac:.0%} of {record['total']:.0f}s outside training")
         return "timeline: " + ", ".join(parts) + ("; " + ", ".join(tail) if tail else "")
+
+
+def pipeline_spans(tl: Timeline, start: float, end: float, opened: float | None, steps: list[float]) -> None:
+    """Split the pipeline's time (time.monotonic() `start`..`end`) at the startup gate's opening
+    and the first and last step times: warm-up (every drafter thread compiling and warming up),
+    first step, training, shutdown."""
+    if opened is None:
+        tl.span("warmup", start, end)
+        return
+    tl.span("warmup", start, opened)
+    tl.mark("gate_open_at", opened)
+    if not steps:
+        tl.span("first_step", opened, end)
+        return
+    tl.span("first_step", opened, steps[0])
+    tl.mark("first_step_at", steps[0])
+    tl.span("training", steps[0], steps[-1])
+    tl.span("shutdown", steps[-1], end)

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dflash.devices import resolve  # imports torch
     from dflash.evaluate import acceptance_length  # imports torch
-    from dflash.train import build_models  # imports torch
+    from dflash.models import build_models  # imports torch
 
     try:
         cfg = apply_overrides(presets.get(opts.preset), opts.sets)
