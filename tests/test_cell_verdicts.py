@@ -63,10 +63,10 @@ def test_baselines_are_never_recommended_and_a_failing_lock_is_flagged():
         + _cell("w:a@plan", 30, tok=120.0)
         + _cell("only-baselines:raw@-", 3)
     )
-    verdicts = _verdicts(rs)
-    assert [v.workload for v in verdicts] == ["w"]
-    assert [t.strategy for t in verdicts[0].chosen] == ["a"]
-    (line,) = verdicts.lines(verdicts)
+    found = _verdicts(rs)
+    assert [v.workload for v in found] == ["w"]
+    assert [t.strategy for t in found[0].chosen] == ["a"]
+    (line,) = verdicts.lines(found)
     assert "and global-lock itself failed 1/45" in line
 
 

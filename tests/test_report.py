@@ -98,8 +98,35 @@ def test_time_to_first_failure_uses_time_to_failure_of_failing_runs():
 def test_cells_are_ordered_raw_first_and_the_table_shows_k_over_n():
     cells = summarize(_records())
     assert [c.cell for c in cells] == ["w:raw@p", "w:fix@p", "w:lock@p"]
-    table = cell_tables.text_table(cells)
+    table = cell_tables.text_table(cells, width=200)  # wide enough that no entry wraps
     assert "4/10" in table and "0/10 +1 timeout +1 oom +1 error" in table and "p<30.0%" in table
+    assert "0/10 +1 timeout +1" in cell_tables.text_table(cells)  # at 120 columns the rest wraps
+
+
+def test_a_cell_too_small_to_test_says_so_instead_of_a_bound_or_p():
+    rs = [_r("w:raw@p", i, Outcome.CRASH, sig="s1", ttf=1.0) for i in range(3)]
+    rs += [_r("w:few@p", i, Outcome.OK) for i in range(3)]  # 0/3 vs 3/3: best p 1/C(6,3) = 5%, not below
+    rs += [_r("w:enough@p", i, Outcome.OK) for i in range(4)]  # 0/4 vs 3/3: 1/C(7,4) = 2.9%
+    cells = {c.cell: c for c in summarize(rs)}
+    few, enough = (cell_tables.cell_row(cells[n], n_raw=3) for n in ("w:few@p", "w:enough@p"))
+    assert few[3] == "[0.0%, 56.1%] too few trials" and few[4] == "too few trials"
+    assert enough[3].endswith(" p<75.0%") and enough[4] == f"{cells['w:enough@p'].fisher_p:.3g}"
+    assert not cell_tables.can_reject(3, 3) and cell_tables.can_reject(4, 3) and cell_tables.can_reject(2, 20)
+    assert "too few trials" in cell_tables.markdown_table(list(cells.values()))
+
+
+def test_the_matrix_table_fits_120_columns_and_explains_its_terms():
+    long = "w:global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync+target-hook-taps@p"
+    rs = _records() + [_r(long, i, Outcome.OK, tok=90.0) for i in range(2)]
+    cells = summarize(rs)
+    table = cell_tables.text_table(cells).splitlines()
+    assert max(len(line) for line in table) <= 120
+    assert "".join(line.split("  ")[0] for line in table[2:] if not line.startswith("w:raw")).count("cstash") == 1
+    assert "top signature" not in table[0]  # listed in full under the table
+    legend = "\n".join(cell_tables.text_legend(cells))
+    for term in ("k/n:", "95% CI (Wilson):", "p<X:", "p vs raw:", "too few trials:", "TTFF:", "tok/s:", "vs best:"):
+        assert term in legend
+    assert max(len(line) for line in legend.splitlines()) <= 120
 
 
 def test_a_gpu_matrix_gets_a_memory_column_from_reported_and_sampled_figures_a_cpu_one_none():
@@ -121,7 +148,8 @@ def test_a_gpu_matrix_gets_a_memory_column_from_reported_and_sampled_figures_a_c
     assert table[0].endswith("| vs best | GPU GiB |")
     assert table[2].endswith("| 21.5 |") and table[4].endswith("| - |")
     text = cell_tables.text_table(summarize(rs)).splitlines()
-    assert text[0].endswith("vs best  GPU GiB") and text[2].endswith("21.5") and text[4].rstrip().endswith("-")
+    rows = {line.split()[0]: line for line in text if line.startswith("w:")}  # first lines of wrapped rows
+    assert text[0].endswith("vs best  GPU GiB") and rows["w:raw@p"].endswith("21.5") and rows["w:lock@p"].endswith("-")
     # A device that could not say (null) or a stray string is left out, not fatal to the report.
     rs[2] = dataclasses.replace(rs[2], final={"gpu_mem_peak_gib": {"cuda:0": None, "cuda:1": "n/a", "cuda:2": 30.0}})
     rs[3] = dataclasses.replace(rs[3], final={"gpu_mem_peak_gib": {"cuda:0": None}})

@@ -4,10 +4,12 @@ and the summaries as JSON."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from harness.analysis import column_fit
 from harness.analysis.summary import CellSummary
 from harness.diagnosis import families
 from harness.text import clip
@@ -26,6 +28,25 @@ HEADERS = (
     "tok/s",
     "vs best",
 )
+TEXT_WIDTH = 120
+WRAPPING = ("cell", "k/n", "window", "95% CI (Wilson)", "p vs raw", "outcomes")
+"""The text table's columns whose entries may wrap onto more lines to fit TEXT_WIDTH."""
+ALPHA = 0.05
+MIN_BOUND_TRIALS = 4
+"""Under 4 trials the rule-of-three bound 3/n is 100% or more: 0 failures rule out no failure rate."""
+TOO_FEW = "too few trials"
+LEGEND = (
+    "k/n: failed / trials that count (+ timeouts, oom, harness errors, not counted); rate: k/n.",
+    "95% CI (Wilson): the failure rate's 95% interval; p<X: at 0 failures, its one-sided 95% bound (3/n).",
+    "p vs raw: one-sided Fisher exact p that the cell fails less often than raw under the same workload and plan.",
+    f"{TOO_FEW}: fewer than a test needs to reject at 5% at its best: under {MIN_BOUND_TRIALS} at 0 failures",
+    "  (3/n >= 100%); in p vs raw, p >= 5% even with 0 failures here and all of raw's (1/C(n + raw's n, n)).",
+    "TTFF: median serial time to the first failure; tok/s: median tokens per second of the cell's trials.",
+    "vs best: tok/s over the fastest clean cell's of the same workload, measured on the same host and day.",
+    "The top signature of each cell is in the signature list below.",
+)
+EXPOSURE_LEGEND = "window: whether the race's window opened in the cell's trials (harness.faults.exposure)."
+MEMORY_LEGEND = "GPU GiB: the most one trial of the cell held on one GPU."
 MEMORY_HEADER = "GPU GiB"
 """A last column, only where some cell has a figure (a GPU matrix): CPU tables stay as they were."""
 EXPOSURE_HEADER = "window"
@@ -88,10 +109,34 @@ def _seconds(x: float | None) -> str:
     return f"{x:.1f}s" if x < 600 else f"{x / 60:.1f}m"
 
 
-def cell_row(c: CellSummary, *, memory: bool = False, exposure: bool = False) -> tuple[str, ...]:
-    ci = f"[{_pct(c.low)}, {_pct(c.high)}]"
-    if c.rule_of_three is not None:
-        ci += f" p<{_pct(c.rule_of_three)}"
+def bound_text(c: CellSummary) -> str:
+    """After the interval: the rule-of-three bound at 0 failures, or why there is none."""
+    if c.rule_of_three is None:
+        return ""
+    return f" {TOO_FEW}" if c.n < MIN_BOUND_TRIALS else f" p<{_pct(c.rule_of_three)}"
+
+
+def can_reject(n: int, n_raw: int) -> bool:
+    """Whether the one-sided Fisher test of n trials against raw's n_raw can reach p < 5% at all:
+    its smallest p (0 failures here, every raw trial failed) is 1/C(n + n_raw, n)."""
+    return math.comb(n + n_raw, n) * ALPHA > 1
+
+
+def fisher_text(c: CellSummary, n_raw: int | None) -> str:
+    if c.fisher_p is None:
+        return "-"
+    return TOO_FEW if n_raw is not None and not can_reject(c.n, n_raw) else f"{c.fisher_p:.3g}"
+
+
+def raw_counts(cells: Sequence[CellSummary]) -> dict[tuple[str, str], int]:
+    """Raw's n per (workload, plan): what each cell's p vs raw was tested against."""
+    return {(c.workload, c.plan): c.n for c in cells if c.strategy == "raw"}
+
+
+def cell_row(
+    c: CellSummary, *, memory: bool = False, exposure: bool = False, n_raw: int | None = None
+) -> tuple[str, ...]:
+    ci = f"[{_pct(c.low)}, {_pct(c.high)}]" + bound_text(c)
     extra = [
         f"{c.timeouts} timeout" if c.timeouts else "",
         f"{c.resources} oom" if c.resources else "",
@@ -105,22 +150,43 @@ def cell_row(c: CellSummary, *, memory: bool = False, exposure: bool = False) ->
     tok = "-" if c.tokens_per_s is None else f"{c.tokens_per_s:.0f}"
     ratio = "-" if c.tokens_ratio is None else f"{c.tokens_ratio:.2f}x"
     rate = _pct(c.k / c.n) if c.n else "-"
-    fisher = "-" if c.fisher_p is None else f"{c.fisher_p:.3g}"
     row = (
         (c.cell, kn)
         + ((exposure_text(c),) if exposure else ())
-        + (rate, ci, fisher, outcomes, top, _seconds(c.ttff_s), tok, ratio)
+        + (rate, ci, fisher_text(c, n_raw), outcomes, top, _seconds(c.ttff_s), tok, ratio)
     )
     return row + (("-" if c.gpu_peak_gib is None else f"{c.gpu_peak_gib:.1f}",) if memory else ())
 
 
-def text_table(cells: Sequence[CellSummary]) -> str:
+def _rows(cells: Sequence[CellSummary]) -> list[tuple[str, ...]]:
+    """The header and one row per cell, with the columns these cells have figures for."""
     memory, exposure = has_memory(cells), has_exposure(cells)
-    rows = [_headers(memory, exposure)] + [cell_row(c, memory=memory, exposure=exposure) for c in cells]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    raw = raw_counts(cells)
+    rows = [_headers(memory, exposure)]
+    for c in cells:
+        rows.append(cell_row(c, memory=memory, exposure=exposure, n_raw=raw.get((c.workload, c.plan))))
+    return rows
+
+
+def text_table(cells: Sequence[CellSummary], width: int = TEXT_WIDTH) -> str:
+    """The matrix command's table within `width` columns: long entries wrap, and the top signature
+    is left to the signature list printed under it."""
+    rows = _rows(cells)
+    keep = [i for i, h in enumerate(rows[0]) if h != "top signature"]
+    rows = [tuple(r[i] for i in keep) for r in rows]
+    wrapping = {i for i, h in enumerate(rows[0]) if h in WRAPPING}
+    return "\n".join(column_fit.render(rows, wrapping, width))
+
+
+def text_legend(cells: Sequence[CellSummary]) -> list[str]:
+    """The terms of text_table, a line or two each, for the columns it has."""
+    memory, exposure = has_memory(cells), has_exposure(cells)
+    return (
+        list(LEGEND[:1])
+        + ([EXPOSURE_LEGEND] if exposure else [])
+        + list(LEGEND[1:])
+        + ([MEMORY_LEGEND] if memory else [])
+    )
 
 
 def pivot_table(cells: Sequence[CellSummary]) -> str | None:
@@ -163,10 +229,9 @@ def markdown_table(cells: Sequence[CellSummary]) -> str:
     def esc(v: str) -> str:
         return v.replace("|", "\\|")
 
-    memory, exposure = has_memory(cells), has_exposure(cells)
-    top = _headers(memory, exposure)
+    top, *rows = _rows(cells)
     lines = ["| " + " | ".join(top) + " |", "|" + "---|" * len(top)]
-    lines += ["| " + " | ".join(esc(v) for v in cell_row(c, memory=memory, exposure=exposure)) + " |" for c in cells]
+    lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 
 

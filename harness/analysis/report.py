@@ -138,7 +138,7 @@ def block_body(
     if sigs:
         lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in sigs]
     priced = benches_for(name, bench_runs)
-    verdict_lines = verdicts.lines(verdicts.verdicts(cells, bench_runs=priced), bench_runs=priced)
+    verdict_lines = verdicts.lines(verdicts.recommend(cells, bench_runs=priced), bench_runs=priced)
     if verdict_lines:
         lines += [
             "",

@@ -21,6 +21,7 @@ from harness.analysis.cell_tables import (
     has_exposure,
     signature_lines,
     summary_json,
+    text_legend,
     text_table,
 )
 from harness.analysis.excerpts import native_excerpts
@@ -282,6 +283,7 @@ def _print_matrix_table(done: MatrixRun, cells) -> None:
         f"{done.resumed} already in {done.spec.store_dir}, {_left_words(done)}"
     )
     print(text_table(cells))
+    print("\n".join(text_legend(cells)))
     windows = exposure_lines(cells)
     if windows:
         print("\nwindows (harness.faults.exposure: trials each opened in / measured, openings):")
