@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.analysis import bench_records, benches, verdicts, versions
@@ -39,6 +40,12 @@ BENCHES_NAME = "BENCHES.md"
 FAILURE_MODES_NAME = "FAILURE-MODES.md"
 """The failure-modes overview (every store's families by torch version), beside REPORT.md's
 `results/`: a lookup table, too long for the findings."""
+BENCHES_HEADER = "# Benches: each configuration alone on the machine\n\nWritten by `python -m harness report`.\n\n"
+MEMORY_TERMS = (
+    "; GPU GiB is the most one trial held on one GPU: the workload's "
+    "reported allocator peak (the CUDA context, about 1 GiB, not counted) "
+    "or, where higher, the runner's nvidia-smi samples (context counted)"
+)
 
 
 def begin_marker(name: str) -> str:
@@ -95,11 +102,25 @@ def block_body(
     paths in commands to `root`, where they are run); `retired` are the records `harness retire`
     took out of its count; `bench_runs` (harness.analysis.benches) price the verdict alone on the
     GPU where a bench ran it."""
-    where = _rel(store_dir, root if root is not None else report_dir)
+    root = root if root is not None else report_dir
+    lines = _intro_lines(name, _rel(store_dir, root), records, cells) + _pivot_lines(cells)
+    lines.append(markdown_table(cells))
+    sigs = signature_lines(cells)
+    if sigs:
+        lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in sigs]
+    lines += _verdict_lines(name, cells, bench_runs) + _excerpt_lines(records, store_dir)
+    lines += retired_lines(store_dir, retired, root)
+    if plots:
+        lines += [""] + [f"![{p.stem}]({_rel(p, report_dir)})" for p in plots]
+    return "\n".join(lines)
+
+
+def _intro_lines(name: str, where: str, records: Sequence[TrialResult], cells: Sequence[CellSummary]) -> list[str]:
+    """The block's heading, what its table's terms mean, and when, where and on what torch it ran."""
     started = sorted(r.started_at for r in records if r.started_at)
     versions = sorted({r.torch_version for r in records if r.torch_version})
     hosts = sorted({r.host for r in records if r.host})
-    lines = [
+    return [
         f"#### Matrix `{name}`: {len(records)} trials in `{where}`",
         "",
         f"Regenerate with `python -m harness report --store {where}`. "
@@ -108,68 +129,58 @@ def block_body(
         "the one-sided Fisher exact p that the strategy fails less often than raw; TTFF is "
         "the median serial time to the first failure; vs best is tokens/s over the fastest clean cell "
         "of the same workload measured on the same host and day (most of each cell's trials)"
-        + (
-            "; GPU GiB is the most one trial held on one GPU: the workload's "
-            "reported allocator peak (the CUDA context, about 1 GiB, not counted) "
-            "or, where higher, the runner's nvidia-smi samples (context counted)"
-            if has_memory(cells)
-            else ""
-        )
+        + (MEMORY_TERMS if has_memory(cells) else "")
         + ".",
         "",
         f"Trials started {started[0] if started else '?'} .. {started[-1] if started else '?'}; "
         f"torch {', '.join(versions) or '?'}; hosts {', '.join(hosts) or '?'}.",
         "",
     ]
+
+
+def _pivot_lines(cells: Sequence[CellSummary]) -> list[str]:
+    """The strategy-by-column pivot and its family legend, where the matrix has two columns."""
     pivot = pivot_table(cells)
-    if pivot:
-        lines += [
-            "At a glance: k/n and the failure families (harness.diagnosis.families) per cell; +N oom = out of "
-            "device memory, left out.",
-            "",
-            pivot,
-            "",
-        ]
-        legend = family_legend(cells)
-        if legend:
-            lines += ["Families: " + "; ".join(legend) + ".", ""]
-    lines.append(markdown_table(cells))
-    sigs = signature_lines(cells)
-    if sigs:
-        lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in sigs]
+    if not pivot:
+        return []
+    lines = [
+        "At a glance: k/n and the failure families (harness.diagnosis.families) per cell; +N oom = out of "
+        "device memory, left out.",
+        "",
+        pivot,
+        "",
+    ]
+    legend = family_legend(cells)
+    return lines + (["Families: " + "; ".join(legend) + ".", ""] if legend else [])
+
+
+def _verdict_lines(name: str, cells: Sequence[CellSummary], bench_runs: Sequence) -> list[str]:
     priced = benches_for(name, bench_runs)
-    verdict_lines = verdicts.lines(verdicts.recommend(cells, bench_runs=priced), bench_runs=priced)
-    if verdict_lines:
-        lines += [
-            "",
-            f"Verdict ({verdicts.__name__}: 0 failures and >= {verdicts.MIN_STRESSED} trials under "
-            "a fault plan; priced against global-lock and eager):",
-            "",
-        ] + [f"- {v}" for v in verdict_lines]
+    found = verdicts.lines(verdicts.recommend(cells, bench_runs=priced), bench_runs=priced)
+    if not found:
+        return []
+    return [
+        "",
+        f"Verdict ({verdicts.__name__}: 0 failures and >= {verdicts.MIN_STRESSED} trials under "
+        "a fault plan; priced against global-lock and eager):",
+        "",
+    ] + [f"- {v}" for v in found]
+
+
+def _excerpt_lines(records: Sequence[TrialResult], store_dir: Path) -> list[str]:
+    """An excerpt of a hang dump per hang signature and of a native stack per crash site."""
+    lines = []
     for summary, trial_id, text in hang_excerpts(records, store_dir):
-        lines += [
-            "",
-            f"Hang dump excerpt, `{summary}` (trial `{trial_id}`, py-spy, innermost frames):",
-            "",
-            "```",
-            text,
-            "```",
-        ]
+        head = f"Hang dump excerpt, `{summary}` (trial `{trial_id}`, py-spy, innermost frames):"
+        lines += ["", head, "", "```", text, "```"]
     for x in native_excerpts(records, store_dir):
-        lines += [
-            "",
+        head = (
             f"Native stack excerpt, `{x.summary}`: crash site `{clip(x.site, 100)}` in {x.trials} of "
             f"{x.of} trials with a native stack (trial `{x.trial_id}`, crashing thread, innermost "
-            f"frames):",
-            "",
-            "```",
-            x.text,
-            "```",
-        ]
-    lines += retired_lines(store_dir, retired, root if root is not None else report_dir)
-    if plots:
-        lines += [""] + [f"![{p.stem}]({_rel(p, report_dir)})" for p in plots]
-    return "\n".join(lines)
+            f"frames):"
+        )
+        lines += ["", head, "", "```", x.text, "```"]
+    return lines
 
 
 def retired_lines(store_dir: Path, mine: Sequence[TrialResult], report_dir: Path) -> list[str]:
@@ -238,6 +249,17 @@ def stores_body(rows: Sequence[tuple[str, Path, Sequence[TrialResult]]], report_
     return "\n".join(lines)
 
 
+@dataclass
+class _Pending:
+    """What rebuild writes, gathered before anything is: texts, block names, plots to draw."""
+
+    writes: list[tuple[Path, str]] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    plots: list[tuple[Sequence[CellSummary], str, Path]] = field(default_factory=list)
+    index: list[tuple[str, Path, Sequence[TrialResult]]] = field(default_factory=list)
+    """(matrix, store folder, its records) for REPORT.md's index of stores."""
+
+
 def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) -> list[str]:
     """Regenerate every store's SUMMARY.md (a block per matrix) and plots, the bench tables, and
     with `overview` REPORT.md's blocks over all stores (only meaningful for every store).
@@ -247,81 +269,84 @@ def rebuild(store_dirs: Sequence[Path], out: Path, *, overview: bool = False) ->
     """
     loaded = [(Path(d), Store(d).load()) for d in store_dirs]
     retired = {d: retire.retired_store(d).load() for d, _ in loaded}
-    writes: list[tuple[Path, str]] = []
-    names, plots, index = [], [], []
     roots = sorted({Path(d).parent for d in store_dirs})
     bench_files = sorted(f for root in roots for f in bench_records.files(root))
     bench_runs = bench_records.load(bench_files)
+    todo = _Pending()
     for store_dir, records in loaded:
-        path = store_dir / SUMMARY_NAME
-        text = path.read_text(encoding="utf-8") if path.exists() else summary_header(store_dir)
-        for name in matrix_names(records):
-            mine = [r for r in records if r.matrix == name and r.replay_of is None]
-            cells = summarize(mine)
-            paths = plot_paths(cells, name, store_dir / "plots")
-            gone = [r for r in retired[store_dir] if r.matrix == name]
-            text = replace_block(
-                text,
-                name,
-                block_body(name, store_dir, mine, cells, paths, store_dir, gone, bench_runs, root=out.parent),
-            )
-            plots.append((cells, name, store_dir / "plots"))
-            names.append(name)
-            index.append((name, store_dir, mine))
-        writes.append((path, text))
-    bench_plots = benches.plot_paths(bench_runs, bench_files[0].parent / "plots") if bench_files else []
-    price_plots = benches.price_plots(bench_runs, bench_files[0].parent / "plots") if bench_files else {}
+        _add_store(todo, store_dir, records, retired[store_dir], bench_runs, out.parent)
+    plots_dir = bench_files[0].parent / "plots" if bench_files else None
+    bench_plots = benches.plot_paths(bench_runs, plots_dir) if plots_dir else []
+    price_plots = benches.price_plots(bench_runs, plots_dir) if plots_dir else {}
     if bench_files:
-        doc = roots[0] / BENCHES_NAME
-        text = (
-            doc.read_text(encoding="utf-8")
-            if doc.exists()
-            else ("# Benches: each configuration alone on the machine\n\nWritten by `python -m harness report`.\n\n")
-        )
-        text = replace_block(
-            text,
-            benches.BLOCK,
-            benches.body(
-                bench_runs,
-                [_rel(f, doc.parent) for f in bench_files],
-                [_rel(p, doc.parent) for p in bench_plots],
-                {k: _rel(p, doc.parent) for k, p in price_plots.items()},
-            ),
-        )
-        writes.append((doc, text))
-        names.append(benches.BLOCK)
-    readme: str | None = None
+        _add_benches(todo, roots[0] / BENCHES_NAME, bench_runs, bench_files, bench_plots, price_plots)
     repro_readme = out.parent / "repro" / "README.md"
-    if overview:
-        text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
-        # Retired records count here: their failures were observed (under an older workload).
-        observed = loaded + list(retired.items())
-        modes = out.parent / "results" / FAILURE_MODES_NAME
-        modes_text = (
-            modes.read_text(encoding="utf-8")
-            if modes.exists()
-            else (
-                "# Failure modes by torch version\n\nWritten by `python -m harness report`; the findings are in "
-                f"[REPORT.md]({_rel(out, modes.parent)}).\n\n"
-            )
-        )
-        writes.append((modes, replace_block(modes_text, OVERVIEW_BLOCK, overview_body(observed))))
-        text = replace_block(text, tables.RACES_BLOCK, tables.race_table(records_of=RecordSource(out.parent)))
-        text = replace_block(text, STORES_BLOCK, stores_body(index, out.parent))
-        text = replace_block(text, versions.BLOCK, versions.body(loaded))
-        names += [OVERVIEW_BLOCK, tables.RACES_BLOCK, STORES_BLOCK, versions.BLOCK]
-        writes.append((out, text))
-        if repro_readme.is_file():
-            readme = replace_block(repro_readme.read_text(encoding="utf-8"), tables.REPROS_BLOCK, tables.repro_table())
-    for cells, name, plots_dir in plots:
-        write_plots(cells, name, plots_dir)
+    readme = _add_overview(todo, out, loaded, retired, repro_readme) if overview else None
+    for cells, name, plots_at in todo.plots:
+        write_plots(cells, name, plots_at)
     if bench_plots:
         benches.write_plots(bench_runs, bench_plots[0].parent)
     if price_plots:
-        benches.write_price_plots(bench_runs, bench_files[0].parent / "plots")
-    for path, text in writes:
+        benches.write_price_plots(bench_runs, plots_dir)
+    for path, text in todo.writes:
         write_atomic(path, text.encode("utf-8"))
     if readme is not None:
         write_atomic(repro_readme, readme.encode("utf-8"))
-        names.append(tables.REPROS_BLOCK)
-    return names
+        todo.names.append(tables.REPROS_BLOCK)
+    return todo.names
+
+
+def _add_store(todo: _Pending, store_dir: Path, records, retired, bench_runs, root: Path) -> None:
+    """The store's SUMMARY.md with a block per matrix, and the plots of each."""
+    path = store_dir / SUMMARY_NAME
+    text = path.read_text(encoding="utf-8") if path.exists() else summary_header(store_dir)
+    for name in matrix_names(records):
+        mine = [r for r in records if r.matrix == name and r.replay_of is None]
+        cells = summarize(mine)
+        paths = plot_paths(cells, name, store_dir / "plots")
+        gone = [r for r in retired if r.matrix == name]
+        body = block_body(name, store_dir, mine, cells, paths, store_dir, gone, bench_runs, root=root)
+        text = replace_block(text, name, body)
+        todo.plots.append((cells, name, store_dir / "plots"))
+        todo.names.append(name)
+        todo.index.append((name, store_dir, mine))
+    todo.writes.append((path, text))
+
+
+def _add_benches(todo: _Pending, doc: Path, bench_runs, bench_files, bench_plots, price_plots) -> None:
+    """BENCHES.md's block: the bench tables, linking their files and plots."""
+    text = doc.read_text(encoding="utf-8") if doc.exists() else BENCHES_HEADER
+    body = benches.body(
+        bench_runs,
+        [_rel(f, doc.parent) for f in bench_files],
+        [_rel(p, doc.parent) for p in bench_plots],
+        {k: _rel(p, doc.parent) for k, p in price_plots.items()},
+    )
+    todo.writes.append((doc, replace_block(text, benches.BLOCK, body)))
+    todo.names.append(benches.BLOCK)
+
+
+def _add_overview(todo: _Pending, out: Path, loaded, retired, repro_readme: Path) -> str | None:
+    """FAILURE-MODES.md and REPORT.md's blocks over every store; the repro README's new text, if
+    there is one."""
+    text = out.read_text(encoding="utf-8") if out.exists() else "# Report\n"
+    # Retired records count here: their failures were observed (under an older workload).
+    observed = loaded + list(retired.items())
+    modes = out.parent / "results" / FAILURE_MODES_NAME
+    modes_text = (
+        modes.read_text(encoding="utf-8")
+        if modes.exists()
+        else (
+            "# Failure modes by torch version\n\nWritten by `python -m harness report`; the findings are in "
+            f"[REPORT.md]({_rel(out, modes.parent)}).\n\n"
+        )
+    )
+    todo.writes.append((modes, replace_block(modes_text, OVERVIEW_BLOCK, overview_body(observed))))
+    text = replace_block(text, tables.RACES_BLOCK, tables.race_table(records_of=RecordSource(out.parent)))
+    text = replace_block(text, STORES_BLOCK, stores_body(todo.index, out.parent))
+    text = replace_block(text, versions.BLOCK, versions.body(loaded))
+    todo.names += [OVERVIEW_BLOCK, tables.RACES_BLOCK, STORES_BLOCK, versions.BLOCK]
+    todo.writes.append((out, text))
+    if not repro_readme.is_file():
+        return None
+    return replace_block(repro_readme.read_text(encoding="utf-8"), tables.REPROS_BLOCK, tables.repro_table())
