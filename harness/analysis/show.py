@@ -33,7 +33,25 @@ def render(record: TrialResult, store_dir: Path) -> str:
     except ReplayError:
         spec = None
     out = [f"{record.trial_id}: {record.outcome.name}" + (f" ({record.detail})" if record.detail else "")]
-    out.append(
+    out.append(_ran_line(record))
+    if store_dir.name == RETIRED_NAME:
+        out.append(_retired_line(record, store_dir))
+    if spec is not None:
+        out += _spec_lines(spec)
+    out += _signature_lines(record)
+    text = _read(art / OUTPUT) if art else None
+    out += _traceback_lines(tracebacks.parse_tracebacks(text) if text else [])
+    out += _native_and_hang_lines(art)
+    where = (art.file if isinstance(art, PackedArtefacts) else art) if art and art.is_dir() else None
+    out += ["", f"artefacts: {where or 'not kept in this store'}"]
+    if spec is not None:
+        out += _command_lines(record, spec, store_dir)
+    return "\n".join(out)
+
+
+def _ran_line(record: TrialResult) -> str:
+    """How long it ran, its speed and memory, and on what torch, Python, host and GPU."""
+    return (
         f"  ran {record.duration_s:.1f} s"
         + (f", failed after {record.time_to_failure_s:.1f} s" if record.time_to_failure_s is not None else "")
         + (f", {record.tokens_per_s:,.0f} tokens/s" if record.tokens_per_s else "")
@@ -43,45 +61,59 @@ def render(record: TrialResult, store_dir: Path) -> str:
         + (f", GPU {record.gpu}" if record.gpu else "")
         + f", started {record.started_at or '?'}"
     )
-    if store_dir.name == RETIRED_NAME:
-        mine = [
-            e["reason"]
-            for e in reasons(store_dir.parent)
-            if any(fnmatch.fnmatchcase(record.cell, g) for g in e["cells"])
-        ]
-        why = "; ".join(mine) or "no reason recorded"
-        out.append(f"  retired from {store_dir.parent} (not counted there): {why}")
-    if spec is not None:
-        plan = spec.plan
-        out.append(f"  workload: {spec.workload.kind} {shlex.join(spec.workload.argv)}")
-        out.append(
-            f"  fixes: {', '.join(spec.fixes) or 'none'}; plan: "
-            + (
-                f"{plan.get('profile')} seed {plan.get('seed')}, {len(plan.get('rules', []))} rules, "
-                f"switch interval {plan.get('switch_interval') or 'default'}"
-                if plan
-                else "none"
-            )
-        )
-    if record.signature:
-        fam = families.family(record.signature_summary)
-        out += [
-            "",
-            f"signature {record.signature} (v{record.signature_version}):",
-            f"  {record.signature_summary}",
-            f"  family {fam}: {families.DESCRIPTIONS.get(fam, 'no known family: a new way to fail')}",
-        ]
-    text = _read(art / OUTPUT) if art else None
-    tbs = tracebacks.parse_tracebacks(text) if text else []
+
+
+def _retired_line(record: TrialResult, store_dir: Path) -> str:
+    mine = [
+        e["reason"] for e in reasons(store_dir.parent) if any(fnmatch.fnmatchcase(record.cell, g) for g in e["cells"])
+    ]
+    why = "; ".join(mine) or "no reason recorded"
+    return f"  retired from {store_dir.parent} (not counted there): {why}"
+
+
+def _spec_lines(spec: TrialSpec) -> list[str]:
+    plan = spec.plan
+    planned = (
+        f"{plan.get('profile')} seed {plan.get('seed')}, {len(plan.get('rules', []))} rules, "
+        f"switch interval {plan.get('switch_interval') or 'default'}"
+        if plan
+        else "none"
+    )
+    return [
+        f"  workload: {spec.workload.kind} {shlex.join(spec.workload.argv)}",
+        f"  fixes: {', '.join(spec.fixes) or 'none'}; plan: " + planned,
+    ]
+
+
+def _signature_lines(record: TrialResult) -> list[str]:
+    if not record.signature:
+        return []
+    fam = families.family(record.signature_summary)
+    return [
+        "",
+        f"signature {record.signature} (v{record.signature_version}):",
+        f"  {record.signature_summary}",
+        f"  family {fam}: {families.DESCRIPTIONS.get(fam, 'no known family: a new way to fail')}",
+    ]
+
+
+def _traceback_lines(tbs: list) -> list[str]:
+    """The first failing thread's traceback, innermost frames first."""
     first = tracebacks.primary_traceback(tbs)
-    if first is not None:
-        out += ["", f"first failure, thread {first.thread or '?'} (innermost first):"]
-        out += [f"  {f.filename}:{f.line} in {f.name}" for f in first.frames[:TRACEBACK_FRAMES]]
-        if len(first.frames) > TRACEBACK_FRAMES:
-            out.append(f"  ... {len(first.frames) - TRACEBACK_FRAMES} more")
-        message = first.message.splitlines()[:3]
-        out.append(f"  {first.exc_type}: {message[0] if message else ''}".rstrip())
-        out += [f"    {m}" for m in message[1:]]
+    if first is None:
+        return []
+    out = ["", f"first failure, thread {first.thread or '?'} (innermost first):"]
+    out += [f"  {f.filename}:{f.line} in {f.name}" for f in first.frames[:TRACEBACK_FRAMES]]
+    if len(first.frames) > TRACEBACK_FRAMES:
+        out.append(f"  ... {len(first.frames) - TRACEBACK_FRAMES} more")
+    message = first.message.splitlines()[:3]
+    out.append(f"  {first.exc_type}: {message[0] if message else ''}".rstrip())
+    return out + [f"    {m}" for m in message[1:]]
+
+
+def _native_and_hang_lines(art) -> list[str]:
+    """The kept native crash site and the py-spy hang dump, where the store kept them."""
+    out = []
     kept = _read(art / NATIVE_STACK) if art else None
     if kept:
         site, frames = native.kept_summary(kept, NATIVE_FRAMES)
@@ -92,15 +124,16 @@ def render(record: TrialResult, store_dir: Path) -> str:
         out += ["", "hang dump (py-spy; the threads the hang key is built from):"]
         excerpt = hangs.excerpt(hangs.read_pyspy_json(dump), keep=signature.in_hang_key)
         out += [f"  {line}" for line in excerpt.rstrip().splitlines()]
-    where = (art.file if isinstance(art, PackedArtefacts) else art) if art and art.is_dir() else None
-    out += ["", f"artefacts: {where or 'not kept in this store'}"]
-    if spec is not None:
-        quoted = shlex.quote(record.trial_id)
-        store_arg = f" --store {shlex.quote(str(store_dir))}"
-        out.append(f"rerun it: python -m harness replay {quoted}{store_arg} -n 10")
-        if spec.plan is not None and record.outcome.is_failure:
-            out.append(f"what its plan needs: python -m harness shrink {quoted}{store_arg} -n 5")
-    return "\n".join(out)
+    return out
+
+
+def _command_lines(record: TrialResult, spec: TrialSpec, store_dir: Path) -> list[str]:
+    quoted = shlex.quote(record.trial_id)
+    store_arg = f" --store {shlex.quote(str(store_dir))}"
+    out = [f"rerun it: python -m harness replay {quoted}{store_arg} -n 10"]
+    if spec.plan is not None and record.outcome.is_failure:
+        out.append(f"what its plan needs: python -m harness shrink {quoted}{store_arg} -n 5")
+    return out
 
 
 def _held(record: TrialResult) -> str:
