@@ -76,46 +76,62 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS, oracle_every: int = 0) -> int
     faults.clear()
     off_ns = faults.measure_off_cost(MICRO_CALLS)
     with tempfile.TemporaryDirectory(prefix="dflash-bench-") as tmp:
-        cfg = dataclasses.replace(
-            cfg,
-            train=dataclasses.replace(
-                cfg.train,
-                out_dir=tmp,
-                export=False,
-                eval_prompts=0,
-                progress=False,
-                checkpoint_every=0,
-                resume=False,
-                oracle_every=0 if oracle_every else cfg.train.oracle_every,
-            ),
-        )
-        checked = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, oracle_every=oracle_every))
-        results: dict[bool, list[dict]] = {False: [], True: []}
-        if rounds > 1:
-            # One discarded round first: on a cold process the first rounds run measurably slower
-            # (allocator, caches, lazy imports), which would bias whichever condition goes first.
-            # With one round nothing is compared, and each round recompiles (a minute on the
-            # H200, where a 5-round bench overran its 200 s), so `--rounds 1` skips it.
-            warm = _one_run(cfg, False)
-            print(f"warm-up round (discarded): {warm['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
-        for i in range(rounds):
-            second = i % 2 == 1
-            if oracle_every:
-                final = _one_run(checked if second else cfg, False)
-                what = f"oracle every {oracle_every}" if second else "oracle off"
-            else:
-                final = _one_run(cfg, second)
-                what = f"fault points {'idle' if second else 'absent'}"
-            results[second].append(final)
-            print(
-                f"round {i}: {what}: {final['tokens_per_s']:.1f} tokens/s (steady {final['tokens_per_s_steady']})",
-                file=sys.stderr,
-                flush=True,
-            )
-    best = {k: max(v, key=lambda f: f["tokens_per_s"]) for k, v in results.items() if v}
-    absent = best[False]["tokens_per_s"]
+        cfg = _bench_config(cfg, tmp, oracle_every)
+        results = _rounds(cfg, rounds, oracle_every)
     if oracle_every:
         return _report_oracle(cfg, oracle_every, results, off_ns)
+    return _report_faults(cfg, results, off_ns)
+
+
+def _bench_config(cfg: RunConfig, out_dir: str, oracle_every: int) -> RunConfig:
+    """The measured runs' config: no export, evaluation, progress, checkpoints or resume."""
+    return dataclasses.replace(
+        cfg,
+        train=dataclasses.replace(
+            cfg.train,
+            out_dir=out_dir,
+            export=False,
+            eval_prompts=0,
+            progress=False,
+            checkpoint_every=0,
+            resume=False,
+            oracle_every=0 if oracle_every else cfg.train.oracle_every,
+        ),
+    )
+
+
+def _rounds(cfg: RunConfig, rounds: int, oracle_every: int) -> dict[bool, list[dict]]:
+    """The final records of each condition's rounds: {second condition?: [records]}."""
+    checked = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, oracle_every=oracle_every))
+    results: dict[bool, list[dict]] = {False: [], True: []}
+    if rounds > 1:
+        # One discarded round first: on a cold process the first rounds run measurably slower
+        # (allocator, caches, lazy imports), which would bias whichever condition goes first.
+        # With one round nothing is compared, and each round recompiles (a minute on the
+        # H200, where a 5-round bench overran its 200 s), so `--rounds 1` skips it.
+        warm = _one_run(cfg, False)
+        print(f"warm-up round (discarded): {warm['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
+    for i in range(rounds):
+        second = i % 2 == 1
+        if oracle_every:
+            final = _one_run(checked if second else cfg, False)
+            what = f"oracle every {oracle_every}" if second else "oracle off"
+        else:
+            final = _one_run(cfg, second)
+            what = f"fault points {'idle' if second else 'absent'}"
+        results[second].append(final)
+        print(
+            f"round {i}: {what}: {final['tokens_per_s']:.1f} tokens/s (steady {final['tokens_per_s_steady']})",
+            file=sys.stderr,
+            flush=True,
+        )
+    return results
+
+
+def _report_faults(cfg: RunConfig, results: dict[bool, list[dict]], off_ns: float) -> int:
+    """The fault-point bench's record: the best round of each condition and their ratio."""
+    best = {k: max(v, key=lambda f: f["tokens_per_s"]) for k, v in results.items() if v}
+    absent, top = best[False]["tokens_per_s"], best[False]
     idle = best[True]["tokens_per_s"] if True in best else None
     record = {
         "event": "bench",
@@ -124,16 +140,16 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS, oracle_every: int = 0) -> int
         "tokens_per_s": absent,
         "tokens_per_s_faults_idle": idle,
         "faults_idle_over_absent": round(idle / absent, 4) if absent and idle is not None else None,
-        "tokens_per_s_steady": best[False]["tokens_per_s_steady"],
-        "busy": best[False]["busy"],
-        "gpu_busy": best[False]["gpu_busy"],
-        "gpu_busy_steady": best[False]["gpu_busy_steady"],
+        "tokens_per_s_steady": top["tokens_per_s_steady"],
+        "busy": top["busy"],
+        "gpu_busy": top["gpu_busy"],
+        "gpu_busy_steady": top["gpu_busy_steady"],
         "fault_point_off_ns": round(off_ns, 2),
-        "device_plan": best[False]["device_plan"],
-        "torch": best[False]["torch"],
-        "fixes": best[False]["fixes"],  # resolved: a GPU preset's default is `recommended`
-        "fix_stats": best[False].get("fix_stats"),
-        "phases": best[False].get("phases"),
+        "device_plan": top["device_plan"],
+        "torch": top["torch"],
+        "fixes": top["fixes"],  # resolved: a GPU preset's default is `recommended`
+        "fix_stats": top.get("fix_stats"),
+        "phases": top.get("phases"),
     }
     idle_text = "not measured" if idle is None else f"{idle:.1f}"
     print(
@@ -148,26 +164,50 @@ def bench(cfg: RunConfig, *, rounds: int = ROUNDS, oracle_every: int = 0) -> int
 
 
 def _report_oracle(cfg: RunConfig, every: int, results: dict[bool, list[dict]], off_ns: float) -> int:
-    """The oracle bench's record: the best round of each condition, whole-run and steady rates,
-    and the median of the paired steady ratios (round 2k+1 over round 2k, run next to each
-    other: on a shared machine the load drifts more between the rounds than within a pair)."""
+    """The oracle bench's record, printed with its one-line summary."""
+    record = _oracle_record(cfg, every, results, off_ns)
+    on_text = (
+        "not measured"
+        if record["tokens_per_s_oracle"] is None
+        else f"{record['tokens_per_s_oracle']:.1f} (steady {record['tokens_per_s_steady_oracle']})"
+    )
+    print(
+        f"tokens/s {record['tokens_per_s']:.1f} (steady {record['tokens_per_s_steady']}) oracle off; "
+        f"{on_text} oracle every {every}; best over best {record['oracle_over_off']} (steady "
+        f"{record['oracle_over_off_steady']}), paired steady median "
+        f"{record['oracle_over_off_paired_median']}; checks take {record['oracle_share_of_drafter']} "
+        "of the drafter threads' time",
+        file=sys.stderr,
+    )
+    print(json.dumps(record), flush=True)
+    return 0
+
+
+def _paired_ratios(results: dict[bool, list[dict]]) -> list[float]:
+    """Steady ratios of round 2k+1 over round 2k, run next to each other: on a shared machine the
+    load drifts more between the rounds than within a pair."""
+    return sorted(
+        b["tokens_per_s_steady"] / a["tokens_per_s_steady"]
+        for a, b in zip(results[False], results[True])
+        if a["tokens_per_s_steady"] and b["tokens_per_s_steady"]
+    )
+
+
+def _oracle_record(cfg: RunConfig, every: int, results: dict[bool, list[dict]], off_ns: float) -> dict:
+    """The best round of each condition, whole-run and steady rates, and the median paired ratio."""
     off = max(results[False], key=lambda f: f["tokens_per_s"])
     on = max(results[True], key=lambda f: f["tokens_per_s"]) if results[True] else None
 
     def ratio(key: str) -> float | None:
         return round(on[key] / off[key], 4) if on and on[key] and off[key] else None
 
-    paired = sorted(
-        b["tokens_per_s_steady"] / a["tokens_per_s_steady"]
-        for a, b in zip(results[False], results[True])
-        if a["tokens_per_s_steady"] and b["tokens_per_s_steady"]
-    )
+    paired = _paired_ratios(results)
     share = None
     if on and on["oracle"] and on["elapsed_s"]:
         # The checks' own time over the drafter threads' time: what the oracle takes of a
         # drafter thread, whichever stage bounds the throughput.
         share = round(on["oracle"]["seconds"] / (on["elapsed_s"] * cfg.pipeline.num_drafter_threads), 4)
-    record = {
+    return {
         "event": "bench",
         "preset": cfg.preset,
         "steps": cfg.train.steps,
@@ -189,13 +229,3 @@ def _report_oracle(cfg: RunConfig, every: int, results: dict[bool, list[dict]], 
         "torch": off["torch"],
         "fixes": off["fixes"],
     }
-    on_text = "not measured" if on is None else (f"{on['tokens_per_s']:.1f} (steady {on['tokens_per_s_steady']})")
-    print(
-        f"tokens/s {off['tokens_per_s']:.1f} (steady {off['tokens_per_s_steady']}) oracle off; "
-        f"{on_text} oracle every {every}; best over best {record['oracle_over_off']} (steady "
-        f"{record['oracle_over_off_steady']}), paired steady median "
-        f"{record['oracle_over_off_paired_median']}; checks take {share} of the drafter threads' time",
-        file=sys.stderr,
-    )
-    print(json.dumps(record), flush=True)
-    return 0

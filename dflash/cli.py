@@ -41,32 +41,48 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=helptext)
         sp.add_argument("--preset", default=presets.DEFAULT_PRESET, help=f"one of: {', '.join(presets.PRESETS)}")
         sp.add_argument("--steps", type=int, default=None, help="optimizer steps (train.steps)")
-        sp.add_argument(
-            "--set",
-            dest="overrides",
-            action="append",
-            default=[],
-            metavar="K=V",
-            help="config override section.field=value (repeatable)",
-        )
+        _add_overrides(sp)
         if name == "train":
             sp.add_argument("--out", default=None, help="output folder (train.out_dir)")
         else:
-            sp.add_argument(
-                "--rounds",
-                type=int,
-                default=None,
-                help="measured runs, alternating fault points absent/idle (default 4; "
-                "1 = absent only, no warm-up round)",
-            )
-            sp.add_argument(
-                "--oracle-every",
-                type=int,
-                default=0,
-                metavar="N",
-                help="alternate oracle off / oracle on every N steps instead "
-                "(train.oracle_every; fault points absent in both)",
-            )
+            _add_bench_flags(sp)
+    _add_plan(sub)
+    # `prepare` is dispatched before parsing (dflash.prepare owns its flags); listed for --help.
+    sub.add_parser("prepare", help="tokenize JSON lines: prepare IN.jsonl --tokenizer DIR --out F")
+    exp = sub.add_parser("export", help="export a checkpoint in the z-lab HF layout")
+    exp.add_argument("--checkpoint", required=True, help="run dir, checkpoints dir or step dir")
+    exp.add_argument("--out", required=True, help="export folder (must not exist)")
+    return p
+
+
+def _add_overrides(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="config override section.field=value (repeatable)",
+    )
+
+
+def _add_bench_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="measured runs, alternating fault points absent/idle (default 4; 1 = absent only, no warm-up round)",
+    )
+    sp.add_argument(
+        "--oracle-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="alternate oracle off / oracle on every N steps instead (train.oracle_every; fault points absent in both)",
+    )
+
+
+def _add_plan(sub) -> None:
     pl = sub.add_parser("plan", help="one epoch's batch plan per bucket, beside the seeds' figures")
     pl.add_argument("--preset", default="seeds", help=f"one of: {', '.join(presets.PRESETS)} (default seeds)")
     pl.add_argument(
@@ -77,21 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--seed", type=int, default=None, help="shuffle seed (default data.shuffle_seed)")
     pl.add_argument("--epoch", type=int, default=0, help="epoch to plan (default 0)")
-    pl.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="config override section.field=value (repeatable)",
-    )
+    _add_overrides(pl)
     pl.set_defaults(steps=None)
-    # `prepare` is dispatched before parsing (dflash.prepare owns its flags); listed for --help.
-    sub.add_parser("prepare", help="tokenize JSON lines: prepare IN.jsonl --tokenizer DIR --out F")
-    exp = sub.add_parser("export", help="export a checkpoint in the z-lab HF layout")
-    exp.add_argument("--checkpoint", required=True, help="run dir, checkpoints dir or step dir")
-    exp.add_argument("--out", required=True, help="export folder (must not exist)")
-    return p
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

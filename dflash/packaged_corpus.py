@@ -95,7 +95,7 @@ def find(cache_path: str, generate: Generate, report: Callable[[str], None] | No
     return path if ok else None
 
 
-def package(arrow_path: str, folder: str = FOLDER) -> str:
+def package(arrow_path: str, folder: str | None = None) -> str:
     """Rewrite a corpus the trainer generated as the shipped Parquet file of the same name."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -103,6 +103,7 @@ def package(arrow_path: str, folder: str = FOLDER) -> str:
     table = pa.ipc.open_file(pa.memory_map(arrow_path, "r")).read_all()
     meta = dict(table.schema.metadata or {})
     meta[DIGEST_KEY.encode()] = json.dumps(content_digest(open_dataset(arrow_path))).encode()
+    folder = folder or FOLDER
     os.makedirs(folder, exist_ok=True)
     out = os.path.join(folder, os.path.splitext(os.path.basename(arrow_path))[0] + ".parquet")
     pq.write_table(

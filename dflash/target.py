@@ -23,6 +23,7 @@ builds for SDPA itself); linear-attention layers (hybrid targets) are not isolat
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import threading
@@ -63,22 +64,14 @@ def _tiny_config(cfg: TargetConfig):
     return LlamaConfig(**common)
 
 
-def _build_hf_model(cfg: TargetConfig) -> nn.Module:
-    # transformers takes seconds to import: the synthetic target does without it
-    from transformers import AutoModelForCausalLM, LlamaForCausalLM, Qwen3ForCausalLM
-
+def _build_hf_model(cfg: TargetConfig, device: torch.device | str) -> nn.Module:
+    """The HF model on `device` in target.dtype."""
     dtype = DTYPES[cfg.dtype]
     if cfg.path is not None:
-        if not os.path.isdir(cfg.path):
-            raise ConfigError(f"target.path {cfg.path!r} is not a directory")
-        # Local only: the GPU hosts have no network (no silent hub download).
-        try:
-            return AutoModelForCausalLM.from_pretrained(
-                cfg.path, local_files_only=True, dtype=dtype, attn_implementation="sdpa"
-            )
-        except (OSError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigError(f"target.path {cfg.path!r}: cannot load a causal LM: {first}") from None
+        return _load_pretrained(cfg, dtype, device)
+    # transformers takes seconds to import: the synthetic target does without it
+    from transformers import LlamaForCausalLM, Qwen3ForCausalLM
+
     hf_cfg = _tiny_config(cfg)
     hf_cfg._attn_implementation = "sdpa"
     cls = Qwen3ForCausalLM if cfg.arch == "qwen3" else LlamaForCausalLM
@@ -86,7 +79,31 @@ def _build_hf_model(cfg: TargetConfig) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.init_seed)
         model = cls(hf_cfg)
-    return model.to(dtype)
+    # The seeded CPU init is the same target on every host: a shipped corpus (dflash.packaged_corpus)
+    # is its output, where CUDA's generator draws other values on GPUs of another SM count. One
+    # cast-and-copy takes it to the device (no second CPU copy in the target dtype).
+    return model.to(device=device, dtype=dtype)
+
+
+def _load_pretrained(cfg: TargetConfig, dtype: torch.dtype, device: torch.device | str) -> nn.Module:
+    """A local checkpoint loaded straight onto `device` in `dtype` (no CPU copy first)."""
+    # transformers takes seconds to import: the synthetic target does without it
+    from transformers import AutoModelForCausalLM
+
+    if not os.path.isdir(cfg.path):
+        raise ConfigError(f"target.path {cfg.path!r} is not a directory")
+    # transformers places the weights on the device as it reads them only through accelerate;
+    # without it they are read in `dtype` on the CPU and moved once.
+    placed = {"device_map": torch.device(device)} if importlib.util.find_spec("accelerate") else {}
+    # Local only: the GPU hosts have no network (no silent hub download).
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            cfg.path, local_files_only=True, dtype=dtype, attn_implementation="sdpa", **placed
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"target.path {cfg.path!r}: cannot load a causal LM: {first}") from None
+    return model.to(device)
 
 
 class TargetModel:
@@ -277,4 +294,4 @@ def _cut_at_eos(tokens: list[int], eos_token_id: int | None) -> list[int]:
 
 def build_target(cfg: TargetConfig, device: torch.device | str) -> TargetModel:
     """Frozen eval-mode target on `device`; deterministic for the embedded model."""
-    return TargetModel(_build_hf_model(cfg).to(device))
+    return TargetModel(_build_hf_model(cfg, device))

@@ -114,6 +114,9 @@ class Trainer:
             with tl.phase("compile_cache_load"):
                 self.cache_loaded = compile_cache.load(cfg.compile.cache_file)
             print(f"compile cache: {self.cache_loaded}", file=self.err, flush=True)
+        if self.plan.cuda_devices():
+            with tl.phase("device_init"):
+                self.plan.init_cuda()
         with tl.phase("target_load"):
             self.models = build_models(cfg, self.plan)
         first = self.models.targets[self.plan.target[0]]
