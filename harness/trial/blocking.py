@@ -252,15 +252,7 @@ def classify(threads: tuple[ThreadStack, ...], *, one_dump: bool = False) -> Han
 
     `one_dump`: the dump is all there is (a log, a bench killed at its limit), not a hang the
     runner confirmed idle twice; a program thread running in torch then makes it BUSY_IN_TORCH."""
-    busy: list[Blocked] = []
-    blocked: list[Blocked] = []
-    for t in threads:
-        if not in_hang_key(t):
-            continue
-        if one_dump and (b := busy_in_torch(t)) is not None:
-            busy.append(b)
-        elif (b := blocked_on(t)) is not None:
-            blocked.append(b)
+    busy, blocked = _busy_and_blocked(threads, one_dump)
     if busy:
         return HangKind(kind=BUSY_IN_TORCH, blocked=tuple(busy + sorted(blocked, key=lambda b: b.thread)))
     if not blocked:
@@ -273,12 +265,30 @@ def classify(threads: tuple[ThreadStack, ...], *, one_dump: bool = False) -> Han
     if any(b.in_torch for b in blocked):
         torch_first = sorted(blocked, key=lambda b: not b.in_torch)
         return HangKind(kind=TORCH_WAIT, blocked=tuple(torch_first))
-    lockers = [b for b in blocked if b.lock]
-    if len(lockers) >= 2:
-        return HangKind(kind=OWN_LOCK_CYCLE, blocked=tuple(blocked))
+    return HangKind(kind=_own_kind(blocked), blocked=tuple(blocked))
+
+
+def _busy_and_blocked(threads: tuple[ThreadStack, ...], one_dump: bool) -> tuple[list[Blocked], list[Blocked]]:
+    """The program's threads running in torch (only from `one_dump`) and those blocked."""
+    busy: list[Blocked] = []
+    blocked: list[Blocked] = []
+    for t in threads:
+        if not in_hang_key(t):
+            continue
+        if one_dump and (b := busy_in_torch(t)) is not None:
+            busy.append(b)
+        elif (b := blocked_on(t)) is not None:
+            blocked.append(b)
+    return busy, blocked
+
+
+def _own_kind(blocked: list[Blocked]) -> str:
+    """The kind of a hang in the program's own waits (no thread waits in torch)."""
+    if len([b for b in blocked if b.lock]) >= 2:
+        return OWN_LOCK_CYCLE
     if any(b.waits_on in ("Queue.get", "Queue.put", "a Condition/Event wait", "a future", "futures") for b in blocked):
-        return HangKind(kind=OWN_LOST_WAKEUP, blocked=tuple(blocked))
-    return HangKind(kind=OWN_WAIT, blocked=tuple(blocked))
+        return OWN_LOST_WAKEUP
+    return OWN_WAIT
 
 
 def _fix_lock_kind(blocked: list[Blocked]) -> HangKind | None:

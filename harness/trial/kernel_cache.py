@@ -16,7 +16,7 @@ import os
 import re
 import struct
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 ELF_MAGIC = b"\x7fELF"
@@ -83,31 +83,33 @@ def remove_unfinished(root: Path, since: float) -> list[Path]:
     open files cannot be listed."""
     if not root.is_dir():
         return []
-    suspects = []
+    suspects = [path for path in _kernels_since(root, since) if not whole_elf(path)]
+    if not suspects:
+        return []
+    held = _open_elsewhere()
+    if held is None:
+        return []
+    return [path for path in suspects if os.path.realpath(path) not in held and _unlinked(path)]
+
+
+def _kernels_since(root: Path, since: float) -> Iterator[Path]:
+    """The `.so` files under `root` modified at or after `since`."""
     for dirpath, _, files in os.walk(root):
         for name in files:
             if not name.endswith(".so"):
                 continue
             path = Path(dirpath) / name
             try:
-                if path.stat().st_mtime < since:
-                    continue
+                recent = path.stat().st_mtime >= since
             except OSError:
                 continue
-            if not whole_elf(path):
-                suspects.append(path)
-    if not suspects:
-        return []
-    held = _open_elsewhere()
-    if held is None:
-        return []
-    removed = []
-    for path in suspects:
-        if os.path.realpath(path) in held:
-            continue
-        try:
-            path.unlink()
-        except OSError:
-            continue
-        removed.append(path)
-    return removed
+            if recent:
+                yield path
+
+
+def _unlinked(path: Path) -> bool:
+    try:
+        path.unlink()
+    except OSError:
+        return False
+    return True

@@ -131,6 +131,29 @@ def run_trial(
     out = Path(artefacts_dir)
     out.mkdir(parents=True, exist_ok=True)
     folder.clear(out)
+    result = _new_result(spec, out, replay_of)
+    argv = _checked_argv(spec, result)
+    if argv is None:
+        return _finish(result, out, after_exit)
+    result.plan_seed = spec.plan_seed
+    folder.write_json(out / folder.SPEC, spec.to_json())
+    env = child_env(spec, out)
+    result.gpu = gpu.names(env.get("CUDA_VISIBLE_DEVICES")) if gpu.available() else None
+    started = time.time()
+    proc = _start(argv, spec, env, out / folder.OUTPUT, result)
+    if proc is None:
+        return _finish(result, out, after_exit)
+    ending = _supervise(proc, spec, out)
+    # The group is gone: a compile it was linking when killed left a truncated kernel that every
+    # later process would load (catalogue row inductor-cache).
+    removed = kernel_cache.remove_unfinished(kernel_cache.cache_dir(env), started - 1.0)
+    _judge(result, proc, ending, spec, out, removed)
+    return _finish(result, out, after_exit)
+
+
+def _new_result(spec: TrialSpec, out: Path, replay_of: str | None) -> TrialResult:
+    """A harness error until the run says otherwise, with what ran as fields (no reader parses
+    the cell's name for it)."""
     result = TrialResult(
         trial_id=str(spec.trial_id),
         cell=str(spec.cell),
@@ -141,9 +164,14 @@ def run_trial(
         replay_of=replay_of,
         started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     )
-    # What ran, as fields, so that no reader parses the cell's name for it.
     result.workload, result.strategy, result.plan = split_cell(str(spec.cell))
     result.fixes = list(spec.fixes)
+    return result
+
+
+def _checked_argv(spec: TrialSpec, result: TrialResult) -> list[str] | None:
+    """The child's command line once the spec is valid, with the versions it runs on; None (and
+    the result's detail) for an invalid spec."""
     try:
         spec.validate()
         argv = argv_for(spec)
@@ -151,16 +179,18 @@ def run_trial(
     except InvalidSpec as exc:
         result.torch_version, result.python = installed_torch(), platform.python_version()
         result.detail = f"invalid spec: {exc}"
-        return _finish(result, out, after_exit)
-    result.plan_seed = spec.plan_seed
-    folder.write_json(out / folder.SPEC, spec.to_json())
-    env = child_env(spec, out)
-    result.gpu = gpu.names(env.get("CUDA_VISIBLE_DEVICES")) if gpu.available() else None
-    output_path = out / folder.OUTPUT
-    started = time.time()
+        return None
+    return argv
+
+
+def _start(
+    argv: list[str], spec: TrialSpec, env: dict[str, str], output_path: Path, result: TrialResult
+) -> subprocess.Popen | None:
+    """The child in a session of its own, its output into `output_path`; None (and the result's
+    detail) when it cannot start."""
     with open(output_path, "wb") as fh:
         try:
-            proc = subprocess.Popen(
+            return subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=fh,
@@ -171,14 +201,16 @@ def run_trial(
             )
         except OSError as exc:
             result.detail = f"cannot start {argv[0]!r}: {exc}"
-            return _finish(result, out, after_exit)
-    ending = _supervise(proc, spec, out)
-    # The group is gone: a compile it was linking when killed left a truncated kernel that every
-    # later process would load (catalogue row inductor-cache).
-    removed = kernel_cache.remove_unfinished(kernel_cache.cache_dir(env), started - 1.0)
+            return None
+
+
+def _judge(
+    result: TrialResult, proc: subprocess.Popen, ending: _Ending, spec: TrialSpec, out: Path, removed: list[Path]
+) -> None:
+    """The run's outcome and what it leaves to read, from its ending, output and artefacts."""
     result.rc = proc.returncode
     result.duration_s = round(ending.elapsed_s, 3)
-    text = _read_output(output_path)
+    text = _read_output(out / folder.OUTPUT)
     _classify(result, ending, text, out, thread_records.read(out), foreign=spec.foreign)
     if removed:
         note = (
@@ -195,7 +227,6 @@ def run_trial(
     if result.outcome.is_failure:
         end = ending.last_progress_s if result.outcome is Outcome.HANG else ending.elapsed_s
         result.time_to_failure_s = round(end, 3)
-    return _finish(result, out, after_exit)
 
 
 def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
@@ -283,50 +314,74 @@ def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
     return ending
 
 
+@dataclass(slots=True)
+class _Watched:
+    """What _watch knows of a running trial between polls (monotonic times)."""
+
+    start: float
+    clock: progress.TreeClock
+    last_progress: float
+    next_sample: float
+    last_seen: tuple | None = None
+    resolved: int = 0
+
+    def look(self, out: Path, now: float) -> None:
+        """Progress is new output, a heartbeat, or the tree's CPU (sampled every progress.SAMPLE_S)."""
+        seen = _progress_marker(out)
+        if seen != self.last_seen:
+            self.last_seen, self.last_progress = seen, now
+        if now >= self.next_sample:
+            if self.clock.sample(now):
+                self.last_progress = now
+            self.next_sample = now + progress.SAMPLE_S
+
+    def ending(self, how: str, now: float) -> _Ending:
+        return _Ending(
+            how=how, elapsed_s=now - self.start, last_progress_s=self.last_progress - self.start, resolved=self.resolved
+        )
+
+
 def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path, members: set[int] | None = None) -> _Ending:
     """Until exit, a confirmed hang or the deadline. Progress is output, a heartbeat, or the
     tree's CPU (trial.progress); `members`, when given, collects the group's live pids every
     MEMBERS_POLL_S."""
     start = time.monotonic()
-    last_progress, last_seen = start, None
-    next_members = next_sample = start
-    clock = progress.TreeClock(pgid=proc.pid)
-    resolved = 0
+    watched = _Watched(start=start, clock=progress.TreeClock(pgid=proc.pid), last_progress=start, next_sample=start)
+    next_members = start
     while True:
         now = time.monotonic()
         if members is not None and now >= next_members:
             members.update(live_members(proc.pid))
             next_members = now + MEMBERS_POLL_S
         if _has_exited(proc):
-            return _Ending(
-                how="exited", elapsed_s=now - start, last_progress_s=last_progress - start, resolved=resolved
-            )
-        seen = _progress_marker(out)
-        if seen != last_seen:
-            last_seen, last_progress = seen, now
-        if now >= next_sample:
-            if clock.sample(now):
-                last_progress = now
-            next_sample = now + progress.SAMPLE_S
-        idle = now - last_progress
+            return watched.ending("exited", now)
+        watched.look(out, now)
         at_deadline = now - start >= spec.timeout_s
-        if idle >= spec.hang_s or at_deadline:
-            ending = _Ending(
-                how="timeout", elapsed_s=now - start, last_progress_s=last_progress - start, resolved=resolved
-            )
-            if idle >= min(spec.hang_s, DEADLINE_IDLE_S, (now - start) / 2):
-                ending.dump, hung = _second_look(proc, out, clock)
-                if hung:
-                    ending.how = "hang"
-                elif not at_deadline:
-                    # It moved between the two looks: slow, not hung; keep watching.
-                    resolved += 1
-                    last_progress, last_seen = time.monotonic(), _progress_marker(out)
-                    continue
-            ending.cores, ending.busiest = clock.recent_fraction(), clock.busiest()
-            ending.elapsed_s = time.monotonic() - start
-            return ending
+        if now - watched.last_progress >= spec.hang_s or at_deadline:
+            ending = _idle_ending(proc, spec, out, watched, now, at_deadline)
+            if ending is not None:
+                return ending
+            continue
         time.sleep(POLL_S)
+
+
+def _idle_ending(
+    proc: subprocess.Popen, spec: TrialSpec, out: Path, watched: _Watched, now: float, at_deadline: bool
+) -> _Ending | None:
+    """The ending of a trial idle for hang_s or at its deadline: a hang when a second look finds it
+    still idle; None when that look saw it move before the deadline (slow, not hung: keep watching)."""
+    ending = watched.ending("timeout", now)
+    if now - watched.last_progress >= min(spec.hang_s, DEADLINE_IDLE_S, (now - watched.start) / 2):
+        ending.dump, hung = _second_look(proc, out, watched.clock)
+        if hung:
+            ending.how = "hang"
+        elif not at_deadline:
+            watched.resolved += 1
+            watched.last_progress, watched.last_seen = time.monotonic(), _progress_marker(out)
+            return None
+    ending.cores, ending.busiest = watched.clock.recent_fraction(), watched.clock.busiest()
+    ending.elapsed_s = time.monotonic() - watched.start
+    return ending
 
 
 def _second_look(proc: subprocess.Popen, out: Path, clock: progress.TreeClock) -> tuple[hangs.HangDump, bool]:

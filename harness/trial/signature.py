@@ -70,7 +70,7 @@ import hashlib
 import json
 import re
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from harness.trial.frames import frame_id, top_frames, torch_entry
@@ -211,20 +211,28 @@ def run_failures(text: str, *, extra: Iterable[str] = ()) -> list[RunFailure]:
     exception (not a consequence of another's, not a finaliser's, not a warning), and a native
     crash (after an exception, shown as the first one's `then`, as crash_signature keys it). `extra`: tracebacks the run's thread hook recorded that the output may lack (a
     program that replaced sys.stderr or threading.excepthook after start-up)."""
-    found: dict[str, list] = {}
-
-    def add(sig: Signature, thread: str | None) -> None:
-        entry = found.setdefault(sig.key, [sig, 0, []])
-        entry[1] += 1
-        if thread and thread not in entry[2]:
-            entry[2].append(thread)
-
+    failures = _Failures()
     # The hook's records first: exact, where tracebacks printed at once interleave in the output.
     hooked = [tb for block in extra for tb in parse_tracebacks(block) if tb.short_type not in SECONDARY_TYPES]
-    for tb in hooked:
-        add(exception_signature(tb), tb.thread)
-    # The output prints the hooked ones again, possibly interleaved past telling their threads
-    # apart: each hooked exception type stands for that many printed ones.
+    for tb in (*hooked, *_printed_unhooked(text, hooked)):
+        failures.add(exception_signature(tb), tb.thread)
+    native = _native_signature(text)
+    if native is not None and failures.found:
+        # A native crash after a thread's exception is its aftermath (v5): shown, not a failure of its own.
+        first = next(iter(failures.found.values()))
+        first[0] = dataclasses.replace(first[0], then=native.summary)
+    elif native is not None:
+        failures.add(native, None)
+    if not failures.found:
+        bare = bare_exception(text, known_only=True)
+        if bare is not None:
+            failures.add(exception_signature(bare), bare.thread)
+    return failures.results()
+
+
+def _printed_unhooked(text: str, hooked: list[PyTraceback]) -> Iterator[PyTraceback]:
+    """The output's own failures, less the hooked ones it prints again: possibly interleaved past
+    telling their threads apart, so each hooked exception type stands for that many printed ones."""
     covered = collections.Counter(tb.exc_type for tb in hooked)
     for tb in parse_tracebacks(text):
         if tb.short_type in SECONDARY_TYPES or tb.unraisable or tb.handled:
@@ -232,19 +240,23 @@ def run_failures(text: str, *, extra: Iterable[str] = ()) -> list[RunFailure]:
         if covered[tb.exc_type] > 0:
             covered[tb.exc_type] -= 1
             continue
-        add(exception_signature(tb), tb.thread)
-    native = _native_signature(text)
-    if native is not None and found:
-        # A native crash after a thread's exception is its aftermath (v5): shown, not a failure of its own.
-        first = next(iter(found.values()))
-        first[0] = dataclasses.replace(first[0], then=native.summary)
-    elif native is not None:
-        add(native, None)
-    if not found:
-        bare = bare_exception(text, known_only=True)
-        if bare is not None:
-            add(exception_signature(bare), bare.thread)
-    return [RunFailure(signature=sig, count=n, threads=tuple(threads)) for sig, n, threads in found.values()]
+        yield tb
+
+
+class _Failures:
+    """Distinct failures by key, in order of first appearance: [signature, count, threads]."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, list] = {}
+
+    def add(self, sig: Signature, thread: str | None) -> None:
+        entry = self.found.setdefault(sig.key, [sig, 0, []])
+        entry[1] += 1
+        if thread and thread not in entry[2]:
+            entry[2].append(thread)
+
+    def results(self) -> list[RunFailure]:
+        return [RunFailure(signature=sig, count=n, threads=tuple(threads)) for sig, n, threads in self.found.values()]
 
 
 def exception_signature(tb: PyTraceback) -> Signature:
