@@ -70,12 +70,7 @@ class TrialSpec:
         _check_text("trial_id", self.trial_id)
         _check_text("cell", self.cell)
         _check_workload(self.workload)
-        for name in self.fixes:
-            if not isinstance(name, str) or not name or "," in name or name != name.strip():
-                raise InvalidSpec(f"fixes: invalid fix name {name!r}")
-        if self.fixes and self.workload.kind == "command" and not Path(self.workload.argv[0]).name.startswith("python"):
-            # A command's fixes act through the trial bootstrap (HARNESS_FIXES): Python programs only.
-            raise InvalidSpec(f"fixes: the command {self.workload.argv[0]!r} is not a Python program to fix")
+        self._check_fixes()
         if self.plan is not None and not isinstance(self.plan, dict):
             raise InvalidSpec(f"plan: expected a JSON object or null, got {type(self.plan).__name__}")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
@@ -86,20 +81,31 @@ class TrialSpec:
             raise InvalidSpec(f"trial_index: expected an int, got {self.trial_index!r}")
         if self.trial_index < 0:
             raise InvalidSpec(f"trial_index: must be >= 0, got {self.trial_index}")
-        if not isinstance(self.foreign, bool):
-            raise InvalidSpec(f"foreign: expected true or false, got {self.foreign!r}")
-        if not isinstance(self.exposure, bool):
-            raise InvalidSpec(f"exposure: expected true or false, got {self.exposure!r}")
-        if self.python is not None and not (isinstance(self.python, str) and Path(self.python).is_file()):
-            raise InvalidSpec(f"python: {self.python!r} is not an interpreter file")
-        if (
-            self.python is not None
-            and self.workload.kind == "command"
-            and not Path(self.workload.argv[0]).name.startswith("python")
-        ):
-            raise InvalidSpec(f"python: the command {self.workload.argv[0]!r} is not a Python interpreter to replace")
+        _check_flag("foreign", self.foreign)
+        _check_flag("exposure", self.exposure)
+        self._check_python()
         if self.cwd is not None and not Path(self.cwd).is_dir():
             raise InvalidSpec(f"cwd: {self.cwd!r} is not a directory")
+
+    def _check_fixes(self) -> None:
+        for name in self.fixes:
+            if not isinstance(name, str) or not name or "," in name or name != name.strip():
+                raise InvalidSpec(f"fixes: invalid fix name {name!r}")
+        if self.fixes and not self._runs_python():
+            # A command's fixes act through the trial bootstrap (HARNESS_FIXES): Python programs only.
+            raise InvalidSpec(f"fixes: the command {self.workload.argv[0]!r} is not a Python program to fix")
+
+    def _check_python(self) -> None:
+        if self.python is None:
+            return
+        if not (isinstance(self.python, str) and Path(self.python).is_file()):
+            raise InvalidSpec(f"python: {self.python!r} is not an interpreter file")
+        if not self._runs_python():
+            raise InvalidSpec(f"python: the command {self.workload.argv[0]!r} is not a Python interpreter to replace")
+
+    def _runs_python(self) -> bool:
+        """False only for a command whose program is not a Python interpreter."""
+        return self.workload.kind != "command" or Path(self.workload.argv[0]).name.startswith("python")
 
     @property
     def plan_seed(self) -> int | None:
@@ -159,6 +165,11 @@ def argv_for(spec: TrialSpec) -> list[str]:
 def _check_text(name: str, value: object) -> None:
     if not isinstance(value, str) or not value.strip():
         raise InvalidSpec(f"{name}: expected a non-empty string, got {value!r}")
+
+
+def _check_flag(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidSpec(f"{name}: expected true or false, got {value!r}")
 
 
 def _check_positive(name: str, value: object) -> None:
