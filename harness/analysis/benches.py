@@ -93,6 +93,23 @@ def write_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
     return paths
 
 
+BODY_HEAD = [
+    "#### Benches alone on the machine (`dflash bench`: the GPU, or the CPU where GPUs says CPU)",
+    "",
+]
+BODY_TERMS = (
+    "tok/s is the steady second half of the run; vs lock is against the fastest serialised "
+    "(`global-lock`) bench of the same run, preset and GPU count, vs eager against its eager bench; GPU busy is "
+    "nvidia-smi's utilisation over the whole run (compiles included) and over the steady half; stage "
+    "busy is the fraction of wall time the drafter / target threads worked."
+)
+TABLE_HEAD = [
+    "| run | preset | GPUs | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
+    "| busy drafter / target | torch |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+]
+
+
 def body(
     benches: Sequence[Bench],
     sources: Sequence[str],
@@ -102,57 +119,61 @@ def body(
     """REPORT.md's `benches` block: one row per bench, ratios within its run and preset; a
     `harness price` run's benches as one table per run, each with its plot (priced())."""
     lines = [
-        "#### Benches alone on the machine (`dflash bench`: the GPU, or the CPU where GPUs says CPU)",
-        "",
+        *BODY_HEAD,
         f"Regenerate with `python -m harness report` from {', '.join(f'`{s}`' for s in sources) or 'no files'}. "
-        "tok/s is the steady second half of the run; vs lock is against the fastest serialised "
-        "(`global-lock`) bench of the same run, preset and GPU count, vs eager against its eager bench; GPU busy is "
-        "nvidia-smi's utilisation over the whole run (compiles included) and over the steady half; stage "
-        "busy is the fraction of wall time the drafter / target threads worked.",
+        + BODY_TERMS,
         "",
-        "| run | preset | GPUs | strategy | steps | tok/s | vs lock | vs eager | GPU busy | GPU busy steady "
-        "| busy drafter / target | torch |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *TABLE_HEAD,
     ]
     # A `harness price` run's benches are summarised per run below (paired by round), not row by row.
     ran = [b for b in benches if not b.exit_code and b.round is None]
-    for b in sorted(ran, key=lambda b: (b.host_run or 0, b.preset, b.gpus, b.strategy)):
-        peers = [p for p in ran if p.host_run == b.host_run and p.preset == b.preset and p.gpus == b.gpus]
-        locks = [p for p in peers if serialised(p.strategy) and p.tokens_steady]
-        lock = max(locks, key=lambda p: p.tokens_steady) if locks else None
-        eager = next((p for p in peers if p.strategy == "eager"), None)
-        tok = "-" if b.tokens_steady is None else f"{b.tokens_steady:.0f}"
-        stage = f"{b.busy.get('drafter', 0):.2f} / {b.busy.get('target', 0):.2f}" if b.busy else "-"
-        lines.append(
-            f"| {b.host_run if b.host_run is not None else '?'} | {b.preset} | {b.gpus or 'CPU'} | {b.strategy} | {b.steps or '-'} "
-            f"| {tok} | {_ratio(b, lock)} | {_ratio(b, eager)} | {_pct(b.gpu_busy)} "
-            f"| {_pct(b.gpu_busy_steady)} | {stage} | {b.torch} |"
-        )
-    died = sorted(
-        (b for b in benches if b.exit_code and b.round is None),
-        key=lambda b: (b.host_run or 0, b.preset, b.gpus, b.strategy),
-    )
-    if died:
-        lines += [
-            "",
-            "Benches that did not finish (no figures). One that died of an error failed alone on "
-            "the GPU, and harness.analysis.verdicts does not recommend its configuration; one that timed "
-            "out is not counted either way:",
-            "",
-        ]
-        lines += [
-            f"- run {b.host_run if b.host_run is not None else '?'}, {b.preset}, {b.where}, `{b.strategy}`: "
-            + (
-                f"exit {b.exit_code}, family {families.family(b.signature)}: `{b.signature}`"
-                if b.failed
-                else f"{b.signature}"
-            )
-            for b in died
-        ]
+    lines += [_bench_row(b, ran) for b in sorted(ran, key=_run_order)]
+    lines += _died_lines(sorted((b for b in benches if b.exit_code and b.round is None), key=_run_order))
     lines += priced(benches, price_links)
     if plots:
         lines += [""] + [f"![{Path(p).stem}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _run_order(b: Bench) -> tuple:
+    return (b.host_run or 0, b.preset, b.gpus, b.strategy)
+
+
+def _bench_row(b: Bench, ran: Sequence[Bench]) -> str:
+    """A bench's row, priced against the fastest serialised and the eager bench of its run."""
+    peers = [p for p in ran if p.host_run == b.host_run and p.preset == b.preset and p.gpus == b.gpus]
+    locks = [p for p in peers if serialised(p.strategy) and p.tokens_steady]
+    lock = max(locks, key=lambda p: p.tokens_steady) if locks else None
+    eager = next((p for p in peers if p.strategy == "eager"), None)
+    tok = "-" if b.tokens_steady is None else f"{b.tokens_steady:.0f}"
+    stage = f"{b.busy.get('drafter', 0):.2f} / {b.busy.get('target', 0):.2f}" if b.busy else "-"
+    return (
+        f"| {b.host_run if b.host_run is not None else '?'} | {b.preset} | {b.gpus or 'CPU'} | {b.strategy} | {b.steps or '-'} "
+        f"| {tok} | {_ratio(b, lock)} | {_ratio(b, eager)} | {_pct(b.gpu_busy)} "
+        f"| {_pct(b.gpu_busy_steady)} | {stage} | {b.torch} |"
+    )
+
+
+def _died_lines(died: Sequence[Bench]) -> list[str]:
+    """The benches that did not finish, with why."""
+    if not died:
+        return []
+    lines = [
+        "",
+        "Benches that did not finish (no figures). One that died of an error failed alone on "
+        "the GPU, and harness.analysis.verdicts does not recommend its configuration; one that timed "
+        "out is not counted either way:",
+        "",
+    ]
+    return lines + [
+        f"- run {b.host_run if b.host_run is not None else '?'}, {b.preset}, {b.where}, `{b.strategy}`: "
+        + (
+            f"exit {b.exit_code}, family {families.family(b.signature)}: `{b.signature}`"
+            if b.failed
+            else f"{b.signature}"
+        )
+        for b in died
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,26 +299,7 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
         path = pr.plot_path(plots_dir)
         with png_figure(plt, path, (5.5 + 0.058 * longest, max(2.2, 0.45 * len(others) + 1.4))) as ax:
             for y, p in enumerate(others):
-                ax.scatter(ratios[p.strategy], [y] * len(ratios[p.strategy]), color=CLEAN_COLOR, s=18, zorder=3)
-                if p.ratio is not None:
-                    ax.plot([p.ratio.low, p.ratio.high], [y, y], color="black", linewidth=1.2, zorder=2)
-                    ax.plot([p.ratio.median], [y], marker="|", markersize=16, color="black", zorder=4)
-                    ax.annotate(
-                        f"{p.ratio.median:.2f}x ({p.ratio.coverage:.0%})",
-                        (p.ratio.high, y),
-                        xytext=(6, 4),
-                        textcoords="offset points",
-                        fontsize=7,
-                    )
-                if p.died:
-                    ax.annotate(
-                        f"died {len(p.died)}x",
-                        (1.0, y),
-                        xytext=(6, -10),
-                        textcoords="offset points",
-                        fontsize=7,
-                        color=FAILED_COLOR,
-                    )
+                _draw_price(ax, y, p, ratios[p.strategy])
             ax.axvline(1.0, color="#999999", linestyle="--", linewidth=1)
             xs = [1.0, *(x for rs in ratios.values() for x in rs)]
             span = max(max(xs) - min(xs), 0.05)
@@ -313,3 +315,22 @@ def write_price_plots(benches: Sequence[Bench], plots_dir: Path) -> list[Path]:
             )
         paths.append(path)
     return paths
+
+
+def _draw_price(ax, y: int, p, ratios: Sequence[float]) -> None:
+    """One configuration's line: its rounds' ratios, the median with its interval, and its deaths."""
+    ax.scatter(ratios, [y] * len(ratios), color=CLEAN_COLOR, s=18, zorder=3)
+    if p.ratio is not None:
+        ax.plot([p.ratio.low, p.ratio.high], [y, y], color="black", linewidth=1.2, zorder=2)
+        ax.plot([p.ratio.median], [y], marker="|", markersize=16, color="black", zorder=4)
+        label = f"{p.ratio.median:.2f}x ({p.ratio.coverage:.0%})"
+        ax.annotate(label, (p.ratio.high, y), xytext=(6, 4), textcoords="offset points", fontsize=7)
+    if p.died:
+        ax.annotate(
+            f"died {len(p.died)}x",
+            (1.0, y),
+            xytext=(6, -10),
+            textcoords="offset points",
+            fontsize=7,
+            color=FAILED_COLOR,
+        )

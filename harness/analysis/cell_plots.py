@@ -68,44 +68,14 @@ def write_grid(grid: Grid, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # deferred with matplotlib, once the Agg backend is chosen
 
-    columns = [f"{w}@{p}" for w, p in grid.columns]
     down = len(grid.columns) > len(grid.strategies)
-    rows, across = (columns, grid.strategies) if down else (grid.strategies, columns)
-
-    def cell_at(i: int, j: int) -> CellSummary | None:
-        s, col = (grid.strategies[j], grid.columns[i]) if down else (grid.strategies[i], grid.columns[j])
-        return grid.cells.get((s, col))
-
+    rows, across, squares = _oriented(grid, down)
     nan = float("nan")
-    rates = [
-        [(c.k / c.n if c is not None and c.n else nan) for c in (cell_at(i, j) for j in range(len(across)))]
-        for i in range(len(rows))
-    ]
-    longest_row, longest_col = max(len(r) for r in rows), max(len(c) for c in across)
-    # Turned columns' names stand upright above them: their length is the figure's height, not width.
-    with png_figure(
-        plt,
-        path,
-        (
-            2.0 + 0.058 * longest_row + (0.8 if down else 1.15) * len(across),
-            max(2.5, 0.26 * len(rows) + 1.6 + (0.07 * longest_col if down else 0.0)),
-        ),
-    ) as ax:
+    rates = [[(c.k / c.n if c is not None and c.n else nan) for c in row] for row in squares]
+    with png_figure(plt, path, _grid_size(rows, across, down)) as ax:
         cmap = matplotlib.colormaps["RdYlGn_r"].with_extremes(bad="#eeeeee")
         image = ax.imshow(rates, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
-        for i in range(len(rows)):
-            for j in range(len(across)):
-                r = rates[i][j]
-                dark = r == r and (r <= 0.15 or r >= 0.8)  # r == r: not NaN; the map's dark ends
-                ax.text(
-                    j,
-                    i,
-                    grid_text(cell_at(i, j)),
-                    ha="center",
-                    va="center",
-                    fontsize=6.5,
-                    color="white" if dark else "black",
-                )
+        _label_squares(ax, rates, squares)
         ax.set_xticks(range(len(across)))
         ax.set_xticklabels(
             [c.replace("@", "\n@", 1) for c in across] if not down else across, fontsize=7, rotation=90 if down else 0
@@ -120,6 +90,33 @@ def write_grid(grid: Grid, path: Path) -> Path:
             fontsize=8,
         )
     return path
+
+
+def _oriented(grid: Grid, down: bool) -> tuple[list[str], list[str], list[list[CellSummary | None]]]:
+    """Row names, column names and the cell of each square, strategies across when `down`."""
+    columns = [f"{w}@{p}" for w, p in grid.columns]
+    if down:
+        squares = [[grid.cells.get((s, col)) for s in grid.strategies] for col in grid.columns]
+        return columns, list(grid.strategies), squares
+    squares = [[grid.cells.get((s, col)) for col in grid.columns] for s in grid.strategies]
+    return list(grid.strategies), columns, squares
+
+
+def _grid_size(rows: Sequence[str], across: Sequence[str], down: bool) -> tuple[float, float]:
+    # Turned columns' names stand upright above them: their length is the figure's height, not width.
+    longest_row, longest_col = max(len(r) for r in rows), max(len(c) for c in across)
+    return (
+        2.0 + 0.058 * longest_row + (0.8 if down else 1.15) * len(across),
+        max(2.5, 0.26 * len(rows) + 1.6 + (0.07 * longest_col if down else 0.0)),
+    )
+
+
+def _label_squares(ax, rates: list[list[float]], squares: list[list[CellSummary | None]]) -> None:
+    for i, row in enumerate(squares):
+        for j, cell in enumerate(row):
+            r = rates[i][j]
+            dark = r == r and (r <= 0.15 or r >= 0.8)  # r == r: not NaN; the map's dark ends
+            ax.text(j, i, grid_text(cell), ha="center", va="center", fontsize=6.5, color="white" if dark else "black")
 
 
 def write_plots(cells: Sequence[CellSummary], name: str, plots_dir: Path) -> list[Path]:

@@ -74,19 +74,7 @@ def rows(
 
     counts = []
     for name, records in loaded:
-        c = [0, 0, 0, 0]  # k_with, n_with, k_without, n_without
-        for r in records:
-            if r.replay_of is not None or not r.outcome.counts_as_trial:
-                continue
-            if cells and not any(fnmatch.fnmatchcase(r.cell, g) for g in cells):
-                continue
-            strategy = r.strategy or ""
-            if any(holds(strategy, w) for w in without):
-                continue
-            side = 0 if holds(strategy, fix) else 2
-            c[side + 1] += 1
-            if r.outcome.is_failure and (wanted is None or families.family(r.signature_summary) in wanted):
-                c[side] += 1
+        c = _counts(records, fix, wanted, cells, without)
         if c[1] or c[3]:
             counts.append((name, c))
     if len(counts) > 1:
@@ -99,6 +87,30 @@ def rows(
             less = float(fisher_exact([[kw, nw - kw], [ko, no - ko]], alternative="less").pvalue)
         out.append(Row(store=name, k_with=kw, n_with=nw, k_without=ko, n_without=no, p_more=more, p_less=less))
     return out
+
+
+def _counts(
+    records: Sequence[TrialResult],
+    fix: str,
+    wanted: frozenset[str] | None,
+    cells: Sequence[str],
+    without: Sequence[str],
+) -> list[int]:
+    """[k_with, n_with, k_without, n_without] over one store's counted trials of the chosen cells."""
+    c = [0, 0, 0, 0]
+    for r in records:
+        if r.replay_of is not None or not r.outcome.counts_as_trial:
+            continue
+        if cells and not any(fnmatch.fnmatchcase(r.cell, g) for g in cells):
+            continue
+        strategy = r.strategy or ""
+        if any(holds(strategy, w) for w in without):
+            continue
+        side = 0 if holds(strategy, fix) else 2
+        c[side + 1] += 1
+        if r.outcome.is_failure and (wanted is None or families.family(r.signature_summary) in wanted):
+            c[side] += 1
+    return c
 
 
 def table(fix: str, wanted: frozenset[str] | None, found: Sequence[Row]) -> str:

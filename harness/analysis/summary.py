@@ -114,27 +114,10 @@ def summarize(records: Iterable[TrialResult]) -> list[CellSummary]:
 
 def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
     counted = [r for r in rs if r.outcome.counts_as_trial]
-    failed = [r.outcome.is_failure for r in counted]
-    n, k = len(counted), sum(failed)
+    n, k = len(counted), sum(r.outcome.is_failure for r in counted)
     ci = stats.wilson(k, n)
-    sig_counts = collections.Counter(r.signature or "?" for r in counted if r.outcome.is_failure)
-    names = {}
-    for r in counted:
-        if r.outcome.is_failure:
-            names.setdefault(r.signature or "?", r.signature_summary or r.signature or r.outcome.name)
-    # Time to failure, not run time, for failing trials: a run that crashes at 2 s of a 60 s
-    # budget says the failure takes 2 s to show.
-    times = [
-        (r.time_to_failure_s if r.outcome.is_failure and r.time_to_failure_s is not None else r.duration_s)
-        for r in counted
-    ]
-    with_tokens = [r for r in counted if r.tokens_per_s is not None and not r.outcome.is_failure]
-    tokens = [r.tokens_per_s for r in with_tokens]
-    where = collections.Counter((r.host or "?", (r.started_at or "?")[:10]) for r in with_tokens)
-    peaks = [p for p in (r.gpu_peak_gib for r in rs) if p is not None]
     # Every record of a cell carries the same parts (TrialResult.workload, strategy, plan).
     w, s, p = rs[0].workload or cell, rs[0].strategy or "", rs[0].plan or NO_PLAN
-    exposure = _exposure(counted, load_catalogue().windows_of(w))
     return CellSummary(
         cell=cell,
         workload=w,
@@ -142,7 +125,7 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
         plan=p,
         n=n,
         k=k,
-        **exposure,
+        **_exposure(counted, load_catalogue().windows_of(w)),
         timeouts=sum(r.outcome is Outcome.TIMEOUT for r in rs),
         errors=sum(r.outcome is Outcome.HARNESS_ERROR for r in rs),
         resources=sum(r.outcome is Outcome.RESOURCE for r in rs),
@@ -151,12 +134,39 @@ def _summarize_cell(cell: str, rs: list[TrialResult]) -> CellSummary:
         high=ci.high,
         rule_of_three=stats.rule_of_three(n) if k == 0 and n else None,
         outcomes=dict(sorted(collections.Counter(r.outcome.name for r in rs).items())),
+        **_failure_fields(counted),
+        **_speed_fields(counted, rs),
+    )
+
+
+def _failure_fields(counted: list[TrialResult]) -> dict:
+    """CellSummary's signatures, families and time to the first failure over the counted trials."""
+    failing = [r for r in counted if r.outcome.is_failure]
+    sig_counts = collections.Counter(r.signature or "?" for r in failing)
+    names = {}
+    for r in failing:
+        names.setdefault(r.signature or "?", r.signature_summary or r.signature or r.outcome.name)
+    # Time to failure, not run time, for failing trials: a run that crashes at 2 s of a 60 s
+    # budget says the failure takes 2 s to show.
+    times = [
+        (r.time_to_failure_s if r.outcome.is_failure and r.time_to_failure_s is not None else r.duration_s)
+        for r in counted
+    ]
+    fams = collections.Counter(families.family(r.signature_summary) for r in failing)
+    return dict(
         signatures=sorted(((names[s], c) for s, c in sig_counts.items()), key=lambda sc: (-sc[1], sc[0])),
-        families=sorted(
-            collections.Counter(families.family(r.signature_summary) for r in counted if r.outcome.is_failure).items(),
-            key=lambda fc: (-fc[1], fc[0]),
-        ),
-        ttff_s=stats.median_time_to_first_failure(times, failed) if n else None,
+        families=sorted(fams.items(), key=lambda fc: (-fc[1], fc[0])),
+        ttff_s=stats.median_time_to_first_failure(times, [r.outcome.is_failure for r in counted]) if counted else None,
+    )
+
+
+def _speed_fields(counted: list[TrialResult], rs: list[TrialResult]) -> dict:
+    """CellSummary's run time, tokens/s (with where most were measured) and GPU memory peak."""
+    with_tokens = [r for r in counted if r.tokens_per_s is not None and not r.outcome.is_failure]
+    tokens = [r.tokens_per_s for r in with_tokens]
+    where = collections.Counter((r.host or "?", (r.started_at or "?")[:10]) for r in with_tokens)
+    peaks = [p for p in (r.gpu_peak_gib for r in rs) if p is not None]
+    return dict(
         median_duration_s=stats.median_or_none([r.duration_s for r in counted]),
         tokens_per_s=stats.median_or_none(tokens),
         tokens_range=(min(tokens), max(tokens)) if tokens else None,
