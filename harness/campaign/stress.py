@@ -54,7 +54,7 @@ from harness.trial.cells import NO_PLAN, cell_name
 from harness.trial.folder import NATIVE_STACK, OUTPUT, RESULT, write_json
 from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import interpreter_versions
-from harness.trial.outcome import HARNESS_DEFECT, Outcome, TrialResult
+from harness.trial.outcome import HARNESS_DEFECT, SHOWN_AT_EXIT_0, Outcome, TrialResult
 from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
@@ -214,9 +214,9 @@ def passes_filters(output: str, opts: StressOptions) -> bool:
     return not (opts.ignore is not None and opts.ignore.search(output))
 
 
-Inspect = Callable[[str], list[str]]
-"""The command's reading of an OK run's output: the race faces it shows (`F10 (recompile limit)`;
-`..., suspected` where the face only suggests the race)."""
+Inspect = Callable[[str, Path], list[str]]
+"""The command's reading of an OK run's output and folder: the race faces it shows (`F10 (recompile
+limit)`; `..., suspected` where the face only suggests the race)."""
 Known = Callable[[Path], list[str]]
 """The catalogued races a failing run's folder shows, by id (the deterministic rule leaves those);
 `F2 (own)` where the diagnosis found a race's message the program's own doing (one thread)."""
@@ -369,12 +369,12 @@ class _StressLoop:
         face (a message logged and carried on) failed too: the race happened."""
         # A harness defect (a fix's wrapper raised) is ours, not the program's: kept, never counted.
         failed = counts_as_failure(result, output, self.opts) and not _harness_defect(result)
-        faces = self.inspect(output) if self.inspect is not None and not failed else []
+        faces = self.inspect(output, folder) if self.inspect is not None and not failed else []
         shown = [f for f in faces if not f.endswith(", suspected")]
         if shown and passes_filters(output, self.opts):
             failed = True
             # The record says so too: readers of the folder (diagnose, the corpus) see a failed run.
-            result.outcome, result.detail = Outcome.CRASH, f"exit 0, but the output shows {', '.join(shown)}"
+            result.outcome, result.detail = Outcome.CRASH, SHOWN_AT_EXIT_0 + ", ".join(shown)
             result.signature_summary = result.signature_summary or result.detail
             write_json(folder / RESULT, result.to_json())
         races, own = [f.split(" ", 1)[0] for f in shown], []

@@ -10,8 +10,11 @@ from pathlib import Path
 from harness.campaign.matrix_spec import MatrixError
 from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, OWN, run_stress
 from harness.diagnosis import diagnose
+from harness.diagnosis.trial_failures import config_sets
 from harness.faults.profiles import PROFILES
 from harness.runtime.guard import Guard, GuardError
+from harness.trial.folder import CONFIG_SETS
+from harness.trial.folder import text as folder_text
 
 HELP = "run a command over and over in parallel (like Go's stress)"
 
@@ -62,7 +65,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(opts: argparse.Namespace) -> int:
     opts.fix_sets = tuple(_fix_set(f) for f in opts.fix or ())
-    return run_stress(opts, explain=_diagnose_folder, inspect=diagnose.faces, known=_known)
+    return run_stress(opts, explain=_diagnose_folder, inspect=_faces, known=_known)
+
+
+def _faces(output: str, folder: Path) -> list[str]:
+    """The race faces an OK run shows, read with the configs the program set (F14's precondition)."""
+    return diagnose.faces(output, config=config_sets(folder_text(folder / CONFIG_SETS) or ""))
 
 
 def _fix_set(names: str) -> tuple[str, ...]:

@@ -42,7 +42,8 @@ class Failure:
     exposures: dict[str, int] | None = None
     """Openings of each measured race window in the run (TrialResult.exposures); None: not measured."""
     config_threads: str = ""
-    """The configs the run set outside the main thread (TrialResult.config_set_in_threads), as JSON."""
+    """The configs the program set and the threads that set them (`THREAD: NAME=VALUE; ...`, the
+    trial folder's config_sets.jsonl)."""
 
     @property
     def run_id(self) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from harness.diagnosis.catalogue import Catalogue, Race, RecordSource, count, load, major_minor
 from harness.diagnosis.failure import Failure
+from harness.trial.outcome import SHOWN_AT_EXIT_0
 
 SUMMARY_SCORE = 1.0
 
@@ -67,6 +68,10 @@ def match(
         matches[:0] = _by_native(failure, catalogue)
         if family in ("other", "?"):
             matches += [m for m in _by_text(failure, catalogue) if m.race not in named]
+        if failure.detail.startswith(SHOWN_AT_EXIT_0):
+            # Counted by a face at exit 0: a warning with its precondition (F14's) is a face too.
+            seen = {m.race for m in matches} | named
+            matches += [m for m in warning_faces(failure, catalogue) if m.race not in seen]
     return matches
 
 
@@ -82,24 +87,14 @@ def warning_faces(failure: Failure, catalogue: Catalogue) -> list[Match]:
         if hit is None:
             continue
         evidence = [f"at {failure.detail or 'exit 0'}, the output shows {hit!r}"]
-        # A warning other code prints as well (F14's default recompile limit) suggests the race only
-        # where the run shows its precondition (a thread set the limit); alone it names nothing.
-        unsure = message is None and bool(race.warnings_unsure)
-        if unsure:
+        # A warning other code prints as well (F14's default recompile limit) names the race only
+        # where the run shows its precondition too (a thread set the limit); alone it names nothing.
+        if message is None and race.warnings_unsure:
             shown = first_hit(race.context, failure.context())
             if shown is None:
                 continue
             evidence += [f"not shown by that line alone: {race.warnings_unsure}", f"the run shows {shown!r}"]
-        out.append(
-            Match(
-                race=race.id,
-                title=race.title,
-                kind=race.kind,
-                score=SUSPECT_SCORE if unsure else WARNING_SCORE,
-                evidence=evidence,
-                suspected=unsure,
-            )
-        )
+        out.append(Match(race=race.id, title=race.title, kind=race.kind, score=WARNING_SCORE, evidence=evidence))
     out.sort(key=lambda m: -m.score)
     return out
 
@@ -117,13 +112,12 @@ def warning_notes(failure: Failure, catalogue: Catalogue) -> str:
     return "; ".join(dict.fromkeys(notes))
 
 
-def faces(text: str, catalogue: Catalogue | None = None) -> list[str]:
-    """`RACE (title)` for each race an OK run's output shows (stress keeps such runs)."""
+def faces(text: str, catalogue: Catalogue | None = None, *, config: str = "") -> list[str]:
+    """`RACE (title)` for each race an OK run's output shows (stress keeps such runs); `config`: the
+    configs the program set, by thread (`trial_failures.config_sets`), F14's precondition."""
     catalogue = catalogue or load()
-    return [
-        f"{m.race} ({m.title})" + (", suspected" if m.suspected else "")
-        for m in warning_faces(Failure(source="", outcome="OK", key=None, summary=None, text=text), catalogue)
-    ]
+    ok = Failure(source="", outcome="OK", key=None, summary=None, text=text, config_threads=config)
+    return [f"{m.race} ({m.title})" + (", suspected" if m.suspected else "") for m in warning_faces(ok, catalogue)]
 
 
 def _which(patterns: Sequence[str], text: str) -> str:

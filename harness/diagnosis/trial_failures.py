@@ -12,7 +12,7 @@ from harness.diagnosis.failure import AFTER_FAILURE, Failure
 from harness.runtime.fixes import FIXES
 from harness.stores.store import Store
 from harness.trial import signature, thread_records
-from harness.trial.folder import NATIVE_STACK
+from harness.trial.folder import CONFIG_SETS, NATIVE_STACK
 from harness.trial.folder import text as folder_text
 from harness.trial.outcome import TrialResult
 
@@ -55,7 +55,7 @@ def failures_of(record: TrialResult, art=None, *, every_thread: bool = False) ->
         detail=record.detail,
         threads_started=getattr(record, "threads_started", None),
         exposures=record.exposures,
-        config_threads=_config_threads(record),
+        config_threads=config_sets(read_artefact(art, CONFIG_SETS)),
     )
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
     if every_thread:
@@ -111,10 +111,17 @@ def _race_of(summary: str | None) -> str | None:
     return None if family in ("other", "?") or catalogue.race(family).kind == "generic" else family
 
 
-def _config_threads(record: TrialResult) -> str:
-    """The record's configs set outside the main thread (a field newer runners write), as JSON."""
-    value = getattr(record, "config_set_in_threads", None)
-    return json.dumps(value, sort_keys=True, default=str) if value else ""
+def config_sets(raw: str) -> str:
+    """The bootstrap's record of the configs the program set (`config_sets.jsonl`) as one line,
+    `THREAD: MODULE.NAME=VALUE; ...` ("" where it set none or the run predates the record)."""
+    sets = []
+    for line in raw.splitlines():
+        try:
+            r = json.loads(line)
+            sets.append(f"{r['thread']}: {r['config']}={r['value']}")
+        except (ValueError, KeyError, TypeError):
+            continue
+    return "; ".join(sets)
 
 
 def read_artefact(art, name: str) -> str:

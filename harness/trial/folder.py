@@ -39,6 +39,9 @@ THREAD_ERRORS = "thread_errors.jsonl"
 """Uncaught thread exceptions, one JSON line each, written by the bootstrap's thread hook."""
 THREADS = "threads.json"
 """How many threads the program itself started (`{"started": n, "names": [...]}`), written at exit."""
+CONFIG_SETS = "config_sets.jsonl"
+"""Each torch config value the program set and the thread that set it, one JSON line each (the
+bootstrap's): on torch 2.12+ an override is thread-local (F14)."""
 FILES = (
     OUTPUT,
     SPEC,
@@ -53,6 +56,7 @@ FILES = (
     EXPOSURE,
     THREAD_ERRORS,
     THREADS,
+    CONFIG_SETS,
 )
 
 

@@ -67,6 +67,8 @@ _DESCRIPTIONS = {
     Outcome.RESOURCE: "ran out of device memory (an out-of-memory error or a failed cuBLAS allocation)",
 }
 
+SHOWN_AT_EXIT_0 = "exit 0, but the output shows "
+"""A CRASH's detail where the run exited 0 but its output showed a race's face (stress counts it)."""
 HARNESS_DEFECT = "harness defect:"
 """How the detail of a HARNESS_ERROR begins when the harness's own code, running inside the program
 (a fix, the scheduler, a probe), raised the failure (trial.runner); stress and diagnose read it."""

@@ -243,6 +243,7 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env["PYTHONFAULTHANDLER"] = "1"
     env["HARNESS_THREAD_ERRORS"] = str(out / folder.THREAD_ERRORS)
     env["HARNESS_THREADS"] = str(out / folder.THREADS)
+    env["HARNESS_CONFIG_SETS"] = str(out / folder.CONFIG_SETS)
     env[lifeline.ENV] = lifeline.token()  # the trial dies with us, even after our SIGKILL
     env = native.with_preload(env)  # a native crash also prints its C/C++ frames (harness.trial.native)
     env.pop("HARNESS_PLAN", None)

@@ -26,6 +26,7 @@ Future methods and Thread.__init__ wrapped.
 import atexit
 import faulthandler
 import functools
+import importlib.util
 import json
 import os
 import signal
@@ -190,6 +191,69 @@ def _record_thread_errors(path: str) -> None:
     _record_unread_futures(path)
 
 
+class _AfterImport:
+    """A meta-path finder that calls `callback(module)` once `name` is imported, and only then: the
+    bootstrap must not import torch into a program that may never use it."""
+
+    def __init__(self, name: str, callback) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module, callback = spec.loader.exec_module, self.callback
+
+        def exec_then_call(module):
+            exec_module(module)
+            try:
+                callback(module)
+            except Exception:  # a record is evidence, never a second failure
+                pass
+
+        spec.loader.exec_module = exec_then_call
+        return spec
+
+
+_CONFIG_SETS_CAP = 200
+
+
+def _record_config_sets(path: str) -> None:
+    """Each config value the program itself sets (`torch._dynamo.config.recompile_limit = 64`), with
+    the thread that set it: on torch 2.12+ an override is thread-local (pytorch#186537), so a limit
+    set in one thread and hit at its default in another is that race. torch's own `config.patch`
+    calls are the library's and not recorded."""
+    written = set()
+
+    def patch(module) -> None:
+        cls = module.ConfigModule
+        setattr_ = cls.__setattr__
+
+        def recording_setattr(self, name, value):
+            setattr_(self, name, value)
+            try:
+                if name in self._config and _creator()[0] == "program" and len(written) < _CONFIG_SETS_CAP:
+                    record = {
+                        "config": f"{self.__name__}.{name}",
+                        "value": repr(value)[:200],
+                        "thread": threading.current_thread().name,
+                    }
+                    line = json.dumps(record)
+                    if line not in written:
+                        written.add(line)
+                        with open(path, "a", encoding="utf-8") as fh:
+                            fh.write(line + "\n")
+            except Exception:  # a record is evidence, never a second failure
+                pass
+
+        cls.__setattr__ = recording_setattr
+
+    sys.meta_path.insert(0, _AfterImport("torch.utils._config_module", patch))
+
+
 def _count_program_threads(path: str) -> None:
     """How many threads the program itself started, written at exit (`{"started": n, "names":
     [...]}`): a failure in a run that started none cannot be a race between its threads."""
@@ -296,6 +360,9 @@ def _chain_next_sitecustomize() -> None:
 _enable_faulthandler()
 if os.environ.get("HARNESS_THREAD_ERRORS"):
     _record_thread_errors(os.environ["HARNESS_THREAD_ERRORS"])
+if os.environ.get("HARNESS_CONFIG_SETS"):
+    # Taken out of the environment: a process the program starts would write its own sets there.
+    _record_config_sets(os.environ.pop("HARNESS_CONFIG_SETS"))
 if os.environ.get("HARNESS_THREADS"):
     # Taken out of the environment: a process the program starts would overwrite the count.
     _count_program_threads(os.environ.pop("HARNESS_THREADS"))
