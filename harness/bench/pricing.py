@@ -155,9 +155,6 @@ def make_plan(
     `--topology` on a machine without CUDA used to die in every bench, each recorded as a failure.
     `topology` N runs every bench in the seed trainer's device plan on N GPUs
     (dflash.topology: N >= 4; the paired plan below 4), as the gpu-topology matrices' trials run."""
-    # dflash.devices imports torch, which the harness process otherwise never loads.
-    from dflash.devices import resolve
-
     if topology is not None:
         try:
             sets = [*topology_sets(topology), *sets]
@@ -167,6 +164,29 @@ def make_plan(
         raise PriceError(f"--rounds and --steps must be >= 1, got {rounds} and {steps}")
     if not configs:
         raise PriceError("name at least one configuration (FIXES[:MODE])")
+    parsed = _checked_configs(preset, configs, sets, cuda_count)
+    if len(set(parsed)) != len(parsed):
+        raise PriceError(f"a configuration is named twice: {' '.join(configs)}")
+    return Plan(
+        preset=preset,
+        configs=parsed,
+        rounds=rounds,
+        steps=steps,
+        sets=list(sets),
+        timeout_s=timeout_s,
+        host_run=host_run,
+        max_time_s=max_time_s,
+        dumps=dumps,
+        run_id=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    )
+
+
+def _checked_configs(preset: str, configs: Sequence[str], sets: Sequence[str], cuda_count: int | None) -> list[Config]:
+    """The configurations parsed, each applied to the preset and its device plan resolved as the
+    bench will, so that a bad name or plan is a PriceError now."""
+    # dflash.devices imports torch, which the harness process otherwise never loads.
+    from dflash.devices import resolve
+
     try:
         base = presets.get(preset)
         parsed = [parse_config(c, base.compile.mode) for c in configs]
@@ -184,20 +204,7 @@ def make_plan(
             check_cuda_graphs(names, cfg.compile.cudagraphs and any(d.type == "cuda" for d in plan.drafter))
     except (ConfigError, DevicePlanError) as e:
         raise PriceError(str(e)) from None
-    if len(set(parsed)) != len(parsed):
-        raise PriceError(f"a configuration is named twice: {' '.join(configs)}")
-    return Plan(
-        preset=preset,
-        configs=parsed,
-        rounds=rounds,
-        steps=steps,
-        sets=list(sets),
-        timeout_s=timeout_s,
-        host_run=host_run,
-        max_time_s=max_time_s,
-        dumps=dumps,
-        run_id=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    )
+    return parsed
 
 
 def bench_once(plan: Plan, config: Config, limit_s: float, dump_dir: Path | None) -> dict:
@@ -310,51 +317,67 @@ def run(
         phase = c.phase(plan.workload)
         if (r, phase) in had:
             continue
-        limit = plan.timeout_s
-        if plan.max_time_s is not None:
-            left = plan.max_time_s - (clock() - start)
-            expect = walls.get(phase) or [w for ws in walls.values() for w in ws]
-            if left <= 0 or (expect and statistics.median(expect) > left):
-                left_over = len(steps) - i + 1
-                break
-            limit = min(limit, left)
+        limit = _limit(plan, walls.get(phase) or [w for ws in walls.values() for w in ws], start, clock)
+        if limit is None:
+            left_over = len(steps) - i + 1
+            break
         t0 = clock()
-        dump_dir = plan.dumps / _slug(r, c) if plan.dumps is not None else None
-        got = bench(plan, c, limit, dump_dir)
+        got = bench(plan, c, limit, plan.dumps / _slug(r, c) if plan.dumps is not None else None)
         wall = round(clock() - t0, 1)
+        head = f"[{i}/{len(steps)}] round {r} `{c.strategy(plan.workload)}`"
         if got.get("cut"):
             left_over = len(steps) - i + 1
-            log(f"[{i}/{len(steps)}] round {r} `{c.strategy(plan.workload)}`: cut by --max-time after {wall:.0f}s")
+            log(f"{head}: cut by --max-time after {wall:.0f}s")
             break
-        record = {
-            "phase": phase,
-            "call": plan.host_run,
-            "run": plan.run_id,
-            "round": r,
-            **({"sets": plan.sets} if plan.sets else {}),
-            **got,
-            "wall_s": wall,
-        }
-        shown = record.get("dump")
-        if shown and plan.dumps is not None and Path(shown).is_relative_to(plan.dumps.parent):
-            # Kept relative to the bench file's folder: a GPU host's $OUT is not where it is read.
-            record["dump"] = str(Path(shown).relative_to(plan.dumps.parent))
+        record = _record(plan, r, phase, got, wall)
         records.append(record)
         done(record)
         walls.setdefault(phase, []).append(wall)
-        what = (
-            f"{record['tokens_per_s_steady']:.0f} tokens/s (steady half)"
-            if record.get("tokens_per_s_steady")
-            else f"died: exit {record.get('exit_code')}: {record.get('signature')}"
-        )
-        if shown:
-            what += f"; threads dumped before the kill: python -m harness diagnose {shown}"
-        log(f"[{i}/{len(steps)}] round {r} `{c.strategy(plan.workload)}`: {what} ({wall:.0f}s)")
+        log(f"{head}: {_result_text(record, got.get('dump'))} ({wall:.0f}s)")
     if left_over:
         log(
             f"stopped at --max-time with {left_over} bench(es) of {len(steps)} left: the same command with --resume runs them"
         )
     return records
+
+
+def _limit(plan: Plan, expect: Sequence[float], start: float, clock: Callable[[], float]) -> float | None:
+    """The next bench's time limit; None where --max-time leaves too little for it (the median of
+    its earlier walls, or of every bench's)."""
+    if plan.max_time_s is None:
+        return plan.timeout_s
+    left = plan.max_time_s - (clock() - start)
+    if left <= 0 or (expect and statistics.median(expect) > left):
+        return None
+    return min(plan.timeout_s, left)
+
+
+def _record(plan: Plan, round_: int, phase: str, got: dict, wall: float) -> dict:
+    record = {
+        "phase": phase,
+        "call": plan.host_run,
+        "run": plan.run_id,
+        "round": round_,
+        **({"sets": plan.sets} if plan.sets else {}),
+        **got,
+        "wall_s": wall,
+    }
+    shown = record.get("dump")
+    if shown and plan.dumps is not None and Path(shown).is_relative_to(plan.dumps.parent):
+        # Kept relative to the bench file's folder: a GPU host's $OUT is not where it is read.
+        record["dump"] = str(Path(shown).relative_to(plan.dumps.parent))
+    return record
+
+
+def _result_text(record: dict, dump: str | None) -> str:
+    what = (
+        f"{record['tokens_per_s_steady']:.0f} tokens/s (steady half)"
+        if record.get("tokens_per_s_steady")
+        else f"died: exit {record.get('exit_code')}: {record.get('signature')}"
+    )
+    if dump:
+        what += f"; threads dumped before the kill: python -m harness diagnose {dump}"
+    return what
 
 
 def resumed(plan: Plan, held: Sequence[dict]) -> list[dict]:
