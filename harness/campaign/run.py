@@ -65,63 +65,98 @@ def run_matrix(
     # Build the native-stack handler once, before the workers start, and say so if there is none.
     if native.preload() is None:
         stream.write(f"native stacks of crashing trials: off ({native.why_not()})\n")
-    store = Store(spec.store_dir)
-    cells = {c.name: c for c in spec.cells()}
-    existing = [r for r in store.load() if r.cell in cells]
-    done = done_ids(existing)
-    states = {name: CellState(name=name) for name in cells}
-    for r in existing:
-        states[r.cell].add(r)
-    key = pool_order(list(cells))
-    pending = sorted((t for t in trials if t.trial_id not in done), key=lambda t: key(t.cell, t.trial_index))
-    if backend is not None:
-        num_gpus = 0  # the cluster's scheduler admits GPU trials, not this host's slots
-    gpus = GpuSlots(host_gpu_count() if num_gpus is None else num_gpus, spec.per_gpu)
-    for line in memory_warnings(spec, existing, {cells[t.cell].workload.name for t in pending}):
+    s = _stored(spec, trials)
+    # With a backend the cluster's scheduler admits GPU trials, not this host's slots.
+    gpu_count = 0 if backend is not None else host_gpu_count() if num_gpus is None else num_gpus
+    for line in memory_warnings(spec, s.existing, {s.cells[t.cell].workload.name for t in s.pending}):
         stream.write(line + "\n")
-    slots = cell_slots(spec, existing)
-    live_lines = LiveLines(list(states.values()), stream, stream.isatty() if live is None else live)
-    by_cell: dict[str, list[TrialResult]] = collections.defaultdict(list)
-    for r in existing:
-        by_cell[r.cell].append(r)
-    expected = {n: median_duration_s(rs) for n, rs in by_cell.items()} if spec.finish_by_s is not None else {}
+    slots = cell_slots(spec, s.existing)
+    live_lines = LiveLines(list(s.states.values()), stream, stream.isatty() if live is None else live)
+    expected = _expected_s(s.existing) if spec.finish_by_s is not None else {}
     kill_running = None
     if backend is not None:
-        for line in backend.plan(
-            {n: (c.workload.cpus, c.workload.gpus, slots[n]) for n, c in cells.items()},
-            spec.per_gpu,
-            max_time_s=spec.max_time_s,
-            finish_by_s=spec.finish_by_s,
-            expected_s=expected,
-        ):
-            stream.write(line + "\n")
+        needs = {n: (c.workload.cpus, c.workload.gpus, slots[n]) for n, c in s.cells.items()}
+        _plan_on(backend, spec, needs, expected, stream)
         spec = dataclasses.replace(spec, workers=workers or backend.workers())
         run_fn, kill_running = backend.run, backend.kill_running
-    pool = WorkerPool(
-        spec=spec,
-        pending=pending,
-        states=states,
-        store=store,
-        gpus=gpus,
-        lines=live_lines,
-        need_gpus={n: (c.workload.gpus, slots[n]) for n, c in cells.items()},
-        run_fn=run_fn or run_local,
-        attempts=collections.Counter(r.trial_id for r in existing),
-        expected_s=expected,
-        kill_running=kill_running,
-    )
+    pool = _pool(spec, s, GpuSlots(gpu_count, spec.per_gpu), live_lines, slots, run_fn, expected, kill_running)
     start = time.monotonic()
     try:
         new = pool.run()
     finally:
         live_lines.close()
+    return _finished(spec, s, len(trials), new, pool, time.monotonic() - start)
+
+
+def _finished(spec: MatrixSpec, s: _Stored, planned: int, new: list[TrialResult], pool, elapsed_s: float) -> MatrixRun:
     return MatrixRun(
         spec=spec,
-        records=existing + new,
+        records=s.existing + new,
         ran=len(new),
-        resumed=len(trials) - len(pending),
+        resumed=planned - len(s.pending),
         left=pool.left,
-        elapsed_s=time.monotonic() - start,
+        elapsed_s=elapsed_s,
         left_by_time=pool.left_by_time,
         lost=pool.lost,
     )
+
+
+@dataclass(slots=True)
+class _Stored:
+    """What the store holds of a matrix: its cells' records and counts, and the trials left to run."""
+
+    store: Store
+    cells: dict
+    existing: list[TrialResult]
+    states: dict[str, CellState]
+    pending: list[TrialSpec]
+
+
+def _stored(spec: MatrixSpec, trials: list[TrialSpec]) -> _Stored:
+    store = Store(spec.store_dir)
+    cells = {c.name: c for c in spec.cells()}
+    existing = [r for r in store.load() if r.cell in cells]
+    states = {name: CellState(name=name) for name in cells}
+    for r in existing:
+        states[r.cell].add(r)
+    return _Stored(store, cells, existing, states, _pending(trials, existing, list(cells)))
+
+
+def _pool(spec, s: _Stored, gpus, lines, slots, run_fn, expected, kill_running) -> WorkerPool:
+    return WorkerPool(
+        spec=spec,
+        pending=s.pending,
+        states=s.states,
+        store=s.store,
+        gpus=gpus,
+        lines=lines,
+        need_gpus={n: (c.workload.gpus, slots[n]) for n, c in s.cells.items()},
+        run_fn=run_fn or run_local,
+        attempts=collections.Counter(r.trial_id for r in s.existing),
+        expected_s=expected,
+        kill_running=kill_running,
+    )
+
+
+def _pending(trials: list[TrialSpec], existing: list[TrialResult], cells: list[str]) -> list[TrialSpec]:
+    """The trials not yet stored, in the pool's order."""
+    done = done_ids(existing)
+    key = pool_order(cells)
+    return sorted((t for t in trials if t.trial_id not in done), key=lambda t: key(t.cell, t.trial_index))
+
+
+def _expected_s(existing: list[TrialResult]) -> dict[str, float | None]:
+    """Each cell's median stored trial time: what --finish-by expects a trial of it to take."""
+    by_cell: dict[str, list[TrialResult]] = collections.defaultdict(list)
+    for r in existing:
+        by_cell[r.cell].append(r)
+    return {n: median_duration_s(rs) for n, rs in by_cell.items()}
+
+
+def _plan_on(backend: RayBackend, spec: MatrixSpec, needs: dict, expected: dict, stream: TextIO) -> None:
+    """Say how the cluster will place the cells' trials (their CPUs, GPUs and slots)."""
+    lines = backend.plan(
+        needs, spec.per_gpu, max_time_s=spec.max_time_s, finish_by_s=spec.finish_by_s, expected_s=expected
+    )
+    for line in lines:
+        stream.write(line + "\n")
