@@ -8,6 +8,7 @@ unknown phase must end at once and still leave log.txt and run.tgz.
 import os
 import re
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -27,6 +28,15 @@ def _fake_python(tmp_path: Path, script: str) -> tuple[Path, dict]:
     return out, {**os.environ, "OUT": str(out), "PATH": f"{bin_}:{os.environ['PATH']}"}
 
 
+def _run(tmp_path: Path, env: dict, *phases: str, budget: str = "400") -> subprocess.CompletedProcess:
+    """h200_run.sh with a budget of `budget` seconds over `phases`, in tmp_path; it must exit 0."""
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), budget, *phases], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 def test_script_parses():
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
 
@@ -34,15 +44,7 @@ def test_script_parses():
 def test_a_run_packs_its_outputs_even_when_nothing_runs(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "30", "no-such-phase"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "OUT": str(out)},
-    )
-    assert proc.returncode == 0, proc.stderr
+    _run(tmp_path, {**os.environ, "OUT": str(out)}, "no-such-phase", budget="30")
     log = (out / "log.txt").read_text()
     assert "unknown phase no-such-phase" in log and "== done after" in log
     with tarfile.open(out / "run.tgz") as tgz:
@@ -56,15 +58,7 @@ def test_campaign_cells_reach_the_harness_unexpanded(tmp_path):
     (tmp_path / "launch-bound:zzz").write_text("")
     (tmp_path / "gpu-zzz").write_text("")
     env["MATRIX_ARGS"] = "--trials 29 --cells=gpu-*"
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "400", "campaign:launch-bound:*"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr
+    _run(tmp_path, env, "campaign:launch-bound:*")
     args = (out / "args.txt").read_text().splitlines()
     assert args[:4] == ["-m", "harness", "matrix", "--preset"] and "gpu-campaign" in args
     assert args[-3:] == ["29", "--cells=gpu-*", "--cells=launch-bound:*"]
@@ -80,15 +74,7 @@ def test_a_spec_file_phase_keeps_its_own_settings_and_bg_runs_beside_the_next_ph
     )
     (tmp_path / "shape.json").write_text("{}")
     env["MATRIX_ARGS"] = "--trials 29"
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "400", "bg:spec:shape.json:100", "campaign:launch-bound:*"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr
+    _run(tmp_path, env, "bg:spec:shape.json:100", "campaign:launch-bound:*")
     runs = [p.read_text().splitlines() for p in sorted(out.glob("args-*.txt"))]
     spec = next(a for a in runs if "--file" in a)
     campaign = next(a for a in runs if "--preset" in a)
@@ -107,10 +93,7 @@ def test_a_price_phase_hands_its_configurations_over_unexpanded_and_its_records_
     out, env = _fake_python(tmp_path, '[ "$2" = harness ] && printf "%s\\n" "$@" > {out}/args.txt\nexit 0\n')
     (tmp_path / "xa").write_text("")
     env["PRICE_ARGS"] = "--preset gpu-launch-bound --rounds 3 global-lock,stash-incref :none x?"
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "400", "price"], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env
-    )
-    assert proc.returncode == 0, proc.stderr
+    _run(tmp_path, env, "price")
     args = (out / "args.txt").read_text().splitlines()
     assert args[:3] == ["-m", "harness", "price"]
     assert args[3:10] == ["--preset", "gpu-launch-bound", "--rounds", "3", "global-lock,stash-incref", ":none", "x?"]
@@ -121,10 +104,7 @@ def test_a_price_phase_hands_its_configurations_over_unexpanded_and_its_records_
     (tmp_path / "earlier.jsonl").write_text('{"phase": "bench:launch-bound::none", "run": "r1", "round": 0}\n')
     env["PRICE_RESUME"] = "earlier.jsonl"
     (out / "log.txt").unlink()
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "400", "price"], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env
-    )
-    assert proc.returncode == 0, proc.stderr
+    _run(tmp_path, env, "price")
     assert "--resume" in (out / "args.txt").read_text().splitlines()
     assert (out / "price.jsonl").read_text() == (tmp_path / "earlier.jsonl").read_text()
 
@@ -143,34 +123,51 @@ def _run_files(folder: Path, store: Path, log: str) -> Path:
     return folder
 
 
-def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_path):
-    import shutil
-    import sys
+def _unpack(files: Path, run: int, repo: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    """tools/unpack_run.sh over an H200 run's `files` as run number `run`, in the checkout `repo`."""
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        ["bash", str(UNPACK), str(files), str(run)], cwd=repo, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
+
+def _add_trial(root: Path, i: int, started: str, output: str | None = None) -> None:
+    """Trial `i` of cell a@- (OK, started at `started`) appended to the store at `root`; with
+    `output`, its artefacts folder holds it as output.txt."""
     from harness.stores.store import Store
     from harness.trial.outcome import Outcome, TrialResult
 
-    def add(root, i, started):
-        Store(root).append(
-            TrialResult(
-                trial_id=f"gpu-x/a@-/{i}",
-                cell="a@-",
-                trial_index=i,
-                outcome=Outcome.OK,
-                started_at=started,
-                duration_s=1.0,
-            )
+    tid, artefacts = f"gpu-x/a@-/{i}", ""
+    if output is not None:
+        art = Store(root).artefacts_dir(tid)
+        (art / "output.txt").write_text(output)
+        artefacts = f"results/gpu-x/artefacts/{art.name}"
+    Store(root).append(
+        TrialResult(
+            trial_id=tid,
+            cell="a@-",
+            trial_index=i,
+            outcome=Outcome.OK,
+            started_at=started,
+            duration_s=1.0,
+            artefacts=artefacts,
         )
+    )
+
+
+def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_path):
+    import shutil
+
+    from harness.stores.store import Store
 
     repo = tmp_path / "repo"
     base = repo / "results" / "gpu-x"
-    add(base, 0, "2026-11-30T10:00:00+00:00")
+    _add_trial(base, 0, "2026-11-30T10:00:00+00:00")
     # Both runs started from the checkout's one record; each ran its own trial 1.
     first, second = tmp_path / "c12" / "gpu-x", tmp_path / "c13" / "gpu-x"
     for copy, started in ((first, "2026-11-30T11:00:00+00:00"), (second, "2026-11-30T12:00:00+00:00")):
         shutil.copytree(base, copy)
-        add(copy, 1, started)
-    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+        _add_trial(copy, 1, started)
     # Run 13's files unpacked first: the order must not matter.
     for n, store in ((13, second), (12, first)):
         files = _run_files(tmp_path / f"files{n}", store, f"run {n}\n")
@@ -181,9 +178,7 @@ def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_pat
                     for r, t in ((0, 10.0), (1, 12.0))
                 )
             )
-        proc = subprocess.run(
-            ["bash", str(UNPACK), str(files), str(n)], cwd=repo, env=env, capture_output=True, text=True, timeout=120
-        )
+        proc = _unpack(files, n, repo)
         assert proc.returncode == 0, proc.stderr
     starts = sorted(r.started_at[11:13] for r in Store(base).load())
     assert starts == ["10", "11", "12"]
@@ -195,14 +190,7 @@ def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_pat
     priced = bench_records.load([repo / "results" / "h200-campaign" / "benches.jsonl"])
     assert [(b.host_run, b.strategy, b.tokens_steady) for b in priced] == [(12, "eager", 10.0), (12, "eager", 12.0)]
     # The same run again: refused, nothing written.
-    proc = subprocess.run(
-        ["bash", str(UNPACK), str(tmp_path / "files12"), "12"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _unpack(tmp_path / "files12", 12, repo, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "unpacked already" in proc.stderr
     # A price-only run whose stores.tgz did not come back (a host returns at most 8 files): its log
     # and price records are unpacked; a log alone is refused, nothing written.
@@ -212,16 +200,12 @@ def test_unpacking_two_runs_that_forked_one_store_keeps_both_runs_trials(tmp_pat
     (only / "price.jsonl").write_text(
         '{"phase": "bench:x::none", "call": null, "round": 2, "tokens_per_s_steady": 11.0}\n'
     )
-    proc = subprocess.run(
-        ["bash", str(UNPACK), str(only), "14"], cwd=repo, env=env, capture_output=True, text=True, timeout=120
-    )
+    proc = _unpack(only, 14, repo)
     assert proc.returncode == 0, proc.stderr
     priced = bench_records.load([repo / "results" / "h200-campaign" / "benches.jsonl"])
     assert [(b.host_run, b.tokens_steady) for b in priced][-1] == (14, 11.0) and len(Store(base).load()) == 3
     (only / "price.jsonl").unlink()
-    proc = subprocess.run(
-        ["bash", str(UNPACK), str(only), "15"], cwd=repo, env=env, capture_output=True, text=True, timeout=60
-    )
+    proc = _unpack(only, 15, repo, timeout=60)
     assert proc.returncode == 2 and "no log.txt with stores.tgz or price.jsonl" in proc.stderr
     assert not (repo / "results" / "h200-campaign" / "run15-log.txt").exists()
 
@@ -231,15 +215,7 @@ def test_campaign_arguments_do_not_reach_the_repros_matrix(tmp_path):
     # first failure, so the repros get REPROS_ARGS only.
     out, env = _fake_python(tmp_path, '[ "$2" = harness ] || exit 0\nprintf "%s\\n" "$@" > {out}/args-$$.txt\nexit 0\n')
     env.update(MATRIX_ARGS="--max-failures 1 --trials 29", REPROS_ARGS="--trials 5")
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "400", "bg:repros:100", "campaign:gpu-bound:*"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr
+    _run(tmp_path, env, "bg:repros:100", "campaign:gpu-bound:*")
     runs = [p.read_text().splitlines() for p in out.glob("args-*.txt")]
     repros = next(a for a in runs if "gpu-repros" in a)
     campaign = next(a for a in runs if "gpu-campaign" in a)
@@ -250,23 +226,13 @@ def test_campaign_arguments_do_not_reach_the_repros_matrix(tmp_path):
 def test_a_bench_phase_with_a_gpu_count_runs_the_seed_topology(tmp_path):
     # bench:PRESET:FIXES:MODE:GPUS (the seed topology): the bench gets gpu-topology-4's device plan, so its
     # record's device_plan has 4 GPUs and prices only 4-GPU verdicts (harness.analysis.report.benches_for).
-    import sys
-
     out, env = _fake_python(
         tmp_path,
         f'[ "$1" = -c ] && exec {sys.executable} "$@"\n'
         '[ "$2" = dflash ] && printf "%s\\n" "$@" > {out}/bench-$$.txt\nexit 0\n',
     )
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run(
-        ["bash", str(SCRIPT), "400", "bench:launch-bound:global-lock:default:4", "bench:gpu-bound::none"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr
+    _run(tmp_path, env, "bench:launch-bound:global-lock:default:4", "bench:gpu-bound::none")
     runs = sorted((p.read_text().splitlines() for p in out.glob("bench-*.txt")), key=len)
     plain, topo = runs
     from dflash.topology import seed_topology
@@ -280,43 +246,21 @@ def test_unpacking_packs_the_runs_new_trials_and_an_empty_shell_does_not_shadow_
     """The checkout's trials are zips (harness pack); the GPU host's copy of an uncommitted pack
     held their folders empty: stores.tgz leaves zips out, the merge keeps the
     checkout's zip, and the run's new trial comes in packed."""
-    import sys
-
     from harness.stores.store import Store, safe_name
     from harness.stores.zips import pack_store
-    from harness.trial.outcome import Outcome, TrialResult
-
-    def add(root, i, started, text):
-        tid = f"gpu-x/a@-/{i}"
-        art = Store(root).artefacts_dir(tid)
-        (art / "output.txt").write_text(text)
-        Store(root).append(
-            TrialResult(
-                trial_id=tid,
-                cell="a@-",
-                trial_index=i,
-                outcome=Outcome.OK,
-                duration_s=1.0,
-                started_at=started,
-                artefacts=f"results/gpu-x/artefacts/{art.name}",
-            )
-        )
 
     repo = tmp_path / "repo"
     base = repo / "results" / "gpu-x"
-    add(base, 0, "2026-12-01T10:00:00+00:00", "checkout's\n")
+    _add_trial(base, 0, "2026-12-01T10:00:00+00:00", "checkout's\n")
     pack_store(base)
     device = tmp_path / "device" / "gpu-x"
     (device / "artefacts").mkdir(parents=True)
     (device / "trials.jsonl").write_bytes((base / "trials.jsonl").read_bytes())
     (device / "artefacts" / safe_name("gpu-x/a@-/0")).mkdir()  # the empty shell
-    add(device, 1, "2026-12-01T11:00:00+00:00", "the run's\n")
+    _add_trial(device, 1, "2026-12-01T11:00:00+00:00", "the run's\n")
     files = _run_files(tmp_path / "files44", device, "run 44\n")
-    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    proc = subprocess.run(
-        ["bash", str(UNPACK), str(files), "44"], cwd=repo, env=env, capture_output=True, text=True, timeout=120
-    )
+    proc = _unpack(files, 44, repo)
     assert proc.returncode == 0, proc.stderr
     assert "packed 1 trial folder(s)" in proc.stdout
     assert re.search(r"the checkout a GPU-host run ships: about \d+ MiB on disk of the 64 MiB limit", proc.stdout)
