@@ -43,6 +43,13 @@ HELP = "run a matrix of trials (resumable)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _source_arguments(p)
+    _pool_arguments(p)
+    _run_arguments(p)
+
+
+def _source_arguments(p: argparse.ArgumentParser) -> None:
+    """Which matrix, which of its cells and how many trials; --list and --pending run nothing."""
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--preset", help=f"one of: {', '.join(matrix_presets.names())} (default {matrix_presets.DEFAULT_PRESET})"
@@ -73,6 +80,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="--trials also for groups with their own count (a control that became a candidate)",
     )
+
+
+def _pool_arguments(p: argparse.ArgumentParser) -> None:
+    """How many trials run at once, on which GPUs."""
     p.add_argument("--workers", type=positive_int, help="trials at once (default: the spec's)")
     p.add_argument("--per-gpu", type=positive_int, help="trials sharing one GPU at once")
     p.add_argument("--gpus", type=int, help="GPUs to use (default: detected)")
@@ -83,6 +94,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="GPUs of GIB GiB: a cell whose stored memory peaks need fewer of --per-gpu's slots "
         "than its workload's gpu_slots takes fewer (more of it at once)",
     )
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    """When trials stop (--replay-last: none start), where and under what they run, what is printed."""
     p.add_argument("--max-failures", type=positive_int, help="stop a cell after this many failures")
     p.add_argument("--max-time", type=positive_float, help="start no trial after this many seconds")
     p.add_argument(
@@ -156,12 +171,7 @@ def matrix_from_options(opts: argparse.Namespace) -> MatrixSpec:
 
 def run(opts: argparse.Namespace) -> int:
     if opts.list:
-        for name in matrix_presets.names():
-            spec = matrix_presets.get(name)
-            cells = spec.cells()
-            print(f"{name}: {len(cells)} cells, {sum(c.trials for c in cells)} trials, store {spec.store_dir}")
-            for c in cells:
-                print(f"  {c.name} x{c.trials}")
+        _print_presets()
         return 0
     spec = matrix_from_options(opts)
     if opts.pending:
@@ -263,6 +273,15 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
         )
     for peak in memory_peaks(spec, records):
         print(f"GPU memory, {peak.line()}")
+
+
+def _print_presets() -> None:
+    for name in matrix_presets.names():
+        spec = matrix_presets.get(name)
+        cells = spec.cells()
+        print(f"{name}: {len(cells)} cells, {sum(c.trials for c in cells)} trials, store {spec.store_dir}")
+        for c in cells:
+            print(f"  {c.name} x{c.trials}")
 
 
 def _left_words(done: MatrixRun) -> str:
