@@ -53,15 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--trials and --workers must be >= 1, --replays and --calibrate >= 0")
     all_targets = lift.targets(f2_repro=args.f2_repro)
     names = args.targets.split(",")
-    unknown = set(names) - set(all_targets)
-    if unknown:
-        raise UsageError(f"unknown target(s) {', '.join(sorted(unknown))} (known: {', '.join(all_targets)})")
-    wanted = comma_list(args.profiles) if args.profiles else None
-    bad = set(wanted or ()) - set(PROFILES)
-    if bad:
-        raise UsageError(f"unknown profile(s) {', '.join(sorted(bad))} (known: {', '.join(PROFILES)})")
-    chosen = [all_targets[name] for name in names]
-    profiles = {t.name: ("plain", *(p for p in (wanted or t.profiles) if p != "plain")) for t in chosen}
+    chosen, profiles = _chosen(args, all_targets, names)
     now = datetime.datetime.now(datetime.UTC)
     out = Path(args.out or REPO_ROOT / "runs" / "lift" / now.strftime("%Y%m%dT%H%M%SZ"))
     store = Store(out)
@@ -73,14 +65,7 @@ def run(args: argparse.Namespace) -> int:
     )
     for t in chosen:
         print(f"  {t.name}: {' '.join(t.workload.argv)}", flush=True)
-    cals = {}
-    if args.calibrate and any(lift.depth_of(p) for ps in profiles.values() for p in ps):
-        cals = lift.calibrate(chosen, args.calibrate, args.workers, args.seed, store)
-    for name, cal in cals.items():
-        print(
-            f"calibration {name}: k={cal.k} n={cal.n} ({cal.source}: steps {cal.steps}, threads {cal.threads})",
-            flush=True,
-        )
+    cals = _calibrated(args, chosen, profiles, store)
     cells = lift.run_cells(chosen, profiles, args.trials, args.workers, args.seed, store, cals)
     print(lift.format_table(cells, cals))
     for t in chosen:
@@ -103,3 +88,29 @@ def run(args: argparse.Namespace) -> int:
     }
     (out / "lift.json").write_text(json.dumps(lift.to_json(cells, cals, meta), indent=2) + "\n")
     return 0
+
+
+def _chosen(args: argparse.Namespace, all_targets: dict, names: list[str]) -> tuple[list, dict[str, tuple[str, ...]]]:
+    """The named targets and each one's profiles (plain first), or a UsageError naming the unknown."""
+    unknown = set(names) - set(all_targets)
+    if unknown:
+        raise UsageError(f"unknown target(s) {', '.join(sorted(unknown))} (known: {', '.join(all_targets)})")
+    wanted = comma_list(args.profiles) if args.profiles else None
+    bad = set(wanted or ()) - set(PROFILES)
+    if bad:
+        raise UsageError(f"unknown profile(s) {', '.join(sorted(bad))} (known: {', '.join(PROFILES)})")
+    chosen = [all_targets[name] for name in names]
+    return chosen, {t.name: ("plain", *(p for p in (wanted or t.profiles) if p != "plain")) for t in chosen}
+
+
+def _calibrated(args: argparse.Namespace, chosen: list, profiles: dict, store: Store) -> dict:
+    """PCT's k and n per target, measured where a chosen profile has a depth (--calibrate runs)."""
+    cals = {}
+    if args.calibrate and any(lift.depth_of(p) for ps in profiles.values() for p in ps):
+        cals = lift.calibrate(chosen, args.calibrate, args.workers, args.seed, store)
+    for name, cal in cals.items():
+        print(
+            f"calibration {name}: k={cal.k} n={cal.n} ({cal.source}: steps {cal.steps}, threads {cal.threads})",
+            flush=True,
+        )
+    return cals

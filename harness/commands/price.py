@@ -16,6 +16,12 @@ HELP = "what fixes cost alone on the machine: interleaved benches, paired ratios
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _bench_arguments(p)
+    _run_arguments(p)
+
+
+def _bench_arguments(p: argparse.ArgumentParser) -> None:
+    """What each bench runs: the configurations, the preset and its overrides, rounds and steps."""
     p.add_argument(
         "configs",
         nargs="+",
@@ -42,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="GPUS",
         help="the seed trainer's device plan on this many GPUs (>= 4; 2-3: one target and one drafter per GPU)",
     )
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    """How the run is bounded, recorded, resumed and judged."""
     p.add_argument("--timeout-s", type=positive_float, default=600.0, help="per bench (default 600)")
     p.add_argument(
         "--into", type=Path, help="append the bench records to this JSONL (harness.analysis.bench_records format)"
