@@ -190,21 +190,12 @@ def test_a_header_names_only_the_traceback_after_it():
     )
     tbs = parse_tracebacks(chained)
     assert len(tbs) == 1 and tbs[0].thread == "w-0" and tbs[0].chain[0].thread == "w-0"
-    members = []
-    for exc in (KeyError("k"), ValueError("v")):
-        try:
-            raise exc
-        except Exception as caught:
-            members.append(caught)
-    try:
-        raise ExceptionGroup("2 threads failed", members)
-    except ExceptionGroup as group:
-        grouped = (
-            "=== thread w-1 failed: ExceptionGroup: 2 threads failed ===\n"
-            + "".join(traceback.format_exception(group))
-            + "done\n"
-            + _traceback(BACKWARD, "ValueError: later")
-        )
+    grouped = (
+        "=== thread w-1 failed: ExceptionGroup: 2 threads failed ===\n"
+        + _exception_group_text()
+        + "done\n"
+        + _traceback(BACKWARD, "ValueError: later")
+    )
     assert [(t.thread, t.short_type) for t in parse_tracebacks(grouped)] == [
         ("w-1", "ExceptionGroup"),
         ("w-1", "KeyError"),
@@ -267,6 +258,21 @@ def test_an_exception_ignored_by_a_finaliser_is_not_a_failure():
 
 
 # ------------------------------------------------------------------------------------- rules
+
+
+def _exception_group_text() -> str:
+    """The traceback Python prints for ExceptionGroup("2 threads failed") of a raised KeyError("k")
+    and ValueError("v")."""
+    members = []
+    for exc in (KeyError("k"), ValueError("v")):
+        try:
+            raise exc
+        except Exception as caught:
+            members.append(caught)
+    try:
+        raise ExceptionGroup("2 threads failed", members)
+    except ExceptionGroup as group:
+        return "".join(traceback.format_exception(group))
 
 
 def _traceback(frames: list[tuple[str, int, str]], exc: str, header: str = "") -> str:
@@ -377,16 +383,7 @@ def test_secondary_stop_exceptions_do_not_hide_the_cause():
 
 
 def test_exception_group_members_are_parsed_and_the_first_is_the_cause():
-    errors = []
-    for exc in (KeyError("k"), ValueError("v")):
-        try:
-            raise exc
-        except Exception as caught:
-            errors.append(caught)
-    try:
-        raise ExceptionGroup("2 threads failed", errors)
-    except ExceptionGroup as group:
-        text = "".join(traceback.format_exception(group))
+    text = _exception_group_text()
     tbs = parse_tracebacks(text)
     assert [t.exc_type for t in tbs] == ["ExceptionGroup", "KeyError", "ValueError"]
     assert crash_signature(text, rc=1).exc_type == "KeyError"
@@ -442,36 +439,32 @@ def test_wrong_result_signature_normalises_numbers():
     assert a.key == b.key and a.message == "loss nan at step <int>"
 
 
+def _pyspy_thread(name: str, tid: int, frames: list[tuple[str, str, int]], active: bool = False) -> dict:
+    """One thread of `py-spy dump --json`: frames (function, file, line), innermost first."""
+    return {
+        "thread_name": name,
+        "thread_id": tid,
+        "os_thread_id": 10 + tid,
+        "active": active,
+        "frames": [{"name": f, "filename": file, "line": line} for f, file, line in frames],
+    }
+
+
+_WAIT = ("Condition.wait", "/usr/lib/python3.12/threading.py", 331)
+_GET = ("Channel.get", "/repo/dflash/channel.py", 40)
 PYSPY = [
-    {
-        "thread_name": "dflash-train-0",
-        "thread_id": 1,
-        "os_thread_id": 11,
-        "active": False,
-        "frames": [
-            {"name": "PyThread_acquire_lock_timed", "filename": "libpython3.12.so", "line": 0},
-            {"name": "Condition.wait", "filename": "/usr/lib/python3.12/threading.py", "line": 331},
-            {"name": "Channel.get", "filename": "/repo/dflash/channel.py", "line": 40},
-            {"name": "run", "filename": "/repo/dflash/train_worker.py", "line": 9},
+    _pyspy_thread(
+        "dflash-train-0",
+        1,
+        [
+            ("PyThread_acquire_lock_timed", "libpython3.12.so", 0),
+            _WAIT,
+            _GET,
+            ("run", "/repo/dflash/train_worker.py", 9),
         ],
-    },
-    {
-        "thread_name": "dflash-train-1",
-        "thread_id": 2,
-        "os_thread_id": 12,
-        "active": False,
-        "frames": [
-            {"name": "Condition.wait", "filename": "/usr/lib/python3.12/threading.py", "line": 331},
-            {"name": "Channel.get", "filename": "/repo/dflash/channel.py", "line": 40},
-        ],
-    },
-    {
-        "thread_name": "harness-watchdog",
-        "thread_id": 3,
-        "os_thread_id": 13,
-        "active": True,
-        "frames": [{"name": "loop", "filename": "/repo/harness/faults/scheduler.py", "line": 1}],
-    },
+    ),
+    _pyspy_thread("dflash-train-1", 2, [_WAIT, _GET]),
+    _pyspy_thread("harness-watchdog", 3, [("loop", "/repo/harness/faults/scheduler.py", 1)], active=True),
 ]
 
 
