@@ -106,64 +106,57 @@ def _workload(repro: str, script: str, args: tuple[str, ...], prefer_repro: bool
 
 
 def targets(*, f2_repro: bool = False) -> dict[str, Target]:
+    return {t.name: t for t in (*_cpu_targets(f2_repro), *_gpu_targets())}
+
+
+def _cpu_targets(f2_repro: bool) -> tuple[Target, ...]:
     # F2 defaults to tests/scripts/sched_f2.py: its tracer thread traces occasionally (every
     # 10 ms), so the plain rate is low (1/10 before the harness) and a lift can show. The
     # catalogue repro r06 traces back to back and reproduced 4/6 plain here even with --iters 5,
     # which leaves no room for a lift; `--f2-repro` measures it anyway.
-    return {
-        "F2": Target(
-            name="F2",
-            workload=_workload(
-                "r06_fx_tracing_flag", "tests/scripts/sched_f2.py", ("--calls", "100", "--pause-ms", "10"), f2_repro
-            ),
-            profiles=("switch", "fx-widen", *PCT_PROFILES),
-            reproduced=_f2_reproduced,
+    f2 = Target(
+        name="F2",
+        workload=_workload(
+            "r06_fx_tracing_flag", "tests/scripts/sched_f2.py", ("--calls", "100", "--pause-ms", "10"), f2_repro
         ),
-        # R5 runs 2 s (r16's default is 5 s) and F3 makes 20 calls per compiled function (300):
-        # the failures need the resets and the compiles, and a trial of 2 cores' lift costs less.
-        "R5": Target(
-            name="R5",
-            workload=_workload("r16_reset_segfault", "tests/scripts/sched_r5.py", ("--secs", "2"), True),
-            profiles=("switch", "reset-pressure", *PCT_PROFILES),
-            reproduced=_r5_reproduced,
-        ),
-        # F3 is an FX race like F2 (two traces' save/restore of CURRENT_PATCHER interleave), so
-        # fx-widen, which widens traces, is its race-specific plan.
-        "F3": Target(
-            name="F3",
-            workload=WorkloadSpec(kind="repro", argv=("r07_current_patcher", "--calls", "20")),
-            profiles=("switch", "fx-widen", *PCT_PROFILES),
-            reproduced=_f3_reproduced,
-        ),
-        # GPU targets: the capture race from two scripts (r05: two threads record graphs that
-        # draw RNG; r23: a device-wide synchronize during another thread's capture) and G2 (r20,
-        # its own deadline cut to 45 s: a deadlock never ends by itself, and 180 s per hung
-        # trial would spend the lift on waiting). compile-chaos is measured in gpu-repros.
-        "capture-r05": Target(
-            name="capture-r05",
-            workload=WorkloadSpec(kind="repro", argv=("r05_concurrent_record_rng",)),
-            profiles=("switch", "pct2", "pct3"),
-            reproduced=_failed,
-            timeout_s=240.0,
-            hang_s=120.0,
-        ),
-        "capture-r23": Target(
-            name="capture-r23",
-            workload=WorkloadSpec(kind="repro", argv=("r23_device_sync_during_capture",)),
-            profiles=("switch", "pct2", "pct3"),
-            reproduced=_failed,
-            timeout_s=240.0,
-            hang_s=120.0,
-        ),
-        "G2": Target(
-            name="G2",
-            workload=WorkloadSpec(kind="repro", argv=("r20_flex_backward_compile_deadlock", "--deadline", "45")),
-            profiles=("switch", "pct2"),
-            reproduced=_failed,
-            timeout_s=240.0,
-            hang_s=120.0,
-        ),
-    }
+        profiles=("switch", "fx-widen", *PCT_PROFILES),
+        reproduced=_f2_reproduced,
+    )
+    # R5 runs 2 s (r16's default is 5 s) and F3 makes 20 calls per compiled function (300):
+    # the failures need the resets and the compiles, and a trial of 2 cores' lift costs less.
+    r5 = Target(
+        name="R5",
+        workload=_workload("r16_reset_segfault", "tests/scripts/sched_r5.py", ("--secs", "2"), True),
+        profiles=("switch", "reset-pressure", *PCT_PROFILES),
+        reproduced=_r5_reproduced,
+    )
+    # F3 is an FX race like F2 (two traces' save/restore of CURRENT_PATCHER interleave), so
+    # fx-widen, which widens traces, is its race-specific plan.
+    f3 = Target(
+        name="F3",
+        workload=WorkloadSpec(kind="repro", argv=("r07_current_patcher", "--calls", "20")),
+        profiles=("switch", "fx-widen", *PCT_PROFILES),
+        reproduced=_f3_reproduced,
+    )
+    return f2, r5, f3
+
+
+def _gpu_targets() -> tuple[Target, ...]:
+    # The capture race from two scripts (r05: two threads record graphs that draw RNG; r23: a
+    # device-wide synchronize during another thread's capture) and G2 (r20, its own deadline cut
+    # to 45 s: a deadlock never ends by itself, and 180 s per hung trial would spend the lift on
+    # waiting). compile-chaos is measured in gpu-repros.
+    def gpu(name: str, argv: tuple[str, ...], profiles: tuple[str, ...]) -> Target:
+        workload = WorkloadSpec(kind="repro", argv=argv)
+        return Target(
+            name=name, workload=workload, profiles=profiles, reproduced=_failed, timeout_s=240.0, hang_s=120.0
+        )
+
+    return (
+        gpu("capture-r05", ("r05_concurrent_record_rng",), ("switch", "pct2", "pct3")),
+        gpu("capture-r23", ("r23_device_sync_during_capture",), ("switch", "pct2", "pct3")),
+        gpu("G2", ("r20_flex_backward_compile_deadlock", "--deadline", "45"), ("switch", "pct2")),
+    )
 
 
 def plan_for(profile: str, seed: int, cal: Calibration | None = None) -> dict | None:
