@@ -69,22 +69,8 @@ threads and do not depend on intra-op threads."""
 
 def cpu_quick() -> MatrixSpec:
     workloads = {
-        "r06": Workload(
-            name="r06",
-            kind="repro",
-            argv=("r06_fx_tracing_flag",),
-            timeout_s=REPRO_CPU_TIMEOUT_S,
-            hang_s=60.0,
-            env=CPU_ENV,
-        ),
-        "r16": Workload(
-            name="r16",
-            kind="repro",
-            argv=("r16_reset_segfault",),
-            timeout_s=REPRO_CPU_TIMEOUT_S,
-            hang_s=60.0,
-            env=CPU_ENV,
-        ),
+        "r06": _cpu_repro("r06", "r06_fx_tracing_flag"),
+        "r16": _cpu_repro("r16", "r16_reset_segfault"),
         # Compiled drafter step (aot_eager: real Dynamo + AOT tracing in two drafter threads at
         # once, without minutes of C++ compiles). hang_s allows a cold synthetic-corpus build,
         # which prints nothing and does not beat.
@@ -123,6 +109,10 @@ def cpu_quick() -> MatrixSpec:
         # `--store results/cpu-quick`). runs/ is git-ignored; show/replay/shrink look there first.
         store="runs/cpu-quick",
     )
+
+
+def _cpu_repro(name: str, script: str) -> Workload:
+    return Workload(name=name, kind="repro", argv=(script,), timeout_s=REPRO_CPU_TIMEOUT_S, hang_s=60.0, env=CPU_ENV)
 
 
 CPU_TRAINER_STRATEGIES = (
