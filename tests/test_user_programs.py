@@ -50,6 +50,19 @@ def _findings(text: str, tmp_path: Path, name: str = "log.txt") -> list[diagnose
     return diagnose.diagnose(diagnose.collect([str(path)]))
 
 
+def _exit0_findings(tmp_path: Path, output: str) -> list[diagnose.Finding]:
+    """Diagnose's findings on a stress folder of one run that printed `output` and exited 0."""
+    run = tmp_path / "stress" / "0"
+    run.mkdir(parents=True)
+    (run / "output.txt").write_text(output)
+    (run / "result.json").write_text(
+        json.dumps(
+            {"trial_id": "stress/0", "cell": "stress", "trial_index": 0, "outcome": "ok", "rc": 0, "detail": "exit 0"}
+        )
+    )
+    return diagnose.diagnose(diagnose.collect([str(tmp_path / "stress")]))
+
+
 def _f2_thread_block(thread: str) -> str:
     return (
         (FIXTURES / "f2_fx_trace_of_compiled_fn" / "1.txt")
@@ -104,19 +117,12 @@ def test_the_harness_own_hang_dump_reads_as_the_hang_it_was(tmp_path):
 
 
 def test_a_recompile_limit_at_exit_0_is_a_finding(tmp_path):
-    run = tmp_path / "stress" / "0"
-    run.mkdir(parents=True)
-    (run / "output.txt").write_text(
+    (finding,) = _exit0_findings(
+        tmp_path,
         "W1202 12:00:01.123000 77 torch/_dynamo/convert_frame.py:1050] torch._dynamo hit config.recompile_limit (8)\n"
         "W1202 12:00:01.123000 77 torch/_dynamo/convert_frame.py:1050]    last reason: 0/7: Unexpected "
-        "recompilation: runtime guards failed even though they passed\nserved 32 requests\n"
+        "recompilation: runtime guards failed even though they passed\nserved 32 requests\n",
     )
-    (run / "result.json").write_text(
-        json.dumps(
-            {"trial_id": "stress/0", "cell": "stress", "trial_index": 0, "outcome": "ok", "rc": 0, "detail": "exit 0"}
-        )
-    )
-    (finding,) = diagnose.diagnose(diagnose.collect([str(tmp_path / "stress")]))
     assert finding.outcome == "OK" and finding.race == "F10", finding.verdict()
     assert "F10 at exit 0 in 1 run" in diagnose.summary_line([finding])
 
@@ -127,15 +133,7 @@ def test_the_default_recompile_limit_alone_is_a_note_not_f14(tmp_path):
     line = (
         "W1202 12:00:01.123000 77 torch/_dynamo/convert_frame.py:1050] torch._dynamo hit config.recompile_limit (8)\n"
     )
-    run = tmp_path / "stress" / "0"
-    run.mkdir(parents=True)
-    (run / "output.txt").write_text(line + "   function: 'f' (prog.py:12)\n")
-    (run / "result.json").write_text(
-        json.dumps(
-            {"trial_id": "stress/0", "cell": "stress", "trial_index": 0, "outcome": "ok", "rc": 0, "detail": "exit 0"}
-        )
-    )
-    (finding,) = diagnose.diagnose(diagnose.collect([str(tmp_path / "stress")]))
+    (finding,) = _exit0_findings(tmp_path, line + "   function: 'f' (prog.py:12)\n")
     assert finding.race is None and finding.verdict() == "note: recompile limit hit (not a race by itself)"
     assert diagnose.faces(line) == []
     # F14's exception face is its own: named as known.
