@@ -40,6 +40,28 @@ CPU_STORE = "results/catalogue-cpu/trials.jsonl"
 GPU_STORE = "results/gpu-repros/trials.jsonl"
 
 
+_AS_RECORDED = (
+    "id",
+    "script",
+    "device",
+    "family",
+    "plan",
+    "recorded",
+    "recorded_plain",
+    "torch",
+    "expect",
+    "fix",
+    "args",
+    "fix_args",
+    "fix_recorded",
+    "fix_trials",
+    "native",
+    "fix_window",
+    "fix_exposed",
+)
+"""The Race fields that are the catalogue row's own, as it records them."""
+
+
 def _race(row: Repro, catalogue: Catalogue) -> Race:
     plan = row.plan or "-"
     cells = [f"{row.id}:raw@{plan}"] + ([f"{row.id}:{row.fix}@{plan}"] if row.fix else [])
@@ -47,26 +69,10 @@ def _race(row: Repro, catalogue: Catalogue) -> Race:
     if row.fix_source:
         source += f"; fix: {row.fix_source}"
     return Race(
-        id=row.id,
-        script=row.script,
-        device=row.device,
-        family=row.family,
-        plan=row.plan,
-        recorded=row.recorded,
-        recorded_plain=row.recorded_plain,
-        torch=row.torch,
+        **{name: getattr(row, name) for name in _AS_RECORDED},
         source=source,
-        expect=row.expect,
-        fix=row.fix,
-        args=row.args,
-        fix_args=row.fix_args,
-        fix_recorded=row.fix_recorded,
-        fix_trials=row.fix_trials,
         repro_cap=row.repro_cap or REPRO_MAX_TRIALS,
-        native=row.native,
         windows=tuple(r.id for r in catalogue.races_of_repro(row.id) if r.exposure),
-        fix_window=row.fix_window,
-        fix_exposed=row.fix_exposed,
     )
 
 
