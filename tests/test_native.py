@@ -72,30 +72,25 @@ def test_a_segfault_in_a_finaliser_prints_its_native_frames_and_keeps_its_signal
     assert "during garbage collection" in signature.crash_signature(traced.stderr).summary
 
 
-@needs_cc
-def test_the_runner_keeps_the_resolved_native_stack_of_a_crashed_trial(tmp_path):
-    spec = TrialSpec(
-        trial_id="segv",
-        cell="segv",
+def _script_trial(name: str, script: str) -> TrialSpec:
+    """A trial `name` (its own cell) that runs tests/scripts/`script` (30 s timeout, hang at 10 s)."""
+    return TrialSpec(
+        trial_id=name,
+        cell=name,
         timeout_s=30,
         hang_s=10,
-        workload=WorkloadSpec(kind="command", argv=(sys.executable, str(SCRIPTS / "segfault.py"))),
+        workload=WorkloadSpec(kind="command", argv=(sys.executable, str(SCRIPTS / script))),
     )
-    result = run_trial(spec, tmp_path / "a")
+
+
+@needs_cc
+def test_the_runner_keeps_the_resolved_native_stack_of_a_crashed_trial(tmp_path):
+    result = run_trial(_script_trial("segv", "segfault.py"), tmp_path / "a")
     assert result.outcome is Outcome.ABORT and result.signature_summary == "Segmentation fault at ctypes:string_at"
     kept = (tmp_path / "a" / NATIVE_STACK).read_text().splitlines()
     assert kept[0].startswith("# ") and "frames, innermost first" in kept[0]
     assert any("_ctypes" in line or "ffi" in line for line in kept[1:])
-    ok = run_trial(
-        TrialSpec(
-            trial_id="ok",
-            cell="ok",
-            timeout_s=30,
-            hang_s=10,
-            workload=WorkloadSpec(kind="command", argv=(sys.executable, str(SCRIPTS / "ok.py"))),
-        ),
-        tmp_path / "b",
-    )
+    ok = run_trial(_script_trial("ok", "ok.py"), tmp_path / "b")
     assert ok.outcome is Outcome.OK and not (tmp_path / "b" / NATIVE_STACK).exists()
 
 
