@@ -77,18 +77,22 @@ def check_workload_files(w: Workload) -> None:
         if "/" in script or not (REPO_ROOT / "repro" / script).is_file():
             raise MatrixError(f"workload {w.name!r}: no repro script repro/{script}")
     elif w.kind == "command":
-        prog = w.argv[0]
-        if "/" in prog:
-            found = (REPO_ROOT / prog).is_file() or Path(prog).is_file()
-        else:
-            found = shutil.which(prog) is not None
-        if not found:
-            raise MatrixError(f"workload {w.name!r}: program {prog!r} not found")
-        # A script argument of an interpreter is the usual way to be missing: check it too.
-        if Path(prog).name.startswith("python") and len(w.argv) > 1 and w.argv[1].endswith(".py"):
-            script = Path(w.argv[1])
-            if not (script.is_file() or (REPO_ROOT / script).is_file()):
-                raise MatrixError(f"workload {w.name!r}: script {w.argv[1]!r} not found")
+        _check_command(w)
+
+
+def _check_command(w: Workload) -> None:
+    """The program, and the script an interpreter is given (the usual way to be missing)."""
+    prog = w.argv[0]
+    if "/" in prog:
+        found = (REPO_ROOT / prog).is_file() or Path(prog).is_file()
+    else:
+        found = shutil.which(prog) is not None
+    if not found:
+        raise MatrixError(f"workload {w.name!r}: program {prog!r} not found")
+    if Path(prog).name.startswith("python") and len(w.argv) > 1 and w.argv[1].endswith(".py"):
+        script = Path(w.argv[1])
+        if not (script.is_file() or (REPO_ROOT / script).is_file()):
+            raise MatrixError(f"workload {w.name!r}: script {w.argv[1]!r} not found")
 
 
 def plan_json(choice: PlanChoice, seed: int) -> dict[str, Any] | None:

@@ -170,14 +170,17 @@ class MatrixSpec:
             raise MatrixError(f"matrix {self.name!r} has no cells")
         for group in self.groups:
             _check_group(self, group)
-        if self.only:
-            names = [c.name for c in self._all_cells()]
-            for pattern in self.only:
-                if not fnmatch.filter(names, pattern):
-                    raise MatrixError(
-                        f"no cell of matrix {self.name!r} matches {pattern!r} "
-                        f"(`python -m harness matrix --list` shows the cells)"
-                    )
+        self._check_only()
+
+    def _check_only(self) -> None:
+        """Every `only` glob selects a cell: a typo is an error, not an empty run."""
+        names = [c.name for c in self._all_cells()] if self.only else []
+        for pattern in self.only or ():
+            if not fnmatch.filter(names, pattern):
+                raise MatrixError(
+                    f"no cell of matrix {self.name!r} matches {pattern!r} "
+                    f"(`python -m harness matrix --list` shows the cells)"
+                )
 
     @property
     def store_dir(self) -> Path:

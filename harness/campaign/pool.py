@@ -337,41 +337,58 @@ class WorkerPool:
                 ids = self.gpus.acquire(need, self.stop, weight, ticket=ticket)
                 if ids is None:
                     return
-                with self.lock:
-                    # A trial popped before the deadline may wait minutes for a GPU slot; it must
-                    # not start after --max-time (an H200 run overran its budget that way), nor
-                    # after its cell's stop rule ended the cell while it waited.
-                    late = self._stopped(trial) or self._late(trial)
-                    if late:
-                        self._leave(trial)
-                    else:
-                        self.running += 1
-                if late:
-                    self.gpus.release(ids, weight)
+                if not self._start(trial, ids, weight):
                     continue
-                try:
-                    if ids:
-                        trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
-                    artefacts = self.store.artefacts_dir(trial.trial_id, self.attempts.get(trial.trial_id, 0))
-                    result = self.run_fn(trial, artefacts)
-                except TrialNotRun as e:
-                    result, not_run = None, e
-                    with contextlib.suppress(OSError):  # its folder stays only if a file came back
-                        artefacts.rmdir()
-                finally:
-                    self.gpus.release(ids, weight)
-                with self.lock:
-                    self.running -= 1
-                    if self.interrupted:
-                        return
-                    if result is None:
-                        self._not_run(trial, not_run)
-                        continue
-                    self.store.append(result)
-                    self.results.append(result)
-                    self.states[trial.cell].add(result)
-                    self.lines.update(self.states[trial.cell])
+                result, not_run = self._run_one(trial, ids, weight)
+                if not self._finish(trial, result, not_run):
+                    return
         except BaseException as e:  # surfaced by run() as an ExceptionGroup
             with self.lock:
                 self.errors.append(e)
             self.stop.set()
+
+    def _start(self, trial: TrialSpec, ids: list[int], weight: int) -> bool:
+        """Whether the trial may still start now that it holds its GPU slots (released if not)."""
+        with self.lock:
+            # A trial popped before the deadline may wait minutes for a GPU slot; it must
+            # not start after --max-time (an H200 run overran its budget that way), nor
+            # after its cell's stop rule ended the cell while it waited.
+            late = self._stopped(trial) or self._late(trial)
+            if late:
+                self._leave(trial)
+            else:
+                self.running += 1
+        if late:
+            self.gpus.release(ids, weight)
+        return not late
+
+    def _run_one(self, trial: TrialSpec, ids: list[int], weight: int) -> tuple[TrialResult | None, TrialNotRun | None]:
+        """The trial's result, or why it did not run; its GPU slots are released either way."""
+        not_run = None
+        try:
+            if ids:
+                trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
+            artefacts = self.store.artefacts_dir(trial.trial_id, self.attempts.get(trial.trial_id, 0))
+            result = self.run_fn(trial, artefacts)
+        except TrialNotRun as e:
+            result, not_run = None, e
+            with contextlib.suppress(OSError):  # its folder stays only if a file came back
+                artefacts.rmdir()
+        finally:
+            self.gpus.release(ids, weight)
+        return result, not_run
+
+    def _finish(self, trial: TrialSpec, result: TrialResult | None, not_run: TrialNotRun | None) -> bool:
+        """Store and count the result; False once the pool is interrupted (the worker stops)."""
+        with self.lock:
+            self.running -= 1
+            if self.interrupted:
+                return False
+            if result is None:
+                self._not_run(trial, not_run)
+                return True
+            self.store.append(result)
+            self.results.append(result)
+            self.states[trial.cell].add(result)
+            self.lines.update(self.states[trial.cell])
+        return True

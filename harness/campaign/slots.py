@@ -82,15 +82,7 @@ def simulate(
         k = 0
         while k < len(queue):
             n, job = queue[k]
-            if job.need == 0 or not num_gpus:
-                ids: list[int] | None = []
-            else:
-                pairs = [capped(j.need, j.weight, num_gpus, per_gpu) for _, j in queue if j.need]
-                # GpuSlots' queue holds only the jobs that need GPUs; find this one's place in it.
-                g = sum(1 for _, j in queue[:k] if j.need)
-                ids = admit(pairs, g, load, per_gpu, bypassed=bypassed, max_bypass=max_bypass)
-                if ids is not None:
-                    bypassed = 0 if g == 0 else bypassed + 1
+            ids, bypassed = _admit_at(queue, k, load, num_gpus, per_gpu, bypassed, max_bypass)
             if ids is None:
                 k += 1
                 continue
@@ -112,6 +104,23 @@ def simulate(
         for i in ids:
             load[i] -= weight
     return Replay(wall_s=now, starts=tuple(starts))
+
+
+def _admit_at(
+    queue: list[tuple[int, Job]], k: int, load: list[int], num_gpus: int, per_gpu: int, bypassed: int, max_bypass: int
+) -> tuple[list[int] | None, int]:
+    """GpuSlots' answer for the k-th queued job (its GPU ids, or None: it waits) and the count of
+    jobs that have started ahead of the head of the queue."""
+    job = queue[k][1]
+    if job.need == 0 or not num_gpus:
+        return [], bypassed
+    pairs = [capped(j.need, j.weight, num_gpus, per_gpu) for _, j in queue if j.need]
+    # GpuSlots' queue holds only the jobs that need GPUs; find this one's place in it.
+    g = sum(1 for _, j in queue[:k] if j.need)
+    ids = admit(pairs, g, load, per_gpu, bypassed=bypassed, max_bypass=max_bypass)
+    if ids is not None:
+        bypassed = 0 if g == 0 else bypassed + 1
+    return ids, bypassed
 
 
 def strict_and_backfill(jobs: Sequence[Job], *, workers: int, num_gpus: int, per_gpu: int) -> dict[str, float]:
