@@ -113,36 +113,47 @@ def test_race_fix_check_fails_on_any_failure(monkeypatch, tmp_path):
         racecheck.check_fix_holds(CPU["r16"], tmp_path)
 
 
-def test_race_native_crash_site_is_checked_when_the_runner_kept_it(monkeypatch, tmp_path, capsys):
+@pytest.fixture
+def r16_abort(monkeypatch, tmp_path) -> tuple[racecheck.Race, TrialResult]:
+    """r16's row and an ABORT trial whose artefacts are tmp_path, on a host with the symbol tools."""
     import shutil
-
-    from harness.trial.folder import NATIVE_STACK
 
     race = CPU["r16"]
     assert race.native.startswith("create_cache_entry|ExtraState::invalidate")
-    result = TrialResult(trial_id="t/0", cell="c", trial_index=0, outcome=Outcome.ABORT, artefacts=str(tmp_path))
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    return race, TrialResult(trial_id="t/0", cell="c", trial_index=0, outcome=Outcome.ABORT, artefacts=str(tmp_path))
+
+
+def test_race_native_crash_site_is_checked_when_the_runner_kept_it(r16_abort, tmp_path, capsys):
+    from harness.trial.folder import NATIVE_STACK
+
+    race, result = r16_abort
     racecheck.check_native_site(race, result)  # nothing kept: said, not failed
     assert "native crash site not checked" in capsys.readouterr().out
-    (tmp_path / NATIVE_STACK).write_text("# h: 2 frames\nlibtorch_python.so(+0x1) create_cache_entry\n")
-    racecheck.check_native_site(race, result)
-    assert "as recorded" in capsys.readouterr().out
-    # The same reset meeting a guard's invalidation (seen once in CI, 2026-12-01): the same race.
-    (tmp_path / NATIVE_STACK).write_text(
-        "# h: 1 frame\nlibtorch_python.so(+0x8970db) ExtraState::invalidate(CacheEntry*, pybind11::object)\n"
-    )
-    racecheck.check_native_site(race, result)
-    assert "as recorded" in capsys.readouterr().out
-    # pybind11's binding of it, named by its member-pointer type (seen under load, 2026-12-02).
-    (tmp_path / NATIVE_STACK).write_text(
-        "# h: 1 frame\nlibtorch_python.so(+0x9) void pybind11::cpp_function::"
-        "initialize<void (ExtraState::*)(CacheEntry*, pybind11::object)>\n"
-    )
-    racecheck.check_native_site(race, result)
-    assert "as recorded" in capsys.readouterr().out
     (tmp_path / NATIVE_STACK).write_text("# h: 1 frame\nlibtorch_python.so(+0x2) lookup\n")
     with pytest.raises(pytest.fail.Exception, match=r"native crash site moved .*lookup.*update the catalogue"):
         racecheck.check_native_site(race, result)
+
+
+@pytest.mark.parametrize(
+    "stack",
+    [
+        "# h: 2 frames\nlibtorch_python.so(+0x1) create_cache_entry\n",
+        # The same reset meeting a guard's invalidation (seen once in CI, 2026-12-01): the same race.
+        "# h: 1 frame\nlibtorch_python.so(+0x8970db) ExtraState::invalidate(CacheEntry*, pybind11::object)\n",
+        # pybind11's binding of it, named by its member-pointer type (seen under load, 2026-12-02).
+        "# h: 1 frame\nlibtorch_python.so(+0x9) void pybind11::cpp_function::"
+        "initialize<void (ExtraState::*)(CacheEntry*, pybind11::object)>\n",
+    ],
+    ids=["create_cache_entry", "invalidate", "pybind11-binding-of-invalidate"],
+)
+def test_race_native_crash_site_as_recorded(r16_abort, tmp_path, capsys, stack):
+    from harness.trial.folder import NATIVE_STACK
+
+    race, result = r16_abort
+    (tmp_path / NATIVE_STACK).write_text(stack)
+    racecheck.check_native_site(race, result)
+    assert "as recorded" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------ exposure gate
