@@ -6,8 +6,8 @@ empty."""
 from __future__ import annotations
 
 from harness.diagnosis.catalogue import load
-from harness.stores.discovery import trial_stores
 from harness.stores.store import Store
+from tests.test_diagnose import committed_stores
 
 PROBE_DEFECTS: tuple[str, ...] = ()
 """trial ids of failures of race X whose X window was measured and never opened."""
@@ -17,7 +17,7 @@ def test_every_failure_of_a_probed_race_opened_its_window():
     catalogue = load()
     probed = {r.id for r in catalogue.races if r.exposure}
     checked, defects = 0, []
-    for store in trial_stores():
+    for store in committed_stores():
         for r in Store(store).load():
             if not r.outcome.is_failure or r.exposures is None:
                 continue

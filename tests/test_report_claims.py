@@ -1,12 +1,16 @@
-"""Every count and price REPORT.md quotes outside its generated blocks, recomputed from results/:
-a new trial or bench that moves one fails here until the text is brought up to date (the
-diagnosis count is held by tests/test_diagnose.py)."""
+"""Every count and price REPORT.md quotes outside its generated blocks, recomputed from the committed
+stores under results/: a new trial or bench that moves one fails here until the text is brought up
+to date. The checks read the text with its line breaks folded (`TEXT`), so rewrapping a paragraph
+moves nothing; a table is read row by row. Also: REPORT reads in five minutes (400 lines, the answer
+first), and every file, anchor and spec it names exists and is committed."""
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import statistics
+import subprocess
 from pathlib import Path
 
 from harness.analysis import bench_records, benches, verdicts
@@ -20,12 +24,19 @@ from harness.stores.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 REPORT = (ROOT / "REPORT.md").read_text(encoding="utf-8")
+TEXT = " ".join(REPORT.split())
+"""REPORT with every run of whitespace (line breaks and list indents) folded to one space."""
 LOCK = "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync"
 LB_RUN = "runs 58+59+60"
+LB_RUN2 = "runs 65+66"
+GD_RUN = "runs 54+55"
+UNLOCKED = LOCK + "+target-hook-taps+eager-target-unlocked"
 LOCK_FREE = (
     "cstash-tls-init+graph-isolation+cudagraph-lock+cublas-handle-init+single-thread-autograd"
     "+stash-incref+stream-sync+nested-fx-fallback"
 )
+MAX_LINES = 400
+ANSWER = "## The answer, per torch version and workload"
 
 
 @functools.cache
@@ -40,6 +51,16 @@ def kn(store: str, workload: str, strategy: str, stressed: bool = True) -> str:
 
 
 @functools.cache
+def records(store: str) -> list:
+    return [r for r in Store(RESULTS / store).load() if r.replay_of is None]
+
+
+def cell_kn(store: str, cell: str) -> tuple[int, int]:
+    mine = [r for r in records(store) if r.cell == cell]
+    return sum(r.outcome.is_failure for r in mine), len(mine)
+
+
+@functools.cache
 def price_runs() -> dict:
     runs = bench_records.load(bench_records.files(RESULTS))
     return {pr.name: pr for pr in benches.price_groups(runs)}
@@ -47,6 +68,16 @@ def price_runs() -> dict:
 
 def price(run: str, strategy: str):
     return next(p for p in price_runs()[run].prices() if p.strategy == strategy)
+
+
+def over(run: str, a: str, b: str):
+    """a's price over b's, paired by round: median and interval."""
+    return median_interval(paired_ratios(price(run, a), price(run, b)))
+
+
+def under(n: int) -> str:
+    """The rule of three's 95% bound on a failure rate at 0 failures of n."""
+    return f"under {3 / n:.1%}"
 
 
 def x(v: float) -> str:
@@ -57,9 +88,21 @@ def interval(m) -> str:
     return f"{m.coverage:.0%} interval {x(m.low)}-{x(m.high)}"
 
 
+def section(title: str) -> str:
+    """The text of the `## title...` section, up to the next `## `."""
+    start = REPORT.index(f"\n## {title}")
+    end = REPORT.find("\n## ", start + 1)
+    return REPORT[start : end if end > 0 else len(REPORT)]
+
+
+def table_after(marker: str) -> str:
+    """The first table after `marker`."""
+    start = REPORT.index(marker)
+    return REPORT[start : REPORT.index("\n\n", REPORT.index("|---|", start))]
+
+
 def rows_of_answer() -> list[str]:
-    start = REPORT.index("## Which configuration, on which torch")
-    return REPORT[start : REPORT.index("\n\n", REPORT.index("|---|", start))].splitlines()
+    return [line for line in table_after(ANSWER).splitlines() if line.startswith("| 2.")]
 
 
 def row(*words: str) -> str:
@@ -68,40 +111,271 @@ def row(*words: str) -> str:
     return found[0]
 
 
-def test_the_launch_bound_row_is_what_the_campaign_and_its_priced_run_say():
+def span(run: str, strategy: str, stage: str) -> str:
+    vals = [b.busy[stage] for b in price_runs()[run].group if b.tokens_steady and b.strategy == strategy]
+    return f"{min(vals):.0%}-{max(vals):.0%}"
+
+
+# --- the shape: five minutes, the answer first ------------------------------------------------
+
+
+def test_the_report_reads_in_five_minutes_with_the_answer_first():
+    assert len(REPORT.splitlines()) <= MAX_LINES, len(REPORT.splitlines())
+    first = REPORT.index("\n## ")
+    assert REPORT[first:].startswith(f"\n{ANSWER}\n")
+    header = next(line for line in table_after(ANSWER).splitlines() if line.startswith("| torch"))
+    for column in ("run this", "cost against raw", "cost against eager", "how sure", "store"):
+        assert f"| {column} |" in header, header
+    assert len(rows_of_answer()) >= 10
+    # Each evidence section fits a screen or so; the generated blocks are not prose.
+    generated = re.compile(r"<!-- harness:begin (\S+) -->.*?<!-- harness:end \1 -->", re.S)
+    prose = generated.sub("", REPORT)
+    for part in prose.split("\n## ")[2:]:
+        assert len(part.splitlines()) <= 60, part.splitlines()[0]
+
+
+def test_the_terms_are_defined_where_first_used():
+    # "the concurrent set" is defined at its first use; every interval's coverage is explained.
+    first = TEXT.lower().index("the concurrent set")
+    assert TEXT[first:].startswith("The concurrent set is clean too, and buys nothing.** It is `" + LOCK_FREE + "`")
+    # The intervals' coverage and the counts' form are read before the first row that uses them.
+    legend = TEXT.index("How to read it.")
+    assert "50%, 75%, 88%, 94% and 98% for 2, 3, 4, 5, 10 rounds" in TEXT[legend : legend + 900]
+    assert "`k/n (s)`: k failing of n counted trials, s of them stressed" in TEXT[legend : legend + 200]
+    assert "by the rule of three (3/n at 0 failures of n): 29 trials put it under about 10%" in TEXT
+    assert under(29) == "under 10.3%"
+    assert legend < TEXT.index("% interval") and legend < TEXT.index("| 2.11.0")
+    glossary = (ROOT / "docs" / "glossary.md").read_text(encoding="utf-8")
+    assert "88% for 4" in " ".join(glossary.split()) and "**The concurrent set**" in glossary
+
+
+def test_the_report_names_committed_files_and_valid_anchors_and_specs():
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z", "--", "results", "docs", "examples", "repro", "tests", "harness"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    tracked = {p for p in tracked.split("\0") if p}
+    cited = set(re.findall(r"\b((?:results|docs)/[A-Za-z0-9_.*/\-]*[A-Za-z0-9_*/])", REPORT))
+    assert len(cited) > 40
+    for path in sorted(cited):
+        pattern = path.rstrip("/")
+        hits = [p for p in tracked if p == pattern or p.startswith(pattern + "/") or Path(p).match(pattern)]
+        if "*" in pattern:
+            hits = [p for p in tracked if re.match(pattern.replace(".", r"\.").replace("*", r"[^/]*"), p)]
+        assert hits, f"REPORT cites {path}, which is not committed"
+
+    # Anchors: REPORT's own sections and the log's.
+    def anchors(text: str) -> set[str]:
+        heads = re.findall(r"^#+ (.+)$", text, flags=re.M)
+        return {re.sub(r"[^a-z0-9 \-]", "", h.lower()).replace(" ", "-") for h in heads}
+
+    for doc, anchor in re.findall(r"\]\(((?:docs/[^)#]*)?)#([^)]+)\)", REPORT):
+        text = REPORT if not doc else (ROOT / doc).read_text(encoding="utf-8")
+        assert anchor in anchors(text), f"{doc or 'REPORT.md'}#{anchor} is no heading"
+    # The commands' spec files and scripts exist, and REPORT speaks of the project only.
+    for spec in re.findall(r"spec:([\w/.\-]+\.json)", REPORT):
+        assert (ROOT / spec).is_file(), spec
+    for script in re.findall(r"\b((?:repro|examples|tools)/[\w/]+\.(?:py|sh))", REPORT):
+        assert (ROOT / script).is_file(), script
+    assert "../shared" not in REPORT
+    assert not re.search(r"\b(sessions?|agents?|lease|device time)\b", REPORT, flags=re.I)
+    assert not re.search(r"\bissue #?\d+", REPORT, flags=re.I)
+
+
+# --- the answer's rows ----------------------------------------------------------------------
+
+
+def test_the_launch_bound_row_is_what_the_campaign_and_its_two_priced_runs_say():
     r = row("1 H200", "launch-bound")
-    assert f"| {kn('gpu-campaign', 'launch-bound', LOCK)}, and {kn('gpu-exposure', 'launch-bound', LOCK)} probed |" in r
+    camp, probed = totals("gpu-campaign")["launch-bound"][LOCK], totals("gpu-exposure")["launch-bound"][LOCK]
+    assert camp.k == probed.k == 0
+    both = camp.n + probed.n
+    assert (
+        f"| {kn('gpu-campaign', 'launch-bound', LOCK)}, and {kn('gpu-exposure', 'launch-bound', LOCK)} with every "
+        f"race window measured shut: {under(both)} at 95% (0 of {both}); raw {kn('gpu-campaign', 'launch-bound', 'raw', False)} |"
+    ) in r
     run = price_runs()[LB_RUN]  # one price run, resumed in the next two GPU-host runs
-    assert len({b.round for b in run.group}) == 5 and "5 paired rounds" in r
-    lock = price(LB_RUN, LOCK)
-    for name, words in (
-        ("no-cudagraphs+global-lock+target-hook-taps", "`no-cudagraphs+global-lock+target-hook-taps`"),
-        ("eager", "eager"),
-    ):
-        m = median_interval(paired_ratios(lock, price(LB_RUN, name)))
-        assert f"{x(m.median)} {words} ({m.coverage:.0%} interval {x(m.low)}-{x(m.high)})" in r
-    assert f"{statistics.median(lock.tokens):,.0f} tokens/s median" in r
+    assert len({b.round for b in run.group}) == 5
+    e = over(LB_RUN, LOCK, "eager")
+    assert e.coverage == 0.875 and f"{x(e.median)} eager ({interval(e)}, 4 paired rounds)" in r
+    e2 = over(LB_RUN2, LOCK, "eager")
+    assert len({b.round for b in price_runs()[LB_RUN2].group}) == 5
+    assert f"{x(e2.median)} eager on a second host ({interval(e2)}, 5 paired rounds)" in r
     raw = price(LB_RUN, "raw")
     assert not raw.tokens and len(raw.died) == 5 and "raw died in 5 of 5 benches (F1)" in r
     assert all(load().family(d.split(": ", 1)[1]) == "F1" for d in raw.died)
-    # The 3-round run of 2026-12-01 is still quoted, as such.
-    old = price("run 35", "no-cudagraphs+global-lock")
-    back = median_interval(paired_ratios(price("run 35", LOCK), old))
-    assert f"gave {x(back.median)}; the 5-round run" in REPORT
-    lo, hi = min(price("run 35", LOCK).tokens), max(price("run 35", LOCK).tokens)
-    assert f"benched {lo:,.0f} to {hi:,.0f} tokens/s over the three rounds" in REPORT
-    assert f"{(hi / lo - 1):.0%} apart" in REPORT
-    assert f"{statistics.median(price('run 35', LOCK).tokens):,.0f} tokens/s median in the 3-round run" in REPORT
+    assert "(`fixes=recommended`, the preset's default)" in r
+
+
+def test_the_gpu_default_rows_are_what_the_stores_and_the_priced_run_say():
+    eager_row = row("1 H200", "gpu-default: ")
+    e_raw = over(GD_RUN, "eager", "no-cudagraphs")
+    assert f"| {x(e_raw.median)} raw ({interval(e_raw)}), and raw hangs under stress (G2) |" in eager_row
+    assert f"{statistics.median(price(GD_RUN, 'eager').tokens):,.0f} tokens/s median" in eager_row
+    eager = totals("gpu-exposure")["default"]["eager"]
+    assert eager.k == 0 and f"| {kn('gpu-exposure', 'default', 'eager')}: {under(eager.n)} |" in eager_row
+    phase_row = row("1 H200", "gpu-default, compiled")
+    phase = "no-cudagraphs+target-hook-taps+phase-lock"
+    p_raw = over(GD_RUN, phase, "no-cudagraphs")
+    assert f"| {x(p_raw.median)} raw ({interval(p_raw)}) |" in phase_row
+    e = over(GD_RUN, "eager", phase)
+    assert f"eager runs {x(e.median)} it ({interval(e)})" in phase_row
+    n = totals("gpu-phase")["default"]["phase-lock+target-hook-taps"].n
+    assert (
+        f"| {kn('gpu-phase', 'default', 'phase-lock+target-hook-taps')}: {under(n)}; "
+        f"raw {kn('gpu-phase', 'default', 'raw', False)} (G2) |"
+    ) in phase_row
+    cg = totals("gpu-phase")["launch-bound"]["phase-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync"]
+    assert cg.k == cg.n == 5 and "never beside CUDA graphs: 5/5 failed" in phase_row
+    assert all(p.tokens and not p.died for p in price_runs()[GD_RUN].prices())  # every bench ran to a figure
+    from dflash import presets
+
+    assert presets.get("gpu-default").compile.mode == "none"  # the preset trains what the row says
+
+
+def test_the_gpu_bound_row_is_what_the_campaign_and_its_priced_run_say():
+    r = row("1 H200", "gpu-bound")
+    n = totals("gpu-campaign")["gpu-bound"]["eager"].n
+    assert f"| {kn('gpu-campaign', 'gpu-bound', 'eager')}: {under(n)} |" in r
+    assert f"raw fails {kn('gpu-campaign', 'gpu-bound', 'raw', False)}" in r
+    eager, lock = price("run 34", "eager"), price("run 34", LOCK)
+    assert f"{statistics.median(eager.tokens):,.0f} tokens/s" in r
+    assert f"runs {x(lock.ratio.median)} eager ({interval(lock.ratio)}, 2 paired rounds)" in r
+
+
+def test_the_four_gpu_and_cpu_trainer_rows_are_what_their_stores_say():
+    r = row("4 H200s")
+    n = totals("gpu-topology-4")["launch-bound"]["no-cudagraphs"].n
+    assert (
+        f"`no-cudagraphs` {kn('gpu-topology-4', 'launch-bound', 'no-cudagraphs')}: {under(n)}, short of the rule's 29"
+        in r
+    )
+    t4 = totals("gpu-topology-4")["launch-bound"]
+    clean = {s for s, t in t4.items() if t.k == 0}
+    assert all(s.startswith("no-cudagraphs") or s == "eager" for s in clean), clean
+    assert all(t.n_stressed < 29 for s, t in t4.items() if s in clean)  # "nothing qualifies yet"
+    assert LOCK not in t4  # "the recommended one was not run there"
+    r = row("2-core CPU", "tiny-cpu")
+    assert {t.k for t in totals("cpu-trainer")["dflash-tiny"].values()} == {0}
+    n = totals("cpu-trainer")["dflash-tiny"]["raw"].n
+    assert f"raw {kn('cpu-trainer', 'dflash-tiny', 'raw')}: {under(n)}; every strategy 0/9" in r
+    cpu_runs = [pr for pr in price_runs().values() if pr.preset == "cpu-compile"]
+    cpu = [p for pr in cpu_runs for p in pr.prices() if p.strategy == "no-cudagraphs+global-lock"]
+    assert "on `cpu-compile` the global lock " + ", ".join(x(p.ratio.median) for p in cpu) + " raw" in r
+    assert f"98% intervals {x(min(p.ratio.low for p in cpu))}-{x(max(p.ratio.high for p in cpu))}" in r
+    assert {round(p.ratio.coverage, 2) for p in cpu} == {0.98} and "10 paired rounds each" in r
+    eager = [p for pr in cpu_runs for p in pr.prices() if p.strategy == "eager"]
+    assert "eager runs " + ", ".join(x(p.ratio.median) for p in eager) + " the compiled trainer" in r
+    r = row("2-core CPU", "tiny-ro")
+    taps = totals("cpu-target-taps")["tiny-ro"]
+    assert f"raw fails {taps['raw'].k}/{taps['raw'].n} (r19)" in r
+    assert (
+        f"`target-hook-taps` {taps['target-hook-taps'].k}/{taps['target-hook-taps'].n}, `phase-lock` "
+        f"{kn('cpu-target-taps', 'tiny-ro', 'phase-lock')}: {under(taps['phase-lock'].n)} |"
+    ) in r
+    # phase-lock over global-lock on tiny-ro: the price run of that workload (tiny-cpu + its --set's)
+    ro = next(
+        pr
+        for pr in price_runs().values()
+        if pr.preset == "tiny-cpu" and any(p.strategy == "phase-lock" for p in pr.prices())
+    )
+    by = {p.strategy: p for p in ro.prices()}
+    m = median_interval(paired_ratios(by["phase-lock"], by["global-lock"]))
+    assert f"`phase-lock` runs {x(m.median)} `global-lock` there ({interval(m)}, 5 paired rounds)" in r
+    assert f"`phase-lock` runs {x(m.median)} `global-lock`, a wide interval" in TEXT
+
+
+def test_the_r29_row_and_section_are_what_the_versions_stores_say():
+    r = row("2.11.0 CUDA wheel")
+    assert cell_kn("versions-cpu-torch2.11.0", "r29:raw@-") == (10, 10)
+    assert cell_kn("versions-cpu-torch2.11.0", "r29:pin-fake-cuda-guard@-") == (0, 10)
+    assert f"raw 10/10 segfaults, fix 0/10 (r29): {under(10)};" in r
+    later = ("versions-cpu-torch2.12.1", "catalogue-cpu", "versions-cpu-torch2.14.1", "versions-cpu-torch2.15.0")
+    for store in later:
+        assert cell_kn(store, "r29:raw@-") == (0, 10), store
+        assert cell_kn(store, "r29:pin-fake-cuda-guard@-") == (0, 10), store
+    assert "raw 10/10 on 2.11.0, 0/10 on 2.12.1, 2.13.0+cpu, 2.14.1 and 2.15.0" in TEXT
+    wheels = (RESULTS / "r29-cuda-wheels-2026-12-03.txt").read_text()
+    for version in ("2.12.0+cu130", "2.13.0+cu130"):
+        runs = re.findall(rf"run \d+: exit (\d+); NOT REPRODUCED \(.*torch {re.escape(version)}", wheels)
+        assert runs == ["0"] * 10, version
+    assert "the 2.12.0 and 2.13.0 CUDA wheels ran the repro directly, 10 times each, every run exiting 0" in TEXT
+
+
+def test_the_fake_guard_count_is_the_2_11_store():
+    # r08, r11, r17 and r25 died of fake-guard-exit on the 2-core machine; r29's own 10 are apart.
+    family = load().family
+    died = {}
+    for r in records("versions-cpu-torch2.11.0"):
+        if r.outcome.is_failure and family(r.signature_summary) == "fake-guard-exit":
+            rid = r.cell.split(":")[0]
+            died[rid] = died.get(rid, 0) + 1
+    assert set(died) == {"r08", "r11", "r17", "r25", "r29"}, died
+    others = sum(n for rid, n in died.items() if rid != "r29")
+    assert others == 28 and died["r29"] == 10
+    assert TEXT.count(f"{others} trials of r08, r11, r17 and r25") == 1
+    assert f"{others} trials of four unrelated repros (r08, r11, r17, r25)" in TEXT
+    assert f"r29 was written for it ({died['r29']} trials more)" in TEXT
+    # The 2.11 column's other figures quoted in the versions paragraph.
+    assert cell_kn("versions-cpu-torch2.11.0", "r24:raw@fx-widen") == (7, 10)
+    r08 = [r for r in records("versions-cpu-torch2.11.0") if r.cell == "r08:raw@switch" and r.outcome.is_failure]
+    assert sum(family(r.signature_summary) == "F4" for r in r08) == 3
+    for rid in ("r17", "r25"):
+        assert cell_kn("versions-cpu-torch2.11.0", f"{rid}:pin-fake-cuda-guard@switch") == (0, 10)
+    assert "F4 (r08) reproduces 3/10" in TEXT and "r24 fails by R4 7/10" in TEXT
+    assert "with the fake guard pinned r17 and r25 run 0/10 each" in TEXT
+
+
+def test_the_tracing_row_is_what_the_stores_and_the_corpus_say():
+    r = row("a compiled call while another thread traces")
+    raw = [
+        cell_kn(s, "r24:raw@fx-widen")[0]
+        for s in ("catalogue-cpu", "versions-cpu-torch2.14.1", "versions-cpu-torch2.15.0")
+    ]
+    for s in ("catalogue-cpu", "versions-cpu-torch2.14.1", "versions-cpu-torch2.15.0"):
+        assert cell_kn(s, "r24:global-lock@fx-widen") == (0, 10), s
+    assert (
+        f"r24 under `global-lock` 0/10 on each torch (raw {raw[0]}/10, {raw[1]}/10, {raw[2]}/10): {under(30)} (0 of 30)"
+        in r
+    )
+    fixes = json.loads((RESULTS / "corpus" / "cpu-fixes-torch2.13.0-2026-12-04.json").read_text())
+    ex = next(f for f in fixes["fixes"] if f["name"] == "serve_while_tracing_example")
+    assert ex["fix"] == "nested-fx-fallback" and fixes["torch"].startswith("2.13.0")
+    assert f"the example raw {ex['raw']}, `nested-fx-fallback` {ex['fixed']} (2.13)" in r
+    assert (
+        f"failed {ex['raw_failed']} of {ex['raw_runs']} runs raw (F2) and {ex['fixed_failed']} of "
+        f"{ex['fixed_runs']} under `nested-fx-fallback`"
+    ) in TEXT
+    assert "F2 3" in ex["rows"][0]
+    assert cell_kn("catalogue-cpu", "r06:nested-fx-fallback@fx-widen") == (0, 29)
+
+
+def test_the_exit_row_is_what_the_stores_say():
+    r = row("joined before exit")
+    fixed = [
+        cell_kn(s, "r26:await-thread-exit@-")
+        for s in ("catalogue-cpu", "versions-cpu-torch2.14.1", "versions-cpu-torch2.15.0")
+    ]
+    assert all(k == 0 for k, _ in fixed)
+    n = sum(n for _, n in fixed)
+    assert f"{', '.join(f'0/{n}' for _, n in fixed)} against raw 10/10 on each (r26): {under(n)} (0 of {n})" in r
+
+
+# --- the evidence sections ----------------------------------------------------------------------
 
 
 def test_the_launch_bound_cost_table_is_its_price_run():
-    start = REPORT.index("**launch-bound** (torch 2.11.0+cu130, one H200")
-    table = REPORT[start : REPORT.index("\n\n", REPORT.index("|---|", start))]
+    table = table_after("**First run**")
     by = {p.strategy: p for p in price_runs()[LB_RUN].prices()}
     lock = by[LOCK]
+    assert lock.timed_out == ["round 0"] and lock.ratio is None
     assert (
-        lock.timed_out == ["round 0"] and f"| 4/5, round 0 timed out | {statistics.median(lock.tokens):,.0f} |" in table
+        f"| 4/5 | {statistics.median(lock.tokens):,.0f} | 1.00x (base) | {statistics.median(lock.gpu_busy):.0%} |"
+        in table
     )
+    assert "its first bench, on a cold Inductor cache, was still autotuning under the lock at the 150 s limit" in TEXT
     for name, cell in (
         ("no-cudagraphs+global-lock+target-hook-taps", "no-cudagraphs+global-lock"),
         ("eager", "eager"),
@@ -114,21 +388,43 @@ def test_the_launch_bound_cost_table_is_its_price_run():
             assert f"{kn('gpu-campaign', 'launch-bound', cell)} |" in table
     assert f"| {kn('gpu-campaign', 'launch-bound', LOCK)} |" in table
     assert f"| {kn('gpu-campaign', 'launch-bound', 'raw', False)} |" in table
-    assert "88% interval (4 rounds paired)" in REPORT and lock.ratio is None
+    assert "88% intervals (4 rounds paired" in TEXT
     assert {p.ratio.coverage for p in by.values() if p.ratio} == {0.875}
+    for name, words in (
+        ("no-cudagraphs+global-lock+target-hook-taps", "`no-cudagraphs+global-lock+target-hook-taps`"),
+        ("eager", "eager"),
+    ):
+        m = over(LB_RUN, LOCK, name)
+        assert f"{x(m.median)} {words} ({interval(m)})" in TEXT
+    # The 3-round run of 2026-12-01 is still quoted, as such.
+    back = over("run 35", LOCK, "no-cudagraphs+global-lock")
+    assert (
+        f"It gave {x(back.median)} the lock without CUDA graphs, the 5-round run {x(over(LB_RUN, LOCK, 'no-cudagraphs+global-lock+target-hook-taps').median)}"
+        in TEXT
+    )
+    tokens = price("run 35", LOCK).tokens
+    lo, hi = min(tokens), max(tokens)
+    assert (
+        f"benched the set at {statistics.median(tokens):,.0f} tokens/s median and {lo:,.0f} to {hi:,.0f} over its rounds, {(hi / lo - 1):.0%} apart"
+        in TEXT
+    )
 
 
-LB_RUN2 = "runs 65+66"
-UNLOCKED = LOCK + "+target-hook-taps+eager-target-unlocked"
+def test_the_launch_bound_busy_fractions_are_its_benches():
+    no_cg = "no-cudagraphs+global-lock+target-hook-taps"
+    assert (
+        f"its two target threads {span(LB_RUN, LOCK, 'target')} of the run and its three drafters "
+        f"{span(LB_RUN, LOCK, 'drafter')}; without CUDA graphs under the lock, {span(LB_RUN, no_cg, 'target')} and "
+        f"{span(LB_RUN, no_cg, 'drafter')}; eager, {span(LB_RUN, 'eager', 'target')} and {span(LB_RUN, 'eager', 'drafter')}"
+    ) in TEXT
 
 
 def test_the_second_launch_bound_price_run_is_its_table():
-    start = REPORT.index("**launch-bound, second run**")
-    table = REPORT[start : REPORT.index("\n\n", REPORT.index("|---|", start))]
+    table = table_after("**Second run**")
     run = price_runs()[LB_RUN2]  # one price run, resumed once
     assert run.preset == "launch-bound" and len({b.round for b in run.group}) == 5
     by = {p.strategy: p for p in run.prices()}
-    assert set(by) == {LOCK, UNLOCKED, LOCK_FREE, "eager"}
+    assert set(by) == {LOCK, UNLOCKED, LOCK_FREE, "eager"} and "four configurations" in TEXT
     assert not any(p.died or p.timed_out for p in by.values())
     for name in (LOCK, UNLOCKED, LOCK_FREE, "eager"):
         p = by[name]
@@ -139,152 +435,107 @@ def test_the_second_launch_bound_price_run_is_its_table():
     assert f"| {kn('gpu-exposure', 'launch-bound', UNLOCKED)} probed |" in table
     assert f"| {kn('gpu-campaign', 'launch-bound', LOCK_FREE)} |" in table
     assert f"| {kn('gpu-campaign', 'launch-bound', 'eager')} |" in table
-    text = " ".join(REPORT.split())
-    over_eager = {n: median_interval(paired_ratios(by[n], by["eager"])) for n in (LOCK, UNLOCKED, LOCK_FREE)}
-    lock, unlocked, free = (over_eager[n] for n in (LOCK, UNLOCKED, LOCK_FREE))
+    lock, unlocked, free = (over(LB_RUN2, n, "eager") for n in (LOCK, UNLOCKED, LOCK_FREE))
     assert (
         f"Over eager: the recommended set {x(lock.median)} (94% interval {x(lock.low)}-{x(lock.high)}), "
         f"with `eager-target-unlocked` {x(unlocked.median)} ({x(unlocked.low)}-{x(unlocked.high)}), "
         f"the concurrent set {x(free.median)} ({x(free.low)}-{x(free.high)})"
-    ) in text
-    assert f"it ran {x(lock.median)} eager with three drafter threads" in text
+    ) in TEXT
     assert (
         f"{x(unlocked.median)} with `eager-target-unlocked`, whose interval, {x(unlocked.low)}-{x(unlocked.high)}, reaches it"
-        in text
+        in TEXT
     )
-    assert unlocked.high >= 1.5 > unlocked.median
+    assert unlocked.high >= 1.5 > max(lock.median, unlocked.median, over(LB_RUN, LOCK, "eager").median)
     u = by[UNLOCKED].ratio
-    assert f"(1.07x, 94% interval {x(u.low)}-{x(u.high)}); the drafters'" in text and x(u.median) == "1.07x"
-    benched = [b for b in run.group if b.tokens_steady]
-
-    def span(strategy: str, stage: str) -> str:
-        vals = [b.busy[stage] for b in benched if b.strategy == strategy]
-        return f"{min(vals):.0%}-{max(vals):.0%}"
-
+    assert f"({x(u.median)}, 94% interval {x(u.low)}-{x(u.high)}): the drafters'" in TEXT
     assert (
-        f"the recommended set's target threads {span(LOCK, 'target')} and drafters {span(LOCK, 'drafter')}; "
-        f"with `eager-target-unlocked` {span(UNLOCKED, 'target')} and {span(UNLOCKED, 'drafter')}; "
-        f"the concurrent set {span(LOCK_FREE, 'target')} and {span(LOCK_FREE, 'drafter')}; "
-        f"eager {span('eager', 'target')} and {span('eager', 'drafter')}"
-    ) in text
+        f"the recommended set's target threads {span(LB_RUN2, LOCK, 'target')} and drafters {span(LB_RUN2, LOCK, 'drafter')}; "
+        f"with `eager-target-unlocked` {span(LB_RUN2, UNLOCKED, 'target')} and {span(LB_RUN2, UNLOCKED, 'drafter')}; "
+        f"the concurrent set {span(LB_RUN2, LOCK_FREE, 'target')} and {span(LB_RUN2, LOCK_FREE, 'drafter')}; "
+        f"eager {span(LB_RUN2, 'eager', 'target')} and {span(LB_RUN2, 'eager', 'drafter')}"
+    ) in TEXT
     assert (
-        f"{statistics.median(by[LOCK].tokens):,.0f} against {statistics.median(price(LB_RUN, LOCK).tokens):,.0f}"
-        in text
+        f"{statistics.median(by[LOCK].tokens):,.0f} against {statistics.median(price(LB_RUN, LOCK).tokens):,.0f} tokens/s"
+        in TEXT
     )
 
 
-def test_the_launch_bound_busy_fractions_are_its_benches():
-    runs = [b for b in price_runs()[LB_RUN].group if b.tokens_steady]
+def test_the_gpu_default_cost_table_is_its_price_run():
+    table = table_after("**Price**: torch 2.11.0+cu130")
+    by = {p.strategy: p for p in price_runs()[GD_RUN].prices()}
+    base = "no-cudagraphs+target-hook-taps+global-lock"
+    assert by[base].ratio is None
+    for name in (base, "no-cudagraphs+target-hook-taps+phase-lock", "no-cudagraphs", "eager", "eager@1"):
+        p = by[name]
+        ratio = "1.00x (base)" if p.ratio is None else f"{x(p.ratio.median)} ({x(p.ratio.low)}-{x(p.ratio.high)})"
+        line = f"| 5/5 | {statistics.median(p.tokens):,.0f} | {ratio} | {statistics.median(p.gpu_busy):.0%} |"
+        assert line in table, line
+    assert {p.ratio.coverage for p in by.values() if p.ratio} == {0.9375}
+    phase = "no-cudagraphs+target-hook-taps+phase-lock"
+    p_raw, e_phase, e_raw = (
+        over(GD_RUN, phase, "no-cudagraphs"),
+        over(GD_RUN, "eager", phase),
+        over(GD_RUN, "eager", "no-cudagraphs"),
+    )
+    assert (
+        f"`phase-lock` over raw {x(p_raw.median)} ({x(p_raw.low)}-{x(p_raw.high)}); eager over `phase-lock` "
+        f"{x(e_phase.median)} ({x(e_phase.low)}-{x(e_phase.high)}); eager over raw {x(e_raw.median)} ({x(e_raw.low)}-{x(e_raw.high)})"
+    ) in TEXT
 
-    def span(strategy: str, stage: str) -> str:
-        vals = [b.busy[stage] for b in runs if b.strategy == strategy]
-        return f"{min(vals):.0%}-{max(vals):.0%}"
+
+def test_the_gpu_default_first_steps_are_the_benches_phases():
+    rows = [json.loads(line) for line in (RESULTS / "h200-campaign" / "benches.jsonl").read_text().splitlines() if line]
+    benched = [r for r in rows if r.get("call") in (54, 55) and r["phase"].startswith("bench:default:")]
+    assert len(benched) == 25
+    eager = [r["phases"] for r in benched if r["phase"].split(":", 2)[2].startswith(":none")]
+    compiled = sorted(
+        (r for r in benched if not r["phase"].split(":", 2)[2].startswith(":none")),
+        key=lambda r: (r["call"], r["round"]),
+    )
+    cold, warm = compiled[0]["phases"], [r["phases"] for r in compiled[1:]]
+    assert cold["first_step"] == max(p["first_step"] for p in warm + [cold])  # the run's first bench is the cold one
+
+    def rng(vals, unit: str = " s") -> str:
+        return f"{min(vals):.1f}-{max(vals):.1f}{unit}"
 
     assert (
-        f"the two target threads were busy {span(LOCK, 'target')}\n  of the run and the three drafters {span(LOCK, 'drafter')}"
-        in REPORT
-    )
-    no_cg = "no-cudagraphs+global-lock+target-hook-taps"
-    assert f"under the lock, {span(no_cg, 'target')} and\n  {span(no_cg, 'drafter')}" in REPORT
-    assert f"eager, {span('eager', 'target')} and {span('eager', 'drafter')}" in REPORT
-
-
-def test_the_gpu_default_row_is_what_the_phase_store_and_its_priced_run_say():
-    r = row("1 H200", "gpu-default")
+        f"eager's first step took {min(p['first_step'] for p in eager):.1f}-{max(p['first_step'] for p in eager):.1f} s "
+        f"(it came {rng([p['first_step_at'] for p in eager])} into the process)"
+    ) in TEXT
+    fast = [p for p in warm if p["first_step"] < 20]
+    slow = sorted(p["first_step"] for p in warm if p["first_step"] >= 20)
+    assert len(warm) == 14 and len(fast) == 12 and len(slow) == 2
     assert (
-        f"eager {kn('gpu-exposure', 'default', 'eager')}; `phase-lock+target-hook-taps` {kn('gpu-phase', 'default', 'phase-lock+target-hook-taps')} |"
-        in r
-    )
-    run = price_runs()["runs 54+55"]  # one price run, resumed in the next GPU-host run
-    assert len({b.round for b in run.group}) == 5 and "5 paired rounds" in r
-    base = price("runs 54+55", "no-cudagraphs+target-hook-taps+global-lock")
-    phase = price("runs 54+55", "no-cudagraphs+target-hook-taps+phase-lock")
-    raw = price("runs 54+55", "no-cudagraphs")
-    eager = price("runs 54+55", "eager")
-    assert (
-        f"{x(phase.ratio.median)} `global-lock+target-hook-taps` (94% interval {x(phase.ratio.low)}-{x(phase.ratio.high)})"
-        in r
-    )
-    over_raw = median_interval(paired_ratios(phase, raw))
-    assert f"{x(over_raw.median)} raw (94% interval {x(over_raw.low)}-{x(over_raw.high)})" in r
-    e = median_interval(paired_ratios(eager, phase))
-    assert f"eager runs {x(e.median)} `phase-lock+target-hook-taps` (94% interval {x(e.low)}-{x(e.high)})" in r
-    assert f"eager {statistics.median(eager.tokens):,.0f} tokens/s median" in r
-    assert base.tokens and not any(p.died for p in run.prices())  # every bench ran to a figure
-    # The preset trains what the row recommends.
-    from dflash import presets
-
-    assert presets.get("gpu-default").compile.mode == "none"
-
-
-def test_the_gpu_bound_row_is_what_the_campaign_and_its_priced_run_say():
-    r = row("1 H200", "gpu-bound")
-    assert f"| {kn('gpu-campaign', 'gpu-bound', 'eager')} |" in r
-    eager, lock = price("run 34", "eager"), price("run 34", LOCK)
-    assert f"{statistics.median(eager.tokens):,.0f} tokens/s" in r
-    assert f"runs {x(lock.ratio.median)} eager ({interval(lock.ratio)}, 2 paired rounds)" in r
-
-
-def test_the_four_gpu_and_cpu_rows_are_what_their_stores_say():
-    r = row("4 H200s")
-    assert f"`no-cudagraphs` {kn('gpu-topology-4', 'launch-bound', 'no-cudagraphs')}" in r
-    clean = {s for s, t in totals("gpu-topology-4")["launch-bound"].items() if t.k == 0}
-    assert all(s.startswith("no-cudagraphs") or s == "eager" for s in clean), clean
-    r = row("2-core CPU", "tiny-cpu")
-    assert {t.k for t in totals("cpu-trainer")["dflash-tiny"].values()} == {0}
-    assert f"`raw` {kn('cpu-trainer', 'dflash-tiny', 'raw')}" in r
-    taps = totals("cpu-target-taps")["tiny-ro"]
-    assert (
-        f"fails {taps['raw'].k}/{taps['raw'].n} (r19): `target-hook-taps` {taps['target-hook-taps'].k}/"
-        f"{taps['target-hook-taps'].n}, `phase-lock` {kn('cpu-target-taps', 'tiny-ro', 'phase-lock')}"
-    ) in r
-    cpu_runs = [pr for pr in price_runs().values() if pr.preset == "cpu-compile"]
-    cpu = [p for pr in cpu_runs for p in pr.prices() if p.strategy == "no-cudagraphs+global-lock"]
-    assert "on `cpu-compile` the global lock " + ", ".join(x(p.ratio.median) for p in cpu) in r
-    assert f"98% intervals {x(min(p.ratio.low for p in cpu))}-{x(max(p.ratio.high for p in cpu))}" in r
-    assert {round(p.ratio.coverage, 2) for p in cpu} == {0.98}
-    eager = [p for pr in cpu_runs for p in pr.prices() if p.strategy == "eager"]
-    assert "eager runs " + ", ".join(x(p.ratio.median) for p in eager) + " the compiled trainer" in r
-    # phase-lock over global-lock on tiny-ro: the price run of that workload (tiny-cpu + its --set's)
-    ro = next(
-        pr
-        for pr in price_runs().values()
-        if pr.preset == "tiny-cpu" and any(p.strategy == "phase-lock" for p in pr.prices())
-    )
-    by = {p.strategy: p for p in ro.prices()}
-    m = median_interval(paired_ratios(by["phase-lock"], by["global-lock"]))
-    assert f"which runs {x(m.median)} `global-lock` there ({interval(m)}, 5 paired rounds)" in r
+        f"it took {rng([p['first_step'] for p in fast])} in {len(fast)} of {len(warm)} benches (first step at "
+        f"{rng([p['first_step_at'] for p in fast])}) and {slow[0]:.1f} s and {slow[1]:.1f} s in the other two; on the "
+        f"run's first, cold bench {cold['first_step']:.1f} s (first step at {cold['first_step_at']:.1f} s)"
+    ) in TEXT
 
 
 def test_the_evidence_bullets_count_what_the_commands_print():
     g = totals("gpu-campaign")
     for w in ("launch-bound", "gpu-bound"):
         assert g[w]["global-lock"].k == g[w]["global-lock"].n == 20
-    assert "plain `global-lock` 20/20 on each workload" in REPORT
+    assert "Plain `global-lock` failed 20/20 on each workload" in TEXT
     assert (
-        f"`no-cudagraphs` hangs\n  (G2, a lazy backward compile against another thread's trace) in "
+        f"`no-cudagraphs` hangs (G2, a lazy backward compile against another thread's trace) in "
         f"{kn('gpu-campaign', 'launch-bound', 'no-cudagraphs', False)} launch-bound and "
-        f"{kn('gpu-campaign', 'gpu-bound', 'no-cudagraphs', False)}"
-    ) in REPORT
-    assert (
-        f"is {kn('gpu-campaign', 'launch-bound', LOCK_FREE).replace(' (', ' (').replace(')', ' stressed)')} on launch-bound"
-        in REPORT
-    )
-    assert f"on gpu-bound it failed {kn('gpu-campaign', 'gpu-bound', LOCK_FREE, False).replace('/', '/')}" in REPORT
+        f"{kn('gpu-campaign', 'gpu-bound', 'no-cudagraphs', False)} gpu-bound trials"
+    ) in TEXT
+    assert f"{kn('gpu-campaign', 'launch-bound', LOCK_FREE).replace(')', ' stressed)')} on launch-bound" in TEXT
+    assert f"on gpu-bound it failed {kn('gpu-campaign', 'gpu-bound', LOCK_FREE, False)}" in TEXT
     lf = price("run 35", LOCK_FREE).ratio
-    assert (
-        f"runs\n  {x(lf.median)} the recommended lock configuration (75% interval {x(lf.low)}-{x(lf.high)})" in REPORT
-    )
+    assert f"{x(lf.median)} the recommended set (75% interval {x(lf.low)}-{x(lf.high)}, 3 paired rounds" in TEXT
     loaded = [("gpu-campaign", Store(RESULTS / "gpu-campaign").load())]
     cst = crosstab_rows(
         loaded, "cstash-tls-init", frozenset({"segv", "segv-gc", "pybind-dealloc"}), [], ["stash-incref"]
     )[0]
     assert (
-        f"with `cstash-tls-init` and no `stash-incref` {cst.k_with}/{cst.n_with} trials, against {cst.k_without}/{cst.n_without}"
-        in REPORT
+        f"with `cstash-tls-init` and no `stash-incref`: {cst.k_with}/{cst.n_with} trials, against {cst.k_without}/{cst.n_without}"
+        in TEXT
     )
     inc = crosstab_rows(loaded, "stash-incref", frozenset({"segv", "segv-gc"}), [], [])[0]
-    assert f"`stash-incref` {inc.k_with}/{inc.n_with} against {inc.k_without}/{inc.n_without} without" in REPORT
+    assert f"`stash-incref` {inc.k_with}/{inc.n_with} against {inc.k_without}/{inc.n_without} without" in TEXT
 
 
 def test_the_warm_up_table_is_what_the_logs_say():
@@ -292,8 +543,7 @@ def test_the_warm_up_table_is_what_the_logs_say():
 
     logs = RESULTS / "h200-2026-12-02-warmup"
     base = warmup.read(logs / "eager3.log")
-    start = REPORT.index("## What compiling costs before it pays")
-    table = REPORT[start : REPORT.index("\n\n- ", start)]
+    table = table_after("## What compiling costs before it pays")
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     for line, name in zip(rows, ("eager3", "eager1", "rec3-cold", "rec3-warm", "ro1"), strict=True):
         run = warmup.read(logs / f"{name}.log")
@@ -306,153 +556,155 @@ def test_the_warm_up_table_is_what_the_logs_say():
         assert cells[5] == ("base" if run is base or name == "eager3" else f"{even:,}"), (name, cells)
     cold = warmup.break_even(warmup.read(logs / "rec3-cold.log"), base)
     warm = warmup.break_even(warmup.read(logs / "rec3-warm.log"), base)
-    assert f"pays off against eager after about {cold:,} steps" in REPORT and f"{warm:,} on a warm one" in REPORT
+    assert (
+        f"pays off against eager after about {cold:,} steps on a cold Inductor cache and {warm:,} on a warm one" in TEXT
+    )
 
 
 def test_the_pct_line_is_what_the_lift_measured():
-    import json
-
     lift = json.loads((RESULTS / "lift-pct-cpu-2026-12-02" / "lift.json").read_text())
     cells = {(c["target"], c["profile"]): (c["k"], c["n"]) for c in lift["cells"]}
     for race in ("F2", "R5", "F3"):
         best = max((cells[(race, p)] for p in ("pct1", "pct2", "pct3")), key=lambda kn: kn[0] / kn[1])
         switch = cells[(race, "switch")]
         assert best[1] == switch[1] == 10
-        line = f"{race} in {best[0]}/{best[1]}"
-        assert line in REPORT.replace("\n  ", " "), line
-        assert f"against {switch[0]}/{switch[1]}" in REPORT.replace("\n  ", " ")
+        assert f"{race} in {best[0]}/{best[1]}" in TEXT, race
+        assert f"against {switch[0]}/{switch[1]}" in TEXT
 
 
 def test_the_h200_pct_line_is_what_the_lift_measured():
-    import json
-
     lift = json.loads((RESULTS / "lift-pct-h200-2026-12-02" / "lift.json").read_text())
     cells = {(c["target"], c["profile"]): (c["k"], c["n"]) for c in lift["cells"]}
-    text = REPORT.replace("\n  ", " ")
     best = max((cells[("capture-r05", p)] for p in ("pct2", "pct3")), key=lambda kn: kn[0] / kn[1])
     switch, plain = cells[("capture-r05", "switch")], cells[("capture-r05", "plain")]
     assert (
         f"capture-r05 in {best[0]}/{best[1]} at best against {switch[0]}/{switch[1]} under `switch` (plain {plain[0]}/{plain[1]})"
-        in text
+        in TEXT
     )
     for target in ("capture-r23", "G2"):
         assert cells[(target, "plain")] == (5, 5), target
-    assert "capture-r23 and G2 already fail in 5/5 plain" in text
+    assert "capture-r23 and G2 already fail in 5/5 plain" in TEXT
 
 
 def test_the_versions_claim_holds_in_their_stores():
     # F2 gone on 2.14.1 and 2.15.0 while its window opened in every raw trial of r06 and r14.
-    text = REPORT.replace("\n", " ")
-    assert "window still opened in every 2.14.1 and 2.15.0 trial of r06 and r14" in text
+    assert "F2's window still opened in every 2.14.1 and 2.15.0 trial of r06 and r14" in TEXT
     for version in ("2.14.1", "2.15.0"):
-        records = Store(RESULTS / f"versions-cpu-torch{version}").load()
         for cell in ("r06:raw@fx-widen", "r14:raw@fx-widen"):
-            mine = [r for r in records if r.cell == cell]
+            mine = [r for r in records(f"versions-cpu-torch{version}") if r.cell == cell]
             assert len(mine) == 10 and not any(r.outcome.is_failure for r in mine), (version, cell)
             assert all((r.exposures or {}).get("F2", 0) > 0 for r in mine), (version, cell)
 
 
 def test_the_windows_paragraph_is_what_the_probes_recorded():
     # The recommended cell's probed trials: race windows 0, the drafters' first-step window 2 each.
-    cell = "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync@dflash-stages"
-    records = Store(RESULTS / "gpu-campaign").load()
-    probed = [r for r in records if r.cell == f"gpu-bound:{cell}" and r.exposures is not None]
+    cell = f"{LOCK}@dflash-stages"
+    campaign = Store(RESULTS / "gpu-campaign").load()
+    probed = [r for r in campaign if r.cell == f"gpu-bound:{cell}" and r.exposures is not None]
     assert len(probed) == 2 and not any(r.outcome.is_failure for r in probed)
     for r in probed:
         assert all(r.exposures[w] == 0 for w in ("F1", "F1c", "capture", "G2")), r.exposures
         assert r.exposures["drafter-first-step"] == 2
-    fixes = cell.split("@")[0]
-    launch = [r for r in records if r.cell.startswith(f"launch-bound:{fixes}@")]
+    launch = [r for r in campaign if r.cell.startswith(f"launch-bound:{LOCK}@")]
     assert len(launch) == 39 and all(r.exposures is None for r in launch)
-    text = REPORT.replace("\n", " ")
-    assert "opened the F1, F1c, capture and G2 windows 0 times in 2 of 2 trials" in text
-    assert "Its 39 launch-bound trials predate the exposure probes" in text
+    assert "opened the F1, F1c, capture and G2 windows 0 times in 2 of 2 trials" in TEXT
+    assert "Its 39 launch-bound trials predate the exposure probes" in TEXT
     # The 29 probed launch-bound trials since: every race window shut, the first-step window open.
-    later = [r for r in Store(RESULTS / "gpu-exposure").load() if r.cell == f"launch-bound:{cell}"]
+    later = [r for r in records("gpu-exposure") if r.cell == f"launch-bound:{cell}"]
     assert len(later) == 29 and not any(r.outcome.is_failure for r in later)
     assert all(v == 0 for r in later for w, v in r.exposures.items() if w != "drafter-first-step")
     assert all(r.exposures["drafter-first-step"] > 0 for r in later)
     first = sum(r.exposures["drafter-first-step"] for r in later)
     assert (
-        f"R5: 0 of 29 trials) while the drafters' first compiled steps overlapped in 29 of 29 ({first} times)" in text
+        f"R5: 0 of 29 trials) while the drafters' first compiled steps overlapped in 29 of 29 ({first} times)" in TEXT
     )
+    # Raw with token-budget batches: F1's window and the failures.
+    raw = [r for r in records("gpu-batching") if r.cell.startswith("launch-bound-tb:raw")]
+    opened = sum((r.exposures or {}).get("F1", 0) > 0 for r in raw)
+    failed = sum(r.outcome.is_failure for r in raw)
+    assert f"opened F1's window in {opened} of {len(raw)} trials and failed in {failed} of {len(raw)}" in TEXT
+    # gpu-default under phase-lock: F10 and G2 shut, the first steps overlapping; raw's windows.
+    phase = [r for r in records("gpu-phase") if r.cell.startswith("default:phase-lock+target-hook-taps@")]
+    raw = [r for r in records("gpu-phase") if r.cell.startswith("default:raw@")]
+    assert not any(r.exposures["F10"] or r.exposures["G2"] for r in phase)
+    overlapped = sum(r.exposures["drafter-first-step"] > 0 for r in phase)
+    assert (
+        f"under `phase-lock` F10 0 of {len(phase)} and G2 0 of {len(phase)}, the drafters' first steps overlapping in {overlapped} of {len(phase)}"
+        in TEXT
+    )
+    f10, g2 = (sum(r.exposures[w] > 0 for r in raw) for w in ("F10", "G2"))
+    assert f"Raw opened F10's window in {f10} of {len(raw)} trials and G2's in {g2}" in TEXT
+    cg = [r for r in records("gpu-phase") if r.cell.startswith("launch-bound:phase-lock")]
+    assert len(cg) == 5 and all(r.outcome.is_failure and r.exposures["F1c"] > 0 for r in cg)
+    assert "failed 5 of 5 stressed trials (F1c, window open in 5 of 5)" in TEXT
 
 
 def test_the_token_budget_table_is_its_store():
-    start = REPORT.index("## Token-budget batches on the H200")
-    table = REPORT[start : REPORT.index("\n\n", REPORT.index("|---|", start))]
+    table = table_after("## Token-budget batches on the H200")
     t = totals("gpu-batching")
     for workload, preset in (("default-tb", "gpu-default"), ("launch-bound-tb", "gpu-launch-bound")):
         for strategy, cell in t[workload].items():
             name = "raw" if strategy == "raw" else f"`{strategy}`"
             assert f"| {preset}, " in table and f"| {name} | {cell.k}/{cell.n} |" in table, (workload, strategy)
     assert t["launch-bound-tb"]["raw"].k == t["launch-bound-tb"]["raw"].n == 10
-    raw = [r for r in Store(RESULTS / "gpu-batching").load() if r.cell.startswith("launch-bound-tb:raw")]
+    raw = [r for r in records("gpu-batching") if r.cell.startswith("launch-bound-tb:raw")]
     families = [load().family(r.signature_summary) for r in raw]
     assert (families.count("F1"), families.count("G2")) == (9, 1)
-    assert "| raw | 10/10 | F1 in 9: `AssertionError` in `cudagraph_trees:get_obj`; G2 in 1" in table
-    hung = [
-        r
-        for r in Store(RESULTS / "gpu-batching").load()
-        if r.cell.startswith("default-tb:raw") and r.outcome.is_failure
-    ]
+    assert "| raw | 10/10 | F1 in 9: `AssertionError` in `cudagraph_trees:get_obj`; G2 in 1 |" in table
+    hung = [r for r in records("gpu-batching") if r.cell.startswith("default-tb:raw") and r.outcome.is_failure]
     assert len(hung) == 3 and {load().family(r.signature_summary) for r in hung} == {"G2"}
     assert "| raw | 3/10 | G2: all three hangs" in table
+
+    # The throughput figures are the matrices' tables (regenerated from the stores by test_report).
+    def tokens(store: str, cell: str) -> int:
+        line = next(
+            ln for ln in (RESULTS / store / "SUMMARY.md").read_text().splitlines() if ln.startswith(f"| {cell} |")
+        )
+        return int([c.strip() for c in line.strip("|").split("|")][-3])
+
+    tb = tokens("gpu-batching", f"launch-bound-tb:{LOCK}@dflash-stages")
+    bucketed = tokens("gpu-exposure", f"launch-bound:{LOCK}@dflash-stages")
+    assert f"ran {tb:,} tokens/s median here against {bucketed:,} with bucketed batches" in TEXT
 
 
 def test_the_r24_claim_is_what_its_stores_hold():
     # 2.13 from the catalogue store, 2.14.1 and 2.15.0 from the versions stores: raw failures as R4,
     # the lock clean, and R4's window openings summed over the raw trials.
-    text = REPORT.replace("\n", " ")
-    stores = {
-        "2.13": RESULTS / "catalogue-cpu",
-        "2.14.1": RESULTS / "versions-cpu-torch2.14.1",
-        "2.15.0": RESULTS / "versions-cpu-torch2.15.0",
-    }
+    stores = {"2.13": "catalogue-cpu", "2.14.1": "versions-cpu-torch2.14.1", "2.15.0": "versions-cpu-torch2.15.0"}
     seen = {}
     for version, store in stores.items():
-        records = Store(store).load()
-        raw = [r for r in records if r.cell == "r24:raw@fx-widen"]
-        fixed = [r for r in records if r.cell == "r24:global-lock@fx-widen"]
+        raw = [r for r in records(store) if r.cell == "r24:raw@fx-widen"]
+        fixed = [r for r in records(store) if r.cell == "r24:global-lock@fx-widen"]
         k = sum("fx-module-not-submodule" in (r.signature or "") for r in raw)
         assert len(raw) == len(fixed) == 10 and not any(r.outcome.is_failure for r in fixed)
         seen[version] = (k, sum((r.exposures or {}).get("R4", 0) for r in raw))
     assert seen["2.13"][0] == 6 and seen["2.14.1"][0] == seen["2.15.0"][0] == 10
-    assert "6/10 under fx-widen on 2.13, 10/10 on 2.14.1 and on 2.15.0" in text
+    assert "6/10 under fx-widen on 2.13, 10/10 on 2.14.1 and on 2.15.0, `global-lock` 0/10 on each" in TEXT
     assert (
         f"The R4 window opened {seen['2.13'][1]} times in 10 trials on 2.13 and {seen['2.14.1'][1]:,} "
         f"and {seen['2.15.0'][1]:,} times on 2.14.1 and 2.15.0"
-    ) in text
+    ) in TEXT
 
 
 def test_the_batching_line_is_what_cpu_batching_holds():
-    records = Store(RESULTS / "cpu-batching").load()
-
-    def kn(cell):
-        rs = [r for r in records if r.cell == cell]
-        return sum(r.outcome.is_failure for r in rs), len(rs)
-
     for suffix in ("", "-tb"):
-        assert kn(f"tiny{suffix}:raw@dflash-stages") == (0, 6)
-        assert kn(f"tiny{suffix}:global-lock@dflash-stages") == (0, 6)
-        assert kn(f"tiny-ro{suffix}:raw@-") == (6, 6)
-        assert kn(f"tiny-ro{suffix}:target-hook-taps@-") == (0, 6)
-    text = REPORT.replace("\n  ", " ")
-    assert "stays 0/6 raw and 0/6 under `global-lock`, and with a compiled target fails 6/6 raw by r19 and 0/6" in text
+        assert cell_kn("cpu-batching", f"tiny{suffix}:raw@dflash-stages") == (0, 6)
+        assert cell_kn("cpu-batching", f"tiny{suffix}:global-lock@dflash-stages") == (0, 6)
+        assert cell_kn("cpu-batching", f"tiny-ro{suffix}:raw@-") == (6, 6)
+        assert cell_kn("cpu-batching", f"tiny-ro{suffix}:target-hook-taps@-") == (0, 6)
+    assert "stays 0/6 raw and 0/6 under `global-lock`, and with a compiled target fails 6/6 raw by r19 and 0/6" in TEXT
 
 
 def test_the_r26_claim_is_what_its_stores_hold():
     # Widened raw and await-thread-exit per torch; the bare cells (60 exits a trial) on 2.13.
-    text = REPORT.replace("\n", " ")
     stores = {
-        "2.13.0": (RESULTS / "catalogue-cpu", 29),
-        "2.14.1": (RESULTS / "versions-cpu-torch2.14.1", 10),
-        "2.15.0": (RESULTS / "versions-cpu-torch2.15.0", 10),
+        "2.13.0": ("catalogue-cpu", 29),
+        "2.14.1": ("versions-cpu-torch2.14.1", 10),
+        "2.15.0": ("versions-cpu-torch2.15.0", 10),
     }
     for version, (store, n_fix) in stores.items():
-        records = Store(store).load()
-        raw = [r for r in records if r.cell == "r26:raw@-"]
-        fixed = [r for r in records if r.cell == "r26:await-thread-exit@-"]
+        raw = [r for r in records(store) if r.cell == "r26:raw@-"]
+        fixed = [r for r in records(store) if r.cell == "r26:await-thread-exit@-"]
         assert (
             sum("terminate called without an active exception" in (r.signature_summary or "") for r in raw)
             == len(raw)
@@ -460,12 +712,138 @@ def test_the_r26_claim_is_what_its_stores_hold():
         ), version
         assert len(fixed) == n_fix and not any(r.outcome.is_failure for r in fixed), version
         assert {r.torch_version.split("+")[0] for r in raw + fixed} == {version}
-    bare = [r for r in Store(RESULTS / "catalogue-cpu").load() if r.cell.startswith("r26-bare:raw@")]
+    bare = [r for r in records("catalogue-cpu") if r.cell.startswith("r26-bare:raw@")]
     assert len(bare) == 20 and not any(r.outcome.is_failure for r in bare)
     spec = json.loads((ROOT / "harness" / "campaign" / "specs" / "catalogue-cpu.json").read_text())
     argv = spec["workloads"]["r26-bare"]["argv"]
     assert len(bare) * int(argv[argv.index("--rounds") + 1]) == 1200
+    assert "holds: 0/29 on 2.13.0, 0/10 on 2.14.1 and 2.15.0, against 10/10 raw on each" in TEXT
+    assert "bare through the runner 0/20 trials (1,200 exits)" in TEXT
+
+
+def test_the_corpus_counts_are_its_tables():
+    def as_expected(name: str) -> tuple[int, int, dict]:
+        found = json.loads((RESULTS / "corpus" / name).read_text())
+        progs = [p for p in found["programs"] if not p.get("skipped")]
+        return sum(p["verdict"] == "as expected" for p in progs), len(progs), found
+
+    k, n, cpu = as_expected("cpu-torch2.13.0-2026-12-04.json")
+    assert (k, n) == (46, 47) and cpu["torch"] == "2.13.0+cpu" and "2026-12-04" in cpu["host"]
+    assert f"races for {k} of {n} CPU programs nobody here wrote (torch 2.13.0+cpu, 2026-12-04)" in TEXT
+    assert f"named right in {k} of {n} (CPU)" in TEXT
+    (differs,) = [p for p in cpu["programs"] if p["verdict"] != "as expected"]
+    assert differs["name"] == "hf_llama_serving_fx_tracer" and "R4" in differs["races"]
+    assert set(differs["found_races"]) == {"F2", "unknown"} and "`hf_llama_serving_fx_tracer`, showed F2" in TEXT
+    k, n, gpu = as_expected("cuda-torch2.11.0.json")
+    assert (k, n) == (7, 7) and "2026-12-02" in gpu["host"]
+    assert f"and {k} of {n} GPU programs (one H200, torch 2.11, 2026-12-02)" in TEXT
+    k, n, before = as_expected("cpu-torch2.13.0.json")
+    assert f"(2026-12-03, {k} of {n}," in TEXT and "2026-12-03" in before["host"]
+    daemon = next(p for p in before["programs"] if p["name"] == "daemon_torch_at_exit_abort")
+    runs = sum(daemon["outcomes"].values())
+    assert "R5" in daemon["found_races"]
+    assert f"aborted in {daemon['outcomes']['ABORT']} of {runs} runs and was named R5" in TEXT
+    fixes = json.loads((RESULTS / "corpus" / "cpu-fixes-torch2.13.0-2026-12-04.json").read_text())["fixes"]
+    held = sum(f["as_expected"] for f in fixes)
+    assert f"each CPU entry's fix did what its entry says in {held} of {len(fixes)}" in TEXT
+
+
+def test_the_gpu_gate_is_its_record():
+    gate = json.loads((RESULTS / "gpu-gate" / "2026-12-04.json").read_text())
+    assert gate["green"] and gate["failed"] == 0
+    assert f"the GPU race suite passes {gate['passed']} of {gate['passed'] + gate['failed']}" in TEXT
+    (pt,) = gate["programs"]
+    assert pt["name"].startswith("pt123177")
+    assert f"32-thread program fails raw {pt['raw']} and {pt['fixed']} under `{pt['fix']}`" in TEXT
+    # The corpus's GPU programs side by side: the fix held where raw failed and the fixed arm did not.
+    programs = []
+    for name in ("gate-corpus-2.json", "gate-corpus-3.json", "shard-a.json"):
+        programs += json.loads((RESULTS / "gpu-gate" / "2026-12-04-programs" / name).read_text())["fixes"]
+    failing = [p for p in programs if p["raw_failed"]]
+    held = [p for p in failing if p["fixed_failed"] == 0]
+    assert f"the offered fix held on {len(held)} of the {len(failing)} that fail raw" in TEXT
+    capture = next(p for p in programs if p["name"] == "gpu_capture_while_other_thread_works")
+    assert f"eager CUDA work beside a capture ({capture['fixed']})" in TEXT
+    autotune = next(p for p in programs if p["name"] == "gpu_max_autotune_threadpool")
+    assert f"autotune in a pool ({autotune['fixed']})" in TEXT
+    stress = (
+        RESULTS / "gpu-gate" / "2026-12-04-programs" / "stress-gpu_reduce_overhead_shared_threads.txt"
+    ).read_text()
+    assert re.search(r"^cstash-tls-init,global-lock +2/4 .* G1 2$", stress, flags=re.M)
+    assert "share one graph warmed in main (2/4," in TEXT
+
+
+def test_the_diagnosis_count_is_what_diagnose_names_in_the_committed_stores():
+    from harness.diagnosis import diagnose
+    from tests.test_diagnose import _stored_failures
+
+    stored = _stored_failures()
+    findings = diagnose.diagnose([f for _, _, f in stored])
+    by_source = {s: f for f in findings for s in f.sources}
+    named = sum(by_source[f.run_id].race is not None for _, _, f in stored)
     assert (
-        "holds: 0/29 on 2.13.0, 0/10 on 2.14.1 and 2.15.0, against 10/10 raw on each" in text
-        and "bare through the runner 0/20 trials (1,200 exits)" in text
+        f"names the catalogued race behind {named:,} of the {len(stored):,} failing trials in the committed stores"
+        in TEXT
+    ), "REPORT.md's diagnosis counts are stale"
+
+
+def test_the_section_counts_repeat_their_stores():
+    # gpu-default stressed, the CPU trainer with a compiled target, the corrections' counts.
+    phase = totals("gpu-phase")["default"]["phase-lock+target-hook-taps"]
+    raw = totals("gpu-phase")["default"]["raw"]
+    assert (
+        f"`phase-lock,target-hook-taps` {phase.k}/{phase.n} ({phase.n_stressed} stressed), raw {raw.k}/{raw.n} (a G2 hang)"
+        in TEXT
     )
+    eager = totals("gpu-exposure")["default"]["eager"]
+    assert f"Eager: {eager.k}/{eager.n} ({eager.n_stressed} stressed, results/gpu-exposure)" in TEXT
+    taps = totals("cpu-target-taps")["tiny-ro"]
+    assert (
+        f"raw {taps['raw'].k}/{taps['raw'].n} on `tiny-ro`; `target-hook-taps` {taps['target-hook-taps'].k}/"
+        f"{taps['target-hook-taps'].n} and `phase-lock` {kn('cpu-target-taps', 'tiny-ro', 'phase-lock')} hold"
+    ) in TEXT
+    locked = [r for r in records("cpu-target-taps") if r.cell.startswith("tiny-ro:phase-lock@")]
+    unlocked = [r for r in records("cpu-target-taps") if r.cell.startswith("tiny-ro:raw@") and r.exposures]
+    assert len(locked) == 39 and not any(r.exposures["F10"] or r.exposures["G2"] for r in locked)
+    opened = sum(bool(r.exposures["F10"] or r.exposures["G2"]) for r in unlocked)
+    assert opened == len(unlocked) and f"opened in none against {opened} of {len(unlocked)} raw" in TEXT
+    # What we got wrong: r04 under graph-isolation, r23 raw, launch-bound without CUDA graphs.
+    r04 = [cell_kn("gpu-repros", f"r04:graph-isolation@{p}") for p in ("-", "compile-chaos")]
+    r23 = [cell_kn("gpu-repros", f"r23:raw@{p}") for p in ("-", "compile-chaos")]
+    assert tuple(map(sum, zip(*r04, strict=True))) == (20, 20) and "(r04 20/20)" in TEXT
+    k, n = map(sum, zip(*r23, strict=True))
+    assert f"(r23 {k}/{n})" in TEXT
+    assert (
+        f"G2 in {kn('gpu-campaign', 'launch-bound', 'no-cudagraphs', False).replace('/', ' of ')} launch-bound" in TEXT
+    )
+
+
+def test_the_2_11_column_ran_where_it_says():
+    # The first 2-3 trials of some cells on the H200 host (2026-12-02, its Python 3.12), the rest and
+    # every fake-guard-exit trial on the 2-core machine (2026-12-03).
+    by_cell: dict[str, int] = {}
+    for r in records("versions-cpu-torch2.11.0"):
+        if str(r.started_at).startswith("2026-12-02"):
+            by_cell[r.cell] = by_cell.get(r.cell, 0) + 1
+            assert r.python.startswith("3.12"), r.python
+    assert set(by_cell.values()) == {2, 3} and len(by_cell) == 21
+    assert f"the first 2-3 trials of {len(by_cell)} cells (the H200 host's CPUs, 2026-12-02)" in TEXT
+    family = load().family
+    crashed = [r for r in records("versions-cpu-torch2.11.0") if r.outcome.is_failure]
+    assert all(
+        str(r.started_at).startswith("2026-12-03") for r in crashed if family(r.signature_summary) == "fake-guard-exit"
+    )
+
+
+def test_the_eager_first_step_on_a_fresh_host_is_its_record():
+    folder = RESULTS / "h200-2026-12-04-eager-r25"
+
+    def final(name: str) -> dict:
+        lines = [json.loads(line) for line in (folder / name).read_text().splitlines() if line.startswith("{")]
+        return next(r for r in reversed(lines) if r.get("event") == "final")["phases"]
+
+    fresh, cached = final("fresh-host.jsonl"), final("corpus-cached.jsonl")
+    assert (
+        f"eager's first step at {fresh['first_step_at']:.1f} s ({fresh['corpus']:.1f} s of corpus), "
+        f"{cached['first_step_at']:.1f} s with it cached"
+    ) in TEXT
