@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dflash.data import TokenDataset, open_dataset
 
@@ -97,9 +99,6 @@ def find(cache_path: str, generate: Generate, report: Callable[[str], None] | No
 
 def package(arrow_path: str, folder: str | None = None) -> str:
     """Rewrite a corpus the trainer generated as the shipped Parquet file of the same name."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     table = pa.ipc.open_file(pa.memory_map(arrow_path, "r")).read_all()
     meta = dict(table.schema.metadata or {})
     meta[DIGEST_KEY.encode()] = json.dumps(content_digest(open_dataset(arrow_path))).encode()
@@ -114,8 +113,6 @@ def package(arrow_path: str, folder: str | None = None) -> str:
 
 def recorded_digest(path: str) -> str | None:
     """The content digest a shipped file recorded when it was written."""
-    import pyarrow.parquet as pq
-
     raw = (pq.read_schema(path).metadata or {}).get(DIGEST_KEY.encode())
     return None if raw is None else json.loads(raw)
 

@@ -131,49 +131,57 @@ def layer_of(module: str) -> int | None:
     return best[0] if best else None
 
 
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), iteratively."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found = []
-    counter = 0
-    for start in sorted(edges):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(edges.get(start, ()))))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
+class _Tarjan:
+    """Tarjan's strongly connected components, iteratively (an import graph is deep enough to
+    overflow Python's recursion)."""
+
+    def __init__(self, edges: dict[str, set[str]]) -> None:
+        self.edges, self.index, self.low = edges, {}, {}
+        self.stack: list[str] = []
+        self.on_stack: set[str] = set()
+        self.found: list[list[str]] = []
+
+    def _enter(self, v: str, work: list) -> None:
+        self.index[v] = self.low[v] = len(self.index)
+        self.stack.append(v)
+        self.on_stack.add(v)
+        work.append((v, iter(sorted(self.edges.get(v, ())))))
+
+    def _leave(self, v: str, work: list) -> None:
+        if work:
+            parent = work[-1][0]
+            self.low[parent] = min(self.low[parent], self.low[v])
+        if self.low[v] != self.index[v]:
+            return
+        component = []
+        while not component or component[-1] != v:
+            component.append(self.stack.pop())
+            self.on_stack.discard(component[-1])
+        if len(component) > 1:
+            self.found.append(sorted(component))
+
+    def visit(self, start: str) -> None:
+        work: list = []
+        self._enter(start, work)
         while work:
             v, it = work[-1]
             w = next(it, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(edges.get(w, ())))))
-                elif w in on_stack:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                component = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    component.append(w)
-                    if w == v:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
+            if w is None:
+                work.pop()
+                self._leave(v, work)
+            elif w not in self.index:
+                self._enter(w, work)
+            elif w in self.on_stack:
+                self.low[v] = min(self.low[v], self.index[w])
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module."""
+    tarjan = _Tarjan(edges)
+    for start in sorted(edges):
+        if start not in tarjan.index:
+            tarjan.visit(start)
+    return tarjan.found
 
 
 def problems(root: Path = ROOT) -> list[str]:
