@@ -212,11 +212,23 @@ def test_deadlock_is_hang_with_dump_of_both_threads(tmp_path):
     assert "locker@deadlock:take_b_then_a" in first.signature_summary
 
 
-def test_deadlock_says_it_is_the_programs_own_lock_cycle(tmp_path):
-    result = _run(tmp_path, "deadlock", hang_s=HANG_S)
-    assert result.outcome is Outcome.HANG and result.hang_kind == "own-lock-cycle", result.detail
-    assert "a deadlock in the program's own locks" in result.detail
-    assert "locker-0 on a lock at take_a_then_b" in result.detail
+@pytest.mark.parametrize(
+    "script, hang_kind, said",
+    [
+        (
+            "deadlock",
+            "own-lock-cycle",
+            ("a deadlock in the program's own locks", "locker-0 on a lock at take_a_then_b"),
+        ),
+        ("lost_wakeup", "own-lost-wakeup", ("consumer-0 on Queue.get at consume",)),
+    ],
+    ids=["deadlock-own-lock-cycle", "lost-wakeup-own-queue"],
+)
+def test_a_hang_in_the_programs_own_sync_says_which(tmp_path, script, hang_kind, said):
+    result = _run(tmp_path, script, hang_s=HANG_S)
+    assert result.outcome is Outcome.HANG and result.hang_kind == hang_kind, result.detail
+    for words in said:
+        assert words in result.detail
 
 
 def test_a_deadlock_that_printed_a_line_is_a_hang_at_the_deadline_too(tmp_path):
@@ -226,23 +238,18 @@ def test_a_deadlock_that_printed_a_line_is_a_hang_at_the_deadline_too(tmp_path):
     assert result.outcome is Outcome.HANG, result.detail
 
 
-def test_lost_wakeup_is_a_hang_of_the_programs_own_queue(tmp_path):
-    result = _run(tmp_path, "lost_wakeup", hang_s=HANG_S)
-    assert result.outcome is Outcome.HANG and result.hang_kind == "own-lost-wakeup", result.detail
-    assert "consumer-0 on Queue.get at consume" in result.detail
-
-
-def test_busy_loop_past_its_deadline_is_timeout_saying_where_it_spins(tmp_path):
-    result = _run(tmp_path, "busy_hang", hang_s=HANG_S, timeout_s=5.0)
+@pytest.mark.parametrize(
+    "script, timeout_s, said",
+    [
+        ("busy_hang", 5.0, ("cores busy", "spinner-0 in busy_hang:spin")),
+        ("busy_child", 6.0, ("busiest: pid",)),
+    ],
+    ids=["busy-loop-says-where-it-spins", "silent-waiting-on-a-busy-child"],
+)
+def test_a_busy_program_past_its_deadline_is_timeout_never_a_hang(tmp_path, script, timeout_s, said):
+    result = _run(tmp_path, script, hang_s=HANG_S, timeout_s=timeout_s)
     assert result.outcome is Outcome.TIMEOUT, result.detail
-    assert "cores busy" in result.detail and "spinner-0 in busy_hang:spin" in result.detail
-    _assert_group_gone(result)
-
-
-def test_silent_program_waiting_on_a_busy_child_is_never_a_hang(tmp_path):
-    result = _run(tmp_path, "busy_child", hang_s=HANG_S, timeout_s=6.0)
-    assert result.outcome is Outcome.TIMEOUT, result.detail
-    assert "busiest: pid" in result.detail
+    assert all(words in result.detail for words in said), result.detail
     _assert_group_gone(result)
 
 
