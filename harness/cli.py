@@ -27,6 +27,7 @@ from harness.commands import (
     exposure_cost,
     families,
     glossary,
+    hunt,
     lift,
     matrix,
     merge,
@@ -50,6 +51,7 @@ COMMANDS: dict[str, ModuleType] = {
     # running trials
     "matrix": matrix,
     "stress": stress,
+    "hunt": hunt,
     "replay": replay,
     "shrink": shrink,
     "run": run,

@@ -1,0 +1,286 @@
+"""`python -m harness hunt [options] -- PYTEST_ARGS`: the user's own pytest suite as the race finder.
+
+Runs the suite `--runs` times (per fix set) under pytest-run-parallel, each test body in
+`--threads` threads at once, each run an isolated process through `runner.run_trial` (hang dumps,
+native stacks, the lifeline, the fixes' bootstrap), `--workers` runs at once; reads each run's
+junit report (harness.campaign.hunt_junit) and names each failing test's race from its own
+failure text (`diagnose`); a test failing in every run is rerun once with one thread
+(harness.campaign.hunt_verdicts says what each test is; hunt_report prints it).
+
+The output folder keeps each run's trial folder (`run-<i>`, the rerun's `rerun-1-thread`) and
+`hunt.jsonl` (harness.campaign.hunt_records): a hunt killed mid-run and started again with the
+same `-o` reads its finished runs back and runs only the others. Ctrl-C kills the runs in flight
+(not recorded: a resume reruns them) and exits 130.
+
+Fix sets (`--fix`, once or several times) work as in stress: run i of every set meets plan seed i,
+and the report gives each test's k/n per set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.campaign.expand import plan_json
+from harness.campaign.hunt_junit import FAILING, read_junit
+from harness.campaign.hunt_options import JUNIT, HuntOptions, options_from_args, pytest_argv
+from harness.campaign.hunt_plugin import ONLY_ENV
+from harness.campaign.hunt_records import RecordLog, RunRecord, TestRecord
+from harness.campaign.hunt_report import print_report
+from harness.campaign.hunt_verdicts import always_failing, verdicts
+from harness.campaign.matrix_spec import MatrixError, PlanChoice
+from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
+from harness.campaign.stress import INTERRUPTED_RC
+from harness.diagnosis import diagnose
+from harness.trial.cells import NO_PLAN, cell_name
+from harness.trial.folder import OUTPUT
+from harness.trial.folder import text as folder_text
+from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.runner import run_trial
+from harness.trial.spec import TrialSpec, WorkloadSpec
+
+RERUN = -1
+RERUN_FOLDER = "rerun-1-thread"
+ONLY_FILE = "rerun-only.txt"
+PYTEST_BAD_INPUT = {4: "pytest rejected its arguments", 5: "PYTEST_ARGS select no test"}
+"""pytest's exit codes for a usage error and for no test collected."""
+_RUN_LEVEL = (Outcome.HANG, Outcome.TIMEOUT, Outcome.ABORT)
+"""Endings of a run that wrote its report but still ended badly (a hang at exit, a crash)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HuntRun:
+    index: int
+    """The run's number over all arms; RERUN for the rerun with one thread."""
+    arm: int
+    seed: int
+    """Plan seed: run i of every arm gets seed i."""
+    only: tuple[str, ...] = ()
+    """The rerun's tests."""
+
+
+def run_hunt(a: argparse.Namespace) -> int:
+    opts = options_from_args(a)
+    log = RecordLog(opts.out_dir, opts.key)
+    loop = HuntLoop(opts, log, log.load())
+    start = time.monotonic()
+    loop.run(loop.pending())
+    if not loop.interrupted and loop.bad_input is None:
+        loop.run(loop.rerun())
+    if loop.bad_input is not None:
+        raise MatrixError(loop.bad_input)
+    if loop.interrupted:
+        print(f"interrupted: finished runs are kept; rerun with -o {opts.out_dir} to resume", file=sys.stderr)
+        return INTERRUPTED_RC
+    found = verdicts(loop.records, opts.fix_sets)
+    return print_report(opts, found, loop.records, time.monotonic() - start)
+
+
+class HuntLoop:
+    """Workers taking runs from one queue; each finished run is recorded at once."""
+
+    def __init__(self, opts: HuntOptions, log: RecordLog, records: list[RunRecord]) -> None:
+        self.opts, self.log = opts, log
+        self.records = list(records)
+        self.lock = threading.Lock()
+        self.queue: deque[HuntRun] = deque()
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.interrupted = False
+        self.bad_input: str | None = None
+
+    def pending(self) -> list[HuntRun]:
+        """The runs no record holds yet, in order: run i of every arm, then run i + 1."""
+        done = {r.run for r in self.records}
+        arms = len(self.opts.fix_sets)
+        runs = [HuntRun(index=i, arm=i % arms, seed=i // arms) for i in range(self.opts.runs * arms)]
+        return [r for r in runs if r.index not in done]
+
+    def rerun(self) -> list[HuntRun]:
+        """The rerun with one thread of the tests that failed in every run, unless recorded."""
+        if any(r.rerun for r in self.records):
+            return []
+        ids = always_failing([r for r in self.records if not r.rerun])
+        return [HuntRun(index=RERUN, arm=0, seed=0, only=tuple(ids))] if ids else []
+
+    def run(self, runs: list[HuntRun]) -> None:
+        if not runs:
+            return
+        self.queue.extend(runs)
+        n = max(1, min(self.opts.workers, len(runs)))
+        threads = [threading.Thread(target=self._worker, name=f"harness-hunt-{k}") for k in range(n)]
+        previous = self._catch_sigint()
+        try:
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads) and not self.interrupted:
+                time.sleep(0.1)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        if self.interrupted:
+            print(f"interrupted: killed {kill_child_groups()} running run(s), not recorded", file=sys.stderr)
+        self._join(threads)
+        if self.errors and not self.interrupted:
+            raise ExceptionGroup("hunt worker failed", self.errors)
+
+    def _catch_sigint(self):
+        """SIGINT marks the loop interrupted and raises nothing (as in stress: a
+        KeyboardInterrupt inside Thread.join can leave a run half-recorded)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return signal.signal(signal.SIGINT, lambda signum, frame: self._interrupt())
+
+    def _interrupt(self) -> None:
+        self.interrupted = True
+        self.stop.set()
+
+    def _join(self, threads: list[threading.Thread]) -> None:
+        deadline = time.monotonic() + self.opts.timeout_s + JOIN_MARGIN_S
+        for t in threads:
+            while t.is_alive() and time.monotonic() < deadline:
+                t.join(timeout=0.2)
+                if self.interrupted and t.is_alive():
+                    kill_child_groups()  # a worker may have been starting its run during the first sweep
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            raise RuntimeError(f"hunt workers still running after their deadline: {stuck}")
+
+    def _take(self) -> HuntRun | None:
+        with self.lock:
+            if self.stop.is_set() or not self.queue:
+                return None
+            return self.queue.popleft()
+
+    def _worker(self) -> None:
+        try:
+            while (run := self._take()) is not None:
+                folder = self.opts.out_dir / (RERUN_FOLDER if run.index == RERUN else f"run-{run.index}")
+                result = run_trial(self._spec(run, folder), folder)
+                self._finish(run, result, folder)
+        except BaseException as e:
+            with self.lock:
+                self.errors.append(e)
+            self.stop.set()
+
+    def _finish(self, run: HuntRun, result: TrialResult, folder: Path) -> None:
+        record = judge(run, result, folder, self.opts.out_dir)
+        with self.lock:
+            if self.interrupted:
+                # Killed by our own Ctrl-C: not a run of the suite; a resume runs it again.
+                shutil.rmtree(folder, ignore_errors=True)
+                return
+            bad = _bad_input(record, folder)
+            if bad is not None:
+                self.bad_input = self.bad_input or bad
+                self.stop.set()
+                return
+            self.log.append(record)
+            self.records.append(record)
+        if not self.opts.as_json:
+            print(_progress_line(record, self.opts), file=sys.stderr, flush=True)
+
+    def _spec(self, run: HuntRun, folder: Path) -> TrialSpec:
+        o = self.opts
+        rerun = run.index == RERUN
+        fixes = None if rerun else o.fix_sets[run.arm]
+        plan = plan_json(PlanChoice(name=o.plan, profile=o.plan), run.seed) if o.plan and not rerun else None
+        # The runner hands spec.fixes to the bootstrap; `none` alone installs the guard with no fix.
+        env = {"HARNESS_FIXES": "none"} if fixes == () else {}
+        if run.only:
+            only = o.out_dir / ONLY_FILE
+            only.write_text("\n".join(run.only) + "\n", encoding="utf-8")
+            env[ONLY_ENV] = str(only.resolve())
+        argv = pytest_argv(o, 1 if rerun else o.threads, (folder / JUNIT).resolve())
+        return TrialSpec(
+            trial_id=f"hunt/{run.index}",
+            cell=cell_name("hunt", _strategy(fixes), (o.plan if plan else None) or NO_PLAN),
+            workload=WorkloadSpec(kind="command", argv=argv),
+            fixes=fixes or (),
+            foreign=True,
+            plan=plan,
+            timeout_s=o.timeout_s,
+            hang_s=o.hang_s,
+            trial_index=run.seed,
+            cwd=os.getcwd(),
+            env=env,
+        )
+
+
+def judge(run: HuntRun, result: TrialResult, folder: Path, out_dir: Path) -> RunRecord:
+    """The run as a record: its tests from its junit report, each failure's races from its own
+    text, and the races of the run's folder where the run ended outside its report."""
+    tests = read_junit(folder / JUNIT)
+    races: tuple[str, ...] = ()
+    if tests is None or result.outcome in _RUN_LEVEL:
+        races = tuple(_folder_races(folder))
+    return RunRecord(
+        run=run.index,
+        arm=run.arm,
+        seed=run.seed,
+        outcome=result.outcome.name,
+        rc=result.rc,
+        detail=result.signature_summary or result.detail,
+        duration_s=round(result.duration_s, 3),
+        folder=str(folder.relative_to(out_dir)),
+        tests=None if tests is None else tuple(_test_record(t) for t in tests),
+        races=races,
+    )
+
+
+def _test_record(t) -> TestRecord:
+    races = tuple(failure_races(t.text, t.id)) if t.outcome in FAILING else ()
+    return TestRecord(
+        id=t.id,
+        outcome=t.outcome,
+        threads=t.threads,
+        single_reason=t.single_reason,
+        message=t.message,
+        races=races,
+        collected=t.collected,
+    )
+
+
+def failure_races(text: str, source: str) -> list[str]:
+    """The catalogued races a test's own failure text names, by id."""
+    findings = diagnose.diagnose(diagnose.failures_in_text(text, source=source))
+    return list(dict.fromkeys(f.race for f in findings if f.race is not None and not f.own))
+
+
+def _folder_races(folder: Path) -> list[str]:
+    """The catalogued races a run's folder shows (a crash, a hang dump), as stress names them."""
+    try:
+        findings = diagnose.diagnose(diagnose.collect([str(folder)]))
+    except diagnose.DiagnoseError:
+        return []
+    return list(dict.fromkeys(f.race for f in findings if f.race is not None and not f.own))
+
+
+def _bad_input(record: RunRecord, folder: Path) -> str | None:
+    """pytest refused the arguments, or they select no test: the user's to fix, not a run."""
+    if record.rc not in PYTEST_BAD_INPUT or record.tests:
+        return None
+    output = folder_text(folder / OUTPUT) or ""
+    said = [line.strip() for line in output.splitlines() if line.strip().lower().startswith("error")]
+    return f"{PYTEST_BAD_INPUT[record.rc]} (exit {record.rc}){': ' + said[-1] if said else ''}"
+
+
+def _strategy(fixes: tuple[str, ...] | None) -> str:
+    """The arm as a cell's strategy, as stress names it."""
+    return "as-is" if fixes is None else "+".join(fixes) or "raw"
+
+
+def _progress_line(record: RunRecord, opts: HuntOptions) -> str:
+    what = "rerun with 1 thread" if record.rerun else f"run {record.run + 1}/{opts.runs * len(opts.fix_sets)}"
+    tests = record.tests or ()
+    failing = sum(t.outcome in FAILING for t in tests)
+    report = f"{len(tests)} tests, {failing} failing" if record.tests is not None else "no junit report"
+    return f"hunt: {what}: {record.outcome} in {record.duration_s:.1f}s, {report}"
