@@ -76,6 +76,8 @@ def run_hunt(a: argparse.Namespace) -> int:
     if not loop.interrupted and loop.bad_input is None:
         loop.run(loop.rerun())
     if loop.bad_input is not None:
+        if opts.own_dir:
+            shutil.rmtree(opts.out_dir, ignore_errors=True)
         raise MatrixError(loop.bad_input)
     if loop.interrupted:
         print(f"interrupted: finished runs are kept; rerun with -o {opts.out_dir} to resume", file=sys.stderr)
@@ -117,18 +119,23 @@ class HuntLoop:
         self.queue.extend(runs)
         n = max(1, min(self.opts.workers, len(runs)))
         threads = [threading.Thread(target=self._worker, name=f"harness-hunt-{k}") for k in range(n)]
-        previous = self._catch_sigint()
+        previous, raised = self._catch_sigint(), None
         try:
             for t in threads:
                 t.start()
             while any(t.is_alive() for t in threads) and not self.interrupted:
                 time.sleep(0.1)
+        except KeyboardInterrupt as e:  # SIGTERM (harness.cli's Terminated): the same, then 143
+            self._interrupt()
+            raised = e
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         if self.interrupted:
             print(f"interrupted: killed {kill_child_groups()} running run(s), not recorded", file=sys.stderr)
         self._join(threads)
+        if raised is not None:
+            raise raised
         if self.errors and not self.interrupted:
             raise ExceptionGroup("hunt worker failed", self.errors)
 
@@ -185,8 +192,7 @@ class HuntLoop:
                 return
             self.log.append(record)
             self.records.append(record)
-        if not self.opts.as_json:
-            print(_progress_line(record, self.opts), file=sys.stderr, flush=True)
+        print(_progress_line(record, self.opts), file=sys.stderr, flush=True)
 
     def _spec(self, run: HuntRun, folder: Path) -> TrialSpec:
         o = self.opts
@@ -212,6 +218,10 @@ class HuntLoop:
             trial_index=run.seed,
             cwd=os.getcwd(),
             env=env,
+            # The window counters are not read here, and their snapshot iterates a dict the
+            # tests' own threads add to: under four threads at pytest-run-parallel's 1e-6 s switch
+            # interval it raised into a test ("dictionary changed size during iteration").
+            exposure=False,
         )
 
 
@@ -269,7 +279,7 @@ def _bad_input(record: RunRecord, folder: Path) -> str | None:
     if record.rc not in PYTEST_BAD_INPUT or record.tests:
         return None
     output = folder_text(folder / OUTPUT) or ""
-    said = [line.strip() for line in output.splitlines() if line.strip().lower().startswith("error")]
+    said = [line.strip() for line in output.splitlines() if "error" in line.lower()]
     return f"{PYTEST_BAD_INPUT[record.rc]} (exit {record.rc}){': ' + said[-1] if said else ''}"
 
 

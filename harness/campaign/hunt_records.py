@@ -108,6 +108,9 @@ class RecordLog:
         lines = [_parse(line) for line in text.splitlines()]
         lines = [obj for obj in lines if obj is not None]
         head = lines[0].get("hunt") if lines else None
+        if head != self.key.to_json() and not any("run" in obj for obj in lines):
+            self.path.unlink()  # a header alone: no run of those arguments to keep
+            return self.load()
         if head != self.key.to_json():
             raise HuntFolderError(
                 f"{self.path.parent} holds a hunt of other arguments ({json.dumps(head)}); give another -o"

@@ -37,7 +37,7 @@ from typing import Any
 
 from harness.campaign.hunt_junit import FAILING, read_junit
 from harness.campaign.hunt_options import JUNIT, HuntOptions
-from harness.campaign.hunt_records import RunRecord
+from harness.campaign.hunt_records import RECORDS, RunRecord
 from harness.campaign.hunt_verdicts import RACE, TestVerdict
 from harness.campaign.stress import arm_name
 from harness.diagnosis import diagnose
@@ -66,7 +66,7 @@ def print_report(opts: HuntOptions, found: list[TestVerdict], records: Sequence[
     if opts.own_dir and rc == 0 and not any(v.failed for v in found) and not failures:
         shutil.rmtree(opts.out_dir, ignore_errors=True)
     elif not opts.as_json:
-        print(f"runs' artefacts and records: {opts.out_dir} (-o {opts.out_dir} again resumes or extends the hunt)")
+        print(f"runs' artefacts and {RECORDS}: {opts.out_dir} (the same -o resumes or extends the hunt)")
     return rc
 
 
@@ -132,7 +132,7 @@ def _text(
 ) -> list[str]:
     main = [r for r in records if not r.rerun]
     head = (
-        f"hunt: {len(main)} runs of `pytest {' '.join(opts.pytest_args)}` with {opts.threads} threads a test"
+        f"hunt: {len(main)} run{'s' if len(main) != 1 else ''} of `pytest {' '.join(opts.pytest_args)}` with {opts.threads} threads a test"
         f"{f', plan {opts.plan}' if opts.plan else ''}, over {elapsed_s:.1f}s"
     )
     out = [clip(head, WIDTH), *table(opts, found), *textwrap.wrap("legend: " + LEGEND, WIDTH), ""]

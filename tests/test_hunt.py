@@ -1,0 +1,165 @@
+"""`python -m harness hunt` over tests/hunt_suite (a racy, a deterministic and a clean test): each
+verdict, the exit codes, the JSON report's keys, and a hunt killed mid-run that resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.campaign import hunt_options
+from harness.campaign.hunt_records import RECORDS
+from harness.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = "tests/hunt_suite"
+RACY = "hunt_racy.py::test_trace_while_others_call_eagerly"
+DETERMINISTIC = "hunt_deterministic.py::test_wrong_expectation"
+CLEAN = "hunt_clean.py::test_eager_modules_of_their_own"
+TEST_KEYS = {
+    "id", "threads", "single_reason", "failed", "runs", "arms", "races", "one_thread", "verdict", "why", "message", "holds",
+}  # fmt: skip
+TOP_KEYS = {
+    "pytest_args",
+    "runs",
+    "threads",
+    "plan",
+    "fix_sets",
+    "out_dir",
+    "elapsed_s",
+    "tests",
+    "run_failures",
+    "races",
+    "exit",
+}
+
+pytestmark = pytest.mark.slow
+
+
+def _hunt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "hunt", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_each_verdict_of_the_suite(tmp_path):
+    proc = _hunt("--json", "-o", str(tmp_path / "hunt"), "--", SUITE)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert set(report) == TOP_KEYS
+    tests = {t["id"]: t for t in report["tests"]}
+    assert set(tests) == {RACY, DETERMINISTIC, CLEAN}
+    assert all(set(t) == TEST_KEYS for t in tests.values())
+    racy, det, clean = tests[RACY], tests[DETERMINISTIC], tests[CLEAN]
+    assert racy["verdict"] == "race" and "R4" in racy["races"] and racy["threads"] == 4, racy
+    assert racy["failed"] >= 1 and racy["runs"] == 3
+    assert det["verdict"] == "not a race" and det["one_thread"] == "failed" and det["failed"] == 3, det
+    assert "fails with 1 thread too: not a race" in det["why"]
+    assert clean["verdict"] == "ok" and clean["failed"] == 0 and clean["runs"] == 3, clean
+    assert "R4" in report["races"] and report["exit"] == 1 and report["run_failures"] == []
+    low, high = racy["arms"][0]["wilson"]
+    assert 0 < low <= racy["failed"] / 3 <= high <= 1
+
+
+def test_the_clean_test_alone_exits_0_and_the_table_fits(tmp_path):
+    proc = _hunt("--runs", "1", "-o", str(tmp_path / "hunt"), "--", SUITE, "-k", "clean")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert CLEAN in proc.stdout and "ok" in proc.stdout
+    table = proc.stdout.split("\n\n")[0].splitlines()  # the table and its legend
+    assert len(table) >= 3 and max(len(line) for line in table) <= 120
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["hunt", "--"], "hunt needs pytest's arguments"),
+        (["hunt", "--runs", "0", "--", SUITE], "--runs must be >= 1"),
+        (["hunt", "--threads", "0", "--", SUITE], "--threads must be >= 1"),
+        (["hunt", "--", SUITE, "--parallel-threads=2"], "--parallel-threads is the hunt's own"),
+        (["hunt", "--plan", "no-such-profile", "--", SUITE], "no-such-profile"),
+    ],
+)
+def test_bad_input_exits_2(argv, said, capsys):
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_without_pytest_run_parallel_exits_2(monkeypatch, capsys):
+    def missing(name):
+        raise hunt_options.importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(hunt_options.importlib.metadata, "version", missing)
+    assert main(["hunt", "--", SUITE]) == 2
+    assert "pip install 'pytest-run-parallel>=0.10'" in capsys.readouterr().err
+
+
+def test_arguments_that_select_no_test_exit_2(tmp_path):
+    proc = _hunt("--runs", "1", "-o", str(tmp_path / "hunt"), "--", SUITE, "-k", "no_such_test")
+    assert proc.returncode == 2
+    assert "error: PYTEST_ARGS select no test" in proc.stderr
+
+
+def test_a_folder_of_another_hunt_exits_2(tmp_path, capsys):
+    out = tmp_path / "hunt"
+    out.mkdir()
+    head = {"hunt": {"pytest_args": ["other"], "threads": 4, "plan": None, "fix_sets": [None]}}
+    run = {
+        "run": 0,
+        "arm": 0,
+        "seed": 0,
+        "outcome": "OK",
+        "rc": 0,
+        "detail": "",
+        "duration_s": 1.0,
+        "folder": "run-0",
+        "tests": [],
+    }
+    (out / RECORDS).write_text(json.dumps(head) + "\n" + json.dumps(run) + "\n")
+    assert main(["hunt", "-o", str(out), "--", SUITE]) == 2
+    assert "holds a hunt of other arguments" in capsys.readouterr().err
+
+
+def _records(path: Path) -> list[dict]:
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return [r for r in out if "run" in r]
+
+
+def test_a_hunt_killed_mid_run_resumes_without_losing_runs(tmp_path):
+    out = tmp_path / "hunt"
+    args = ["--runs", "3", "--workers", "1", "-o", str(out), "--", SUITE, "-k", "clean"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "hunt", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not ((out / RECORDS).is_file() and _records(out / RECORDS)):
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)  # the lifeline ends its run in flight
+    proc.wait(timeout=30)
+    first = _records(out / RECORDS)
+    assert 1 <= len(first) < 3, first
+    with (out / RECORDS).open("a") as f:
+        f.write('{"run": 2, "arm"')  # a record a kill cut short: not a run
+    resumed = _hunt("--json", *args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stderr.count("hunt: run ") == 3 - len(first)
+    records = _records(out / RECORDS)
+    assert sorted(r["run"] for r in records) == [0, 1, 2]
+    assert records[: len(first)] == first
+    (clean,) = json.loads(resumed.stdout)["tests"]
+    assert clean["runs"] == 3 and clean["verdict"] == "ok"
