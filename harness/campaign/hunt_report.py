@@ -132,7 +132,7 @@ def _text(
 ) -> list[str]:
     main = [r for r in records if not r.rerun]
     head = (
-        f"hunt: {len(main)} run{'s' if len(main) != 1 else ''} of `pytest {' '.join(opts.pytest_args)}` with {opts.threads} threads a test"
+        f"hunt: {len(main)} run{'s' if len(main) != 1 else ''} of `pytest {shlex.join(opts.pytest_args)}` with {opts.threads} threads a test"
         f"{f', plan {opts.plan}' if opts.plan else ''}, over {elapsed_s:.1f}s"
     )
     out = [clip(head, WIDTH), *table(opts, found), *textwrap.wrap("legend: " + LEGEND, WIDTH), ""]
@@ -178,7 +178,7 @@ def findings(opts: HuntOptions, found: list[TestVerdict], failures: list[RunReco
     for f in failures:
         races = f"; races: {', '.join(f.races)}" if f.races else ""
         out.append(
-            clip(f"- run {f.folder}: {f.outcome} {f.detail}{races}; artefacts: {opts.out_dir / f.folder}", WIDTH)
+            clip(f"- {f.folder}: {f.outcome} {f.detail}{races}; artefacts: {opts.out_dir / f.folder}", WIDTH)
         )
     return out or ["no test failed"]
 

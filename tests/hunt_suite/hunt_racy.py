@@ -8,7 +8,7 @@ traces, so another thread's plain eager call goes through the tracer's wrapper a
 import torch
 import torch.nn as nn
 
-ROUNDS = 200
+ROUNDS = 500
 """Trace-then-call rounds per thread: enough that 4 threads meet in every run."""
 
 
