@@ -313,14 +313,18 @@ class Exposure:
         return sorted(set(out))
 
     def snapshot(self, *, final: bool) -> dict:
+        # Copies first: other threads count while this one reads (iterating the live dict raised
+        # "dictionary changed size during iteration" inside a program's threads); dict() of a dict
+        # copies under the GIL in one step.
+        counts, eager, first_s = dict(self.counts), dict(self.eager), dict(self.first_s)
         windows = {
-            w: {"count": self.counts.get(w, 0), "eager": self.eager.get(w, 0), "first_s": self.first_s.get(w)}
+            w: {"count": counts.get(w, 0), "eager": eager.get(w, 0), "first_s": first_s.get(w)}
             for w in self.measured()
         }
         # A window counted whose probe reads as unmeasured (a CUDA one before is_initialized
         # said so) is still reported: it opened.
-        for w, n in self.counts.items():
-            windows.setdefault(w, {"count": n, "eager": self.eager.get(w, 0), "first_s": self.first_s.get(w)})
+        for w, n in counts.items():
+            windows.setdefault(w, {"count": n, "eager": eager.get(w, 0), "first_s": first_s.get(w)})
         return {
             "version": FORMAT_VERSION,
             "final": final,
