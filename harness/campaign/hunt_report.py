@@ -177,9 +177,7 @@ def findings(opts: HuntOptions, found: list[TestVerdict], failures: list[RunReco
         out.append(clip(f"- {v.id}: ran in 1 thread ({v.single_reason}): no race between its copies", WIDTH))
     for f in failures:
         races = f"; races: {', '.join(f.races)}" if f.races else ""
-        out.append(
-            clip(f"- {f.folder}: {f.outcome} {f.detail}{races}; artefacts: {opts.out_dir / f.folder}", WIDTH)
-        )
+        out.append(clip(f"- {f.folder}: {f.outcome} {f.detail}{races}; artefacts: {opts.out_dir / f.folder}", WIDTH))
     return out or ["no test failed"]
 
 

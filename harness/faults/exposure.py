@@ -318,8 +318,7 @@ class Exposure:
         # copies under the GIL in one step.
         counts, eager, first_s = dict(self.counts), dict(self.eager), dict(self.first_s)
         windows = {
-            w: {"count": counts.get(w, 0), "eager": eager.get(w, 0), "first_s": first_s.get(w)}
-            for w in self.measured()
+            w: {"count": counts.get(w, 0), "eager": eager.get(w, 0), "first_s": first_s.get(w)} for w in self.measured()
         }
         # A window counted whose probe reads as unmeasured (a CUDA one before is_initialized
         # said so) is still reported: it opened.
