@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -37,7 +36,7 @@ from harness.campaign.hunt_records import RecordLog, RunRecord, TestRecord
 from harness.campaign.hunt_report import print_report
 from harness.campaign.hunt_verdicts import always_failing, verdicts
 from harness.campaign.matrix_spec import MatrixError, PlanChoice
-from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
+from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
 from harness.campaign.stress import INTERRUPTED_RC
 from harness.diagnosis import diagnose
 from harness.trial.cells import NO_PLAN, cell_name
@@ -119,18 +118,16 @@ class HuntLoop:
         self.queue.extend(runs)
         n = max(1, min(self.opts.workers, len(runs)))
         threads = [threading.Thread(target=self._worker, name=f"harness-hunt-{k}") for k in range(n)]
-        previous, raised = self._catch_sigint(), None
+        raised = None
         try:
-            for t in threads:
-                t.start()
-            while any(t.is_alive() for t in threads) and not self.interrupted:
-                time.sleep(0.1)
+            with sigint_as_flag(self._interrupt):
+                for t in threads:
+                    t.start()
+                while any(t.is_alive() for t in threads) and not self.interrupted:
+                    time.sleep(0.1)
         except KeyboardInterrupt as e:  # SIGTERM (harness.cli's Terminated): the same, then 143
             self._interrupt()
             raised = e
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
         if self.interrupted:
             print(f"interrupted: killed {kill_child_groups()} running run(s), not recorded", file=sys.stderr)
         self._join(threads)
@@ -138,13 +135,6 @@ class HuntLoop:
             raise raised
         if self.errors and not self.interrupted:
             raise ExceptionGroup("hunt worker failed", self.errors)
-
-    def _catch_sigint(self):
-        """SIGINT marks the loop interrupted and raises nothing (as in stress: a
-        KeyboardInterrupt inside Thread.join can leave a run half-recorded)."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        return signal.signal(signal.SIGINT, lambda signum, frame: self._interrupt())
 
     def _interrupt(self) -> None:
         self.interrupted = True
@@ -218,9 +208,8 @@ class HuntLoop:
             trial_index=run.seed,
             cwd=os.getcwd(),
             env=env,
-            # The window counters are not read here, and their snapshot iterates a dict the
-            # tests' own threads add to: under four threads at pytest-run-parallel's 1e-6 s switch
-            # interval it raised into a test ("dictionary changed size during iteration").
+            # The window counters are not read here: installing none keeps their probes out of
+            # every test's compiled calls.
             exposure=False,
         )
 

@@ -163,6 +163,22 @@ def with_run_dir(trial: TrialSpec, artefacts: Path) -> TrialSpec:
     return dataclasses.replace(trial, workload=WorkloadSpec(kind="dflash", argv=argv))
 
 
+@contextlib.contextmanager
+def sigint_as_flag(on_interrupt):
+    """Within the block SIGINT calls `on_interrupt()` and raises nothing: a KeyboardInterrupt inside
+    Thread.join can leave a live thread marked stopped (Python 3.11), and the process would exit with
+    a run half-recorded. Installed only in the main thread (elsewhere signal.signal cannot be);
+    the previous handler comes back after the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: on_interrupt())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def kill_child_groups() -> int:
     """SIGKILL the process group of every direct child that leads its own group (the runner
     starts each trial with start_new_session=True) but the trials' reaper, which must outlive

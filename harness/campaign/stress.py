@@ -33,7 +33,6 @@ import collections
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -47,7 +46,7 @@ from harness.campaign.calibration import plan_summary
 from harness.campaign.expand import plan_json
 from harness.campaign.matrix_progress import format_elapsed
 from harness.campaign.matrix_spec import MatrixError, PlanChoice
-from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups
+from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
 from harness.text import clip
 from harness.trial import native, tracebacks
 from harness.trial.cells import NO_PLAN, cell_name
@@ -305,7 +304,7 @@ class _StressLoop:
         self.defects = 0
         """Runs the harness's own code failed (never the program's failures; kept and named)."""
         self.done = threading.Event()
-        """Set when the last worker has ended (its own flag: see _catch_sigint)."""
+        """Set when the last worker has ended (its own flag: a thread killed mid-join may read as stopped)."""
         self.deterministic = ""
         self.first: dict[int, _Judged] = {}
         self.start = time.monotonic()
@@ -479,16 +478,15 @@ class _StressLoop:
         n = max(1, o.parallel if o.max_runs is None else min(o.parallel, o.max_runs * len(self.arms)))
         threads = [threading.Thread(target=self._worker, name=f"harness-stress-{k}") for k in range(n)]
         self.running = n
-        previous = self._catch_sigint()
+        # Ctrl-C is a flag (pool.sigint_as_flag), read under the lock, so a run that ends of our
+        # kill is never counted or kept.
         try:
-            for t in threads:
-                t.start()
-            self._watch()
+            with sigint_as_flag(self._interrupt):
+                for t in threads:
+                    t.start()
+                self._watch()
         except KeyboardInterrupt:
             self._interrupt()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
         if self.interrupted:
             # Like Go's stress, Ctrl-C ends the loop and the summary still prints; runs cut short
             # are killed, and neither counted nor kept (they would all look like failures).
@@ -497,15 +495,6 @@ class _StressLoop:
         self._join(threads)
         if self.errors and not self.interrupted:
             raise ExceptionGroup("stress worker failed", self.errors)
-
-    def _catch_sigint(self):
-        """SIGINT marks the loop interrupted and raises nothing: a KeyboardInterrupt inside
-        Thread.join can leave a live thread marked stopped (Python 3.11), and the process would
-        exit with a run half-recorded. The flag is read under the lock, so a run that ends of
-        our kill is never counted or kept."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        return signal.signal(signal.SIGINT, lambda signum, frame: self._interrupt())
 
     def _interrupt(self) -> None:
         self.interrupted = True
