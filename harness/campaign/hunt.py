@@ -37,7 +37,7 @@ from harness.campaign.hunt_report import print_report
 from harness.campaign.hunt_verdicts import always_failing, verdicts
 from harness.campaign.matrix_spec import MatrixError, PlanChoice
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
-from harness.campaign.stress import INTERRUPTED_RC
+from harness.campaign.stress import INTERRUPTED_RC, arm_env, arm_strategy
 from harness.diagnosis import diagnose
 from harness.trial.cells import NO_PLAN, cell_name
 from harness.trial.folder import OUTPUT
@@ -189,8 +189,7 @@ class HuntLoop:
         rerun = run.index == RERUN
         fixes = None if rerun else o.fix_sets[run.arm]
         plan = plan_json(PlanChoice(name=o.plan, profile=o.plan), run.seed) if o.plan and not rerun else None
-        # The runner hands spec.fixes to the bootstrap; `none` alone installs the guard with no fix.
-        env = {"HARNESS_FIXES": "none"} if fixes == () else {}
+        env = arm_env(fixes)
         if run.only:
             only = o.out_dir / ONLY_FILE
             only.write_text("\n".join(run.only) + "\n", encoding="utf-8")
@@ -198,7 +197,7 @@ class HuntLoop:
         argv = pytest_argv(o, 1 if rerun else o.threads, (folder / JUNIT).resolve())
         return TrialSpec(
             trial_id=f"hunt/{run.index}",
-            cell=cell_name("hunt", _strategy(fixes), (o.plan if plan else None) or NO_PLAN),
+            cell=cell_name("hunt", arm_strategy(fixes), (o.plan if plan else None) or NO_PLAN),
             workload=WorkloadSpec(kind="command", argv=argv),
             fixes=fixes or (),
             foreign=True,
@@ -270,11 +269,6 @@ def _bad_input(record: RunRecord, folder: Path) -> str | None:
     output = folder_text(folder / OUTPUT) or ""
     said = [line.strip() for line in output.splitlines() if "error" in line.lower()]
     return f"{PYTEST_BAD_INPUT[record.rc]} (exit {record.rc}){': ' + said[-1] if said else ''}"
-
-
-def _strategy(fixes: tuple[str, ...] | None) -> str:
-    """The arm as a cell's strategy, as stress names it."""
-    return "as-is" if fixes is None else "+".join(fixes) or "raw"
 
 
 def _progress_line(record: RunRecord, opts: HuntOptions) -> str:

@@ -245,10 +245,16 @@ def arm_name(fixes: tuple[str, ...] | None) -> str:
     return "as is" if fixes is None else ",".join(fixes) or "none"
 
 
-def _strategy(fixes: tuple[str, ...] | None) -> str:
+def arm_strategy(fixes: tuple[str, ...] | None) -> str:
     """The arm as a cell's strategy: `as-is` (no bootstrap fixes at all), `raw` (`--fix none`: the
     guard with no fix) or the fixes joined by `+`."""
     return "as-is" if fixes is None else "+".join(fixes) or "raw"
+
+
+def arm_env(fixes: tuple[str, ...] | None) -> dict[str, str]:
+    """The environment an arm adds: the runner hands spec.fixes to the bootstrap, and `none` alone
+    (an empty set) installs the guard with no fix."""
+    return {"HARNESS_FIXES": "none"} if fixes == () else {}
 
 
 def plan_hits(folder: Path) -> int | None:
@@ -329,11 +335,9 @@ class _StressLoop:
         o = self.opts
         plan = plan_json(PlanChoice(name=o.plan, profile=o.plan), run.seed) if o.plan else None
         fixes = o.fix_sets[run.arm]
-        # The runner hands spec.fixes to the bootstrap; `none` alone installs the guard with no fix.
-        env = {"HARNESS_FIXES": "none"} if fixes == () else {}
         return TrialSpec(
             trial_id=f"stress/{run.index}",
-            cell=cell_name("stress", _strategy(fixes), o.plan or NO_PLAN),
+            cell=cell_name("stress", arm_strategy(fixes), o.plan or NO_PLAN),
             workload=WorkloadSpec(kind="command", argv=o.cmd),
             fixes=fixes or (),
             foreign=True,
@@ -343,7 +347,7 @@ class _StressLoop:
             trial_index=run.seed,
             cwd=os.getcwd(),
             python=o.python,
-            env=env,
+            env=arm_env(fixes),
         )
 
     def _worker(self) -> None:
