@@ -10,11 +10,9 @@ from pathlib import Path
 from harness.campaign.matrix_spec import MatrixError
 from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, OWN, run_stress
 from harness.diagnosis import diagnose
-from harness.diagnosis.trial_failures import config_sets
+from harness.diagnosis.trial_failures import recorded_config_sets
 from harness.faults.profiles import PROFILES
 from harness.runtime.guard import Guard, GuardError
-from harness.trial.folder import CONFIG_SETS
-from harness.trial.folder import text as folder_text
 
 HELP = "run a command over and over in parallel (like Go's stress)"
 
@@ -70,7 +68,7 @@ def run(opts: argparse.Namespace) -> int:
 
 def _faces(output: str, folder: Path) -> list[str]:
     """The race faces an OK run shows, read with the configs the program set (F14's precondition)."""
-    return diagnose.faces(output, config=config_sets(folder_text(folder / CONFIG_SETS) or ""))
+    return diagnose.faces(output, config=recorded_config_sets(folder))
 
 
 def _fix_set(names: str) -> tuple[str, ...]:

@@ -55,7 +55,7 @@ def failures_of(record: TrialResult, art=None, *, every_thread: bool = False) ->
         detail=record.detail,
         threads_started=getattr(record, "threads_started", None),
         exposures=record.exposures,
-        config_threads=config_sets(read_artefact(art, CONFIG_SETS)),
+        config_threads=recorded_config_sets(art),
     )
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
     if every_thread:
@@ -109,6 +109,11 @@ def _race_of(summary: str | None) -> str | None:
     catalogue = load()
     family = catalogue.family(summary)
     return None if family in ("other", "?") or catalogue.race(family).kind == "generic" else family
+
+
+def recorded_config_sets(art) -> str:
+    """A trial folder's config sets (`config_sets`), "" where it has none."""
+    return config_sets(read_artefact(art, CONFIG_SETS))
 
 
 def config_sets(raw: str) -> str:
