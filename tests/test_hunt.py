@@ -163,3 +163,95 @@ def test_a_hunt_killed_mid_run_resumes_without_losing_runs(tmp_path):
     assert records[: len(first)] == first
     (clean,) = json.loads(resumed.stdout)["tests"]
     assert clean["runs"] == 3 and clean["verdict"] == "ok"
+
+
+COMPILING_TESTS = """
+import torch
+from unittest import mock
+
+
+def test_compiles_in_its_body():
+    torch.compile(torch.sin, backend="eager")(torch.ones(2))
+
+
+def test_patches_on_its_own():
+    with mock.patch.object(torch, "sin", torch.cos):
+        pass
+"""
+
+
+@pytest.mark.parametrize(("detect_in_torch", "parallel"), [("", 1), ("1", 0)])
+def test_a_test_that_compiles_runs_in_threads_unless_asked(tmp_path, detect_in_torch, parallel):
+    """pytest-run-parallel alone keeps a test calling torch.compile in one thread (it reads torch's
+    own mock.patch.object); under the hunt's plugin only the test's own mock.patch does."""
+    (tmp_path / "test_compiling.py").write_text(COMPILING_TESTS, encoding="utf-8")
+    argv = [sys.executable, "-m", "pytest", "-p", "run-parallel", "-p", "harness.campaign.hunt_plugin"]
+    env = {**os.environ, "HARNESS_HUNT_DETECT_IN_TORCH": detect_in_torch}
+    proc = subprocess.run(
+        [*argv, "--parallel-threads=4", "--collect-only", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"Collected {parallel} items to run in parallel" in proc.stdout, proc.stdout[-2000:]
+
+
+CRASHING_TESTS = """
+import faulthandler
+import threading
+
+
+def test_before():
+    assert True
+
+
+def test_dies_in_its_threads():
+    if threading.current_thread() is not threading.main_thread():
+        faulthandler._sigsegv()
+
+
+def test_after():
+    assert 1 + 1 == 2
+"""
+
+
+def test_a_test_that_kills_its_process_is_named_and_the_rest_still_run(tmp_path):
+    """A segfault in one test's threads leaves no junit report: the progress record names the test
+    that was running, and the tests after it run in a second process of the same run."""
+    (tmp_path / "test_crashing.py").write_text(CRASHING_TESTS, encoding="utf-8")
+    out = tmp_path / "hunt"
+    proc = _hunt("--json", "--runs", "2", "--threads", "2", "-o", str(out), "--", str(tmp_path / "test_crashing.py"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    tests = {t["id"].rsplit("::", 1)[-1]: t for t in report["tests"]}
+    assert list(tests) == ["test_before", "test_dies_in_its_threads", "test_after"]
+    dies = tests["test_dies_in_its_threads"]
+    assert dies["failed"] == 2 and dies["runs"] == 2 and dies["threads"] == 2, dies
+    assert dies["one_thread"] == "passed" and dies["verdict"] == "race", dies
+    assert dies["message"].startswith("ABORT: Segmentation fault"), dies
+    assert tests["test_after"]["failed"] == 0 and tests["test_after"]["runs"] == 2
+    records = _records(out / RECORDS)
+    assert sorted(r["parts"] for r in records) == [1, 2, 2]  # the rerun with 1 thread does not crash
+    assert {r["outcome"] for r in records if r["run"] >= 0} == {"ABORT"}
+    assert (out / "run-0-part2").is_dir() and proc.stderr.count("the process died in") == 2
+
+
+def test_the_progress_record_of_a_dead_run(tmp_path):
+    from harness.campaign.hunt_progress import read_progress
+
+    path = tmp_path / "progress.jsonl"
+    lines = [
+        {"collected": ["t::a", "t::b", "t::c", "t::d"]},
+        {"start": "t::a", "threads": "4"},
+        {"end": "t::a", "threads": "4", "outcome": "failed", "message": "boom", "text": "Traceback"},
+        {"start": "t::b", "threads": "4"},
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"end": "t::b", "outc', encoding="utf-8")
+    progress = read_progress(path)
+    assert [(t.id, t.outcome, t.threads, t.message) for t in progress.done] == [("t::a", "failed", 4, "boom")]
+    assert progress.running == "t::b" and progress.running_threads == 4
+    assert progress.never_ran == ("t::c", "t::d")
+    assert read_progress(tmp_path / "missing.jsonl") is None

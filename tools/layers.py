@@ -42,10 +42,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 runtime imports neither."""
 RUNTIME = "harness.runtime"
 
-DEFERRED = ("torch", "triton", "transformers", "safetensors", "datasets", "matplotlib", "scipy", "ray")
+DEFERRED = (
+    "torch", "triton", "transformers", "safetensors", "datasets", "matplotlib", "scipy", "ray", "pytest_run_parallel",
+)  # fmt: skip
 """Imports a function may defer, with a one-line reason: each costs a second or more at start,
 and most commands never need them (the harness parent process does not import torch). Ray is
-also an optional extra (`--backend ray`), absent where it is not installed."""
+also an optional extra (`--backend ray`), absent where it is not installed; pytest-run-parallel
+imports pytest, which only the hunt's runs load."""
 
 
 @dataclass(frozen=True, slots=True)

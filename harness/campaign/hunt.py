@@ -5,9 +5,12 @@ Runs the suite `--runs` times (per fix set) under pytest-run-parallel, each test
 native stacks, the lifeline, the fixes' bootstrap), `--workers` runs at once; reads each run's
 junit report (harness.campaign.hunt_junit) and names each failing test's race from its own
 failure text (`diagnose`); a test failing in every run is rerun once with one thread
-(harness.campaign.hunt_verdicts says what each test is; hunt_report prints it).
+(harness.campaign.hunt_verdicts says what each test is; hunt_report prints it). A run whose
+process dies inside a test (a segfault in its threads) names the crash after that test, from the
+plugin's progress record, and goes on with the tests that never ran in a new process: a part.
 
-The output folder keeps each run's trial folder (`run-<i>`, the rerun's `rerun-1-thread`) and
+The output folder keeps each run's trial folder (`run-<i>`, its parts `run-<i>-part<k>`, the rerun's
+`rerun-1-thread`) and
 `hunt.jsonl` (harness.campaign.hunt_records): a hunt killed mid-run and started again with the
 same `-o` reads its finished runs back and runs only the others. Ctrl-C kills the runs in flight
 (not recorded: a resume reruns them) and exits 130.
@@ -29,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.campaign.expand import plan_json
-from harness.campaign.hunt_junit import FAILING, read_junit
+from harness.campaign.hunt_junit import CRASHED, FAILING, JunitTest, read_junit
 from harness.campaign.hunt_options import JUNIT, HuntOptions, options_from_args, pytest_argv
-from harness.campaign.hunt_plugin import ONLY_ENV
+from harness.campaign.hunt_plugin import ONLY_ENV, PROGRESS_ENV
+from harness.campaign.hunt_progress import PROGRESS, crashed_test, read_progress
 from harness.campaign.hunt_records import RecordLog, RunRecord, TestRecord
 from harness.campaign.hunt_report import print_report
 from harness.campaign.hunt_verdicts import always_failing, verdicts
@@ -48,7 +52,8 @@ from harness.trial.spec import TrialSpec, WorkloadSpec
 
 RERUN = -1
 RERUN_FOLDER = "rerun-1-thread"
-ONLY_FILE = "rerun-only.txt"
+MAX_PARTS = 20
+"""Processes one run may take: each part after a crash runs the tests the crash left unrun."""
 PYTEST_BAD_INPUT = {4: "pytest rejected its arguments", 5: "PYTEST_ARGS select no test"}
 """pytest's exit codes for a usage error and for no test collected."""
 _RUN_LEVEL = (Outcome.HANG, Outcome.TIMEOUT, Outcome.ABORT)
@@ -64,6 +69,19 @@ class HuntRun:
     """Plan seed: run i of every arm gets seed i."""
     only: tuple[str, ...] = ()
     """The rerun's tests."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunPart:
+    """One process of a run: the whole run unless a test crashed it."""
+
+    result: TrialResult
+    folder: Path
+    tests: tuple[JunitTest, ...] | None
+    """From the junit report, or from the progress record where the process died; None: neither."""
+    crashed: JunitTest | None = None
+    never_ran: tuple[str, ...] = ()
+    """Tests after the crashed one, for the next part."""
 
 
 def run_hunt(a: argparse.Namespace) -> int:
@@ -161,19 +179,29 @@ class HuntLoop:
         try:
             while (run := self._take()) is not None:
                 folder = self.opts.out_dir / (RERUN_FOLDER if run.index == RERUN else f"run-{run.index}")
-                result = run_trial(self._spec(run, folder), folder)
-                self._finish(run, result, folder)
+                self._finish(run, self._run_parts(run, folder), folder)
         except BaseException as e:
             with self.lock:
                 self.errors.append(e)
             self.stop.set()
 
-    def _finish(self, run: HuntRun, result: TrialResult, folder: Path) -> None:
-        record = judge(run, result, folder, self.opts.out_dir)
+    def _run_parts(self, run: HuntRun, folder: Path) -> list[RunPart]:
+        parts: list[RunPart] = []
+        only = run.only
+        while True:
+            where = folder if not parts else folder.with_name(f"{folder.name}-part{len(parts) + 1}")
+            parts.append(read_part(run_trial(self._spec(run, where, only), where), where))
+            if not parts[-1].never_ran or self.stop.is_set() or len(parts) >= MAX_PARTS:
+                return parts
+            only = parts[-1].never_ran
+
+    def _finish(self, run: HuntRun, parts: list[RunPart], folder: Path) -> None:
+        record = judge(run, parts, self.opts.out_dir)
         with self.lock:
             if self.interrupted:
                 # Killed by our own Ctrl-C: not a run of the suite; a resume runs it again.
-                shutil.rmtree(folder, ignore_errors=True)
+                for part in parts:
+                    shutil.rmtree(part.folder, ignore_errors=True)
                 return
             bad = _bad_input(record, folder)
             if bad is not None:
@@ -184,16 +212,16 @@ class HuntLoop:
             self.records.append(record)
         print(_progress_line(record, self.opts), file=sys.stderr, flush=True)
 
-    def _spec(self, run: HuntRun, folder: Path) -> TrialSpec:
+    def _spec(self, run: HuntRun, folder: Path, only: tuple[str, ...]) -> TrialSpec:
         o = self.opts
         rerun = run.index == RERUN
         fixes = None if rerun else o.fix_sets[run.arm]
         plan = plan_json(PlanChoice(name=o.plan, profile=o.plan), run.seed) if o.plan and not rerun else None
-        env = arm_env(fixes)
-        if run.only:
-            only = o.out_dir / ONLY_FILE
-            only.write_text("\n".join(run.only) + "\n", encoding="utf-8")
-            env[ONLY_ENV] = str(only.resolve())
+        env = {**arm_env(fixes), PROGRESS_ENV: str((folder / PROGRESS).resolve())}
+        if only:
+            listed = o.out_dir / f"{folder.name}-only.txt"
+            listed.write_text("\n".join(only) + "\n", encoding="utf-8")
+            env[ONLY_ENV] = str(listed.resolve())
         argv = pytest_argv(o, 1 if rerun else o.threads, (folder / JUNIT).resolve())
         return TrialSpec(
             trial_id=f"hunt/{run.index}",
@@ -213,29 +241,51 @@ class HuntLoop:
         )
 
 
-def judge(run: HuntRun, result: TrialResult, folder: Path, out_dir: Path) -> RunRecord:
-    """The run as a record: its tests from its junit report, each failure's races from its own
-    text, and the races of the run's folder where the run ended outside its report."""
+def read_part(result: TrialResult, folder: Path) -> RunPart:
+    """A process's tests: its junit report, or where it died, its progress record with the running
+    test as crashed."""
     tests = read_junit(folder / JUNIT)
-    races: tuple[str, ...] = ()
-    if tests is None or result.outcome in _RUN_LEVEL:
-        races = tuple(_folder_races(folder))
+    if tests is not None:
+        return RunPart(result, folder, tuple(tests))
+    progress = read_progress(folder / PROGRESS)
+    if progress is None:
+        return RunPart(result, folder, None)
+    crashed = crashed_test(progress, f"{result.outcome.name}: {result.signature_summary or result.detail}", "")
+    if crashed is None:
+        return RunPart(result, folder, progress.done)
+    return RunPart(result, folder, (*progress.done, crashed), crashed, progress.never_ran)
+
+
+def judge(run: HuntRun, parts: list[RunPart], out_dir: Path) -> RunRecord:
+    """The run as a record: its tests over its parts, each failure's races from its own text, a
+    crashed test's and the run's from the folder of the process that ended outside its report."""
+    folder_races = {p.folder: tuple(_folder_races(p.folder)) for p in parts if _ended_badly(p)}
+    tests = [_test_record(t, folder_races.get(p.folder, ())) for p in parts for t in p.tests or ()]
+    ending = next((p.result for p in parts if _ended_badly(p)), parts[0].result)
     return RunRecord(
         run=run.index,
         arm=run.arm,
         seed=run.seed,
-        outcome=result.outcome.name,
-        rc=result.rc,
-        detail=result.signature_summary or result.detail,
-        duration_s=round(result.duration_s, 3),
-        folder=str(folder.relative_to(out_dir)),
-        tests=None if tests is None else tuple(_test_record(t) for t in tests),
-        races=races,
+        outcome=ending.outcome.name,
+        rc=ending.rc,
+        detail=ending.signature_summary or ending.detail,
+        duration_s=round(sum(p.result.duration_s for p in parts), 3),
+        folder=str(parts[0].folder.relative_to(out_dir)),
+        tests=None if all(p.tests is None for p in parts) else tuple(tests),
+        races=tuple(dict.fromkeys(race for races in folder_races.values() for race in races)),
+        parts=len(parts),
     )
 
 
-def _test_record(t) -> TestRecord:
-    races = tuple(failure_races(t.text, t.id)) if t.outcome in FAILING else ()
+def _ended_badly(part: RunPart) -> bool:
+    return part.tests is None or part.crashed is not None or part.result.outcome in _RUN_LEVEL
+
+
+def _test_record(t: JunitTest, crash_races: tuple[str, ...]) -> TestRecord:
+    if t.outcome == CRASHED:
+        races = crash_races
+    else:
+        races = tuple(failure_races(t.text, t.id)) if t.outcome in FAILING else ()
     return TestRecord(
         id=t.id,
         outcome=t.outcome,
@@ -275,5 +325,10 @@ def _progress_line(record: RunRecord, opts: HuntOptions) -> str:
     what = "rerun with 1 thread" if record.rerun else f"run {record.run + 1}/{opts.runs * len(opts.fix_sets)}"
     tests = record.tests or ()
     failing = sum(t.outcome in FAILING for t in tests)
+    crashed = [t.id for t in tests if t.outcome == CRASHED]
     report = f"{len(tests)} tests, {failing} failing" if record.tests is not None else "no junit report"
+    if crashed:
+        report += f"; the process died in {', '.join(crashed)}"
+    if record.parts > 1:
+        report += f"; went on in {record.parts} processes"
     return f"hunt: {what}: {record.outcome} in {record.duration_s:.1f}s, {report}"

@@ -15,7 +15,9 @@ from pathlib import Path
 from harness.campaign.hunt_plugin import NODEID, SINGLE_REASON, THREADS
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
-FAILING = (FAILED, ERROR)
+CRASHED = "crashed"
+"""The test that was running when its run's process died (harness.campaign.hunt_progress)."""
+FAILING = (FAILED, ERROR, CRASHED)
 _CAPTURED = ("system-out", "system-err")
 _TAGS = {"failure": FAILED, "error": ERROR}
 """junit's elements for a failing test, as outcomes."""

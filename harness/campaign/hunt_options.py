@@ -3,8 +3,9 @@
 Each run is `python -m pytest -p run-parallel -p harness.campaign.hunt_plugin [-p timeout
 --timeout S] -p no:cacheprovider --parallel-threads T --junitxml=<run>/junit.xml -o
 junit_logging=all -q PYTEST_ARGS`: pytest-run-parallel runs each test body in T threads at once
-(its `thread_unsafe` and `parallel_threads` markers, and its own detection, still keep a test in
-one thread: nothing here overrides them), pytest-timeout cuts a hung test with its id so that the
+(its `thread_unsafe` and `parallel_threads` markers, thread-unsafe fixtures and its reading of the
+test's own calls still keep a test in one thread; the hunt plugin only stops that reading at torch's
+internals), pytest-timeout cuts a hung test with its id so that the
 run goes on, the cache stays as the user left it (`--lf` is theirs), and the junit report holds
 each failure's text with the test's captured output.
 """

@@ -70,6 +70,8 @@ class RunRecord:
     tests: tuple[TestRecord, ...] | None
     races: tuple[str, ...] = ()
     """Races the run's own folder named (a crash or hang outside pytest's report)."""
+    parts: int = 1
+    """Processes the run took: one more after each test that crashed its process."""
 
     @property
     def rerun(self) -> bool:

@@ -47,7 +47,7 @@ WIDTH = 120
 ID_WIDTH = 52
 LEGEND = (
     "thr: threads pytest-run-parallel ran the test body in (1: its marker or own detection kept the test "
-    "single); failed: runs failing (failed or error) / runs; Wilson 95%: the failure rate's interval; "
+    "single); failed: runs failing (failed, error, or its process died in it) / runs; Wilson 95%: the failure rate's interval; "
     "1 thread: the rerun with --parallel-threads 1 of a test failing in every run; verdict: race (a "
     "catalogued race named, or it fails only with threads), not a race (it fails with 1 thread too), "
     "flaky (fails now and then in 1 thread), ok"
