@@ -255,3 +255,16 @@ def test_the_progress_record_of_a_dead_run(tmp_path):
     assert progress.running == "t::b" and progress.running_threads == 4
     assert progress.never_ran == ("t::c", "t::d")
     assert read_progress(tmp_path / "missing.jsonl") is None
+
+
+def test_a_test_junit_lists_twice_counts_once_with_its_call_failure():
+    from harness.campaign.hunt_junit import JunitTest, one_per_test
+
+    call = JunitTest(id="t::a", outcome="failed", threads=4, message="Timeout", text="call")
+    teardown = JunitTest(id="t::a", outcome="error", threads=4, message="leaked threads", text="teardown")
+    other = JunitTest(id="t::b", outcome="passed", threads=4)
+    (a, b) = one_per_test([call, other, teardown])
+    assert (a.id, a.outcome, a.message, a.text) == ("t::a", "failed", "Timeout", "call\nteardown")
+    assert b == other
+    (late,) = one_per_test([JunitTest(id="t::a", outcome="passed", threads=1), teardown])
+    assert (late.outcome, late.message) == ("error", "leaked threads")

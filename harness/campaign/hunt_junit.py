@@ -9,7 +9,7 @@ worker threads and raises the first one in the test, so the report holds it as a
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.campaign.hunt_plugin import NODEID, SINGLE_REASON, THREADS
@@ -52,7 +52,21 @@ def read_junit(path: Path) -> list[JunitTest] | None:
         root = ET.parse(path).getroot()
     except ET.ParseError as e:
         raise JunitError(f"{path}: not a junit report ({e})") from None
-    return [_test(case) for case in root.iter("testcase")]
+    return one_per_test([_test(case) for case in root.iter("testcase")])
+
+
+def one_per_test(tests: list[JunitTest]) -> list[JunitTest]:
+    """One entry per test id, at its first place: pytest writes a second testcase for a test whose
+    teardown errs after its call failed (a timed-out test's leaked threads); the first failure is
+    the test's, and the later entries' texts follow it."""
+    out: dict[str, JunitTest] = {}
+    for t in tests:
+        first = out.get(t.id)
+        if first is None or (first.outcome not in FAILING and t.outcome in FAILING):
+            out[t.id] = t if first is None else replace(t, text="\n".join(x for x in (t.text, first.text) if x))
+        elif t.outcome in FAILING:
+            out[t.id] = replace(first, text="\n".join(x for x in (first.text, t.text) if x))
+    return list(out.values())
 
 
 def _test(case: ET.Element) -> JunitTest:
