@@ -268,3 +268,27 @@ def test_a_test_junit_lists_twice_counts_once_with_its_call_failure():
     assert b == other
     (late,) = one_per_test([JunitTest(id="t::a", outcome="passed", threads=1), teardown])
     assert (late.outcome, late.message) == ("error", "leaked threads")
+
+
+THROUGH_A_COMPILED_CALL = '''
+import torch
+
+
+def wrong(x):
+    raise ValueError("the test's own mistake")
+
+
+def test_fails_inside_a_compiled_call():
+    torch.compile(wrong, backend="eager")(torch.ones(2))
+'''
+
+
+def test_torch_source_in_a_traceback_names_no_race(tmp_path):
+    """A failure through a compiled call passes eval_frame's frame, whose source quotes F2's
+    message: the failure text is Python's traceback, not pytest's source listing, so no race."""
+    (tmp_path / "test_through.py").write_text(THROUGH_A_COMPILED_CALL, encoding="utf-8")
+    proc = _hunt("--json", "--runs", "1", "--threads", "2", "-o", str(tmp_path / "hunt"), "--", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (test,) = json.loads(proc.stdout)["tests"]
+    assert test["verdict"] == "not a race" and test["races"] == [], test
+    assert "the test's own mistake" in test["message"], test

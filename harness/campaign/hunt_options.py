@@ -2,12 +2,16 @@
 
 Each run is `python -m pytest -p run-parallel -p harness.campaign.hunt_plugin [-p timeout
 --timeout S] -p no:cacheprovider --parallel-threads T --junitxml=<run>/junit.xml -o
-junit_logging=all -q PYTEST_ARGS`: pytest-run-parallel runs each test body in T threads at once
-(its `thread_unsafe` and `parallel_threads` markers, thread-unsafe fixtures and its reading of the
-test's own calls still keep a test in one thread; the hunt plugin only stops that reading at torch's
-internals), pytest-timeout cuts a hung test with its id so that the
-run goes on, the cache stays as the user left it (`--lf` is theirs), and the junit report holds
-each failure's text with the test's captured output.
+junit_logging=all --tb=native -q PYTEST_ARGS`:
+- pytest-run-parallel runs each test body in T threads at once (its `thread_unsafe` and
+  `parallel_threads` markers, thread-unsafe fixtures and its reading of the test's own calls
+  still keep a test in one thread; the hunt plugin only stops that reading at torch's internals);
+- pytest-timeout cuts a hung test with its id, so that the run goes on;
+- the cache stays as the user left it (`--lf` is theirs);
+- the junit report holds each failure's text with the test's captured output, in Python's own
+  traceback (`--tb=native`): pytest's lists each frame's source, and torch's source quotes the
+  messages the catalogue names races by (`Detected that you are using FX...` in every compiled
+  call's frame), so any failure through a compiled call would read as those races.
 """
 
 from __future__ import annotations
@@ -136,6 +140,7 @@ def pytest_argv(opts: HuntOptions, threads: int, junit: Path) -> tuple[str, ...]
         "junit_logging=all",
         "-o",
         "junit_log_passing_tests=false",
+        "--tb=native",
         "-q",
         *opts.pytest_args,
     )

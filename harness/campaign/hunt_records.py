@@ -77,6 +77,11 @@ class RunRecord:
     def rerun(self) -> bool:
         return self.run < 0
 
+    @property
+    def part_folders(self) -> tuple[str, ...]:
+        """The folders of its processes, in order (`run-<i>`, then `run-<i>-part<k>`)."""
+        return (self.folder, *(f"{self.folder}-part{k}" for k in range(2, self.parts + 1)))
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

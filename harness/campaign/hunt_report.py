@@ -37,6 +37,7 @@ from typing import Any
 
 from harness.campaign.hunt_junit import FAILING, read_junit
 from harness.campaign.hunt_options import JUNIT, HuntOptions
+from harness.campaign.hunt_progress import PROGRESS, read_progress
 from harness.campaign.hunt_records import RECORDS, RunRecord
 from harness.campaign.hunt_verdicts import RACE, TestVerdict
 from harness.campaign.stress import arm_name
@@ -201,10 +202,28 @@ def _hunt_command(stress_command: str, pytest_args: Sequence[str]) -> str:
 
 
 def _first_failure(out_dir: Path, tid: str, records: Sequence[RunRecord]) -> list[diagnose.Failure]:
+    """The test's first failure that named a race, read back from the process it ran in."""
     for r in sorted(records, key=lambda r: r.run):
-        if r.rerun or not any(t.id == tid and t.outcome in FAILING for t in r.tests or ()):
+        if r.rerun or not any(t.id == tid and t.outcome in FAILING and t.races for t in r.tests or ()):
             continue
-        for t in read_junit(out_dir / r.folder / JUNIT) or ():
-            if t.id == tid and t.outcome in FAILING:
-                return diagnose.failures_in_text(t.text, source=f"{tid} ({r.folder})")
+        for name in r.part_folders:
+            found = _failure_in(out_dir / name, tid)
+            if found:
+                return found
     return []
+
+
+def _failure_in(folder: Path, tid: str) -> list[diagnose.Failure]:
+    """The test's failure in one process's folder: its text from the junit report or the progress
+    record, or, where the test killed the process, the folder's own failure (its crash, its dumps)."""
+    progress = read_progress(folder / PROGRESS)
+    tests = read_junit(folder / JUNIT)
+    if tests is None and progress is not None and progress.running == tid:
+        try:
+            return diagnose.collect([str(folder)])
+        except diagnose.DiagnoseError:
+            return []
+    if tests is None:
+        tests = list(progress.done) if progress is not None else []
+    text = next((t.text for t in tests if t.id == tid and t.outcome in FAILING), None)
+    return diagnose.failures_in_text(text, source=f"{tid} ({folder.name})") if text else []
