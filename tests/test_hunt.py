@@ -270,7 +270,7 @@ def test_a_test_junit_lists_twice_counts_once_with_its_call_failure():
     assert (late.outcome, late.message) == ("error", "leaked threads")
 
 
-THROUGH_A_COMPILED_CALL = '''
+THROUGH_A_COMPILED_CALL = """
 import torch
 
 
@@ -280,7 +280,7 @@ def wrong(x):
 
 def test_fails_inside_a_compiled_call():
     torch.compile(wrong, backend="eager")(torch.ones(2))
-'''
+"""
 
 
 def test_torch_source_in_a_traceback_names_no_race(tmp_path):
