@@ -292,3 +292,10 @@ def test_torch_source_in_a_traceback_names_no_race(tmp_path):
     (test,) = json.loads(proc.stdout)["tests"]
     assert test["verdict"] == "not a race" and test["races"] == [], test
     assert "the test's own mistake" in test["message"], test
+
+
+def test_the_readme_names_every_key_of_the_json_report():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Hunt races in your test suite", 1)[1].split("\n## ", 1)[0]
+    missing = sorted(k for k in TOP_KEYS | TEST_KEYS | {"wilson"} if f"`{k}`" not in section)
+    assert not missing, missing
