@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,6 +78,7 @@ def test_the_clean_test_alone_exits_0_and_the_table_fits(tmp_path):
     assert CLEAN in proc.stdout and "ok" in proc.stdout
     table = proc.stdout.split("\n\n")[0].splitlines()  # the table and its legend
     assert len(table) >= 3 and max(len(line) for line in table) <= 120
+    assert re.match(r"hunt: 1 run x 4 threads a test, over \d+\.\ds: `pytest ", table[0]), table[0]
 
 
 @pytest.mark.parametrize(

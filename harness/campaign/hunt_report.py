@@ -132,9 +132,10 @@ def _text(
     elapsed_s: float,
 ) -> list[str]:
     main = [r for r in records if not r.rerun]
+    # The arguments last: a long list is clipped, the counts and the time are not.
     head = (
-        f"hunt: {len(main)} run{'s' if len(main) != 1 else ''} of `pytest {shlex.join(opts.pytest_args)}` with {opts.threads} threads a test"
-        f"{f', plan {opts.plan}' if opts.plan else ''}, over {elapsed_s:.1f}s"
+        f"hunt: {len(main)} run{'s' if len(main) != 1 else ''} x {opts.threads} threads a test"
+        f"{f', plan {opts.plan}' if opts.plan else ''}, over {elapsed_s:.1f}s: `pytest {shlex.join(opts.pytest_args)}`"
     )
     out = [clip(head, WIDTH), *table(opts, found), *textwrap.wrap("legend: " + LEGEND, WIDTH), ""]
     out += findings(opts, found, failures)
