@@ -737,12 +737,6 @@ def test_the_corpus_counts_are_its_tables():
     k, n, gpu = as_expected("cuda-torch2.11.0.json")
     assert (k, n) == (7, 7) and "2026-12-02" in gpu["host"]
     assert f"and {k} of {n} GPU programs (one H200, torch 2.11, 2026-12-02)" in TEXT
-    k, n, before = as_expected("cpu-torch2.13.0.json")
-    assert f"(2026-12-03, {k} of {n}," in TEXT and "2026-12-03" in before["host"]
-    daemon = next(p for p in before["programs"] if p["name"] == "daemon_torch_at_exit_abort")
-    runs = sum(daemon["outcomes"].values())
-    assert "R5" in daemon["found_races"]
-    assert f"aborted in {daemon['outcomes']['ABORT']} of {runs} runs and was named R5" in TEXT
     fixes = json.loads((RESULTS / "corpus" / "cpu-fixes-torch2.13.0-2026-12-04.json").read_text())["fixes"]
     held = sum(f["as_expected"] for f in fixes)
     assert f"each CPU entry's fix did what its entry says in {held} of {len(fixes)}" in TEXT
@@ -864,3 +858,62 @@ def test_the_commands_the_report_names_still_parse():
         assert argv[0] in COMMANDS, line
         if len(argv) > 1 and not any(w == "..." or "[" in w or w.isupper() for w in argv):
             harness_parser().parse_args(argv)
+
+
+def _hunt(name: str) -> tuple[list[dict], list[dict]]:
+    """A committed hunt's tests (its --json report) and its runs (hunt.jsonl)."""
+    folder = RESULTS / "hunt" / name
+    tests = json.loads((folder / "report.json").read_text(encoding="utf-8"))["tests"]
+    lines = [json.loads(line) for line in (folder / "hunt.jsonl").read_text(encoding="utf-8").splitlines()]
+    return tests, [x for x in lines if "run" in x and x["run"] >= 0]
+
+
+def _racing(tests: list[dict], race: str | None = None, where: str = "") -> int:
+    picked = [t for t in tests if t["verdict"] == "race" and where in t["id"]]
+    return len(picked) if race is None else sum(race in t["races"] for t in picked)
+
+
+def test_the_hunt_section_is_what_the_hunts_recorded():
+    td, td_runs = _hunt("2026-12-04-tensordict-0.14.0")
+    own, own_runs = _hunt("2026-12-04-own-tests")
+    assert f"{_racing(td)} of {len(td)} tests race" in TEXT
+    export = f"TestExport {_racing(td, where='TestExport')} (`export-threads` {_racing(td, 'export-threads')}, F3 {_racing(td, 'F3')})"
+    assert export in TEXT
+    assert f"R8 {_racing(td, 'R8')}, an eager tensorclass" in TEXT and f"; R5 {_racing(td, 'R5')};" in TEXT
+    unnamed = [t for t in td if t["verdict"] == "race" and not t["races"]]
+    assert len(unnamed) == 12 + 1 and "12 on the tests' own shared state; 1 unexplained" in TEXT
+    assert (
+        f"{_racing(own)} of {len(own)} race: F2 {_racing(own, 'F2')}, R4 {_racing(own, 'R4')}, R5 {_racing(own, 'R5')};"
+        in TEXT
+    )
+    assert sum(not t["races"] for t in own if t["verdict"] == "race") == 8 + 1
+    assert "8 on the tests' shared state; 1 CPython's `ast` in threads" in TEXT
+    runs = td_runs + own_runs
+    assert f"a test's segfault ends its run ({sum(r['parts'] > 1 for r in runs)} of these {len(runs)} runs)" in TEXT
+    assert all(
+        t["message"].startswith("ABORT: Segmentation fault")
+        for r in runs
+        for t in r["tests"]
+        if t["outcome"] == "crashed"
+    )
+    bench = (RESULTS / "hunt" / "2026-12-04-bench-hunt-vs-plain.txt").read_text(encoding="utf-8")
+    hunt_s = [float(x) for x in re.findall(r"tests/hunt_suite: ([\d.]+) s", bench)]
+    plain_s = [float(x) for x in re.findall(r"one after another: ([\d.]+) s", bench)]
+    assert f"{min(hunt_s)}-{max(hunt_s)} s against {min(plain_s)}-{max(plain_s)} s plain" in TEXT
+    corpus = json.loads((RESULTS / "corpus" / "cpu-torch2.13.0-2026-12-04-export-threads.json").read_text())
+    (program,) = corpus["programs"]
+    assert program["found_races"] == ["F3"] and "diagnose names only F3 there" in TEXT
+    fixes, _ = _hunt("2026-12-04-tensordict-0.14.0-fixes")
+    tc = [t for t in fixes if "TestTC" in t["id"] and t["verdict"] == "race"]
+    none, lock = (sum(t["arms"][k]["failed"] for t in tc) for k in (0, 1))
+    runs = {sum(t["arms"][k]["runs"] for t in tc) for k in (0, 1)}
+    assert [t["arms"][1]["fixes"] for t in tc] == [["global-lock"]] * len(tc) and runs == {12}
+    assert f"`global-lock` failed there {lock} of 12 against {none} of 12, now an edit" in TEXT
+    assert {f.name: f for f in load().race("R8").fixes}["global-lock"].edit
+    entry = (
+        (ROOT / "tests" / "foreign" / "corpus.toml")
+        .read_text(encoding="utf-8")
+        .split('name = "export_in_worker_threads"')[1]
+    )
+    assert "21 of 24 exports failed with 4 workers" in entry and "8 of 8 exported with --workers 1" in entry
+    assert "21 of 24 exports failed, 8 of 8 alone" in TEXT
