@@ -25,6 +25,7 @@ DETERMINISTIC = "hunt_deterministic.py::test_wrong_expectation"
 CLEAN = "hunt_clean.py::test_eager_modules_of_their_own"
 TEST_KEYS = {
     "id", "threads", "single_reason", "failed", "runs", "arms", "races", "one_thread", "verdict", "why", "message", "holds",
+    "dumps",
 }  # fmt: skip
 TOP_KEYS = {
     "pytest_args",
@@ -301,3 +302,45 @@ def test_the_readme_names_every_key_of_the_json_report():
     section = readme.split("## Hunt races in your test suite", 1)[1].split("\n## ", 1)[0]
     missing = sorted(k for k in TOP_KEYS | TEST_KEYS | {"wilson"} if f"`{k}`" not in section)
     assert not missing, missing
+
+
+HANGING_TESTS = """
+import itertools
+import threading
+
+_lock_a, _lock_b = threading.Lock(), threading.Lock()
+_turn = itertools.count()
+
+
+def test_lock_order_deadlock():
+    # the copies alternate the order in which they take the two locks
+    first, second = (_lock_a, _lock_b) if next(_turn) % 2 else (_lock_b, _lock_a)
+    with first:
+        threading.Event().wait(0.5)
+        with second:
+            pass
+
+
+def test_after():
+    assert True
+"""
+
+
+def test_a_hung_test_is_cut_and_named_with_a_dump_of_its_threads(tmp_path):
+    """pytest-timeout cuts the deadlocked test and the run goes on; its threads keep the process from
+    exiting, the runner's py-spy dump shows them in the test, and the report links that dump to it."""
+    (tmp_path / "test_hanging.py").write_text(HANGING_TESTS, encoding="utf-8")
+    out = tmp_path / "hunt"
+    args = ["--json", "--runs", "1", "--threads", "4", "--test-timeout", "5", "-o", str(out)]
+    proc = _hunt(*args, "--", str(tmp_path / "test_hanging.py"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    tests = {t["id"].rsplit("::", 1)[-1]: t for t in report["tests"]}
+    hung, after = tests["test_lock_order_deadlock"], tests["test_after"]
+    assert "Timeout" in hung["message"] and hung["failed"] == 1, hung
+    assert after["failed"] == 0 and after["runs"] == 1
+    (run,) = [f for f in report["run_failures"] if f["run"] == 0]
+    assert run["outcome"] == "HANG", run
+    (dump,) = hung["dumps"]
+    assert Path(dump).is_file() and "test_lock_order_deadlock" in Path(dump).read_text()
+    assert after["dumps"] == []

@@ -15,7 +15,8 @@ findings; or, with `--json`, the same as one JSON object:
         "one_thread": "passed" | "failed" | null,   # the rerun with --parallel-threads 1
         "verdict": "race" | "not a race" | "flaky" | "ok" | "skipped",
         "why": str, "message": str,      # the verdict's reason; the first failure's line
-        "holds": [str]                   # fix sets with 0 failures where another set failed
+        "holds": [str],                  # fix sets with 0 failures where another set failed
+        "dumps": [str]                   # hang dumps whose threads were still in this test at exit
       }],
       "run_failures": [{"run": int, "outcome": str, "rc": int | null, "detail": str,
                         "races": [str], "folder": str}],   # runs that ended outside pytest's report
@@ -43,6 +44,7 @@ from harness.campaign.hunt_verdicts import RACE, TestVerdict
 from harness.campaign.stress import arm_name
 from harness.diagnosis import diagnose
 from harness.text import clip
+from harness.trial.folder import HANG_DUMP
 
 WIDTH = 120
 ID_WIDTH = 52
@@ -85,7 +87,7 @@ def to_json(
         "runs": opts.runs,
         "out_dir": str(opts.out_dir),
         "elapsed_s": round(elapsed_s, 1),
-        "tests": [_test_json(v) for v in found],
+        "tests": [_test_json(v, stuck_dumps(opts.out_dir, v.id, failures)) for v in found],
         "run_failures": [
             {
                 "run": f.run,
@@ -102,7 +104,7 @@ def to_json(
     }
 
 
-def _test_json(v: TestVerdict) -> dict[str, Any]:
+def _test_json(v: TestVerdict, dumps: list[Path]) -> dict[str, Any]:
     arms = [
         {"fixes": None if a.fixes is None else list(a.fixes), "failed": a.failed, "runs": a.runs}
         | {"wilson": [round(a.wilson.low, 4), round(a.wilson.high, 4)]}
@@ -121,6 +123,7 @@ def _test_json(v: TestVerdict) -> dict[str, Any]:
         "why": v.why,
         "message": v.message,
         "holds": list(v.holds),
+        "dumps": [str(d) for d in dumps],
     }
 
 
@@ -174,6 +177,7 @@ def findings(opts: HuntOptions, found: list[TestVerdict], failures: list[RunReco
             holds = f"; holds: {', '.join(v.holds)}" if v.holds else ""
             out.append(clip(f"- {v.id}: {v.why} (failed {v.failed}/{v.runs}){holds}", WIDTH))
             out.append(clip(f"    {v.message}", WIDTH))
+            out += [f"    its threads were still in it at exit: {d}" for d in stuck_dumps(opts.out_dir, v.id, failures)]
     single = [v for v in found if v.threads == 1 and opts.threads > 1 and v.single_reason]
     for v in single:
         out.append(clip(f"- {v.id}: ran in 1 thread ({v.single_reason}): no race between its copies", WIDTH))
@@ -181,6 +185,21 @@ def findings(opts: HuntOptions, found: list[TestVerdict], failures: list[RunReco
         races = f"; races: {', '.join(f.races)}" if f.races else ""
         out.append(clip(f"- {f.folder}: {f.outcome} {f.detail}{races}; artefacts: {opts.out_dir / f.folder}", WIDTH))
     return out or ["no test failed"]
+
+
+def stuck_dumps(out_dir: Path, tid: str, failures: Sequence[RunRecord]) -> list[Path]:
+    """The hang dumps (py-spy's, taken by the runner) of runs whose threads were still in this test's
+    function when the process could not exit: pytest-timeout cut the test, its threads never
+    returned, and the dump shows where they wait."""
+    name = tid.rsplit("::", 1)[-1].split("[", 1)[0]
+    found = []
+    for f in failures:
+        for folder in f.part_folders if f.outcome == "HANG" else ():
+            path = out_dir / folder / HANG_DUMP
+            text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+            if re.search(rf"\b{re.escape(name)}\b", text):
+                found.append(path)
+    return found
 
 
 def _diagnosis(opts: HuntOptions, found: list[TestVerdict], records: Sequence[RunRecord]) -> list[str]:
