@@ -199,3 +199,22 @@ def test_the_readme_example_fails_raw_and_holds_under_its_fix_side_by_side():
     (p,) = [p for p in corpus.load() if p.name == "serve_while_tracing_example"]
     f = corpus.run_fix(p, python=sys.executable, runs=1, parallel=1)
     assert f.ok, f"{f.verdict}; rows {f.rows}"
+
+
+def test_an_also_set_is_read_from_the_same_table_and_measured_not_judged():
+    p = program(fix=("global-lock",), fix_holds=False)
+    table = ARM_TABLE_OLD.replace("as is", "none").replace(
+        "cstash-tls-init,global-lock,cublas-handle-init    1/3",
+        "global-lock                            2/3 \ncublas-handle-init,global-lock,cstash-tls-init    0/3",
+    )
+    f = corpus.FixFound(name="p", expect="CRASH", fix="global-lock", fix_holds=False)
+    also = (("cstash-tls-init", "global-lock", "cublas-handle-init"), ("stream-sync",))
+    corpus.read_fix_run(p, f, subprocess.CompletedProcess([], 1, table, ""), also)
+    assert (f.raw_failed, f.fixed_failed, f.verdict) == (3, 2, "as expected")
+    assert [(a["fix"], a["failed"], a["runs"]) for a in f.also] == [
+        ("cstash-tls-init,global-lock,cublas-handle-init", 0, 3),
+        ("stream-sync", 0, 0),  # not in the table: no runs, said so in the table as '-'
+    ]
+    text = corpus.fix_table([f], torch="t", host="h")
+    assert "| p | cstash-tls-init,global-lock,cublas-handle-init | 0/3 |" in text and "| p | stream-sync | - |" in text
+    assert corpus.main(["--also", "global-lock"]) == 2

@@ -75,3 +75,11 @@ def test_programs_deals_the_gpu_entries_with_a_fix_into_shards(capsys):
     shards = [line.split(",") for line in capsys.readouterr().out.splitlines() if line]
     names = [n for shard in shards for n in shard]
     assert len(names) == len(set(names)) and len(shards) <= 2
+
+
+def test_sets_measured_beside_the_fix_are_recorded_and_do_not_colour_the_gate(tmp_path):
+    also = [{"fix": "cstash-tls-init,global-lock,cublas-handle-init", "failed": 3, "runs": 4, "row": "..."}]
+    record = _record(tmp_path, "", [_row("p", "0/4") | {"also": also}])
+    assert record["green"]
+    assert record["programs"][0]["also"] == [{"fix": also[0]["fix"], "failed": 3, "runs": 4}]
+    assert _record(tmp_path, "", [_row("q", "0/4")])["programs"][0]["also"] == []

@@ -14,6 +14,7 @@ locks or queues, which is not a race); an entry with no races expects no catalog
 A program that needs CUDA on a host without it prints SKIP and is counted apart.
 
     python -m tools.corpus --fixes [--device cuda] [--out STEM]   # side by side: raw vs the entry's fix
+    python -m tools.corpus --fixes --also A,B [--also C]            # more sets in the same stress, measured only
 
 `--fixes` runs each selected entry that names a `fix` (comma-separated registry fixes: the fix the
 diagnosis offers) as `harness stress --fix none --fix FIX -- python PROGRAM` (run i of each set on
@@ -108,6 +109,8 @@ class FixFound:
     fixed_runs: int = 0
     rows: list[str] = field(default_factory=list)
     """The arm table's two rows as stress printed them (its further columns: Wilson, time, races)."""
+    also: list[dict] = field(default_factory=list)
+    """Each `--also` set's arm in the same stress: {"fix", "failed", "runs", "row"}; measured, not judged."""
     skipped: bool = False
     seconds: float = 0.0
     verdict: str = ""
@@ -286,11 +289,16 @@ def arm_rows(text: str) -> dict[str, Arm]:
     return rows
 
 
+def arm_of(rows: dict[str, Arm], fix: tuple[str, ...]) -> Arm | None:
+    """The row of a fix set, whatever order stress printed its names in."""
+    return next((a for name, a in rows.items() if set(name.replace(" ", "").split(",")) == set(fix)), None)
+
+
 def pick_arms(rows: dict[str, Arm], fix: tuple[str, ...]) -> tuple[Arm, Arm] | None:
     """(raw, fixed): the `none` row and the row naming the fix's set (stress may reorder the names);
     two rows that name neither are taken in the order given (`--fix none` first)."""
     raw = rows.get("none")
-    fixed = next((a for name, a in rows.items() if set(name.replace(" ", "").split(",")) == set(fix)), None)
+    fixed = arm_of(rows, fix)
     if (raw is None or fixed is None) and len(rows) == 2:
         raw, fixed = rows.values()
     return (raw, fixed) if raw is not None and fixed is not None else None
@@ -313,13 +321,20 @@ def judge_fix(p: Program, f: FixFound) -> str:
     return "as expected" if not problems else "differs: " + "; ".join(problems)
 
 
-def read_fix_run(p: Program, f: FixFound, done: subprocess.CompletedProcess) -> None:
+def read_fix_run(
+    p: Program, f: FixFound, done: subprocess.CompletedProcess, also: tuple[tuple[str, ...], ...] = ()
+) -> None:
     """Fill f from one side-by-side stress: its arm table, or why there is none."""
     if done.returncode == 2:
         lines = done.stderr.strip().splitlines() or ["(no message)"]
         f.verdict = f"differs: stress refused it: {lines[-1][:200]}"
         return
-    arms = pick_arms(arm_rows(done.stdout), p.fix)
+    rows = arm_rows(done.stdout)
+    for fix in also:
+        arm = arm_of(rows, fix)
+        got = {"failed": arm.failed, "runs": arm.runs, "row": arm.row} if arm else {"failed": 0, "runs": 0, "row": ""}
+        f.also.append({"fix": ",".join(fix), **got})
+    arms = pick_arms(rows, p.fix)
     if arms is None:
         f.verdict = f"differs: no side-by-side table in stress's output (exit {done.returncode})"
         return
@@ -329,8 +344,16 @@ def read_fix_run(p: Program, f: FixFound, done: subprocess.CompletedProcess) -> 
     f.verdict = judge_fix(p, f)
 
 
-def run_fix(p: Program, *, python: str, runs: int | None = None, parallel: int = 2, cuda: bool = True) -> FixFound:
-    """Raw and the entry's fix side by side under one stress (same seeds)."""
+def run_fix(
+    p: Program,
+    *,
+    python: str,
+    runs: int | None = None,
+    parallel: int = 2,
+    cuda: bool = True,
+    also: tuple[tuple[str, ...], ...] = (),
+) -> FixFound:
+    """Raw, the entry's fix and any `--also` sets side by side under one stress (same seeds)."""
     fix = ",".join(p.fix)
     f = FixFound(name=p.name, expect=p.expect, fix=fix, fix_holds=p.fix_holds)
     if p.device == "cuda" and not cuda:
@@ -341,9 +364,10 @@ def run_fix(p: Program, *, python: str, runs: int | None = None, parallel: int =
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"corpus-fix-{p.name}-") as tmp:
         cmd = stress_command(
-            p, python=python, runs=n, parallel=parallel, out=Path(tmp) / "runs", fix_sets=("none", fix)
-        )
-        limit = 2 * n * (p.timeout + 90) + 120
+            p, python=python, runs=n, parallel=parallel, out=Path(tmp) / "runs",
+            fix_sets=("none", fix, *(",".join(x) for x in also)),
+        )  # fmt: skip
+        limit = (2 + len(also)) * n * (p.timeout + 90) + 120
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=limit)
         except subprocess.TimeoutExpired:
@@ -353,7 +377,7 @@ def run_fix(p: Program, *, python: str, runs: int | None = None, parallel: int =
         # one stuck stress must not cost the other entries' verdicts (a GPU gate runs them in one go)
         f.verdict = f"differs: stress did not finish within {limit:g} s"
     else:
-        read_fix_run(p, f, done)
+        read_fix_run(p, f, done, also)
     return f
 
 
@@ -379,6 +403,13 @@ def fix_table(found: list[FixFound], *, torch: str, host: str) -> str:
         fixed = f"{f.fixed_failed}/{f.fixed_runs}" if f.fixed_runs else "-"
         holds = "holds" if f.fix_holds else "does not hold"
         lines.append(f"| {f.name} | {f.expect} | {f.fix} ({holds}) | {raw} | {fixed} | {f.seconds:g} | {f.verdict} |")
+    also = [(f.name, a) for f in found for a in f.also]
+    if also:
+        lines += ["", "Also measured in the same stresses (same seeds, not judged):", ""]
+        lines += ["| program | fix set | failed |", "|---|---|---|"]
+        for name, a in also:
+            counted = f"{a['failed']}/{a['runs']}" if a["runs"] else "-"
+            lines.append(f"| {name} | {a['fix']} | {counted} |")
     return "\n".join(lines)
 
 
@@ -421,6 +452,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--fixes", action="store_true", help="side by side: each chosen entry with a `fix`, raw vs that fix"
     )
+    ap.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="FIXES",
+        help="with --fixes: another fix set (comma-separated) in the same stress, same seeds; measured, not judged",
+    )
     ap.add_argument("--out", help="also write the table (.md) and the findings (.json) here, by this stem")
     return ap.parse_args(argv)
 
@@ -459,6 +497,9 @@ def write_out(stem: Path, text: str, record: dict, argv: list[str] | None) -> No
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     try:
+        if a.also and not a.fixes:
+            raise CorpusError("--also needs --fixes (it adds a fix set beside the entry's)")
+        a.also_sets = tuple(parse_fixes(x, "--also") for x in a.also)
         chosen = choose(load(), a)
     except CorpusError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -468,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     found: list = []
     for p in chosen:
         if a.fixes:
-            f = run_fix(p, python=a.python, runs=a.runs, parallel=a.parallel, cuda=cuda)
+            f = run_fix(p, python=a.python, runs=a.runs, parallel=a.parallel, cuda=cuda, also=a.also_sets)
         elif p.device == "cuda" and not cuda:
             # stress keeps no passing run, so the program's SKIP line would not reach us
             f = Found(name=p.name, expect=p.expect, races=list(p.races), warnings=list(p.warnings), skipped=True)

@@ -76,6 +76,8 @@ def corpus_rows(paths: list[Path]) -> list[dict]:
                     "skipped": f["skipped"],
                     "as_expected": f["as_expected"],
                     "verdict": f["verdict"],
+                    # sets measured beside them (`--also`), not judged: the gate's green ignores them
+                    "also": [{k: a[k] for k in ("fix", "failed", "runs")} for a in f.get("also") or ()],
                 }
             )
     return rows

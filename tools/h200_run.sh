@@ -147,15 +147,16 @@ run_phase() {
     # fix the diagnosis offers (3 shards at once, 2 runs at a time each); the record goes to
     # results/gpu-gate/<date>.json and $OUT/gpu-gate.json. Env GATE_COMMIT: the commit the checkout
     # is (a host's copy has no .git); GATE_RUNS: runs per arm (4); GATE_ONLY: these entries only;
-    # GATE_SHARDS: programs at once (3); GATE_PARALLEL: runs at once per program (2).
+    # GATE_SHARDS: programs at once (3); GATE_PARALLEL: runs at once per program (2); GATE_ALSO:
+    # fix sets (space-separated, each comma-separated) run beside raw and the offered fix, measured only.
     gate|gate:*) IFS=: read -r _ gs gn <<< "$phase"; gs=${gs:-560}; s=$(date +%s)
             export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
             timeout -k 15 $(( gs - 20 )) python3 -m pytest -v -rfE -p no:cacheprovider --basetemp "$X/gate-tmp" -n "${gn:-4}" \
               -m "race or cuda" --junitxml "$X/gate-junit.xml" tests/race/test_gpu_catalogue.py \
               tests/race/test_r22_stash_tls_refcount.py tests/test_r23.py > "$X/gate-pytest.txt" 2>&1 & gp=$!
-            gc=(); k=0
+            gc=(); k=0; also=(); for a in ${GATE_ALSO:-}; do also+=(--also "$a"); done
             while read -r names; do [ -n "$names" ] || continue; k=$(( k + 1 ))
-              timeout -k 15 $(( gs - 30 )) python3 -m tools.corpus --device cuda --fixes --only "$names" \
+              timeout -k 15 $(( gs - 30 )) python3 -m tools.corpus --device cuda --fixes --only "$names" "${also[@]}" \
                 --runs "${GATE_RUNS:-4}" -p "${GATE_PARALLEL:-2}" --out "$X/gate-corpus-$k" > "$X/gate-corpus-$k.txt" 2>&1 & gc+=($!)
             done < <(python3 -m tools.gpu_gate programs --shards "${GATE_SHARDS:-3}" --only "${GATE_ONLY:-}")
             wait $gp "${gc[@]}"; echo "gate pytest+corpus $(( $(date +%s) - s ))s"; tail -n 25 "$X/gate-pytest.txt"
