@@ -881,7 +881,12 @@ def test_the_hunt_section_is_what_the_hunts_recorded():
     assert export in TEXT
     assert f"R8 {_racing(td, 'R8')}, an eager tensorclass" in TEXT and f"; R5 {_racing(td, 'R5')};" in TEXT
     unnamed = [t for t in td if t["verdict"] == "race" and not t["races"]]
-    assert len(unnamed) == 12 + 1 and "12 on the tests' own shared state; 1 unexplained" in TEXT
+    assert len(unnamed) == 12 + 1 and "12 on the tests' own shared state; 1 after export-threads" in TEXT
+    aftermath = (RESULTS / "hunt" / "2026-12-04-tensordict-0.14.0" / "nested-region-after-export.txt").read_text()
+    assert aftermath.count("1 passed, 239 deselected") == 3 and aftermath.count("6 errors") == 2
+    assert [t["id"] for t in unnamed if "TestGuardCount" not in t["id"] and "TestCudaGraphs" not in t["id"]] == [
+        "test/compile/test_compile.py::TestNestedCompileRegion::test_nested_compile_region_td"
+    ]
     assert (
         f"{_racing(own)} of {len(own)} race: F2 {_racing(own, 'F2')}, R4 {_racing(own, 'R4')}, R5 {_racing(own, 'R5')};"
         in TEXT
