@@ -25,7 +25,7 @@ DETERMINISTIC = "hunt_deterministic.py::test_wrong_expectation"
 CLEAN = "hunt_clean.py::test_eager_modules_of_their_own"
 TEST_KEYS = {
     "id", "threads", "single_reason", "failed", "runs", "arms", "races", "one_thread", "verdict", "why", "message", "holds",
-    "dumps",
+    "dumps", "alone",
 }  # fmt: skip
 TOP_KEYS = {
     "pytest_args",
@@ -237,9 +237,10 @@ def test_a_test_that_kills_its_process_is_named_and_the_rest_still_run(tmp_path)
     assert dies["message"].startswith("ABORT: Segmentation fault"), dies
     assert tests["test_after"]["failed"] == 0 and tests["test_after"]["runs"] == 2
     records = _records(out / RECORDS)
-    assert sorted(r["parts"] for r in records) == [1, 2, 2]  # the rerun with 1 thread does not crash
+    # the rerun with 1 thread does not crash; alone with 2 threads the test crashes its process again
+    assert sorted(r["parts"] for r in records) == [1, 1, 2, 2] and dies["alone"] == "failed"
     assert {r["outcome"] for r in records if r["run"] >= 0} == {"ABORT"}
-    assert (out / "run-0-part2").is_dir() and proc.stderr.count("the process died in") == 2
+    assert (out / "run-0-part2").is_dir() and proc.stderr.count("the process died in") == 3  # 2 runs, alone
 
 
 def test_the_progress_record_of_a_dead_run(tmp_path):
@@ -341,6 +342,45 @@ def test_a_hung_test_is_cut_and_named_with_a_dump_of_its_threads(tmp_path):
     assert after["failed"] == 0 and after["runs"] == 1
     (run,) = [f for f in report["run_failures"] if f["run"] == 0]
     assert run["outcome"] == "HANG", run
-    (dump,) = hung["dumps"]
-    assert Path(dump).is_file() and "test_lock_order_deadlock" in Path(dump).read_text()
+    # the run's dump, and the rerun alone's: with the same threads it deadlocks again
+    assert [Path(d).parent.name for d in hung["dumps"]] == ["run-0", "alone-0"] and hung["alone"] == "failed"
+    assert all("test_lock_order_deadlock" in Path(d).read_text() for d in hung["dumps"])
     assert after["dumps"] == []
+
+
+ORDER_DEPENDENT_TESTS = """
+import threading
+
+LEFT = []
+
+
+def test_leaves_state_behind():
+    LEFT.append(threading.get_ident())
+
+
+def test_fails_after_it_with_threads():
+    # fails where an earlier test left state and another copy runs beside it
+    assert not (LEFT and threading.current_thread() is not threading.main_thread())
+
+
+def test_fails_alone_with_threads_too():
+    assert threading.current_thread() is threading.main_thread()
+"""
+
+
+def test_a_test_failing_after_another_is_told_from_its_own_race(tmp_path):
+    """Both tests fail in every run with threads and pass with one. Alone with the same threads the
+    first still passes (the earlier test's state failed it): `after another test`, not a race; the
+    second still fails: a race of its own."""
+    (tmp_path / "test_order.py").write_text(ORDER_DEPENDENT_TESTS, encoding="utf-8")
+    out = tmp_path / "hunt"
+    proc = _hunt("--json", "--runs", "2", "--threads", "2", "-o", str(out), "--", str(tmp_path / "test_order.py"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    tests = {t["id"].rsplit("::", 1)[-1]: t for t in json.loads(proc.stdout)["tests"]}
+    after, own = tests["test_fails_after_it_with_threads"], tests["test_fails_alone_with_threads_too"]
+    assert (after["one_thread"], after["alone"], after["verdict"]) == ("passed", "passed", "after another test"), after
+    assert (own["one_thread"], own["alone"], own["verdict"]) == ("passed", "failed", "race"), own
+    assert tests["test_leaves_state_behind"]["alone"] is None
+    assert proc.stderr.count("rerun alone with 2 threads") == 2 and (out / "alone-0").is_dir()
+    resumed = _hunt("--json", "--runs", "2", "--threads", "2", "-o", str(out), "--", str(tmp_path / "test_order.py"))
+    assert "hunt: " not in resumed.stderr and json.loads(resumed.stdout)["tests"] == list(tests.values())

@@ -4,13 +4,14 @@ Runs the suite `--runs` times (per fix set) under pytest-run-parallel, each test
 `--threads` threads at once, each run an isolated process through `runner.run_trial` (hang dumps,
 native stacks, the lifeline, the fixes' bootstrap), `--workers` runs at once; reads each run's
 junit report (harness.campaign.hunt_junit) and names each failing test's race from its own
-failure text (`diagnose`); a test failing in every run is rerun once with one thread
+failure text (`diagnose`); a test failing in every run is rerun once with one thread, and one
+that passes there and names no race is rerun alone in its own process with the same threads
 (harness.campaign.hunt_verdicts says what each test is; hunt_report prints it). A run whose
 process dies inside a test (a segfault in its threads) names the crash after that test, from the
 plugin's progress record, and goes on with the tests that never ran in a new process: a part.
 
 The output folder keeps each run's trial folder (`run-<i>`, its parts `run-<i>-part<k>`, the rerun's
-`rerun-1-thread`) and
+`rerun-1-thread`, the reruns alone `alone-<k>`) and
 `hunt.jsonl` (harness.campaign.hunt_records): a hunt killed mid-run and started again with the
 same `-o` reads its finished runs back and runs only the others. Ctrl-C kills the runs in flight
 (not recorded: a resume reruns them) and exits 130.
@@ -36,9 +37,9 @@ from harness.campaign.hunt_junit import CRASHED, FAILING, JunitTest, read_junit
 from harness.campaign.hunt_options import JUNIT, HuntOptions, options_from_args, pytest_argv
 from harness.campaign.hunt_plugin import ONLY_ENV, PROGRESS_ENV
 from harness.campaign.hunt_progress import PROGRESS, crashed_test, read_progress
-from harness.campaign.hunt_records import RecordLog, RunRecord, TestRecord
+from harness.campaign.hunt_records import ALONE, ONE_THREAD, RecordLog, RunRecord, TestRecord
 from harness.campaign.hunt_report import print_report
-from harness.campaign.hunt_verdicts import always_failing, verdicts
+from harness.campaign.hunt_verdicts import always_failing, needs_alone, verdicts
 from harness.campaign.matrix_spec import MatrixError, PlanChoice
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
 from harness.campaign.stress import INTERRUPTED_RC, arm_env, arm_strategy
@@ -50,7 +51,7 @@ from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
-RERUN = -1
+RERUN = ONE_THREAD
 RERUN_FOLDER = "rerun-1-thread"
 MAX_PARTS = 20
 """Processes one run may take: each part after a crash runs the tests the crash left unrun."""
@@ -63,7 +64,7 @@ _RUN_LEVEL = (Outcome.HANG, Outcome.TIMEOUT, Outcome.ABORT)
 @dataclass(frozen=True, slots=True)
 class HuntRun:
     index: int
-    """The run's number over all arms; RERUN for the rerun with one thread."""
+    """The run's number over all arms; RERUN for the rerun with one thread, ALONE - k for the k-th alone."""
     arm: int
     seed: int
     """Plan seed: run i of every arm gets seed i."""
@@ -92,6 +93,8 @@ def run_hunt(a: argparse.Namespace) -> int:
     loop.run(loop.pending())
     if not loop.interrupted and loop.bad_input is None:
         loop.run(loop.rerun())
+    if not loop.interrupted and loop.bad_input is None:
+        loop.run(loop.alone())
     if loop.bad_input is not None:
         if opts.own_dir:
             shutil.rmtree(opts.out_dir, ignore_errors=True)
@@ -125,10 +128,18 @@ class HuntLoop:
 
     def rerun(self) -> list[HuntRun]:
         """The rerun with one thread of the tests that failed in every run, unless recorded."""
-        if any(r.rerun for r in self.records):
+        if any(r.run == RERUN for r in self.records):
             return []
         ids = always_failing([r for r in self.records if not r.rerun])
         return [HuntRun(index=RERUN, arm=0, seed=0, only=tuple(ids))] if ids else []
+
+    def alone(self) -> list[HuntRun]:
+        """Each test that failed in every run with threads, passed with one and named no race, run
+        alone with the same threads (one process each), unless recorded: its own race, or the state
+        an earlier test left."""
+        done = {t.id for r in self.records if r.alone for t in r.tests or ()}
+        ids = [v.id for v in verdicts(self.records, self.opts.fix_sets) if needs_alone(v) and v.id not in done]
+        return [HuntRun(index=ALONE - k, arm=0, seed=0, only=(tid,)) for k, tid in enumerate(ids, len(done))]
 
     def run(self, runs: list[HuntRun]) -> None:
         if not runs:
@@ -178,7 +189,7 @@ class HuntLoop:
     def _worker(self) -> None:
         try:
             while (run := self._take()) is not None:
-                folder = self.opts.out_dir / (RERUN_FOLDER if run.index == RERUN else f"run-{run.index}")
+                folder = self.opts.out_dir / _folder_name(run)
                 self._finish(run, self._run_parts(run, folder), folder)
         except BaseException as e:
             with self.lock:
@@ -214,7 +225,7 @@ class HuntLoop:
 
     def _spec(self, run: HuntRun, folder: Path, only: tuple[str, ...]) -> TrialSpec:
         o = self.opts
-        rerun = run.index == RERUN
+        rerun = run.index < 0  # with one thread, or alone: the tests as they are, no plan
         fixes = None if rerun else o.fix_sets[run.arm]
         plan = plan_json(PlanChoice(name=o.plan, profile=o.plan), run.seed) if o.plan and not rerun else None
         env = {**arm_env(fixes), PROGRESS_ENV: str((folder / PROGRESS).resolve())}
@@ -222,7 +233,7 @@ class HuntLoop:
             listed = o.out_dir / f"{folder.name}-only.txt"
             listed.write_text("\n".join(only) + "\n", encoding="utf-8")
             env[ONLY_ENV] = str(listed.resolve())
-        argv = pytest_argv(o, 1 if rerun else o.threads, (folder / JUNIT).resolve())
+        argv = pytest_argv(o, 1 if run.index == RERUN else o.threads, (folder / JUNIT).resolve())
         return TrialSpec(
             trial_id=f"hunt/{run.index}",
             cell=cell_name("hunt", arm_strategy(fixes), (o.plan if plan else None) or NO_PLAN),
@@ -254,6 +265,12 @@ def read_part(result: TrialResult, folder: Path) -> RunPart:
     if crashed is None:
         return RunPart(result, folder, progress.done)
     return RunPart(result, folder, (*progress.done, crashed), crashed, progress.never_ran)
+
+
+def _folder_name(run: HuntRun) -> str:
+    if run.index == RERUN:
+        return RERUN_FOLDER
+    return f"alone-{ALONE - run.index}" if run.index <= ALONE else f"run-{run.index}"
 
 
 def judge(run: HuntRun, parts: list[RunPart], out_dir: Path) -> RunRecord:
@@ -322,7 +339,10 @@ def _bad_input(record: RunRecord, folder: Path) -> str | None:
 
 
 def _progress_line(record: RunRecord, opts: HuntOptions) -> str:
-    what = "rerun with 1 thread" if record.rerun else f"run {record.run + 1}/{opts.runs * len(opts.fix_sets)}"
+    if record.alone:
+        what = f"rerun alone with {opts.threads} threads"
+    else:
+        what = "rerun with 1 thread" if record.rerun else f"run {record.run + 1}/{opts.runs * len(opts.fix_sets)}"
     tests = record.tests or ()
     failing = sum(t.outcome in FAILING for t in tests)
     crashed = [t.id for t in tests if t.outcome == CRASHED]

@@ -17,6 +17,8 @@ from typing import Any
 from harness.runtime.errors import UserInputError
 
 RECORDS = "hunt.jsonl"
+ONE_THREAD, ALONE = -1, -2
+"""Run numbers of the reruns: with one thread; the first test run alone (then -3, -4, ...)."""
 
 
 class HuntFolderError(UserInputError):
@@ -59,7 +61,8 @@ class RunRecord:
     """One finished pytest run: how the process ended and its tests (None: it wrote no report)."""
 
     run: int
-    """The run's number over all arms (its folder's name); -1 for the rerun with one thread."""
+    """The run's number over all arms (its folder's name); -1 for the rerun with one thread, -2 - k
+    for the k-th rerun of one test alone with the hunt's threads."""
     arm: int
     seed: int
     outcome: str
@@ -75,7 +78,12 @@ class RunRecord:
 
     @property
     def rerun(self) -> bool:
+        """A rerun, with one thread or alone: not one of the suite's runs."""
         return self.run < 0
+
+    @property
+    def alone(self) -> bool:
+        return self.run <= ALONE
 
     @property
     def part_folders(self) -> tuple[str, ...]:

@@ -13,7 +13,8 @@ findings; or, with `--json`, the same as one JSON object:
         "arms": [{"fixes": null | [str], "failed": int, "runs": int, "wilson": [float, float]}],
         "races": [str],                  # catalogued races its failure texts named (R4, F2, ...)
         "one_thread": "passed" | "failed" | null,   # the rerun with --parallel-threads 1
-        "verdict": "race" | "not a race" | "flaky" | "ok" | "skipped",
+        "alone": "passed" | "failed" | null,        # the rerun alone with the same threads
+        "verdict": "race" | "not a race" | "after another test" | "flaky" | "ok" | "skipped",
         "why": str, "message": str,      # the verdict's reason; the first failure's line
         "holds": [str],                  # fix sets with 0 failures where another set failed
         "dumps": [str]                   # hang dumps whose threads were still in this test at exit
@@ -53,6 +54,7 @@ LEGEND = (
     "single); failed: runs failing (failed, error, or its process died in it) / runs; Wilson 95%: the failure rate's interval; "
     "1 thread: the rerun with --parallel-threads 1 of a test failing in every run; verdict: race (a "
     "catalogued race named, or it fails only with threads), not a race (it fails with 1 thread too), "
+    "after another test (it also passed alone with the same threads: an earlier test's state), "
     "flaky (fails now and then in 1 thread), ok"
 )
 _RUN_LEVEL = ("HANG", "TIMEOUT", "ABORT")
@@ -119,6 +121,7 @@ def _test_json(v: TestVerdict, dumps: list[Path]) -> dict[str, Any]:
         "arms": arms,
         "races": list(v.races),
         "one_thread": v.one_thread,
+        "alone": v.alone,
         "verdict": v.verdict,
         "why": v.why,
         "message": v.message,

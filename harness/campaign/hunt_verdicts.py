@@ -8,7 +8,10 @@ Verdicts, first that applies:
 - `race`: a catalogued race named by its failure text, or it failed in every run with threads and
   passed with 1 thread ("fails only with threads"), or it failed in some runs with threads and
   passed in others;
-- `flaky`: it failed in some runs though it ran in one thread, and no catalogued race is named.
+- `flaky`: it failed in some runs though it ran in 1 thread, and no catalogued race is named;
+- `after another test`: it failed in every run with threads and passed with 1, no race named, and
+  run alone in its own process with the same threads it passed too: what fails it is the state a
+  test before it left in the process (that test's race, or its own), not a race of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from harness import stats
 from harness.campaign.hunt_junit import FAILING, SKIPPED
 from harness.campaign.hunt_records import RunRecord, TestRecord
 
-OK, SKIP, RACE, NOT_RACE, FLAKY = "ok", "skipped", "race", "not a race", "flaky"
+OK, SKIP, RACE, NOT_RACE, FLAKY, AFTER = "ok", "skipped", "race", "not a race", "flaky", "after another test"
 ONE_THREAD_TOO = "fails with 1 thread too: not a race"
 ONLY_WITH_THREADS = "fails only with threads"
 
@@ -54,6 +57,8 @@ class TestVerdict:
     """The first failure's one-line message."""
     holds: tuple[str, ...] = field(default=())
     """Fix sets with no failure of a test that failed under another set."""
+    alone: str | None = None
+    """The rerun alone in its own process with the hunt's threads: `passed`, `failed`, or None."""
 
     @property
     def failed(self) -> int:
@@ -78,9 +83,22 @@ def always_failing(records: Sequence[RunRecord]) -> list[str]:
 def verdicts(records: Sequence[RunRecord], fix_sets: Sequence[tuple[str, ...] | None]) -> list[TestVerdict]:
     """One verdict per test id, in the order the runs reported them."""
     main = [r for r in records if not r.rerun]
-    rerun = {t.id: t.outcome for r in records if r.rerun for t in r.tests or ()}
+    rerun = {t.id: t.outcome for r in records if r.rerun and not r.alone for t in r.tests or ()}
+    alone = {t.id: t.outcome for r in records if r.alone for t in r.tests or ()}
     per_test = _per_test(main)
-    return [_verdict(tid, main, fix_sets, tests, rerun.get(tid)) for tid, tests in per_test.items()]
+    return [
+        _verdict(tid, main, fix_sets, tests, rerun.get(tid), _passed(alone.get(tid))) for tid, tests in per_test.items()
+    ]
+
+
+def needs_alone(verdict: TestVerdict) -> bool:
+    """Failed in every run with threads, passed with 1 and named no race: alone with the same
+    threads tells its own race from the state an earlier test left."""
+    return verdict.verdict == RACE and verdict.one_thread == "passed" and not verdict.races and verdict.alone is None
+
+
+def _passed(outcome: str | None) -> str | None:
+    return None if outcome is None else "failed" if outcome in FAILING else "passed"
 
 
 def _per_test(records: Sequence[RunRecord]) -> dict[str, list[TestRecord]]:
@@ -97,6 +115,7 @@ def _verdict(
     fix_sets: Sequence[tuple[str, ...] | None],
     tests: list[TestRecord],
     rerun: str | None,
+    alone: str | None = None,
 ) -> TestVerdict:
     arms = tuple(_arm(tid, records, k, fixes) for k, fixes in enumerate(fix_sets))
     failing = [t for t in tests if t.outcome in FAILING]
@@ -104,6 +123,11 @@ def _verdict(
     one_thread = None if rerun is None else "failed" if rerun in FAILING else "passed"
     threads = max(t.threads for t in tests)
     verdict, why = _judge(tests, failing, races, threads, one_thread)
+    if verdict == RACE and one_thread == "passed" and not races and alone == "passed":
+        verdict, why = (
+            AFTER,
+            f"fails only in the suite: alone it passed with {threads} threads and with 1 (another test's state)",
+        )
     return TestVerdict(
         id=tid,
         threads=threads,
@@ -115,6 +139,7 @@ def _verdict(
         single_reason=next((t.single_reason for t in tests if t.single_reason), ""),
         message=failing[0].message if failing else "",
         holds=_holds(arms),
+        alone=alone,
     )
 
 
