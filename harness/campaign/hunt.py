@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.campaign.expand import plan_json
-from harness.campaign.hunt_junit import CRASHED, FAILING, JunitTest, read_junit
+from harness.campaign.hunt_junit import CRASHED, FAILING, JunitTest
 from harness.campaign.hunt_options import JUNIT, HuntOptions, options_from_args, pytest_argv
 from harness.campaign.hunt_plugin import ONLY_ENV, PROGRESS_ENV
-from harness.campaign.hunt_progress import PROGRESS, crashed_test, read_progress
+from harness.campaign.hunt_progress import PROGRESS, crashed_test, process_tests
 from harness.campaign.hunt_records import ALONE, ONE_THREAD, RecordLog, RunRecord, TestRecord
 from harness.campaign.hunt_report import print_report
 from harness.campaign.hunt_verdicts import always_failing, needs_alone, verdicts
@@ -51,7 +51,6 @@ from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
-RERUN = ONE_THREAD
 RERUN_FOLDER = "rerun-1-thread"
 MAX_PARTS = 20
 """Processes one run may take: each part after a crash runs the tests the crash left unrun."""
@@ -64,7 +63,7 @@ _RUN_LEVEL = (Outcome.HANG, Outcome.TIMEOUT, Outcome.ABORT)
 @dataclass(frozen=True, slots=True)
 class HuntRun:
     index: int
-    """The run's number over all arms; RERUN for the rerun with one thread, ALONE - k for the k-th alone."""
+    """The run's number over all arms; ONE_THREAD for the rerun with one thread, ALONE - k for the k-th alone."""
     arm: int
     seed: int
     """Plan seed: run i of every arm gets seed i."""
@@ -128,10 +127,10 @@ class HuntLoop:
 
     def rerun(self) -> list[HuntRun]:
         """The rerun with one thread of the tests that failed in every run, unless recorded."""
-        if any(r.run == RERUN for r in self.records):
+        if any(r.run == ONE_THREAD for r in self.records):
             return []
         ids = always_failing([r for r in self.records if not r.rerun])
-        return [HuntRun(index=RERUN, arm=0, seed=0, only=tuple(ids))] if ids else []
+        return [HuntRun(index=ONE_THREAD, arm=0, seed=0, only=tuple(ids))] if ids else []
 
     def alone(self) -> list[HuntRun]:
         """Each test that failed in every run with threads, passed with one and named no race, run
@@ -233,7 +232,7 @@ class HuntLoop:
             listed = o.out_dir / f"{folder.name}-only.txt"
             listed.write_text("\n".join(only) + "\n", encoding="utf-8")
             env[ONLY_ENV] = str(listed.resolve())
-        argv = pytest_argv(o, 1 if run.index == RERUN else o.threads, (folder / JUNIT).resolve())
+        argv = pytest_argv(o, 1 if run.index == ONE_THREAD else o.threads, (folder / JUNIT).resolve())
         return TrialSpec(
             trial_id=f"hunt/{run.index}",
             cell=cell_name("hunt", arm_strategy(fixes), (o.plan if plan else None) or NO_PLAN),
@@ -255,20 +254,17 @@ class HuntLoop:
 def read_part(result: TrialResult, folder: Path) -> RunPart:
     """A process's tests: its junit report, or where it died, its progress record with the running
     test as crashed."""
-    tests = read_junit(folder / JUNIT)
-    if tests is not None:
-        return RunPart(result, folder, tuple(tests))
-    progress = read_progress(folder / PROGRESS)
+    tests, progress = process_tests(folder)
     if progress is None:
-        return RunPart(result, folder, None)
+        return RunPart(result, folder, tests)
     crashed = crashed_test(progress, f"{result.outcome.name}: {result.signature_summary or result.detail}", "")
     if crashed is None:
-        return RunPart(result, folder, progress.done)
+        return RunPart(result, folder, tests)
     return RunPart(result, folder, (*progress.done, crashed), crashed, progress.never_ran)
 
 
 def _folder_name(run: HuntRun) -> str:
-    if run.index == RERUN:
+    if run.index == ONE_THREAD:
         return RERUN_FOLDER
     return f"alone-{ALONE - run.index}" if run.index <= ALONE else f"run-{run.index}"
 
@@ -316,16 +312,19 @@ def _test_record(t: JunitTest, crash_races: tuple[str, ...]) -> TestRecord:
 
 def failure_races(text: str, source: str) -> list[str]:
     """The catalogued races a test's own failure text names, by id."""
-    findings = diagnose.diagnose(diagnose.failures_in_text(text, source=source))
-    return list(dict.fromkeys(f.race for f in findings if f.race is not None and not f.own))
+    return _race_ids(diagnose.diagnose(diagnose.failures_in_text(text, source=source)))
 
 
 def _folder_races(folder: Path) -> list[str]:
     """The catalogued races a run's folder shows (a crash, a hang dump), as stress names them."""
     try:
-        findings = diagnose.diagnose(diagnose.collect([str(folder)]))
+        return _race_ids(diagnose.diagnose(diagnose.collect([str(folder)])))
     except diagnose.DiagnoseError:
         return []
+
+
+def _race_ids(findings: list[diagnose.Finding]) -> list[str]:
+    """The races findings name, once each in order; a failure that is the program's own names none."""
     return list(dict.fromkeys(f.race for f in findings if f.race is not None and not f.own))
 
 

@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.campaign.hunt_junit import CRASHED, JunitTest
+from harness.campaign.hunt_junit import CRASHED, JunitTest, read_junit
+from harness.campaign.hunt_options import JUNIT
 
 PROGRESS = "progress.jsonl"
 
@@ -55,6 +56,17 @@ def read_progress(path: Path) -> Progress | None:
         return None
     running = next(iter(started), None)
     return Progress(collected, tuple(done), running, started.get(running, 1) if running else 1)
+
+
+def process_tests(folder: Path) -> tuple[tuple[JunitTest, ...] | None, Progress | None]:
+    """The tests one process's folder says ended: its junit report's, or where the process died
+    before writing one, its progress record's, with that record (whose `running` test it died in);
+    (None, None) where it holds neither."""
+    tests = read_junit(folder / JUNIT)
+    if tests is not None:
+        return tuple(tests), None
+    progress = read_progress(folder / PROGRESS)
+    return (None, None) if progress is None else (progress.done, progress)
 
 
 def crashed_test(progress: Progress, message: str, text: str) -> JunitTest | None:

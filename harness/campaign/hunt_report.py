@@ -37,9 +37,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.campaign.hunt_junit import FAILING, read_junit
-from harness.campaign.hunt_options import JUNIT, HuntOptions
-from harness.campaign.hunt_progress import PROGRESS, read_progress
+from harness.campaign.hunt_junit import FAILING
+from harness.campaign.hunt_options import HuntOptions
+from harness.campaign.hunt_progress import process_tests
 from harness.campaign.hunt_records import RECORDS, RunRecord
 from harness.campaign.hunt_verdicts import RACE, TestVerdict
 from harness.campaign.stress import arm_name
@@ -239,14 +239,11 @@ def _first_failure(out_dir: Path, tid: str, records: Sequence[RunRecord]) -> lis
 def _failure_in(folder: Path, tid: str) -> list[diagnose.Failure]:
     """The test's failure in one process's folder: its text from the junit report or the progress
     record, or, where the test killed the process, the folder's own failure (its crash, its dumps)."""
-    progress = read_progress(folder / PROGRESS)
-    tests = read_junit(folder / JUNIT)
-    if tests is None and progress is not None and progress.running == tid:
+    tests, progress = process_tests(folder)
+    if progress is not None and progress.running == tid:
         try:
             return diagnose.collect([str(folder)])
         except diagnose.DiagnoseError:
             return []
-    if tests is None:
-        tests = list(progress.done) if progress is not None else []
-    text = next((t.text for t in tests if t.id == tid and t.outcome in FAILING), None)
+    text = next((t.text for t in tests or () if t.id == tid and t.outcome in FAILING), None)
     return diagnose.failures_in_text(text, source=f"{tid} ({folder.name})") if text else []

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from harness import stats
 from harness.campaign.hunt_junit import FAILING, SKIPPED
-from harness.campaign.hunt_records import RunRecord, TestRecord
+from harness.campaign.hunt_records import ONE_THREAD, RunRecord, TestRecord
 
 OK, SKIP, RACE, NOT_RACE, FLAKY, AFTER = "ok", "skipped", "race", "not a race", "flaky", "after another test"
 ONE_THREAD_TOO = "fails with 1 thread too: not a race"
@@ -83,7 +83,7 @@ def always_failing(records: Sequence[RunRecord]) -> list[str]:
 def verdicts(records: Sequence[RunRecord], fix_sets: Sequence[tuple[str, ...] | None]) -> list[TestVerdict]:
     """One verdict per test id, in the order the runs reported them."""
     main = [r for r in records if not r.rerun]
-    rerun = {t.id: t.outcome for r in records if r.rerun and not r.alone for t in r.tests or ()}
+    rerun = {t.id: t.outcome for r in records if r.run == ONE_THREAD for t in r.tests or ()}
     alone = {t.id: t.outcome for r in records if r.alone for t in r.tests or ()}
     per_test = _per_test(main)
     return [
