@@ -920,5 +920,10 @@ def test_the_hunt_section_is_what_the_hunts_recorded():
         .read_text(encoding="utf-8")
         .split('name = "export_in_worker_threads"')[1]
     )
-    assert "21 of 24 exports failed with 4 workers" in entry and "8 of 8 exported with --workers 1" in entry
-    assert "21 of 24 exports failed, 8 of 8 alone" in TEXT
+    direct = (RESULTS / "corpus" / "2026-12-04-export-in-worker-threads-direct.txt").read_text(encoding="utf-8")
+    assert direct.count("exported 0 of 24 models with 4 workers") == 3 and "exit 1" in direct
+    assert (
+        "exported 24 of 24 models with 1 workers" in direct
+        and "2026-12-04-export-in-worker-threads-direct.txt" in entry
+    )
+    assert "all 24 exports failed (3 runs), 24 of 24 alone" in TEXT
