@@ -161,7 +161,8 @@ run_phase() {
             done < <(python3 -m tools.gpu_gate programs --shards "${GATE_SHARDS:-3}" --only "${GATE_ONLY:-}")
             wait $gp "${gc[@]}"; echo "gate pytest+corpus $(( $(date +%s) - s ))s"; tail -n 25 "$X/gate-pytest.txt"
             cat "$X"/gate-corpus-*.txt | grep -v "^$" | tail -n 40
-            python3 -m tools.gpu_gate record --junit "$X/gate-junit.xml" --corpus "$X"/gate-corpus-*.json \
+            # Env GATE_WITH: corpus JSON files of the same commit from an earlier call on this host, recorded with these.
+            python3 -m tools.gpu_gate record --junit "$X/gate-junit.xml" --corpus "$X"/gate-corpus-*.json ${GATE_WITH:-} \
               --commit "${GATE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" \
               --out "results/gpu-gate/$(date -u +%F).json"; cp "results/gpu-gate/$(date -u +%F).json" "$OUT/gpu-gate.json" ;;
     default) train gpu-default --preset gpu-default --steps 120 --out /tmp/gd ;;
