@@ -194,11 +194,15 @@ def test_every_entry_with_a_fix_is_a_program_and_fixes_selects_only_those():
 
 
 @pytest.mark.slow
-def test_the_readme_example_fails_raw_and_holds_under_its_fix_side_by_side():
+def test_the_readme_example_fails_raw_and_holds_under_its_fix_side_by_side(tmp_path):
     # ~15 s here: one run a set; F2 fails nearly every request of a raw run (switch interval 1 us)
     (p,) = [p for p in corpus.load() if p.name == "serve_while_tracing_example"]
-    f = corpus.run_fix(p, python=sys.executable, runs=1, parallel=1)
+    f = corpus.run_fix(p, python=sys.executable, runs=1, parallel=1, keep=tmp_path)
     assert f.ok, f"{f.verdict}; rows {f.rows}"
+    # --keep: the raw arm's failing run stays, with a diagnosis that names it
+    kept = tmp_path / p.name
+    assert any(x.is_dir() for x in kept.iterdir())
+    assert "F2" in (kept / "diagnosis.txt").read_text()
 
 
 def test_an_also_set_is_read_from_the_same_table_and_measured_not_judged():

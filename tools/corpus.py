@@ -15,6 +15,7 @@ A program that needs CUDA on a host without it prints SKIP and is counted apart.
 
     python -m tools.corpus --fixes [--device cuda] [--out STEM]   # side by side: raw vs the entry's fix
     python -m tools.corpus --fixes --also A,B [--also C]            # more sets in the same stress, measured only
+    python -m tools.corpus --fixes --keep DIR    # each program's failing runs kept in DIR/<name>/, with diagnosis.txt
 
 `--fixes` runs each selected entry that names a `fix` (comma-separated registry fixes: the fix the
 diagnosis offers) as `harness stress --fix none --fix FIX -- python PROGRAM` (run i of each set on
@@ -26,6 +27,7 @@ fails where the entry expects a failure (and does not where it expects OK), and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -194,11 +196,35 @@ def stress_command(
     return [*cmd, "--", "python", str(ROOT / p.path), *p.args]
 
 
-def run_one(p: Program, *, python: str, runs: int | None = None, parallel: int = 2) -> Found:
+@contextlib.contextmanager
+def runs_folder(p: Program, keep: Path | None):
+    """Where a program's stress keeps its failing runs: KEEP/<name> (`--keep`), else a folder
+    removed after the verdict."""
+    if keep is not None:
+        yield keep / p.name
+        return
+    with tempfile.TemporaryDirectory(prefix=f"corpus-{p.name}-") as tmp:
+        yield Path(tmp) / "runs"
+
+
+def keep_diagnosis(out: Path) -> None:
+    """`harness diagnose` of a kept folder, beside its runs (diagnosis.txt): an "unknown" row's
+    failures read without the host they ran on."""
+    if out.is_dir() and any(out.iterdir()):
+        diag = subprocess.run(
+            [sys.executable, "-m", "harness", "diagnose", str(out)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
+        (out / "diagnosis.txt").write_text(diag.stdout + diag.stderr)
+
+
+def run_one(p: Program, *, python: str, runs: int | None = None, parallel: int = 2, keep: Path | None = None) -> Found:
     found = Found(name=p.name, expect=p.expect, races=list(p.races), warnings=list(p.warnings))
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"corpus-{p.name}-") as tmp:
-        out = Path(tmp) / "runs"
+    with runs_folder(p, keep) as out:
         cmd = stress_command(p, python=python, runs=runs or p.runs, parallel=parallel, out=out)
         # The programs' relative paths and imports resolve as from the checkout.
         done = subprocess.run(
@@ -352,6 +378,7 @@ def run_fix(
     parallel: int = 2,
     cuda: bool = True,
     also: tuple[tuple[str, ...], ...] = (),
+    keep: Path | None = None,
 ) -> FixFound:
     """Raw, the entry's fix and any `--also` sets side by side under one stress (same seeds)."""
     fix = ",".join(p.fix)
@@ -362,9 +389,9 @@ def run_fix(
         return f
     n = runs or p.runs
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"corpus-fix-{p.name}-") as tmp:
+    with runs_folder(p, keep) as out:
         cmd = stress_command(
-            p, python=python, runs=n, parallel=parallel, out=Path(tmp) / "runs",
+            p, python=python, runs=n, parallel=parallel, out=out,
             fix_sets=("none", fix, *(",".join(x) for x in also)),
         )  # fmt: skip
         limit = (2 + len(also)) * n * (p.timeout + 90) + 120
@@ -372,6 +399,8 @@ def run_fix(
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=limit)
         except subprocess.TimeoutExpired:
             done = None
+        if keep is not None:
+            keep_diagnosis(out)
     f.seconds = round(time.monotonic() - started, 1)
     if done is None:
         # one stuck stress must not cost the other entries' verdicts (a GPU gate runs them in one go)
@@ -460,6 +489,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="with --fixes: another fix set (comma-separated) in the same stress, same seeds; measured, not judged",
     )
     ap.add_argument("--out", help="also write the table (.md) and the findings (.json) here, by this stem")
+    ap.add_argument(
+        "--keep", type=Path, help="keep each program's failing runs in KEEP/<name>/ (with --fixes, its diagnosis.txt)"
+    )
     return ap.parse_args(argv)
 
 
@@ -509,13 +541,13 @@ def main(argv: list[str] | None = None) -> int:
     found: list = []
     for p in chosen:
         if a.fixes:
-            f = run_fix(p, python=a.python, runs=a.runs, parallel=a.parallel, cuda=cuda, also=a.also_sets)
+            f = run_fix(p, python=a.python, runs=a.runs, parallel=a.parallel, cuda=cuda, also=a.also_sets, keep=a.keep)
         elif p.device == "cuda" and not cuda:
             # stress keeps no passing run, so the program's SKIP line would not reach us
             f = Found(name=p.name, expect=p.expect, races=list(p.races), warnings=list(p.warnings), skipped=True)
             f.verdict = "skipped: needs CUDA, which this host lacks"
         else:
-            f = run_one(p, python=a.python, runs=a.runs, parallel=a.parallel)
+            f = run_one(p, python=a.python, runs=a.runs, parallel=a.parallel, keep=a.keep)
         print(f"{p.name}: {f.verdict} ({f.seconds:g} s)", file=sys.stderr, flush=True)
         found.append(f)
     host = f"{platform.node()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}"

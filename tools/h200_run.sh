@@ -149,6 +149,7 @@ run_phase() {
     # is (a host's copy has no .git); GATE_RUNS: runs per arm (4); GATE_ONLY: these entries only;
     # GATE_SHARDS: programs at once (3); GATE_PARALLEL: runs at once per program (2); GATE_ALSO:
     # fix sets (space-separated, each comma-separated) run beside raw and the offered fix, measured only.
+    # Each program's failing runs and their diagnosis come back in run.tgz (x/gate-runs/<name>/).
     gate|gate:*) IFS=: read -r _ gs gn <<< "$phase"; gs=${gs:-560}; s=$(date +%s)
             export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
             timeout -k 15 $(( gs - 20 )) python3 -m pytest -v -rfE -p no:cacheprovider --basetemp "$X/gate-tmp" -n "${gn:-4}" \
@@ -157,7 +158,7 @@ run_phase() {
             gc=(); k=0; also=(); for a in ${GATE_ALSO:-}; do also+=(--also "$a"); done
             while read -r names; do [ -n "$names" ] || continue; k=$(( k + 1 ))
               timeout -k 15 $(( gs - 30 )) python3 -m tools.corpus --device cuda --fixes --only "$names" "${also[@]}" \
-                --runs "${GATE_RUNS:-4}" -p "${GATE_PARALLEL:-2}" --out "$X/gate-corpus-$k" > "$X/gate-corpus-$k.txt" 2>&1 & gc+=($!)
+                --runs "${GATE_RUNS:-4}" -p "${GATE_PARALLEL:-2}" --out "$X/gate-corpus-$k" --keep "$X/gate-runs" > "$X/gate-corpus-$k.txt" 2>&1 & gc+=($!)
             done < <(python3 -m tools.gpu_gate programs --shards "${GATE_SHARDS:-3}" --only "${GATE_ONLY:-}")
             wait $gp "${gc[@]}"; echo "gate pytest+corpus $(( $(date +%s) - s ))s"; tail -n 25 "$X/gate-pytest.txt"
             cat "$X"/gate-corpus-*.txt | grep -v "^$" | tail -n 40
