@@ -466,3 +466,16 @@ def test_the_default_recompile_limit_alone_is_a_note_not_f14():
     # Set to the default itself, or another config: the line alone again.
     for other in (set_64.replace("=64", "=8"), "MainThread: torch._dynamo.config.cache_size_limit_x=64"):
         assert diagnose.faces(limit_8, config=other) == [], other
+
+
+def test_a_race_whose_faces_come_with_the_window_shut_is_not_cleared_by_it():
+    """F1c failed with its window measured shut on the H200 (serialised calls, outputs read outside
+    the lock): a shut window names it still, where F2's clears F2."""
+    text = "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run.\n"
+    failure = diagnose.Failure(
+        source="run", outcome="CRASH", key="k", summary="cudagraphs-output-overwritten (RuntimeError in gpu-worker at w:worker)",
+        text=text, threads_started=4, exposures={"F1c": 0},
+    )  # fmt: skip
+    (finding,) = diagnose.diagnose([failure])
+    assert finding.race == "F1c", finding.verdict()
+    assert not load().race("F1c").window_clears and load().race("F2").window_clears

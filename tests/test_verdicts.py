@@ -244,3 +244,16 @@ def test_a_program_run_from_its_installed_package_owns_its_threads(tmp_path):
     )
     result = run_trial(spec, tmp_path / "pkg")
     assert result.outcome is Outcome.CRASH and result.thread_errors == 1 and result.noise is None, result.detail
+
+
+def test_a_fix_context_closed_in_another_thread_before_a_segfault_is_no_harness_defect():
+    # H200, torch 2.11.0+cu130, 2026-12-05 (gpu_pipeline_stage_threads under cstash-tls-init,global-lock):
+    # a finaliser closed the stage thread's global-lock context in another thread (`Exception ignored
+    # in`, the lock's thread-local gone), then the stage thread segfaulted in the harness's call.
+    # The native crash is the run's failure (stash-refcount's face), not the harness's.
+    text = (ROOT / "tests" / "fixtures" / "native" / "gpu_fix_context_closed_by_another_thread.txt").read_text()
+    assert "Exception ignored in: <generator object FixSet.around_call" in text
+    result = TrialResult(trial_id="t", cell="c", trial_index=0, outcome=Outcome.OK, rc=-11)
+    _classify(result, _Ending(how="exited", elapsed_s=14.0, last_progress_s=14.0), text, foreign=True)
+    assert result.outcome is Outcome.ABORT, result.detail
+    assert not result.detail.startswith("harness defect"), result.detail

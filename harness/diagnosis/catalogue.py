@@ -105,6 +105,9 @@ class Race:
     probe: str | None = None
     exposure: str | None = None
     """harness.faults.exposure probe that counts this race's window (its key: this race's id)."""
+    window_clears: bool = True
+    """Whether a run whose window was measured and never opened is cleared of this race (the
+    program's own failure); false where the race was seen failing with its window shut."""
     repros: tuple[str, ...] = ()
     upstream: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
@@ -293,6 +296,7 @@ RACE_KEYS = frozenset(
         "needs_cuda",
         "probe",
         "exposure",
+        "window_clears",
         "hint",
         "fixes",
         "versions",
@@ -339,6 +343,7 @@ def _race(raw: dict) -> Race:
         needs_cuda=bool(raw.get("needs_cuda")),
         probe=raw.get("probe"),
         exposure=raw.get("exposure"),
+        window_clears=bool(raw.get("window_clears", True)),
         hint=raw.get("hint", ""),
         warnings_unsure=raw.get("warnings_unsure", ""),
         warnings_alone=raw.get("warnings_alone", ""),

@@ -212,7 +212,7 @@ def on_its_own(failure: Failure, race: Race) -> str:
         return ""
     if failure.threads_started == 0 and _main_thread_only(failure):
         return "one thread"
-    if race.exposure and (failure.exposures or {}).get(race.id) == 0:
+    if race.exposure and race.window_clears and (failure.exposures or {}).get(race.id) == 0:
         return f"{race.id}'s window ({race.exposure}) was measured and never opened in the run"
     return ""
 

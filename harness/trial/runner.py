@@ -545,7 +545,9 @@ def _harness_defect(result: TrialResult, text: str, hooked: list[dict]) -> None:
     for tb in found:
         innermost = tb.frames[0] if tb.frames else None  # innermost first
         # The plan's own `raise` rule raises there on purpose: the fault it injects is no defect.
-        if tb.short_type == "InjectedFault":
+        # A finaliser's traceback (`Exception ignored in`) failed nothing: a fix's context closed in
+        # another thread when torch's stash freed what it did not own, then the segfault (stash-refcount).
+        if tb.short_type == "InjectedFault" or tb.unraisable or tb.handled:
             continue
         if innermost is not None and HARNESS_CODE.search(innermost.filename):
             where = f"{innermost.filename}:{innermost.line} in {innermost.name}"
