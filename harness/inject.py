@@ -6,6 +6,8 @@ It builds a `Guard` (harness.runtime.guard) and puts its hooks where an unmodifi
 * every thread's start (`Thread._bootstrap_inner`, which a `Thread` subclass overriding `run`
   still goes through) runs the per-thread set-up, once torch is imported (importing torch from
   whichever thread starts first would change the program); `guard.call()` runs it otherwise;
+* a thread's first compiled call on a device runs the per-device set-up there (`guard.bind_inputs`:
+  cublas-handle-init), as the trainer does when its thread binds its device;
 * `torch.compile` returns a callable whose every call is inside `guard.call()` (a compiled module
   keeps its class's attributes: it gets a subclass with a guarded `__call__`); with
   graph-isolation each thread compiles its own copy of a plain function;
@@ -105,6 +107,7 @@ def guarded(guard: Guard, compiled: Any, torch: Any) -> Any:
 def _call(guard: Guard, fn: Any, args: tuple, kwargs: dict, owner: Any = None) -> Any:
     # Keyed by the compiled callable (a compiled module, not its per-call bound __call__) and the
     # inputs' signature: phase-lock runs a key's first calls alone and later ones side by side.
+    guard.bind_inputs((*args, *kwargs.values()))
     with guard.call(guard.key(fn if owner is None else owner, args, kwargs)):
         return fn(*args, **kwargs)
 

@@ -187,6 +187,48 @@ def test_call_runs_a_forgotten_set_up_first(spy):
     assert guard.counts() == {"spy": 2}  # one set-up, one call
 
 
+class DeviceSpy(fixes.Fix):
+    """A registry fix that records its per-device set-ups (thread, device)."""
+
+    name = "device-spy"
+
+    def __init__(self):
+        self.bound: list[tuple[str, str]] = []
+
+    def on_device(self, device):
+        self.bound.append((threading.current_thread().name, str(device)))
+        return True
+
+
+class Untouchable:
+    """An argument whose attributes must not be read (as an FX Proxy records each read)."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"read {name!r}")
+
+
+def test_a_threads_first_call_on_a_device_runs_the_per_device_set_up(monkeypatch):
+    # An unmodified program under `stress --fix` never calls guard.on_device: its calls' inputs
+    # tell which device each thread works on (cublas-handle-init did nothing there before).
+    from harness import inject
+
+    spy = DeviceSpy()
+    monkeypatch.setitem(fixes.FIXES, "device-spy", spy)
+    guard = Guard("device-spy")
+    call = inject.guarded(guard, lambda *a, **k: None, torch)
+    x = torch.ones(2)
+
+    def worker():
+        call(Untouchable(), x)
+        call(x, y=torch.zeros(1))
+
+    in_threads(worker, worker, names=["w1", "w2"])
+    assert sorted(spy.bound) == [("w1", "cpu"), ("w2", "cpu")]
+    assert guard.counts() == {"device-spy": 2}
+    # a guard with no per-device fix reads nothing
+    inject.guarded(Guard("global-lock"), lambda *a: None, torch)(Untouchable())
+
+
 # -- compiled ---------------------------------------------------------------------------------
 
 

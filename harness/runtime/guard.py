@@ -278,6 +278,20 @@ class Guard:
         self.enter_thread()
         self._fixes.on_device(device)
 
+    def bind_inputs(self, args: Iterable[Any]) -> None:
+        """The per-device set-up for each device a call's plain tensor inputs are on, once per thread
+        and device. An unmodified program never says which device its thread binds; its inputs do,
+        before a first call that may record a CUDA graph (cublas-handle-init). Proxies and fake
+        tensors are not read (their attributes record nodes or run user code)."""
+        torch = sys.modules.get("torch")
+        if not self._fixes.device_fixes or torch is None:
+            return
+        seen = self._local.__dict__.setdefault("devices", set())
+        for a in args:
+            if type(a) in (torch.Tensor, torch.nn.Parameter) and a.device not in seen:
+                seen.add(a.device)
+                self.on_device(a.device)
+
     @contextlib.contextmanager
     def call(self, key: Any = None) -> Iterator[None]:
         """Context manager around one compiled call (or forward + backward, or a trace/reset that
@@ -356,6 +370,7 @@ class GuardedCallable:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.guard.enter_thread()  # the thread's fixes before its first compiled callable
         fn = self.for_this_thread()
+        self.guard.bind_inputs((*args, *kwargs.values()))
         with self.guard.call(self.guard.key(fn, args, kwargs)):
             return fn(*args, **kwargs)
 

@@ -70,6 +70,7 @@ class FixSet:
             if missing:
                 raise ConfigError(f"fix {f.name!r} is only safe beside {', '.join(missing)}: add it to the fixes")
         self._call_fixes = tuple(f for f in self.fixes if type(f).enter is not Fix.enter)
+        self.device_fixes = tuple(f for f in self.fixes if type(f).on_device is not Fix.on_device)
         self.keyed = any(f.keyed for f in self._call_fixes)
         """Whether a call's key is read (call_key): without a keyed fix the arguments are never inspected."""
         self.counts: dict[str, int] = {f.name: 0 for f in self.fixes}
