@@ -7,6 +7,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.diagnosis import catalogue as catalogue_module
-from harness.diagnosis import diagnose, log_text
+from harness.diagnosis import diagnose, fix_advice, log_text
 from harness.diagnosis.catalogue import RecordSource, load, major_minor
 from harness.stores.discovery import default_stores
 from harness.stores.store import TRIALS_NAME, Store
@@ -479,3 +480,23 @@ def test_a_race_whose_faces_come_with_the_window_shut_is_not_cleared_by_it():
     (finding,) = diagnose.diagnose([failure])
     assert finding.race == "F1c", finding.verdict()
     assert not load().race("F1c").window_clears and load().race("F2").window_clears
+
+
+def test_an_offered_fix_carries_the_fix_it_needs_beside_it():
+    """cstash-tls-init exposes stash-refcount (its `context`) on torch 2.11, where stash-incref held:
+    every offered set with it carries stash-incref (the H200's F1 set without it segfaulted 1 of 4)."""
+    text = (
+        "Exception in thread gpu-request:\nTraceback (most recent call last):\n"
+        '  File "/x/torch/_inductor/cudagraph_trees.py", line 1, in get_obj\n'
+        "    assert torch._C._is_key_in_tls(attr_name)\nAssertionError\n"
+    )
+    failure = diagnose.Failure(
+        source="run", outcome="CRASH", key="k", text=text, threads_started=3, torch="2.11.0",
+        summary="AssertionError in gpu-request at torch._inductor.cudagraph_trees:get_obj",
+    )  # fmt: skip
+    (finding,) = diagnose.diagnose([failure])
+    assert finding.race == "F1", finding.verdict()
+    offered = re.findall(r"--fix (\S+)", finding.try_fixes)
+    with_stash = [s for s in offered if "cstash-tls-init" in s.split(",")]
+    assert with_stash and all("stash-incref" in s.split(",") for s in with_stash), finding.try_fixes
+    assert fix_advice.companions(load(), RecordSource())["cstash-tls-init"] == ("stash-incref",)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from harness.diagnosis.catalogue import Catalogue, Race, RecordSource, load
 from harness.diagnosis.failure import DiagnoseError, Failure
 from harness.diagnosis.finding import Finding
-from harness.diagnosis.fix_advice import FixLine, change_text, fix_lines, try_fixes_command
+from harness.diagnosis.fix_advice import FixLine, change_text, companions, fix_lines, try_fixes_command
 from harness.diagnosis.log_text import failures_in_text, from_text
 from harness.diagnosis.matching import Match, faces, match, on_its_own, warning_notes
 from harness.diagnosis.race_evidence import repro_commands, version_lines
@@ -185,7 +185,7 @@ def _explain(finding: Finding, race: Race, first: Failure, catalogue: Catalogue,
     finding.versions = version_lines(race, records_of)
     finding.repros = repro_commands(race, catalogue)
     finding.hint = race.hint
-    finding.try_fixes = try_fixes_command(finding.fixes, first.command)
+    finding.try_fixes = try_fixes_command(finding.fixes, first.command, needs=companions(catalogue, records_of))
     finding.reports = list(race.reports)
     if not finding.try_fixes:
         finding.change = change_text(race, finding.fixes)

@@ -8,8 +8,9 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.diagnosis.catalogue import Count, Race, RecordSource, count, major_minor
+from harness.diagnosis.catalogue import Catalogue, Count, Race, RecordSource, count, major_minor
 from harness.diagnosis.matching import first_hit
+from harness.runtime.fixes.registry import FIXES
 from harness.runtime.guard import Guard, GuardError
 
 
@@ -76,15 +77,35 @@ def fix_lines(race: Race, torch: str | None, records_of: RecordSource, text: str
     return sorted(lines, key=lambda f: (not f.same_torch, f.held() is not True))
 
 
-def try_fixes_command(fixes: Sequence[FixLine], command: Sequence[str], limit: int = 3) -> str:
+def companions(catalogue: Catalogue, records_of: RecordSource) -> dict[str, tuple[str, ...]]:
+    """The fixes a fix needs beside it: a race whose precondition (`context`) is a registry fix and
+    whose own fix held unedited. stash-refcount's is cstash-tls-init: on the H200 (torch 2.11,
+    2026-12-05) cstash-tls-init,global-lock segfaulted 1 of 4 runs of pytorch#123177's program and
+    of a two-stage pipeline, and with stash-incref beside it the pipeline ran 0 of 4."""
+    out: dict[str, tuple[str, ...]] = {}
+    for race in catalogue.races:
+        held = [fe for fe in race.fixes if not fe.edit and (c := count(fe, race, records_of)) and c.n and not c.k]
+        if race.kind != "race" or not held:
+            continue
+        for ctx in race.context:
+            if ctx in FIXES:
+                out.setdefault(ctx, tuple(held[0].name.replace("+", ",").split(",")))
+    return out
+
+
+def try_fixes_command(
+    fixes: Sequence[FixLine], command: Sequence[str], limit: int = 3, needs: dict[str, tuple[str, ...]] | None = None
+) -> str:
     """`stress --fix none --fix A ...` on the user's command: the fixes with hooks that held against
     the race on a program they reach unedited, for the face it shows (on this torch first), raw
-    beside them on the same seeds; '' where none did."""
+    beside them on the same seeds; '' where none did. `needs` (companions) adds the fixes a fix
+    needs beside it."""
     sets: list[str] = []
     for line in sorted(fixes, key=lambda f: (not f.same_torch, f.held() is not True)):
         if not line.offered():
             continue
         names = tuple(line.name.replace("+", ",").split(","))
+        names += tuple(dict.fromkeys(c for n in names for c in (needs or {}).get(n, ()) if c not in names))
         try:
             guard = Guard(names)
         except GuardError:
