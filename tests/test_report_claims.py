@@ -757,16 +757,23 @@ def test_the_gpu_gate_is_its_record():
     by = {p["name"]: p for p in programs}
     assert f"autotuned in a pool ({by['gpu_max_autotune_threadpool']['fixed']})" in TEXT
     assert f"eager work beside a capture ({by['gpu_capture_while_other_thread_works']['fixed']})" in TEXT
-    # cublas-handle-init added: the fresh host's also-arms and their rerun (rerun-kept/), 1-4 of 4 on each
-    folder = RESULTS / "gpu-gate" / "2026-12-05-programs"
-    also = [
-        a["failed"]
-        for path in [*folder.glob("also-*.json"), *(folder / "rerun-kept").glob("also-*.json")]
+    # The second run: the F1 set with cublas-handle-init (acting) and stash-incref on the shared-graph shapes
+    second = RESULTS / "gpu-gate" / "2026-12-05-second-run"
+    four = {
+        f["name"]: a["failed"]
+        for path in second.glob("also-*.json")
         for f in json.loads(path.read_text())["fixes"]
         for a in f["also"]
-    ]
-    assert len(also) == 6 and (min(also), max(also)) == (1, 4)
-    assert f"({min(also)}-{max(also)} of 4 each)" in TEXT
+    }
+    shapes = (
+        "gpu_max_autotune_threadpool",
+        "gpu_reduce_overhead_shared_threads",
+        "gpu_stream_per_worker_reduce_overhead",
+    )
+    assert f"only F1c's overwritten outputs stay ({', '.join(f'{four[n]}/4' for n in shapes)}," in TEXT
+    rows = [f for path in second.glob("gate-corpus-*.json") for f in json.loads(path.read_text())["fixes"]]
+    (pt,) = [f for f in rows if f["name"].startswith("pt123177")]
+    assert pt["fixed_failed"] == 1 and "pytorch#123177's program 1 of 4 under the F1 set" in TEXT
 
 
 def test_the_fresh_host_start_is_its_record():
