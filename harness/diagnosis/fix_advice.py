@@ -84,12 +84,12 @@ def companions(catalogue: Catalogue, records_of: RecordSource) -> dict[str, tupl
     of a two-stage pipeline, and with stash-incref beside it the pipeline ran 0 of 4."""
     out: dict[str, tuple[str, ...]] = {}
     for race in catalogue.races:
+        needed_by = [ctx for ctx in race.context if ctx in FIXES]
+        if race.kind != "race" or not needed_by:
+            continue  # no store read for the races no fix exposes
         held = [fe for fe in race.fixes if not fe.edit and (c := count(fe, race, records_of)) and c.n and not c.k]
-        if race.kind != "race" or not held:
-            continue
-        for ctx in race.context:
-            if ctx in FIXES:
-                out.setdefault(ctx, tuple(held[0].name.replace("+", ",").split(",")))
+        for ctx in needed_by if held else ():
+            out.setdefault(ctx, tuple(held[0].name.replace("+", ",").split(",")))
     return out
 
 

@@ -127,6 +127,7 @@ from typing import Any, TypeVar, overload
 
 from harness.runtime.errors import ConfigError
 from harness.runtime.fixes import FIXES, FixSet, Policy, call_key
+from harness.runtime.fixes.fixset import plain_tensor
 from harness.runtime.fixes.recommended_sets import Recommendation, recommended
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -288,7 +289,7 @@ class Guard:
             return
         seen = self._local.__dict__.setdefault("devices", set())
         for a in args:
-            if type(a) in (torch.Tensor, torch.nn.Parameter) and a.device not in seen:
+            if plain_tensor(a, torch) and a.device not in seen:
                 seen.add(a.device)
                 self.on_device(a.device)
 

@@ -46,10 +46,16 @@ def _arg_key(a: Any, torch: Any) -> Any:
         return type(a).__name__
     if _traced(a, torch):
         return _OPAQUE
-    if type(a) in (torch.Tensor, torch.nn.Parameter):
+    if plain_tensor(a, torch):
         shape = tuple(a.shape)
         return (shape, a.dtype, a.device.type) if all(type(d) is int for d in shape) else _OPAQUE
     return type(a).__name__  # a tensor subclass or another object: its attributes may run user code
+
+
+def plain_tensor(a: Any, torch: Any) -> bool:
+    """A tensor or parameter of torch's own classes: a subclass's, a Proxy's or a FakeTensor's
+    attributes are not read (they may run user code or record nodes)."""
+    return type(a) in (torch.Tensor, torch.nn.Parameter)
 
 
 def _traced(a: Any, torch: Any) -> bool:
