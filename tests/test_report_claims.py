@@ -743,8 +743,10 @@ def test_the_corpus_counts_are_its_tables():
 
 
 def test_the_gpu_gate_is_its_record():
-    gate = json.loads((RESULTS / "gpu-gate" / "2026-12-05.json").read_text())
-    assert gate["green"] and gate["failed"] == 0
+    gate = json.loads((RESULTS / "gpu-gate" / "2026-12-05-h100.json").read_text())
+    assert gate["green"] and gate["failed"] == 0 and gate["date"] == "2026-12-05"
+    log = (RESULTS / "gpu-gate" / "2026-12-05-h100" / "log.txt").read_text()
+    assert "NVIDIA H100" in log and "torch 2.11.0+cu130" in log and "a fresh H100, torch 2.11.0+cu130" in TEXT
     assert f"the GPU race suite passes {gate['passed']} of {gate['passed'] + gate['failed']}" in TEXT
     programs = gate["programs"]
     expected = sum(p["as_expected"] for p in programs)
@@ -770,7 +772,7 @@ def test_the_gpu_gate_is_its_record():
         "gpu_reduce_overhead_shared_threads",
         "gpu_stream_per_worker_reduce_overhead",
     )
-    assert f"only F1c's overwritten outputs stay ({', '.join(f'{four[n]}/4' for n in shapes)}," in TEXT
+    assert f"only F1c's overwritten outputs stay ({', '.join(f'{four[n]}/4' for n in shapes)} on the H200," in TEXT
     rows = [f for path in second.glob("gate-corpus-*.json") for f in json.loads(path.read_text())["fixes"]]
     (pt,) = [f for f in rows if f["name"].startswith("pt123177")]
     assert pt["fixed_failed"] == 1 and "pytorch#123177's program 1 of 4 under the F1 set" in TEXT
