@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
-from dflash.evaluate import acceptance_length, speculative_generate, speculative_generate_batch
+from dflash.evaluate import PAD_QUANTUM, _right_pad, acceptance_length, speculative_generate, speculative_generate_batch
 from dflash.masks import sdpa_mask
 from dflash.objective import DFlashObjective
 from dflash.target import build_target
@@ -128,6 +128,16 @@ def test_the_batched_loop_gives_each_prompt_its_own_tokens_and_rounds(target, ob
     assert together == [speculative_generate(target, objective, p, 13) for p in PROMPTS]
     with pytest.raises(ValueError):
         speculative_generate_batch(target, objective, [PROMPTS[0], []], 8)
+
+
+def test_verify_rows_pad_to_a_few_lengths():
+    # Every new sequence length costs SDPA a first use on CUDA: rows are padded to a multiple of
+    # PAD_QUANTUM with 0, so a run's rounds share a handful of lengths.
+    rows = [[5] * 3, [7] * (PAD_QUANTUM + 1)]
+    padded = _right_pad(rows, torch.device("cpu"))
+    assert padded.shape == (2, 2 * PAD_QUANTUM)
+    assert padded[0, :3].tolist() == [5] * 3 and not padded[0, 3:].any()
+    assert _right_pad([[1] * PAD_QUANTUM], torch.device("cpu")).shape == (1, PAD_QUANTUM)
 
 
 def test_bad_evaluation_input_is_rejected(target, objective):

@@ -19,6 +19,8 @@
 #             (the run's Inductor cache emptied; the shipped corpus), warm (the same cache again) and preloaded
 #             (a new, empty cache + the cold run's compile.cache_artifacts file); each run's
 #             `timeline:` line in the log, its records in run.tgz
+#   profile   gpu-default's start step by step (tools/start_steps.py), its imports' times and a py-spy
+#             profile of one run (run first on a fresh host: a first start)
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
 #   bench-eval  tools/bench_eval.py on gpu-default and gpu-launch-bound: the evaluation's prompts one at
 #             a time against one batch
@@ -178,6 +180,15 @@ run_phase() {
                  --set train.progress=false --out /tmp/st-$label > "$X/startup-$label.out" 2> "$X/startup-$label.err"
                echo "startup $label rc=$? $(( $(date +%s) - s ))s: $(grep -h '^timeline:' "$X/startup-$label.err")"
              done; rm -f "$c" ;;   # the file (~60 MB) is over what a returned file may have
+    # Where README's GPU command spends its start on this host: tools/start_steps.py twice (fresh
+    # processes), `-X importtime` of the target's imports, and py-spy's raw samples of one
+    # gpu-default run reading its corpus from the package as a new user does, all in $X/profile.
+    profile) mkdir -p $X/profile; for k in 1 2; do python3 -m tools.start_steps >> "$X/profile/steps.txt" 2>&1; done
+             cat "$X/profile/steps.txt"
+             python3 -X importtime -c "import torch, dflash.cli; from transformers import LlamaForCausalLM" 2> "$X/profile/importtime.txt"
+             timeout -k 10 240 py-spy record -r 200 -f raw -o "$X/profile/prof-train.txt" -- python3 -m dflash train \
+               --preset gpu-default --set train.progress=false --set data.cache_dir=/tmp/prof-corpus --out /tmp/prof > "$X/profile/train.out" 2> "$X/profile/train.err"
+             echo "profile rc=$?: $(grep -h '^timeline:' "$X/profile/train.err")"; gzip "$X/profile/prof-train.txt" ;;
     # The end-of-run evaluation, prompts one at a time against one batch (tools/bench_eval.py).
     bench-eval) for bp in default launch-bound; do s=$(date +%s)
              timeout -k 15 -s TERM 240 python3 -m tools.bench_eval --preset gpu-$bp > "$X/bench-eval-$bp.out" 2>&1

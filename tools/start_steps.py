@@ -1,0 +1,97 @@
+"""Where a preset's target load goes, one step at a time, in a fresh process.
+
+    python -m tools.start_steps [--preset gpu-default]
+
+Times, one after another: torch's import, the trainer's, the device's first touch and first real
+allocation (CUDA only), transformers' import, the seeded CPU build of the synthetic target, its
+move to the device in the target dtype, and two forwards of one batch. Run it in a fresh process
+on a fresh host to see a first start; the trainer's own `timeline:` line gives the phases around
+it. The target must be the embedded synthetic one (no target.path).
+"""
+
+from __future__ import annotations
+
+import time
+
+T0 = time.perf_counter()
+
+import argparse  # noqa: E402  (the clock starts before any import)
+
+
+class Steps:
+    """Prints each step's seconds and the time since the process's clock started."""
+
+    def __init__(self) -> None:
+        self.last = T0
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        print(f"{name:42s} {now - self.last:7.2f}s  (at {now - T0:6.2f}s)", flush=True)
+        self.last = now
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.start_steps", description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="gpu-default")
+    a = p.parse_args(argv)
+    steps = Steps()
+    import torch
+
+    steps.mark("import torch")
+    import dflash.cli  # noqa: F401  (the trainer's own imports, as `python -m dflash train` has them)
+    from dflash import presets, target
+
+    steps.mark("import the trainer")
+    cfg = presets.get(a.preset)
+    device = torch.device(cfg.devices.target_devices[0])
+    _touch(device, steps)
+    from transformers import LlamaForCausalLM, Qwen3ForCausalLM
+
+    steps.mark("import transformers' model classes")
+    model = _build(cfg.target, target, LlamaForCausalLM, Qwen3ForCausalLM, steps)
+    model = model.to(device=device, dtype=target.DTYPES[cfg.target.dtype])
+    _sync(device)
+    steps.mark(f".to({device}, {cfg.target.dtype})")
+    ids = torch.randint(1, cfg.target.vocab_size, (8, 128), device=device)
+    with torch.no_grad():
+        for which in ("first", "second"):
+            model(ids)
+            _sync(device)
+            steps.mark(f"{which} forward [8, 128]")
+    return 0
+
+
+def _touch(device, steps: Steps) -> None:
+    import torch
+
+    if device.type != "cuda":
+        return
+    torch.empty(0, device=device)
+    steps.mark("CUDA context (torch.empty(0))")
+    torch.ones(1 << 20, device=device)
+    _sync(device)
+    steps.mark("first real allocation + sync")
+
+
+def _build(cfg, target, llama, qwen3, steps: Steps):
+    """The seeded CPU build, as dflash.target builds the embedded target."""
+    import torch
+
+    hf = target._tiny_config(cfg)
+    hf._attn_implementation = "sdpa"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.init_seed)
+        model = (qwen3 if cfg.arch == "qwen3" else llama)(hf)
+    steps.mark("seeded CPU build")
+    return model
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
