@@ -13,6 +13,8 @@ import statistics
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from harness.analysis import bench_records, benches, verdicts
 from harness.analysis.crosstab import rows as crosstab_rows
 from harness.analysis.prices import paired_ratios
@@ -778,9 +780,17 @@ def test_the_gpu_gate_is_its_record():
     assert pt["fixed_failed"] == 1 and "pytorch#123177's program 1 of 4 under the F1 set" in TEXT
 
 
-def test_the_fresh_host_start_is_its_record():
-    text = (RESULTS / "h200-2026-12-05-startup" / "summary.txt").read_text()
-    for label, row in (("fresh", "fresh host"), ("cached", "cached")):
+@pytest.mark.parametrize(
+    "summary, suffix",
+    [
+        ("h200-2026-12-05-startup/summary.txt", " H200"),
+        ("h100-2026-12-05-startup/fresh-start/summary.txt", " H100, evaluation padded"),
+    ],
+)
+def test_the_fresh_host_start_is_its_record(summary, suffix):
+    text = (RESULTS / summary).read_text()
+    for label in ("fresh", "cached"):
+        row = label + suffix
         line = re.search(rf"^startup {label} rc=0 .*$", text, flags=re.M).group(0)
         phase = {k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)s", line)}
         at = float(re.search(r"first step at ([\d.]+)s", line).group(1))
@@ -789,6 +799,31 @@ def test_the_fresh_host_start_is_its_record():
             f"| {row} | {at:.1f} s | {phase['target_load']:.1f} s | {phase['corpus']:.1f} s | "
             f"{phase['evaluation']:.1f} s | {share}% of {total} s |"
         ) in TEXT
+
+
+def test_what_is_left_of_the_start_is_its_record():
+    h100 = RESULTS / "h100-2026-12-05-startup"
+
+    def timeline(path):
+        line = next(x for x in path.read_text().splitlines() if x.startswith("timeline:"))
+        return {k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)s", line)}
+
+    before, after = timeline(h100 / "train.err"), timeline(h100 / "fresh-start" / "fresh.err")
+    assert f"took it from {before['evaluation']:.1f} s to {after['evaluation']:.1f} s on the H100" in TEXT
+    assert f"lost {after['imports']:.1f} s importing from a cold disk" in TEXT
+    steps = [
+        float(m)
+        for path in (h100 / "steps.txt", h100 / "profile-run" / "steps.txt")
+        for m in re.findall(
+            r"^(?:from transformers import|import transformers).*?([\d.]+)s ", path.read_text(), flags=re.M
+        )
+    ]
+    assert len(steps) == 4 and f"{min(steps):.1f}-{max(steps):.1f} s is `from transformers import ...`" in TEXT
+    probe = (h100 / "eval-shapes.txt").read_text()
+    first = {
+        m: [float(x) for x in re.findall(rf"^{m} pass 1: ([\d.]+)s", probe, flags=re.M)] for m in ("base", "pad32")
+    }
+    assert len(first["base"]) == 2 and min(first["base"]) > 3 * max(first["pad32"])
 
 
 def test_the_diagnosis_count_is_what_diagnose_names_in_the_committed_stores():
