@@ -17,6 +17,8 @@ T0 = time.perf_counter()
 
 import argparse  # noqa: E402  (the clock starts before any import)
 
+from dflash import presets  # noqa: E402  (light: no torch)
+
 
 class Steps:
     """Prints each step's seconds and the time since the process's clock started."""
@@ -35,48 +37,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="gpu-default")
     a = p.parse_args(argv)
     steps = Steps()
+    # each import is a step this tool times: none may happen before its clock
     import torch
 
     steps.mark("import torch")
-    import dflash.cli  # noqa: F401  (the trainer's own imports, as `python -m dflash train` has them)
-    from dflash import presets, target
+    # timed: the trainer's own imports, as `python -m dflash train` has them
+    import dflash.train  # noqa: F401
+    from dflash import target
 
     steps.mark("import the trainer")
     cfg = presets.get(a.preset)
     device = torch.device(cfg.devices.target_devices[0])
-    _touch(device, steps)
+    _touch(torch, device, steps)
+    # timed: transformers' import is the step this tool was written to see
     from transformers import LlamaForCausalLM, Qwen3ForCausalLM
 
     steps.mark("import transformers' model classes")
-    model = _build(cfg.target, target, LlamaForCausalLM, Qwen3ForCausalLM, steps)
+    model = _build(torch, cfg.target, target, LlamaForCausalLM, Qwen3ForCausalLM, steps)
     model = model.to(device=device, dtype=target.DTYPES[cfg.target.dtype])
-    _sync(device)
+    _sync(torch, device)
     steps.mark(f".to({device}, {cfg.target.dtype})")
     ids = torch.randint(1, cfg.target.vocab_size, (8, 128), device=device)
     with torch.no_grad():
         for which in ("first", "second"):
             model(ids)
-            _sync(device)
+            _sync(torch, device)
             steps.mark(f"{which} forward [8, 128]")
     return 0
 
 
-def _touch(device, steps: Steps) -> None:
-    import torch
-
+def _touch(torch, device, steps: Steps) -> None:
     if device.type != "cuda":
         return
     torch.empty(0, device=device)
     steps.mark("CUDA context (torch.empty(0))")
     torch.ones(1 << 20, device=device)
-    _sync(device)
+    _sync(torch, device)
     steps.mark("first real allocation + sync")
 
 
-def _build(cfg, target, llama, qwen3, steps: Steps):
+def _build(torch, cfg, target, llama, qwen3, steps: Steps):
     """The seeded CPU build, as dflash.target builds the embedded target."""
-    import torch
-
     hf = target._tiny_config(cfg)
     hf._attn_implementation = "sdpa"
     with torch.random.fork_rng(devices=[]):
@@ -86,9 +87,7 @@ def _build(cfg, target, llama, qwen3, steps: Steps):
     return model
 
 
-def _sync(device) -> None:
-    import torch
-
+def _sync(torch, device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
