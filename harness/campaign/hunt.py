@@ -23,7 +23,6 @@ and the report gives each test's k/n per set.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import threading
@@ -32,7 +31,6 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.campaign.expand import plan_json
 from harness.campaign.hunt_junit import CRASHED, FAILING, JunitTest
 from harness.campaign.hunt_options import JUNIT, HuntOptions, options_from_args, pytest_argv
 from harness.campaign.hunt_plugin import ONLY_ENV, PROGRESS_ENV
@@ -40,16 +38,15 @@ from harness.campaign.hunt_progress import PROGRESS, crashed_test, process_tests
 from harness.campaign.hunt_records import ALONE, ONE_THREAD, RecordLog, RunRecord, TestRecord
 from harness.campaign.hunt_report import print_report
 from harness.campaign.hunt_verdicts import always_failing, needs_alone, verdicts
-from harness.campaign.matrix_spec import MatrixError, PlanChoice
+from harness.campaign.matrix_spec import MatrixError
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
-from harness.campaign.stress import INTERRUPTED_RC, arm_env, arm_strategy
+from harness.campaign.stress import INTERRUPTED_RC, arm_spec
 from harness.diagnosis import diagnose
-from harness.trial.cells import NO_PLAN, cell_name
 from harness.trial.folder import OUTPUT
 from harness.trial.folder import text as folder_text
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import run_trial
-from harness.trial.spec import TrialSpec, WorkloadSpec
+from harness.trial.spec import TrialSpec
 
 RERUN_FOLDER = "rerun-1-thread"
 MAX_PARTS = 20
@@ -226,29 +223,17 @@ class HuntLoop:
         o = self.opts
         rerun = run.index < 0  # with one thread, or alone: the tests as they are, no plan
         fixes = None if rerun else o.fix_sets[run.arm]
-        plan = plan_json(PlanChoice(name=o.plan, profile=o.plan), run.seed) if o.plan and not rerun else None
-        env = {**arm_env(fixes), PROGRESS_ENV: str((folder / PROGRESS).resolve())}
+        env = {PROGRESS_ENV: str((folder / PROGRESS).resolve())}
         if only:
             listed = o.out_dir / f"{folder.name}-only.txt"
             listed.write_text("\n".join(only) + "\n", encoding="utf-8")
             env[ONLY_ENV] = str(listed.resolve())
         argv = pytest_argv(o, 1 if run.index == ONE_THREAD else o.threads, (folder / JUNIT).resolve())
-        return TrialSpec(
-            trial_id=f"hunt/{run.index}",
-            cell=cell_name("hunt", arm_strategy(fixes), (o.plan if plan else None) or NO_PLAN),
-            workload=WorkloadSpec(kind="command", argv=argv),
-            fixes=fixes or (),
-            foreign=True,
-            plan=plan,
-            timeout_s=o.timeout_s,
-            hang_s=o.hang_s,
-            trial_index=run.seed,
-            cwd=os.getcwd(),
-            env=env,
-            # The window counters are not read here: installing none keeps their probes out of
-            # every test's compiled calls.
-            exposure=False,
-        )
+        plan = None if rerun else o.plan
+        # The window counters are not read here: installing none keeps their probes out of
+        # every test's compiled calls.
+        limits = (o.timeout_s, o.hang_s)
+        return arm_spec("hunt", run.index, run.seed, argv, fixes, plan, limits, env=env, exposure=False)
 
 
 def read_part(result: TrialResult, folder: Path) -> RunPart:

@@ -257,6 +257,36 @@ def arm_env(fixes: tuple[str, ...] | None) -> dict[str, str]:
     return {"HARNESS_FIXES": "none"} if fixes == () else {}
 
 
+def arm_spec(
+    command: str,
+    index: int,
+    seed: int,
+    argv: list[str],
+    fixes: tuple[str, ...] | None,
+    plan_name: str | None,
+    limits: tuple[float, float | None],
+    env: dict[str, str] | None = None,
+    **extra,
+) -> TrialSpec:
+    """Run `index` of a foreign command under one arm: `fixes` and the named plan seeded by `seed`,
+    from the working directory; `limits` is (timeout_s, hang_s). stress and hunt build theirs here."""
+    plan = plan_json(PlanChoice(name=plan_name, profile=plan_name), seed) if plan_name else None
+    return TrialSpec(
+        trial_id=f"{command}/{index}",
+        cell=cell_name(command, arm_strategy(fixes), plan_name or NO_PLAN),
+        workload=WorkloadSpec(kind="command", argv=argv),
+        fixes=fixes or (),
+        foreign=True,
+        plan=plan,
+        timeout_s=limits[0],
+        hang_s=limits[1],
+        trial_index=seed,
+        cwd=os.getcwd(),
+        env={**arm_env(fixes), **(env or {})},
+        **extra,
+    )
+
+
 def plan_hits(folder: Path) -> int | None:
     """Points the run's plan reached, from the plan log's closing summary; None where it wrote none."""
     summary = plan_summary(folder)
@@ -333,21 +363,8 @@ class _StressLoop:
 
     def _spec(self, run: _Run) -> TrialSpec:
         o = self.opts
-        plan = plan_json(PlanChoice(name=o.plan, profile=o.plan), run.seed) if o.plan else None
-        fixes = o.fix_sets[run.arm]
-        return TrialSpec(
-            trial_id=f"stress/{run.index}",
-            cell=cell_name("stress", arm_strategy(fixes), o.plan or NO_PLAN),
-            workload=WorkloadSpec(kind="command", argv=o.cmd),
-            fixes=fixes or (),
-            foreign=True,
-            plan=plan,
-            timeout_s=o.timeout_s,
-            hang_s=o.hang_s,
-            trial_index=run.seed,
-            cwd=os.getcwd(),
-            python=o.python,
-            env=arm_env(fixes),
+        return arm_spec(
+            "stress", run.index, run.seed, o.cmd, o.fix_sets[run.arm], o.plan, (o.timeout_s, o.hang_s), python=o.python
         )
 
     def _worker(self) -> None:
