@@ -780,6 +780,11 @@ def test_the_gpu_gate_is_its_record():
     assert pt["fixed_failed"] == 1 and "pytorch#123177's program 1 of 4 under the F1 set" in TEXT
 
 
+def _timeline_phases(line: str) -> dict[str, float]:
+    """A trainer `timeline:` line's phases, seconds by name."""
+    return {k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)s", line)}
+
+
 @pytest.mark.parametrize(
     "summary, suffix",
     [
@@ -792,7 +797,7 @@ def test_the_fresh_host_start_is_its_record(summary, suffix):
     for label in ("fresh", "cached"):
         row = label + suffix
         line = re.search(rf"^startup {label} rc=0 .*$", text, flags=re.M).group(0)
-        phase = {k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)s", line)}
+        phase = _timeline_phases(line)
         at = float(re.search(r"first step at ([\d.]+)s", line).group(1))
         share, total = re.search(r"(\d+)% of (\d+)s outside training", line).groups()
         assert (
@@ -805,8 +810,7 @@ def test_what_is_left_of_the_start_is_its_record():
     h100 = RESULTS / "h100-2026-12-05-startup"
 
     def timeline(path):
-        line = next(x for x in path.read_text().splitlines() if x.startswith("timeline:"))
-        return {k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)s", line)}
+        return _timeline_phases(next(x for x in path.read_text().splitlines() if x.startswith("timeline:")))
 
     before, after = timeline(h100 / "train.err"), timeline(h100 / "fresh-start" / "fresh.err")
     assert f"took it from {before['evaluation']:.1f} s to {after['evaluation']:.1f} s on the H100" in TEXT

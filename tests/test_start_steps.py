@@ -15,8 +15,7 @@ def test_each_step_of_the_targets_start_is_timed(capsys):
         "import torch",
         "import the trainer",
         "import transformers' model classes",
-        "seeded CPU build",
-        ".to(cpu, float32)",
+        "seeded build, on cpu in float32",
         "first forward [8, 128]",
         "second forward [8, 128]",
     ]

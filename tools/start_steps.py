@@ -3,8 +3,8 @@
     python -m tools.start_steps [--preset gpu-default]
 
 Times, one after another: torch's import, the trainer's, the device's first touch and first real
-allocation (CUDA only), transformers' import, the seeded CPU build of the synthetic target, its
-move to the device in the target dtype, and two forwards of one batch. Run it in a fresh process
+allocation (CUDA only), transformers' import, the trainer's own build of the synthetic target
+(seeded on the CPU, then moved to the device in the target dtype) and two forwards of one batch. Run it in a fresh process
 on a fresh host to see a first start; the trainer's own `timeline:` line gives the phases around
 it. The target must be the embedded synthetic one (no target.path).
 """
@@ -50,13 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(cfg.devices.target_devices[0])
     _touch(torch, device, steps)
     # timed: transformers' import is the step this tool was written to see
-    from transformers import LlamaForCausalLM, Qwen3ForCausalLM
+    from transformers import LlamaForCausalLM, Qwen3ForCausalLM  # noqa: F401
 
     steps.mark("import transformers' model classes")
-    model = _build(torch, cfg.target, target, LlamaForCausalLM, Qwen3ForCausalLM, steps)
-    model = model.to(device=device, dtype=target.DTYPES[cfg.target.dtype])
+    model = target._build_hf_model(cfg.target, device)
     _sync(torch, device)
-    steps.mark(f".to({device}, {cfg.target.dtype})")
+    steps.mark(f"seeded build, on {device} in {cfg.target.dtype}")
     ids = torch.randint(1, cfg.target.vocab_size, (8, 128), device=device)
     with torch.no_grad():
         for which in ("first", "second"):
@@ -74,17 +73,6 @@ def _touch(torch, device, steps: Steps) -> None:
     torch.ones(1 << 20, device=device)
     _sync(torch, device)
     steps.mark("first real allocation + sync")
-
-
-def _build(torch, cfg, target, llama, qwen3, steps: Steps):
-    """The seeded CPU build, as dflash.target builds the embedded target."""
-    hf = target._tiny_config(cfg)
-    hf._attn_implementation = "sdpa"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.init_seed)
-        model = (qwen3 if cfg.arch == "qwen3" else llama)(hf)
-    steps.mark("seeded CPU build")
-    return model
 
 
 def _sync(torch, device) -> None:

@@ -232,8 +232,8 @@ class HuntLoop:
         plan = None if rerun else o.plan
         # The window counters are not read here: installing none keeps their probes out of
         # every test's compiled calls.
-        limits = (o.timeout_s, o.hang_s)
-        return arm_spec("hunt", run.index, run.seed, argv, fixes, plan, limits, env=env, exposure=False)
+        limits = {"timeout_s": o.timeout_s, "hang_s": o.hang_s}
+        return arm_spec("hunt", run.index, run.seed, argv, fixes, plan, **limits, env=env, exposure=False)
 
 
 def read_part(result: TrialResult, folder: Path) -> RunPart:

@@ -264,12 +264,14 @@ def arm_spec(
     argv: list[str],
     fixes: tuple[str, ...] | None,
     plan_name: str | None,
-    limits: tuple[float, float | None],
+    *,
+    timeout_s: float,
+    hang_s: float | None,
     env: dict[str, str] | None = None,
     **extra,
 ) -> TrialSpec:
     """Run `index` of a foreign command under one arm: `fixes` and the named plan seeded by `seed`,
-    from the working directory; `limits` is (timeout_s, hang_s). stress and hunt build theirs here."""
+    from the working directory. stress and hunt build theirs here."""
     plan = plan_json(PlanChoice(name=plan_name, profile=plan_name), seed) if plan_name else None
     return TrialSpec(
         trial_id=f"{command}/{index}",
@@ -278,8 +280,8 @@ def arm_spec(
         fixes=fixes or (),
         foreign=True,
         plan=plan,
-        timeout_s=limits[0],
-        hang_s=limits[1],
+        timeout_s=timeout_s,
+        hang_s=hang_s,
         trial_index=seed,
         cwd=os.getcwd(),
         env={**arm_env(fixes), **(env or {})},
@@ -363,9 +365,9 @@ class _StressLoop:
 
     def _spec(self, run: _Run) -> TrialSpec:
         o = self.opts
-        return arm_spec(
-            "stress", run.index, run.seed, o.cmd, o.fix_sets[run.arm], o.plan, (o.timeout_s, o.hang_s), python=o.python
-        )
+        fixes = o.fix_sets[run.arm]
+        limits = {"timeout_s": o.timeout_s, "hang_s": o.hang_s}
+        return arm_spec("stress", run.index, run.seed, o.cmd, fixes, o.plan, **limits, python=o.python)
 
     def _worker(self) -> None:
         try:
