@@ -35,7 +35,7 @@ def corpus_file(cfg: RunConfig, target: TargetModel, err: TextIO, note=None) -> 
         _beating(target.greedy_generate, note, cfg.data.synthetic_samples),
         target.vocab_size,
         target_cache_key(cfg),
-        probe=target.greedy_generate,
+        probe=target.next_tokens,
         report=lambda line: print(line, file=err, flush=True),
     )
 

@@ -23,7 +23,8 @@ target (causal: a row's own positions never see its padding) and masked for the 
 block sees all context, so the padding must be hidden from it). The target's rows are padded to a
 multiple of PAD_QUANTUM: each round is a token or more longer, and every new length costs SDPA a
 first use (cuDNN's backend builds a plan per shape): 16 prompts took 6.6-7.0 s on a fresh H100
-padded to the longest row, 1.5-2.1 s padded to 32 (results/h100-2026-12-05-startup).
+padded to the longest row, 1.5-2.1 s padded to 32 (results/h100-2026-12-05-startup). The
+drafter's context is padded the same way, its padding masked.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def speculative_generate_batch(
 ) -> list[tuple[list[int], list[int]]]:
     """speculative_generate for every prompt at once, one draft and one verify forward per round
     for all rows still generating. `objective.draft_logits` takes `context_lens` (each row's
-    context length; the context tensor is padded to the longest) when the rows differ."""
+    context length; the context tensor is padded to a multiple of PAD_QUANTUM)."""
     if not prompts or any(not p for p in prompts) or max_new_tokens < 1:
         raise ValueError("need non-empty prompts and max_new_tokens >= 1")
     layer_ids, block = objective.layer_ids, objective.block_size
@@ -100,11 +101,13 @@ def speculative_generate_batch(
     rounds: list[list[int]] = [[] for _ in prompts]
     while active := [i for i, p in enumerate(prompts) if len(tokens[i]) - len(p) < max_new_tokens]:
         lens = [contexts[i].shape[0] for i in active]  # == each row's anchor position
-        context = torch.zeros(len(active), max(lens), hidden.shape[-1], dtype=hidden.dtype, device=dev)
+        # Padded like the target's rows: the drafter's attention gets a handful of lengths too.
+        width = -(-max(lens) // PAD_QUANTUM) * PAD_QUANTUM
+        context = torch.zeros(len(active), width, hidden.shape[-1], dtype=hidden.dtype, device=dev)
         for row, i in enumerate(active):
             context[row, : lens[row]] = contexts[i]
         anchor_tok = torch.tensor([tokens[i][-1] for i in active], device=dev)
-        if len(set(lens)) == 1:
+        if set(lens) == {width}:
             drafted = objective.draft_logits(context, anchor_tok)
         else:
             drafted = objective.draft_logits(context, anchor_tok, context_lens=lens)

@@ -131,14 +131,15 @@ def ensure_synthetic_corpus(
     vocab_size: int,
     cache_key: str,
     *,
-    probe: Generate | None = None,
+    probe: packaged_corpus.Predict | None = None,
     report: Callable[[str], None] | None = None,
 ) -> str:
     """Path of the synthetic corpus for (cfg, vocab_size, cache_key), generating it on first use.
 
     `generate(prompts, max_new_tokens)` must return one list of new token ids per prompt;
     `cache_key` names the target (e.g. its config digest) so different targets get different files.
-    A shipped corpus is checked with `probe` (default `generate`); `report` hears the verdict.
+    A shipped corpus is checked with `probe`, the target's teacher-forced greedy choices (default: asked
+    of `generate` one prefix at a time); `report` hears the verdict.
     """
     if vocab_size < 3:
         raise ValueError(f"vocab_size {vocab_size} leaves no ids for prompts (0 = pad, last = mask)")
@@ -147,7 +148,7 @@ def ensure_synthetic_corpus(
     path = corpus_path(cfg, vocab_size, cache_key)
     if os.path.isfile(path):
         return path
-    shipped = packaged_corpus.find(path, probe or generate, report)
+    shipped = packaged_corpus.find(path, probe or packaged_corpus.teacher_forced(generate), report)
     if shipped is not None:
         return shipped
     if cfg.synthetic_pack_len:

@@ -251,6 +251,15 @@ class TargetModel:
                 results[i] = _cut_at_eos(new[row].tolist(), eos_token_id)
         return [results[i] for i in range(len(prompts))]
 
+    @torch.no_grad()
+    def next_tokens(self, rows: list[list[int]]) -> list[list[int]]:
+        """The target's greedy choice after each position of each row (teacher-forced), from one
+        forward over the rows right-padded (causal: a row's positions never see its padding)."""
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [PAD_TOKEN_ID] * (width - len(r)) for r in rows], device=self.device)
+        choice = self.model(input_ids=ids, use_cache=False).logits.argmax(-1)
+        return [choice[i, : len(r)].tolist() for i, r in enumerate(rows)]
+
     def _greedy_batch(self, ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         out, past = self._run(ids, None)
         tokens = []

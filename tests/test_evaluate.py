@@ -57,8 +57,8 @@ class OracleDrafter(torch.nn.Module):
         self.layer_ids, self.block_size, self.vocab = layer_ids, BS, target.vocab_size
         self.greedy = prompt + target.greedy_generate([prompt], max_new_tokens + BS)[0]
 
-    def draft_logits(self, context, anchor_tokens):
-        anchor = context.shape[1]
+    def draft_logits(self, context, anchor_tokens, context_lens=None):
+        anchor = context.shape[1] if context_lens is None else context_lens[0]  # the batch pads it
         assert anchor_tokens.item() == self.greedy[anchor]
         want = torch.tensor(self.greedy[anchor + 1 : anchor + BS])
         return F.one_hot(want, self.vocab).float()[None]

@@ -65,7 +65,7 @@ def test_shipped_corpus_is_read_in_place_when_the_target_reproduces_it(tmp_path,
     lines: list[str] = []
 
     def generate(prompts, n):
-        assert n == packaged_corpus.PROBE_TOKENS  # only the probe runs
+        assert n == 1  # only the probe runs, one token after each prefix
         return affine_generate(prompts, n, VOCAB)
 
     cfg = DataConfig(cache_dir=str(tmp_path / "gen"), synthetic_samples=48, synthetic_max_len=48)
@@ -83,6 +83,21 @@ def test_another_targets_shipped_corpus_is_regenerated(tmp_path, monkeypatch) ->
     cfg = DataConfig(cache_dir=str(tmp_path / "gen"), synthetic_samples=48, synthetic_max_len=48)
     path = ensure_synthetic_corpus(cfg, other, VOCAB, "tiny-llama", report=lines.append)
     assert path != shipped and os.path.isfile(path) and "regenerating" in lines[0]
+
+
+def test_a_target_chooses_its_own_corpus_teacher_forced_and_not_another_seeds(tmp_path, monkeypatch) -> None:
+    """The probe's one forward agrees with the greedy generation that wrote the corpus."""
+    cfg = TargetConfig(hidden_size=32, num_layers=2, vocab_size=VOCAB)
+    arrow = _generated(tmp_path, "gen", build_target(cfg, "cpu").greedy_generate)
+    monkeypatch.setattr(packaged_corpus, "FOLDER", str(tmp_path / "shipped"))
+    shipped = packaged_corpus.package(arrow)
+    total = packaged_corpus.PROBE_ROWS * packaged_corpus.PROBE_TOKENS
+    assert packaged_corpus.matches(shipped, build_target(cfg, "cpu").next_tokens) == (
+        True,
+        f"{total} of {total} probe tokens agree",
+    )
+    other = build_target(TargetConfig(hidden_size=32, num_layers=2, vocab_size=VOCAB, init_seed=1), "cpu")
+    assert packaged_corpus.matches(shipped, other.next_tokens)[0] is False
 
 
 def test_random_target_is_built_in_its_dtype_with_the_seeded_weights() -> None:
