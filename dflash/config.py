@@ -90,6 +90,9 @@ class TargetConfig:
     """Local HF causal-LM folder (no network). None = the embedded tiny random model below."""
     arch: str = "llama"
     """Embedded target family: 'llama' or 'qwen3'."""
+    impl: str = "transformers"
+    """Who builds the embedded target: 'transformers' (its LlamaForCausalLM / Qwen3ForCausalLM) or
+    'native' (dflash.llama: the same seeded Llama in plain torch, without transformers' import)."""
     hidden_size: int = 64
     num_layers: int = 4
     num_heads: int = 4
@@ -104,6 +107,10 @@ class TargetConfig:
     def __post_init__(self) -> None:
         if self.arch not in ("llama", "qwen3"):
             raise ConfigError(f"target.arch must be 'llama' or 'qwen3', got {self.arch!r}")
+        if self.impl not in ("transformers", "native"):
+            raise ConfigError(f"target.impl must be 'transformers' or 'native', got {self.impl!r}")
+        if self.impl == "native" and (self.arch != "llama" or self.path is not None):
+            raise ConfigError("target.impl=native builds the embedded llama only (no target.path, no qwen3)")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ConfigError(f"target.dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.hidden_size % self.num_heads:

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from dflash.config import TargetConfig
+from dflash.llama import LlamaForCausalLM, LlamaShape
 from harness.runtime.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -64,11 +65,29 @@ def _tiny_config(cfg: TargetConfig):
     return LlamaConfig(**common)
 
 
+def _native_model(cfg: TargetConfig) -> nn.Module:
+    """dflash.llama's seeded model: transformers' LlamaForCausalLM without its import."""
+    shape = LlamaShape(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        pad_token_id=PAD_TOKEN_ID,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.init_seed)
+        return LlamaForCausalLM(shape)
+
+
 def _build_hf_model(cfg: TargetConfig, device: torch.device | str) -> nn.Module:
-    """The HF model on `device` in target.dtype."""
+    """The HF model (or dflash.llama's, target.impl=native) on `device` in target.dtype."""
     dtype = DTYPES[cfg.dtype]
     if cfg.path is not None:
         return _load_pretrained(cfg, dtype, device)
+    if cfg.impl == "native":
+        return _native_model(cfg).to(device=device, dtype=dtype)
     # transformers takes seconds to import: the synthetic target does without it
     from transformers import LlamaForCausalLM, Qwen3ForCausalLM
 

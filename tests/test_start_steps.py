@@ -21,3 +21,15 @@ def test_each_step_of_the_targets_start_is_timed(capsys):
     ]
     at = [float(re.search(r"\(at +([\d.]+)s\)", line).group(1)) for line in lines]
     assert at == sorted(at)
+
+
+def test_the_native_target_has_no_transformers_step(capsys):
+    assert start_steps.main(["--preset", "tiny-cpu", "--impl", "native"]) == 0
+    names = [re.split(r"\s{2,}", line)[0] for line in capsys.readouterr().out.splitlines()]
+    assert names == [
+        "import torch",
+        "import the trainer",
+        "seeded build, on cpu in float32",
+        "first forward [8, 128]",
+        "second forward [8, 128]",
+    ]

@@ -1,9 +1,10 @@
 """Where a preset's target load goes, one step at a time, in a fresh process.
 
-    python -m tools.start_steps [--preset gpu-default]
+    python -m tools.start_steps [--preset gpu-default] [--impl transformers|native]
 
 Times, one after another: torch's import, the trainer's, the device's first touch and first real
-allocation (CUDA only), transformers' import, the trainer's own build of the synthetic target
+allocation (CUDA only), transformers' import (target.impl=transformers only), the trainer's own
+build of the synthetic target
 (seeded on the CPU, then moved to the device in the target dtype) and two forwards of one batch. Run it in a fresh process
 on a fresh host to see a first start; the trainer's own `timeline:` line gives the phases around
 it. The target must be the embedded synthetic one (no target.path).
@@ -35,6 +36,7 @@ class Steps:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.start_steps", description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="gpu-default")
+    p.add_argument("--impl", choices=("transformers", "native"), help="target.impl (default: the preset's)")
     a = p.parse_args(argv)
     steps = Steps()
     # each import is a step this tool times: none may happen before its clock
@@ -47,12 +49,15 @@ def main(argv: list[str] | None = None) -> int:
 
     steps.mark("import the trainer")
     cfg = presets.get(a.preset)
+    if a.impl is not None:
+        cfg.target.impl = a.impl
     device = torch.device(cfg.devices.target_devices[0])
     _touch(torch, device, steps)
-    # timed: transformers' import is the step this tool was written to see
-    from transformers import LlamaForCausalLM, Qwen3ForCausalLM  # noqa: F401
+    if cfg.target.impl == "transformers":
+        # timed: transformers' import is the step this tool was written to see
+        from transformers import LlamaForCausalLM, Qwen3ForCausalLM  # noqa: F401
 
-    steps.mark("import transformers' model classes")
+        steps.mark("import transformers' model classes")
     model = target._build_hf_model(cfg.target, device)
     _sync(torch, device)
     steps.mark(f"seeded build, on {device} in {cfg.target.dtype}")
