@@ -3,7 +3,9 @@
 #   bash tools/fresh_start.sh [SECONDS]
 # Run it first on a fresh host (nothing compiled, no corpus cached): `python3 -m dflash train
 # --preset gpu-default` runs twice, `fresh` then `cached` (the same again, its caches now warm),
-# each alone on the GPU with SECONDS (240) to finish. Each run's stdout and stderr (with its
+# then `transformers` (the same with `--set target.impl=transformers`, the target the harness's
+# gpu-default workloads build: its import's price on this host), each alone on the GPU with
+# SECONDS (240) to finish. Each run's stdout and stderr (with its
 # closing `timeline:` line) go to startup-LABEL.out/.err, packed into $OUT/startup.tgz (a host
 # returns few files) beside $OUT/startup.txt, the timelines. A run still going at its deadline gets
 # a py-spy dump of its threads (startup-LABEL-dump.txt) before it is stopped: a stall is data.
@@ -16,10 +18,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONUNBUFFERED=1
 nvidia-smi -L
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
-for label in fresh cached; do
+for label in fresh cached transformers; do
   rm -rf runs/gpu-default   # the preset's output folder: each run starts at step 0
+  impl=(); [ $label = transformers ] && impl=(--set target.impl=transformers)
   t0=$EPOCHREALTIME
-  python3 -m dflash train --preset gpu-default > "$S/startup-$label.out" 2> "$S/startup-$label.err" &
+  python3 -m dflash train --preset gpu-default "${impl[@]}" > "$S/startup-$label.out" 2> "$S/startup-$label.err" &
   pid=$!
   while kill -0 $pid 2>/dev/null && (( ${EPOCHREALTIME%.*} - ${t0%.*} < limit )); do sleep 0.5; done
   if kill -0 $pid 2>/dev/null; then

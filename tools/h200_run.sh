@@ -15,11 +15,11 @@
 #             harness/trial or harness/runtime, and commit the record)
 #   default   `python -m dflash train --preset gpu-default` alone on the GPU (the trainer's GPU smoke run, eager
 #             as the preset ships)
-#   startup   gpu-default compiled (STARTUP_STEPS, 300, phase-lock+target-hook-taps) three times alone on the GPU: cold
+#   startup   gpu-default compiled with transformers' target (STARTUP_STEPS, 300, phase-lock+target-hook-taps) three times alone on the GPU: cold
 #             (the run's Inductor cache emptied; the shipped corpus), warm (the same cache again) and preloaded
 #             (a new, empty cache + the cold run's compile.cache_artifacts file); each run's
 #             `timeline:` line in the log, its records in run.tgz
-#   profile   gpu-default's start step by step (tools/start_steps.py), its imports' times and a py-spy
+#   profile   gpu-default's start step by step (tools/start_steps.py, both target builds), imports' times and a py-spy
 #             profile of one run (run first on a fresh host: a first start)
 #   bench     `python -m dflash bench --preset gpu-default --steps 40` alone on the GPU
 #   bench-eval  tools/bench_eval.py on gpu-default and gpu-launch-bound: the evaluation's prompts one at
@@ -113,7 +113,7 @@ warm() {  # waits on its own pids: a bare `wait` would also wait for the tee beh
     train warm-pb-$p --preset gpu-$p --steps 6 $ro --set fixes=cstash-tls-init,persistent-buffers --out /tmp/w2-$p & pids+=($!)
     train warm-nocg-$p --preset gpu-$p --steps 6 --set compile.mode=default --set train.eval_prompts=0 --out /tmp/w3-$p & pids+=($!)
   done
-  train warm-default --preset gpu-default --steps 4 --set compile.mode=default --set train.eval_prompts=0 --out /tmp/w0 & pids+=($!)
+  train warm-default --preset gpu-default --steps 4 --set target.impl=transformers --set compile.mode=default --set train.eval_prompts=0 --out /tmp/w0 & pids+=($!)
   wait "${pids[@]}"
 }
 
@@ -176,14 +176,15 @@ run_phase() {
                case $label in cold) d=$TORCHINDUCTOR_CACHE_DIR; rm -rf $d ;; warm) d=$TORCHINDUCTOR_CACHE_DIR ;; preloaded) d=/tmp/ind-s2; rm -rf $d ;; esac
                s=$(date +%s)
                TORCHINDUCTOR_CACHE_DIR=$d timeout -k 15 -s TERM 300 python3 -m dflash train --preset gpu-default \
-                 --steps ${STARTUP_STEPS:-300} --set compile.mode=default --set fixes=phase-lock,target-hook-taps --set compile.cache_artifacts="$c" \
+                 --steps ${STARTUP_STEPS:-300} --set target.impl=transformers --set compile.mode=default --set fixes=phase-lock,target-hook-taps --set compile.cache_artifacts="$c" \
                  --set train.progress=false --out /tmp/st-$label > "$X/startup-$label.out" 2> "$X/startup-$label.err"
                echo "startup $label rc=$? $(( $(date +%s) - s ))s: $(grep -h '^timeline:' "$X/startup-$label.err")"
              done; rm -f "$c" ;;   # the file (~60 MB) is over what a returned file may have
     # Where README's GPU command spends its start on this host: tools/start_steps.py twice (fresh
     # processes), `-X importtime` of the target's imports, and py-spy's raw samples of one
     # gpu-default run reading its corpus from the package as a new user does, all in $X/profile.
-    profile) mkdir -p $X/profile; for k in 1 2; do python3 -m tools.start_steps >> "$X/profile/steps.txt" 2>&1; done
+    profile) mkdir -p $X/profile; for k in 1 2; do for i in native transformers; do
+               python3 -m tools.start_steps --impl $i >> "$X/profile/steps.txt" 2>&1; done; done
              cat "$X/profile/steps.txt"
              python3 -X importtime -c "import torch, dflash.cli; from transformers import LlamaForCausalLM" 2> "$X/profile/importtime.txt"
              timeout -k 10 240 py-spy record -r 200 -f raw -o "$X/profile/prof-train.txt" -- python3 -m dflash train \
