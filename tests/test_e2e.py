@@ -55,7 +55,9 @@ def test_embedded_default_learns_and_exports(tmp_path):
         for k in phases
         if isinstance(phases[k], float) and k not in ("total", "outside_training_frac") and not k.endswith("_at")
     ]
-    assert order[:4] == ["imports", "setup", "target_load", "corpus"], phases
+    assert order[:5] == ["imports", "setup", "target_load", "corpus", "pipeline_build"], phases
+    # Every second before the gate opens is in a named phase.
+    assert sum(phases[k] for k in order[: order.index("warmup") + 1]) == pytest.approx(phases["gate_open_at"], abs=0.5)
     assert {"warmup", "first_step", "training", "checkpoint", "export", "evaluation"} <= set(order), phases
     assert 0 < phases["training"] < phases["total"] and 0 < phases["outside_training_frac"] < 1
     assert phases["gate_open_at"] < phases["first_step_at"] < phases["total"]

@@ -5,7 +5,8 @@
 Times, one after another: torch's import, the trainer's, the device's first touch and first real
 allocation (CUDA only), transformers' import (target.impl=transformers only), the trainer's own
 build of the synthetic target
-(seeded on the CPU, then moved to the device in the target dtype) and two forwards of one batch. Run it in a fresh process
+(seeded on the CPU, then moved to the device in the target dtype), two forwards of one batch and
+the first optimizer (torch.optim's first call imports torch._dynamo). Run it in a fresh process
 on a fresh host to see a first start; the trainer's own `timeline:` line gives the phases around
 it. The target must be the embedded synthetic one (no target.path).
 """
@@ -67,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             model(ids)
             _sync(torch, device)
             steps.mark(f"{which} forward [8, 128]")
+    # torch.optim's first call imports torch._dynamo (torch._disable_dynamo), unless an import
+    # before it did: transformers' does.
+    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1, device=device))])
+    steps.mark("the first optimizer (torch._dynamo)")
     return 0
 
 
