@@ -785,49 +785,72 @@ def _timeline_phases(line: str) -> dict[str, float]:
     return {k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)s", line)}
 
 
+def _startup_lines(summary: str) -> dict[str, str]:
+    """A fresh-start summary's closing `startup LABEL rc=0 ...` lines, by label."""
+    text = (RESULTS / summary).read_text()
+    return dict(re.findall(r"^startup (\w+) rc=0 (.*)$", text, flags=re.M))
+
+
+NATIVE = "h200-2026-12-05-native-start/summary.txt"
+
+
 @pytest.mark.parametrize(
-    "summary, suffix",
+    "summary, label, row",
     [
-        ("h200-2026-12-05-startup/summary.txt", " H200"),
-        ("h100-2026-12-05-startup/fresh-start/summary.txt", " H100, evaluation padded"),
+        (NATIVE, "fresh", "fresh, native target"),
+        (NATIVE, "cached", "cached, native target"),
+        (NATIVE, "transformers", "the same host, transformers' target"),
+        ("h200-2026-12-05-startup/summary.txt", "fresh", "fresh, before"),
     ],
 )
-def test_the_fresh_host_start_is_its_record(summary, suffix):
-    text = (RESULTS / summary).read_text()
-    for label in ("fresh", "cached"):
-        row = label + suffix
-        line = re.search(rf"^startup {label} rc=0 .*$", text, flags=re.M).group(0)
-        phase = _timeline_phases(line)
-        at = float(re.search(r"first step at ([\d.]+)s", line).group(1))
-        share, total = re.search(r"(\d+)% of (\d+)s outside training", line).groups()
-        assert (
-            f"| {row} | {at:.1f} s | {phase['target_load']:.1f} s | {phase['corpus']:.1f} s | "
-            f"{phase['evaluation']:.1f} s | {share}% of {total} s |"
-        ) in TEXT
+def test_the_fresh_host_start_is_its_record(summary, label, row):
+    line = _startup_lines(summary)[label]
+    phase = _timeline_phases(line)
+    at = float(re.search(r"first step at ([\d.]+)s", line).group(1))
+    share, total = re.search(r"(\d+)% of (\d+)s outside training", line).groups()
+    assert (
+        f"| {row} | {at:.1f} s | {phase['target_load']:.1f} s | {phase['corpus']:.1f} s | "
+        f"{phase['evaluation']:.1f} s | {share}% of {total} s |"
+    ) in TEXT
 
 
 def test_what_is_left_of_the_start_is_its_record():
-    h100 = RESULTS / "h100-2026-12-05-startup"
+    h100, h200 = RESULTS / "h100-2026-12-05-startup", RESULTS / "h200-2026-12-05-native-start"
 
     def timeline(path):
         return _timeline_phases(next(x for x in path.read_text().splitlines() if x.startswith("timeline:")))
 
     before, after = timeline(h100 / "train.err"), timeline(h100 / "fresh-start" / "fresh.err")
-    assert f"took it from {before['evaluation']:.1f} s to {after['evaluation']:.1f} s on the H100" in TEXT
+    assert f"({before['evaluation']:.1f} s to {after['evaluation']:.1f} s on an H100" in TEXT
     assert f"lost {after['imports']:.1f} s importing from a cold disk" in TEXT
     steps = [
         float(m)
-        for path in (h100 / "steps.txt", h100 / "profile-run" / "steps.txt")
+        for path in (h100 / "steps.txt", h100 / "profile-run" / "steps.txt", h200 / "steps.txt")
         for m in re.findall(
             r"^(?:from transformers import|import transformers).*?([\d.]+)s ", path.read_text(), flags=re.M
         )
     ]
-    assert len(steps) == 4 and f"{min(steps):.1f}-{max(steps):.1f} s is `from transformers import ...`" in TEXT
+    assert len(steps) == 5 and f"{min(steps):.1f}-{max(steps):.1f} s on these hosts" in TEXT
     probe = (h100 / "eval-shapes.txt").read_text()
     first = {
         m: [float(x) for x in re.findall(rf"^{m} pass 1: ([\d.]+)s", probe, flags=re.M)] for m in ("base", "pad32")
     }
     assert len(first["base"]) == 2 and min(first["base"]) > 3 * max(first["pad32"])
+
+
+def test_the_native_targets_start_is_its_record():
+    runs = {k: _timeline_phases(v) for k, v in _startup_lines(NATIVE).items()}
+    at = {k: float(re.search(r"first step at ([\d.]+)s", v).group(1)) for k, v in _startup_lines(NATIVE).items()}
+    gate = {k: float(re.search(r"gate open at ([\d.]+)s", v).group(1)) for k, v in _startup_lines(NATIVE).items()}
+    assert f"{at['transformers'] - at['cached']:.1f} s sooner" in TEXT
+    before_gate = ("imports", "setup", "device_init", "target_load", "corpus", "pipeline_build", "warmup")
+    unnamed = sorted(gate[k] - sum(runs[k].get(p, 0.0) for p in before_gate) for k in ("fresh", "cached"))
+    assert f"the gate opened {unnamed[0]:.1f}-{unnamed[1]:.1f} s after the last named phase" in TEXT
+    assert abs(gate["transformers"] - sum(runs["transformers"].get(p, 0.0) for p in before_gate)) < 0.2
+    training = runs["cached"]["training"]
+    imports = sorted(r["imports"] for r in runs.values())
+    assert f"Beside {training:.1f} s of training, 25% leaves {training / 3:.1f} s" in TEXT
+    assert f"the imports ({imports[0]:.1f}-{imports[-1]:.1f} s)" in TEXT
 
 
 def test_the_diagnosis_count_is_what_diagnose_names_in_the_committed_stores():
