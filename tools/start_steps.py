@@ -4,10 +4,9 @@
 
 Times, one after another: torch's import, the trainer's, the device's first touch and first real
 allocation (CUDA only), transformers' import (target.impl=transformers only), the trainer's own
-build of the synthetic target
-(seeded on the CPU, then moved to the device in the target dtype), two forwards of one batch and
-the first optimizer (torch.optim's first call imports torch._dynamo). Run it in a fresh process
-on a fresh host to see a first start; the trainer's own `timeline:` line gives the phases around
+build of the synthetic target (seeded on the CPU, then moved to the device in the target dtype),
+two forwards of one batch and the first optimizer (torch.optim's first call imports
+torch._dynamo). Run it in a fresh process on a fresh host to see a first start; the trainer's own `timeline:` line gives the phases around
 it. The target must be the embedded synthetic one (no target.path).
 """
 
