@@ -851,6 +851,14 @@ def test_the_native_targets_start_is_its_record():
     imports = sorted(r["imports"] for r in runs.values())
     assert f"Beside {training:.1f} s of training, 25% leaves {training / 3:.1f} s" in TEXT
     assert f"the imports ({imports[0]:.1f}-{imports[-1]:.1f} s)" in TEXT
+    h100 = "h100-2026-12-05-native-start"
+    built = sorted(_timeline_phases(v)["pipeline_build"] for k, v in _startup_lines(f"{h100}/summary.txt").items())
+    assert built[0] == 0.0  # transformers' import had loaded torch._dynamo
+    assert f"`pipeline_build`, {built[1]:.1f}-{built[2]:.1f} s on a fresh H100" in TEXT
+    steps = (RESULTS / h100 / "steps.txt").read_text()
+    optim = [float(x) for x in re.findall(r"^the first optimizer \(torch._dynamo\) +([\d.]+)s", steps, flags=re.M)]
+    assert len(optim) == 2 and optim[1] < 0.05  # native first, transformers' second
+    assert f"the first optimizer alone took {optim[0]:.1f} s" in TEXT and f"torch._dynamo's ({optim[0]:.1f} s)" in TEXT
 
 
 def test_the_diagnosis_count_is_what_diagnose_names_in_the_committed_stores():
