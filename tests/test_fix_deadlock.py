@@ -11,6 +11,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from harness.runtime import fixes
 from harness.runtime.fixes import FixSet
 from harness.trial import blocking, hangs
@@ -38,7 +40,7 @@ def test_a_locked_call_waits_on_pool_workers_that_take_the_lock():
             got = [f.result(timeout=JOIN_S) for f in [pool.submit(helper, i) for i in range(8)]]
     assert got == list(range(8))
     assert peak == [1]  # helpers still run one at a time
-    assert not fixes.GLOBAL_LOCK._is_owned()
+    assert not fixes.GLOBAL_LOCK.locked()
 
 
 def test_other_threads_still_wait_for_the_holder_and_its_helpers():
@@ -116,6 +118,54 @@ def test_a_helpers_own_threads_help_it():
         with ThreadPoolExecutor(max_workers=2) as pool:
             got = [f.result(timeout=JOIN_S) for f in [pool.submit(child) for _ in range(2)]]
     assert got == [["deep", "deep"]] * 2
+
+
+@pytest.mark.parametrize("fix", ["global-lock", "thread-local-stance", "phase-lock"])
+def test_a_call_that_ends_on_another_thread_releases_its_lock(fix):
+    """A generator suspended inside a guarded call and closed on another thread (a stream whose
+    consumer went away): the call ends there, and its lock with it."""
+    fs = FixSet.from_names([fix])
+
+    def stream():
+        with fs.around_call():
+            yield 1
+            yield 2
+
+    gen = stream()
+    assert next(gen) == 1
+    assert run_in_thread(gen.close) == (None, None)  # no error on the closing thread
+    go, inside = threading.Event(), threading.Event()
+
+    def probe():
+        assert go.wait(JOIN_S)
+        with fs.around_call():
+            inside.set()
+
+    # Started outside any call (one started inside would be the call's helper and get in).
+    other = threading.Thread(target=probe, name="probe-call")
+    other.start()
+    with fs.around_call():  # this thread takes the lock anew, not as a call nested in the closed one
+        go.set()
+        assert not inside.wait(0.3)
+    other.join(JOIN_S)
+    assert inside.is_set() and not other.is_alive()  # and another thread gets in after it
+
+
+def run_in_thread(fn):
+    """(fn's result, its exception) from a thread of its own, joined with a deadline."""
+    box: dict = {}
+
+    def body():
+        try:
+            box["got"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            box["exc"] = exc
+
+    t = threading.Thread(target=body, name="other-thread")
+    t.start()
+    t.join(JOIN_S)
+    assert not t.is_alive()
+    return box.get("got"), box.get("exc")
 
 
 def test_a_backend_tracing_in_pool_threads_under_stress_fix_global_lock():

@@ -540,8 +540,8 @@ def test_thread_local_stance_keeps_skip_guard_eval_unsafe_in_the_thread_that_set
     assert FIXES["thread-local-stance"].thread_start("main") is False  # patched once
     # Compiled calls still run one at a time: the C flag they save and restore is process-wide.
     with fs.around_call():
-        assert fixes.GLOBAL_LOCK._is_owned()
-    assert not fixes.GLOBAL_LOCK._is_owned()
+        assert fixes.GLOBAL_LOCK.locked()
+    assert not fixes.GLOBAL_LOCK.locked()
 
 
 def test_a_fix_known_not_to_hold_with_cuda_graphs_is_refused_beside_them_in_one_line():

@@ -44,7 +44,7 @@ Which fix for which race (F-, R- and G-numbers: the race catalogue, harness/diag
 defined in docs/glossary.md; rNN: repro/ scripts and their measured rates in repro/README.md):
 
 ======================  ====================================================================
-global-lock             One process-wide RLock around every guarded call. Holds wherever every
+global-lock             One process-wide lock around every guarded call. Holds wherever every
                         party of a race is under it: compiled calls vs another thread's
                         `torch.fx.symbolic_trace`/`make_fx` (F2/R1, r06; flag stuck R2, r14;
                         `CURRENT_PATCHER` F3/R3, r07), plain eager module calls vs a tracer

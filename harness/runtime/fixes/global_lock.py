@@ -1,4 +1,4 @@
-"""global-lock: one process-wide RLock around every compiled call and backward, and the lock
+"""global-lock: one process-wide lock around every compiled call and backward, and the lock
 scopes that let threads started inside a locked call help it instead of waiting on it."""
 
 from __future__ import annotations
@@ -9,13 +9,15 @@ from typing import Any
 
 from harness.runtime.fixes.base import Fix, patch_once
 
-# One process-wide lock for the global-lock fix: reentrant because a compiled forward may run a
-# backward (or another compiled call) on the same thread while it is held.
-GLOBAL_LOCK = threading.RLock()
+# One process-wide lock for the global-lock fix. A thread's nested calls (a compiled forward that
+# runs a backward) are counted in its Hold, never taken twice; and a plain Lock, unlike an RLock,
+# may be released by the thread where a call ends: a generator suspended inside `guard.call()`
+# and closed, or collected, on another thread.
+GLOBAL_LOCK = threading.Lock()
 
 
 class GlobalLock(Fix):
-    """One process-wide RLock around every compiled call and backward.
+    """One process-wide lock around every compiled call and backward.
 
     Serialises compile, cudagraph record/replay and lazy backward compile (F1c, F1d, F7, F8, F10;
     F2/F3 only when every tracer in the process also runs under the lock). Removes concurrency:
@@ -30,25 +32,37 @@ class GlobalLock(Fix):
     targets = ("F1c", "F1d", "F2", "F3", "F7", "F8", "F10")
     upstream = ("#184357", "#184432")
 
-    def enter(self) -> Any:
-        if getattr(_held, "depth", 0):
-            _held.depth += 1  # nested on this thread: already ordered
-            return None
+    def enter(self) -> Hold:
+        hold = _hold()
+        if hold.depth:
+            hold.depth += 1  # nested on this thread: already ordered
+            return hold
         # A thread started inside a locked call takes that call's own lock, not the global one: the
         # holder may wait on it (a compile's pool), so it must not wait on the holder; helpers still exclude each other.
         patch_once(threading.Thread, "start", _scoped_start, GlobalLock.name)
         took = _acquire_scope(_birth_scope())
-        _held.depth, _held.scope = 1, LockScope(threading.Lock(), parent=took)
-        return True
+        hold.depth, hold.scope = 1, LockScope(threading.Lock(), parent=took)
+        return hold
 
-    def exit(self, token: Any) -> None:
-        _held.depth -= 1
-        if _held.depth:
+    def exit(self, token: Hold) -> None:
+        # The entering thread's Hold, wherever the call ends (see GLOBAL_LOCK).
+        token.depth -= 1
+        if token.depth:
             return
-        scope, _held.scope = _held.scope, None
+        scope, token.scope = token.scope, None
         with scope.lock:  # a helper inside a guarded section finishes it first
             scope.open = False
         scope.parent.lock.release()
+
+
+class Hold:
+    """One thread's guarded calls: their `depth`, and the LockScope its outermost call opened."""
+
+    __slots__ = ("depth", "scope")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.scope: LockScope | None = None
 
 
 class LockScope:
@@ -70,8 +84,15 @@ class LockScope:
 
 _ROOT_SCOPE = LockScope(GLOBAL_LOCK, parent=None)
 _held = threading.local()
-"""Per thread: `depth` of its guarded calls, `scope` (the LockScope its outermost call opened)."""
+"""Per thread: `hold`, its Hold."""
 _SCOPE_ATTR = "_harness_lock_scope"
+
+
+def _hold() -> Hold:
+    hold = getattr(_held, "hold", None)
+    if hold is None:
+        hold = _held.hold = Hold()
+    return hold
 
 
 def _birth_scope() -> LockScope:
@@ -92,8 +113,8 @@ def _acquire_scope(scope: LockScope) -> LockScope:
 def _scoped_start(start: Callable[[threading.Thread], None]) -> Callable[[threading.Thread], None]:
     def start_in_scope(self: threading.Thread) -> None:
         # A thread started inside a locked call helps that call; one started by a helper, its holder.
-        inside = getattr(_held, "depth", 0)
-        setattr(self, _SCOPE_ATTR, _held.scope if inside else getattr(threading.current_thread(), _SCOPE_ATTR, None))
+        hold = _hold()
+        setattr(self, _SCOPE_ATTR, hold.scope if hold.depth else getattr(threading.current_thread(), _SCOPE_ATTR, None))
         start(self)
 
     return start_in_scope

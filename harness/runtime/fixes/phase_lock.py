@@ -50,6 +50,14 @@ second records; from the third on it replays."""
 _phase_local = threading.local()
 
 
+def _depth() -> list[int]:
+    """This thread's count of nested phase-locked calls, in a cell a call's token carries."""
+    depth = getattr(_phase_local, "depth", None)
+    if depth is None:
+        depth = _phase_local.depth = [0]
+    return depth
+
+
 def _graphs_compiled() -> int:
     """Dynamo's process-wide count of graphs compiled (0 before Dynamo is loaded)."""
     dynamo_utils = sys.modules.get("torch._dynamo.utils")
@@ -85,23 +93,27 @@ class PhaseLock(Fix):
         self._stats = {"exclusive": 0, "shared": 0, "compiles_while_shared": 0}
 
     def enter(self, key: Any = None) -> Any:
-        if getattr(_phase_local, "depth", 0):
+        depth = _depth()
+        if depth[0]:
             # Nested in a call this thread already holds the lock for (a compiled forward that
             # runs a backward): already ordered; taking it again could wait on itself.
-            _phase_local.depth += 1
-            return None
+            depth[0] += 1
+            return depth, None
         with self._lock:
             exclusive = key is None or self._calls[key] < PHASE_WARM_CALLS
             self._stats["exclusive" if exclusive else "shared"] += 1
         PHASE_LOCK.acquire(exclusive)
-        _phase_local.depth = 1
-        return exclusive, key, _graphs_compiled()
+        depth[0] = 1
+        return depth, (exclusive, key, _graphs_compiled())
 
     def exit(self, token: Any) -> None:
-        _phase_local.depth -= 1
-        if token is None:
+        # The entering thread's depth, wherever the call ends: a generator suspended inside
+        # `guard.call()` may be closed on another thread (the lock has no owner to check).
+        depth, held = token
+        depth[0] -= 1
+        if held is None:
             return
-        exclusive, key, graphs = token
+        exclusive, key, graphs = held
         with self._lock:
             if exclusive:
                 self._calls[key] += 1
