@@ -745,9 +745,9 @@ def test_the_corpus_counts_are_its_tables():
 
 
 def test_the_gpu_gate_is_its_record():
-    gate = json.loads((RESULTS / "gpu-gate" / "2026-12-05-h100.json").read_text())
+    gate = json.loads((RESULTS / "gpu-gate" / "2026-12-05-h100-evening.json").read_text())
     assert gate["green"] and gate["failed"] == 0 and gate["date"] == "2026-12-05"
-    log = (RESULTS / "gpu-gate" / "2026-12-05-h100" / "log.txt").read_text()
+    log = (RESULTS / "gpu-gate" / "2026-12-05-h100-evening" / "log.txt").read_text()
     assert "NVIDIA H100" in log and "torch 2.11.0+cu130" in log and "a fresh H100, torch 2.11.0+cu130" in TEXT
     assert f"the GPU race suite passes {gate['passed']} of {gate['passed'] + gate['failed']}" in TEXT
     programs = gate["programs"]
