@@ -112,7 +112,7 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
@@ -127,7 +127,7 @@ def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: to
 
 def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x: [B, heads, T, D]; cos/sin: [B, T, D]
-    return x * cos[:, None] + _rotate_half(x) * sin[:, None]
+    return x * cos[:, None] + rotate_half(x) * sin[:, None]
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:

@@ -23,6 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# transformers' LlamaRMSNorm and rotate_half are the drafter's (Qwen3's): one copy of each.
+from dflash.drafter import RMSNorm, rotate_half
+
 INIT_STD = 0.02
 """transformers' `initializer_range` default: the std of every seeded linear and embedding."""
 
@@ -82,24 +85,6 @@ class KVCache:
         self.values = [None if v is None else v[:, :, :length] for v in self.values]
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # In float32, cast back before the weight: transformers' LlamaRMSNorm to the rounding.
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class Rotary(nn.Module):
     """cos and sin of the rotary embedding per position, computed in float32."""
 
@@ -137,7 +122,7 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = (t[:, None] for t in rope)
-        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         if cache is not None:
             k, v = cache.update(self.layer, k, v)
         groups = self.heads // self.kv_heads

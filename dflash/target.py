@@ -39,17 +39,24 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 PAD_TOKEN_ID = 0
 
 
-def _tiny_config(cfg: TargetConfig):
-    """HF config for the embedded random target, built from the cfg numbers only."""
-    common = dict(
+def _shape_fields(cfg: TargetConfig) -> dict:
+    """The cfg numbers that make the embedded target, under transformers' config names."""
+    return dict(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_kv_heads,
-        max_position_embeddings=cfg.max_position_embeddings,
         pad_token_id=PAD_TOKEN_ID,
+    )
+
+
+def _tiny_config(cfg: TargetConfig):
+    """HF config for the embedded random target, built from the cfg numbers only."""
+    common = dict(
+        _shape_fields(cfg),
+        max_position_embeddings=cfg.max_position_embeddings,
         bos_token_id=None,
         eos_token_id=None,
         tie_word_embeddings=False,
@@ -67,15 +74,7 @@ def _tiny_config(cfg: TargetConfig):
 
 def _native_model(cfg: TargetConfig) -> nn.Module:
     """dflash.llama's seeded model: transformers' LlamaForCausalLM without its import."""
-    shape = LlamaShape(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads,
-        pad_token_id=PAD_TOKEN_ID,
-    )
+    shape = LlamaShape(**_shape_fields(cfg))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.init_seed)
         return LlamaForCausalLM(shape)

@@ -17,6 +17,7 @@ from harness.runtime import fixes
 from harness.runtime.fixes import FixSet
 from harness.trial import blocking, hangs
 from harness.trial.hangs import Frame, ThreadStack
+from tests.test_fixes import run_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 JOIN_S = 30.0
@@ -133,7 +134,7 @@ def test_a_call_that_ends_on_another_thread_releases_its_lock(fix):
 
     gen = stream()
     assert next(gen) == 1
-    assert run_in_thread(gen.close) == (None, None)  # no error on the closing thread
+    assert run_thread("other-thread", gen.close) == (None, None)  # no error on the closing thread
     go, inside = threading.Event(), threading.Event()
 
     def probe():
@@ -149,23 +150,6 @@ def test_a_call_that_ends_on_another_thread_releases_its_lock(fix):
         assert not inside.wait(0.3)
     other.join(JOIN_S)
     assert inside.is_set() and not other.is_alive()  # and another thread gets in after it
-
-
-def run_in_thread(fn):
-    """(fn's result, its exception) from a thread of its own, joined with a deadline."""
-    box: dict = {}
-
-    def body():
-        try:
-            box["got"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - the test reports it
-            box["exc"] = exc
-
-    t = threading.Thread(target=body, name="other-thread")
-    t.start()
-    t.join(JOIN_S)
-    assert not t.is_alive()
-    return box.get("got"), box.get("exc")
 
 
 def test_a_backend_tracing_in_pool_threads_under_stress_fix_global_lock():
