@@ -87,7 +87,7 @@ def speculative_generate_batch(
     target: TargetModel, objective, prompts: list[list[int]], max_new_tokens: int
 ) -> list[tuple[list[int], list[int]]]:
     """speculative_generate for every prompt at once, one draft and one verify forward per round
-    for all rows still generating. `objective.draft_logits` takes `context_lens` (each row's
+    over every row until the last is done. `objective.draft_logits` takes `context_lens` (each row's
     context length; the context tensor is padded to a multiple of PAD_QUANTUM)."""
     if not prompts or any(not p for p in prompts) or max_new_tokens < 1:
         raise ValueError("need non-empty prompts and max_new_tokens >= 1")
@@ -99,30 +99,35 @@ def speculative_generate_batch(
     for i, p in enumerate(prompts):
         tokens[i].append(int(logits[i, len(p) - 1].argmax()))  # prefill: the target's first token
     rounds: list[list[int]] = [[] for _ in prompts]
-    while active := [i for i, p in enumerate(prompts) if len(tokens[i]) - len(p) < max_new_tokens]:
-        lens = [contexts[i].shape[0] for i in active]  # == each row's anchor position
+    wanted = [i for i, p in enumerate(prompts) if len(tokens[i]) - len(p) < max_new_tokens]
+    # Finished rows ride along, their results unread: a batch that shrank as rows finished gave
+    # SDPA a new shape, and a new plan, most rounds.
+    while wanted:
+        lens = [c.shape[0] for c in contexts]  # == each row's anchor position
         # Padded like the target's rows: the drafter's attention gets a handful of lengths too.
         width = -(-max(lens) // PAD_QUANTUM) * PAD_QUANTUM
-        context = torch.zeros(len(active), width, hidden.shape[-1], dtype=hidden.dtype, device=dev)
-        for row, i in enumerate(active):
-            context[row, : lens[row]] = contexts[i]
-        anchor_tok = torch.tensor([tokens[i][-1] for i in active], device=dev)
+        context = torch.zeros(len(prompts), width, hidden.shape[-1], dtype=hidden.dtype, device=dev)
+        for i, c in enumerate(contexts):
+            context[i, : lens[i]] = c
+        anchor_tok = torch.tensor([t[-1] for t in tokens], device=dev)
         if set(lens) == {width}:
             drafted = objective.draft_logits(context, anchor_tok)
         else:
             drafted = objective.draft_logits(context, anchor_tok, context_lens=lens)
         drafts = drafted.argmax(-1).tolist()
         logits, full_ctx, _ = target.logits_and_hidden(
-            _right_pad([tokens[i] + d for i, d in zip(active, drafts)], dev), layer_ids
+            _right_pad([t + d for t, d in zip(tokens, drafts, strict=True)], dev), layer_ids
         )
-        for row, i in enumerate(active):
-            anchor, draft = lens[row], drafts[row]
-            verify = logits[row, anchor : anchor + block].argmax(-1).tolist()
+        greedy = logits.argmax(-1).tolist()  # one device sync a round, not one per row
+        for i in wanted:
+            anchor, draft = lens[i], drafts[i]
+            verify = greedy[i][anchor : anchor + block]
             accepted = _greedy_prefix_match(draft, verify[: block - 1])
             produced = min(accepted + 1, max_new_tokens - (len(tokens[i]) - len(prompts[i])))
             tokens[i] += (draft[:accepted] + [verify[accepted]])[:produced]
-            contexts[i] = full_ctx[row, : len(tokens[i]) - 1]
+            contexts[i] = full_ctx[i, : len(tokens[i]) - 1]
             rounds[i].append(produced)
+        wanted = [i for i in wanted if len(tokens[i]) - len(prompts[i]) < max_new_tokens]
     return [(tokens[i][len(p) :], rounds[i]) for i, p in enumerate(prompts)]
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from dflash.adamw import AdamW
 from dflash.config import TrainConfig
 from dflash.step import StepResult
 from dflash.trainer_errors import StageStopped, WrongResult
@@ -39,8 +40,8 @@ def warmup_cosine(total_steps: int, warmup_ratio: float) -> Callable[[int], floa
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig):
     # foreach=False: the per-parameter loop is the same code on CPU and CUDA, so a CPU test of
-    # bit-exact resume exercises the path the GPU runs.
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False)
+    # bit-exact resume exercises the path the GPU runs. dflash.adamw: no torch._dynamo import.
+    opt = AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.steps, cfg.warmup_ratio))
     return opt, sched
 

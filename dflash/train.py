@@ -206,8 +206,8 @@ class Trainer:
 
     def _run_pipeline(self, start_step: int) -> PipelineResult:
         inp = self._stage_inputs()
-        # Named, so that nothing before the gate goes unaccounted: the optimizer's first call
-        # imports torch._dynamo (torch._disable_dynamo), 2-5 s on a GPU host if nothing did before.
+        # Named, so that nothing before the gate goes unaccounted: the replica group and the stage
+        # threads (with torch.optim's own AdamW, also its import of torch._dynamo: dflash.adamw).
         with self.timeline.phase("pipeline_build"):
             group = self._build_group(inp, start_step)
             stages = build_stages(inp, group, start_step)

@@ -130,6 +130,37 @@ def test_the_batched_loop_gives_each_prompt_its_own_tokens_and_rounds(target, ob
         speculative_generate_batch(target, objective, [PROMPTS[0], []], 8)
 
 
+def test_the_batch_keeps_every_row_until_the_last_is_done(target, objective, monkeypatch):
+    # A batch that shrinks as rows finish is a new shape a round: on CUDA, a new SDPA plan.
+    seen = []
+    forward = target.logits_and_hidden
+
+    def recording(ids, layer_ids):
+        seen.append(ids.shape[0])
+        return forward(ids, layer_ids)
+
+    monkeypatch.setattr(target, "logits_and_hidden", recording)
+    first_row_right = FirstRowOracle(target, PROMPTS, 13, objective.layer_ids)
+    results = speculative_generate_batch(target, first_row_right, PROMPTS, 13)
+    assert len(results[0][1]) < len(results[1][1])  # the first row finishes rounds before the others
+    assert set(seen) == {len(PROMPTS)}
+
+
+class FirstRowOracle(torch.nn.Module):
+    """Test-only batch drafter: the target's greedy continuation for row 0, token 0 for the rest."""
+
+    def __init__(self, target, prompts, max_new_tokens, layer_ids):
+        super().__init__()
+        self.layer_ids, self.block_size, self.vocab = layer_ids, BS, target.vocab_size
+        self.greedy = [p + target.greedy_generate([p], max_new_tokens + BS)[0] for p in prompts]
+
+    def draft_logits(self, context, anchor_tokens, context_lens=None):
+        anchor = (context_lens or [context.shape[1]] * len(self.greedy))[0]
+        want = torch.zeros(len(self.greedy), BS - 1, dtype=torch.long)
+        want[0] = torch.tensor(self.greedy[0][anchor + 1 : anchor + BS])
+        return F.one_hot(want, self.vocab).float()
+
+
 def test_verify_rows_pad_to_a_few_lengths():
     # Every new sequence length costs SDPA a first use on CUDA: rows are padded to a multiple of
     # PAD_QUANTUM with 0, so a run's rounds share a handful of lengths.

@@ -18,7 +18,8 @@ def test_each_step_of_the_targets_start_is_timed(capsys):
         "seeded build, on cpu in float32",
         "first forward [8, 128]",
         "second forward [8, 128]",
-        "the first optimizer (torch._dynamo)",
+        "the trainer's optimizer, one step",
+        "import torch._dynamo",
     ]
     at = [float(re.search(r"\(at +([\d.]+)s\)", line).group(1)) for line in lines]
     assert at == sorted(at)
@@ -33,5 +34,6 @@ def test_the_native_target_has_no_transformers_step(capsys):
         "seeded build, on cpu in float32",
         "first forward [8, 128]",
         "second forward [8, 128]",
-        "the first optimizer (torch._dynamo)",
+        "the trainer's optimizer, one step",
+        "import torch._dynamo",
     ]

@@ -5,9 +5,9 @@
 Times, one after another: torch's import, the trainer's, the device's first touch and first real
 allocation (CUDA only), transformers' import (target.impl=transformers only), the trainer's own
 build of the synthetic target (seeded on the CPU, then moved to the device in the target dtype),
-two forwards of one batch and the first optimizer (torch.optim's first call imports
-torch._dynamo). Run it in a fresh process on a fresh host to see a first start; the trainer's own `timeline:` line gives the phases around
-it. The target must be the embedded synthetic one (no target.path).
+two forwards of one batch, the trainer's optimizer (dflash.adamw), and then torch._dynamo's
+import, which torch.optim's own AdamW pays on its first call. Run it in a fresh process on a fresh
+host to see a first start; the trainer's own `timeline:` line gives the phases around it. The target must be the embedded synthetic one (no target.path).
 """
 
 from __future__ import annotations
@@ -67,11 +67,22 @@ def main(argv: list[str] | None = None) -> int:
             model(ids)
             _sync(torch, device)
             steps.mark(f"{which} forward [8, 128]")
-    # torch.optim's first call imports torch._dynamo (torch._disable_dynamo), unless an import
-    # before it did: transformers' does.
-    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1, device=device))])
-    steps.mark("the first optimizer (torch._dynamo)")
+    _optimizer_steps(torch, device, steps)
     return 0
+
+
+def _optimizer_steps(torch, device, steps: Steps) -> None:
+    from dflash.adamw import AdamW  # imports torch, which no import before the clock may
+
+    p = torch.nn.Parameter(torch.zeros(1, device=device))
+    p.grad = torch.ones_like(p)
+    AdamW([p]).step()
+    _sync(torch, device)
+    steps.mark("the trainer's optimizer, one step")
+    # what torch.optim.AdamW's first call adds, unless an import before it paid (transformers')
+    import torch._dynamo  # noqa: F401
+
+    steps.mark("import torch._dynamo")
 
 
 def _touch(torch, device, steps: Steps) -> None:
