@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from test_pipeline_errors import REPO
 
 from dflash.adamw import AdamW
 from dflash.replicas import warmup_cosine
@@ -70,20 +66,3 @@ def test_the_step_leaves_grad_mode_as_it_found_it():
         opt.step()  # in grad mode, an in-place update of a leaf that requires grad would raise
         assert torch.is_grad_enabled()
     assert not torch.equal(p.detach(), torch.ones(3))
-
-
-@pytest.mark.slow
-def test_an_eager_run_with_the_native_target_never_imports_torch_dynamo(tmp_path):
-    # torch._dynamo's import is seconds of a GPU host's start (dflash.adamw); nothing else in an
-    # eager run needs it.
-    code = (
-        "import sys; from dflash.cli import main; "
-        f"rc = main(['train', '--preset', 'tiny-cpu', '--steps', '3', '--out', {str(tmp_path)!r}, "
-        "'--set', 'target.impl=native']); "
-        "print('torch._dynamo imported:', 'torch._dynamo' in sys.modules); sys.exit(rc)"
-    )
-    env = dict(os.environ, PYTHONPATH=REPO)
-    env.pop("HARNESS_FAULTS", None)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "torch._dynamo imported: False" in proc.stdout, proc.stdout[-2000:]

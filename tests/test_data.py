@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -14,9 +16,10 @@ import torch
 from dflash.batch import HiddenBatch, TokenBatch
 from dflash.buckets import Batch
 from dflash.collate import collate
-from dflash.data import open_dataset, split_for_training, validate_vocab, write_token_file
+from dflash.data import _values, open_dataset, split_for_training, validate_vocab, write_token_file
 from dflash.trainer_errors import DataError
 from tests.datautil import arrow_files, make_rows, write_save_to_disk
+from tests.test_pipeline_errors import REPO
 
 ROWS = make_rows(50, seed=1)
 
@@ -90,6 +93,38 @@ def test_parquet_rows_read_concurrently_match(tmp_path) -> None:
         t.join(timeout=30)
         assert not t.is_alive()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("list_type", [pa.list_, pa.large_list])
+@pytest.mark.parametrize("ids_type, mask_type", [(pa.int32(), pa.int8()), (pa.int64(), pa.uint8())])
+def test_every_integer_width_reads_back(tmp_path, list_type, ids_type, mask_type) -> None:
+    path = str(tmp_path / "w.arrow")
+    ids = pa.array([r[0] for r in ROWS], list_type(ids_type))
+    table = pa.table({"input_ids": ids, "loss_mask": pa.array([r[1] for r in ROWS], list_type(mask_type))})
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=9)
+    _assert_same_rows(open_dataset(path), ROWS)
+
+
+def test_a_sliced_arrays_values_start_at_its_offset() -> None:
+    lists = pa.array([r[0] for r in ROWS], pa.list_(pa.int32())).slice(7, 20)
+    parts = [lists.offsets, lists.offsets.slice(3), lists.values.slice(5, 10), lists.offsets.slice(0, 0)]
+    assert max(p.offset for p in parts) > 0
+    for part in parts:
+        assert _values(part).tolist() == part.to_pylist()
+
+
+def test_reading_a_corpus_does_not_import_pandas(tmp_path) -> None:
+    # pyarrow's to_numpy imports pandas: a quarter of a second of every run's start, for nothing
+    path = str(tmp_path / "d.parquet")
+    pq.write_table(pa.table({"input_ids": [r[0] for r in ROWS], "loss_mask": [r[1] for r in ROWS]}), path)
+    code = (
+        f"import sys; from dflash.data import open_dataset; ds = open_dataset({path!r}); "
+        "print(len(ds), ds.row(3)[0].tolist(), 'pandas' in sys.modules)"
+    )
+    env = dict(os.environ, PYTHONPATH=REPO)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split()[0] == str(len(ROWS)) and out.stdout.rstrip().endswith("False"), out.stdout
 
 
 def test_missing_path_is_one_line_data_error(tmp_path) -> None:

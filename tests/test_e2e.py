@@ -97,3 +97,20 @@ def test_bench_with_the_oracle_alternates_it_off_and_on():
     assert record["oracle_every"] == 1 and record["oracle"]["checked"] == 4 * 2
     assert len(record["oracle_over_off_paired"]) == 1 and 0 < record["oracle_share_of_drafter"] < 1
     assert "round 0: oracle off" in proc.stderr and "round 1: oracle every 1" in proc.stderr
+
+
+def test_an_eager_run_with_the_native_target_imports_nothing_it_does_not_use(tmp_path):
+    # Each is seconds of a GPU host's start: torch._dynamo (torch.optim's first call, dflash.adamw),
+    # transformers (the native target), pandas (pyarrow's to_numpy, dflash.data).
+    slow = ("torch._dynamo", "transformers", "pandas")
+    code = (
+        "import sys; from dflash.cli import main; "
+        f"rc = main(['train', '--preset', 'tiny-cpu', '--steps', '3', '--out', {str(tmp_path)!r}, "
+        "'--set', 'target.impl=native']); "
+        f"print('imported:', [m for m in {slow!r} if m in sys.modules]); sys.exit(rc)"
+    )
+    env = dict(os.environ, PYTHONPATH=REPO)
+    env.pop("HARNESS_FAULTS", None)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "imported: []" in proc.stdout, proc.stdout[-2000:]
