@@ -1059,3 +1059,16 @@ def test_the_hunt_section_is_what_the_hunts_recorded():
         and "2026-12-04-export-in-worker-threads-direct.txt" in entry
     )
     assert "all 24 exports failed (3 runs), 24 of 24 alone" in TEXT
+
+
+def test_the_bytecode_finding_is_its_record():
+    out = (RESULTS / "h100-2026-12-05-bytecode" / "output.txt").read_text()
+    plain = [float(x) for x in re.findall(r"^plain \d: ([\d.]+) s", out, flags=re.M)]
+    cached = [float(x) for x in re.findall(r"^bytecode cached \d: ([\d.]+) s", out, flags=re.M)]
+    assert len(plain) == 5 and len(cached) == 3
+    warm_plain = plain[1:]  # the host's first process read torch from a cold disk
+    assert f"`import torch` {min(warm_plain):.1f}-{max(warm_plain):.1f} s" in TEXT
+    assert f"against {min(cached[1:]):.1f}-{max(cached[1:]):.1f} s with its bytecode cached" in TEXT
+    assert "pyc in torch/: 0," in out and "'PYTHONDONTWRITEBYTECODE': '1'" in out
+    share = re.search(r"^train, bytecode cached: .* (\d+)% of", out, flags=re.M).group(1)
+    assert f"which puts {share}% of a warm run outside training" in TEXT
