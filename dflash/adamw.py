@@ -21,6 +21,9 @@ def _body(name: str):
     return inspect.unwrap(getattr(torch.optim.AdamW, name))
 
 
+_STEP = _body("step")
+
+
 class AdamW(torch.optim.AdamW):
     add_param_group = _body("add_param_group")
     zero_grad = _body("zero_grad")
@@ -30,4 +33,4 @@ class AdamW(torch.optim.AdamW):
     def step(self, closure=None):
         # what the step's wrapper does besides the graph break: grad mode from `differentiable`
         with torch.set_grad_enabled(self.defaults["differentiable"]):
-            return _body("step")(self, closure)
+            return _STEP(self, closure)

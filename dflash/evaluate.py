@@ -99,7 +99,11 @@ def speculative_generate_batch(
     for i, p in enumerate(prompts):
         tokens[i].append(int(logits[i, len(p) - 1].argmax()))  # prefill: the target's first token
     rounds: list[list[int]] = [[] for _ in prompts]
-    wanted = [i for i, p in enumerate(prompts) if len(tokens[i]) - len(p) < max_new_tokens]
+
+    def still_wanted(i: int) -> int:
+        return max_new_tokens - (len(tokens[i]) - len(prompts[i]))
+
+    wanted = [i for i in range(len(prompts)) if still_wanted(i) > 0]
     # Finished rows ride along, their results unread: a batch that shrank as rows finished gave
     # SDPA a new shape, and a new plan, most rounds.
     while wanted:
@@ -123,11 +127,11 @@ def speculative_generate_batch(
             anchor, draft = lens[i], drafts[i]
             verify = greedy[i][anchor : anchor + block]
             accepted = _greedy_prefix_match(draft, verify[: block - 1])
-            produced = min(accepted + 1, max_new_tokens - (len(tokens[i]) - len(prompts[i])))
+            produced = min(accepted + 1, still_wanted(i))
             tokens[i] += (draft[:accepted] + [verify[accepted]])[:produced]
             contexts[i] = full_ctx[i, : len(tokens[i]) - 1]
             rounds[i].append(produced)
-        wanted = [i for i in wanted if len(tokens[i]) - len(prompts[i]) < max_new_tokens]
+        wanted = [i for i in wanted if still_wanted(i) > 0]
     return [(tokens[i][len(p) :], rounds[i]) for i, p in enumerate(prompts)]
 
 

@@ -18,11 +18,14 @@ pytestmark = pytest.mark.slow
 
 
 def run_dflash(argv: list[str], timeout_s: float = 900) -> subprocess.CompletedProcess:
+    return run_python(["-m", "dflash", *argv], timeout_s)
+
+
+def run_python(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """This Python on `args`, from the repository root, with no fault plan inherited."""
     env = dict(os.environ, PYTHONPATH=REPO)
     env.pop("HARNESS_FAULTS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "dflash", *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s
-    )
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
 def json_lines(text: str) -> list[dict]:
@@ -109,8 +112,6 @@ def test_an_eager_run_with_the_native_target_imports_nothing_it_does_not_use(tmp
         "'--set', 'target.impl=native']); "
         f"print('imported:', [m for m in {slow!r} if m in sys.modules]); sys.exit(rc)"
     )
-    env = dict(os.environ, PYTHONPATH=REPO)
-    env.pop("HARNESS_FAULTS", None)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_python(["-c", code], 600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "imported: []" in proc.stdout, proc.stdout[-2000:]

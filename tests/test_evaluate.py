@@ -146,18 +146,17 @@ def test_the_batch_keeps_every_row_until_the_last_is_done(target, objective, mon
     assert set(seen) == {len(PROMPTS)}
 
 
-class FirstRowOracle(torch.nn.Module):
-    """Test-only batch drafter: the target's greedy continuation for row 0, token 0 for the rest."""
+class FirstRowOracle(OracleDrafter):
+    """Test-only batch drafter: OracleDrafter's draft for row 0 (its prompt), token 0 for the rest."""
 
     def __init__(self, target, prompts, max_new_tokens, layer_ids):
-        super().__init__()
-        self.layer_ids, self.block_size, self.vocab = layer_ids, BS, target.vocab_size
-        self.greedy = [p + target.greedy_generate([p], max_new_tokens + BS)[0] for p in prompts]
+        super().__init__(target, prompts[0], max_new_tokens, layer_ids)
+        self.rows = len(prompts)
 
     def draft_logits(self, context, anchor_tokens, context_lens=None):
-        anchor = (context_lens or [context.shape[1]] * len(self.greedy))[0]
-        want = torch.zeros(len(self.greedy), BS - 1, dtype=torch.long)
-        want[0] = torch.tensor(self.greedy[0][anchor + 1 : anchor + BS])
+        anchor = context.shape[1] if context_lens is None else context_lens[0]
+        want = torch.zeros(self.rows, BS - 1, dtype=torch.long)
+        want[0] = torch.tensor(self.greedy[anchor + 1 : anchor + BS])
         return F.one_hot(want, self.vocab).float()
 
 

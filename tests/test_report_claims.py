@@ -856,17 +856,26 @@ def test_what_is_left_of_the_start_is_its_record():
     assert len(first["base"]) == 2 and min(first["base"]) > 3 * max(first["pad32"])
 
 
+def _shares(lines) -> list[int]:
+    return [_outside(x)[0] for x in lines]
+
+
+COLD = "h100-2026-12-05-cold-start/cold-start.txt"
+
+
 def test_the_start_without_torch_dynamo_is_its_record():
     before = sorted(
         _timeline_phases(v)["pipeline_build"]
         for v in _startup_lines("h100-2026-12-05-native-start/summary.txt").values()
     )
     assert before[0] == 0.0 and f"where it took {before[1]:.1f}-{before[2]:.1f} s" in TEXT
-    start = _startup_lines(f"{EAGER_OPT}/summary.txt")
-    repeats, cold = _runs(f"{EAGER_OPT}/cached-repeats.txt"), _runs("h100-2026-12-05-cold-start/cold-start.txt")
-    final = _startup_lines(f"{NOW}/summary.txt")
-    final_repeats = _runs(f"{NOW}/cached-repeats.txt")
-    now = [*start.values(), *repeats.values(), *cold.values(), *final.values(), *final_repeats.values()]
+    now = [
+        *_startup_lines(f"{EAGER_OPT}/summary.txt").values(),
+        *_runs(f"{EAGER_OPT}/cached-repeats.txt").values(),
+        *_runs(COLD).values(),
+        *_startup_lines(f"{NOW}/summary.txt").values(),
+        *_runs(f"{NOW}/cached-repeats.txt").values(),
+    ]
     assert len(now) == 16 and {_timeline_phases(x)["pipeline_build"] for x in now} == {0.0}
     assert "the pipeline's build 0.0 s" in TEXT
     evaluation = [_timeline_phases(x)["evaluation"] for x in now]
@@ -876,16 +885,24 @@ def test_the_start_without_torch_dynamo_is_its_record():
     ours = [float(x) for x in re.findall(r"^the trainer's optimizer, one step +([\d.]+)s", steps, flags=re.M)]
     assert len(dynamo) == 2 and dynamo[1] < 0.05 and max(ours) < 0.1  # native first, transformers' second
     assert f"whose first call imported torch._dynamo ({dynamo[0]:.1f} s in a fresh process" in TEXT
-    warm = [_outside(start["cached"])[0], *(_outside(x)[0] for x in repeats.values())]
-    fresh = [_outside(start["fresh"])[0], _outside(cold["host-fresh"])[0]]
-    assert f"With pandas still imported, warm runs gave {_span(warm)}%" in TEXT
+
+
+def test_the_warm_fresh_and_cold_starts_are_their_records():
+    start, repeats, cold = (
+        _startup_lines(f"{EAGER_OPT}/summary.txt"),
+        _runs(f"{EAGER_OPT}/cached-repeats.txt"),
+        _runs(COLD),
+    )
+    fresh = _shares([start["fresh"], cold["host-fresh"]])
+    assert f"With pandas still imported, warm runs gave {_span(_shares([start['cached'], *repeats.values()]))}%" in TEXT
     assert f"and a host's first process {_span(fresh)}%" in TEXT
     plain = [v for k, v in cold.items() if k.startswith("cold-plain")]
     ahead = [v for k, v in cold.items() if k.startswith("cold-readahead")]
     assert len(plain) == len(ahead) == 2
-    assert f"the page cache dropped {_span([_outside(x)[0] for x in plain])}%" in TEXT
-    assert f"made it worse ({_span([_outside(x)[0] for x in ahead])}%)" in TEXT
-    final_warm = [_outside(final["cached"])[0], *(_outside(x)[0] for x in final_repeats.values())]
+    assert f"the page cache dropped {_span(_shares(plain))}%" in TEXT
+    assert f"made it worse ({_span(_shares(ahead))}%)" in TEXT
+    final = _startup_lines(f"{NOW}/summary.txt")
+    final_warm = _shares([final["cached"], *_runs(f"{NOW}/cached-repeats.txt").values()])
     assert len(final_warm) == 3
     assert f"{_span(final_warm)}% of the run outside training on a warm host" in TEXT
     assert f"but {_outside(final['fresh'])[0]}% on a fresh one" in TEXT
@@ -893,9 +910,7 @@ def test_the_start_without_torch_dynamo_is_its_record():
     assert f"Beside {training:.1f} s of training, 25% leaves {training / 3:.1f} s" in TEXT
     imports = [_timeline_phases(x)["imports"] for x in (final["fresh"], start["fresh"], cold["host-fresh"], *plain)]
     assert f"a cold host's imports take {min(imports):.1f}-{max(imports):.1f} s" in TEXT
-    torch_import = re.findall(
-        r"\|\s+(\d+) \| torch$", (RESULTS / "h100-2026-12-05-cold-start/cold-start.txt").read_text(), flags=re.M
-    )
+    torch_import = re.findall(r"\|\s+(\d+) \| torch$", (RESULTS / COLD).read_text(), flags=re.M)
     assert f"(`import torch` alone {int(torch_import[0]) / 1e6:.1f} s there" in TEXT
 
 
