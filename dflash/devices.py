@@ -43,12 +43,6 @@ class DevicePlan:
     def cuda_devices(self) -> list[torch.device]:
         return [d for d in dict.fromkeys((*self.target, *self.drafter)) if d.type == "cuda"]
 
-    def init_cuda(self) -> None:
-        """Create each CUDA device's context now (seconds on a fresh host), so that the timeline
-        shows it apart from the target's load."""
-        for d in self.cuda_devices():
-            torch.empty(0, device=d)
-
     def peak_reserved_gib(self) -> dict[str, float] | None:
         """The most memory the caching allocator held on each CUDA device of the plan, GiB
         (`torch.cuda.max_memory_reserved`, cudagraph pools included); None without CUDA devices.

@@ -52,6 +52,11 @@ def _shape_fields(cfg: TargetConfig) -> dict:
     )
 
 
+def embedded_shape(cfg: TargetConfig) -> LlamaShape:
+    """The embedded target's numbers as dflash.llama's shape (whatever target.impl builds it)."""
+    return LlamaShape(**_shape_fields(cfg))
+
+
 def _tiny_config(cfg: TargetConfig):
     """HF config for the embedded random target, built from the cfg numbers only."""
     common = dict(
@@ -74,7 +79,7 @@ def _tiny_config(cfg: TargetConfig):
 
 def _native_model(cfg: TargetConfig) -> nn.Module:
     """dflash.llama's seeded model: transformers' LlamaForCausalLM without its import."""
-    shape = LlamaShape(**_shape_fields(cfg))
+    shape = embedded_shape(cfg)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.init_seed)
         return LlamaForCausalLM(shape)

@@ -23,11 +23,13 @@ dflash.outcome (the RunOutcome and the last record).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import TextIO
 
 import torch
@@ -36,6 +38,7 @@ from dflash import checkpoint as ckpt_io
 from dflash import compile_cache
 from dflash.config import RunConfig
 from dflash.corpus import heldout_prompts, load_data
+from dflash.cuda_start import CudaStart
 from dflash.data import TokenDataset
 from dflash.devices import DevicePlan, resolve
 from dflash.evaluate import acceptance_length
@@ -49,6 +52,7 @@ from dflash.prefetch import EpochPlanner
 from dflash.replicas import ReplicaGroup
 from dflash.stages import StageInputs, Stages, build_group, build_stages
 from dflash.step_boundary import StepBoundary
+from dflash.target import DTYPES, embedded_shape
 from dflash.timeline import Timeline, pipeline_spans
 from dflash.trainer_errors import WrongResult
 from dflash.watchdog import EXIT_STALLED, Watchdog
@@ -110,15 +114,13 @@ class Trainer:
             self._check_plan()
             self.resume = ckpt_io.resume_state(cfg, self.err)
             compile_cache.check(cfg.compile.cache_artifacts)
-        if cfg.compile.cache_file:
-            with tl.phase("compile_cache_load"):
-                self.cache_loaded = compile_cache.load(cfg.compile.cache_file)
-            print(f"compile cache: {self.cache_loaded}", file=self.err, flush=True)
-        if self.plan.cuda_devices():
-            with tl.phase("device_init"):
-                self.plan.init_cuda()
-        with tl.phase("target_load"):
-            self.models = build_models(cfg, self.plan)
+        with self._cuda_started():
+            if cfg.compile.cache_file:
+                with tl.phase("compile_cache_load"):
+                    self.cache_loaded = compile_cache.load(cfg.compile.cache_file)
+                print(f"compile cache: {self.cache_loaded}", file=self.err, flush=True)
+            with tl.phase("target_load"):
+                self.models = build_models(cfg, self.plan)
         first = self.models.targets[self.plan.target[0]]
         with tl.phase("corpus"):
             self.train_ds, self.heldout = load_data(cfg, first, self.err, tl.note)
@@ -126,6 +128,26 @@ class Trainer:
         if self.recommendation is not None:
             # After every input check: bad input still prints exactly one `error:` line.
             print(self.recommendation.line(), file=self.err, flush=True)
+
+    @contextlib.contextmanager
+    def _cuda_started(self) -> Iterator[None]:
+        """The CUDA devices' first use (dflash.cuda_start) runs beside the body; the body's end waits
+        for it (device_init: only what the body did not hide). A failing body waits a little, and
+        raises its own error."""
+        cfg, cuda = self.cfg, self.plan.cuda_devices()
+        if not cuda:
+            yield
+            return
+        start = CudaStart(cuda, embedded_shape(cfg.target), DTYPES[cfg.target.dtype])
+        try:
+            yield start.start()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the body's error is the one to report
+                start.join(STALL_JOIN_S)
+            raise
+        with self.timeline.phase("device_init"):
+            start.join()
+        self.timeline.mark("cuda_ready_at", start.done_at)
 
     def _check_plan(self) -> None:
         """Refuse what the device plan cannot run before the target builds the corpus."""

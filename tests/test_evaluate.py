@@ -9,7 +9,14 @@ import torch.nn.functional as F
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
-from dflash.evaluate import PAD_QUANTUM, _right_pad, acceptance_length, speculative_generate, speculative_generate_batch
+from dflash.evaluate import (
+    PAD_QUANTUM,
+    VerifyGraphs,
+    _right_pad,
+    acceptance_length,
+    speculative_generate,
+    speculative_generate_batch,
+)
 from dflash.masks import sdpa_mask
 from dflash.objective import DFlashObjective
 from dflash.target import build_target
@@ -158,6 +165,25 @@ class FirstRowOracle(OracleDrafter):
         want = torch.zeros(self.rows, BS - 1, dtype=torch.long)
         want[0] = torch.tensor(self.greedy[anchor + 1 : anchor + BS])
         return F.one_hot(want, self.vocab).float()
+
+
+def test_only_the_native_target_on_cuda_replays_graphs(target):
+    assert not VerifyGraphs.fits(target)  # transformers' target, on the CPU
+    assert not VerifyGraphs.fits(build_target(TargetConfig(impl="native"), "cpu"))
+
+
+@pytest.mark.cuda
+def test_the_graphed_verify_gives_what_the_eager_one_gives(monkeypatch):
+    native = build_target(TargetConfig(impl="native"), "cuda:0")
+    obj = make_objective(native).to("cuda:0")
+    prompts = [p * 6 for p in PROMPTS]  # 30-42 tokens: the rows cross a PAD_QUANTUM boundary
+    recorded = []
+    record = VerifyGraphs._record
+    monkeypatch.setattr(VerifyGraphs, "_record", lambda self, ids: recorded.append(ids.shape) or record(self, ids))
+    graphed = speculative_generate_batch(native, obj, prompts, 24)
+    assert len(recorded) == len(set(recorded)) >= 2
+    monkeypatch.setattr(VerifyGraphs, "fits", staticmethod(lambda target: False))
+    assert graphed == speculative_generate_batch(native, obj, prompts, 24)
 
 
 def test_verify_rows_pad_to_a_few_lengths():
