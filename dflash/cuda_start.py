@@ -6,8 +6,8 @@ and 0.9 s, against 0.3 s and 0.4-0.6 s in a warm process. `CudaStart` creates ea
 context and makes those first uses (in the target's dtype, then float32 forward and backward as
 the drafter trains) while the main thread draws the target's seeded weights on the CPU; `join`
 waits for it and raises what it raised. With the page cache dropped, gpu-default then spent
-2.3-3.3 s outside training after its imports, against 2.6-5.3 s without it, on two H100 hosts;
-warm, about the same (results/h100-2026-12-05-cuda-start).
+2.3-3.3 s outside training after its imports, against 2.6-5.3 s without it, on two H100 hosts
+(on one the same within noise); warm, about the same (results/h100-2026-12-05-cuda-start).
 
 It is a handful of ops on purpose: each one hands the GIL to the main thread's Python and waits
 for it back. A one-layer model's forward, backward and optimizer step there (hundreds of ops)

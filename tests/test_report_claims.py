@@ -796,24 +796,39 @@ EAGER_OPT = "h100-2026-12-05-eager-optimizer"
 NOW = "h100-2026-12-05-start-without-pandas"
 
 
+CUDA_START = "h100-2026-12-05-cuda-start"
+
+
+def _ab_runs(host: str) -> dict[str, str]:
+    """A tools/start_ab.sh store's `LABEL rc=0 wall ...` lines, by label."""
+    text = (RESULTS / CUDA_START / host / "start-ab.txt").read_text()
+    return dict(re.findall(r"^([\w-]+) rc=0 (wall .*)$", text, flags=re.M))
+
+
+def _start_line(store: str, label: str) -> str:
+    if store.startswith(CUDA_START):
+        return _ab_runs(store.split("/")[1])[label]
+    return _startup_lines(store)[label]
+
+
 @pytest.mark.parametrize(
-    "summary, label, row",
+    "store, label, row",
     [
-        (f"{NOW}/summary.txt", "fresh", "fresh H100"),
-        (f"{NOW}/summary.txt", "cached", "cached H100"),
-        (f"{NOW}/summary.txt", "transformers", "the same H100, transformers' target"),
-        (f"{EAGER_OPT}/summary.txt", "fresh", "fresh H100, pandas imported"),
-        ("h100-2026-12-05-native-start/summary.txt", "fresh", "fresh H100, torch.optim's AdamW"),
+        (f"{CUDA_START}/final", "host-fresh", "fresh H100"),
+        (f"{CUDA_START}/final", "warm-new-1", "the same H100, warm"),
+        (f"{CUDA_START}/handful", "host-fresh", "another fresh H100, no first-use thread"),
+        (f"{NOW}/summary.txt", "fresh", "a third, before both (4d73e992)"),
+        (f"{NOW}/summary.txt", "transformers", "the third, transformers' target"),
         ("h200-2026-12-05-startup/summary.txt", "fresh", "fresh H200, before"),
     ],
 )
-def test_the_fresh_host_start_is_its_record(summary, label, row):
-    line = _startup_lines(summary)[label]
-    phase = _timeline_phases(line)
+def test_the_fresh_host_start_is_its_record(store, label, row):
+    line = _start_line(store, label)
+    phase = _timeline_phases(line.split("timeline:")[1])
     at = float(re.search(r"first step at ([\d.]+)s", line).group(1))
     share, total = _outside(line)
     assert (
-        f"| {row} | {at:.1f} s | {phase['target_load']:.1f} s | {phase['corpus']:.1f} s | "
+        f"| {row} | {phase['imports']:.1f} s | {at:.1f} s | {phase['target_load']:.1f} s | {phase['corpus']:.1f} s | "
         f"{phase['evaluation']:.1f} s | {share}% of {total} s |"
     ) in TEXT
 
@@ -901,15 +916,25 @@ def test_the_warm_fresh_and_cold_starts_are_their_records():
     assert len(plain) == len(ahead) == 2
     assert f"the page cache dropped {_span(_shares(plain))}%" in TEXT
     assert f"made it worse ({_span(_shares(ahead))}%)" in TEXT
-    final = _startup_lines(f"{NOW}/summary.txt")
-    final_warm = _shares([final["cached"], *_runs(f"{NOW}/cached-repeats.txt").values()])
-    assert len(final_warm) == 3
-    assert f"{_span(final_warm)}% of the run outside training on a warm host" in TEXT
-    assert f"but {_outside(final['fresh'])[0]}% on a fresh one" in TEXT
-    training = _timeline_phases(final["fresh"])["training"]
+    before, final, handful = _startup_lines(f"{NOW}/summary.txt"), _ab_runs("final"), _ab_runs("handful")
+    assert (
+        f"{_span(_shares([final['warm-new-1'], final['warm-new-2']]))}% of the run outside training on a warm host"
+        in TEXT
+    )
+    fresh = [final["host-fresh"], handful["host-fresh"], before["fresh"]]
+    took = [_timeline_phases(x)["imports"] for x in fresh]
+    assert (
+        f"but {_span(_shares(fresh))}% on a fresh one, whose imports alone took {min(took):.1f}-{max(took):.1f} s"
+        in TEXT
+    )
+    training = _timeline_phases(final["host-fresh"])["training"]
     assert f"Beside {training:.1f} s of training, 25% leaves {training / 3:.1f} s" in TEXT
-    imports = [_timeline_phases(x)["imports"] for x in (final["fresh"], start["fresh"], cold["host-fresh"], *plain)]
-    assert f"a cold host's imports take {min(imports):.1f}-{max(imports):.1f} s" in TEXT
+    cold_now = [v for runs in (final, handful, _ab_runs("one-layer")) for k, v in runs.items() if k.startswith("cold-")]
+    imports = [
+        _timeline_phases(x)["imports"]
+        for x in (before["fresh"], start["fresh"], cold["host-fresh"], *plain, *fresh[:2], *cold_now)
+    ]
+    assert len(cold_now) == 14 and f"a cold host's imports take {min(imports):.1f}-{max(imports):.1f} s" in TEXT
     torch_import = re.findall(r"\|\s+(\d+) \| torch$", (RESULTS / COLD).read_text(), flags=re.M)
     assert f"(`import torch` alone {int(torch_import[0]) / 1e6:.1f} s there" in TEXT
 
@@ -1074,6 +1099,41 @@ def test_the_hunt_section_is_what_the_hunts_recorded():
         and "2026-12-04-export-in-worker-threads-direct.txt" in entry
     )
     assert "all 24 exports failed (3 runs), 24 of 24 alone" in TEXT
+
+
+def _after_imports(line: str) -> float:
+    """Seconds outside training after the imports: every phase of a timeline but those two."""
+    phases = _timeline_phases(line.split("timeline:")[1].split(";")[0])
+    return round(sum(v for k, v in phases.items() if k not in ("imports", "training")), 1)
+
+
+def _arm(runs: dict[str, str], prefix: str) -> list[float]:
+    return [_after_imports(v) for k, v in runs.items() if k.startswith(prefix)]
+
+
+def test_the_first_use_thread_and_the_verify_graphs_are_their_records():
+    one, handful, final = (_ab_runs(h) for h in ("one-layer", "handful", "final"))
+    with_it = _arm(handful, "cold-slim") + _arm(final, "cold-new")
+    without = _arm(handful, "cold-new") + _arm(final, "cold-graphs")
+    assert len(with_it) == len(without) == 4
+    assert f"{_span(with_it)} s outside training after the imports against {_span(without)} s without it" in TEXT
+    lost = [
+        a - b
+        for a, b in zip(_arm(one, "cold-new") + _arm(one, "warm-new"), _arm(one, "cold-base") + _arm(one, "warm-base"))
+    ]
+    assert len(lost) == 4 and 2.5 < min(lost) and max(lost) < 3.7 and "lost about 3 s a run" in TEXT
+    ev = {
+        arm: [_timeline_phases(v)["evaluation"] for k, v in handful.items() if re.match(rf"(cold|warm)-{arm}-", k)]
+        for arm in ("new", "base")
+    }
+    assert len(ev["new"]) == len(ev["base"]) == 4
+    assert f"CUDA graphs ({_span(ev['new'])} s against {_span(ev['base'])} s, the same tau)" in TEXT
+    taus = re.findall(
+        r'"tau": ([\d.]+)',
+        "".join((RESULTS / CUDA_START / h / "start-ab.txt").read_text() for h in ("one-layer", "handful", "final")),
+    )
+    assert len(taus) == 35 and len(set(taus)) == 1
+    assert f"a cold run spent {_outside(final['pyc-cold'])[0]}%" in TEXT
 
 
 def test_the_bytecode_finding_is_its_record():
