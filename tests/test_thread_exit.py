@@ -1,8 +1,8 @@
 """harness.runtime.thread_exit and the await-thread-exit fix: a thread whose C++ TLS stash is dropped after
 join() returned aborts the process at exit unless exit waits for the OS thread (race
 stash-exit-finalize). The stashed object's finaliser keeps giving the GIL up, which holds the
-destructor past the start of finalization every time: without the fix each run aborts, with it
-none does."""
+destructor past the start of finalization, and the main thread exits only once it has begun:
+without the fix each run aborts, with it none does."""
 
 from __future__ import annotations
 
@@ -24,10 +24,13 @@ import sys, threading, time
 import torch
 from harness.runtime.fixes import FixSet
 
+begun = threading.Event()
+
 class SlowRelease:
     def __del__(self):
         # Gives the GIL up every millisecond for 2 s inside the thread's C++ TLS destructor: the
         # first retake after finalization has begun meets it, however slowly the main thread exits.
+        begun.set()
         end = time.monotonic() + 2.0
         while time.monotonic() < end:
             time.sleep(0.001)
@@ -41,6 +44,9 @@ def body():
 t = threading.Thread(target=body, name="exiter")
 t.start()
 t.join()
+# Under load the OS thread can still be waiting to run its TLS destructors when the main thread
+# has finished exiting (the process then exits 0): exit only once the finaliser has begun.
+begun.wait(10)
 print("joined", flush=True)
 """
 
