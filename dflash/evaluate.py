@@ -93,11 +93,10 @@ class VerifyGraphs:
     A round launches the target's ~440 operations one by one from Python, launch-bound at the
     trainer's sizes; a graph launches them at once: gpu-default's evaluation took 0.6-0.7 s
     against 0.7-0.8 s on one H100, the same tau in every run (results/h100-2026-12-05-cuda-start/
-    handful). Rows are padded to a multiple of PAD_QUANTUM,
-    so an evaluation records a handful. Only dflash.llama's target on CUDA (transformers' masks
-    are built with host-side checks, which a capture refuses). The logits a call returns are the
-    graph's own memory, rewritten by the next call of the same shape; the context is a copy (rows
-    keep theirs across rounds).
+    handful). Rows are padded to a multiple of PAD_QUANTUM, so an evaluation records a handful.
+    Only dflash.llama's target on CUDA (transformers' masks are built with host-side checks, which
+    a capture refuses). The logits a call returns are the graph's own memory, rewritten by the next
+    call of the same shape; the context is a copy (rows keep theirs across rounds).
     """
 
     def __init__(self, target: TargetModel, layer_ids) -> None:

@@ -7,7 +7,8 @@ allocation (CUDA only), transformers' import (target.impl=transformers only), th
 build of the synthetic target (seeded on the CPU, then moved to the device in the target dtype),
 two forwards of one batch, the trainer's optimizer (dflash.adamw), and then torch._dynamo's
 import, which torch.optim's own AdamW pays on its first call. Run it in a fresh process on a fresh
-host to see a first start; the trainer's own `timeline:` line gives the phases around it. The target must be the embedded synthetic one (no target.path).
+host to see a first start; the trainer's own `timeline:` line gives the phases around it. The
+target must be the embedded synthetic one (no target.path).
 """
 
 from __future__ import annotations
