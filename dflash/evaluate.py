@@ -138,16 +138,17 @@ def _right_pad(rows: list[list[int]], device: torch.device) -> torch.Tensor:
 
 @torch.no_grad()
 def speculative_generate_batch(
-    target: TargetModel, objective, prompts: list[list[int]], max_new_tokens: int
+    target: TargetModel, objective, prompts: list[list[int]], max_new_tokens: int, target_forward=None
 ) -> list[tuple[list[int], list[int]]]:
     """speculative_generate for every prompt at once, one draft and one verify forward per round
     over every row until the last is done. `objective.draft_logits` takes `context_lens` (each row's
-    context length; the context tensor is padded to a multiple of PAD_QUANTUM)."""
+    context length; the context tensor is padded to a multiple of PAD_QUANTUM). `target_forward`
+    is a `verifier(target, layer_ids)` shared with other batches (its graphs are recorded once)."""
     if not prompts or any(not p for p in prompts) or max_new_tokens < 1:
         raise ValueError("need non-empty prompts and max_new_tokens >= 1")
     layer_ids, block = objective.layer_ids, objective.block_size
     dev = target.device
-    target_forward = _verifier(target, layer_ids)
+    target_forward = target_forward or verifier(target, layer_ids)
     tokens = [list(p) for p in prompts]
     logits, hidden = target_forward(_right_pad(tokens, dev))
     contexts = [hidden[i, : len(p)] for i, p in enumerate(prompts)]
@@ -188,7 +189,7 @@ def speculative_generate_batch(
     return [(tokens[i][len(p) :], rounds[i]) for i, p in enumerate(prompts)]
 
 
-def _verifier(target: TargetModel, layer_ids):
+def verifier(target: TargetModel, layer_ids):
     """ids -> (logits, tapped context): from CUDA graphs where the target allows, else eager."""
     if VerifyGraphs.fits(target):
         return VerifyGraphs(target, layer_ids)
@@ -205,8 +206,10 @@ def acceptance_length(
     # No eval()/train() toggling: the drafter has no mode-dependent layers, and flipping the
     # mode of a module another thread may be training would itself be shared-state mutation.
     rounds: list[int] = []
+    target_forward = verifier(target, drafter_obj.layer_ids)
     for start in range(0, len(prompts), batch):
-        for _, r in speculative_generate_batch(target, drafter_obj, prompts[start : start + batch], max_new_tokens):
+        chunk = prompts[start : start + batch]
+        for _, r in speculative_generate_batch(target, drafter_obj, chunk, max_new_tokens, target_forward):
             rounds += r
     # max_new_tokens == 1 leaves no verify round: the prefill token alone, tau = 1 by definition.
     return sum(rounds) / len(rounds) if rounds else 1.0

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dflash import evaluate
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
@@ -184,6 +185,26 @@ def test_the_graphed_verify_gives_what_the_eager_one_gives(monkeypatch):
     assert len(recorded) == len(set(recorded)) >= 2
     monkeypatch.setattr(VerifyGraphs, "fits", staticmethod(lambda target: False))
     assert graphed == speculative_generate_batch(native, obj, prompts, 24)
+
+
+def test_the_evaluation_makes_one_verifier_for_all_its_batches(target, objective, monkeypatch):
+    made = []
+    make = evaluate.verifier
+    monkeypatch.setattr(evaluate, "verifier", lambda *a: made.append(a) or make(*a))
+    tau = acceptance_length(target, objective, PROMPTS * 2, 9, batch=len(PROMPTS))
+    assert len(made) == 1
+    assert tau == acceptance_length(target, objective, PROMPTS, 9)  # the same prompts twice: the same tau
+
+
+@pytest.mark.cuda
+def test_the_evaluation_records_each_shape_once_across_batches(monkeypatch):
+    native = build_target(TargetConfig(impl="native"), "cuda:0")
+    obj = make_objective(native).to("cuda:0")
+    recorded = []
+    record = VerifyGraphs._record
+    monkeypatch.setattr(VerifyGraphs, "_record", lambda self, ids: recorded.append(ids.shape) or record(self, ids))
+    acceptance_length(native, obj, PROMPTS * 2, 12, batch=len(PROMPTS))  # two batches of the same shapes
+    assert recorded and len(recorded) == len(set(recorded))
 
 
 def test_verify_rows_pad_to_a_few_lengths():

@@ -15,7 +15,7 @@ from test_pipeline_errors import small_cli_args
 
 from harness.runtime import fixes
 from harness.runtime.errors import ConfigError
-from harness.runtime.fixes import FIXES, FixSet, phase_lock
+from harness.runtime.fixes import FIXES, FixSet, global_lock, phase_lock
 
 JOIN_S = 20.0
 
@@ -182,17 +182,32 @@ def test_cudagraph_lock_serializes_every_tree_managers_run_once_installed(monkey
         assert manager.run([9], 0) == [9]
 
 
+def test_a_program_holding_the_global_lock_may_make_a_guarded_call_inside():
+    fs = FixSet.from_names(["global-lock"])
+
+    def section():
+        with fixes.GLOBAL_LOCK:  # a program's own section, e.g. around torch._dynamo.reset()
+            with fs.around_call():  # a compiled call inside it: nested, not waiting on its own thread
+                return fixes.GLOBAL_LOCK.locked()
+
+    assert run_thread("program", section) == (True, None)
+    assert not fixes.GLOBAL_LOCK.locked()
+    with fixes.GLOBAL_LOCK:
+        got, exc = run_thread("probe", lambda: global_lock._LOCK.acquire(blocking=False))
+        assert exc is None and got is False  # other threads still wait for the section
+
+
 def test_global_lock_excludes_other_threads_and_is_reentrant():
     fs = FixSet.from_names(["global-lock"])
     with fs.around_call():
         with fs.around_call():
-            got, exc = run_thread("probe", lambda: fixes.GLOBAL_LOCK.acquire(blocking=False))
+            got, exc = run_thread("probe", lambda: global_lock._LOCK.acquire(blocking=False))
             assert exc is None and got is False
 
     def acquire_release():
-        got = fixes.GLOBAL_LOCK.acquire(blocking=False)
+        got = global_lock._LOCK.acquire(blocking=False)
         if got:
-            fixes.GLOBAL_LOCK.release()
+            global_lock._LOCK.release()
         return got
 
     assert run_thread("probe", acquire_release) == (True, None)

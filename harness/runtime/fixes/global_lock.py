@@ -13,7 +13,7 @@ from harness.runtime.fixes.base import Fix, patch_once
 # runs a backward) are counted in its Hold, never taken twice; and a plain Lock, unlike an RLock,
 # may be released by the thread where a call ends: a generator suspended inside `guard.call()`
 # and closed, or collected, on another thread.
-GLOBAL_LOCK = threading.Lock()
+_LOCK = threading.Lock()
 
 
 class GlobalLock(Fix):
@@ -82,7 +82,7 @@ class LockScope:
         self.parent = parent
 
 
-_ROOT_SCOPE = LockScope(GLOBAL_LOCK, parent=None)
+_ROOT_SCOPE = LockScope(_LOCK, parent=None)
 _held = threading.local()
 """Per thread: `hold`, its Hold."""
 _SCOPE_ATTR = "_harness_lock_scope"
@@ -118,3 +118,26 @@ def _scoped_start(start: Callable[[threading.Thread], None]) -> Callable[[thread
         start(self)
 
     return start_in_scope
+
+
+class ProgramLock:
+    """The global-lock fix's lock as a program takes it (`with GLOBAL_LOCK:` around its own
+    `torch._dynamo.reset()` or capture): a guarded section of this thread like a compiled call's,
+    so a compiled call made inside it is nested instead of waiting on its own thread for ever."""
+
+    def __init__(self) -> None:
+        self._fix = GlobalLock()
+
+    def __enter__(self) -> None:
+        self._fix.enter()
+
+    def __exit__(self, *exc: object) -> None:
+        self._fix.exit(_hold())
+
+    @staticmethod
+    def locked() -> bool:
+        """Whether some thread holds the global lock (a compiled call, or a program's section)."""
+        return _LOCK.locked()
+
+
+GLOBAL_LOCK = ProgramLock()
