@@ -136,6 +136,34 @@ def test_a_fix_verdict_wants_raw_failing_and_the_fix_holding(expect, holds, raw,
     assert corpus.judge_fix(p, fix_found(raw, fixed, holds=holds)) == verdict
 
 
+@pytest.mark.parametrize(
+    ("raw", "fixed", "verdict"),
+    [
+        ((0, 4), (0, 4), "as expected"),
+        ((1, 4), (0, 4), "as expected"),
+        ((1, 4), (1, 4), "differs: global-lock did not hold (1/4 failed)"),
+    ],
+)
+def test_a_rare_race_may_spare_every_raw_run_but_its_fix_must_hold(raw, fixed, verdict):
+    p = program(expect="CRASH", races=("F2",), fix=("global-lock",), rare=True)
+    assert corpus.judge_fix(p, fix_found(raw, fixed)) == verdict
+
+
+@pytest.mark.parametrize(
+    ("rare", "outcomes", "races", "verdict"),
+    [
+        (True, {"OK": 4}, [], "as expected"),
+        (True, {"OK": 3, "CRASH": 1}, ["F2"], "as expected"),
+        (True, {"OK": 3, "CRASH": 1}, ["F3"], "differs: races ['F3'] (expected ['F2'])"),
+        (False, {"OK": 4}, [], "differs: no CRASH run (outcomes {'OK': 4}); races ['none'] (expected ['F2'])"),
+    ],
+)
+def test_a_rare_race_is_judged_by_the_races_of_the_runs_it_failed(rare, outcomes, races, verdict):
+    p = program(expect="CRASH", races=("F2",), rare=rare)
+    found = corpus.Found(name="p", expect="CRASH", races=["F2"], warnings=[], outcomes=outcomes, found_races=races)
+    assert corpus.judge(p, found) == verdict
+
+
 def test_stress_output_is_read_into_a_verdict_or_says_why_not():
     p = program(fix=("nested-fx-fallback",))
 

@@ -7,12 +7,14 @@ each then scores 150 batches of its own fixed size (16, 32, 48; dynamic=False, o
 size) and, at the end, checks its last result against the eager model (`allclose`, raising
 AssertionError on a mismatch). Thread exceptions are uncaught; the main thread joins and exits 0.
 Without CUDA it prints `SKIP: needs CUDA` and exits 0.
-What should happen (CUDA): no failure. Without CUDA graphs there is no tree manager, no per-thread
-graph state and no capture (F1, F1c, G1 and capture need one); Dynamo's compile_lock serializes the
-compiles, and the duplicate compiles of threads that missed the cache together (F10) stay far
-below the recompile limit (3 sizes, at most 3 compiles each). global-lock (the diagnosis's control)
-changes nothing but speed.
-Expected classification: OK, no race.
+What happens (CUDA, torch 2.11): mostly nothing, and rarely F2. Without CUDA graphs there is no
+tree manager, no per-thread graph state and no capture (F1, F1c, G1 and capture need one), and the
+duplicate compiles of threads that missed the cache together (F10) stay far below the recompile
+limit. But Inductor's compile traces with make_fx, whose is-tracing flag and Module.__call__ patch
+are process-global on 2.11: a thread that calls the model while another compiles raises
+"Detected that you are using FX to symbolically trace a dynamo-optimized function" (1 raw run of 4
+on an H100, 2026-12-06; none in 20 before). global-lock, which serialises compiles and calls, holds.
+Expected classification: CRASH as F2, rare (raw runs may all pass).
 """
 
 import sys
