@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from harness.campaign.stress import EXCERPT_FRAMES, EXCERPT_LINES, _excerpt
+import pytest
+
+from harness.campaign.stress import EXCERPT_FRAMES, EXCERPT_LINES, _excerpt, _python_note
 from harness.cli import main
 
 PY = sys.executable
@@ -67,3 +69,16 @@ def test_an_excerpt_without_a_traceback_is_the_outputs_last_lines():
     assert _excerpt(text) == [f"line {i}" for i in range(10 - EXCERPT_LINES, 10)]
     assert _excerpt("x" * 500)[0].endswith("...") and len(_excerpt("x" * 500)[0]) == 200
     assert _excerpt("") == []
+
+
+@pytest.mark.parametrize("write", [False, True])
+def test_the_first_line_says_when_every_run_compiles_torch_first(monkeypatch, tmp_path, write):
+    # An empty PYTHONPYCACHEPREFIX: no bytecode of torch's is cached there (an image that ships none).
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path))
+    if write:
+        monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    note = _python_note("python", sys.executable, given=False)
+    assert note.startswith(f"`python` in CMD runs {sys.executable} (torch ")
+    assert ("every run compiles torch's modules first" in note) is not write

@@ -47,6 +47,7 @@ from harness.campaign.expand import plan_json
 from harness.campaign.matrix_progress import format_elapsed
 from harness.campaign.matrix_spec import MatrixError, PlanChoice
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
+from harness.diagnosis import probes
 from harness.text import clip
 from harness.trial import native, tracebacks
 from harness.trial.cells import NO_PLAN, cell_name
@@ -167,7 +168,19 @@ def _python_note(program: str, python: str | None, *, given: bool) -> str:
     if python is None:
         return ""
     how = "--python" if given else "the harness's own interpreter; --python PATH for another"
-    return f"`{program}` in CMD runs {python} (torch {interpreter_versions(python)[0] or 'not installed'}; {how})"
+    note = f"`{program}` in CMD runs {python} (torch {interpreter_versions(python)[0] or 'not installed'}; {how})"
+    return note + _bytecode_note(python)
+
+
+def _bytecode_note(python: str) -> str:
+    """Where every run compiles torch's modules again: seconds a run that users otherwise blame on us."""
+    try:
+        facts, _ = probes.run_script(probes.script("python"), python=python, timeout_s=60)
+    except probes.ProbeFailed:
+        return ""  # no torch there: the runs say so themselves
+    if not facts.get("torch_compiled_from_source"):
+        return ""
+    return "; every run compiles torch's modules first, with no bytecode cached or written (`harness doctor`)"
 
 
 def _regexp(text: str | None, flag: str) -> re.Pattern | None:

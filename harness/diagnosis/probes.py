@@ -513,6 +513,10 @@ def fact(key: str) -> Fact:
     return _BY_KEY[key]
 
 
+def script(name: str) -> Script:
+    return next(s for s in SCRIPTS if s.name == name)
+
+
 def run_script(
     script: Script, *, timeout_s: float = DEFAULT_TIMEOUT_S, python: str = sys.executable
 ) -> tuple[dict[str, Any], float]:
