@@ -173,7 +173,7 @@ def _python_note(program: str, python: str | None, *, given: bool) -> str:
 
 
 def _bytecode_note(python: str) -> str:
-    """Where every run compiles torch's modules again: seconds a run that users otherwise blame on us."""
+    """Where every run compiles torch's modules again: seconds a run that would pass for the harness's own."""
     try:
         facts, _ = probes.run_script(probes.script("python"), python=python, timeout_s=60)
     except probes.ProbeFailed:
