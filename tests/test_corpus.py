@@ -137,16 +137,30 @@ def test_a_fix_verdict_wants_raw_failing_and_the_fix_holding(expect, holds, raw,
 
 
 @pytest.mark.parametrize(
-    ("raw", "fixed", "verdict"),
+    ("raw", "races", "fixed", "verdict"),
     [
-        ((0, 4), (0, 4), "as expected"),
-        ((1, 4), (0, 4), "as expected"),
-        ((1, 4), (1, 4), "differs: global-lock did not hold (1/4 failed)"),
+        ((0, 4), "-", (0, 4), "as expected"),
+        ((1, 4), "F2 1", (0, 4), "as expected"),
+        ((1, 4), "F2 1", (1, 4), "differs: global-lock did not hold (1/4 failed)"),
+        ((2, 4), "F2 1, F10 1", (0, 4), "differs: raw failed as F2, F10 (expected F2)"),
+        ((1, 4), "-", (0, 4), "differs: raw failed as no catalogued race (expected F2)"),
     ],
 )
-def test_a_rare_race_may_spare_every_raw_run_but_its_fix_must_hold(raw, fixed, verdict):
+def test_a_rare_race_may_spare_every_raw_run_but_not_fail_another_way(raw, races, fixed, verdict):
     p = program(expect="CRASH", races=("F2",), fix=("global-lock",), rare=True)
-    assert corpus.judge_fix(p, fix_found(raw, fixed)) == verdict
+    f = fix_found(raw, fixed)
+    f.rows = [f"none {raw[0]}/{raw[1]}     [4.6%, 69.9%]      26.39s     1.00x  {races}", "global-lock ..."]
+    assert corpus.judge_fix(p, f) == verdict
+
+
+def test_an_arm_rows_races_are_its_last_column():
+    assert corpus.row_races("none    4/4   [51.0%, 100.0%]  31.43s  1.00x  F1 4, F1c 3, capture 2") == [
+        "F1",
+        "F1c",
+        "capture",
+    ]
+    assert corpus.row_races("global-lock    0/4     [0.0%, 49.0%]      25.90s     0.98x  -") == []
+    assert corpus.row_races("as is   3/3   [43.9%, 100.0%]   4.10s   1.00x") == []  # before the column existed
 
 
 @pytest.mark.parametrize(

@@ -322,6 +322,17 @@ def arm_rows(text: str) -> dict[str, Arm]:
     return rows
 
 
+_ROW_RACES = re.compile(r"\s\d+\.\d+x\s+(?P<races>\S.*)$")
+
+
+def row_races(row: str) -> list[str]:
+    """An arm row's races column (`F2 1, F10 3`; `-` for none) as race names."""
+    m = _ROW_RACES.search(row)
+    if m is None or m["races"] == "-":
+        return []
+    return [part.split()[0] for part in m["races"].split(", ")]
+
+
 def arm_of(rows: dict[str, Arm], fix: tuple[str, ...]) -> Arm | None:
     """The row of a fix set, whatever order stress printed its names in."""
     return next((a for name, a in rows.items() if set(name.replace(" ", "").split(",")) == set(fix)), None)
@@ -347,6 +358,10 @@ def judge_fix(p: Program, f: FixFound) -> str:
         problems.append(f"raw failed {f.raw_failed}/{f.raw_runs} (expected OK)")
     elif p.expect != "OK" and not f.raw_failed and not p.rare:
         problems.append(f"raw did not fail (0/{f.raw_runs}; expected {p.expect})")
+    if p.rare and f.raw_failed:
+        named = row_races(f.rows[0]) if f.rows else []
+        if not named or not set(named) <= set(p.races):
+            problems.append(f"raw failed as {', '.join(named) or 'no catalogued race'} (expected {', '.join(p.races)})")
     if p.fix_holds and f.fixed_failed:
         problems.append(f"{f.fix} did not hold ({f.fixed_failed}/{f.fixed_runs} failed)")
     elif not p.fix_holds and not f.fixed_failed:
