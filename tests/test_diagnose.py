@@ -500,3 +500,13 @@ def test_an_offered_fix_carries_the_fix_it_needs_beside_it():
     with_stash = [s for s in offered if "cstash-tls-init" in s.split(",")]
     assert with_stash and all("stash-incref" in s.split(",") for s in with_stash), finding.try_fixes
     assert fix_advice.companions(load(), RecordSource())["cstash-tls-init"] == ("stash-incref",)
+
+
+def test_a_gpu_gate_run_kept_by_stress_is_named_where_it_ran():
+    # The clean control's one failure (H100, torch 2.11): a call under another thread's make_fx trace.
+    run = ROOT / "results" / "gpu-gate" / "2026-12-06-h100" / "gpu_default_mode_threads-run"
+    j = _cli("diagnose", "--json", str(run))
+    assert j.returncode == 0, j.stderr
+    (finding,) = json.loads(j.stdout)["findings"]
+    assert finding["race"] == "F2" and finding["outcome"] == "CRASH"
+    assert any(f["name"] == "global-lock" for f in finding["fixes"])
