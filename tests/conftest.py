@@ -31,6 +31,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs CUDA (run on the GPU host, see README)"))
 
 
+@pytest.fixture(params=[False, True], ids=["no-bytecode", "writes-bytecode"])
+def torch_bytecode_written(request, monkeypatch, tmp_path):
+    """Whether Python may write bytecode, torch having none cached (an empty PYTHONPYCACHEPREFIX):
+    with False, every process compiles torch's modules again, as on an image that ships no .pyc."""
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path))
+    if request.param:
+        monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_threads():
     before = {t.ident for t in threading.enumerate()}

@@ -69,17 +69,10 @@ def test_probes_are_listed_once_and_each_comes_from_a_script():
         assert fact.key in next(s for s in probes.SCRIPTS if s.name == fact.script).facts
 
 
-@pytest.mark.parametrize("write, expected", [(False, True), (True, False)])
-def test_torch_compiled_from_source_is_bytecode_neither_cached_nor_written(monkeypatch, tmp_path, write, expected):
-    # An empty PYTHONPYCACHEPREFIX: no bytecode of torch's is cached there.
-    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path))
-    if write:
-        monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
-    else:
-        monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+def test_torch_compiled_from_source_is_bytecode_neither_cached_nor_written(torch_bytecode_written):
     script = next(s for s in probes.SCRIPTS if "torch_compiled_from_source" in s.facts)
     facts, _ = probes.run_script(script)
-    assert facts["torch_compiled_from_source"] is expected
+    assert facts["torch_compiled_from_source"] is not torch_bytecode_written
 
 
 def test_a_probe_that_crashes_hangs_or_says_nothing_is_unknown_not_guessed():

@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 import textwrap
 
-import pytest
-
 from harness.campaign.stress import EXCERPT_FRAMES, EXCERPT_LINES, _excerpt, _python_note
 from harness.cli import main
 
@@ -71,14 +69,7 @@ def test_an_excerpt_without_a_traceback_is_the_outputs_last_lines():
     assert _excerpt("") == []
 
 
-@pytest.mark.parametrize("write", [False, True])
-def test_the_first_line_says_when_every_run_compiles_torch_first(monkeypatch, tmp_path, write):
-    # An empty PYTHONPYCACHEPREFIX: no bytecode of torch's is cached there (an image that ships none).
-    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path))
-    if write:
-        monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
-    else:
-        monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+def test_the_first_line_says_when_every_run_compiles_torch_first(torch_bytecode_written):
     note = _python_note("python", sys.executable, given=False)
     assert note.startswith(f"`python` in CMD runs {sys.executable} (torch ")
-    assert ("every run compiles torch's modules first" in note) is not write
+    assert ("every run compiles torch's modules first" in note) is not torch_bytecode_written
