@@ -26,7 +26,7 @@ from harness.runtime.fixes.cudagraph_trees import CUDAGRAPH_LOCK, TLS_KEYS
 from harness.runtime.fixes.dynamo import fresh_function
 from harness.runtime.fixes.fixset import FixSet, call_key
 from harness.runtime.fixes.global_lock import GLOBAL_LOCK
-from harness.runtime.fixes.phase_lock import PHASE_LOCK, PHASE_WARM_CALLS, PhaseLock, ReadersWriterLock
+from harness.runtime.fixes.phase_lock import PHASE_WARM_CALLS, PhaseLock, ReadersWriterLock
 from harness.runtime.fixes.registry import FIXES, NONE, RECOMMENDED, check_cuda_graphs, parse_names
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "FIXES",
     "GLOBAL_LOCK",
     "NONE",
-    "PHASE_LOCK",
     "PHASE_WARM_CALLS",
     "RECOMMENDED",
     "TLS_KEYS",

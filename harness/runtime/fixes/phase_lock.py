@@ -42,6 +42,8 @@ class ReadersWriterLock:
             self._cond.notify_all()
 
 
+# The fix's own lock, not exported for programs: one taken around a guarded call on the same thread
+# would wait on itself (the depth that nests calls is the fix's). A program's section takes GLOBAL_LOCK.
 PHASE_LOCK = ReadersWriterLock()
 PHASE_WARM_CALLS = 3
 """Calls of one callable and input signature that run exclusive: the first compiles (Dynamo,
