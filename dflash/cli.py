@@ -20,7 +20,6 @@ import threading
 from dflash import presets
 from dflash.config import RunConfig, apply_overrides, from_dict
 from dflash.plan import run as plan_text
-from dflash.preload import Preload
 from dflash.prepare import main as prepare_main
 from harness.runtime.errors import UserInputError
 from harness.runtime.fixes import parse_names
@@ -114,7 +113,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    Preload().start()  # the disk reads torch's libraries while Python imports it
     # imports torch: `--help` and a bad argument answer without it
     from dflash.train import train
 
@@ -144,7 +142,6 @@ def report_outcome(outcome) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    Preload().start()
     # imports torch: `--help` and a bad argument answer without it
     from dflash.bench import ROUNDS, bench
 
