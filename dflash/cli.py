@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 
-from dflash import presets
+from dflash import bytecode, presets
 from dflash.config import RunConfig, apply_overrides, from_dict
 from dflash.plan import run as plan_text
 from dflash.prepare import main as prepare_main
@@ -113,12 +113,24 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    started = bytecode_start()
     # imports torch: `--help` and a bad argument answer without it
     from dflash.train import train
 
-    cfg = config_from_args(args)
-    outcome = train(cfg, handle_signals=True)
+    try:
+        outcome = train(cfg, handle_signals=True)
+    finally:
+        started.close()
     return report_outcome(outcome)
+
+
+def bytecode_start() -> bytecode.Start:
+    """Our bytecode cache, before torch's import, where torch has no bytecode of its own."""
+    started = bytecode.start()
+    if started.note():
+        print(started.note(), file=sys.stderr, flush=True)
+    return started
 
 
 def report_outcome(outcome) -> int:
@@ -142,15 +154,19 @@ def report_outcome(outcome) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.rounds is not None and args.rounds < 1:
+        raise CommandLineError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.oracle_every < 0:
+        raise CommandLineError(f"--oracle-every must be >= 0, got {args.oracle_every}")
+    cfg = config_from_args(args)
+    started = bytecode_start()
     # imports torch: `--help` and a bad argument answer without it
     from dflash.bench import ROUNDS, bench
 
-    rounds = ROUNDS if args.rounds is None else args.rounds
-    if rounds < 1:
-        raise CommandLineError(f"--rounds must be >= 1, got {rounds}")
-    if args.oracle_every < 0:
-        raise CommandLineError(f"--oracle-every must be >= 0, got {args.oracle_every}")
-    return bench(config_from_args(args), rounds=rounds, oracle_every=args.oracle_every)
+    try:
+        return bench(cfg, rounds=ROUNDS if args.rounds is None else args.rounds, oracle_every=args.oracle_every)
+    finally:
+        started.close()
 
 
 def cmd_export(args: argparse.Namespace) -> int:
