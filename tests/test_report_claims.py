@@ -11,6 +11,7 @@ import json
 import re
 import statistics
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -821,6 +822,7 @@ EAGER_OPT = "h100-2026-12-05-eager-optimizer"
 NOW = "h100-2026-12-05-start-without-pandas"
 
 
+BYTECODE = "h100-2026-12-06-bytecode-cache"
 CUDA_START = "h100-2026-12-05-cuda-start"
 
 
@@ -831,6 +833,8 @@ def _ab_runs(host: str) -> dict[str, str]:
 
 
 def _start_line(store: str, label: str) -> str:
+    if store.endswith("start-ab.txt"):
+        return dict(re.findall(r"^([\w-]+) rc=0 (wall .*)$", (RESULTS / store).read_text(), flags=re.M))[label]
     if store.startswith(CUDA_START):
         return _ab_runs(store.split("/")[1])[label]
     return _startup_lines(store)[label]
@@ -839,8 +843,10 @@ def _start_line(store: str, label: str) -> str:
 @pytest.mark.parametrize(
     "store, label, row",
     [
-        (f"{CUDA_START}/final", "host-fresh", "fresh H100"),
-        (f"{CUDA_START}/final", "warm-new-1", "the same H100, warm"),
+        (f"{BYTECODE}/start-ab.txt", "host-fresh", "fresh H100, own bytecode cache"),
+        (f"{BYTECODE}/start-ab.txt", "warm-new-1", "the same H100, warm"),
+        (f"{CUDA_START}/final", "host-fresh", "an earlier fresh H100"),
+        (f"{CUDA_START}/final", "warm-new-1", "that H100, warm"),
         (f"{CUDA_START}/handful", "host-fresh", "another fresh H100, no first-use thread"),
         (f"{NOW}/summary.txt", "fresh", "a third, before both (4d73e992)"),
         (f"{NOW}/summary.txt", "transformers", "the third, transformers' target"),
@@ -856,6 +862,25 @@ def test_the_fresh_host_start_is_its_record(store, label, row):
         f"| {row} | {phase['imports']:.1f} s | {at:.1f} s | {phase['target_load']:.1f} s | {phase['corpus']:.1f} s | "
         f"{phase['evaluation']:.1f} s | {share}% of {total} s |"
     ) in TEXT
+
+
+def test_the_bytecode_cache_is_its_record():
+    runs = {
+        k: _start_line(f"{BYTECODE}/start-ab.txt", k)
+        for k in ("host-fresh", "cold-new-1", "warm-new-1", "cold-old-1", "warm-old-1")
+    }
+    imports = {k: _timeline_phases(v.split("timeline:")[1])["imports"] for k, v in runs.items()}
+    share = {k: _outside(v)[0] for k, v in runs.items()}
+    assert f"a host's first run spent {share['host-fresh']}%, and every later one {share['warm-new-1']}% warm" in TEXT
+    assert (
+        f"the first run's imports took {imports['host-fresh']:.1f} s, and later runs' {imports['cold-new-1']:.1f} s with the page"
+        f" cache dropped ({share['cold-new-1']}%) and {imports['warm-new-1']:.1f} s warm ({share['warm-new-1']}%), against"
+        f" {imports['cold-old-1']:.1f} s ({share['cold-old-1']}%) and {imports['warm-old-1']:.1f} s ({share['warm-old-1']}%)"
+    ) in TEXT
+    with tarfile.open(RESULTS / BYTECODE / "start-ab.tgz") as tar:
+        first = tar.extractfile("start-ab/host-fresh.err").readline().decode()
+        later = tar.extractfile("start-ab/warm-new-1.err").readline().decode()
+    assert first.startswith("bytecode: torch has none here") and not later.startswith("bytecode:")
 
 
 def _outside(line: str) -> tuple[int, int]:
