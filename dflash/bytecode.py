@@ -151,7 +151,8 @@ def fill(done: str, workers: int, roots: Sequence[str], stdlib: bool) -> int:
         except OSError:
             return 0
         with ProcessPoolExecutor(workers) as pool:
-            compiled = sum(pool.map(_compile, list(sources(roots, stdlib)), chunksize=32))
+            # submitted as the walk finds them: torch's first files compile while the rest is listed
+            compiled = sum(pool.map(_compile, sources(roots, stdlib), chunksize=32))
         open(done, "w").close()
     return compiled
 
