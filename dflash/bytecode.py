@@ -104,6 +104,8 @@ def start(
         os.makedirs(cache, exist_ok=True)
     except OSError:
         return Start("off")
+    if not os.access(cache, os.W_OK):
+        return Start("off")  # an empty prefix nobody fills would compile the standard library too
     done = marker(cache, origin)
     filler = None if os.path.exists(done) else _fill(cache, done, fill_packages, stdlib)
     sys.pycache_prefix = cache
@@ -113,7 +115,8 @@ def start(
 def _fill(cache: str, done: str, packages: tuple[str, ...], stdlib: bool) -> subprocess.Popen:
     # A process of its own: compiling holds a GIL, and not the main thread's. Its workers are forked.
     env = {**os.environ, "PYTHONPYCACHEPREFIX": cache}
-    workers = str(max(1, (os.cpu_count() or 2) - 1))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
+    workers = str(max(1, cores - 1))
     roots = [os.path.dirname(o) for o in map(_origin, packages) if o is not None]
     argv = [sys.executable, "-m", "dflash.bytecode", done, workers, "+stdlib" if stdlib else "-stdlib", *roots]
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

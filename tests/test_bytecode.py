@@ -47,6 +47,10 @@ def test_off_and_a_prefix_of_the_users_are_left_alone(no_prefix, monkeypatch, tm
     assert bytecode.start(package="no_such_package_here", setting="").state == "off"
     monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path))
     assert bytecode.start(setting="").state == "prefix-set"
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setattr(bytecode, "_cached_at", lambda source, prefix: str(tmp_path / "absent.pyc"))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # a cache folder it may not write
+    assert bytecode.start(setting=str(tmp_path / "ro")).state == "off" and sys.pycache_prefix is None
 
 
 def test_a_package_without_bytecode_is_compiled_into_the_cache_once(no_prefix, package, tmp_path):
