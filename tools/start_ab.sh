@@ -9,6 +9,9 @@
 #   cold-NAME-K     the page cache dropped before each (root only), ROUNDS of each tree, their
 #                   order rotating from round to round
 #   warm-NAME-K     the same without the drop
+#   FIRST=1         cold runs also start without the trainer's bytecode cache (dflash/bytecode.py):
+#                   each is then a host's first run but for the GPU's first use, which only the
+#                   host-fresh run pays
 #   pyc-cold, pyc-warm  this checkout with torch's, numpy's, pyarrow's and our bytecode compiled
 #                   beforehand into a PYTHONPYCACHEPREFIX, as `pip install` leaves a package
 #                   (the GPU image ships torch without bytecode and forbids writing it);
@@ -46,7 +49,10 @@ each() {  # cold|warm: every tree once a round, the order rotated by one each ro
   for k in $(seq "$rounds"); do
     for i in $(seq 0 $((n - 1))); do
       local pair=${trees[$(( (i + k) % n ))]}
-      if [ "$1" = cold ]; then drop 2>/dev/null || continue; fi
+      if [ "$1" = cold ]; then
+        [ "${FIRST:-0}" = 1 ] && rm -rf "${XDG_CACHE_HOME:-$HOME/.cache}/dflash/pycache"
+        drop 2>/dev/null || continue
+      fi
       run "$1-${pair%%=*}-$k" "${pair#*=}"
     done
   done
