@@ -263,4 +263,15 @@ def test_an_also_set_is_read_from_the_same_table_and_measured_not_judged():
     ]
     text = corpus.fix_table([f], torch="t", host="h")
     assert "| p | cstash-tls-init,global-lock,cublas-handle-init | 0/3 |" in text and "| p | stream-sync | - |" in text
+    assert "| p | CRASH | global-lock (should not hold) | 3/3 | 2/3 |" in text
+
+
+def test_the_fix_column_says_what_the_entry_expects_and_when_raw_never_failed():
+    f = corpus.FixFound(name="p", expect="CRASH", fix="global-lock", fix_holds=True)
+    f.raw_failed, f.raw_runs, f.fixed_failed, f.fixed_runs = 0, 4, 0, 4
+    assert "| p | CRASH | global-lock (should hold; untested, raw never failed) | 0/4 | 0/4 |" in corpus.fix_table(
+        [f], torch="t", host="h"
+    )
+    f.raw_failed = 1
+    assert "| p | CRASH | global-lock (should hold) | 1/4 | 0/4 |" in corpus.fix_table([f], torch="t", host="h")
     assert corpus.main(["--also", "global-lock"]) == 2
