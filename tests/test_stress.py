@@ -73,3 +73,23 @@ def test_the_first_line_says_when_every_run_compiles_torch_first(torch_bytecode_
     note = _python_note("python", sys.executable, given=False)
     assert note.startswith(f"`python` in CMD runs {sys.executable} (torch ")
     assert ("every run compiles torch's modules first" in note) is not torch_bytecode_written
+
+
+def test_a_bytecode_cache_gets_each_runs_bytecode_where_writing_it_is_off(tmp_path, monkeypatch, capsys):
+    (tmp_path / "helper.py").write_text("VALUE = 3\n")
+    prog = tmp_path / "prog.py"
+    prog.write_text("import sys, helper\nsys.exit(0 if helper.VALUE == 3 else 1)\n")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # as an image without bytecode sets it
+    cache = tmp_path / "cache"
+    args = ["stress", "-p", "1", "--max-runs", "2", "--timeout", "60", "-o", str(tmp_path / "o")]
+    assert main([*args, "--bytecode-cache", str(cache), "--", "python", str(prog)]) == 0  # ours
+    assert list(cache.rglob("helper.*.pyc")) and not (tmp_path / "__pycache__").exists()
+    assert f"; bytecode cached in {cache}" in capsys.readouterr().err.splitlines()[0]
+
+
+def test_a_bytecode_cache_that_cannot_be_made_is_bad_input(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    args = ["stress", "--max-runs", "1", "-o", str(tmp_path / "o"), "--bytecode-cache", str(tmp_path / "file" / "x")]
+    assert main([*args, "--", PY, "-c", "pass"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --bytecode-cache: cannot make") and not (tmp_path / "o").exists()

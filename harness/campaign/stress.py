@@ -97,6 +97,8 @@ class StressOptions:
     """Run on after a deterministic failure."""
     python_note: str = ""
     """What `python` in CMD runs, for the first line."""
+    bytecode_cache: Path | None = None
+    """Where runs load and write Python bytecode (PYTHONPYCACHEPREFIX), writing allowed."""
 
 
 def options_from_args(a: argparse.Namespace) -> StressOptions:
@@ -104,6 +106,7 @@ def options_from_args(a: argparse.Namespace) -> StressOptions:
     _check_numbers(a)
     fix_sets = tuple(getattr(a, "fix_sets", None) or (None,))
     _check_python_options(a, cmd, python, fix_sets)
+    cache = _bytecode_cache(getattr(a, "bytecode_cache", None))
     return StressOptions(
         cmd=tuple(cmd),
         parallel=a.parallel,
@@ -121,8 +124,29 @@ def options_from_args(a: argparse.Namespace) -> StressOptions:
         interval_s=a.interval,
         fix_sets=fix_sets,
         keep_going=bool(getattr(a, "keep_going", False)),
-        python_note=_python_note(cmd[0], python, given=getattr(a, "python", None) is not None),
+        python_note=_python_note(cmd[0], python, given=getattr(a, "python", None) is not None, cache=cache),
+        bytecode_cache=cache,
     )
+
+
+def _bytecode_cache(folder: str | None) -> Path | None:
+    """--bytecode-cache's folder, made if missing; one that cannot be written is bad input."""
+    if folder is None:
+        return None
+    path = Path(folder).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MatrixError(f"--bytecode-cache: cannot make {folder}: {e.strerror}") from None
+    if not os.access(path, os.W_OK):
+        raise MatrixError(f"--bytecode-cache: {folder} is not writable")
+    return path
+
+
+def bytecode_env(cache: Path | None) -> dict[str, str]:
+    """A run's environment for a bytecode cache: Python reads and writes its .pyc files there
+    (an empty PYTHONDONTWRITEBYTECODE counts as unset)."""
+    return {} if cache is None else {"PYTHONPYCACHEPREFIX": str(cache), "PYTHONDONTWRITEBYTECODE": ""}
 
 
 def _command(a: argparse.Namespace) -> tuple[list[str], str | None]:
@@ -163,13 +187,13 @@ def _check_python_options(a: argparse.Namespace, cmd: list[str], python: str | N
         raise MatrixError(f"--fix: CMD starts with {cmd[0]!r}; fixes go into a Python program (python ...)")
 
 
-def _python_note(program: str, python: str | None, *, given: bool) -> str:
+def _python_note(program: str, python: str | None, *, given: bool, cache: Path | None = None) -> str:
     """What `python` in CMD runs, for the first line; '' where CMD runs no interpreter of ours."""
     if python is None:
         return ""
     how = "--python" if given else "the harness's own interpreter; --python PATH for another"
     note = f"`{program}` in CMD runs {python} (torch {interpreter_versions(python)[0] or 'not installed'}; {how})"
-    return note + _bytecode_note(python)
+    return note + (f"; bytecode cached in {cache}" if cache is not None else _bytecode_note(python))
 
 
 def _bytecode_note(python: str) -> str:
@@ -180,7 +204,10 @@ def _bytecode_note(python: str) -> str:
         return ""  # no torch there: the runs say so themselves
     if not facts.get("torch_compiled_from_source"):
         return ""
-    return "; every run compiles torch's modules first, with no bytecode cached or written (`harness doctor`)"
+    return (
+        "; every run compiles torch's modules first, with no bytecode cached or written (`harness doctor`;"
+        " --bytecode-cache DIR keeps it)"
+    )
 
 
 def _regexp(text: str | None, flag: str) -> re.Pattern | None:
@@ -380,7 +407,8 @@ class _StressLoop:
         o = self.opts
         fixes = o.fix_sets[run.arm]
         limits = {"timeout_s": o.timeout_s, "hang_s": o.hang_s}
-        return arm_spec("stress", run.index, run.seed, o.cmd, fixes, o.plan, **limits, python=o.python)
+        env = bytecode_env(o.bytecode_cache)
+        return arm_spec("stress", run.index, run.seed, o.cmd, fixes, o.plan, **limits, env=env, python=o.python)
 
     def _worker(self) -> None:
         try:
