@@ -74,8 +74,12 @@ def test_each_verdict_of_the_suite(tmp_path):
 
 
 def test_the_clean_test_alone_exits_0_and_the_table_fits(tmp_path):
-    proc = _hunt("--runs", "1", "-o", str(tmp_path / "hunt"), "--", SUITE, "-k", "clean")
+    cache = tmp_path / "pyc"
+    proc = _hunt(
+        "--runs", "1", "--bytecode-cache", str(cache), "-o", str(tmp_path / "hunt"), "--", SUITE, "-k", "clean"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list(cache.rglob("hunt_clean*.pyc"))  # the runs' bytecode went to the cache
     assert CLEAN in proc.stdout and "ok" in proc.stdout
     table = proc.stdout.split("\n\n")[0].splitlines()  # the table and its legend
     assert len(table) >= 3 and max(len(line) for line in table) <= 120
@@ -90,6 +94,7 @@ def test_the_clean_test_alone_exits_0_and_the_table_fits(tmp_path):
         (["hunt", "--threads", "0", "--", SUITE], "--threads must be >= 1"),
         (["hunt", "--", SUITE, "--parallel-threads=2"], "--parallel-threads is the hunt's own"),
         (["hunt", "--plan", "no-such-profile", "--", SUITE], "no-such-profile"),
+        (["hunt", "--bytecode-cache", "/dev/null/pyc", "--", SUITE], "--bytecode-cache: cannot make /dev/null/pyc"),
     ],
 )
 def test_bad_input_exits_2(argv, said, capsys):

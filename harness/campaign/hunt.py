@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.campaign import bytecode_cache
 from harness.campaign.hunt_junit import CRASHED, FAILING, JunitTest
 from harness.campaign.hunt_options import JUNIT, HuntOptions, options_from_args, pytest_argv
 from harness.campaign.hunt_plugin import ONLY_ENV, PROGRESS_ENV
@@ -223,7 +224,7 @@ class HuntLoop:
         o = self.opts
         rerun = run.index < 0  # with one thread, or alone: the tests as they are, no plan
         fixes = None if rerun else o.fix_sets[run.arm]
-        env = {PROGRESS_ENV: str((folder / PROGRESS).resolve())}
+        env = {PROGRESS_ENV: str((folder / PROGRESS).resolve()), **bytecode_cache.run_env(o.bytecode_cache)}
         if only:
             listed = o.out_dir / f"{folder.name}-only.txt"
             listed.write_text("\n".join(only) + "\n", encoding="utf-8")

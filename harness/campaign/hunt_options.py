@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.campaign import hunt_plugin
+from harness.campaign import bytecode_cache, hunt_plugin
 from harness.campaign.expand import plan_json
 from harness.campaign.hunt_records import HuntKey
 from harness.campaign.matrix_spec import MatrixError, PlanChoice
@@ -53,6 +53,8 @@ class HuntOptions:
     as_json: bool = False
     timeout_plugin: bool = True
     """pytest-timeout is installed: a hung test is cut by it."""
+    bytecode_cache: Path | None = None
+    """Where runs read and write Python bytecode (not part of the key: a resumed hunt may differ)."""
 
     @property
     def key(self) -> HuntKey:
@@ -72,6 +74,7 @@ def options_from_args(a: argparse.Namespace) -> HuntOptions:
     _check_run_parallel()
     if a.plan is not None:
         plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> MatrixError
+    cache = bytecode_cache.folder(getattr(a, "bytecode_cache", None))
     return HuntOptions(
         pytest_args=tuple(args),
         runs=a.runs,
@@ -85,6 +88,7 @@ def options_from_args(a: argparse.Namespace) -> HuntOptions:
         timeout_s=a.timeout,
         as_json=a.json,
         timeout_plugin=importlib.util.find_spec("pytest_timeout") is not None,
+        bytecode_cache=cache,
     )
 
 

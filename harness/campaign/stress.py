@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import stats
+from harness.campaign import bytecode_cache
 from harness.campaign.calibration import plan_summary
 from harness.campaign.expand import plan_json
 from harness.campaign.matrix_progress import format_elapsed
@@ -106,7 +107,7 @@ def options_from_args(a: argparse.Namespace) -> StressOptions:
     _check_numbers(a)
     fix_sets = tuple(getattr(a, "fix_sets", None) or (None,))
     _check_python_options(a, cmd, python, fix_sets)
-    cache = _bytecode_cache(getattr(a, "bytecode_cache", None))
+    cache = bytecode_cache.folder(getattr(a, "bytecode_cache", None))
     return StressOptions(
         cmd=tuple(cmd),
         parallel=a.parallel,
@@ -127,26 +128,6 @@ def options_from_args(a: argparse.Namespace) -> StressOptions:
         python_note=_python_note(cmd[0], python, given=getattr(a, "python", None) is not None, cache=cache),
         bytecode_cache=cache,
     )
-
-
-def _bytecode_cache(folder: str | None) -> Path | None:
-    """--bytecode-cache's folder, made if missing; one that cannot be written is bad input."""
-    if folder is None:
-        return None
-    path = Path(folder).expanduser().resolve()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise MatrixError(f"--bytecode-cache: cannot make {folder}: {e.strerror}") from None
-    if not os.access(path, os.W_OK):
-        raise MatrixError(f"--bytecode-cache: {folder} is not writable")
-    return path
-
-
-def bytecode_env(cache: Path | None) -> dict[str, str]:
-    """A run's environment for a bytecode cache: Python reads and writes its .pyc files there
-    (an empty PYTHONDONTWRITEBYTECODE counts as unset)."""
-    return {} if cache is None else {"PYTHONPYCACHEPREFIX": str(cache), "PYTHONDONTWRITEBYTECODE": ""}
 
 
 def _command(a: argparse.Namespace) -> tuple[list[str], str | None]:
@@ -407,7 +388,7 @@ class _StressLoop:
         o = self.opts
         fixes = o.fix_sets[run.arm]
         limits = {"timeout_s": o.timeout_s, "hang_s": o.hang_s}
-        env = bytecode_env(o.bytecode_cache)
+        env = bytecode_cache.run_env(o.bytecode_cache)
         return arm_spec("stress", run.index, run.seed, o.cmd, fixes, o.plan, **limits, env=env, python=o.python)
 
     def _worker(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.campaign import bytecode_cache
 from harness.campaign.hunt import run_hunt
 from harness.commands.stress import _fix_set
 from harness.faults.profiles import PROFILES
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="cut a test running longer than this, seconds (pytest-timeout; default 120)",
     )
     p.add_argument("--timeout", type=float, default=1800.0, help="deadline of one run of the suite (default 1800 s)")
+    p.add_argument("--bytecode-cache", metavar="DIR", help=bytecode_cache.HELP)
     p.add_argument("-o", "--output", help="folder for the runs and hunt.jsonl; the same folder resumes a hunt")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- PYTEST_ARGS...")

@@ -7,6 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
+from harness.campaign import bytecode_cache
 from harness.campaign.matrix_spec import MatrixError
 from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, OWN, run_stress
 from harness.diagnosis import diagnose
@@ -56,12 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"run on when each of the first {DETERMINISTIC_RUNS} runs fails the same way (a deterministic failure)",
     )
-    p.add_argument(
-        "--bytecode-cache",
-        metavar="DIR",
-        help="runs read and write Python bytecode in DIR (PYTHONPYCACHEPREFIX), even where "
-        "PYTHONDONTWRITEBYTECODE is set: where torch ships none, runs after the first import it faster",
-    )
+    p.add_argument("--bytecode-cache", metavar="DIR", help=bytecode_cache.HELP)
     p.add_argument("-o", "--output", help="folder for failing runs' artefacts (default: a new temp folder)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between status lines")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

@@ -365,7 +365,7 @@ PROBES: tuple[Fact, ...] = (
         "python",
         true="every process compiles torch's modules again, each trial process too: `import torch` "
         "took 3.2-3.9 s against 1.8-1.9 s cached on an H100 host; unset PYTHONDONTWRITEBYTECODE and "
-        "set PYTHONPYCACHEPREFIX to a writable folder (`harness stress --bytecode-cache DIR` does it for its runs; "
+        "set PYTHONPYCACHEPREFIX to a writable folder (`harness stress` and `hunt --bytecode-cache DIR` do it for their runs; "
         "`python -m dflash train` and `bench` keep their own under ~/.cache/dflash)",
         false="torch loads from cached bytecode, or writes it on its first import",
     ),
