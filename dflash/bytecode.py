@@ -7,7 +7,8 @@ bytecode; results/h100-2026-12-05-bytecode). `start`, called before the trainer'
 it points `sys.pycache_prefix` at a cache of ours and, the first time, fills it beside the import:
 a process compiles torch, the rest of site-packages' imports, ours and the standard library with a
 worker per spare core, torch first. The main thread finds most modules compiled by the time it
-reaches them, and later processes (a harness's trials) find them all: on a fresh H100 the first
+reaches them, later processes (a harness's trials) find them all, and its children read them
+through PYTHONPYCACHEPREFIX: on a fresh H100 the first
 run's imports took 4.5 s and a later warm run's 1.5 s, against 5.5 s (page cache dropped) and 3.2 s (warm) without
 it (results/h100-2026-12-06-bytecode-cache). Python checks each .pyc against its source as always,
 so a stale or half-filled cache costs time, never correctness. DFLASH_BYTECODE_CACHE=off turns it
@@ -109,6 +110,8 @@ def start(
     done = marker(cache, origin)
     filler = None if os.path.exists(done) else _fill(cache, done, fill_packages, stdlib)
     sys.pycache_prefix = cache
+    # Our children that import torch too (Inductor's compile workers) read the same cache.
+    os.environ["PYTHONPYCACHEPREFIX"] = cache
     return Start("filling" if filler else "cached", cache, filler)
 
 

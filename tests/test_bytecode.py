@@ -14,6 +14,7 @@ from dflash import bytecode
 @pytest.fixture
 def no_prefix(monkeypatch):
     monkeypatch.setattr(sys, "pycache_prefix", None)  # start() sets it; the test's end restores it
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)  # and this, for its children
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def test_where_torch_has_bytecode_it_does_nothing(no_prefix):
     if not os.path.exists(bytecode._cached_at(bytecode._origin("torch"), None)):
         pytest.skip("this torch has no bytecode beside its sources")
     assert bytecode.start() == bytecode.Start("torch-has-bytecode")
-    assert sys.pycache_prefix is None
+    assert sys.pycache_prefix is None and "PYTHONPYCACHEPREFIX" not in os.environ
 
 
 def test_off_and_a_prefix_of_the_users_are_left_alone(no_prefix, monkeypatch, tmp_path):
@@ -57,6 +58,7 @@ def test_a_package_without_bytecode_is_compiled_into_the_cache_once(no_prefix, p
     cache = str(tmp_path / "cache")
     first = bytecode.start("fakepkg", cache, fill_packages=("fakepkg",), stdlib=False)
     assert first.state == "filling" and sys.pycache_prefix == cache and first.note().startswith("bytecode:")
+    assert os.environ["PYTHONPYCACHEPREFIX"] == cache
     assert first.filler.wait(60) == 0
     for name in ("__init__.py", "sub/mod.py"):
         assert os.path.exists(bytecode._cached_at(str(package / name), cache)), name
