@@ -8,11 +8,11 @@ it points `sys.pycache_prefix` at a cache of ours and, the first time, fills it 
 a process compiles torch, the rest of site-packages' imports, ours and the standard library with a
 worker per spare core, torch first. The main thread finds most modules compiled by the time it
 reaches them, later processes (a harness's trials) find them all, and its children read them
-through PYTHONPYCACHEPREFIX: on a fresh H100 the first
-run's imports took 4.5 s and a later warm run's 1.5 s, against 5.5 s (page cache dropped) and 3.2 s (warm) without
-it (results/h100-2026-12-06-bytecode-cache). Python checks each .pyc against its source as always,
-so a stale or half-filled cache costs time, never correctness. DFLASH_BYTECODE_CACHE=off turns it
-off; a path puts the cache there.
+through PYTHONPYCACHEPREFIX. On a fresh H100 the first run's imports took 4.5 s and a later warm
+run's 1.5 s, against 5.5 s (page cache dropped) and 3.2 s (warm) without it
+(results/h100-2026-12-06-bytecode-cache). Python checks each .pyc against its source as always, so
+a stale or half-filled cache costs time, never correctness. DFLASH_BYTECODE_CACHE=off turns it off;
+a path puts the cache there.
 """
 
 from __future__ import annotations
