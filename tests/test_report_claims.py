@@ -826,15 +826,20 @@ BYTECODE = "h100-2026-12-06-bytecode-cache"
 CUDA_START = "h100-2026-12-05-cuda-start"
 
 
-def _ab_runs(host: str) -> dict[str, str]:
-    """A tools/start_ab.sh store's `LABEL rc=0 wall ...` lines, by label."""
-    text = (RESULTS / CUDA_START / host / "start-ab.txt").read_text()
+def _ab_file(store: str) -> dict[str, str]:
+    """A tools/start_ab.sh output's `LABEL rc=0 wall ...` lines (`store` under results/), by label."""
+    text = (RESULTS / store).read_text()
     return dict(re.findall(r"^([\w-]+) rc=0 (wall .*)$", text, flags=re.M))
+
+
+def _ab_runs(host: str) -> dict[str, str]:
+    """One host's start_ab runs in the CUDA-start record."""
+    return _ab_file(f"{CUDA_START}/{host}/start-ab.txt")
 
 
 def _start_line(store: str, label: str) -> str:
     if store.endswith("start-ab.txt"):
-        return dict(re.findall(r"^([\w-]+) rc=0 (wall .*)$", (RESULTS / store).read_text(), flags=re.M))[label]
+        return _ab_file(store)[label]
     if store.startswith(CUDA_START):
         return _ab_runs(store.split("/")[1])[label]
     return _startup_lines(store)[label]
@@ -865,10 +870,8 @@ def test_the_fresh_host_start_is_its_record(store, label, row):
 
 
 def test_the_bytecode_cache_is_its_record():
-    runs = {
-        k: _start_line(f"{BYTECODE}/start-ab.txt", k)
-        for k in ("host-fresh", "cold-new-1", "warm-new-1", "cold-old-1", "warm-old-1")
-    }
+    every = _ab_file(f"{BYTECODE}/start-ab.txt")
+    runs = {k: every[k] for k in ("host-fresh", "cold-new-1", "warm-new-1", "cold-old-1", "warm-old-1")}
     imports = {k: _timeline_phases(v.split("timeline:")[1])["imports"] for k, v in runs.items()}
     share = {k: _outside(v)[0] for k, v in runs.items()}
     assert f"a host's first run spent {share['host-fresh']}%, and a later warm run {share['warm-new-1']}%" in TEXT
