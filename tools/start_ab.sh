@@ -50,7 +50,7 @@ each() {  # cold|warm: every tree once a round, the order rotated by one each ro
     for i in $(seq 0 $((n - 1))); do
       local pair=${trees[$(( (i + k) % n ))]}
       if [ "$1" = cold ]; then
-        [ "${FIRST:-0}" = 1 ] && rm -rf "${XDG_CACHE_HOME:-$HOME/.cache}/dflash/pycache"
+        [ "${FIRST:-0}" = 1 ] && rm -rf "$(python3 -c 'from dflash import bytecode; print(bytecode.default_cache())')"
         drop 2>/dev/null || continue
       fi
       run "$1-${pair%%=*}-$k" "${pair#*=}"
