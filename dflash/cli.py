@@ -12,12 +12,14 @@ named and left behind).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import os
 import sys
 import threading
+from collections.abc import Iterator
 
-from dflash import bytecode, presets
+from dflash import bytecode, cuda_context, presets
 from dflash.config import RunConfig, apply_overrides, from_dict
 from dflash.plan import run as plan_text
 from dflash.prepare import main as prepare_main
@@ -114,23 +116,28 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    started = bytecode_start()
-    # imports torch: `--help` and a bad argument answer without it
-    from dflash.train import train
+    with started_early(cfg):
+        # imports torch: `--help` and a bad argument answer without it
+        from dflash.train import train
 
-    try:
         outcome = train(cfg, handle_signals=True)
-    finally:
-        started.close()
     return report_outcome(outcome)
 
 
-def bytecode_start() -> bytecode.Start:
-    """Our bytecode cache, before torch's import, where torch has no bytecode of its own."""
+@contextlib.contextmanager
+def started_early(cfg: RunConfig) -> Iterator[None]:
+    """What comes before torch's import: our bytecode cache where torch has none (dflash.bytecode),
+    then each CUDA device's context, made beside the import (dflash.cuda_context)."""
     started = bytecode.start()
     if started.note():
         print(started.note(), file=sys.stderr, flush=True)
-    return started
+    devices = cfg.devices
+    contexts = cuda_context.start((*devices.target_devices, *devices.drafter_devices), remap=devices.remap)
+    try:
+        yield
+    finally:
+        contexts.join()
+        started.close()
 
 
 def report_outcome(outcome) -> int:
@@ -159,14 +166,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.oracle_every < 0:
         raise CommandLineError(f"--oracle-every must be >= 0, got {args.oracle_every}")
     cfg = config_from_args(args)
-    started = bytecode_start()
-    # imports torch: `--help` and a bad argument answer without it
-    from dflash.bench import ROUNDS, bench
+    with started_early(cfg):
+        # imports torch: `--help` and a bad argument answer without it
+        from dflash.bench import ROUNDS, bench
 
-    try:
         return bench(cfg, rounds=ROUNDS if args.rounds is None else args.rounds, oracle_every=args.oracle_every)
-    finally:
-        started.close()
 
 
 def cmd_export(args: argparse.Namespace) -> int:
