@@ -5,9 +5,9 @@ compiles torch's modules from source (`import torch` 3.2-3.9 s on an H100 host, 
 bytecode; results/h100-2026-12-05-bytecode). `start`, called before the trainer's first
 `import torch`, does nothing where torch has its bytecode or PYTHONPYCACHEPREFIX is set. Elsewhere
 it points `sys.pycache_prefix` at a cache of ours and, the first time, fills it beside the import:
-a process compiles the modules the trainer imports, in the order it imports them (ORDER), then the
-rest of torch, numpy, pyarrow, ours and the standard library, with a worker per spare core. The
-main thread finds most modules compiled by the time it reaches them, later processes (a harness's trials) find them all, and its children read them
+a process compiles torch, the rest of site-packages' imports, ours and the standard library with a
+worker per spare core, torch first. The main thread finds most modules compiled by the time it
+reaches them, later processes (a harness's trials) find them all, and its children read them
 through PYTHONPYCACHEPREFIX. On a fresh H100 the first run's imports took 4.5 s and a later warm
 run's 1.5 s, against 5.5 s (page cache dropped) and 3.2 s (warm) without it
 (results/h100-2026-12-06-bytecode-cache). Python checks each .pyc against its source as always, so
@@ -20,24 +20,18 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import importlib.util
-import itertools
 import os
 import py_compile
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 ENV = "DFLASH_BYTECODE_CACHE"
 PACKAGES = ("torch", "numpy", "pyarrow", "tqdm", "dflash", "harness")
-"""Compiled after the modules in ORDER, in this order, then the standard library: what `python -m
-dflash train` imports (the filler is given their folders: it may not see the caller's sys.path)."""
-ORDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "import_order.txt")
-"""The modules `python -m dflash train` imports, in the order it imports them (written by
-tools/import_order.py): compiled first, so that the main thread, importing them in that order, finds
-each one ready; the standard library's among them, which the main thread compiled itself when it
-came last."""
+"""Compiled in this order, then the standard library: what `python -m dflash train` imports (the
+filler is given their folders: it may not see the caller's sys.path)."""
 SKIP_DIRS = frozenset({"__pycache__", "test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip"})
 SKIP_DIRS_STDLIB = SKIP_DIRS | {"site-packages", "dist-packages"}
 
@@ -127,8 +121,7 @@ def _fill(cache: str, done: str, packages: tuple[str, ...], stdlib: bool) -> sub
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
     workers = str(max(1, cores - 1))
     roots = [os.path.dirname(o) for o in map(_origin, packages) if o is not None]
-    order = ORDER if os.path.exists(ORDER) else "-"
-    argv = [sys.executable, "-m", "dflash.bytecode", done, workers, "+stdlib" if stdlib else "-stdlib", order, *roots]
+    argv = [sys.executable, "-m", "dflash.bytecode", done, workers, "+stdlib" if stdlib else "-stdlib", *roots]
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -138,40 +131,12 @@ def _walk(root: str, skip: frozenset[str]) -> Iterator[str]:
         yield from (os.path.join(folder, f) for f in sorted(files) if f.endswith(".py"))
 
 
-def sources(roots: Sequence[str], stdlib: bool = True, first: Iterable[str] = ()) -> Iterator[str]:
-    """The source files of the modules named in `first` that have one, then the modules under each
-    root (a package's folder, its top level first), then the standard library's; each once."""
-    stdlib_files = _walk(sysconfig.get_paths()["stdlib"], SKIP_DIRS_STDLIB) if stdlib else ()
-    seen: set[str] = set()
-    for path in itertools.chain(located(first), *(_walk(root, SKIP_DIRS) for root in roots), stdlib_files):
-        if path not in seen:
-            seen.add(path)
-            yield path
-
-
-def located(names: Iterable[str]) -> Iterator[str]:
-    """The source file of each module name that has one, found without importing any of them."""
-    tops: dict[str, str | None] = {}
-    for name in names:
-        top, _, rest = name.partition(".")
-        if top not in tops:
-            tops[top] = _origin(top)
-        origin = tops[top]
-        if origin is None:
-            continue
-        if not rest:
-            yield origin
-        elif os.path.basename(origin) == "__init__.py":  # a package's submodule, in its folder
-            stem = os.path.join(os.path.dirname(origin), *rest.split("."))
-            yield from (p for p in (stem + ".py", os.path.join(stem, "__init__.py")) if os.path.isfile(p))
-
-
-def read_order(path: str) -> list[str]:
-    """The module names in an import-order file (`#` lines are comments); none for "-"."""
-    if path == "-":
-        return []
-    with open(path) as f:
-        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+def sources(roots: Sequence[str], stdlib: bool = True) -> Iterator[str]:
+    """The modules under each root (a package's folder, its top level first), then the standard library's."""
+    for root in roots:
+        yield from _walk(root, SKIP_DIRS)
+    if stdlib:
+        yield from _walk(sysconfig.get_paths()["stdlib"], SKIP_DIRS_STDLIB)
 
 
 def _compile(path: str) -> bool:
@@ -182,7 +147,7 @@ def _compile(path: str) -> bool:
         return False  # a file Python would refuse too (a template, a syntax of another version)
 
 
-def fill(done: str, workers: int, roots: Sequence[str], stdlib: bool, first: Sequence[str] = ()) -> int:
+def fill(done: str, workers: int, roots: Sequence[str], stdlib: bool) -> int:
     """Compile `sources()` into sys.pycache_prefix with `workers` processes, then leave `done`;
     how many compiled. One filler at a time: another process's fill is left to finish its own."""
     os.nice(10)  # the trainer's import, beside it, comes first
@@ -192,12 +157,11 @@ def fill(done: str, workers: int, roots: Sequence[str], stdlib: bool, first: Seq
         except OSError:
             return 0
         with ProcessPoolExecutor(workers) as pool:
-            # Submitted as they are found, a few at a time: the first modules the main thread needs
-            # compile in parallel, while the rest is listed.
-            compiled = sum(pool.map(_compile, sources(roots, stdlib, first), chunksize=4))
+            # submitted as the walk finds them: torch's first files compile while the rest is listed
+            compiled = sum(pool.map(_compile, sources(roots, stdlib), chunksize=32))
         open(done, "w").close()
     return compiled
 
 
 if __name__ == "__main__":
-    fill(sys.argv[1], int(sys.argv[2]), tuple(sys.argv[5:]), sys.argv[3] == "+stdlib", read_order(sys.argv[4]))
+    fill(sys.argv[1], int(sys.argv[2]), tuple(sys.argv[4:]), sys.argv[3] == "+stdlib")

@@ -110,28 +110,3 @@ sys.exit(cli.main(sys.argv[1:]))
         assert (out.returncode, out.stdout) == (7, "False\n"), out.stderr
     bad = subprocess.run([sys.executable, "-c", code, "train", "--set", "nope=1"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stdout == ""
-
-
-def test_the_modules_named_first_come_first_each_once(package):
-    first = ["fakepkg.sub.mod", "fakepkg", "sys", "fakepkg.absent", "no_such_top.x", "fakepkg.sub.mod"]
-    paths = list(bytecode.sources([str(package)], stdlib=False, first=first))
-    assert paths[:2] == [str(package / "sub" / "mod.py"), str(package / "__init__.py")]
-    assert sorted(paths[2:]) == [str(package / "bad.py"), str(package / "sub" / "__init__.py")]
-    json_decoder, typing_ = bytecode.located(["json.decoder", "typing"])
-    assert json_decoder.endswith(os.path.join("json", "decoder.py")) and typing_.endswith(os.sep + "typing.py")
-
-
-def test_the_filler_reads_its_order_from_a_file(tmp_path):
-    order = tmp_path / "order.txt"
-    order.write_text("# a comment\njson.decoder\n\n  typing  \n")
-    assert bytecode.read_order(str(order)) == ["json.decoder", "typing"]
-    assert bytecode.read_order("-") == []
-
-
-def test_the_shipped_import_order_covers_what_the_trainer_imports():
-    # A trainer run on CI's torch: the list may lack a few modules (a new import), not many.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(bytecode.__file__)))
-    out = subprocess.run(
-        [sys.executable, "-m", "tools.import_order", "--check"], cwd=root, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
