@@ -103,6 +103,10 @@ class TargetConfig:
     init_seed: int = 0
     dtype: str = "float32"
     """float32 or bfloat16 (GPU presets)."""
+    cudnn_attention: bool = False
+    """Let SDPA use cuDNN's attention on CUDA (process-wide, set before any thread starts). Off,
+    a bf16 causal attention takes FlashAttention: cuDNN's builds a plan per shape and its kernels
+    are compiled by the driver on a host's first run (dflash.train)."""
 
     def __post_init__(self) -> None:
         if self.arch not in ("llama", "qwen3"):

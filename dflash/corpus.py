@@ -21,8 +21,9 @@ from dflash.target import TargetModel
 
 def target_cache_key(cfg: RunConfig) -> str:
     """Names the target that regenerated the synthetic corpus (different target, new file). Both
-    builds of the embedded target (target.impl) are one target: the name leaves it out."""
-    fields = {k: v for k, v in dataclasses.asdict(cfg.target).items() if k != "impl"}
+    builds of the embedded target (target.impl) are one target, whichever attention kernels it runs
+    (target.cudnn_attention): the name leaves them out."""
+    fields = {k: v for k, v in dataclasses.asdict(cfg.target).items() if k not in ("impl", "cudnn_attention")}
     blob = json.dumps(fields, sort_keys=True)
     return f"{cfg.target.arch}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 

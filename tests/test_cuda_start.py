@@ -101,3 +101,39 @@ def test_a_cpu_plan_starts_no_thread(monkeypatch):
     with trainer._cuda_started():
         pass
     assert "device_init" not in trainer.timeline.record()
+
+
+@pytest.mark.parametrize("cudnn", [False, True])
+def test_the_trainer_sets_cudnns_attention_before_the_first_use(monkeypatch, cudnn):
+    seen = []
+    trainer = _trainer_with_cuda_stand_in(
+        monkeypatch, lambda *a, **k: seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+    )
+    trainer.cfg = dataclasses.replace(
+        trainer.cfg, target=dataclasses.replace(trainer.cfg.target, cudnn_attention=cudnn)
+    )
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        with trainer._cuda_started():
+            pass
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+    assert seen == [cudnn]
+
+
+def test_a_cpu_plan_leaves_cudnns_attention_as_it_was(monkeypatch):
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", lambda on: pytest.fail("set on a CPU plan"))
+    with Trainer(tiny_cpu())._cuda_started():
+        pass
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
+def test_the_first_use_probe_runs_each_operation_it_names():
+    # tools/first_use_jit times them on CUDA; here each must at least run
+    from tools.first_use_jit import operations
+
+    ops = operations(CPU)
+    assert {"sdpa causal bf16 flash", "sdpa causal bf16 any", "adamw step"} <= set(ops)
+    for fn in ops.values():
+        fn()
