@@ -7,6 +7,7 @@ first), and every file, anchor and spec it names exists and is committed."""
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import re
 import statistics
@@ -823,6 +824,8 @@ NOW = "h100-2026-12-05-start-without-pandas"
 
 
 BYTECODE = "h100-2026-12-06-bytecode-cache"
+FAST = "h100-2026-12-06-fast-start"
+FIRST_USE = "h100-2026-12-06-first-use"
 CUDA_START = "h100-2026-12-05-cuda-start"
 
 
@@ -848,13 +851,13 @@ def _start_line(store: str, label: str) -> str:
 @pytest.mark.parametrize(
     "store, label, row",
     [
+        (f"{FAST}/final/start-ab.txt", "host-fresh", "fresh H100, FlashAttention, context beside the import"),
+        (f"{FAST}/final/start-ab.txt", "cold-base-1", "the same H100, cuDNN's attention, page cache dropped"),
+        (f"{FAST}/slow-host/start-ab.txt", "host-fresh", "a slow fresh H100, context beside the import"),
         (f"{BYTECODE}/start-ab.txt", "host-fresh", "fresh H100, own bytecode cache"),
         (f"{BYTECODE}/start-ab.txt", "warm-new-1", "the same H100, warm"),
         (f"{CUDA_START}/final", "host-fresh", "an earlier fresh H100"),
         (f"{CUDA_START}/final", "warm-new-1", "that H100, warm"),
-        (f"{CUDA_START}/handful", "host-fresh", "another fresh H100, no first-use thread"),
-        (f"{NOW}/summary.txt", "fresh", "a third, before both (4d73e992)"),
-        (f"{NOW}/summary.txt", "transformers", "the third, transformers' target"),
         ("h200-2026-12-05-startup/summary.txt", "fresh", "fresh H200, before"),
     ],
 )
@@ -884,6 +887,73 @@ def test_the_bytecode_cache_is_its_record():
         first = tar.extractfile("start-ab/host-fresh.err").readline().decode()
         later = tar.extractfile("start-ab/warm-new-1.err").readline().decode()
     assert first.startswith("bytecode: torch has none here") and not later.startswith("bytecode:")
+
+
+def _first_use_runs() -> dict[str, str]:
+    """The first-use record's `LABEL 28.3s timeline: ...` lines, by label."""
+    text = (RESULTS / FIRST_USE / "fresh-host" / "first-use.txt").read_text()
+    return dict(re.findall(r"^([\w-]+) [\d.]+s (timeline: .*)$", text, flags=re.M))
+
+
+def _first_calls(name: str) -> list[float]:
+    """Every first call of one operation in the first-use probes, in milliseconds."""
+    text = "".join((RESULTS / FIRST_USE / d / "first-use-jit.txt").read_text() for d in ("ops-a", "ops-b"))
+    return [float(x) for x in re.findall(rf"^{re.escape(name)} +first +([\d.]+) ms", text, flags=re.M)]
+
+
+def test_the_first_use_and_the_fast_start_are_their_records():
+    final, slow = _ab_file(f"{FAST}/final/start-ab.txt"), _ab_file(f"{FAST}/slow-host/start-ab.txt")
+    fresh = final["host-fresh"]
+    at = float(re.search(r"first step at ([\d.]+)s", fresh).group(1))
+    assert f"a fresh H100's first run spent {_outside(fresh)[0]}%, its first step at {at:.1f} s" in TEXT
+    others = [
+        _start_line(f"{BYTECODE}/start-ab.txt", "host-fresh"),
+        slow["host-fresh"],
+        _first_use_runs()["host-fresh"],
+    ]
+    imports = sorted(_timeline_phases(x.split("timeline:")[1])["imports"] for x in others)
+    fast = _timeline_phases(fresh.split("timeline:")[1])["imports"]
+    assert f"its imports took {fast:.1f} s there and {imports[0]:.1f}-{imports[-1]:.1f} s on three other" in TEXT
+    cudnn = _first_calls("sdpa causal bf16") + _first_calls("sdpa causal bf16 any")
+    flash = set(_first_calls("sdpa causal bf16 flash"))
+    cached = min(cudnn)
+    uncached = [x for x in cudnn if x > 4 * cached]
+    assert len(cudnn) == 6 and len(uncached) == 5 and flash == {3.4}
+    assert (
+        f"took {min(uncached) / 1000:.2f}-{max(uncached) / 1000:.2f} s through cuDNN's attention, {cached:.0f} ms once"
+        f" that cache held them, and {flash.pop()} ms through FlashAttention" in TEXT
+    )
+    host = (RESULTS / FIRST_USE / "fresh-host" / "host.txt").read_text()
+    assert "cannot access '/root/.nv'" in host and re.search(r"^680K\s", host, flags=re.M) and "680K after" in TEXT
+    runs = _first_use_runs()
+    off = {_outside(runs[f"cold-jitcache-off-{k}"])[0] for k in (1, 2)}
+    on = {_outside(runs[f"cold-{k}"])[0] for k in (1, 2)}
+    assert len(off) == len(on) == 1 and f"a cold run spent {off.pop()}% against {on.pop()}%" in TEXT
+    share = {k: _outside(final[k])[0] for k in ("cold-new-1", "cold-base-1", "warm-new-1", "warm-base-1")}
+    assert (
+        f"on one host {share['cold-new-1']}% against {share['cold-base-1']}% with the page cache dropped and"
+        f" {share['warm-new-1']}% against {share['warm-base-1']}% warm" in TEXT
+    )
+    tau = {re.search(r'"tau": ([\d.]+)', v).group(1) for k, v in final.items() if "new" in k or k == "host-fresh"}
+    base_tau = {re.search(r'"tau": ([\d.]+)', v).group(1) for k, v in final.items() if "base" in k}
+    assert len(tau) == len(base_tau) == 1
+    assert f"tau {float(tau.pop()):.4f} against {float(base_tau.pop()):.4f} on the same shipped corpus" in TEXT
+    _fast_start_imports_and_context(slow)
+
+
+def _fast_start_imports_and_context(slow: dict[str, str]) -> None:
+    phase = {k: _timeline_phases(v.split("timeline:")[1]) for k, v in slow.items() if k.startswith("cold-")}
+    new = [phase[f"cold-new-{k}"]["device_init"] for k in (1, 2)]
+    old = [phase[f"cold-{t}-{k}"]["device_init"] for t in ("base", "order") for k in (1, 2)]
+    assert set(new) == {0.0} and f"device_init 0.0 s in two cold runs against {min(old):.1f}-{max(old):.1f} s" in TEXT
+    order = [phase[f"cold-order-{k}"]["imports"] for k in (1, 2)]
+    base = [phase[f"cold-base-{k}"]["imports"] for k in (1, 2)]
+    assert f"imports {order[0]:.1f} s and {order[1]:.1f} s against {base[0]:.1f} s and {base[1]:.1f} s" in TEXT
+    with gzip.open(RESULTS / FAST / "slow-host" / "prof-first.txt.gz", "rt") as f:
+        stacks = [line.rsplit(" ", 1) for line in f]
+    main = [(stack, int(n)) for stack, n in stacks if "MainThread" in stack and "_find_and_load" in stack]
+    imports, compiling = sum(n for _, n in main) / 100, sum(n for s, n in main if "source_to_code" in s) / 100
+    assert f"{compiling:.1f} s of its {imports:.1f} s of imports sampled in compiling" in TEXT
 
 
 def _outside(line: str) -> tuple[int, int]:
