@@ -5,7 +5,8 @@ the trainer made it only after its imports, in dflash.cuda_start's thread. `Driv
 the driver (libcuda, through ctypes, which lets go of the GIL in each call) for each device's
 primary context before torch is imported; torch's runtime later takes the same context. It is a
 warm-up and nothing more: where there is no driver or a call fails, it records why and torch
-reports the real error when it gets there.
+reports the real error when it gets there. With it, the trainer waited 0.0 s for its devices in two
+cold runs on a fresh H100, against 0.0-0.4 s (results/h100-2026-12-06-fast-start/slow-host).
 """
 
 from __future__ import annotations

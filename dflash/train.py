@@ -139,8 +139,8 @@ class Trainer:
             yield
             return
         # Process-wide, before any thread of ours runs attention. cuDNN's SDPA cost the first bf16
-        # causal attention of a host's first process 0.56-0.81 s, 75 ms later
-        # (results/h100-2026-12-06-first-use): a plan per shape, kernels the driver compiles.
+        # causal attention 0.42-0.81 s until the driver had compiled and cached its kernels, 75 ms
+        # after, FlashAttention 3.4 ms (results/h100-2026-12-06-first-use).
         torch.backends.cuda.enable_cudnn_sdp(cfg.target.cudnn_attention)
         start = CudaStart(cuda, embedded_shape(cfg.target), DTYPES[cfg.target.dtype])
         try:
