@@ -249,3 +249,17 @@ def test_without_cuda_the_cuda_facts_and_races_are_one_line_each_and_the_trainer
     assert "race F1" not in text and "races that need CUDA, not expected here: F1" in lines
     assert lines[-2] == "for the bundled trainer (python -m dflash train --set fixes=recommended):"
     assert lines[-1].startswith("recommended_cpu: fixes=recommended -> ")
+
+
+@pytest.mark.parametrize("setting, off", [("default", False), ("disabled", True), ("under-a-file", True)])
+def test_the_drivers_kernel_cache_is_off_where_disabled_or_not_writable(monkeypatch, tmp_path, setting, off):
+    monkeypatch.delenv("CUDA_CACHE_DISABLE", raising=False)
+    monkeypatch.setenv("CUDA_CACHE_PATH", str(tmp_path / "not-yet" / "ComputeCache"))  # made by the driver
+    if setting == "disabled":
+        monkeypatch.setenv("CUDA_CACHE_DISABLE", "1")
+    elif setting == "under-a-file":
+        (tmp_path / "a-file").write_text("")
+        monkeypatch.setenv("CUDA_CACHE_PATH", str(tmp_path / "a-file" / "ComputeCache"))
+    script = next(s for s in probes.SCRIPTS if "cuda_kernel_cache_off" in s.facts)
+    facts, _ = probes.run_script(script)
+    assert facts["cuda_kernel_cache_off"] is off

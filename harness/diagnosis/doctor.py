@@ -149,7 +149,7 @@ def build_report(results: Mapping[str, ProbeResult], load: Callable[[], Any] = _
     return DoctorReport(tuple(results.values()), recs, rec_error, race_expectations(results, load))
 
 
-CUDA_FACTS = ("gpu_count", "gpu_names")
+CUDA_FACTS = ("gpu_count", "gpu_names", "cuda_kernel_cache_off")
 """Facts that say something only where a CUDA device is (with every `cudagraph_*` one)."""
 
 

@@ -127,6 +127,18 @@ def from_source():
     return {"torch_compiled_from_source": not cached and sys.dont_write_bytecode}
 
 part(("torch_compiled_from_source",), from_source)
+
+def kernel_cache():
+    # Where the CUDA driver keeps the kernels it compiles from PTX (its default, or CUDA_CACHE_PATH);
+    # off, or not writable, every process compiles them again.
+    if os.environ.get("CUDA_CACHE_DISABLE") == "1":
+        return {"cuda_kernel_cache_off": True}
+    path = os.environ.get("CUDA_CACHE_PATH") or os.path.join(os.path.expanduser("~"), ".nv", "ComputeCache")
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)  # the driver makes the folder where it may
+    return {"cuda_kernel_cache_off": not (os.path.isdir(path) and os.access(path, os.W_OK))}
+
+part(("cuda_kernel_cache_off",), kernel_cache)
 emit()
 """
 )
@@ -330,7 +342,7 @@ emit()
 )
 
 SCRIPTS: tuple[Script, ...] = (
-    Script("python", ("python_version", "torch_compiled_from_source"), _PYTHON),
+    Script("python", ("python_version", "torch_compiled_from_source", "cuda_kernel_cache_off"), _PYTHON),
     Script(
         "torch", ("torch_version", "torch_build", "cuda_available", "gpu_count", "gpu_names", "free_threaded"), _TORCH
     ),
@@ -368,6 +380,16 @@ PROBES: tuple[Fact, ...] = (
         "set PYTHONPYCACHEPREFIX to a writable folder (`harness stress` and `hunt --bytecode-cache DIR` do it for their runs; "
         "`python -m dflash train` and `bench` keep their own under ~/.cache/dflash)",
         false="torch loads from cached bytecode, or writes it on its first import",
+    ),
+    _fact(
+        "cuda_kernel_cache_off",
+        "the CUDA driver may not keep the kernels it compiles (CUDA_CACHE_DISABLE=1, or its cache folder not writable)",
+        "python",
+        true="every process compiles again the kernels shipped only as PTX, each trial process too: cuDNN's "
+        "attention took 0.42-0.81 s on its first call against 75 ms from the cache on an H100 host, and a cold "
+        "gpu-default run spent 30% of its time outside training against 22%; unset CUDA_CACHE_DISABLE or point "
+        "CUDA_CACHE_PATH at a writable folder",
+        false="a host's first process compiles such kernels once, for later ones (~/.nv/ComputeCache)",
     ),
     _fact(
         "torch_version",
