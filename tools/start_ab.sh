@@ -16,8 +16,8 @@
 #                   beforehand into a PYTHONPYCACHEPREFIX, as `pip install` leaves a package
 #                   (the GPU image ships torch without bytecode and forbids writing it);
 #                   PYC=0 leaves them out
-# Each run's closing `timeline:` and `tau` go to $OUT/start-ab.txt; its stdout and stderr to
-# $OUT/start-ab.tgz.
+# Each run's closing `timeline:` and `tau` go to $OUT/start-ab.txt, then a `disk:` line (torch's
+# largest library read with the page cache dropped); each run's stdout and stderr to $OUT/start-ab.tgz.
 set -u
 rounds=$1; shift; trees=("new=$PWD" "$@"); limit=${LIMIT:-120}; S=/tmp/start-ab; rm -rf $S; mkdir -p $S
 exec > >(tee -a "$OUT/start-ab.txt") 2>&1
@@ -64,6 +64,10 @@ python3 -c "import torch; print('torch', torch.__version__)"
 if ! drop 2>/dev/null; then echo "cannot drop the page cache here (not root): no cold runs"; fi
 each cold
 each warm
+# How fast this host reads a cold disk, which sets most of a first run's imports (2.4-4.8 s on
+# fresh H100 hosts of one day): torch's largest library read once with the page cache dropped.
+lib=$(python3 -c "import glob, os, torch; print(max(glob.glob(os.path.dirname(torch.__file__) + '/lib/*.so*'), key=os.path.getsize))")
+drop 2>/dev/null && python3 -c "import os, sys, time; t = time.monotonic(); n = sum(len(b) for b in iter(lambda f=open(sys.argv[1], 'rb'): f.read(1 << 24), b'')); s = time.monotonic() - t; print(f'disk: {os.path.basename(sys.argv[1])} {n / 1e9:.2f} GB read cold in {s:.1f} s, {n / 1e6 / s:.0f} MB/s')" "$lib"
 [ "${PYC:-1}" = 1 ] || { tar czf "$OUT/start-ab.tgz" -C /tmp start-ab; exit 0; }
 pyc=/tmp/pycache; t0=$EPOCHREALTIME
 dirs=$(python3 -c "import os, numpy, pyarrow, torch; print(*(os.path.dirname(m.__file__) for m in (torch, numpy, pyarrow)))")
