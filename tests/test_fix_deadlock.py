@@ -23,8 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 JOIN_S = 30.0
 
 
-def test_a_locked_call_waits_on_pool_workers_that_take_the_lock():
-    fs = FixSet.from_names(["global-lock"])
+@pytest.fixture
+def fs() -> FixSet:
+    """The global-lock fix, as a program's compiled calls take it."""
+    return FixSet.from_names(["global-lock"])
+
+
+def test_a_locked_call_waits_on_pool_workers_that_take_the_lock(fs):
     inside, peak, count = [0], [0], threading.Lock()
 
     def helper(i):
@@ -44,8 +49,7 @@ def test_a_locked_call_waits_on_pool_workers_that_take_the_lock():
     assert not fixes.GLOBAL_LOCK.locked()
 
 
-def test_other_threads_still_wait_for_the_holder_and_its_helpers():
-    fs = FixSet.from_names(["global-lock"])
+def test_other_threads_still_wait_for_the_holder_and_its_helpers(fs):
     helper_in, outsider_in, go = threading.Event(), threading.Event(), threading.Event()
 
     def helper():
@@ -73,8 +77,7 @@ def test_other_threads_still_wait_for_the_holder_and_its_helpers():
     assert outsider_in.is_set() and not out.is_alive()
 
 
-def test_a_helper_takes_the_global_lock_again_once_its_holders_call_ended():
-    fs = FixSet.from_names(["global-lock"])
+def test_a_helper_takes_the_global_lock_again_once_its_holders_call_ended(fs):
     with fs.around_call():
         pool = ThreadPoolExecutor(max_workers=1)  # its worker starts inside the locked call
         pool.submit(lambda: None).result(timeout=JOIN_S)
@@ -103,8 +106,7 @@ def test_a_helper_takes_the_global_lock_again_once_its_holders_call_ended():
     pool.shutdown()
 
 
-def test_a_helpers_own_threads_help_it():
-    fs = FixSet.from_names(["global-lock"])
+def test_a_helpers_own_threads_help_it(fs):
 
     def grandchild():
         with fs.around_call():
