@@ -3,6 +3,7 @@ against a stand-in libcuda built here."""
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import subprocess
 import sys
@@ -43,8 +44,6 @@ def driver(tmp_path_factory):
 
 
 def retained(library: str) -> list[int]:
-    import ctypes
-
     lib = ctypes.CDLL(library)
     return [d for d in map(lib.fake_retained, range(8)) if d >= 0]
 
