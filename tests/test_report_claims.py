@@ -853,12 +853,9 @@ def _start_line(store: str, label: str) -> str:
     "store, label, row",
     [
         (f"{FAST}/final/start-ab.txt", "host-fresh", "fresh H100, FlashAttention, context beside the import"),
-        (f"{FAST}/final/start-ab.txt", "cold-base-1", "the same H100, cuDNN's attention, page cache dropped"),
         (f"{FRESH}/host-b/start-ab.txt", "host-fresh", "the slowest of three more fresh H100s, as committed"),
         (f"{FRESH}/host-b/start-ab.txt", "warm-new-1", "that H100, warm"),
         (f"{FAST}/slow-host/start-ab.txt", "host-fresh", "a slow fresh H100, context beside the import"),
-        (f"{CUDA_START}/final", "host-fresh", "an earlier fresh H100"),
-        (f"{CUDA_START}/final", "warm-new-1", "that earlier H100, warm"),
         ("h200-2026-12-05-startup/summary.txt", "fresh", "fresh H200, before"),
     ],
 )
@@ -878,7 +875,6 @@ def test_the_bytecode_cache_is_its_record():
     runs = {k: every[k] for k in ("host-fresh", "cold-new-1", "warm-new-1", "cold-old-1", "warm-old-1")}
     imports = {k: _timeline_phases(v.split("timeline:")[1])["imports"] for k, v in runs.items()}
     share = {k: _outside(v)[0] for k, v in runs.items()}
-    assert f"a host's first run spent {share['host-fresh']}%, and a later warm run {share['warm-new-1']}%" in TEXT
     assert (
         f"the first run's imports took {imports['host-fresh']:.1f} s, and later runs' {imports['cold-new-1']:.1f} s with the page"
         f" cache dropped ({share['cold-new-1']}%) and {imports['warm-new-1']:.1f} s warm ({share['warm-new-1']}%), against"
@@ -930,11 +926,6 @@ def test_the_first_use_and_the_fast_start_are_their_records():
     off = {_outside(runs[f"cold-jitcache-off-{k}"])[0] for k in (1, 2)}
     on = {_outside(runs[f"cold-{k}"])[0] for k in (1, 2)}
     assert len(off) == len(on) == 1 and f"a cold run spent {off.pop()}% against {on.pop()}%" in TEXT
-    share = {k: _outside(final[k])[0] for k in ("cold-new-1", "cold-base-1", "warm-new-1", "warm-base-1")}
-    assert (
-        f"on one host {share['cold-new-1']}% against {share['cold-base-1']}% with the page cache dropped and"
-        f" {share['warm-new-1']}% against {share['warm-base-1']}% warm" in TEXT
-    )
     tau = {re.search(r'"tau": ([\d.]+)', v).group(1) for k, v in final.items() if "new" in k or k == "host-fresh"}
     base_tau = {re.search(r'"tau": ([\d.]+)', v).group(1) for k, v in final.items() if "base" in k}
     assert len(tau) == len(base_tau) == 1
@@ -954,7 +945,7 @@ def _fast_start_imports_and_context(slow: dict[str, str]) -> None:
         stacks = [line.rsplit(" ", 1) for line in f]
     main = [(stack, int(n)) for stack, n in stacks if "MainThread" in stack and "_find_and_load" in stack]
     imports, compiling = sum(n for _, n in main) / 100, sum(n for s, n in main if "source_to_code" in s) / 100
-    assert f"{compiling:.1f} s of its {imports:.1f} s of imports sampled in compiling" in TEXT
+    assert f"has {imports:.1f} s of the main thread's samples in imports, {compiling:.1f} s of them compiling" in TEXT
 
 
 def _outside(line: str) -> tuple[int, int]:
@@ -1044,41 +1035,12 @@ def test_the_kernel_read_ahead_is_its_record():
     assert f"a first GEMM in a median {li} s and {lg} s against {ni} s and {ng} s, 6 cold runs each" in TEXT
 
 
-def test_the_warm_fresh_and_cold_starts_are_their_records():
-    start, repeats, cold = (
-        _startup_lines(f"{EAGER_OPT}/summary.txt"),
-        _runs(f"{EAGER_OPT}/cached-repeats.txt"),
-        _runs(COLD),
-    )
-    fresh = _shares([start["fresh"], cold["host-fresh"]])
-    assert f"With pandas still imported, warm runs gave {_span(_shares([start['cached'], *repeats.values()]))}%" in TEXT
-    assert f"and a host's first process {_span(fresh)}%" in TEXT
+def test_reading_ahead_before_the_import_is_its_record():
+    cold = _runs(COLD)
     plain = [v for k, v in cold.items() if k.startswith("cold-plain")]
     ahead = [v for k, v in cold.items() if k.startswith("cold-readahead")]
-    assert len(plain) == len(ahead) == 2
-    assert f"the page cache dropped {_span(_shares(plain))}%" in TEXT
-    assert f"made it worse ({_span(_shares(ahead))}%)" in TEXT
-    before, final, handful = _startup_lines(f"{NOW}/summary.txt"), _ab_runs("final"), _ab_runs("handful")
-    assert (
-        f"{_span(_shares([final['warm-new-1'], final['warm-new-2']]))}% of the run outside training on a warm host"
-        in TEXT
-    )
-    fresh = [final["host-fresh"], handful["host-fresh"], before["fresh"]]
-    took = [_timeline_phases(x)["imports"] for x in fresh]
-    assert (
-        f"but {_span(_shares(fresh))}% on a fresh one, whose imports alone took {min(took):.1f}-{max(took):.1f} s"
-        in TEXT
-    )
-    training = _timeline_phases(final["host-fresh"])["training"]
-    assert f"Beside {training:.1f} s of training, 25% leaves {training / 3:.1f} s" in TEXT
-    cold_now = [v for runs in (final, handful, _ab_runs("one-layer")) for k, v in runs.items() if k.startswith("cold-")]
-    imports = [
-        _timeline_phases(x)["imports"]
-        for x in (before["fresh"], start["fresh"], cold["host-fresh"], *plain, *fresh[:2], *cold_now)
-    ]
-    assert len(cold_now) == 14 and f"a cold host's imports take {min(imports):.1f}-{max(imports):.1f} s" in TEXT
-    torch_import = re.findall(r"\|\s+(\d+) \| torch$", (RESULTS / COLD).read_text(), flags=re.M)
-    assert f"(`import torch` alone {int(torch_import[0]) / 1e6:.1f} s there" in TEXT
+    assert len(plain) == len(ahead) == 2 and max(_shares(plain)) < min(_shares(ahead))
+    assert f"made it worse ({_span(_shares(ahead))}%" in TEXT
 
 
 def test_the_diagnosis_count_is_what_diagnose_names_in_the_committed_stores():
@@ -1254,16 +1216,11 @@ def _arm(runs: dict[str, str], prefix: str) -> list[float]:
 
 
 def test_the_first_use_thread_and_the_verify_graphs_are_their_records():
-    one, handful, final = (_ab_runs(h) for h in ("one-layer", "handful", "final"))
+    handful, final = _ab_runs("handful"), _ab_runs("final")
     with_it = _arm(handful, "cold-slim") + _arm(final, "cold-new")
     without = _arm(handful, "cold-new") + _arm(final, "cold-graphs")
     assert len(with_it) == len(without) == 4
     assert f"{_span(with_it)} s outside training after the imports against {_span(without)} s without it" in TEXT
-    lost = [
-        a - b
-        for a, b in zip(_arm(one, "cold-new") + _arm(one, "warm-new"), _arm(one, "cold-base") + _arm(one, "warm-base"))
-    ]
-    assert len(lost) == 4 and 2.5 < min(lost) and max(lost) < 3.7 and "lost about 3 s a run" in TEXT
     ev = {
         arm: [_timeline_phases(v)["evaluation"] for k, v in handful.items() if re.match(rf"(cold|warm)-{arm}-", k)]
         for arm in ("new", "base")
@@ -1275,7 +1232,6 @@ def test_the_first_use_thread_and_the_verify_graphs_are_their_records():
         "".join((RESULTS / CUDA_START / h / "start-ab.txt").read_text() for h in ("one-layer", "handful", "final")),
     )
     assert len(taus) == 35 and len(set(taus)) == 1
-    assert f"a cold run spent {_outside(final['pyc-cold'])[0]}%" in TEXT
 
 
 def test_the_bytecode_finding_is_its_record():
@@ -1287,14 +1243,6 @@ def test_the_bytecode_finding_is_its_record():
     assert f"`import torch` {min(warm_plain):.1f}-{max(warm_plain):.1f} s" in TEXT
     assert f"against {min(cached[1:]):.1f}-{max(cached[1:]):.1f} s with its bytecode cached" in TEXT
     assert "pyc in torch/: 0," in out and "'PYTHONDONTWRITEBYTECODE': '1'" in out
-    share = re.search(r"^train, bytecode cached: .* (\d+)% of", out, flags=re.M).group(1)
-    assert f"which puts {share}% of a warm run outside training" in TEXT
-
-
-def _span(values, unit: str = "") -> str:
-    """`a-b` of the smallest and largest of `values` as the REPORT writes them, or `a` where they are one."""
-    low, high = min(values), max(values)
-    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
 
 
 def test_the_committed_tree_on_three_fresh_hosts_is_its_record():
@@ -1305,8 +1253,8 @@ def test_the_committed_tree_on_three_fresh_hosts_is_its_record():
     base = [_outside(h[k])[0] for h in hosts for k in h if k.startswith("cold-base")]
     assert len(cold) == len(base) == 3 and max(at) < 30
     assert (
-        f"three more fresh H100s' first runs spent {_span([_outside(x)[0] for x in first], '%')}, their first steps"
-        f" at {min(at):.1f}-{max(at):.1f} s, and their cold runs {_span(cold, '%')} against {_span(base, '%')} with"
+        f"three more fresh H100s' first runs spent {_span([_outside(x)[0] for x in first])}%, their first steps"
+        f" at {min(at):.1f}-{max(at):.1f} s, and their cold runs {_span(cold)}% against {_span(base)}% with"
         " cuDNN's attention" in TEXT
     )
     worst = max(first, key=lambda x: _outside(x)[0])
