@@ -853,7 +853,7 @@ def _start_line(store: str, label: str) -> str:
     "store, label, row",
     [
         (f"{FAST}/final/start-ab.txt", "host-fresh", "fresh H100, FlashAttention, context beside the import"),
-        (f"{FRESH}/host-b/start-ab.txt", "host-fresh", "the slowest of three more fresh H100s, as committed"),
+        (f"{FRESH}/host-b/start-ab.txt", "host-fresh", "the slowest of three fresh H100s, as committed"),
         (f"{FRESH}/host-b/start-ab.txt", "warm-new-1", "that H100, warm"),
         (f"{FAST}/slow-host/start-ab.txt", "host-fresh", "a slow fresh H100, context beside the import"),
         ("h200-2026-12-05-startup/summary.txt", "fresh", "fresh H200, before"),
@@ -1253,7 +1253,7 @@ def test_the_committed_tree_on_three_fresh_hosts_is_its_record():
     base = [_outside(h[k])[0] for h in hosts for k in h if k.startswith("cold-base")]
     assert len(cold) == len(base) == 3 and max(at) < 30
     assert (
-        f"three more fresh H100s' first runs spent {_span([_outside(x)[0] for x in first])}%, their first steps"
+        f"three fresh H100s' first runs spent {_span([_outside(x)[0] for x in first])}%, their first steps"
         f" at {min(at):.1f}-{max(at):.1f} s, and their cold runs {_span(cold)}% against {_span(base)}% with"
         " cuDNN's attention" in TEXT
     )
