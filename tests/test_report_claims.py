@@ -862,7 +862,7 @@ def _start_line(store: str, label: str) -> str:
 def test_the_fresh_host_start_is_its_record(store, label, row):
     line = _start_line(store, label)
     phase = _timeline_phases(line.split("timeline:")[1])
-    at = float(re.search(r"first step at ([\d.]+)s", line).group(1))
+    at = _first_step_at(line)
     share, total = _outside(line)
     assert (
         f"| {row} | {phase['imports']:.1f} s | {at:.1f} s | {phase['target_load']:.1f} s | {phase['corpus']:.1f} s | "
@@ -901,7 +901,7 @@ def _first_calls(name: str) -> list[float]:
 def test_the_first_use_and_the_fast_start_are_their_records():
     final, slow = _ab_file(f"{FAST}/final/start-ab.txt"), _ab_file(f"{FAST}/slow-host/start-ab.txt")
     fresh = final["host-fresh"]
-    at = float(re.search(r"first step at ([\d.]+)s", fresh).group(1))
+    at = _first_step_at(fresh)
     assert f"a fresh H100's first run spent {_outside(fresh)[0]}%, its first step at {at:.1f} s" in TEXT
     others = [
         _start_line(f"{BYTECODE}/start-ab.txt", "host-fresh"),
@@ -946,6 +946,11 @@ def _fast_start_imports_and_context(slow: dict[str, str]) -> None:
     main = [(stack, int(n)) for stack, n in stacks if "MainThread" in stack and "_find_and_load" in stack]
     imports, compiling = sum(n for _, n in main) / 100, sum(n for s, n in main if "source_to_code" in s) / 100
     assert f"has {imports:.1f} s of the main thread's samples in imports, {compiling:.1f} s of them compiling" in TEXT
+
+
+def _first_step_at(line: str) -> float:
+    """When a run's first step came, from its closing timeline (seconds)."""
+    return float(re.search(r"first step at ([\d.]+)s", line).group(1))
 
 
 def _outside(line: str) -> tuple[int, int]:
@@ -1248,7 +1253,7 @@ def test_the_bytecode_finding_is_its_record():
 def test_the_committed_tree_on_four_fresh_hosts_is_its_record():
     hosts = [_ab_file(f"{FRESH}/host-{h}/start-ab.txt") for h in "abcd"]
     first = [h["host-fresh"] for h in hosts]
-    at = [float(re.search(r"first step at ([\d.]+)s", x).group(1)) for x in first]
+    at = [_first_step_at(x) for x in first]
     cold = [_outside(h[k])[0] for h in hosts for k in h if k.startswith("cold-new")]
     base = [_outside(h[k])[0] for h in hosts for k in h if k.startswith("cold-base")]
     assert len(cold) == len(base) == 4 and max(at) < 30
@@ -1258,4 +1263,4 @@ def test_the_committed_tree_on_four_fresh_hosts_is_its_record():
         " cuDNN's attention" in TEXT
     )
     worst = max(first, key=lambda x: _outside(x)[0])
-    assert worst == hosts[3]["host-fresh"]  # the table's row for the slowest of the three
+    assert worst == hosts[3]["host-fresh"]  # the table's row for the slowest of the four
