@@ -496,3 +496,26 @@ def test_a_threads_exception_keeps_the_hooks_clean_frames_where_the_output_inter
 
 
 ROOT_FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks" / "f2_fx_trace_of_compiled_fn"
+
+
+@pytest.mark.parametrize("main_dies", [False, True])
+def test_a_programs_own_hooks_hide_no_death(tmp_path, main_dies):
+    """The program's threading.excepthook and sys.excepthook print nothing: each death is still
+    recorded below them (the program's hooks still ran: its own assert saw both workers)."""
+    result = _run(tmp_path, "own_excepthook_exit0", *(["--main-dies"] if main_dies else []))
+    assert result.outcome is Outcome.CRASH and result.rc == (1 if main_dies else 0), result.detail
+    types = sorted(f["exc_type"] for f in result.failures)
+    assert types == (["KeyError", "RuntimeError"] if main_dies else ["RuntimeError"]), result.failures
+    assert result.thread_errors == (3 if main_dies else 2)
+    assert "worker 0 failed" not in _output(result)  # the program's hooks printed nothing
+
+
+@pytest.mark.parametrize("how, ending", [((), "HANG"), (("--busy",), "TIMEOUT")])
+def test_a_main_threads_death_with_a_stuck_exit_is_a_crash_naming_what_held_the_exit(tmp_path, how, ending):
+    """Idle (would be a hang) or busy (would be slow) past the deadline: either way the run failed
+    of the main thread's exception, and the detail names the thread the exit waited for."""
+    result = _run(tmp_path, "main_dies_exit_waits", *how, hang_s=HANG_S, timeout_s=6.0)
+    assert result.outcome is Outcome.CRASH, (ending, result.detail)
+    assert result.detail.startswith("the main thread died of NameError: module is not installed"), result.detail
+    assert "then waited at exit for non-daemon thread debug-server (running main_dies_exit_waits.py:" in result.detail
+    assert result.exc_type == "NameError" and result.failures[0]["exc_type"] == "NameError"

@@ -143,7 +143,33 @@ def _command(a: argparse.Namespace) -> tuple[list[str], str | None]:
         python = sys.executable
     if shutil.which(cmd[0]) is None and not Path(cmd[0]).is_file() and not bare:
         raise MatrixError(f"program {cmd[0]!r} not found")
+    if Path(cmd[0]).name.startswith("python"):
+        _check_script(cmd[1:])
     return cmd, python
+
+
+_VALUE_OPTIONS = ("-W", "-X", "-Q")
+"""The interpreter's options that take the next argument as their value."""
+
+
+def _check_script(args: list[str]) -> None:
+    """A Python CMD's script must exist: a missing one is bad input, not the program's failure
+    (every run would exit 2 with `can't open file`). `-c`, `-m` and stdin name no file to check."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-" or arg[:2] in ("-c", "-m"):
+            return
+        if arg in _VALUE_OPTIONS:
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        path = Path(arg)
+        if not path.is_file() and not (path / "__main__.py").is_file():
+            raise MatrixError(f"program file {arg!r} not found (from {os.getcwd()})")
+        return
 
 
 def _check_numbers(a: argparse.Namespace) -> None:

@@ -498,7 +498,10 @@ def _classify(
             if isinstance(result.final.get(key), (int, float)):
                 result.tokens_per_s = float(result.final[key])
                 break
-    if ending.how == "hang":
+    main_death = thread_records.main_death(hooked)
+    if ending.how in ("hang", "timeout") and main_death is not None:
+        _classify_main_death(result, main_death, hooked)
+    elif ending.how == "hang":
         _classify_hang(result, ending)
     elif ending.how == "timeout":
         _set(result, Outcome.TIMEOUT, None, _busy_detail(ending))
@@ -516,6 +519,19 @@ def _classify(
     if ending.survivors:
         result.outcome = Outcome.HARNESS_ERROR
         result.detail = f"processes {list(ending.survivors)} survived SIGKILL; {result.detail}"
+
+
+def _classify_main_death(result: TrialResult, death: dict, hooked: list[dict]) -> None:
+    """The main thread died of an exception, then interpreter exit waited for a non-daemon thread
+    past the deadline: the run failed of that exception (never slow, never the program's own hang),
+    and the detail names what held the exit."""
+    found = signature.run_failures("", extra=thread_records.blocks(hooked))
+    main = next((f for f in found if death.get("thread") in f.threads), found[0] if found else None)
+    waits = thread_records.exit_waits(death)
+    detail = f"the main thread died of {death.get('type')}: {str(death.get('message'))[:120]}"
+    if waits:
+        detail += f"; then waited at exit for {waits}"
+    _set(result, Outcome.CRASH, main.signature if main else None, detail)
 
 
 def _classify_hang(result: TrialResult, ending: _Ending) -> None:

@@ -57,3 +57,30 @@ def program_view(out: Any) -> tuple[str, list[str]]:
     own_blocks = blocks(own)
     missing = [b for b in own_blocks if b not in text]
     return text + ("\n" + "\n".join(missing) if missing else ""), own_blocks
+
+
+def main_death(records: list[dict]) -> dict | None:
+    """The bootstrap's record of the main thread's uncaught exception (written as interpreter exit
+    began, before it joined the non-daemon threads), if the main thread died of one."""
+    return next((r for r in records if r.get("main")), None)
+
+
+def exit_waits(record: dict) -> str:
+    """What interpreter exit waited for after the main thread died: `non-daemon thread NAME
+    (running FILE:LINE in FUNC)`, joined; "" when it waited for none."""
+    waits = [w for w in record.get("exit_waits_for") or () if isinstance(w, dict)]
+    parts = []
+    for w in waits[:4]:
+        at = _program_frame(w.get("at") or [])
+        parts.append(f"non-daemon thread {w.get('thread')}" + (f" (running {at})" if at else ""))
+    more = f" and {len(waits) - 4} more" if len(waits) > 4 else ""
+    return ", ".join(parts) + more
+
+
+def _program_frame(frames: list[str]) -> str:
+    """The innermost frame outside the standard library's threading module, shortened to its file."""
+    for frame in frames:
+        if "threading.py:" not in frame:
+            path, _, rest = frame.partition(":")
+            return f"{path.rsplit('/', 1)[-1]}:{rest}"
+    return frames[0] if frames else ""

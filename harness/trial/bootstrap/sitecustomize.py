@@ -163,31 +163,115 @@ _HOOK_LOCK = threading.RLock()
 threads that fail together (one race, every worker) interleave them past telling which frame is
 whose."""
 
+_EXIT_FRAMES = 3
+
+
+def _append(path: str, record: dict) -> None:
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+    except Exception:  # the record is evidence, never a second failure
+        pass
+
+
+def _thread_death(path: str, thread, exc_type, exc, tb) -> None:
+    # SystemExit in a thread is a quiet exit (the default hook ignores it too).
+    if exc_type is None or exc_type is SystemExit:
+        return
+    try:
+        record = _exception_record(
+            exc_type,
+            exc,
+            tb,
+            thread=getattr(thread, "name", None),
+            owner=_thread_owner(thread) if thread is not None else "program",
+            created_at=getattr(thread, "_harness_created_at", []),
+        )
+    except Exception:
+        return
+    _append(path, record)
+
+
+def _recorded_invoke(path: str, invoke):
+    """A thread's own `_invoke_excepthook` that records the death first: it runs below whatever
+    `threading.excepthook` the program installs (a service's hook that only logs to a file would
+    otherwise hide every death), and the program's hook still runs as it would have."""
+
+    def invoke_excepthook(thread) -> None:
+        _thread_death(path, thread, *sys.exc_info())
+        invoke(thread)
+
+    return invoke_excepthook
+
+
+def _thread_init(init, path: str):
+    """Thread.__init__ that stamps who created the thread and records its death below any hook."""
+
+    def wrapped(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        try:
+            self._harness_owner, self._harness_created_at = _creator()
+            invoke = getattr(self, "_invoke_excepthook", None)
+            if invoke is not None:
+                self._invoke_excepthook = _recorded_invoke(path, invoke)
+        except Exception:  # ownership is evidence, never a second failure
+            pass
+
+    return wrapped
+
+
+def _where(frame) -> list[str]:
+    frames = []
+    while frame is not None and len(frames) < _EXIT_FRAMES:
+        frames.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        frame = frame.f_back
+    return frames
+
+
+def _exit_waits(main_ident: int) -> list[dict]:
+    """The non-daemon threads interpreter exit is about to join, each with where it is now."""
+    frames = sys._current_frames()
+    return [
+        {"thread": t.name, "at": _where(frames.get(t.ident))}
+        for t in threading.enumerate()
+        if t.ident != main_ident and not t.daemon and t.is_alive()
+    ]
+
+
+def _recording_shutdown(path: str, shutdown):
+    """threading._shutdown, which interpreter exit calls before it joins the non-daemon threads,
+    preceded by the record of the main thread's death: Python has printed it through sys.excepthook
+    (which the program may have replaced) and kept it in sys.last_value; a thread the exit then
+    waits for can keep the process alive past any deadline, so the record is written here, first."""
+
+    def recording_shutdown(*args, **kwargs):
+        exc = getattr(sys, "last_value", None)
+        if isinstance(exc, BaseException) and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            try:
+                main = threading.main_thread()
+                record = _exception_record(
+                    type(exc), exc, exc.__traceback__, thread=main.name, owner="program", created_at=[]
+                )
+                record["main"] = True
+                record["exit_waits_for"] = _exit_waits(main.ident)
+                _append(path, record)
+            except Exception:  # the record is evidence, never a second failure
+                pass
+        return shutdown(*args, **kwargs)
+
+    return recording_shutdown
+
 
 def _record_thread_errors(path: str) -> None:
     previous = threading.excepthook
 
-    def recording_hook(args) -> None:
-        # SystemExit in a thread is a quiet exit (the default hook ignores it too).
-        if args.exc_type is not SystemExit:
-            try:
-                record = _exception_record(
-                    args.exc_type,
-                    args.exc_value,
-                    args.exc_traceback,
-                    thread=getattr(args.thread, "name", None),
-                    owner=_thread_owner(args.thread) if args.thread is not None else "program",
-                    created_at=getattr(args.thread, "_harness_created_at", []),
-                )
-                with open(path, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(record) + "\n")
-            except Exception:  # the record is evidence, never a second failure
-                pass
+    def printing_hook(args) -> None:
         with _HOOK_LOCK:
             previous(args)
 
-    threading.Thread.__init__ = _remembering_creator(threading.Thread.__init__)
-    threading.excepthook = recording_hook
+    threading.Thread.__init__ = _thread_init(threading.Thread.__init__, path)
+    threading.excepthook = printing_hook
+    threading._shutdown = _recording_shutdown(path, threading._shutdown)
     _record_unread_futures(path)
 
 
