@@ -71,6 +71,17 @@ def test_each_verdict_of_the_suite(tmp_path):
     assert "R4" in report["races"] and report["exit"] == 1 and report["run_failures"] == []
     low, high = racy["arms"][0]["wilson"]
     assert 0 < low <= racy["failed"] / 3 <= high <= 1
+    # The same folder through diagnose: the same tests, the same verdicts (one way to judge it).
+    again = subprocess.run(
+        [sys.executable, "-m", "harness", "diagnose", "--json", str(tmp_path / "hunt")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    read = {t["id"]: (t["verdict"], t["races"], t["failed"]) for t in json.loads(again.stdout)["tests"]}
+    assert read == {tid: (t["verdict"], t["races"], t["failed"]) for tid, t in tests.items()}
 
 
 def test_the_clean_test_alone_exits_0_and_the_table_fits(tmp_path):

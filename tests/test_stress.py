@@ -31,7 +31,7 @@ def _stress(tmp_path, runs: int, *extra: str) -> list[str]:
     out = tmp_path / "o"
     args = ["stress", "-p", "1", "--max-runs", str(runs), "--timeout", "60", "-o", str(out), *extra]
     assert main([*args, "--", PY, "-c", PROGRAM]) == 1
-    return sorted(p.name for p in out.iterdir())
+    return sorted(p.name for p in out.iterdir() if p.is_dir())
 
 
 def test_each_distinct_failure_is_echoed_once_and_counted(tmp_path, capsys):

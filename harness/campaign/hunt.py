@@ -36,7 +36,7 @@ from harness.campaign.hunt_junit import CRASHED, FAILING, JunitTest
 from harness.campaign.hunt_options import JUNIT, HuntOptions, options_from_args, pytest_argv
 from harness.campaign.hunt_plugin import ONLY_ENV, PROGRESS_ENV
 from harness.campaign.hunt_progress import PROGRESS, crashed_test, process_tests
-from harness.campaign.hunt_records import ALONE, ONE_THREAD, RecordLog, RunRecord, TestRecord
+from harness.campaign.hunt_records import ALONE, ONE_THREAD, RECORDS, RecordLog, RunRecord, TestRecord, read_key
 from harness.campaign.hunt_report import print_report
 from harness.campaign.hunt_verdicts import always_failing, needs_alone, verdicts
 from harness.campaign.matrix_spec import MatrixError
@@ -101,6 +101,28 @@ def run_hunt(a: argparse.Namespace) -> int:
         return INTERRUPTED_RC
     found = verdicts(loop.records, opts.fix_sets)
     return print_report(opts, found, loop.records, time.monotonic() - start)
+
+
+def report_folder(folder: Path, *, as_json: bool = False) -> int:
+    """A hunt's report from its folder alone (`harness diagnose HUNT_FOLDER`): its records read back
+    and judged by the same verdicts hunt printed, so a folder never reads two ways."""
+    head = read_key(folder)
+    if head is None:
+        raise MatrixError(f"{folder}: not a hunt folder (no readable {RECORDS} header)")
+    records = RecordLog(folder, head).load()
+    runs = max((r.run for r in records if not r.rerun), default=-1) // max(1, len(head.fix_sets)) + 1
+    opts = HuntOptions(
+        pytest_args=head.pytest_args,
+        runs=runs,
+        threads=head.threads,
+        workers=1,
+        out_dir=folder,
+        own_dir=False,
+        plan=head.plan,
+        fix_sets=head.fix_sets,
+        as_json=as_json,
+    )
+    return print_report(opts, verdicts(records, opts.fix_sets), records, 0.0)
 
 
 class HuntLoop:

@@ -150,3 +150,18 @@ def _parse(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def read_key(folder: Path) -> HuntKey | None:
+    """The arguments a hunt folder's runs measured, from its header line; None where it has none."""
+    try:
+        with (folder / RECORDS).open(encoding="utf-8") as f:
+            head = (_parse(f.readline()) or {}).get("hunt")
+        return HuntKey(
+            pytest_args=tuple(head["pytest_args"]),
+            threads=int(head["threads"]),
+            plan=head.get("plan"),
+            fix_sets=tuple(None if x is None else tuple(x) for x in head["fix_sets"]),
+        )
+    except (OSError, TypeError, KeyError, ValueError, AttributeError):
+        return None

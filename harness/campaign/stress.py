@@ -49,6 +49,7 @@ from harness.campaign.matrix_progress import format_elapsed
 from harness.campaign.matrix_spec import MatrixError, PlanChoice
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
 from harness.diagnosis import probes
+from harness.diagnosis.side_by_side import ArmCount, StressRecord
 from harness.text import clip
 from harness.trial import native, tracebacks
 from harness.trial.cells import NO_PLAN, cell_name
@@ -70,6 +71,8 @@ DETERMINISTIC_FAST_S = 30.0
 DEFAULT_HANG_S = 60.0
 """Idle this long (no CPU, no output, the same stacks) and a run is a HANG (trial.runner)."""
 _BARE_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+CHILDREN_ENV = "HARNESS_CHILDREN"
+"""Set in a run's environment: the bootstrap keeps the plan and the fixes for the processes it starts."""
 INTERRUPTED_RC = 130
 """Exit status after Ctrl-C, as a shell reports a command SIGINT ended (128 + 2)."""
 
@@ -100,6 +103,8 @@ class StressOptions:
     """What `python` in CMD runs, for the first line."""
     bytecode_cache: Path | None = None
     """Where runs load and write Python bytecode (PYTHONPYCACHEPREFIX), writing allowed."""
+    children: bool = False
+    """The plan and the fixes reach the Python processes the program starts (the bootstrap)."""
 
 
 def options_from_args(a: argparse.Namespace) -> StressOptions:
@@ -127,6 +132,7 @@ def options_from_args(a: argparse.Namespace) -> StressOptions:
         keep_going=bool(getattr(a, "keep_going", False)),
         python_note=_python_note(cmd[0], python, given=getattr(a, "python", None) is not None, cache=cache),
         bytecode_cache=cache,
+        children=bool(getattr(a, "children", False)),
     )
 
 
@@ -272,13 +278,13 @@ OWN = " (own)"
 def run_stress(
     a: argparse.Namespace,
     *,
-    explain: Callable[[Path, str], str] | None = None,
+    explain: Callable[[Path], str] | None = None,
     inspect: Inspect | None = None,
     known: Known | None = None,
 ) -> int:
-    """Run CMD until a stop rule; `explain(out_dir, deterministic)` says what the failing runs were
-    (the command passes the diagnosis; `deterministic` is the stop's verdict, or "") before the
-    artefacts' folder is named. Exits 130 after Ctrl-C."""
+    """Run CMD until a stop rule; `explain(out_dir)` says what the failing runs were (the command
+    passes the diagnosis, which reads the folder's stress record: the stop's verdict, the fix sets'
+    counts) before the artefacts' folder is named. Exits 130 after Ctrl-C."""
     opts = options_from_args(a)
     if opts.python_note:
         print(f"stress: {opts.python_note}", file=sys.stderr, flush=True)
@@ -414,7 +420,7 @@ class _StressLoop:
         o = self.opts
         fixes = o.fix_sets[run.arm]
         limits = {"timeout_s": o.timeout_s, "hang_s": o.hang_s}
-        env = bytecode_cache.run_env(o.bytecode_cache)
+        env = bytecode_cache.run_env(o.bytecode_cache) | ({CHILDREN_ENV: "1"} if o.children else {})
         return arm_spec("stress", run.index, run.seed, o.cmd, fixes, o.plan, **limits, env=env, python=o.python)
 
     def _worker(self) -> None:
@@ -588,13 +594,14 @@ class _StressLoop:
         if stuck or not self.done.is_set():
             raise RuntimeError(f"stress workers still running after their deadline: {stuck}")
 
-    def report(self, explain: Callable[[Path, str], str] | None = None) -> int:
+    def report(self, explain: Callable[[Path], str] | None = None) -> int:
         s = self.state
         self._print_totals(time.monotonic() - self.start)
         self._print_groups()
         if s.failures or s.findings or self.defects:
+            self._stress_record().write(self.opts.out_dir)
             if explain is not None:
-                print(explain(self.opts.out_dir, self.deterministic))
+                print(explain(self.opts.out_dir))
             out = self.opts.out_dir
             print(
                 f"{'failing' if s.failures else 'kept'} runs' artefacts: {out} (each run's whole output: {out}/<run>/{OUTPUT})"
@@ -602,6 +609,16 @@ class _StressLoop:
         elif self.opts.own_dir:
             shutil.rmtree(self.opts.out_dir, ignore_errors=True)
         return 1 if s.failures else 0
+
+    def _stress_record(self) -> StressRecord:
+        """What the folder keeps beside its runs for a later `diagnose FOLDER` (side_by_side)."""
+        o = self.opts
+        options = (("--plan", o.plan) if o.plan else ()) + (("--children",) if o.children else ())
+        arms = tuple(
+            ArmCount(fixes=fixes, runs=a.runs, failures=a.failures, races=dict(a.races))
+            for fixes, a in zip(o.fix_sets, self.arms)
+        )
+        return StressRecord(command=o.cmd, options=options, arms=arms, deterministic=self.deterministic)
 
     def _print_totals(self, elapsed: float) -> None:
         """The stop's verdict, the totals (or the fix sets' table) and the run times."""

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from harness.campaign import hunt
+from harness.campaign.hunt_records import RECORDS
 from harness.diagnosis import diagnose
 
 HELP = "which known race a failure is, the fixes that held against it, its repro"
@@ -26,10 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(opts: argparse.Namespace) -> int:
-    failures = diagnose.collect(opts.targets, stores=[Path(s) for s in opts.store], torch=opts.torch)
-    findings = diagnose.diagnose(failures)
+    if len(opts.targets) == 1 and (Path(opts.targets[0]) / RECORDS).is_file():
+        # A hunt's folder: its tests judged as hunt judged them (the same records, the same verdicts).
+        hunt.report_folder(Path(opts.targets[0]), as_json=opts.json)
+        return 0
+    text, findings = diagnose.report(opts.targets, stores=[Path(s) for s in opts.store], torch=opts.torch)
     if opts.json:
         print(json.dumps({"findings": [f.to_json() for f in findings]}, indent=2, default=str))
     else:
-        print(diagnose.render(findings))
+        print(text)
     return 0

@@ -53,6 +53,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "give it several times to compare the sets side by side on the same seeds",
     )
     p.add_argument(
+        "--children",
+        action="store_true",
+        help="the plan and the fixes reach the Python processes the program starts too (multiprocessing "
+        "workers, `python` subprocesses); torch's own compile workers stay untouched",
+    )
+    p.add_argument(
         "--keep-going",
         action="store_true",
         help=f"run on when each of the first {DETERMINISTIC_RUNS} runs fails the same way (a deterministic failure)",
@@ -94,11 +100,10 @@ def _known(folder: Path) -> list[str]:
     return list(dict.fromkeys([f.race for f in findings if f.race is not None] + own))
 
 
-def _diagnose_folder(out_dir: Path, deterministic: str = "") -> str:
-    """The failing runs' diagnosis (harness diagnose OUT_DIR, brief), or why there is none. After
-    a deterministic stop the verdict is that stop's: no race, and nothing "possibly new"."""
+def _diagnose_folder(out_dir: Path) -> str:
+    """The failing runs' diagnosis, `harness diagnose OUT_DIR` brief (the same function, reading the
+    same folder and its stress record), or why there is none."""
     try:
-        findings = diagnose.diagnose(diagnose.collect([str(out_dir)]))
+        return diagnose.report([str(out_dir)], brief=True)[0]
     except diagnose.DiagnoseError as e:
         return f"diagnosis: none ({e})"
-    return diagnose.render(findings, brief=True, deterministic=deterministic.split(":", 1)[0])

@@ -43,6 +43,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.diagnosis.catalogue import Catalogue, Race, RecordSource, load
 from harness.diagnosis.failure import DiagnoseError, Failure
@@ -52,6 +53,7 @@ from harness.diagnosis.log_text import failures_in_text, from_text
 from harness.diagnosis.matching import Match, faces, match, on_its_own, warning_notes
 from harness.diagnosis.race_evidence import repro_commands, version_lines
 from harness.diagnosis.rendering import render, summary_line
+from harness.diagnosis.side_by_side import StressRecord, arms_verdict, held, tried
 from harness.diagnosis.targets import collect
 from harness.diagnosis.trial_failures import failures_of, from_record, from_records
 from harness.trial import signature
@@ -74,6 +76,7 @@ __all__ = [
     "from_text",
     "load",
     "render",
+    "report",
     "signature",
     "summary_line",
     "try_fixes_command",
@@ -185,7 +188,55 @@ def _explain(finding: Finding, race: Race, first: Failure, catalogue: Catalogue,
     finding.versions = version_lines(race, records_of)
     finding.repros = repro_commands(race, catalogue)
     finding.hint = race.hint
-    finding.try_fixes = try_fixes_command(finding.fixes, first.command, needs=companions(catalogue, records_of))
+    # A fix reaches a child process only with --children: never offer an arm that cannot reach it.
+    options = first.options + (("--children",) if first.process and "--children" not in first.options else ())
+    finding.try_fixes = try_fixes_command(
+        finding.fixes, first.command, needs=companions(catalogue, records_of), options=options
+    )
+    if first.process:
+        finding.measured = f"it failed in a child process of the run, {first.process}: --children puts the fixes there"
     finding.reports = list(race.reports)
     if not finding.try_fixes:
         finding.change = change_text(race, finding.fixes)
+
+
+def report(
+    targets: Sequence[str], *, stores: Sequence = (), torch: str | None = None, brief: bool = False
+) -> tuple[str, list[Finding]]:
+    """The verdict on the targets, as text, and its findings: one function for `stress`'s summary
+    and `diagnose`, so the same folder reads the same in both. A stress folder adds what its
+    record holds (harness.diagnosis.side_by_side): the stop's verdict, and the fixes' verdict from
+    the user's own side by side, which replaces the catalogue's advice where it speaks."""
+    record = StressRecord.read(Path(targets[0])) if len(targets) == 1 and Path(targets[0]).is_dir() else None
+    findings = diagnose(collect(targets, stores=stores, torch=torch))
+    deterministic = record.deterministic.split(":", 1)[0] if record else ""
+    if record is not None:
+        _with_side_by_side(findings, record)
+    text = render(findings, brief=brief, deterministic=deterministic)
+    lines = arms_verdict(record.arms) if record is not None else []
+    return "\n".join([*lines, text]), findings
+
+
+def _with_side_by_side(findings: Sequence[Finding], record: StressRecord) -> None:
+    """Each race's advice after the user's own fix sets: what held there is said, and what is
+    offered next leaves out the sets already tried."""
+    kept, done = held(record.arms), frozenset(tried(record.arms))
+    for f in findings:
+        if f.race is None:
+            continue
+        if kept:
+            f.try_fixes, f.change = "", ""
+            f.measured = f"held in your runs: {', '.join(kept)}"
+            continue
+        if done:
+            catalogue = load()
+            f.try_fixes = try_fixes_command(
+                f.fixes,
+                record.command,
+                needs=companions(catalogue, RecordSource()),
+                options=record.options,
+                tried=done,
+            )
+            f.measured = f"tried in your runs and did not hold: {', '.join(sorted(done))}"
+            if not f.try_fixes:
+                f.change = change_text(catalogue.race(f.race), f.fixes)

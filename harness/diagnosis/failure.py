@@ -35,6 +35,10 @@ class Failure:
     """The run's outcome detail (a HANG's kind, a TIMEOUT's busy cores)."""
     command: tuple[str, ...] = ()
     """The user's command (a stress run's), for the `stress --fix` line."""
+    process: str = ""
+    """A child process of the run it failed in (`pid 123 (rank-0)`); "": the first process."""
+    options: tuple[str, ...] = ()
+    """The stress options the run failed under (`--plan switch`): the `stress --fix` line keeps them."""
     threads: tuple[str, ...] = ()
     """The threads that printed it (the run record's failure entry); () where unknown."""
     threads_started: int | None = None

@@ -55,6 +55,8 @@ class Finding:
     """An OK run's face that is no race by itself (the race's `warnings_alone`)."""
     change: str = ""
     """What the program must change where no fix holds on it unedited (the race's edits and hint)."""
+    measured: str = ""
+    """What the user's own side by side showed of the fixes (`held in your runs: global-lock`)."""
 
     @property
     def race(self) -> str | None:
@@ -132,6 +134,10 @@ def _race_verdict(f: Finding) -> str:
     top = f.matches[0]
     if top.kind == "generic":
         return f"unknown: a generic failure ({top.race}: {top.title}), no catalogued race matches it"
+    if top.kind == "own-state":
+        return f"not thread-safe: the test's own state ({top.title}), not a race"
+    if top.kind == "not-a-race":
+        return f"{top.title} (not a race by itself)"
     how = "suspected" if top.suspected else "known"
     kind = "" if top.kind == "race" else f", a {top.kind}"
     return f"{how}: {top.race} ({top.title}{kind})"

@@ -94,12 +94,19 @@ def companions(catalogue: Catalogue, records_of: RecordSource) -> dict[str, tupl
 
 
 def try_fixes_command(
-    fixes: Sequence[FixLine], command: Sequence[str], limit: int = 3, needs: dict[str, tuple[str, ...]] | None = None
+    fixes: Sequence[FixLine],
+    command: Sequence[str],
+    limit: int = 3,
+    needs: dict[str, tuple[str, ...]] | None = None,
+    *,
+    options: Sequence[str] = (),
+    tried: frozenset[str] = frozenset(),
 ) -> str:
     """`stress --fix none --fix A ...` on the user's command: the fixes with hooks that held against
     the race on a program they reach unedited, for the face it shows (on this torch first), raw
     beside them on the same seeds; '' where none did. `needs` (companions) adds the fixes a fix
-    needs beside it."""
+    needs beside it; `options` (the plan the failures were seen under) are kept, so that the raw
+    set fails as it did; `tried`: sets the user's own side by side already ran, left out."""
     sets: list[str] = []
     for line in sorted(fixes, key=lambda f: (not f.same_torch, f.held() is not True)):
         if not line.offered():
@@ -110,14 +117,15 @@ def try_fixes_command(
             guard = Guard(names)
         except GuardError:
             continue  # a script argument (`--x`), not a registry fix
-        if guard.policies or ",".join(guard.names) in sets:
+        if guard.policies or ",".join(guard.names) in sets or ",".join(guard.names) in tried:
             continue
         sets.append(",".join(guard.names))
     if not sets:
         return ""
     cmd = " ".join(shlex.quote(a) for a in command) if command else "python YOUR_PROGRAM.py"
+    kept = "".join(f" {shlex.quote(o)}" for o in options)
     return (
-        "python -m harness stress -p 2 --max-runs 20 --fix none "
+        f"python -m harness stress -p 2 --max-runs 20{kept} --fix none "
         + " ".join(f"--fix {s}" for s in sets[:limit])
         + f" -- {cmd}"
     )

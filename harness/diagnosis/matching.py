@@ -208,7 +208,8 @@ def _by_text(failure: Failure, catalogue: Catalogue) -> list[Match]:
 def on_its_own(failure: Failure, race: Race) -> str:
     """Why a failure showing a race's message is the program's own doing, not that race: it ran
     with one thread (the race needs two), or the race's window was measured and never opened."""
-    if race.kind != "race":
+    if race.kind != "race" or failure.process:
+        # A child process's threads and windows are not the first process's, which alone are counted.
         return ""
     if failure.threads_started == 0 and _main_thread_only(failure):
         return "one thread"

@@ -44,6 +44,8 @@ def _brief(f: Finding, deterministic: str) -> list[str]:
     out = [f"  {clip(_head(f), 160)}", f"    {f.verdict(deterministic)}"]
     if f.race is not None:
         out.append(f"    held on this torch: {_held_here(f)}" + (f"; reproduce: {f.repros[0]}" if f.repros else ""))
+    if f.measured:
+        out.append(f"    {f.measured}")
     if f.try_fixes:
         out.append(f"    try on your program: {f.try_fixes}")
     elif f.change:
@@ -62,6 +64,8 @@ def _full(f: Finding, width: int, deterministic: str) -> list[str]:
         out += [f"    {line.text()}" for line in f.fixes]
     out += [f"  {line}" for line in f.versions]
     out += [f"  reproduce: {c}" for c in f.repros]
+    if f.measured:
+        out.append(f"  {f.measured}")
     if f.try_fixes:
         out.append(f"  try the fixes on your program (no edit): {f.try_fixes}")
     elif f.change:

@@ -69,12 +69,22 @@ def _from_folder(folder: Path) -> list[Failure]:
             )
             workload = data.get("workload") or {}
             command = tuple(workload.get("argv") or ()) if workload.get("kind") == "command" else ()
+            options = _run_options(data)
         except (ValueError, AttributeError):
-            fixes, command = (), ()
+            fixes, command, options = (), (), ()
         for failure in failures:
             failure.fixes = fixes or failure.fixes
             failure.command = command
+            failure.options = options
     return failures
+
+
+def _run_options(spec: dict) -> tuple[str, ...]:
+    """The stress options a run's spec shows it ran under that decide what fails: its plan."""
+    plan = spec.get("plan")
+    profile = plan.get("profile") if isinstance(plan, dict) else None
+    children = (spec.get("env") or {}).get("HARNESS_CHILDREN") == "1"
+    return (("--plan", str(profile)) if profile else ()) + (("--children",) if children else ())
 
 
 def _harness_defect(record: TrialResult, folder: Path) -> Failure:

@@ -247,6 +247,7 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env[lifeline.ENV] = lifeline.token()  # the trial dies with us, even after our SIGKILL
     env = native.with_preload(env)  # a native crash also prints its C/C++ frames (harness.trial.native)
     env.pop("HARNESS_PLAN", None)
+    env.pop("HARNESS_ROOT_PID", None)  # the trial's first process is its root, not ours
     if spec.workload.kind == "command" and spec.fixes:
         # The trainer and repros take their fixes as arguments; a command gets them in the bootstrap.
         env["HARNESS_FIXES"] = ",".join(spec.fixes)

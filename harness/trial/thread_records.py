@@ -84,3 +84,13 @@ def _program_frame(frames: list[str]) -> str:
             path, _, rest = frame.partition(":")
             return f"{path.rsplit('/', 1)[-1]}:{rest}"
     return frames[0] if frames else ""
+
+
+def child_threads(records: list[dict]) -> dict[str, str]:
+    """Threads whose deaths only a child process of the run recorded: name -> `pid N (ROLE)`."""
+    root = {r.get("thread") for r in records if "pid" not in r}
+    return {
+        str(r.get("thread")): f"pid {r['pid']} ({r.get('process') or 'python'})"
+        for r in records
+        if "pid" in r and r.get("thread") not in root
+    }

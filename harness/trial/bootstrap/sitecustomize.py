@@ -146,9 +146,10 @@ def _remembering_creator(init):
 
 
 def _exception_record(exc_type, exc, tb, *, thread: str | None, owner: str, created_at: list[str]) -> dict:
-    """One line of the thread-errors file: the exception as Python's thread hook prints it."""
+    """One line of the thread-errors file: the exception as Python's thread hook prints it, and in
+    a process the program started (every process of the run writes to the one file), which one."""
     text = "".join(traceback.format_exception(exc_type, exc, tb))
-    return {
+    record = {
         "thread": thread,
         "type": exc_type.__qualname__,
         "message": str(exc)[:2000],
@@ -156,6 +157,41 @@ def _exception_record(exc_type, exc, tb, *, thread: str | None, owner: str, crea
         "owner": owner,
         "created_at": created_at,
     }
+    if os.getpid() != _ROOT_PID:
+        record["pid"], record["process"] = os.getpid(), _process_role()
+    return record
+
+
+def _process_role() -> str:
+    """What a child process of the run is: multiprocessing's name for it, else its command line."""
+    mp = sys.modules.get("multiprocessing")
+    name = mp.current_process().name if mp is not None else "MainProcess"
+    if name != "MainProcess":
+        return name
+    argv = [a for a in getattr(sys, "orig_argv", sys.argv)[1:] if a]
+    return " ".join(os.path.basename(a) if os.sep in a else a for a in argv)[:120] or "python"
+
+
+_HELPERS = ("torch._inductor", "torch/_inductor", "multiprocessing.resource_tracker")
+
+
+def _helper_process() -> bool:
+    """A helper process of torch's or the standard library's own (Inductor's compile workers,
+    multiprocessing's resource tracker): it runs none of the program's code, so it is never planned,
+    patched or fixed."""
+    return any(h in a for a in getattr(sys, "orig_argv", ()) for h in _HELPERS)
+
+
+# The run's first process: every process after it inherits the variable and is a child.
+_ROOT_PID = int(os.environ.setdefault("HARNESS_ROOT_PID", str(os.getpid())))
+_CHILDREN = os.environ.get("HARNESS_CHILDREN") == "1" and not _helper_process()
+"""`stress --children`: the plan and the fixes reach the processes the program starts too."""
+
+
+def _take(variable: str) -> str | None:
+    """A harness variable for this process; out of the environment for the processes it starts,
+    unless the run asked for its children too (and this is no process of torch's own)."""
+    return os.environ.get(variable) if _CHILDREN else os.environ.pop(variable, None)
 
 
 _HOOK_LOCK = threading.RLock()
@@ -442,6 +478,9 @@ def _chain_next_sitecustomize() -> None:
 
 
 _enable_faulthandler()
+if _helper_process() and os.getpid() != _ROOT_PID:
+    for _variable in ("HARNESS_PLAN", "HARNESS_FIXES", "HARNESS_EXPOSURE"):
+        os.environ.pop(_variable, None)
 if os.environ.get("HARNESS_THREAD_ERRORS"):
     _record_thread_errors(os.environ["HARNESS_THREAD_ERRORS"])
 if os.environ.get("HARNESS_CONFIG_SETS"):
@@ -461,7 +500,7 @@ if os.environ.get("HARNESS_PLAN"):
     # A process it starts inherits the variables with another cwd (torch 2.11's Inductor checks its
     # CPU vector ISA by running `python -c "import torch ..."` in its cache folder), and a plan it
     # cannot load there is exit 2: the ISA check failed and every flex-attention compile with it.
-    _install_plan(scheduler, os.environ.pop("HARNESS_PLAN"))
+    _install_plan(scheduler, _take("HARNESS_PLAN"))
 if os.environ.get("HARNESS_FIXES"):
     try:
         from harness import inject
@@ -469,7 +508,7 @@ if os.environ.get("HARNESS_FIXES"):
     except ImportError as e:
         _fail(f"cannot import harness.inject: {e}", "HARNESS_FIXES")
     try:
-        _guard = inject.install(os.environ.pop("HARNESS_FIXES"))
+        _guard = inject.install(_take("HARNESS_FIXES"))
     except GuardError as e:
         _fail(str(e), "HARNESS_FIXES")
     sys.stderr.write(f"HARNESS_FIXES {','.join(_guard.names) or 'none'}\n")
