@@ -2,8 +2,12 @@
 
 Always: faulthandler for all threads on fatal signals, and SIGUSR1 dumps every thread's stack
 (the hang fallback when py-spy cannot attach). If HARNESS_THREAD_ERRORS names a file, every
-uncaught exception of a thread is appended to it (one JSON line) before the hook in place prints
-it: Python's default prints and carries on, and most threaded programs then exit 0. So is the
+uncaught exception of a thread is appended to it (one JSON line) from the thread's own
+`_invoke_excepthook`, below whatever `threading.excepthook` the program installs (which still runs):
+Python's default prints and carries on, and most threaded programs then exit 0. The main thread's
+uncaught exception is appended as interpreter exit begins (sys.last_value, whatever sys.excepthook
+printed), with the non-daemon threads the exit is about to wait for. Every process of the run
+writes there; a child's records carry its pid and role. So is the
 exception of a concurrent.futures Future that the program never read (`result()` or
 `exception()`): a pool's task that failed prints nothing at all, and the program exits 0. Each
 record says who owns it (`owner`: the program, or a library whose own thread or Future it was,
@@ -17,7 +21,9 @@ after the plan, so that a probe's region opens inside the plan's delays at the s
 Only if HARNESS_FIXES is set (`harness stress --fix`): apply those registry fixes to the unmodified
 program (harness.inject), print `HARNESS_FIXES <names>` at start and how often each acted at exit.
 The plan, the probes and the fixes act on the first Python process of the command: each variable is
-taken out of the environment once read, so the processes it starts run unplanned and unpatched.
+taken out of the environment once read, so the processes it starts run unplanned and unpatched,
+unless HARNESS_CHILDREN=1 (`stress --children`) keeps the plan and the fixes for them; torch's
+compile workers and multiprocessing's resource tracker never get them.
 Without these variables nothing of the harness is imported and nothing is patched, so the cost is
 two faulthandler calls, a thread hook, the import of concurrent.futures (stdlib), four of its
 Future methods and Thread.__init__ wrapped.
