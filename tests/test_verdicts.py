@@ -125,7 +125,9 @@ def test_a_fix_arms_records_say_which_fixes_and_plan_ran(tmp_path):
     p = _cli("stress", "-p", "1", "--max-runs", "1", "--plan", "switch", "--fix", "none", "--fix", "global-lock",
              "-o", str(tmp_path / "o"), "--", "python", "-c", "raise SystemExit(1)")  # fmt: skip
     assert p.returncode == 1, p.stdout + p.stderr[-2000:]
-    records = {int(d.name): json.loads((d / "result.json").read_text()) for d in (tmp_path / "o").iterdir()}
+    records = {
+        int(d.name): json.loads((d / "result.json").read_text()) for d in (tmp_path / "o").iterdir() if d.is_dir()
+    }
     assert (records[0]["fixes"], records[0]["strategy"], records[0]["plan"]) == ([], "raw", "switch")
     assert (records[1]["fixes"], records[1]["strategy"], records[1]["plan"]) == (
         ["global-lock"],

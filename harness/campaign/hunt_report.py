@@ -14,7 +14,7 @@ findings; or, with `--json`, the same as one JSON object:
         "races": [str],                  # catalogued races its failure texts named (R4, F2, ...)
         "one_thread": "passed" | "failed" | null,   # the rerun with --parallel-threads 1
         "alone": "passed" | "failed" | null,        # the rerun alone with the same threads
-        "verdict": "race" | "not a race" | "after another test" | "flaky" | "ok" | "skipped",
+        "verdict": "race" | "not a race" | "not thread-safe" | "after another test" | "flaky" | "ok" | "skipped",
         "why": str, "message": str,      # the verdict's reason; the first failure's line
         "holds": [str],                  # fix sets with 0 failures where another set failed
         "dumps": [str]                   # hang dumps whose threads were still in this test at exit
@@ -41,7 +41,7 @@ from harness.campaign.hunt_junit import FAILING
 from harness.campaign.hunt_options import HuntOptions
 from harness.campaign.hunt_progress import process_tests
 from harness.campaign.hunt_records import RECORDS, RunRecord
-from harness.campaign.hunt_verdicts import RACE, TestVerdict
+from harness.campaign.hunt_verdicts import RACE, TestVerdict, split_races
 from harness.campaign.stress import arm_name
 from harness.diagnosis import diagnose
 from harness.text import clip
@@ -54,6 +54,7 @@ LEGEND = (
     "single); failed: runs failing (failed, error, or its process died in it) / runs; Wilson 95%: the failure rate's interval; "
     "1 thread: the rerun with --parallel-threads 1 of a test failing in every run; verdict: race (a "
     "catalogued race named, or it fails only with threads), not a race (it fails with 1 thread too), "
+    "not thread-safe (the test's own state: a swapped sys.stdout, pytest.warns, a global it writes), "
     "after another test (it also passed alone with the same threads: an earlier test's state), "
     "flaky (fails now and then in 1 thread), ok"
 )
@@ -63,7 +64,7 @@ _RUN_LEVEL = ("HANG", "TIMEOUT", "ABORT")
 def print_report(opts: HuntOptions, found: list[TestVerdict], records: Sequence[RunRecord], elapsed_s: float) -> int:
     """Print the report; the exit status: 1 where a test shows a race (or a run named one), else 0."""
     failures = run_failures(records)
-    rc = 1 if any(v.verdict == RACE for v in found) or any(f.races for f in failures) else 0
+    rc = 1 if any(v.verdict == RACE for v in found) or any(split_races(f.races)[0] for f in failures) else 0
     if opts.as_json:
         print(json.dumps(to_json(opts, found, failures, elapsed_s, rc), indent=1))
     else:

@@ -4,7 +4,12 @@ interval, the races its failures named, the rerun with one thread, and the verdi
 Verdicts, first that applies:
 - `ok`: it never failed (`skipped` where it was skipped in every run);
 - `not a race`: it failed in every run and fails with 1 thread too (the rerun, or a test
-  pytest-run-parallel ran in one thread anyway), or it failed at collection, before any thread;
+  pytest-run-parallel ran in one thread anyway), or it failed at collection, before any thread, or
+  its failure text names no race but what the catalogue knows is none by itself (a recompile limit
+  reached);
+- `not thread-safe`: its failure text names no race but the test's own state, which its threads
+  share (a doctest or redirect_stdout swapping sys.stdout, pytest.warns, monkeypatch, a module
+  global it writes): the test's doing, not torch's;
 - `race`: a catalogued race named by its failure text, or it failed in every run with threads and
   passed with 1 thread ("fails only with threads"), or it failed in some runs with threads and
   passed in others;
@@ -22,8 +27,10 @@ from dataclasses import dataclass, field
 from harness import stats
 from harness.campaign.hunt_junit import FAILING, SKIPPED
 from harness.campaign.hunt_records import ONE_THREAD, RunRecord, TestRecord
+from harness.diagnosis.catalogue import NOT_RACE_KINDS, load
 
 OK, SKIP, RACE, NOT_RACE, FLAKY, AFTER = "ok", "skipped", "race", "not a race", "flaky", "after another test"
+OWN_STATE = "not thread-safe"
 ONE_THREAD_TOO = "fails with 1 thread too: not a race"
 ONLY_WITH_THREADS = "fails only with threads"
 
@@ -119,10 +126,12 @@ def _verdict(
 ) -> TestVerdict:
     arms = tuple(_arm(tid, records, k, fixes) for k, fixes in enumerate(fix_sets))
     failing = [t for t in tests if t.outcome in FAILING]
-    races = tuple(dict.fromkeys(race for t in failing for race in t.races))
+    races, not_races = split_races(dict.fromkeys(race for t in failing for race in t.races))
     one_thread = None if rerun is None else "failed" if rerun in FAILING else "passed"
     threads = max(t.threads for t in tests)
     verdict, why = _judge(tests, failing, races, threads, one_thread)
+    if verdict == RACE and not races and not_races:
+        verdict, why = _not_a_race(not_races, one_thread)
     if verdict == RACE and one_thread == "passed" and not races and alone == "passed":
         verdict, why = (
             AFTER,
@@ -141,6 +150,27 @@ def _verdict(
         holds=_holds(arms),
         alone=alone,
     )
+
+
+def split_races(ids: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The races among catalogue ids a failure named, and the rest: what the catalogue knows is no
+    race (a test's own state, a recompile limit reached)."""
+    catalogue = load()
+    known = {r.id: r.kind for r in catalogue.races}
+    not_races = tuple(i for i in ids if known.get(i) in NOT_RACE_KINDS)
+    return tuple(i for i in ids if i not in not_races), not_races
+
+
+def _not_a_race(ids: tuple[str, ...], one_thread: str | None) -> tuple[str, str]:
+    """A failure with threads that names no race but what is none by itself: the test's own state
+    first (its threads share it), else a limit reached (each thread's compiles count toward it)."""
+    catalogue = load()
+    own = [catalogue.race(i).title for i in ids if catalogue.race(i).kind == "own-state"]
+    if own:
+        return OWN_STATE, f"not thread-safe: the test's own state ({'; '.join(own)}), not a race"
+    what = "; ".join(catalogue.race(i).title for i in ids)
+    threads = f"; it {ONLY_WITH_THREADS}" if one_thread == "passed" else ""
+    return NOT_RACE, f"{what} (not a race by itself){threads}"
 
 
 def _judge(

@@ -29,7 +29,13 @@ EVIDENCE_PATH = Path(__file__).with_name("evidence.json")
 """The counts the catalogue cites, for an installation without the stores (harness.diagnosis.evidence)."""
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: store paths in the catalogue are relative to it."""
-KINDS = ("race", "compiler-bug", "generic")
+KINDS = ("race", "compiler-bug", "own-state", "not-a-race", "generic")
+NOT_RACE_KINDS = ("own-state", "not-a-race")
+"""Failures the catalogue knows that are no race: a test's own state shared by its threads (a
+swapped sys.stdout), a limit reached (the recompile limit). Named so that they are not read as
+races; never a face of a race at exit 0."""
+NEVER = "(?!)"
+"""The summary pattern of an entry named only by its context (a test's code): it matches nothing."""
 NATIVE_CRASH = r"(?:Segmentation fault|Floating point exception|Aborted|Bus error|Illegal instruction)"
 """How a native crash's signature summary begins (harness.trial.signature: `<signal> at <frame>`)."""
 FIX_WINDOWS = ("opens", "shut")
@@ -116,18 +122,22 @@ class Race:
     faces: tuple[str, ...] = ()
     """Generic families (segv, ...) this race may show as, when `context` matches the run."""
     context: tuple[str, ...] = ()
+    """Regexes over the run (its output, fixes, configs set in threads, windows opened): the
+    precondition a face (`faces`) or a message (`needs_context`) needs; for an own-state entry,
+    over the failing test's own code (`global COUNT`, a redirect_stdout)."""
     reports: tuple[str, ...] = ()
     """Public reports of this failure (`project#N (year): what reproduced where`), from the corpus."""
     warnings: tuple[str, ...] = ()
     """Regexes over the output of a run that did not fail: the race's face at warning level (a
     recompile limit hit, an eager fallback), a finding even at exit 0."""
-    warnings_unsure: str = ""
-    """Why a `warnings` hit alone does not show the race (what else prints the same line): such a
-    face is named as suspected only where `context` shows the race's precondition in the run (with
-    this as its evidence); without it, not named at all. Empty: the warning is the race's own."""
+    needs_context: str = ""
+    """Why the race's `messages` and `warnings` alone do not show it (what else prints the same
+    line: F14's recompile limit is hit by programs that never set one): a hit names the race only
+    where `context` shows the race's precondition in the run (with this as its evidence); without
+    it, not at all. Empty: the messages are the race's own. Its summary patterns are its own still."""
     warnings_alone: str = ""
-    """The note an unsure warning gets where `context` does not match (`recompile limit hit (not a
-    race by itself)`); empty: nothing is said."""
+    """The note an OK run's warning gets where no race's context claims it (`recompile limit hit
+    (not a race by itself)`); empty: nothing is said."""
     crash_sites: tuple[str, ...] = ()
     """Regexes of the Python frames where the race's native crash may land (the crashing thread's
     innermost frame): each is a summary pattern `<signal> at <site>`, so that any crash site of the
@@ -137,7 +147,8 @@ class Race:
     summary_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "summary_re", re.compile("|".join(f"(?:{p})" for p in self.summaries)))
+        grouped = "|".join(f"(?:{p})" for p in self.summaries) or NEVER
+        object.__setattr__(self, "summary_re", re.compile(grouped))
 
     @property
     def summaries(self) -> tuple[str, ...]:
@@ -146,8 +157,9 @@ class Race:
 
     @property
     def pattern(self) -> str:
-        """The summary patterns as one regex (what harness.diagnosis.families matches)."""
-        return "|".join(self.summaries)
+        """The summary patterns as one regex (what harness.diagnosis.families matches); one that
+        matches nothing for an entry named only by its context."""
+        return "|".join(self.summaries) or NEVER
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +312,7 @@ RACE_KEYS = frozenset(
         "hint",
         "fixes",
         "versions",
-        "warnings_unsure",
+        "needs_context",
         "warnings_alone",
     )
 )
@@ -345,7 +357,7 @@ def _race(raw: dict) -> Race:
         exposure=raw.get("exposure"),
         window_clears=bool(raw.get("window_clears", True)),
         hint=raw.get("hint", ""),
-        warnings_unsure=raw.get("warnings_unsure", ""),
+        needs_context=raw.get("needs_context", ""),
         warnings_alone=raw.get("warnings_alone", ""),
         fixes=fixes,
         versions=versions,
@@ -363,9 +375,16 @@ def _check_race(raw: dict, where: str) -> None:
     for key in ("summary", "messages", "native", "context", "warnings", "crash_sites"):
         for p in _strs(raw, key, where):
             _regex(p, f"{where}: bad {key} regex {p!r}")
-    if not raw.get("summary") and not raw.get("crash_sites"):
+    if not raw.get("summary") and not raw.get("crash_sites") and not _named_by_context(raw):
         raise CatalogueError(f"{where}: no summary pattern")
+    if raw.get("needs_context") and not raw.get("context"):
+        raise CatalogueError(f"{where}: needs_context without a context to show it")
     _check_exposure(raw.get("exposure"), raw.get("id"), where)
+
+
+def _named_by_context(raw: dict) -> bool:
+    """An entry that is no race may be named by its context alone (a test's code: `global X`)."""
+    return raw.get("kind") in NOT_RACE_KINDS and bool(raw.get("context"))
 
 
 def _regex(pattern: str, what: str) -> None:

@@ -1,14 +1,23 @@
 """Matching one failure against the catalogue: the race its summary names, races suspected behind a
 generic family, a race's warning-level face in a run that did not fail, and whether the program
-fails that way on its own (one thread, a measured window that never opened)."""
+fails that way on its own (one thread, a measured window that never opened).
+
+A race whose messages others print as well (`needs_context`: F14's recompile limit) is named by
+them only where the run shows its precondition (`context`: a thread that set the limit); a failure
+the catalogue knows is no race (a recompile limit reached, a test's own state) is named as such,
+so that it never reads as a race."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from harness.diagnosis.catalogue import Catalogue, Race, RecordSource, count, load, major_minor
+from harness.diagnosis.catalogue import NOT_RACE_KINDS, Catalogue, Race, RecordSource, count, load, major_minor
 from harness.diagnosis.failure import Failure
 from harness.trial.outcome import SHOWN_AT_EXIT_0
 
@@ -25,6 +34,22 @@ SUSPECT_SCORE = 0.4
 
 
 WARNING_SCORE = 0.8
+
+
+CONTEXT_SCORE = 0.3
+"""A needs_context race's precondition shown in the run's text or configs (a thread set the limit)."""
+
+
+WINDOW_SCORE = 0.2
+"""The same shown only by a measured window: it opens in many runs the race never failed."""
+
+
+CODE_SCORE = 0.4
+"""A test's own state read from its code, where nothing else names the failure."""
+
+
+WINDOWS = "windows opened: "
+"""How the run's measured exposure windows read to a race's `context` (`windows opened: F10=3`)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -51,16 +76,9 @@ def match(
     family = catalogue.family(failure.summary)
     matches: list[Match] = []
     if family not in ("other", "?"):
-        race = catalogue.race(family)
-        if race.native and failure.native and first_hit(race.native, failure.native) is None:
-            # The message is the race's, its own native frames are not there, another's are: that
-            # other (a daemon thread ended at exit prints stash-exit-finalize's terminate message).
-            other = [m for m in _by_native(failure, catalogue) if m.race != race.id]
-            if other:
-                return other
-        ev = [f"signature summary matches /{_which(race.summaries, failure.summary or '')}/"]
-        score = SUMMARY_SCORE + _extra(race, failure, ev)
-        matches.append(Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=ev))
+        matches = _by_summary(family, failure, catalogue)
+        if matches and matches[0].race != family:
+            return matches
     if family in ("other", "?") or catalogue.race(family).kind == "generic":
         matches[:0] = _suspects(family, failure, catalogue, records_of)
         # A native crash whose frames are a race's own (R5's cache-entry insertion) is that race,
@@ -72,6 +90,28 @@ def match(
             # Counted by a face at exit 0: a warning with its precondition (F14's) is a face too.
             seen = {m.race for m in matches} | named
             matches += [m for m in warning_faces(failure, catalogue) if m.race not in seen]
+    if not matches and family in ("other", "?"):
+        matches = _by_code(failure, catalogue)
+    return matches
+
+
+def _by_summary(family: str, failure: Failure, catalogue: Catalogue) -> list[Match]:
+    """The race the summary names; another race where that one's native frames are missing and
+    the other's are there, or where it is no race by itself and a race claims it."""
+    race = catalogue.race(family)
+    if race.native and failure.native and first_hit(race.native, failure.native) is None:
+        # The message is the race's, its own native frames are not there, another's are: that
+        # other (a daemon thread ended at exit prints stash-exit-finalize's terminate message).
+        other = [m for m in _by_native(failure, catalogue) if m.race != race.id]
+        if other:
+            return other
+    ev = [f"signature summary matches /{_which(race.summaries, failure.summary or '')}/"]
+    score = SUMMARY_SCORE + _extra(race, failure, ev)
+    matches = [Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=ev)]
+    if race.kind == "not-a-race":
+        # No race by itself (a recompile limit reached): a race whose precondition the run shows
+        # (F14's limit set in a thread, F10's concurrent compiles) claims it.
+        matches[:0] = _claims(family, failure, catalogue)
     return matches
 
 
@@ -80,23 +120,40 @@ def warning_faces(failure: Failure, catalogue: Catalogue) -> list[Match]:
     recompile limit: those threads ran eagerly) or a race's message logged and carried on."""
     out = []
     for race in catalogue.races:
-        if race.kind == "generic":
+        if race.kind == "generic" or race.kind in NOT_RACE_KINDS:
             continue
-        message = first_hit(race.messages, failure.text)
-        hit = first_hit(race.warnings, failure.text) or message
+        hit = first_hit(race.warnings, failure.text) or first_hit(race.messages, failure.text)
         if hit is None:
             continue
         evidence = [f"at {failure.detail or 'exit 0'}, the output shows {hit!r}"]
-        # A warning other code prints as well (F14's default recompile limit) names the race only
-        # where the run shows its precondition too (a thread set the limit); alone it names nothing.
-        if message is None and race.warnings_unsure:
-            shown = first_hit(race.context, failure.context())
-            if shown is None:
+        score = WARNING_SCORE
+        if race.needs_context:
+            # A line other code prints as well (F14's default recompile limit) names the race only
+            # where the run shows its precondition too (a thread set the limit); alone, nothing.
+            extra = _precondition(race, failure, evidence, "that line")
+            if extra is None:
                 continue
-            evidence += [f"not shown by that line alone: {race.warnings_unsure}", f"the run shows {shown!r}"]
-        out.append(Match(race=race.id, title=race.title, kind=race.kind, score=WARNING_SCORE, evidence=evidence))
+            score += extra
+        out.append(Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=evidence))
     out.sort(key=lambda m: -m.score)
     return out
+
+
+def run_context(failure: Failure) -> str:
+    """What a race's `context` reads: the failure's context (output, fixes, configs set in threads)
+    and the exposure windows measured open in the run."""
+    opened = " ".join(f"{k}={v}" for k, v in sorted((failure.exposures or {}).items()) if v)
+    return failure.context() + (f"\n{WINDOWS}{opened}" if opened else "")
+
+
+def _precondition(race: Race, failure: Failure, evidence: list[str], what: str) -> float | None:
+    """The score a needs_context race's precondition adds where the run shows it (its evidence
+    appended), None where it does not: then its message names nothing."""
+    shown = first_hit(race.context, run_context(failure))
+    if shown is None:
+        return None
+    evidence += [f"not shown by {what} alone: {race.needs_context}", f"the run shows {shown!r}"]
+    return WINDOW_SCORE if shown.startswith(WINDOWS) else CONTEXT_SCORE
 
 
 def warning_notes(failure: Failure, catalogue: Catalogue) -> str:
@@ -133,8 +190,11 @@ def first_hit(patterns: Sequence[str], text: str) -> str | None:
 def _extra(race: Race, failure: Failure, ev: list[str]) -> float:
     score = 0.0
     if (hit := first_hit(race.messages, failure.text)) is not None:
-        ev.append(f"message {hit!r}")
-        score += MESSAGE_SCORE
+        shown = [f"message {hit!r}"]
+        extra = _precondition(race, failure, shown, "that message") if race.needs_context else 0.0
+        if extra is not None:
+            ev += shown
+            score += MESSAGE_SCORE + extra
     if (hit := first_hit(race.native, failure.native)) is not None:
         ev.append(f"native frame {hit!r}")
         score += NATIVE_SCORE
@@ -203,6 +263,69 @@ def _by_text(failure: Failure, catalogue: Catalogue) -> list[Match]:
         if score:
             out.append(Match(race=race.id, title=race.title, kind=race.kind, score=score, evidence=ev))
     return sorted(out, key=lambda m: -m.score)
+
+
+def _claims(family: str, failure: Failure, catalogue: Catalogue) -> list[Match]:
+    """Races whose message and precondition the run shows, claiming a failure that is no race by
+    itself (`family`): the best first."""
+    out = []
+    for m in _by_text(failure, catalogue):
+        if m.kind == "race" and catalogue.race(m.race).needs_context:
+            ev = [f"a {family} failure in a run that shows the race's precondition", *m.evidence]
+            out.append(dataclasses.replace(m, score=m.score + SUMMARY_SCORE, evidence=ev))
+    return out
+
+
+def _by_code(failure: Failure, catalogue: Catalogue) -> list[Match]:
+    """A test failing by its own state, read from the code of its functions in the traceback
+    (`global COUNT`, a redirect_stdout): what nothing else names."""
+    code = test_code(failure.text)
+    out = []
+    for race in catalogue.races if code else ():
+        hit = first_hit(race.context, code) if race.kind == "own-state" else None
+        if hit is not None:
+            ev = [f"the failing test's code shows {hit.strip()!r}"]
+            out.append(Match(race=race.id, title=race.title, kind=race.kind, score=CODE_SCORE, evidence=ev))
+    return out
+
+
+FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.M)
+LIBRARY = re.compile(r"[/\\](?:site-packages|dist-packages|lib[/\\]python3[.\d]*)[/\\]|^<")
+"""A frame in an installed package or the standard library: not the test's own code."""
+
+
+def test_code(text: str) -> str:
+    """The source of the failing test's own functions: the last traceback's frames from the
+    innermost `test*` function on, outside installed packages; '' where there is none (not a
+    test's failure, or its files are not here)."""
+    frames = FRAME.findall(text)
+    start = max((i for i, f in enumerate(frames) if f[2].startswith("test")), default=None)
+    if start is None:
+        return ""
+    seen = dict.fromkeys((path, int(line), name) for path, line, name in frames[start:] if not LIBRARY.search(path))
+    return "\n".join(code for code in (_function_source(*f) for f in seen) if code)
+
+
+def _function_source(path: str, line: int, name: str) -> str:
+    """The source of the function `name` holding `line` in the file at `path`; '' if not found."""
+    parsed = _parsed(path)
+    if parsed is None:
+        return ""
+    source, tree = parsed
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            if node.lineno <= line <= (node.end_lineno or node.lineno):
+                return ast.get_source_segment(source, node) or ""
+    return ""
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(path: str) -> tuple[str, ast.Module] | None:
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+        return source, ast.parse(source)
+    except (OSError, SyntaxError, ValueError):
+        return None
 
 
 def on_its_own(failure: Failure, race: Race) -> str:

@@ -7,7 +7,7 @@ committed blocks to what this module makes of the catalogue and the stores.
 
 from __future__ import annotations
 
-from harness.diagnosis.catalogue import Catalogue, RecordSource, count, load, major_minor
+from harness.diagnosis.catalogue import NOT_RACE_KINDS, Catalogue, RecordSource, count, load, major_minor
 
 RACES_BLOCK = "race-catalogue"
 REPROS_BLOCK = "repro-rows"
@@ -28,12 +28,13 @@ def race_table(catalogue: Catalogue | None = None, records_of: RecordSource | No
         "Regenerate with `python -m harness report`. Every count is read from the store and cells "
         "named in `harness/diagnosis/races.toml` (k = failing trials of that race, n = counted trials); "
         "`python -m harness diagnose` matches failures against the same rows. Generic rows (native "
-        "crashes, hangs) are classes of failure, not races.",
+        "crashes, hangs) are classes of failure, not races; what is named so as not to be read as one (a "
+        "test's own state, the recompile limit) is in docs/glossary.md.",
         "",
         "| race | what | kind | CUDA | repros | seen, per torch | fixes: k/n (torch) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for race in catalogue.races:
+    for race in (r for r in catalogue.races if r.kind not in NOT_RACE_KINDS):
         seen = []
         for v in race.versions:
             c = count(v, race, records_of)
