@@ -129,3 +129,16 @@ def test_a_fix_that_held_in_the_users_runs_is_said_and_nothing_contradicts_it(tm
     text, _ = diagnose.report([str(_stress_folder(tmp_path, arms))], brief=True)
     assert "held in your runs: global-lock" in text
     assert "no --fix holds" not in text and "try on your program" not in text, text
+
+
+def test_what_is_named_as_no_race_is_not_counted_as_one(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_text(
+        "Exception in thread Thread-1 (work):\nTraceback (most recent call last):\n"
+        '  File "/tmp/prog.py", line 10, in work\n    f(x)\n'
+        "torch._dynamo.exc.FailOnRecompileLimitHit: Hard failure due to fullgraph=True\n"
+    )
+    text, _ = diagnose.report([str(log)], brief=True)
+    assert text.startswith("diagnosis: 0 of 1 failing runs matched a catalogued race\n"), text
+    assert "recompile limit reached (not a race by itself)" in text and "what to do: " in text
+    assert "no --fix holds" not in text

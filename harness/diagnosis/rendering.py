@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+from harness.diagnosis.catalogue import NOT_RACE_KINDS
 from harness.diagnosis.finding import Finding
 from harness.text import clip
 
@@ -40,8 +42,15 @@ def _held_here(f: Finding) -> str:
     return ", ".join(held) if held else "no measured fix"
 
 
+def _no_race(f: Finding) -> bool:
+    """Named so as not to be read as a race: it has advice, no fix held against it."""
+    return f.race is not None and f.matches[0].kind in NOT_RACE_KINDS
+
+
 def _brief(f: Finding, deterministic: str) -> list[str]:
     out = [f"  {clip(_head(f), 160)}", f"    {f.verdict(deterministic)}"]
+    if _no_race(f):
+        return [*out, f"    what to do: {f.hint or f.change}"]
     if f.race is not None:
         out.append(f"    held on this torch: {_held_here(f)}" + (f"; reproduce: {f.repros[0]}" if f.repros else ""))
     if f.measured:
@@ -81,6 +90,8 @@ def _full(f: Finding, width: int, deterministic: str) -> list[str]:
 def summary_line(findings: Sequence[Finding]) -> str:
     """How many failing runs showed a catalogued race, then each race's runs and tracebacks (a run
     showing two races counts under both), and the runs that exited OK with a race's face."""
+    # What is named only so as not to be read as a race (the recompile limit, a test's own state) is none.
+    findings = [dataclasses.replace(f, matches=[]) if _no_race(f) else f for f in findings]
     failing = [f for f in findings if f.outcome != "OK"]
     runs = set().union(*(f.sources for f in failing)) if failing else set()
     known = set().union(*(f.sources for f in failing if f.race is not None)) if failing else set()
