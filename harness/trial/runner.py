@@ -269,9 +269,12 @@ def exposure_on(spec: TrialSpec) -> bool:
 
 def _read_exposure(result: TrialResult, out: Path) -> None:
     """The child's window counts; a trial with exposure on that wrote none (it died before a
-    window opened and before exit, or never started Python) measured nothing: left None."""
+    window opened and before exit, or never started Python) measured nothing: left None. Nor does
+    one whose program started processes: the probes count the first process's windows only, and a
+    child's failure may reach the output as a logged line, with no sign of the process it came from."""
     reading = exposure.read(out / folder.EXPOSURE)
-    if reading is None:
+    started = folder.read_json(out / folder.THREADS)
+    if reading is None or (isinstance(started, dict) and started.get("processes")):
         return
     result.exposures = reading.counts
     result.exposure_first_s = reading.first_s
@@ -468,9 +471,14 @@ def _noise_entries(noise: list[dict]) -> list[dict] | None:
 
 
 def _threads_started(out: Path | None) -> int | None:
+    """Threads and processes the program started (a child's threads run apart from the first's)."""
     data = folder.read_json(out / folder.THREADS) if out is not None else None
-    started = data.get("started") if isinstance(data, dict) else None
-    return started if isinstance(started, int) and not isinstance(started, bool) else None
+    if not isinstance(data, dict):
+        return None
+    counts = [data.get("started"), data.get("processes", 0)]
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+        return None
+    return sum(counts)
 
 
 def _classify(

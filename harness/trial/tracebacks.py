@@ -485,10 +485,19 @@ def _flatten(chained: list[PyTraceback]) -> Iterable[PyTraceback]:
         yield dataclasses.replace(tb, chain=())
 
 
+_LOG_RECORD = re.compile(
+    r"^(?:\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[: ])"
+)
+"""A line that opens a log record (logging's default and usual formats, glog's): the next record, never
+the message of the exception above it (a pool's logged failures would otherwise each carry the next
+record's text, and the same failure would read as another in every run)."""
+
+
 def _starts_something(line: str) -> bool:
     stripped = line.strip()
     return (
         stripped == _TB_START
+        or _LOG_RECORD.match(line) is not None
         or stripped in _CHAIN_LINES
         or _header(line) is not None
         or line.startswith("Fatal Python error")

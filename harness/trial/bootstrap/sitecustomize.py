@@ -381,9 +381,12 @@ def _record_config_sets(path: str) -> None:
 
 
 def _count_program_threads(path: str) -> None:
-    """How many threads the program itself started, written at exit (`{"started": n, "names":
-    [...]}`): a failure in a run that started none cannot be a race between its threads."""
+    """How many threads and processes the program itself started, written at exit (`{"started": n,
+    "names": [...], "processes": m}`): a failure in a run that started neither cannot be a race
+    between its threads (a child's threads are its own, and its failure may reach the output only
+    as a logged or re-raised exception)."""
     started: list[str] = []
+    processes: list[str] = []
     thread_start = threading.Thread.start
 
     def start(self, *args, **kwargs):
@@ -394,12 +397,37 @@ def _count_program_threads(path: str) -> None:
     def report() -> None:
         try:
             with open(path, "w", encoding="utf-8") as fh:
-                json.dump({"started": len(started), "names": started[:20]}, fh)
+                json.dump({"started": len(started), "names": started[:20], "processes": len(processes)}, fh)
         except Exception:
             pass
 
     threading.Thread.start = start
+    _after_import("subprocess", lambda m: _count_calls(m.Popen, "__init__", processes))
+    _after_import("multiprocessing.process", lambda m: _count_calls(m.BaseProcess, "start", processes))
     atexit.register(report)
+
+
+def _after_import(name: str, callback) -> None:
+    """`callback(module)` now if `name` is imported already, else once it is."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, callback))
+
+
+def _count_calls(cls, method: str, calls: list[str]) -> None:
+    """cls.method counts the calls the program itself makes (not a library's: Inductor's workers)."""
+    original = getattr(cls, method)
+
+    def counted(self, *args, **kwargs):
+        try:
+            if _creator()[0] == "program" and len(calls) < 10_000:
+                calls.append(cls.__name__)
+        except Exception:  # a count is evidence, never a second failure
+            pass
+        return original(self, *args, **kwargs)
+
+    setattr(cls, method, counted)
 
 
 def _record_unread_futures(path: str) -> None:

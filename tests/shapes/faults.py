@@ -1,0 +1,170 @@
+"""Each fault as program text: `setup()` builds the shared state, `work(state, item)` is one
+worker's job, `partner(state, stop)` is the racing thread's loop (none for `none` and
+`deterministic`), and `FIRED` is the message a worker's exception must match for the fault to
+count as fired.
+
+The rates behind the choices (torch 2.13.0+cpu, 2 loaded cores): the corpus programs these follow
+(tests/foreign/shapes) fire every run with a tracer thread tracing back to back (F2, R4), a reset
+every few ms (R5) or a refresher changing a dict's keys (dict-mutation); a 1 us switch interval
+makes the workers meet the partner inside its window within the first calls.
+"""
+
+from __future__ import annotations
+
+COMPILED = """
+def setup():
+    def score(x):
+        return torch.tanh(x @ x.T).sum(-1)
+
+    fn = torch.compile(score, backend="eager")
+    x = torch.randn(8, 8)
+    fn(x)  # compiled once in the main thread
+    return {"fn": fn, "x": x}
+
+
+def work(state, item):
+    deadline = time.monotonic() + WORK_S
+    while time.monotonic() < deadline:
+        state["fn"](state["x"])
+"""
+
+TRACER = """
+class Post(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1).cumsum(-1)
+
+
+def partner(state, stop):
+    post = Post()
+    while not stop.is_set():
+        torch.fx.symbolic_trace(post)
+"""
+
+NONE = COMPILED + "\npartner = None\n"
+
+DETERMINISTIC = (
+    COMPILED.replace("def work(", "def _unused_work(")
+    + """
+
+def work(state, item):
+    scores = state["fn"](state["x"])
+    if scores.shape[-1] != 16:  # the program's own bug: the scorer returns 8 scores
+        raise ValueError(f"expected 16 scores, got {scores.shape[-1]}")
+
+
+partner = None
+"""
+)
+
+F2 = COMPILED + TRACER
+
+R4 = (
+    """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+        self.head = nn.Sequential(nn.SiLU(), nn.Linear(16, 4))
+
+    def forward(self, x):
+        return self.head(self.proj(x))
+
+
+def setup():
+    return {"net": Net().eval(), "x": torch.randn(8, 16)}
+
+
+def work(state, item):
+    deadline = time.monotonic() + WORK_S
+    with torch.no_grad():
+        while time.monotonic() < deadline:
+            state["net"](state["x"])  # an eager module call
+"""
+    + TRACER
+)
+
+DICT_MUTATION = """
+KEYS = 48
+
+
+def setup():
+    def score(features, x):
+        total = x
+        for value in features.values():
+            total = total + value.sum()
+        return total
+
+    features = {f"session_{i}": torch.full((4,), float(i)) for i in range(KEYS)}
+    fn = torch.compile(score, backend="eager")
+    x = torch.zeros(4)
+    fn(features, x)
+    return {"fn": fn, "x": x, "features": features, "next": KEYS}
+
+
+def work(state, item):
+    deadline = time.monotonic() + WORK_S
+    while time.monotonic() < deadline:
+        state["fn"](state["features"], state["x"])  # the live dict the refresher changes
+
+
+def partner(state, stop):
+    features = state["features"]
+    while not stop.is_set():
+        i = state["next"]
+        features[f"session_{i}"] = torch.full((4,), float(i))
+        features.pop(f"session_{i - KEYS}", None)
+        state["next"] = i + 1
+        time.sleep(0.001)
+"""
+
+R5 = """
+def make_policy():
+    w1, w2 = torch.randn(16, 32), torch.randn(32, 4)
+
+    def policy(obs):
+        return torch.tanh(obs @ w1) @ w2
+
+    return torch.compile(policy, backend="eager")
+
+
+def setup():
+    state = {"fn": make_policy(), "x": torch.randn(8, 16)}
+    state["fn"](state["x"])
+    return state
+
+
+def work(state, item):
+    deadline = time.monotonic() + WORK_S
+    while time.monotonic() < deadline:
+        state["fn"](state["x"])
+
+
+def partner(state, stop):
+    while not stop.is_set():
+        time.sleep(0.002)
+        torch._dynamo.reset()  # drop the stale graphs, then swap the policy
+        state["fn"] = make_policy()
+"""
+
+SOURCES = {
+    "none": NONE,
+    "deterministic": DETERMINISTIC,
+    "F2": F2,
+    "R4": R4,
+    "dict-mutation": DICT_MUTATION,
+    "R5": R5,
+}
+
+FIRED = {
+    "none": "",
+    "deterministic": r"ValueError: expected 16 scores",
+    "F2": r"Detected that you are using FX to symbolically trace a dynamo-optimized function",
+    "R4": r"module is not installed as a submodule",
+    "dict-mutation": r"KeyError|(?:dictionary|OrderedDict) (?:keys changed|changed size|mutated) during iteration",
+    "R5": r"name '__compiled_fn_\w*' is not defined",
+}
+"""A worker exception's `Type: message` that is this fault. R5 fires mostly as a native crash,
+which the truth reads as a process that started and never ended."""
+
+WORK_S = {"none": 0.5, "deterministic": 0.5, "F2": 0.5, "R4": 0.5, "dict-mutation": 0.5, "R5": 3.0}
+"""Seconds of calls per worker item: enough for the fault to fire in every run."""
