@@ -21,6 +21,7 @@ import os
 import platform
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "results" / "shapes"
 SHRINK_BUDGET = 8
 """Candidates tried per wrong verdict (each a direct run and a stress)."""
+JOB_DEADLINE_S = 900.0
+"""A program judged (its direct run and its stress runs) ends well within this."""
 
 
 class ShapesError(ValueError):
@@ -65,6 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--work", help="folder for programs and their runs (default: a new temp folder)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="folder of the dated report (default results/shapes)")
     p.add_argument("--no-shrink", action="store_true", help="report wrong verdicts unshrunk")
+    p.add_argument("--jobs", type=int, default=1, help="programs judged at once, each stress -p 2 (default 1)")
     p.add_argument("--only", help="judge these shapes instead of a draw: start.report.fault.ending[,...]")
     a = p.parse_args(argv)
     try:
@@ -75,6 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         a.n = len(a.shapes)
     if a.n < 1:
         raise ShapesError(f"--n must be >= 1, got {a.n}")
+    if a.jobs < 1:
+        raise ShapesError(f"--jobs must be >= 1, got {a.jobs}")
     if a.runs is not None and a.runs < 1:
         raise ShapesError(f"--runs must be >= 1, got {a.runs}")
     return a
@@ -95,27 +101,56 @@ def judge_one(shape: Shape, work: Path, runs: int | None) -> Judged | None:
 
 
 def run_all(a: argparse.Namespace, work: Path) -> Tally:
-    tally = Tally()
-    stream = iter(a.shapes if a.shapes is not None else draw(40 * a.n, a.seed))
-    seen: set[Shape] = set()
-    while len(tally.judged) < a.n:
-        shape = next(stream, None)
-        if shape is None:
-            break
-        if shape in seen:
-            continue
-        seen.add(shape)
-        judged = judge_one(shape, work, a.runs)
-        if judged is None:
-            tally.not_fired.append(shape)
-            continue
-        tally.judged.append(judged)
-        print(f"{shape.name}: {_verdict_word(judged)}", file=sys.stderr, flush=True)
+    """Judge `a.n` confirmed-or-not programs, `a.jobs` at a time; a shape whose direct run did not
+    fire is counted and another one drawn in its place."""
+    tally, lock = Tally(), threading.Lock()
+    shapes = iter(dict.fromkeys(a.shapes if a.shapes is not None else draw(40 * a.n, a.seed)))
+    inflight, errors = [0], []
+
+    def take() -> Shape | None:
+        with lock:
+            if len(tally.judged) + inflight[0] >= a.n:
+                return None
+            shape = next(shapes, None)
+            inflight[0] += shape is not None
+            return shape
+
+    def worker() -> None:
+        try:
+            while (shape := take()) is not None:
+                judged = judge_one(shape, work, a.runs)
+                with lock:
+                    inflight[0] -= 1
+                    (tally.judged.append(judged) if judged is not None else tally.not_fired.append(shape))
+                if judged is not None:
+                    print(f"{shape.name}: {_verdict_word(judged)}", file=sys.stderr, flush=True)
+        except BaseException as e:  # surfaces below, after the join
+            errors.append(e)
+
+    _run_workers(worker, a.jobs, deadline_s=JOB_DEADLINE_S * (a.n // a.jobs + 1))
+    if errors:
+        raise ExceptionGroup("a shapes worker failed", errors)
     if not a.no_shrink:
-        for j in tally.judged:
-            if j.confirmed and j.diffs:
-                tally.shrunk[j.shape] = smallest(j, work, a.runs)
+        _shrink_wrong(tally, work, a.runs)
     return tally
+
+
+def _shrink_wrong(tally: Tally, work: Path, runs: int | None) -> None:
+    for j in tally.judged:
+        if j.confirmed and j.diffs:
+            tally.shrunk[j.shape] = smallest(j, work, runs)
+
+
+def _run_workers(worker, jobs: int, *, deadline_s: float) -> None:
+    threads = [threading.Thread(target=worker, name=f"shapes-judge-{k}") for k in range(jobs)]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(timeout=max(0.0, end - time.monotonic()))
+    stuck = [t.name for t in threads if t.is_alive()]
+    if stuck:
+        raise RuntimeError(f"shapes workers still running after {deadline_s:.0f} s: {stuck}")
 
 
 def smallest(j: Judged, work: Path, runs: int | None) -> Judged:
