@@ -519,3 +519,20 @@ def test_a_main_threads_death_with_a_stuck_exit_is_a_crash_naming_what_held_the_
     assert result.detail.startswith("the main thread died of NameError: module is not installed"), result.detail
     assert "then waited at exit for non-daemon thread debug-server (running main_dies_exit_waits.py:" in result.detail
     assert result.exc_type == "NameError" and result.failures[0]["exc_type"] == "NameError"
+
+
+def test_a_print_inside_a_dead_threads_traceback_is_not_a_failure_of_its_own():
+    """The main thread's print lands inside a worker's traceback as the hook prints it: the hook's
+    record of that death stands for the garbled print (it read as an exception `done`)."""
+    from harness.trial import signature
+
+    frames = '  File "/app/job.py", line 58, in work\n    raise ValueError("expected 16 scores, got 8")\n'
+    record = f"Traceback (most recent call last):\n{frames}ValueError: expected 16 scores, got 8\n"
+    garbled = (
+        "Exception in thread worker-1:\nTraceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 1045, in _bootstrap_inner\n'
+        f"done: 0 of 3 items\n    self.run()\n{frames}ValueError: expected 16 scores, got 8\n"
+    )
+    hooked = [f"Exception in thread worker-1:\n{record}"]
+    found = signature.run_failures(garbled, extra=hooked)
+    assert [f.signature.exc_type for f in found] == ["ValueError"], [f.signature.key for f in found]

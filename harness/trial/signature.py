@@ -232,13 +232,21 @@ def run_failures(text: str, *, extra: Iterable[str] = ()) -> list[RunFailure]:
 
 def _printed_unhooked(text: str, hooked: list[PyTraceback]) -> Iterator[PyTraceback]:
     """The output's own failures, less the hooked ones it prints again: possibly interleaved past
-    telling their threads apart, so each hooked exception type stands for that many printed ones."""
+    telling their threads apart, so each hooked exception type stands for that many printed ones;
+    and a printed traceback under the header of a thread whose death was hooked is that death, read
+    less well (another thread's print may land inside it and read as its exception line)."""
     covered = collections.Counter(tb.exc_type for tb in hooked)
+    dead = collections.Counter(tb.thread for tb in hooked if tb.thread)
     for tb in parse_tracebacks(text):
         if tb.short_type in SECONDARY_TYPES or tb.unraisable or tb.handled:
             continue
         if covered[tb.exc_type] > 0:
             covered[tb.exc_type] -= 1
+            dead[tb.thread] -= tb.thread in dead
+            continue
+        if tb.thread and dead[tb.thread] > 0:
+            dead[tb.thread] -= 1
+            covered[next(h.exc_type for h in hooked if h.thread == tb.thread)] -= 1
             continue
         yield tb
 
