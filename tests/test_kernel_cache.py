@@ -63,6 +63,22 @@ def test_removes_only_new_unfinished_kernels_nobody_holds(tmp_path, elf):
     assert not new_cut.exists() and not empty.exists()
 
 
+def test_a_kernel_whose_linker_finished_during_the_scan_is_kept(tmp_path, elf, monkeypatch):
+    """Cut when first looked at, whole by the time the open files were listed: another process's
+    linker just closed it, and a process may be loading it (the CI's ImportError: no such file)."""
+    kernel = tmp_path / "cache" / "cd" / "k.so"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_bytes(elf[:4096])
+
+    def linker_finishes() -> set[str]:
+        kernel.write_bytes(elf)
+        return set()
+
+    monkeypatch.setattr(kernel_cache, "_open_elsewhere", linker_finishes)
+    assert kernel_cache.remove_unfinished(tmp_path / "cache", time.time() - 60) == []
+    assert kernel_cache.whole_elf(kernel)
+
+
 def test_cache_dir_follows_the_environment(tmp_path):
     assert kernel_cache.cache_dir({"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}) == tmp_path
     assert kernel_cache.cache_dir({}).name.startswith("torchinductor_")

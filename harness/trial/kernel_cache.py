@@ -89,7 +89,9 @@ def remove_unfinished(root: Path, since: float) -> list[Path]:
     held = _open_elsewhere()
     if held is None:
         return []
-    return [path for path in suspects if os.path.realpath(path) not in held and _unlinked(path)]
+    # Looked at again after the scan: a linker that finished between the first look and the scan
+    # closed a whole kernel, which another process may load now (its ImportError: no such file).
+    return [path for path in suspects if os.path.realpath(path) not in held and not whole_elf(path) and _unlinked(path)]
 
 
 def _kernels_since(root: Path, since: float) -> Iterator[Path]:
