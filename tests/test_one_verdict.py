@@ -65,7 +65,7 @@ def test_stress_and_diagnose_give_a_folder_the_same_verdict(tmp_path, name):
 
 
 def test_a_side_by_side_whose_raw_set_never_failed_gives_no_verdict():
-    arms = [ArmCount(fixes=(), runs=20, failures=0), ArmCount(fixes=("global-lock",), runs=20, failures=0)]
+    arms = [ArmCount(fixes=(), failed=0, runs=20), ArmCount(fixes=("global-lock",), failed=0, runs=20)]
     lines = arms_verdict(arms)
     assert len(lines) == 1 and lines[0].startswith("no verdict on the fixes: none did not fail in 20 runs")
     assert held(arms) == []
@@ -73,9 +73,9 @@ def test_a_side_by_side_whose_raw_set_never_failed_gives_no_verdict():
 
 def test_a_fix_holds_only_against_a_raw_set_that_failed():
     arms = [
-        ArmCount(fixes=(), runs=10, failures=7, races={"R5": 7}),
-        ArmCount(fixes=("global-lock",), runs=10, failures=0),
-        ArmCount(fixes=("nested-fx-fallback",), runs=10, failures=3, races={"R4": 3}),
+        ArmCount(fixes=(), failed=7, runs=10, races={"R5": 7}),
+        ArmCount(fixes=("global-lock",), failed=0, runs=10),
+        ArmCount(fixes=("nested-fx-fallback",), failed=3, runs=10, races={"R4": 3}),
     ]
     assert arms_verdict(arms) == [
         "held in your runs: global-lock 0/10 where none failed 7/10",
@@ -111,8 +111,8 @@ def _stress_folder(tmp_path: Path, arms: list[ArmCount]) -> Path:
 
 def test_after_a_fix_failed_in_the_users_runs_the_next_is_offered(tmp_path):
     arms = [
-        ArmCount(fixes=(), runs=3, failures=3, races={"F2": 3}),
-        ArmCount(fixes=("nested-fx-fallback",), runs=3, failures=3, races={"R4": 3}),
+        ArmCount(fixes=(), failed=3, runs=3, races={"F2": 3}),
+        ArmCount(fixes=("nested-fx-fallback",), failed=3, runs=3, races={"R4": 3}),
     ]
     text, findings = diagnose.report([str(_stress_folder(tmp_path, arms))], brief=True)
     f2 = next(f for f in findings if f.race == "F2")
@@ -123,8 +123,8 @@ def test_after_a_fix_failed_in_the_users_runs_the_next_is_offered(tmp_path):
 
 def test_a_fix_that_held_in_the_users_runs_is_said_and_nothing_contradicts_it(tmp_path):
     arms = [
-        ArmCount(fixes=(), runs=3, failures=3, races={"F2": 3}),
-        ArmCount(fixes=("global-lock",), runs=3, failures=0),
+        ArmCount(fixes=(), failed=3, runs=3, races={"F2": 3}),
+        ArmCount(fixes=("global-lock",), failed=0, runs=3),
     ]
     text, _ = diagnose.report([str(_stress_folder(tmp_path, arms))], brief=True)
     assert "held in your runs: global-lock" in text

@@ -42,8 +42,8 @@ from harness.campaign.hunt_options import HuntOptions
 from harness.campaign.hunt_progress import process_tests
 from harness.campaign.hunt_records import RECORDS, RunRecord
 from harness.campaign.hunt_verdicts import RACE, TestVerdict, split_races
-from harness.campaign.stress import arm_name
 from harness.diagnosis import diagnose
+from harness.diagnosis.side_by_side import arm_name
 from harness.text import clip
 from harness.trial.folder import HANG_DUMP
 

@@ -24,28 +24,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness import stats
 from harness.campaign.hunt_junit import FAILING, SKIPPED
 from harness.campaign.hunt_records import ONE_THREAD, RunRecord, TestRecord
 from harness.diagnosis.catalogue import NOT_RACE_KINDS, load
+from harness.diagnosis.side_by_side import ArmCount
 
 OK, SKIP, RACE, NOT_RACE, FLAKY, AFTER = "ok", "skipped", "race", "not a race", "flaky", "after another test"
 OWN_STATE = "not thread-safe"
 ONE_THREAD_TOO = "fails with 1 thread too: not a race"
 ONLY_WITH_THREADS = "fails only with threads"
-
-
-@dataclass(frozen=True, slots=True)
-class ArmCount:
-    """One test's runs under one fix set."""
-
-    fixes: tuple[str, ...] | None
-    failed: int
-    runs: int
-
-    @property
-    def wilson(self) -> stats.Interval:
-        return stats.wilson(self.failed, self.runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,4 +187,4 @@ def _arm(tid: str, records: Sequence[RunRecord], arm: int, fixes: tuple[str, ...
 def _holds(arms: tuple[ArmCount, ...]) -> tuple[str, ...]:
     if len(arms) < 2 or not any(a.failed for a in arms):
         return ()
-    return tuple(",".join(a.fixes or ()) or "none" for a in arms if a.runs and not a.failed and a.fixes is not None)
+    return tuple(a.name for a in arms if a.runs and not a.failed and a.fixes is not None)

@@ -49,7 +49,7 @@ from harness.campaign.matrix_progress import format_elapsed
 from harness.campaign.matrix_spec import MatrixError, PlanChoice
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
 from harness.diagnosis import probes
-from harness.diagnosis.side_by_side import ArmCount, StressRecord
+from harness.diagnosis.side_by_side import ArmCount, StressRecord, arm_name
 from harness.text import clip
 from harness.trial import native, tracebacks
 from harness.trial.cells import NO_PLAN, cell_name
@@ -58,7 +58,7 @@ from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import interpreter_versions
 from harness.trial.outcome import HARNESS_DEFECT, SHOWN_AT_EXIT_0, Outcome, TrialResult
 from harness.trial.runner import run_trial
-from harness.trial.spec import TrialSpec, WorkloadSpec
+from harness.trial.spec import CHILDREN_ENV, TrialSpec, WorkloadSpec
 
 EXCERPT_FRAMES = 3
 """Innermost frames of a failure's traceback echoed with its exception line."""
@@ -71,8 +71,6 @@ DETERMINISTIC_FAST_S = 30.0
 DEFAULT_HANG_S = 60.0
 """Idle this long (no CPU, no output, the same stacks) and a run is a HANG (trial.runner)."""
 _BARE_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
-CHILDREN_ENV = "HARNESS_CHILDREN"
-"""Set in a run's environment: the bootstrap keeps the plan and the fixes for the processes it starts."""
 INTERRUPTED_RC = 130
 """Exit status after Ctrl-C, as a shell reports a command SIGINT ended (128 + 2)."""
 
@@ -292,10 +290,6 @@ def run_stress(
     loop.run()
     rc = loop.report(explain)
     return INTERRUPTED_RC if loop.interrupted else rc
-
-
-def arm_name(fixes: tuple[str, ...] | None) -> str:
-    return "as is" if fixes is None else ",".join(fixes) or "none"
 
 
 def arm_strategy(fixes: tuple[str, ...] | None) -> str:
@@ -615,7 +609,7 @@ class _StressLoop:
         o = self.opts
         options = (("--plan", o.plan) if o.plan else ()) + (("--children",) if o.children else ())
         arms = tuple(
-            ArmCount(fixes=fixes, runs=a.runs, failures=a.failures, races=dict(a.races))
+            ArmCount(fixes=fixes, failed=a.failures, runs=a.runs, races=dict(a.races))
             for fixes, a in zip(o.fix_sets, self.arms)
         )
         return StressRecord(command=o.cmd, options=options, arms=arms, deterministic=self.deterministic)

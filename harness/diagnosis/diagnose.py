@@ -221,6 +221,8 @@ def _with_side_by_side(findings: Sequence[Finding], record: StressRecord) -> Non
     """Each race's advice after the user's own fix sets: what held there is said, and what is
     offered next leaves out the sets already tried."""
     kept, done = held(record.arms), frozenset(tried(record.arms))
+    catalogue = load()
+    needs = companions(catalogue, RecordSource()) if done and not kept else {}
     for f in findings:
         if f.race is None:
             continue
@@ -229,14 +231,7 @@ def _with_side_by_side(findings: Sequence[Finding], record: StressRecord) -> Non
             f.measured = f"held in your runs: {', '.join(kept)}"
             continue
         if done:
-            catalogue = load()
-            f.try_fixes = try_fixes_command(
-                f.fixes,
-                record.command,
-                needs=companions(catalogue, RecordSource()),
-                options=record.options,
-                tried=done,
-            )
+            f.try_fixes = try_fixes_command(f.fixes, record.command, needs=needs, options=record.options, tried=done)
             f.measured = f"tried in your runs and did not hold: {', '.join(sorted(done))}"
             if not f.try_fixes:
                 f.change = change_text(catalogue.race(f.race), f.fixes)

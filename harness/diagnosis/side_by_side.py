@@ -11,25 +11,40 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness import stats
+
 STRESS_RECORD = "stress.json"
+
+
+def arm_name(fixes: tuple[str, ...] | None) -> str:
+    """A fix set as the user gave it: `as is` (no guard), `none` (`--fix none`), or its fixes."""
+    return "as is" if fixes is None else ",".join(fixes) or "none"
 
 
 @dataclass(frozen=True, slots=True)
 class ArmCount:
-    """One fix set's runs: `fixes` None as is (no guard), () `--fix none`."""
+    """One fix set's runs (stress's, or one test's in a hunt): `fixes` None as is, () `--fix none`."""
 
     fixes: tuple[str, ...] | None
+    failed: int
     runs: int
-    failures: int
-    races: dict[str, int] = field(default_factory=dict)
+    races: dict[str, int] = field(default_factory=dict, hash=False)
 
     @property
     def name(self) -> str:
-        return "as is" if self.fixes is None else ",".join(self.fixes) or "none"
+        return arm_name(self.fixes)
 
     @property
     def raw(self) -> bool:
         return not self.fixes
+
+    @property
+    def wilson(self) -> stats.Interval:
+        return stats.wilson(self.failed, self.runs)
+
+
+def _raw(arms: Sequence[ArmCount]) -> ArmCount | None:
+    return next((a for a in arms if a.raw), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +70,7 @@ class StressRecord:
                 ArmCount(
                     fixes=None if a["fixes"] is None else tuple(a["fixes"]),
                     runs=int(a["runs"]),
-                    failures=int(a["failures"]),
+                    failed=int(a["failed"]),
                     races=dict(a.get("races") or {}),
                 )
                 for a in data.get("arms") or ()
@@ -75,33 +90,32 @@ def arms_verdict(arms: Sequence[ArmCount]) -> list[str]:
     A fix holds only against a raw set that failed on the same seeds."""
     if len(arms) < 2:
         return []
-    raw = next((a for a in arms if a.raw), None)
-    tried = [a for a in arms if not a.raw]
+    raw = _raw(arms)
     if raw is None:
         return ["no verdict on the fixes: no raw set (--fix none) ran beside them"]
-    if not raw.failures:
+    if not raw.failed:
         return [
             f"no verdict on the fixes: {raw.name} did not fail in {raw.runs} runs, so no fix was tried "
             "against a failure (give the plan and options the failures were seen under, or more runs)"
         ]
     lines = []
-    for a in tried:
+    for a in (a for a in arms if not a.raw):
         races = ", ".join(f"{r} {n}" for r, n in sorted(a.races.items(), key=lambda kv: -kv[1]))
-        if a.runs and not a.failures:
-            lines.append(f"held in your runs: {a.name} 0/{a.runs} where {raw.name} failed {raw.failures}/{raw.runs}")
-        elif a.failures:
+        if a.runs and not a.failed:
+            lines.append(f"held in your runs: {a.name} 0/{a.runs} where {raw.name} failed {raw.failed}/{raw.runs}")
+        elif a.failed:
             lines.append(
-                f"did not hold in your runs: {a.name} failed {a.failures}/{a.runs}" + (f" ({races})" if races else "")
+                f"did not hold in your runs: {a.name} failed {a.failed}/{a.runs}" + (f" ({races})" if races else "")
             )
     return lines
 
 
 def held(arms: Sequence[ArmCount]) -> list[str]:
     """The fix sets that held in the user's side by side (a raw set failed beside them)."""
-    raw = next((a for a in arms if a.raw), None)
-    if raw is None or not raw.failures:
+    raw = _raw(arms)
+    if raw is None or not raw.failed:
         return []
-    return [a.name for a in arms if not a.raw and a.runs and not a.failures]
+    return [a.name for a in arms if not a.raw and a.runs and not a.failed]
 
 
 def tried(arms: Sequence[ArmCount]) -> set[str]:

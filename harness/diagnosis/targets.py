@@ -16,6 +16,7 @@ from harness.stores.store import Store, StoreError
 from harness.trial import hangs, signature
 from harness.trial.folder import HANG_DUMP, PYSPY, RESULT, SPEC
 from harness.trial.outcome import HARNESS_DEFECT, Outcome, TrialResult
+from harness.trial.spec import CHILDREN_ENV
 
 
 def collect(targets: Sequence[str], *, stores: Sequence[Path] = (), torch: str | None = None) -> list[Failure]:
@@ -83,7 +84,7 @@ def _run_options(spec: dict) -> tuple[str, ...]:
     """The stress options a run's spec shows it ran under that decide what fails: its plan."""
     plan = spec.get("plan")
     profile = plan.get("profile") if isinstance(plan, dict) else None
-    children = (spec.get("env") or {}).get("HARNESS_CHILDREN") == "1"
+    children = (spec.get("env") or {}).get(CHILDREN_ENV) == "1"
     return (("--plan", str(profile)) if profile else ()) + (("--children",) if children else ())
 
 

@@ -60,12 +60,13 @@ def failures_of(record: TrialResult, art=None, *, every_thread: bool = False) ->
     entries = [e for e in record.failures or () if isinstance(e, dict) and e.get("key")]
     if every_thread:
         entries = _every_face(entries, base.text, own_blocks, record)
-    return [_in_process(f, art) for f in _split(base, entries, record)]
-
-
-def _in_process(failure: Failure, art) -> Failure:
-    """The failure marked with the child process it failed in, where only a child recorded its threads."""
     children = thread_records.child_threads(thread_records.read(art)) if art is not None else {}
+    return [_in_process(f, children) for f in _split(base, entries, record)]
+
+
+def _in_process(failure: Failure, children: dict[str, str]) -> Failure:
+    """The failure marked with the child process it failed in, where only a child recorded its
+    threads (`children`: thread_records.child_threads of the run)."""
     where = {children.get(t) for t in failure.threads}
     if failure.threads and len(where) == 1 and None not in where:
         failure.process = where.pop()

@@ -20,6 +20,9 @@ from harness.runtime.errors import UserInputError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD_KINDS = ("dflash", "repro", "command")
+CHILDREN_ENV = "HARNESS_CHILDREN"
+"""In a run's environment (`stress --children`): the bootstrap keeps the plan and the fixes for the
+processes the program starts (bootstrap/sitecustomize.py spells it too: it imports no harness code)."""
 
 
 class InvalidSpec(UserInputError):

@@ -138,13 +138,16 @@ def _thread_owner(thread) -> str:
     return "program" if "program" in (created, body) else "library"
 
 
-def _remembering_creator(init):
-    """A class's __init__ that also stamps each instance with who created it (`_creator`)."""
+def _remembering_creator(init, then=None):
+    """A class's __init__ that also stamps each instance with who created it (`_creator`), then
+    calls `then(instance)`."""
 
     def wrapped(self, *args, **kwargs):
         init(self, *args, **kwargs)
         try:
             self._harness_owner, self._harness_created_at = _creator()
+            if then is not None:
+                then(self)
         except Exception:  # ownership is evidence, never a second failure
             pass
 
@@ -246,20 +249,16 @@ def _recorded_invoke(path: str, invoke):
     return invoke_excepthook
 
 
-def _thread_init(init, path: str):
-    """Thread.__init__ that stamps who created the thread and records its death below any hook."""
+def _record_death_below_hooks(path: str):
+    """What a new thread gets after its creator is stamped: its own `_invoke_excepthook` records
+    its death below any hook (`_recorded_invoke`)."""
 
-    def wrapped(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        try:
-            self._harness_owner, self._harness_created_at = _creator()
-            invoke = getattr(self, "_invoke_excepthook", None)
-            if invoke is not None:
-                self._invoke_excepthook = _recorded_invoke(path, invoke)
-        except Exception:  # ownership is evidence, never a second failure
-            pass
+    def then(thread) -> None:
+        invoke = getattr(thread, "_invoke_excepthook", None)
+        if invoke is not None:
+            thread._invoke_excepthook = _recorded_invoke(path, invoke)
 
-    return wrapped
+    return then
 
 
 def _where(frame) -> list[str]:
@@ -311,7 +310,7 @@ def _record_thread_errors(path: str) -> None:
         with _HOOK_LOCK:
             previous(args)
 
-    threading.Thread.__init__ = _thread_init(threading.Thread.__init__, path)
+    threading.Thread.__init__ = _remembering_creator(threading.Thread.__init__, _record_death_below_hooks(path))
     threading.excepthook = printing_hook
     threading._shutdown = _recording_shutdown(path, threading._shutdown)
     _record_unread_futures(path)
