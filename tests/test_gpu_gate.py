@@ -83,3 +83,22 @@ def test_sets_measured_beside_the_fix_are_recorded_and_do_not_colour_the_gate(tm
     assert record["green"]
     assert record["programs"][0]["also"] == [{"fix": also[0]["fix"], "failed": 3, "runs": 4}]
     assert _record(tmp_path, "", [_row("q", "0/4")])["programs"][0]["also"] == []
+
+
+def test_the_generated_gpu_programs_are_counted_right_wrong_or_unconfirmed(tmp_path):
+    shape = 'classname="tests.shapes.test_shapes" name="test_stress_reads_the_generated_gpu_program[{0}]"'
+    cases = (
+        f"<testcase {shape.format('a')}/>"
+        f'<testcase {shape.format("b")}><skipped message="the fault did not fire"/></testcase>'
+        f'<testcase {shape.format("c")}><failure message="races differ"/></testcase>'
+    )
+    (tmp_path / "j.xml").write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+    counts = gpu_gate.junit_counts(tmp_path / "j.xml")
+    assert counts["gpu_shapes"] == {"right": 1, "wrong": 1, "unconfirmed": 1}
+    assert counts["failed"] == 1 and "gpu_shapes" not in gpu_gate.junit_counts(_junit(tmp_path))
+
+
+def _junit(tmp_path):
+    path = tmp_path / "plain.xml"
+    path.write_text(JUNIT.format(failure=""))
+    return path

@@ -323,3 +323,42 @@ def test_a_hunt_reads_thread_unsafe_tests_as_their_own_state(tmp_path):
         t = tests[name]
         assert t["verdict"] == OWN_STATE and own in t["why"] and t["races"] == [], t
     assert proc.returncode == 0 and report["exit"] == 0, proc.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ a native crash beside reset()
+
+GC_SEGV = """Fatal Python error: Segmentation fault
+
+Current thread 0x00007f2d1537c6c0 (most recent call first):
+  Garbage-collecting
+  File "/tmp/prog.py", line 57 in work
+
+Thread 0x00007f2d3bc48240 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 1112 in join
+"""
+IN_RESET = GC_SEGV + '  File "/venv/lib/python3.11/site-packages/torch/_dynamo/__init__.py", line 153 in reset\n'
+RESET_BESIDE = "partner: torch._dynamo.reset() beside 3 threads"
+
+
+@pytest.mark.parametrize(
+    "text, kw",
+    [
+        (GC_SEGV, {"config_threads": RESET_BESIDE}),
+        (GC_SEGV, {"config_threads": f"worker-0 (pid 41): {RESET_BESIDE.split(': ', 1)[1]}"}),
+        (GC_SEGV, {"exposures": {"R5": 2}}),
+        (IN_RESET, {}),
+    ],
+    ids=["reset-recorded", "reset-in-a-child", "window-opened", "a-thread-inside-reset"],
+)
+def test_a_native_crash_beside_a_reset_is_suspected_r5(text, kw):
+    """Heap reset() corrupted, met later (a GC traversal): no frame of the crash is R5's, the run's
+    record of reset() beside live threads is."""
+    finding = _one(text, outcome="ABORT", torch="2.13.0+cpu", **kw)
+    assert finding.race == "R5" and finding.verdict().startswith("suspected: R5"), finding.verdict()
+
+
+def test_a_native_crash_with_no_reset_beside_threads_names_no_race():
+    assert _one(GC_SEGV, outcome="ABORT", torch="2.13.0+cpu").race is None
+    alone = "MainThread: torch._dynamo.reset() beside 0 threads"
+    assert _one(GC_SEGV, outcome="ABORT", torch="2.13.0+cpu", config_threads=alone).race is None
+    assert _one(GC_SEGV, outcome="ABORT", torch="2.13.0+cpu", exposures={"R5": 0}).race is None

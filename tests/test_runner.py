@@ -536,3 +536,24 @@ def test_a_print_inside_a_dead_threads_traceback_is_not_a_failure_of_its_own():
     hooked = [f"Exception in thread worker-1:\n{record}"]
     found = signature.run_failures(garbled, extra=hooked)
     assert [f.signature.exc_type for f in found] == ["ValueError"], [f.signature.key for f in found]
+
+
+def test_a_childs_native_crash_under_a_parent_stuck_at_exit_is_the_runs_abort(tmp_path):
+    """The first process lives to the deadline (a non-daemon thread holds its exit): the crash its
+    output shows is a child's, and it is the run's failure, not a hang of the program's own."""
+    result = _run(tmp_path, "child_crash_exit_waits", hang_s=HANG_S, timeout_s=20.0)
+    assert result.outcome is Outcome.ABORT, result.detail
+    assert result.detail.startswith("a process the program started: Fatal Python error: Segmentation fault")
+    assert "; then hang: " in result.detail and result.signal == "SIGSEGV"
+
+
+@pytest.mark.parametrize("child", [False, True])
+def test_a_reset_beside_live_threads_is_recorded_with_its_thread(tmp_path, child):
+    result = _run(tmp_path, "reset_beside_threads", *(["--child"] if child else []), timeout_s=60.0)
+    assert result.outcome is Outcome.OK, result.detail
+    lines = (Path(result.artefacts) / "config_sets.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [(r["call"], r["thread"], r["beside"] >= 1) for r in records] == [
+        ("torch._dynamo.reset()", "resetter", True)
+    ]
+    assert ("pid" in records[0]) is child and records[0].get("process", "worker-0") == "worker-0"

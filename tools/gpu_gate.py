@@ -1,5 +1,5 @@
-"""The GPU gate's record: the GPU race suite and the corpus's GPU programs, raw against the fix the
-diagnosis offers, in one JSON file per run (`results/gpu-gate/<date>.json`).
+"""The GPU gate's record: the GPU race suite, the generated GPU programs (tests/shapes) and the
+corpus's GPU programs, raw against the fix the diagnosis offers, in one JSON file per run (`results/gpu-gate/<date>.json`).
 
     python3 -m tools.gpu_gate programs [--shards K]       # the GPU entries with a fix, K lines of names
     python3 -m tools.gpu_gate record --junit J.xml --corpus A.json [B.json ...] --commit SHA --out FILE
@@ -43,18 +43,27 @@ def junit_counts(path: Path) -> dict:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as e:
         raise GateError(f"--junit {path}: {e}") from None
-    cases = root.iter("testcase")
     failed, skipped, passed = [], 0, 0
-    for case in cases:
+    shapes = {"right": 0, "wrong": 0, "unconfirmed": 0}
+    for case in root.iter("testcase"):
         tags = {child.tag for child in case}
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        if tags & {"failure", "error"}:
+        verdict = "wrong" if tags & {"failure", "error"} else "unconfirmed" if "skipped" in tags else "right"
+        if case.get("name", "").startswith(GPU_SHAPES):
+            shapes[verdict] += 1
+        if verdict == "wrong":
             failed.append(name)
-        elif "skipped" in tags:
+        elif verdict == "unconfirmed":
             skipped += 1
         else:
             passed += 1
-    return {"passed": passed, "failed": len(failed), "skipped": skipped, "failed_tests": failed}
+    counts = {"passed": passed, "failed": len(failed), "skipped": skipped, "failed_tests": failed}
+    return {**counts, "gpu_shapes": shapes} if sum(shapes.values()) else counts
+
+
+GPU_SHAPES = "test_stress_reads_the_generated_gpu_program"
+"""The generated GPU programs (tests/shapes): right, wrong, or unconfirmed (the fault did not fire
+in every run, so the program was not judged)."""
 
 
 def corpus_rows(paths: list[Path]) -> list[dict]:
@@ -131,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"gate {'green' if record['green'] else 'RED'}: {record['passed']} passed, {record['failed']} failed; "
         f"{sum(p['as_expected'] for p in record['programs'])}/{len(record['programs'])} programs as expected"
+        + "".join(f"; GPU shapes {k} {v}" for k, v in record.get("gpu_shapes", {}).items())
     )
     return 0 if record["green"] else 1
 

@@ -141,11 +141,11 @@ run_phase() {
             # Env PYTEST_K: a -k expression (one test, e.g. a changed row, without the whole suite).
             kx=(); [ -n "${PYTEST_K:-}" ] && kx=(-k "$PYTEST_K")
             timeout -k 15 "${ps:-240}" python3 -m pytest -v -rfE -p no:cacheprovider --basetemp "$X/pytest-tmp" "${xd[@]}" "${kx[@]}" -m "race or cuda" \
-              tests/race/test_gpu_catalogue.py tests/race/test_r22_stash_tls_refcount.py tests/test_r23.py \
+              tests/race/test_gpu_catalogue.py tests/race/test_r22_stash_tls_refcount.py tests/test_r23.py tests/shapes/test_shapes.py \
               > "$X/pytest-race-cuda.txt" 2>&1; echo "pytest race+cuda rc=$? $(( $(date +%s) - s ))s"
             tail -n 15 "$X/pytest-race-cuda.txt" ;;
-    # gate[:S[:N]]: the GPU gate (tools/gpu_gate.py), within S seconds (560): the GPU race suite
-    # (-m "race or cuda") on N xdist workers (4) beside the corpus's GPU programs, raw against the
+    # gate[:S[:N]]: the GPU gate (tools/gpu_gate.py), within S seconds (560): the GPU race suite and
+    # the generated GPU programs (-m "race or cuda", tests/shapes) on N xdist workers (4) beside the corpus's GPU programs, raw against the
     # fix the diagnosis offers (3 shards at once, 2 runs at a time each); the record goes to
     # results/gpu-gate/<date>.json and $OUT/gpu-gate.json. Env GATE_COMMIT: the commit the checkout
     # is (a host's copy has no .git); GATE_RUNS: runs per arm (4); GATE_ONLY: these entries only;
@@ -156,7 +156,7 @@ run_phase() {
             export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
             timeout -k 15 $(( gs - 20 )) python3 -m pytest -v -rfE -p no:cacheprovider --basetemp "$X/gate-tmp" -n "${gn:-4}" \
               -m "race or cuda" --junitxml "$X/gate-junit.xml" tests/race/test_gpu_catalogue.py \
-              tests/race/test_r22_stash_tls_refcount.py tests/test_r23.py > "$X/gate-pytest.txt" 2>&1 & gp=$!
+              tests/race/test_r22_stash_tls_refcount.py tests/test_r23.py tests/shapes/test_shapes.py > "$X/gate-pytest.txt" 2>&1 & gp=$!
             gc=(); k=0; also=(); for a in ${GATE_ALSO:-}; do also+=(--also "$a"); done
             while read -r names; do [ -n "$names" ] || continue; k=$(( k + 1 ))
               timeout -k 15 $(( gs - 30 )) python3 -m tools.corpus --device cuda --fixes --only "$names" "${also[@]}" \

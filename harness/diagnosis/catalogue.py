@@ -475,9 +475,9 @@ def parse(text: str) -> Catalogue:
         raise CatalogueError(f"catalogue: duplicate race ids {sorted({i for i in ids if ids.count(i) > 1})}")
     by_id = {r.id: r for r in races}
     for r in races:
-        bad = [f for f in r.faces if f != "other" and by_id.get(f, r).kind != "generic"]
+        bad = [f for f in r.faces if f not in ("other", "native-crash") and by_id.get(f, r).kind != "generic"]
         if bad:
-            raise CatalogueError(f"race {r.id}: faces must be generic races or `other`, not {bad}")
+            raise CatalogueError(f"race {r.id}: faces must be generic races, `other` or `native-crash`, not {bad}")
     repros = tuple(_repro(r, by_id) for r in data.get("repro", []))
     return Catalogue(races=races, repros=repros)
 

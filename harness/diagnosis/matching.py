@@ -48,6 +48,10 @@ CODE_SCORE = 0.4
 """A test's own state read from its code, where nothing else names the failure."""
 
 
+NATIVE_CRASH = "native-crash"
+"""The face of a native crash (ABORT) that no family names (a C++ abort, a signal elsewhere)."""
+
+
 WINDOWS = "windows opened: "
 """How the run's measured exposure windows read to a race's `context` (`windows opened: F10=3`)."""
 
@@ -205,7 +209,9 @@ def _suspects(family: str, failure: Failure, catalogue: Catalogue, records_of: R
     """Races whose `faces` include this generic family, whose `context` is in the run, on a torch
     where their repro reproduced."""
     out = []
-    context = failure.context()
+    context = run_context(failure)
+    if failure.outcome == "ABORT" and family in ("other", "?"):
+        family = NATIVE_CRASH
     for race in catalogue.races:
         if family not in race.faces:
             continue

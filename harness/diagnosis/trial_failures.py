@@ -133,12 +133,16 @@ def recorded_config_sets(art) -> str:
 
 def config_sets(raw: str) -> str:
     """The bootstrap's record of the configs the program set (`config_sets.jsonl`) as one line,
-    `THREAD: MODULE.NAME=VALUE; ...` ("" where it set none or the run predates the record)."""
+    `THREAD: MODULE.NAME=VALUE; ...`, a reset call as `THREAD: torch._dynamo.reset() beside N
+    threads`, a child process's with `(pid P)` after its thread ("" where it set none or the run
+    predates the record)."""
     sets = []
     for line in raw.splitlines():
         try:
             r = json.loads(line)
-            sets.append(f"{r['thread']}: {r['config']}={r['value']}")
+            who = f"{r['thread']} (pid {r['pid']})" if "pid" in r else r["thread"]
+            what = f"{r['call']} beside {r['beside']} threads" if "call" in r else f"{r['config']}={r['value']}"
+            sets.append(f"{who}: {what}")
         except (ValueError, KeyError, TypeError):
             continue
     return "; ".join(sets)

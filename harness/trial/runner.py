@@ -507,13 +507,8 @@ def _classify(
             if isinstance(result.final.get(key), (int, float)):
                 result.tokens_per_s = float(result.final[key])
                 break
-    main_death = thread_records.main_death(hooked)
-    if ending.how in ("hang", "timeout") and main_death is not None:
-        _classify_main_death(result, main_death, hooked)
-    elif ending.how == "hang":
-        _classify_hang(result, ending)
-    elif ending.how == "timeout":
-        _set(result, Outcome.TIMEOUT, None, _busy_detail(ending))
+    if ending.how in ("hang", "timeout"):
+        _classify_stuck(result, ending, text, hooked)
     elif _stalled(result, out) or (not foreign and _reported_hang(result, text)):
         pass  # a HANG the workload reported itself
     else:
@@ -530,6 +525,20 @@ def _classify(
         result.detail = f"processes {list(ending.survivors)} survived SIGKILL; {result.detail}"
 
 
+def _classify_stuck(result: TrialResult, ending: _Ending, text: str, hooked: list[dict]) -> None:
+    """A run alive at its deadline, idle (hang) or busy (timeout): the main thread's death that
+    left its exit waiting, else a started process's native crash, else the hang or the slow run."""
+    main_death = thread_records.main_death(hooked)
+    if main_death is not None:
+        _classify_main_death(result, main_death, hooked)
+        return
+    if ending.how == "hang":
+        _classify_hang(result, ending)
+    else:
+        _set(result, Outcome.TIMEOUT, None, _busy_detail(ending))
+    _child_native_crash(result, text)
+
+
 def _classify_main_death(result: TrialResult, death: dict, hooked: list[dict]) -> None:
     """The main thread died of an exception, then interpreter exit waited for a non-daemon thread
     past the deadline: the run failed of that exception (never slow, never the program's own hang),
@@ -541,6 +550,20 @@ def _classify_main_death(result: TrialResult, death: dict, hooked: list[dict]) -
     if waits:
         detail += f"; then waited at exit for {waits}"
     _set(result, Outcome.CRASH, main.signature if main else None, detail)
+
+
+def _child_native_crash(result: TrialResult, text: str) -> None:
+    """A run that hung or ran out its time, whose output holds a native crash report: the first
+    process was alive to the end, so a process it started crashed (a spawned worker's segfault,
+    its parent then waiting on a thread that never ends). The crash is the run's failure; what
+    came after it stays in the detail."""
+    fatal = re.search(r"Fatal Python error: (.+?)[ \t]*$", text, re.M)
+    if fatal is None:
+        return
+    then = f"{result.outcome.value}: {result.detail}" if result.detail else result.outcome.value
+    result.signal = _FATAL_SIGNALS.get(fatal.group(1))
+    sig = signature.crash_signature(text, rc=None)
+    _set(result, Outcome.ABORT, sig, f"a process the program started: {fatal.group(0)}; then {then}")
 
 
 def _classify_hang(result: TrialResult, ending: _Ending) -> None:

@@ -40,7 +40,15 @@ from dataclasses import dataclass
 
 from tests.shapes.shape import Shape
 
-RACES = {"F2": "F2", "R4": "R4", "dict-mutation": "dict-mutation", "R5": "R5"}
+RACES = {
+    "F2": "F2",
+    "R4": "R4",
+    "dict-mutation": "dict-mutation",
+    "R5": "R5",
+    "reduce-overhead": "F1",
+    "capture-beside-eager": "capture",
+    "autograd": "F1",
+}
 NORMAL_EXITS = ("exit-0", "exit-code", "thread-sys-exit")
 """Endings that reach the interpreter's own exit (where an unread Future is told)."""
 HUNG = frozenset({"hang", "timeout"})

@@ -146,6 +146,90 @@ def partner(state, stop):
         state["fn"] = make_policy()
 """
 
+GPU_MODEL = """
+def make_model():
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64)).cuda()
+
+"""
+
+REDUCE_OVERHEAD = (
+    GPU_MODEL
+    + """
+def setup():
+    fn = torch.compile(make_model().eval(), mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(3):  # warmed and recorded in the main thread
+            fn(torch.randn(8, 64, device="cuda"))
+    torch.cuda.synchronize()
+    return {"fn": fn}
+
+
+def work(state, item):
+    x = torch.randn(8 * (item + 2), 64, device="cuda")  # each worker serves a batch size of its own
+    deadline = time.monotonic() + WORK_S
+    with torch.no_grad():
+        while time.monotonic() < deadline:
+            float(state["fn"](x).sum().item())
+
+
+partner = None
+"""
+)
+
+CAPTURE_BESIDE_EAGER = """
+def setup():
+    w = torch.randn(512, 512, device="cuda")
+    torch.cuda.synchronize()
+    return {"w": w}
+
+
+def work(state, item):
+    w = state["w"]
+    deadline = time.monotonic() + WORK_S
+    while time.monotonic() < deadline:  # a request's eager work: new tensors, a sync per request
+        x = torch.randn(128, 512, device="cuda")
+        float((x @ w).softmax(-1)[0, 0].item())
+
+
+def partner(state, stop):
+    w = state["w"]
+    while not stop.is_set():  # the decode step captured again, as the CUDA graphs recipe says
+        static_in = torch.randn(8, 512, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.relu(static_in @ w)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            torch.relu(static_in @ w) @ w
+        graph.replay()
+"""
+
+AUTOGRAD = (
+    GPU_MODEL
+    + """
+def setup():
+    fn = torch.compile(make_model(), mode="reduce-overhead")
+    for _ in range(3):  # a few training steps in the main thread first
+        fn(torch.randn(16, 64, device="cuda")).square().mean().backward()
+    torch.cuda.synchronize()
+    return {"fn": fn}
+
+
+def work(state, item):
+    x = torch.randn(16, 64, device="cuda")
+    deadline = time.monotonic() + WORK_S
+    while time.monotonic() < deadline:  # each worker trains: forward, backward on autograd's thread
+        loss = state["fn"](x).square().mean()
+        loss.backward()
+        float(loss.item())
+
+
+partner = None
+"""
+)
+
 SOURCES = {
     "none": NONE,
     "deterministic": DETERMINISTIC,
@@ -153,6 +237,9 @@ SOURCES = {
     "R4": R4,
     "dict-mutation": DICT_MUTATION,
     "R5": R5,
+    "reduce-overhead": REDUCE_OVERHEAD,
+    "capture-beside-eager": CAPTURE_BESIDE_EAGER,
+    "autograd": AUTOGRAD,
 }
 
 FIRED = {
@@ -162,9 +249,24 @@ FIRED = {
     "R4": r"module is not installed as a submodule",
     "dict-mutation": r"KeyError|(?:dictionary|OrderedDict) (?:keys changed|changed size|mutated) during iteration",
     "R5": r"name '__compiled_fn_\w*' is not defined",
+    # F1's assert has no message; the capture race fails the eager thread or its RNG call.
+    "reduce-overhead": r"^AssertionError: $",
+    "capture-beside-eager": r"operation not permitted when stream is capturing|previous error during capture|"
+    r"Offset increment outside graph capture",
+    "autograd": r"^AssertionError: $",
 }
 """A worker exception's `Type: message` that is this fault. R5 fires mostly as a native crash,
 which the truth reads as a process that started and never ended."""
 
-WORK_S = {"none": 0.5, "deterministic": 0.5, "F2": 0.5, "R4": 0.5, "dict-mutation": 0.5, "R5": 3.0}
+WORK_S = {
+    "none": 0.5,
+    "deterministic": 0.5,
+    "F2": 0.5,
+    "R4": 0.5,
+    "dict-mutation": 0.5,
+    "R5": 3.0,
+    "reduce-overhead": 1.0,
+    "capture-beside-eager": 2.0,
+    "autograd": 1.0,
+}
 """Seconds of calls per worker item: enough for the fault to fire in every run."""

@@ -12,8 +12,12 @@ from dataclasses import dataclass
 STARTS = ("thread", "executor-map", "executor-submit", "to-thread", "daemon", "child")
 REPORTS = ("default-hook", "logging", "swallowed", "exception-group", "retry", "own-excepthook", "future-logged")
 FAULTS = ("none", "deterministic", "F2", "R4", "dict-mutation", "R5")
+GPU_FAULTS = ("reduce-overhead", "capture-beside-eager", "autograd")
+"""Faults that need CUDA: a mode="reduce-overhead" model called from worker threads, eager CUDA
+work beside another thread's graph capture, and training steps (backward) in worker threads."""
 ENDINGS = ("exit-0", "exit-code", "thread-sys-exit", "os-exit", "non-daemon-wait")
 PARTS = {"start": STARTS, "report": REPORTS, "fault": FAULTS, "ending": ENDINGS}
+GPU_PARTS = {**PARTS, "fault": GPU_FAULTS}
 
 HOOK_STARTS = ("thread", "daemon", "child")
 """Starts whose workers are threads the program made: only there does a threading.excepthook see
@@ -29,8 +33,13 @@ class Shape:
 
     def __post_init__(self) -> None:
         for part, values in PARTS.items():
+            values = values + GPU_FAULTS if part == "fault" else values
             if getattr(self, part) not in values:
                 raise ValueError(f"{part} {getattr(self, part)!r} is not one of {', '.join(values)}")
+
+    @property
+    def gpu(self) -> bool:
+        return self.fault in GPU_FAULTS
 
     @property
     def name(self) -> str:

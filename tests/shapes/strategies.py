@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
-from tests.shapes.shape import ENDINGS, FAULTS, PARTS, REPORTS, STARTS, Shape
+from tests.shapes.shape import ENDINGS, FAULTS, GPU_FAULTS, PARTS, REPORTS, STARTS, Shape
 
 
 def shapes() -> st.SearchStrategy[Shape]:
@@ -26,12 +26,19 @@ def shapes() -> st.SearchStrategy[Shape]:
     ).filter(lambda s: not s.why_invalid())
 
 
-def draw(n: int, seed: int) -> list[Shape]:
-    """n valid shapes drawn uniformly per part with a fixed seed (redrawn where invalid)."""
+def gpu_shapes() -> st.SearchStrategy[Shape]:
+    return shapes().map(
+        lambda s: Shape(s.start, s.report, GPU_FAULTS[FAULTS.index(s.fault) % len(GPU_FAULTS)], s.ending)
+    )
+
+
+def draw(n: int, seed: int, parts: dict[str, tuple[str, ...]] = PARTS) -> list[Shape]:
+    """n valid shapes drawn uniformly per part with a fixed seed (redrawn where invalid); `parts`:
+    GPU_PARTS draws the faults that need CUDA."""
     rng = random.Random(seed)
     out: list[Shape] = []
     while len(out) < n:
-        shape = Shape(*(rng.choice(values) for values in PARTS.values()))
+        shape = Shape(*(rng.choice(values) for values in parts.values()))
         if not shape.why_invalid():
             out.append(shape)
     return out

@@ -19,13 +19,14 @@ from hypothesis import given, settings
 
 from tests.shapes import truth
 from tests.shapes.expected import expected
-from tests.shapes.sample import KNOWN_WRONG, UNCERTAIN, ci_sample, matches
-from tests.shapes.shape import PARTS, Shape, parse, valid_shapes
-from tests.shapes.strategies import shapes, shrink
+from tests.shapes.sample import GPU_SIZE, KNOWN_WRONG, UNCERTAIN, ci_sample, gpu_sample, matches
+from tests.shapes.shape import GPU_FAULTS, PARTS, Shape, parse, valid_shapes
+from tests.shapes.strategies import gpu_shapes, shapes, shrink
 from tests.shapes.verdicts import Found, differences, judge
 from tests.shapes.writer import program
 
 SAMPLE = ci_sample()
+GPU_SAMPLE = gpu_sample()
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)
@@ -33,6 +34,14 @@ SAMPLE = ci_sample()
 def test_every_valid_shape_writes_a_program_that_parses(shape):
     tree = ast.parse(program(shape))
     assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+
+
+@settings(derandomize=True, max_examples=30, deadline=None)
+@given(gpu_shapes())
+def test_every_gpu_shape_writes_a_program_that_parses_and_names_its_race(shape):
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "work" for n in ast.parse(program(shape)).body)
+    want = expected(shape)
+    assert want.races is None or want.races <= {"F1", "capture"}
 
 
 @settings(derandomize=True, max_examples=200, deadline=None)
@@ -89,9 +98,25 @@ def test_the_sample_covers_every_part_and_leaves_out_the_known_wrong():
     assert {s.fault for s in SAMPLE} == set(PARTS["fault"]) - {"R5"}
 
 
+def test_the_gpu_sample_holds_each_cuda_fault_and_no_cpu_one():
+    assert len(GPU_SAMPLE) == GPU_SIZE and len(set(GPU_SAMPLE)) == GPU_SIZE
+    assert sorted({s.fault for s in GPU_SAMPLE}) == sorted(GPU_FAULTS)
+    assert all(s.gpu for s in GPU_SAMPLE) and not any(s.gpu for s in SAMPLE)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", SAMPLE, ids=[s.name for s in SAMPLE])
 def test_stress_reads_the_generated_program(shape, tmp_path: Path):
+    _judge_and_compare(shape, tmp_path)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", GPU_SAMPLE, ids=[s.name for s in GPU_SAMPLE])
+def test_stress_reads_the_generated_gpu_program(shape, tmp_path: Path):
+    _judge_and_compare(shape, tmp_path)
+
+
+def _judge_and_compare(shape: Shape, tmp_path: Path) -> None:
     judged = judge(shape, tmp_path / "runs")
     if not judged.confirmed:
         pytest.skip(f"the fault did not fire in every run: {judged.found.classes}")

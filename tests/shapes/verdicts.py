@@ -24,6 +24,8 @@ from tests.shapes.writer import write
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60.0
+GPU_TIMEOUT_S = 180.0
+"""A CUDA fault's run: Inductor compiles its mode="reduce-overhead" model cold on a fresh host."""
 HANG_S = 5.0
 """Idle this long and a run is a HANG: non-daemon-wait's programs wait forever by design."""
 _TOTALS = re.compile(r"^(\d+) runs completed, (\d+) failures.*?(?:; races: (.*))?$", re.M)
@@ -50,7 +52,7 @@ def runs_for(shape: Shape) -> int:
     return 3 if shape.fault == "deterministic" else 2
 
 
-def stress_command(program: Path, out: Path, runs: int) -> list[str]:
+def stress_command(program: Path, out: Path, runs: int, timeout_s: float = TIMEOUT_S) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -61,7 +63,7 @@ def stress_command(program: Path, out: Path, runs: int) -> list[str]:
         "--max-runs",
         str(runs),
         "--timeout",
-        f"{TIMEOUT_S:g}",
+        f"{timeout_s:g}",
         "--hang",
         f"{HANG_S:g}",
         "-o",
@@ -79,7 +81,7 @@ def stress(program: Path, shape: Shape, out: Path, runs: int | None = None) -> F
     truth_dir.mkdir(parents=True)
     env = {**os.environ, "SHAPES_TRUTH": str(truth_dir)}
     env.pop("SHAPES_RUN", None)
-    cmd = stress_command(program, out, runs or runs_for(shape))
+    cmd = stress_command(program, out, runs or runs_for(shape), GPU_TIMEOUT_S if shape.gpu else TIMEOUT_S)
     done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     (out.parent / f"{out.name}.stdout.txt").write_text(done.stdout + "\n--- stderr\n" + done.stderr)
     return read(done.stdout, out, tuple(truth.runs(truth_dir, shape.fault)))

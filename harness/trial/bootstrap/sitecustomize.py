@@ -369,14 +369,66 @@ def _record_config_sets(path: str) -> None:
                     line = json.dumps(record)
                     if line not in written:
                         written.add(line)
-                        with open(path, "a", encoding="utf-8") as fh:
-                            fh.write(line + "\n")
+                        _append_record(path, record)
             except Exception:  # a record is evidence, never a second failure
                 pass
 
         cls.__setattr__ = recording_setattr
 
     sys.meta_path.insert(0, _AfterImport("torch.utils._config_module", patch))
+    _after_import("torch._dynamo", lambda m: _record_resets(m, path))
+
+
+_RESETS = ("reset", "reset_code_caches")
+
+
+def _record_resets(dynamo, path: str) -> None:
+    """Each thread that calls torch._dynamo.reset() (or reset_code_caches) while other threads of the
+    program live, once: a native crash anywhere in such a run may be reset() freeing what a compiled
+    call reads (R5, pytorch PRs #193697/#195355), and nothing in the crash itself says so."""
+    seen = set()
+    inside = threading.local()  # reset() calls reset_code_caches(): the outer call only
+
+    def note(name: str) -> None:
+        me = threading.current_thread()
+        if (me.name, name) in seen or len(seen) >= _CONFIG_SETS_CAP:
+            return
+        beside = sum(1 for t in threading.enumerate() if t is not me and _thread_owner(t) == "program")
+        if beside:
+            seen.add((me.name, name))
+            _append_record(path, {"call": f"torch._dynamo.{name}()", "thread": me.name, "beside": beside})
+
+    def wrap(name: str, original):
+        @functools.wraps(original)
+        def recording(*args, **kwargs):
+            if getattr(inside, "call", False):
+                return original(*args, **kwargs)
+            inside.call = True
+            try:
+                try:
+                    note(name)
+                except Exception:  # a record is evidence, never a second failure
+                    pass
+                return original(*args, **kwargs)
+            finally:
+                inside.call = False
+
+        return recording
+
+    for name in _RESETS:
+        if callable(getattr(dynamo, name, None)):
+            setattr(dynamo, name, wrap(name, getattr(dynamo, name)))
+
+
+def _append_record(path: str, record: dict) -> None:
+    """One JSON line, with the pid and role of a process the program started."""
+    try:
+        if os.getpid() != _ROOT_PID:
+            record["pid"], record["process"] = os.getpid(), _process_role()
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+    except Exception:  # a record is evidence, never a second failure
+        pass
 
 
 def _count_program_threads(path: str) -> None:
@@ -516,9 +568,9 @@ if _helper_process() and os.getpid() != _ROOT_PID:
         os.environ.pop(_variable, None)
 if os.environ.get("HARNESS_THREAD_ERRORS"):
     _record_thread_errors(os.environ["HARNESS_THREAD_ERRORS"])
-if os.environ.get("HARNESS_CONFIG_SETS"):
-    # Taken out of the environment: a process the program starts would write its own sets there.
-    _record_config_sets(os.environ.pop("HARNESS_CONFIG_SETS"))
+if os.environ.get("HARNESS_CONFIG_SETS") and not _helper_process():
+    # Kept in the environment: a process the program starts appends its own, with its pid.
+    _record_config_sets(os.environ["HARNESS_CONFIG_SETS"])
 if os.environ.get("HARNESS_THREADS"):
     # Taken out of the environment: a process the program starts would overwrite the count.
     _count_program_threads(os.environ.pop("HARNESS_THREADS"))
