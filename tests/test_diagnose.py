@@ -404,6 +404,25 @@ def test_a_fix_is_offered_only_where_it_holds_on_the_program_as_it_is():
         assert diagnose.try_fixes_command([dataclasses.replace(line, **changed)], ()) == ""
 
 
+def test_the_fix_with_the_best_evidence_is_offered_first():
+    """On this torch, held, then the lowest rate of failures of any kind, then the most trials."""
+
+    def line(name, k, n, failed, same=True):
+        c = catalogue_module.Count(k=k, n=n, failed=failed, torch=("2.13.0",))
+        return diagnose.FixLine(name=name, where="w", torch="2.13", count=c, same_torch=same)
+
+    lines = [
+        line("cublas-handle-init", 0, 10, 0, same=False),
+        line("stream-sync", 2, 10, 2),
+        line("global-lock", 0, 10, 0),
+        line("cstash-tls-init", 0, 20, 3),
+        line("nested-fx-fallback", 0, 29, 0),
+    ]
+    order = [x.name for x in sorted(lines, key=diagnose.FixLine.rank)]
+    assert order == ["nested-fx-fallback", "global-lock", "cstash-tls-init", "stream-sync", "cublas-handle-init"]
+    assert diagnose.try_fixes_command(lines, (), limit=1).split("--fix ")[2].startswith("nested-fx-fallback")
+
+
 F2_SUMMARY = "fx-trace-of-dynamo-fn (RuntimeError in MainThread at torch._dynamo.eval_frame:compile_wrapper < m:main)"
 F2_TEXT = (
     'Traceback (most recent call last):\n  File "m.py", line 9, in main\n    f(x)\n'

@@ -28,6 +28,12 @@ class FixLine:
     leaves: str = ""
     """The face of this failure the fix does not remove (FixEvidence.leaves' hit), if any."""
 
+    def rank(self) -> tuple:
+        """Best evidence first: measured on this torch, held, then the lowest rate of failures of
+        any kind, then the most trials."""
+        n = self.count.n if self.count else 0
+        return (not self.same_torch, self.held() is not True, self.count.failed / n if n else 1.0, -n)
+
     def held(self) -> bool | None:
         return None if self.count is None or not self.count.n else self.count.k == 0
 
@@ -74,7 +80,7 @@ def fix_lines(race: Race, torch: str | None, records_of: RecordSource, text: str
                 leaves=(first_hit(fe.leaves, text) or "") if text else "",
             )
         )
-    return sorted(lines, key=lambda f: (not f.same_torch, f.held() is not True))
+    return sorted(lines, key=FixLine.rank)
 
 
 def companions(catalogue: Catalogue, records_of: RecordSource) -> dict[str, tuple[str, ...]]:
@@ -108,7 +114,7 @@ def try_fixes_command(
     needs beside it; `options` (the plan the failures were seen under) are kept, so that the raw
     set fails as it did; `tried`: sets the user's own side by side already ran, left out."""
     sets: list[str] = []
-    for line in sorted(fixes, key=lambda f: (not f.same_torch, f.held() is not True)):
+    for line in sorted(fixes, key=FixLine.rank):
         if not line.offered():
             continue
         names = tuple(line.name.replace("+", ",").split(","))
