@@ -32,6 +32,9 @@ The rules, for a run in which the fault fired (the truth says so; other runs are
    stress stops with `a deterministic failure, not a race`. A race shown by status alone may or
    may not fail the same way three times (the lost-item count varies): not judged.
 6. `none` is a clean program: no run fails (except under rule 2).
+7. The CUDA faults raise in the worker as F2 does, so rules 2-5 apply: reduce-overhead and autograd
+   threads name F1 (the cudagraph trees' per-thread state missing in a fresh or autograd thread),
+   eager work beside another thread's capture names `capture`.
 """
 
 from __future__ import annotations
