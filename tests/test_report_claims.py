@@ -748,9 +748,11 @@ def test_the_corpus_counts_are_its_tables():
 
 
 def test_the_gpu_gate_is_its_record():
-    gate = json.loads((RESULTS / "gpu-gate" / "2026-12-07-h100.json").read_text())
+    gate = json.loads((RESULTS / "gpu-gate" / "2026-12-07-h100-b.json").read_text())
     assert gate["failed"] == 0 and gate["date"] == "2026-12-07" and gate["green"]
-    log = (RESULTS / "gpu-gate" / "2026-12-07-h100" / "log.txt").read_text()
+    shapes = gate["gpu_shapes"]
+    assert f"{shapes['right']} read right, {shapes['unconfirmed']} not judged" in TEXT and not shapes["wrong"]
+    log = (RESULTS / "gpu-gate" / "2026-12-07-h100-b" / "log.txt").read_text()
     assert "NVIDIA H100" in log and "torch 2.11.0+cu130" in log and "a fresh H100, torch 2.11.0+cu130" in TEXT
     assert f"the GPU race suite passes {gate['passed']} of {gate['passed'] + gate['failed']}" in TEXT
     programs = gate["programs"]
