@@ -1266,3 +1266,11 @@ def test_the_committed_tree_on_four_fresh_hosts_is_its_record():
     )
     worst = max(first, key=lambda x: _outside(x)[0])
     assert worst == hosts[3]["host-fresh"]  # the table's row for the slowest of the four
+
+
+def test_the_generated_programs_are_their_report():
+    report = (RESULTS / "shapes" / "2026-12-07-b.md").read_text()
+    right, confirmed = re.search(r"^- overall right: (\d+)/(\d+)$", report, re.M).groups()
+    assert f"{right} of the {confirmed} whose fault fired read right" in TEXT
+    values = re.findall(r"^\| \w+ \| [\w-]+ \| (\d+)/(\d+) \|$", report, re.M)
+    assert len(values) == 24 and all(a == b for a, b in values) and "every value of every part at 100%" in TEXT
