@@ -51,7 +51,8 @@ WIDTH = 120
 ID_WIDTH = 52
 LEGEND = (
     "thr: threads pytest-run-parallel ran the test body in (1: its marker or own detection kept the test "
-    "single); failed: runs failing (failed, error, or its process died in it) / runs; Wilson 95%: the failure rate's interval; "
+    "single); failed: runs in which the test failed (failed, error, or its process died in it) / runs; a long "
+    "id stands whole on its own line above its counts; Wilson 95%: the failure rate's interval; "
     "1 thread: the rerun with --parallel-threads 1 of a test failing in every run; verdict: race (a "
     "catalogued race named, or it fails only with threads), not a race (it fails with 1 thread too), "
     "not thread-safe (the test's own state: a swapped sys.stdout, pytest.warns, a global it writes), "
@@ -163,13 +164,18 @@ def table(opts: HuntOptions, found: list[TestVerdict]) -> list[str]:
             ci = v.arms[0].wilson
             cells = f"{f'{v.failed}/{v.runs}':>7} {f'[{100 * ci.low:.0f}%, {100 * ci.high:.0f}%]':>15}"
         verdict = v.verdict + (f": {', '.join(v.races)}" if v.races and v.verdict == RACE else "")
-        rows.append(clip(f"{_id(v.id):<{ID_WIDTH}} {v.threads:>3} {cells} {v.one_thread or '-':>8}  {verdict}", WIDTH))
+        *whole, last = _id_lines(v.id)
+        rows += whole
+        rows.append(clip(f"{last:<{ID_WIDTH}} {v.threads:>3} {cells} {v.one_thread or '-':>8}  {verdict}", WIDTH))
     return rows
 
 
-def _id(tid: str) -> str:
-    """A long test id keeps its end: the test's own name."""
-    return tid if len(tid) <= ID_WIDTH else "..." + tid[-(ID_WIDTH - 3) :]
+def _id_lines(tid: str) -> list[str]:
+    """The full test id: one cell where it fits, else its own lines (wrapped at WIDTH) above the
+    row's counts, so that two tests of one file always read apart."""
+    if len(tid) <= ID_WIDTH:
+        return [tid]
+    return [*(tid[i : i + WIDTH] for i in range(0, len(tid), WIDTH)), ""]
 
 
 def findings(opts: HuntOptions, found: list[TestVerdict], failures: list[RunRecord]) -> list[str]:
@@ -214,7 +220,7 @@ def _diagnosis(opts: HuntOptions, found: list[TestVerdict], records: Sequence[Ru
     found = diagnose.diagnose(failures)
     for f in found:
         f.try_fixes = _hunt_command(f.try_fixes, opts.pytest_args)
-    return ["", diagnose.render(found, brief=True)]
+    return ["", diagnose.render(found, brief=True, unit="test")]
 
 
 def _hunt_command(stress_command: str, pytest_args: Sequence[str]) -> str:

@@ -11,14 +11,17 @@ from harness.diagnosis.finding import Finding
 from harness.text import clip
 
 
-def render(findings: Sequence[Finding], *, width: int = 3, brief: bool = False, deterministic: str = "") -> str:
+def render(
+    findings: Sequence[Finding], *, width: int = 3, brief: bool = False, deterministic: str = "", unit: str = "run"
+) -> str:
     """Every finding; `brief` (under a matrix or stress table): the verdict, the fixes that held
     on the failure's torch and the repro, one line each. `deterministic`: why the caller found the
     failures deterministic (stress's stop rule); a failure no race names then reads
-    `deterministic: <reason>`, never "possibly new"."""
+    `deterministic: <reason>`, never "possibly new". `unit`: what one failure source is (a run; a
+    hunt's test, read from its first failure)."""
     if not findings:
-        return "diagnosis: no failing run"
-    out = [summary_line(findings)]
+        return f"diagnosis: no failing {unit}"
+    out = [summary_line(findings, unit)]
     for f in findings:
         out += _brief(f, deterministic) if brief else _full(f, width, deterministic)
     if brief:
@@ -87,15 +90,16 @@ def _full(f: Finding, width: int, deterministic: str) -> list[str]:
     return out
 
 
-def summary_line(findings: Sequence[Finding]) -> str:
-    """How many failing runs showed a catalogued race, then each race's runs and tracebacks (a run
-    showing two races counts under both), and the runs that exited OK with a race's face."""
+def summary_line(findings: Sequence[Finding], unit: str = "run") -> str:
+    """How many failing runs (`unit`s) showed a catalogued race, then each race's runs and
+    tracebacks (a run showing two races counts under both), and the runs that exited OK with a
+    race's face."""
     # What is named only so as not to be read as a race (the recompile limit, a test's own state) is none.
     findings = [dataclasses.replace(f, matches=[]) if _no_race(f) else f for f in findings]
     failing = [f for f in findings if f.outcome != "OK"]
     runs = set().union(*(f.sources for f in failing)) if failing else set()
     known = set().union(*(f.sources for f in failing if f.race is not None)) if failing else set()
-    line = f"diagnosis: {len(known)} of {len(runs)} failing runs matched a catalogued race"
+    line = f"diagnosis: {len(known)} of {len(runs)} failing {unit}s matched a catalogued race"
     per: dict[str, list] = {}
     for f in findings:
         if f.race is not None:
@@ -104,7 +108,7 @@ def summary_line(findings: Sequence[Finding]) -> str:
             entry[1] += f.count
     if per:
         line += "; " + ", ".join(
-            f"{race} in {len(r)} run{'s' if len(r) != 1 else ''}" + (f" ({n} tracebacks)" if n > len(r) else "")
+            f"{race} in {len(r)} {unit}{'s' if len(r) != 1 else ''}" + (f" ({n} tracebacks)" if n > len(r) else "")
             for race, (r, n) in sorted(per.items(), key=lambda kv: -len(kv[1][0]))
         )
     return line

@@ -1,0 +1,28 @@
+"""hunt's table: one row per test id, the whole id (a long one on its own line above its counts, so
+two tests of one file read apart), and what the counts count."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from harness.campaign.hunt_report import ID_WIDTH, WIDTH, table
+from harness.campaign.hunt_verdicts import TestVerdict as Verdict
+from harness.diagnosis.side_by_side import ArmCount
+
+LONG = "tests/augmentation/test_container.py::TestAugmentationSequential::test_forward_and_inverse[cpu-float32-{}]"
+
+
+def _verdict(tid: str, failed: int = 0) -> Verdict:
+    arm = ArmCount(fixes=None, failed=failed, runs=3, races=())
+    return Verdict(id=tid, threads=4, arms=(arm,), verdict="race" if failed else "ok", why="")
+
+
+def test_long_ids_stand_whole_and_short_ones_keep_one_row():
+    found = [_verdict("t.py::test_a"), _verdict(LONG.format("a"), 2), _verdict(LONG.format("b"))]
+    rows = table(SimpleNamespace(fix_sets=[None]), found)
+    assert rows[0].split()[:3] == ["test", "thr", "failed"]
+    assert rows[1].startswith("t.py::test_a ") and "0/3" in rows[1]
+    whole = [r for r in rows if r.startswith("tests/augmentation")]
+    assert whole == [LONG.format("a"), LONG.format("b")] and all(len(r) <= WIDTH for r in rows)
+    counts = rows[rows.index(LONG.format("a")) + 1]
+    assert counts[:ID_WIDTH].strip() == "" and "2/3" in counts and counts.endswith("race")
