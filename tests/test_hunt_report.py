@@ -26,3 +26,18 @@ def test_long_ids_stand_whole_and_short_ones_keep_one_row():
     assert whole == [LONG.format("a"), LONG.format("b")] and all(len(r) <= WIDTH for r in rows)
     counts = rows[rows.index(LONG.format("a")) + 1]
     assert counts[:ID_WIDTH].strip() == "" and "2/3" in counts and counts.endswith("race")
+
+
+def test_a_run_that_pytest_reported_reads_in_pytests_words():
+    from harness.campaign.hunt import _ending
+    from harness.campaign.hunt_records import RunRecord
+
+    def record(outcome, rc, tests=()):
+        return RunRecord(
+            run=0, arm=0, seed=0, outcome=outcome, rc=rc, detail="", duration_s=1.0, folder="run-0", tests=tests
+        )
+
+    assert _ending(record("CRASH", 1)) == "tests failed (pytest exit 1)"
+    assert _ending(record("OK", 0)) == "passed (pytest exit 0)"
+    assert _ending(record("CRASH", 1, tests=None)) == "CRASH"  # no report: the process's own ending
+    assert _ending(record("ABORT", -11)) == "ABORT" and _ending(record("HANG", -9)) == "HANG"

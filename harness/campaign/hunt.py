@@ -358,4 +358,12 @@ def _progress_line(record: RunRecord, opts: HuntOptions) -> str:
         report += f"; the process died in {', '.join(crashed)}"
     if record.parts > 1:
         report += f"; went on in {record.parts} processes"
-    return f"hunt: {what}: {record.outcome} in {record.duration_s:.1f}s, {report}"
+    return f"hunt: {what}: {_ending(record)} in {record.duration_s:.1f}s, {report}"
+
+
+def _ending(record: RunRecord) -> str:
+    """How the run ended, in pytest's words where pytest reported: its exit 1 is tests that
+    failed, not a crash of the process (CRASH is the runner's name for any non-zero exit)."""
+    if record.tests is not None and record.outcome in ("CRASH", "OK") and record.rc in (0, 1):
+        return "tests failed (pytest exit 1)" if record.rc == 1 else "passed (pytest exit 0)"
+    return record.outcome
