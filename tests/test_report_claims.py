@@ -29,8 +29,12 @@ from tools import corpus as foreign
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 REPORT = (ROOT / "REPORT.md").read_text(encoding="utf-8")
-TEXT = " ".join(REPORT.split())
-"""REPORT with every run of whitespace (line breaks and list indents) folded to one space."""
+PAGES = {p: p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs" / "findings").glob("*.md"))}
+"""The evidence pages REPORT links to (docs/findings/): each claim is checked where it is made."""
+DOCS = "\n".join([REPORT, *PAGES.values()])
+TEXT = " ".join(DOCS.split())
+"""REPORT and its evidence pages with every run of whitespace (line breaks and list indents) folded
+to one space."""
 LOCK = "global-lock+cstash-tls-init+cublas-handle-init+stash-incref+stream-sync"
 LB_RUN = "runs 58+59+60"
 LB_RUN2 = "runs 65+66"
@@ -95,15 +99,15 @@ def interval(m) -> str:
 
 def section(title: str) -> str:
     """The text of the `## title...` section, up to the next `## `."""
-    start = REPORT.index(f"\n## {title}")
-    end = REPORT.find("\n## ", start + 1)
-    return REPORT[start : end if end > 0 else len(REPORT)]
+    start = DOCS.index(f"\n## {title}")
+    end = min(i for i in (DOCS.find("\n## ", start + 1), DOCS.find("\n# ", start + 1), len(DOCS)) if i > 0)
+    return DOCS[start:end]
 
 
 def table_after(marker: str) -> str:
     """The first table after `marker`."""
-    start = REPORT.index(marker)
-    return REPORT[start : REPORT.index("\n\n", REPORT.index("|---|", start))]
+    start = DOCS.index(marker)
+    return DOCS[start : DOCS.index("\n\n", DOCS.index("|---|", start))]
 
 
 def rows_of_answer() -> list[str]:
@@ -162,7 +166,7 @@ def test_the_report_names_committed_files_and_valid_anchors_and_specs():
         check=True,
     ).stdout.decode()
     tracked = {p for p in tracked.split("\0") if p}
-    cited = set(re.findall(r"\b((?:results|docs)/[A-Za-z0-9_.*/\-]*[A-Za-z0-9_*/])", REPORT))
+    cited = set(re.findall(r"\b((?:results|docs)/[A-Za-z0-9_.*/\-]*[A-Za-z0-9_*/])", DOCS))
     assert len(cited) > 40
     for path in sorted(cited):
         pattern = path.rstrip("/")
@@ -176,17 +180,20 @@ def test_the_report_names_committed_files_and_valid_anchors_and_specs():
         heads = re.findall(r"^#+ (.+)$", text, flags=re.M)
         return {re.sub(r"[^a-z0-9 \-]", "", h.lower()).replace(" ", "-") for h in heads}
 
-    for doc, anchor in re.findall(r"\]\(((?:docs/[^)#]*)?)#([^)]+)\)", REPORT):
-        text = REPORT if not doc else (ROOT / doc).read_text(encoding="utf-8")
-        assert anchor in anchors(text), f"{doc or 'REPORT.md'}#{anchor} is no heading"
+    for path, text in [(ROOT / "REPORT.md", REPORT), *PAGES.items()]:
+        for doc, anchor in re.findall(r"\]\(([^)#:]*\.md)?#([^)]+)\)", text):
+            target = (path.parent / doc).resolve() if doc else path
+            assert target.is_file(), f"{path.name} links {doc}, which does not exist"
+            heads = text if not doc else target.read_text(encoding="utf-8")
+            assert anchor in anchors(heads), f"{path.name}: {doc or path.name}#{anchor} is no heading"
     # The commands' spec files and scripts exist, and REPORT speaks of the project only.
-    for spec in re.findall(r"spec:([\w/.\-]+\.json)", REPORT):
+    for spec in re.findall(r"spec:([\w/.\-]+\.json)", DOCS):
         assert (ROOT / spec).is_file(), spec
-    for script in re.findall(r"\b((?:repro|examples|tools)/[\w/]+\.(?:py|sh))", REPORT):
+    for script in re.findall(r"\b((?:repro|examples|tools)/[\w/]+\.(?:py|sh))", DOCS):
         assert (ROOT / script).is_file(), script
-    assert "../shared" not in REPORT
-    assert not re.search(r"\b(sessions?|agents?|lease|device time)\b", REPORT, flags=re.I)
-    assert not re.search(r"\bissue #?\d+", REPORT, flags=re.I)
+    assert "../shared" not in DOCS
+    assert not re.search(r"\b(sessions?|agents?|lease|device time)\b", DOCS, flags=re.I)
+    assert not re.search(r"\bissue #?\d+", DOCS, flags=re.I)
 
 
 # --- the answer's rows ----------------------------------------------------------------------
