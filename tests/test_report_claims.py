@@ -46,6 +46,7 @@ LOCK_FREE = (
 )
 MAX_LINES = 400
 ANSWER = "## The answer, per torch version and workload"
+SITUATION = "## Your situation"
 
 
 @functools.cache
@@ -131,9 +132,10 @@ def span(run: str, strategy: str, stage: str) -> str:
 def test_the_report_reads_in_five_minutes_with_the_answer_first():
     assert len(REPORT.splitlines()) <= MAX_LINES, len(REPORT.splitlines())
     first = REPORT.index("\n## ")
-    assert REPORT[first:].startswith(f"\n{ANSWER}\n")
+    assert REPORT[first:].startswith(f"\n{SITUATION}\n")
+    assert REPORT.index(SITUATION) < REPORT.index("**Act on your own program**") < REPORT.index(ANSWER)
     header = next(line for line in table_after(ANSWER).splitlines() if line.startswith("| torch"))
-    for column in ("run this", "cost against raw", "cost against eager", "how sure", "store"):
+    for column in ("run this", "throughput against raw", "throughput against eager", "how sure", "store"):
         assert f"| {column} |" in header, header
     assert len(rows_of_answer()) >= 10
     # Each evidence section fits a screen or so; the generated blocks are not prose.
@@ -1281,3 +1283,37 @@ def test_the_generated_programs_are_their_report():
     assert f"{right} of the {confirmed} whose fault fired read right" in TEXT
     values = re.findall(r"^\| \w+ \| [\w-]+ \| (\d+)/(\d+) \|$", report, re.M)
     assert len(values) == 24 and all(a == b for a, b in values) and "every value of every part at 100%" in TEXT
+
+
+# --- the user's situation ---------------------------------------------------------------------
+
+
+def test_the_situation_rows_are_the_catalogues_counts():
+    """Each `RACE (k/n)` is the race's repro count on the row's torch, each "RACE: `fix` k/n" (or
+    the row's first race's) the fix's measured count, each price the answer table's."""
+    from harness.diagnosis.catalogue import RecordSource, count
+    from harness.diagnosis.fix_advice import fix_lines
+
+    catalogue, records_of = load(), RecordSource()
+    rows = [line for line in table_after(SITUATION).splitlines() if line.startswith("| torch")]
+    assert len(rows) >= 10 and any("| not measured |" in r for r in rows if r.startswith("| torch 2.12 or later, GPU"))
+    checked = 0
+    for r in rows:
+        torch = re.match(r"\| torch (\d+\.\d+)", r).group(1)
+        seen = re.findall(r"\b([A-Za-z0-9-]+) \((\d+)/(\d+)", r.split(" | ")[1])
+        for rid, k, n in seen:
+            race = catalogue.race(rid)
+            c = count(next(v for v in race.versions if v.torch == torch), race, records_of)
+            assert (c.k, c.n) == (int(k), int(n)), (r[:40], rid, c)
+            checked += 1
+        for part in r.split(" | ")[2].split("; "):
+            for rid, fix, k, n in re.findall(r"(?:([A-Za-z0-9-]+): )?`([\w+,-]+)` (\d+)/(\d+)", part):
+                race = catalogue.race(rid or seen[0][0])
+                line = next(x for x in fix_lines(race, torch, records_of) if x.name == fix)
+                assert (line.count.k, line.count.n) == (int(k), int(n)), (r[:40], fix, line.count)
+                checked += 1
+    assert checked >= 20
+    assert "1.17x eager" in row("1 H200", "launch-bound") and "0.98x raw" in row("1 H200", "gpu-default, compiled")
+    gate = json.loads((RESULTS / "gpu-gate" / "2026-12-07-h100-b.json").read_text())
+    autotune = next(p for p in gate["programs"] if p["name"] == "gpu_max_autotune_threadpool")
+    assert f"the F1 set failed {autotune['fixed']} on such a program" in TEXT
