@@ -41,3 +41,23 @@ def test_a_run_that_pytest_reported_reads_in_pytests_words():
     assert _ending(record("OK", 0)) == "passed (pytest exit 0)"
     assert _ending(record("CRASH", 1, tests=None)) == "CRASH"  # no report: the process's own ending
     assert _ending(record("ABORT", -11)) == "ABORT" and _ending(record("HANG", -9)) == "HANG"
+
+
+def test_a_process_that_crashed_after_its_last_test_is_said_with_its_native_frames(tmp_path):
+    from harness.campaign.hunt_records import RunRecord, TestRecord
+    from harness.campaign.hunt_report import findings, to_json
+
+    (tmp_path / "run-0").mkdir()
+    frames = ["libtorch_python.so(+0x1) ExtraState::invalidate", "libpython3.11.so(+0x2) subtract_refs"]
+    (tmp_path / "run-0" / "native_stack.txt").write_text("# vm: 2 frames, innermost first\n" + "\n".join(frames))
+    done = (TestRecord(id="t.py::test_a", outcome="passed", threads=4, single_reason="", message="", races=()),)
+    crash = RunRecord(
+        run=0, arm=0, seed=0, outcome="ABORT", rc=-11, detail="Segmentation fault", duration_s=3.0,
+        folder="run-0", tests=done,
+    )  # fmt: skip
+    opts = SimpleNamespace(out_dir=tmp_path, fix_sets=[None], key=SimpleNamespace(to_json=dict), runs=1)
+    lines = findings(opts, [], [crash])
+    assert lines[0].startswith("- run-0: ABORT after its last test Segmentation fault")
+    assert [line.strip() for line in lines[1:]] == frames
+    (entry,) = to_json(opts, [], [crash], 3.0, 0)["run_failures"]
+    assert entry["after_last_test"] and entry["native"] == frames

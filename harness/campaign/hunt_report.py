@@ -20,7 +20,9 @@ findings; or, with `--json`, the same as one JSON object:
         "dumps": [str]                   # hang dumps whose threads were still in this test at exit
       }],
       "run_failures": [{"run": int, "outcome": str, "rc": int | null, "detail": str,
-                        "races": [str], "folder": str}],   # runs that ended outside pytest's report
+                        "races": [str], "folder": str,     # runs that ended outside pytest's report
+                        "after_last_test": bool,            # crashed once every test was reported
+                        "native": [str]}],                  # the crash's innermost native frames
       "races": [str],                    # every race named, tests' and runs'
       "exit": 0 | 1                      # 1: some test shows a race (or a run named one)
     }
@@ -37,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.campaign.hunt_junit import FAILING
+from harness.campaign.hunt_junit import CRASHED, FAILING
 from harness.campaign.hunt_options import HuntOptions
 from harness.campaign.hunt_progress import process_tests
 from harness.campaign.hunt_records import RECORDS, RunRecord
@@ -45,7 +47,7 @@ from harness.campaign.hunt_verdicts import RACE, TestVerdict, split_races
 from harness.diagnosis import diagnose
 from harness.diagnosis.side_by_side import arm_name
 from harness.text import clip
-from harness.trial.folder import HANG_DUMP
+from harness.trial.folder import HANG_DUMP, NATIVE_STACK
 
 WIDTH = 120
 ID_WIDTH = 52
@@ -100,6 +102,8 @@ def to_json(
                 "detail": f.detail,
                 "races": list(f.races),
                 "folder": f.folder,
+                "after_last_test": _after_last_test(f),
+                "native": native_frames(opts.out_dir / f.folder),
             }
             for f in failures
         ],
@@ -193,8 +197,29 @@ def findings(opts: HuntOptions, found: list[TestVerdict], failures: list[RunReco
         out.append(clip(f"- {v.id}: ran in 1 thread ({v.single_reason}): no race between its copies", WIDTH))
     for f in failures:
         races = f"; races: {', '.join(f.races)}" if f.races else ""
-        out.append(clip(f"- {f.folder}: {f.outcome} {f.detail}{races}; artefacts: {opts.out_dir / f.folder}", WIDTH))
+        after = " after its last test" if _after_last_test(f) else ""
+        out.append(
+            clip(f"- {f.folder}: {f.outcome}{after} {f.detail}{races}; artefacts: {opts.out_dir / f.folder}", WIDTH)
+        )
+        out += [clip(f"    {frame}", WIDTH) for frame in native_frames(opts.out_dir / f.folder)]
     return out or ["no test failed"]
+
+
+NATIVE_SHOWN = 4
+"""Innermost native frames shown under a run whose process crashed."""
+
+
+def _after_last_test(f: RunRecord) -> bool:
+    """The process crashed once pytest had reported every test it ran: at exit, in a finaliser or
+    a thread left behind, not in a test."""
+    return f.outcome == "ABORT" and f.tests is not None and not any(t.outcome == CRASHED for t in f.tests)
+
+
+def native_frames(folder: Path) -> list[str]:
+    """The crashing thread's innermost native frames (the runner's native_stack.txt), if any."""
+    path = folder / NATIVE_STACK
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")][:NATIVE_SHOWN]
 
 
 def stuck_dumps(out_dir: Path, tid: str, failures: Sequence[RunRecord]) -> list[Path]:
