@@ -364,11 +364,13 @@ def test_the_committed_report_is_what_the_committed_stores_regenerate(tmp_path):
     shutil.copytree(repo / "results", tmp_path / "results", ignore=shutil.ignore_patterns("*.png"))
     out = tmp_path / "REPORT.md"
     shutil.copy(repo / "REPORT.md", out)
+    shutil.copytree(repo / report.FINDINGS, tmp_path / report.FINDINGS)
     (tmp_path / "repro").mkdir()
     shutil.copy(repo / "repro" / "README.md", tmp_path / "repro" / "README.md")
     report.rebuild(discovery.default_stores(tmp_path / "results"), out, overview=True)
     generated = [
         "REPORT.md",
+        *(str(p.relative_to(repo)) for p in sorted((repo / report.FINDINGS).glob("*.md"))),
         "repro/README.md",
         f"results/{report.BENCHES_NAME}",
         *(str(p.relative_to(repo)) for p in sorted(repo.glob(f"results/*/{report.SUMMARY_NAME}"))),

@@ -134,6 +134,22 @@ def test_the_report_reads_in_five_minutes_with_the_answer_first():
     first = REPORT.index("\n## ")
     assert REPORT[first:].startswith(f"\n{SITUATION}\n")
     assert REPORT.index(SITUATION) < REPORT.index("**Act on your own program**") < REPORT.index(ANSWER)
+    assert len(REPORT.split()) <= 3000, len(REPORT.split())
+    long = [line[:60] for line in REPORT.splitlines() if len(line) > 160 and not line.startswith("|")]
+    assert not long, long
+
+
+def test_the_reports_commands_name_real_fixes_and_plans():
+    from harness.faults.profiles import PROFILES
+    from harness.runtime.guard import Guard
+
+    fixes = re.findall(r"--fix (\S+?)[`\s]", REPORT)
+    plans = re.findall(r"--plan (\S+?)[`\s]", REPORT)
+    assert len(fixes) >= 8 and plans
+    for names in fixes:
+        if names != "none":
+            Guard(tuple(names.split(",")))  # raises on a name the registry does not hold
+    assert set(plans) <= set(PROFILES), plans
     header = next(line for line in table_after(ANSWER).splitlines() if line.startswith("| torch"))
     for column in ("run this", "throughput against raw", "throughput against eager", "how sure", "store"):
         assert f"| {column} |" in header, header

@@ -48,6 +48,10 @@ MEMORY_TERMS = (
 )
 
 
+FINDINGS = Path("docs") / "findings"
+"""REPORT's evidence pages (beside it): a generated block may sit in one of them instead."""
+
+
 def begin_marker(name: str) -> str:
     return f"<!-- harness:begin {name} -->"
 
@@ -342,11 +346,18 @@ def _add_overview(todo: _Pending, out: Path, loaded, retired, repro_readme: Path
         )
     )
     todo.writes.append((modes, replace_block(modes_text, OVERVIEW_BLOCK, overview_body(observed))))
-    text = replace_block(text, tables.RACES_BLOCK, tables.race_table(records_of=RecordSource(out.parent)))
-    text = replace_block(text, STORES_BLOCK, stores_body(todo.index, out.parent))
-    text = replace_block(text, versions.BLOCK, versions.body(loaded))
-    todo.names += [OVERVIEW_BLOCK, tables.RACES_BLOCK, STORES_BLOCK, versions.BLOCK]
-    todo.writes.append((out, text))
+    docs = {out: text, **{p: p.read_text(encoding="utf-8") for p in sorted((out.parent / FINDINGS).glob("*.md"))}}
+    bodies = {
+        tables.RACES_BLOCK: lambda _: tables.race_table(records_of=RecordSource(out.parent)),
+        STORES_BLOCK: lambda where: stores_body(todo.index, where),
+        versions.BLOCK: lambda _: versions.body(loaded),
+    }
+    for name, body in bodies.items():
+        # The block goes where its markers are: REPORT, or the evidence page it moved to.
+        path = next((p for p, t in docs.items() if begin_marker(name) in t), out)
+        docs[path] = replace_block(docs[path], name, body(path.parent))
+    todo.names += [OVERVIEW_BLOCK, *bodies]
+    todo.writes += list(docs.items())
     if not repro_readme.is_file():
         return None
     return replace_block(repro_readme.read_text(encoding="utf-8"), tables.REPROS_BLOCK, tables.repro_table())
