@@ -61,3 +61,13 @@ def test_a_process_that_crashed_after_its_last_test_is_said_with_its_native_fram
     assert [line.strip() for line in lines[1:]] == frames
     (entry,) = to_json(opts, [], [crash], 3.0, 0)["run_failures"]
     assert entry["after_last_test"] and entry["native"] == frames
+
+
+def test_a_junit_report_torn_by_a_death_reads_as_none_and_the_progress_record_stands_in(tmp_path):
+    from harness.campaign.hunt_progress import JUNIT, PROGRESS, process_tests
+
+    (tmp_path / JUNIT).write_text('<?xml version="1.0"?><testsuites><testsuite name="pytest"><testcase class')
+    lines = ['{"collected": ["t.py::test_a", "t.py::test_b"]}', '{"start": "t.py::test_a", "threads": 4}']
+    (tmp_path / PROGRESS).write_text("\n".join(lines) + "\n")
+    tests, progress = process_tests(tmp_path)
+    assert progress is not None and progress.running == "t.py::test_a" and tests == ()

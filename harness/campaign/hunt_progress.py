@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.campaign.hunt_junit import CRASHED, JunitTest, read_junit
+from harness.campaign.hunt_junit import CRASHED, JunitError, JunitTest, read_junit
 from harness.campaign.hunt_options import JUNIT
 
 PROGRESS = "progress.jsonl"
@@ -61,8 +61,12 @@ def read_progress(path: Path) -> Progress | None:
 def process_tests(folder: Path) -> tuple[tuple[JunitTest, ...] | None, Progress | None]:
     """The tests one process's folder says ended: its junit report's, or where the process died
     before writing one, its progress record's, with that record (whose `running` test it died in);
-    (None, None) where it holds neither."""
-    tests = read_junit(folder / JUNIT)
+    (None, None) where it holds neither. A report torn by the process's death (killed while pytest
+    wrote it) is no report: the progress record stands in for it."""
+    try:
+        tests = read_junit(folder / JUNIT)
+    except JunitError:
+        tests = None
     if tests is not None:
         return tuple(tests), None
     progress = read_progress(folder / PROGRESS)
