@@ -24,10 +24,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.args import UsageError
 from harness.campaign import bytecode_cache, hunt_plugin
 from harness.campaign.expand import plan_json
 from harness.campaign.hunt_records import HuntKey
-from harness.campaign.matrix_spec import MatrixError, PlanChoice
+from harness.campaign.matrix_spec import PlanChoice
 
 JUNIT = "junit.xml"
 RUN_PARALLEL_MIN = (0, 10)
@@ -73,7 +74,7 @@ def options_from_args(a: argparse.Namespace) -> HuntOptions:
     _check_numbers(a)
     _check_run_parallel()
     if a.plan is not None:
-        plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> MatrixError
+        plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> MatrixError (bad input too)
     cache = bytecode_cache.folder(getattr(a, "bytecode_cache", None))
     return HuntOptions(
         pytest_args=tuple(args),
@@ -94,19 +95,19 @@ def options_from_args(a: argparse.Namespace) -> HuntOptions:
 
 def _check_args(args: list[str]) -> None:
     if not args:
-        raise MatrixError("hunt needs pytest's arguments: python -m harness hunt [options] -- PYTEST_ARGS ...")
+        raise UsageError("hunt needs pytest's arguments: python -m harness hunt [options] -- PYTEST_ARGS ...")
     for arg in args:
         if arg.split("=", 1)[0] in _OURS:
-            raise MatrixError(f"{arg.split('=', 1)[0]} is the hunt's own (give --threads; the report is per run)")
+            raise UsageError(f"{arg.split('=', 1)[0]} is the hunt's own (give --threads; the report is per run)")
 
 
 def _check_numbers(a: argparse.Namespace) -> None:
     for name in ("runs", "threads", "workers"):
         if getattr(a, name) < 1:
-            raise MatrixError(f"--{name} must be >= 1")
+            raise UsageError(f"--{name} must be >= 1")
     for name in ("test_timeout", "timeout"):
         if not getattr(a, name) > 0:
-            raise MatrixError(f"--{name.replace('_', '-')} must be > 0")
+            raise UsageError(f"--{name.replace('_', '-')} must be > 0")
 
 
 def _check_run_parallel() -> None:
@@ -118,7 +119,7 @@ def _check_run_parallel() -> None:
     have = tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) if version else ()
     if have < RUN_PARALLEL_MIN:
         found = f"{version} is installed" if version else "it is not installed"
-        raise MatrixError(
+        raise UsageError(
             f"hunt runs the tests with pytest-run-parallel>=0.10 ({found} in {sys.executable}): "
             "pip install 'pytest-run-parallel>=0.10'"
         )

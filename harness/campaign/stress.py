@@ -42,11 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import stats
+from harness.args import UsageError
 from harness.campaign import bytecode_cache
 from harness.campaign.calibration import plan_summary
 from harness.campaign.expand import plan_json
 from harness.campaign.matrix_progress import format_elapsed
-from harness.campaign.matrix_spec import MatrixError, PlanChoice
+from harness.campaign.matrix_spec import PlanChoice
 from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
 from harness.diagnosis import probes
 from harness.diagnosis.side_by_side import ArmCount, StressRecord, arm_name
@@ -140,13 +141,13 @@ def _command(a: argparse.Namespace) -> tuple[list[str], str | None]:
     if cmd[:1] == ["--"]:
         cmd = cmd[1:]
     if not cmd:
-        raise MatrixError("stress needs a command: python -m harness stress [options] -- CMD ...")
+        raise UsageError("stress needs a command: python -m harness stress [options] -- CMD ...")
     python = getattr(a, "python", None)
     bare = "/" not in cmd[0] and _BARE_PYTHON.fullmatch(cmd[0]) is not None
     if python is None and bare:
         python = sys.executable
     if shutil.which(cmd[0]) is None and not Path(cmd[0]).is_file() and not bare:
-        raise MatrixError(f"program {cmd[0]!r} not found")
+        raise UsageError(f"program {cmd[0]!r} not found")
     if Path(cmd[0]).name.startswith("python"):
         _check_script(cmd[1:])
     return cmd, python
@@ -172,30 +173,30 @@ def _check_script(args: list[str]) -> None:
             continue
         path = Path(arg)
         if not path.is_file() and not (path / "__main__.py").is_file():
-            raise MatrixError(f"program file {arg!r} not found (from {os.getcwd()})")
+            raise UsageError(f"program file {arg!r} not found (from {os.getcwd()})")
         return
 
 
 def _check_numbers(a: argparse.Namespace) -> None:
     for name in ("parallel", "max_runs", "max_fails"):
         if getattr(a, name) is not None and getattr(a, name) < 1:
-            raise MatrixError(f"--{name.replace('_', '-')} must be >= 1")
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
     for name in ("timeout", "hang", "max_time", "interval"):
         if getattr(a, name) is not None and not getattr(a, name) > 0:
-            raise MatrixError(f"--{name.replace('_', '-')} must be > 0")
+            raise UsageError(f"--{name.replace('_', '-')} must be > 0")
 
 
 def _check_python_options(a: argparse.Namespace, cmd: list[str], python: str | None, fix_sets: tuple) -> None:
     """--plan names a profile; --python and --fix need a Python CMD (and --python an interpreter)."""
     if a.plan is not None:
-        plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> MatrixError
+        plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> MatrixError (bad input too)
     is_python = Path(cmd[0]).name.startswith("python")
     if python is not None and not is_python:
-        raise MatrixError(f"--python: CMD starts with {cmd[0]!r}, not a Python interpreter to replace")
+        raise UsageError(f"--python: CMD starts with {cmd[0]!r}, not a Python interpreter to replace")
     if python is not None and not Path(python).is_file():
-        raise MatrixError(f"--python: no interpreter at {python}")
+        raise UsageError(f"--python: no interpreter at {python}")
     if any(f is not None for f in fix_sets) and not is_python:
-        raise MatrixError(f"--fix: CMD starts with {cmd[0]!r}; fixes go into a Python program (python ...)")
+        raise UsageError(f"--fix: CMD starts with {cmd[0]!r}; fixes go into a Python program (python ...)")
 
 
 def _python_note(program: str, python: str | None, *, given: bool, cache: Path | None = None) -> str:
@@ -227,7 +228,7 @@ def _regexp(text: str | None, flag: str) -> re.Pattern | None:
     try:
         return re.compile(text, re.M)
     except re.error as e:
-        raise MatrixError(f"{flag}: bad regexp {text!r}: {e}") from None
+        raise UsageError(f"{flag}: bad regexp {text!r}: {e}") from None
 
 
 @dataclass(kw_only=True, slots=True)

@@ -7,8 +7,8 @@ import argparse
 import os
 from pathlib import Path
 
+from harness.args import UsageError
 from harness.campaign import bytecode_cache
-from harness.campaign.matrix_spec import MatrixError
 from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, OWN, run_stress
 from harness.diagnosis import diagnose
 from harness.diagnosis.trial_failures import recorded_config_sets
@@ -84,9 +84,9 @@ def _fix_set(names: str) -> tuple[str, ...]:
     try:
         guard = Guard(names)
     except GuardError as e:
-        raise MatrixError(f"--fix: {e}") from None
+        raise UsageError(f"--fix: {e}") from None
     if guard.policies:
-        raise MatrixError(f"--fix: {', '.join(guard.policies)} act only in a program that reads them (policies)")
+        raise UsageError(f"--fix: {', '.join(guard.policies)} act only in a program that reads them (policies)")
     return guard.names
 
 
