@@ -71,3 +71,20 @@ def test_a_junit_report_torn_by_a_death_reads_as_none_and_the_progress_record_st
     (tmp_path / PROGRESS).write_text("\n".join(lines) + "\n")
     tests, progress = process_tests(tmp_path)
     assert progress is not None and progress.running == "t.py::test_a" and tests == ()
+
+
+def test_a_report_of_no_test_where_tests_ran_is_pytests_own_failure_and_the_running_test_is_named(tmp_path):
+    """A doctest in 4 threads left linecache patched in a loop, and pytest's reporting died of a
+    RecursionError: its junit report held one nameless testcase. That is no test that passed."""
+    from harness.campaign.hunt_junit import read_junit
+    from harness.campaign.hunt_progress import JUNIT, PROGRESS, process_tests
+
+    nameless = '<testsuites><testsuite name="pytest" tests="0"><testcase time="0.000" /></testsuite></testsuites>'
+    (tmp_path / JUNIT).write_text(nameless)
+    assert read_junit(tmp_path / JUNIT) == []
+    lines = ['{"collected": ["t.py::test_doc", "t.py::test_b"]}', '{"start": "t.py::test_doc", "threads": "4"}']
+    (tmp_path / PROGRESS).write_text("\n".join(lines) + "\n")
+    tests, progress = process_tests(tmp_path)
+    assert tests == () and progress.running == "t.py::test_doc" and progress.never_ran == ("t.py::test_b",)
+    (tmp_path / PROGRESS).write_text(lines[0] + "\n")  # nothing started: the empty report stands
+    assert process_tests(tmp_path) == ((), None)

@@ -52,7 +52,8 @@ def read_junit(path: Path) -> list[JunitTest] | None:
         root = ET.parse(path).getroot()
     except ET.ParseError as e:
         raise JunitError(f"{path}: not a junit report ({e})") from None
-    return one_per_test([_test(case) for case in root.iter("testcase")])
+    # A testcase with no name is pytest's own failure, not a test (an internal error in its reporting).
+    return one_per_test([t for t in (_test(case) for case in root.iter("testcase")) if t.id])
 
 
 def one_per_test(tests: list[JunitTest]) -> list[JunitTest]:

@@ -62,14 +62,17 @@ def process_tests(folder: Path) -> tuple[tuple[JunitTest, ...] | None, Progress 
     """The tests one process's folder says ended: its junit report's, or where the process died
     before writing one, its progress record's, with that record (whose `running` test it died in);
     (None, None) where it holds neither. A report torn by the process's death (killed while pytest
-    wrote it) is no report: the progress record stands in for it."""
+    wrote it), or one of no test where tests ran, is no report: the progress record stands in."""
     try:
         tests = read_junit(folder / JUNIT)
     except JunitError:
         tests = None
-    if tests is not None:
-        return tuple(tests), None
     progress = read_progress(folder / PROGRESS)
+    # A report of no test from a run in which tests started: pytest's own reporting failed (a
+    # test broke it, e.g. a doctest in threads leaving linecache patched in a loop). The progress
+    # record says which test it was.
+    if tests is not None and (tests or progress is None or not (progress.done or progress.running)):
+        return tuple(tests), None
     return (None, None) if progress is None else (progress.done, progress)
 
 
