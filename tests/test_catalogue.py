@@ -69,9 +69,9 @@ def test_the_generated_blocks_are_what_the_catalogue_makes():
     assert _block(readme, tables.REPROS_BLOCK) == tables.repro_table().strip(), (
         "repro/README.md's suite rows are stale: run `python -m harness report` and commit"
     )
-    report = (ROOT / "REPORT.md").read_text()
-    assert _block(report, tables.RACES_BLOCK) == tables.race_table().strip(), (
-        "REPORT.md's race catalogue is stale: run `python -m harness report` and commit"
+    page = (ROOT / "docs" / "findings" / "catalogue.md").read_text()
+    assert _block(page, tables.RACES_BLOCK) == tables.race_table().strip(), (
+        "docs/findings/catalogue.md's race catalogue is stale: run `python -m harness report` and commit"
     )
 
 

@@ -19,6 +19,7 @@ DOCS = [
     ROOT / "REPORT.md",
     ROOT / "repro" / "README.md",
     *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "findings").glob("*.md")),
     *sorted((ROOT / "docs" / "log").glob("*.md")),
 ]
 RACE_ID = re.compile(r"\b(F\d{1,2}[a-d]?|R\d|G\d|r\d\d)\b")
