@@ -552,12 +552,16 @@ def _classify_main_death(result: TrialResult, death: dict, hooked: list[dict]) -
     _set(result, Outcome.CRASH, main.signature if main else None, detail)
 
 
+_FATAL_LINE = re.compile(r"Fatal Python error: (.+?)[ \t]*$", re.M)
+"""faulthandler's first line of a native crash report, its kind (`Segmentation fault`) in group 1."""
+
+
 def _child_native_crash(result: TrialResult, text: str) -> None:
     """A run that hung or ran out its time, whose output holds a native crash report: the first
     process was alive to the end, so a process it started crashed (a spawned worker's segfault,
     its parent then waiting on a thread that never ends). The crash is the run's failure; what
     came after it stays in the detail."""
-    fatal = re.search(r"Fatal Python error: (.+?)[ \t]*$", text, re.M)
+    fatal = _FATAL_LINE.search(text)
     if fatal is None:
         return
     then = f"{result.outcome.value}: {result.detail}" if result.detail else result.outcome.value
@@ -677,7 +681,7 @@ def _check_gpu_released(result: TrialResult, members: frozenset[int]) -> None:
 
 def _classify_exit(result: TrialResult, text: str, hooked: list[dict] = (), *, foreign: bool = False) -> None:
     rc = result.rc
-    fatal = re.search(r"Fatal Python error: (.+?)[ \t]*$", text, re.M)
+    fatal = _FATAL_LINE.search(text)
     if rc == 2 and not foreign:
         line = next((ln for ln in text.splitlines() if ln.startswith("error:")), "no error: line")
         _set(result, Outcome.HARNESS_ERROR, None, f"workload rejected its input: {line}")
