@@ -13,23 +13,17 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
-from tests.shapes.shape import ENDINGS, FAULTS, GPU_FAULTS, PARTS, REPORTS, STARTS, Shape
+from tests.shapes.shape import GPU_PARTS, PARTS, Shape
 
 
-def shapes() -> st.SearchStrategy[Shape]:
-    return st.builds(
-        Shape,
-        start=st.sampled_from(STARTS),
-        report=st.sampled_from(REPORTS),
-        fault=st.sampled_from(FAULTS),
-        ending=st.sampled_from(ENDINGS),
-    ).filter(lambda s: not s.why_invalid())
+def shapes(parts: dict[str, tuple[str, ...]] = PARTS) -> st.SearchStrategy[Shape]:
+    return st.builds(Shape, **{part: st.sampled_from(values) for part, values in parts.items()}).filter(
+        lambda s: not s.why_invalid()
+    )
 
 
 def gpu_shapes() -> st.SearchStrategy[Shape]:
-    return shapes().map(
-        lambda s: Shape(s.start, s.report, GPU_FAULTS[FAULTS.index(s.fault) % len(GPU_FAULTS)], s.ending)
-    )
+    return shapes(GPU_PARTS)
 
 
 def draw(n: int, seed: int, parts: dict[str, tuple[str, ...]] = PARTS) -> list[Shape]:
