@@ -6,10 +6,12 @@ fails, because a leaked pipeline thread is exactly the kind of bug this project 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
+import ray_cluster
 
 LEAK_GRACE_S = 5.0
 
@@ -70,3 +72,17 @@ def pytest_terminal_summary(terminalreporter):
 
         for line in coverage_lines(torch_version()):
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Ray cluster of two nodes on loopback, one CPU each (tests/ray_cluster.py)."""
+    saved = {k: os.environ.get(k) for k in ray_cluster.LOOPBACK}
+    os.environ.update(ray_cluster.LOOPBACK)
+    nodes = ray_cluster.start_cluster()
+    try:
+        yield nodes
+    finally:
+        nodes.shutdown()
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -400,3 +401,21 @@ def test_a_test_failing_after_another_is_told_from_its_own_race(tmp_path):
     assert proc.stderr.count("rerun alone with 2 threads") == 2 and (out / "alone-0").is_dir()
     resumed = _hunt("--json", "--runs", "2", "--threads", "2", "-o", str(out), "--", str(tmp_path / "test_order.py"))
     assert "hunt: " not in resumed.stderr and json.loads(resumed.stdout)["tests"] == list(tests.values())
+
+
+def test_the_rerun_with_one_thread_starts_while_the_last_run_goes_on(tmp_path):
+    """Three runs on two workers: the worker with nothing left to take reruns the deterministic test
+    with one thread beside the third run, not after it."""
+    out = tmp_path / "hunt"
+    proc = _hunt("--json", "--runs", "3", "--workers", "2", "-o", str(out), "--", SUITE, "-k", "deterministic or clean")
+    assert proc.returncode == 0, proc.stderr[-3000:]  # not a race: nothing for the user to fix here
+    starts = {r["folder"]: _started_at(out / r["folder"]) for r in _records(out / RECORDS)}
+    ends = {r["folder"]: starts[r["folder"]] + r["duration_s"] for r in _records(out / RECORDS)}
+    assert set(starts) == {"run-0", "run-1", "run-2", "rerun-1-thread"}, starts
+    assert starts["rerun-1-thread"] < ends["run-2"], (starts, ends)
+    (det,) = [t for t in json.loads(proc.stdout)["tests"] if t["id"] == DETERMINISTIC]
+    assert det["one_thread"] == "failed" and det["verdict"] == "not a race"
+
+
+def _started_at(folder: Path) -> float:
+    return datetime.fromisoformat(json.loads((folder / "result.json").read_text())["started_at"]).timestamp()

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from harness.campaign.hunt_records import ONE_THREAD, RunRecord, TestRecord
 from harness.campaign.hunt_report import ID_WIDTH, WIDTH, table
 from harness.campaign.hunt_verdicts import TestVerdict as Verdict
+from harness.campaign.hunt_verdicts import verdicts
 from harness.diagnosis.side_by_side import ArmCount
 
 LONG = "tests/augmentation/test_container.py::TestAugmentationSequential::test_forward_and_inverse[cpu-float32-{}]"
@@ -88,3 +90,20 @@ def test_a_report_of_no_test_where_tests_ran_is_pytests_own_failure_and_the_runn
     assert tests == () and progress.running == "t.py::test_doc" and progress.never_ran == ("t.py::test_b",)
     (tmp_path / PROGRESS).write_text(lines[0] + "\n")  # nothing started: the empty report stands
     assert process_tests(tmp_path) == ((), None)
+
+
+def _run(index: int, outcome: str, threads: int = 4) -> RunRecord:
+    test = TestRecord(id="t.py::test_x", outcome=outcome, threads=threads)
+    return RunRecord(
+        run=index, arm=0, seed=0, outcome="OK", rc=0, detail="", duration_s=1.0, folder=f"r{index}", tests=(test,)
+    )
+
+
+def test_an_early_rerun_with_one_thread_answers_only_for_a_test_that_failed_in_every_run():
+    """The rerun may start before the last run ends; a test that then passed is flaky with threads
+    (a race), whatever it did alone."""
+    early = _run(ONE_THREAD, "failed", threads=1)
+    (flaky,) = verdicts([_run(0, "failed"), _run(1, "failed"), early, _run(2, "passed")], [None])
+    assert flaky.verdict == "race" and flaky.one_thread is None, flaky
+    (always,) = verdicts([_run(0, "failed"), _run(1, "failed"), early, _run(2, "failed")], [None])
+    assert always.verdict == "not a race" and always.one_thread == "failed", always

@@ -8,7 +8,6 @@ reason; CI installs it (`.ci/setup`: the `ray` extra).
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -21,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from ray_cluster import needs_ray
 from test_lifeline import alive, assert_all_gone
 
 from harness.campaign import ray_backend
@@ -32,28 +32,6 @@ from harness.trial.spec import TrialSpec, WorkloadSpec
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parent.parent
-HAS_RAY = importlib.util.find_spec("ray") is not None
-needs_ray = pytest.mark.skipif(not HAS_RAY, reason="needs Ray: pip install '.[ray]'")
-
-LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-"""Ray then gives its nodes the loopback address instead of the host's interface (read when ray is
-imported: set before the cluster starts, and inherited by the drivers the tests start)."""
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    saved = {k: os.environ.get(k) for k in LOOPBACK}
-    os.environ.update(LOOPBACK)
-    from ray.cluster_utils import Cluster  # deferred: the module's other tests run without Ray
-
-    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80 * 2**20})
-    nodes.add_node(num_cpus=1, object_store_memory=80 * 2**20)
-    try:
-        yield nodes
-    finally:
-        nodes.shutdown()
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
 def _cmd(code: str, *args: str, timeout_s: float = 60.0) -> dict:

@@ -1,16 +1,22 @@
-"""A hunt against plain pytest-run-parallel on the same suite, timed in one run:
+"""A default hunt against one direct pytest-run-parallel run of the same suite, timed in one run:
 
-    python -m tools.bench_hunt [--runs 3] [--threads 4] [SUITE]
+    python -m tools.bench_hunt [--direct 3] [--threads 4] [--rounds 1] [SUITE [PYTEST_ARGS...]]
 
-prints the wall time of `python -m harness hunt --runs N --threads T -- SUITE` (isolated runs,
-two at once, junit reports, diagnosis, the rerun with one thread) and of N plain
-`python -m pytest -p run-parallel --parallel-threads T SUITE` one after the other, and their
-ratio. SUITE defaults to the project's own hunt suite (tests/hunt_suite).
+Each round times `python -m harness hunt --threads T -- SUITE` (its defaults: 3 runs, as many at
+once as the cores, junit reports, diagnosis, the rerun with one thread, the reruns alone) and
+`--direct` plain `python -m pytest -p run-parallel --parallel-threads T SUITE` runs one after
+another, then prints the hunt's time over the median direct run: what a user who already runs
+pytest-run-parallel pays for the verdicts. Rounds alternate the order (hunt first, then direct
+first) so that a warming disk or cache favours neither. SUITE defaults to the project's own hunt
+suite (tests/hunt_suite); the environment passes through (a third-party suite's PYTHONPATH, its
+backends' variables).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,24 +33,44 @@ def timed(argv: list[str]) -> tuple[float, int]:
     return time.monotonic() - start, proc.returncode
 
 
+def hunt_once(threads: int, suite: list[str]) -> tuple[float, int]:
+    with tempfile.TemporaryDirectory(prefix="bench-hunt-") as out:
+        return timed([sys.executable, "-m", "harness", "hunt", f"--threads={threads}", "-o", out, "--", *suite])
+
+
+def direct_runs(n: int, threads: int, suite: list[str]) -> list[tuple[float, int]]:
+    argv = [sys.executable, "-m", "pytest", "-p", "run-parallel", f"--parallel-threads={threads}", "-q", *suite]
+    return [timed(argv) for _ in range(n)]
+
+
+def one_round(k: int, a: argparse.Namespace, suite: list[str]) -> float:
+    if k % 2 == 0:
+        hunt_s, hunt_rc = hunt_once(a.threads, suite)
+        direct = direct_runs(a.direct, a.threads, suite)
+    else:
+        direct = direct_runs(a.direct, a.threads, suite)
+        hunt_s, hunt_rc = hunt_once(a.threads, suite)
+    median = statistics.median(s for s, _ in direct)
+    print(f"## round {k + 1} ({'hunt first' if k % 2 == 0 else 'direct first'})")
+    print(f"hunt (defaults, --threads {a.threads}): {hunt_s:.1f} s (exit {hunt_rc})")
+    times = ", ".join(f"{s:.1f}" for s, _ in direct)
+    print(f"direct pytest-run-parallel runs: {times} s (exits {[rc for _, rc in direct]}); median {median:.1f} s")
+    print(f"ratio hunt / one direct run: {hunt_s / median:.2f}", flush=True)
+    return hunt_s / median
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--direct", type=int, default=3, help="direct runs per round (their median is one run)")
     p.add_argument("--threads", type=int, default=4)
-    p.add_argument("suite", nargs="?", default=SUITE)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("suite", nargs=argparse.REMAINDER, help="SUITE [PYTEST_ARGS...] (default tests/hunt_suite)")
     a = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="bench-hunt-") as out:
-        hunt = [sys.executable, "-m", "harness", "hunt", f"--runs={a.runs}", f"--threads={a.threads}"]
-        hunt_s, hunt_rc = timed([*hunt, "-o", out, "--", a.suite])
-    plain = [sys.executable, "-m", "pytest", "-p", "run-parallel", f"--parallel-threads={a.threads}", "-q", a.suite]
-    plain_s, codes = 0.0, []
-    for _ in range(a.runs):
-        took, rc = timed(plain)
-        plain_s += took
-        codes.append(rc)
-    print(f"hunt, {a.runs} runs x {a.threads} threads of {a.suite}: {hunt_s:.1f} s (exit {hunt_rc})")
-    print(f"plain pytest-run-parallel, {a.runs} runs one after another: {plain_s:.1f} s (exits {codes})")
-    print(f"ratio hunt / plain: {hunt_s / plain_s:.2f}")
+    suite = a.suite or [SUITE]
+    print(f"# python -m tools.bench_hunt {' '.join(argv if argv is not None else sys.argv[1:])}")
+    print(f"# {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start")
+    ratios = [one_round(k, a, suite) for k in range(a.rounds)]
+    print(f"median ratio over {len(ratios)} round(s): {statistics.median(ratios):.2f}")
     return 0
 
 

@@ -1,17 +1,21 @@
 """`python -m harness hunt [options] -- PYTEST_ARGS`: the user's own pytest suite as the race finder.
 
 Runs the suite `--runs` times (per fix set) under pytest-run-parallel, each test body in
-`--threads` threads at once, each run an isolated process through `runner.run_trial` (hang dumps,
-native stacks, the lifeline, the fixes' bootstrap), `--workers` runs at once; reads each run's
-junit report (harness.campaign.hunt_junit) and names each failing test's race from its own
-failure text (`diagnose`); a test failing in every run is rerun once with one thread, and one
-that passes there and names no race is rerun alone in its own process with the same threads
-(harness.campaign.hunt_verdicts says what each test is; hunt_report prints it). A run whose
+`--threads` threads at once, each run an isolated process through the runner (hang dumps, native
+stacks, the lifeline, the fixes' bootstrap) on this host or a Ray cluster (harness.campaign.backends),
+`--workers` runs at once over the campaign's worker loop; reads each run's junit report
+(harness.campaign.hunt_junit) and names each failing test's race from its own failure text
+(`diagnose`); a test failing in every run is rerun once with one thread, and one that passes there
+and names no race is rerun alone in its own process with the same threads
+(harness.campaign.hunt_verdicts says what each test is; hunt_report prints it). The rerun with one
+thread starts as soon as a worker has no run left to take and one run has ended, beside the last
+runs (it then holds the tests that failed in every run ended so far; one that a later run reports
+failing in every run too gets a second rerun). A run whose
 process dies inside a test (a segfault in its threads) names the crash after that test, from the
 plugin's progress record, and goes on with the tests that never ran in a new process: a part.
 
 The output folder keeps each run's trial folder (`run-<i>`, its parts `run-<i>-part<k>`, the rerun's
-`rerun-1-thread`, the reruns alone `alone-<k>`) and
+`rerun-1-thread`, a second one `rerun-1-thread-2`, the reruns alone `alone-<k>`) and
 `hunt.jsonl` (harness.campaign.hunt_records): a hunt killed mid-run and started again with the
 same `-o` reads its finished runs back and runs only the others. Ctrl-C kills the runs in flight
 (not recorded: a resume reruns them) and exits 130.
@@ -23,6 +27,7 @@ and the report gives each test's k/n per set.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import threading
@@ -31,25 +36,26 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.campaign import bytecode_cache
+from harness.args import UsageError
+from harness.campaign import backends, bytecode_cache
+from harness.campaign.arms import INTERRUPTED_RC, arm_spec
 from harness.campaign.hunt_junit import CRASHED, FAILING, JunitTest
 from harness.campaign.hunt_options import JUNIT, HuntOptions, options_from_args, pytest_argv
-from harness.campaign.hunt_plugin import ONLY_ENV, PROGRESS_ENV
+from harness.campaign.hunt_plugin import JUNIT_ENV, ONLY_ENV, PROGRESS_ENV
 from harness.campaign.hunt_progress import PROGRESS, crashed_test, process_tests
 from harness.campaign.hunt_records import ALONE, ONE_THREAD, RECORDS, RecordLog, RunRecord, TestRecord, read_key
 from harness.campaign.hunt_report import print_report
 from harness.campaign.hunt_verdicts import always_failing, needs_alone, verdicts
-from harness.campaign.matrix_spec import MatrixError
-from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
-from harness.campaign.stress import INTERRUPTED_RC, arm_spec
+from harness.campaign.loop import WorkLoop
 from harness.diagnosis import diagnose
 from harness.trial.folder import OUTPUT
 from harness.trial.folder import text as folder_text
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec
 
 RERUN_FOLDER = "rerun-1-thread"
+ONLY = "only.txt"
+"""In a rerun's folder: the tests it runs, one node id a line."""
 MAX_PARTS = 20
 """Processes one run may take: each part after a crash runs the tests the crash left unrun."""
 PYTEST_BAD_INPUT = {4: "pytest rejected its arguments", 5: "PYTEST_ARGS select no test"}
@@ -67,6 +73,8 @@ class HuntRun:
     """Plan seed: run i of every arm gets seed i."""
     only: tuple[str, ...] = ()
     """The rerun's tests."""
+    folder: str = ""
+    """Its folder's name, where it is not the index's (a second rerun with one thread)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +92,22 @@ class RunPart:
 
 def run_hunt(a: argparse.Namespace) -> int:
     opts = options_from_args(a)
+    backend = backends.from_args(a)
+    try:
+        if a.workers is None and backend.cpus:
+            opts = dataclasses.replace(opts, workers=backend.cpus)
+        return _hunt(opts, backend)
+    finally:
+        backend.close()
+
+
+def _hunt(opts: HuntOptions, backend: backends.Backend) -> int:
     log = RecordLog(opts.out_dir, opts.key)
-    loop = HuntLoop(opts, log, log.load())
+    loop = HuntLoop(opts, log, log.load(), backend)
     start = time.monotonic()
+    loop.speculate = True
     loop.run(loop.pending())
+    loop.speculate = False
     if not loop.interrupted and loop.bad_input is None:
         loop.run(loop.rerun())
     if not loop.interrupted and loop.bad_input is None:
@@ -95,10 +115,16 @@ def run_hunt(a: argparse.Namespace) -> int:
     if loop.bad_input is not None:
         if opts.own_dir:
             shutil.rmtree(opts.out_dir, ignore_errors=True)
-        raise MatrixError(loop.bad_input)
+        raise UsageError(loop.bad_input)
     if loop.interrupted:
         print(f"interrupted: finished runs are kept; rerun with -o {opts.out_dir} to resume", file=sys.stderr)
         return INTERRUPTED_RC
+    if loop.lost:
+        print(
+            f"{loop.lost} run(s) lost with their node or worker, not recorded: rerun the same command with "
+            f"-o {opts.out_dir} to complete the hunt",
+            file=sys.stderr,
+        )
     found = verdicts(loop.records, opts.fix_sets)
     return print_report(opts, found, loop.records, time.monotonic() - start)
 
@@ -108,7 +134,7 @@ def report_folder(folder: Path, *, as_json: bool = False) -> int:
     and judged by the same verdicts hunt printed, so a folder never reads two ways."""
     head = read_key(folder)
     if head is None:
-        raise MatrixError(f"{folder}: not a hunt folder (no readable {RECORDS} header)")
+        raise UsageError(f"{folder}: not a hunt folder (no readable {RECORDS} header)")
     records = RecordLog(folder, head).load()
     runs = max((r.run for r in records if not r.rerun), default=-1) // max(1, len(head.fix_sets)) + 1
     opts = HuntOptions(
@@ -126,17 +152,29 @@ def report_folder(folder: Path, *, as_json: bool = False) -> int:
 
 
 class HuntLoop:
-    """Workers taking runs from one queue; each finished run is recorded at once."""
+    """The runs of one hunt over the campaign's worker loop; each finished run is recorded at once."""
 
-    def __init__(self, opts: HuntOptions, log: RecordLog, records: list[RunRecord]) -> None:
+    def __init__(
+        self, opts: HuntOptions, log: RecordLog, records: list[RunRecord], backend: backends.Backend | None = None
+    ) -> None:
         self.opts, self.log = opts, log
+        self.backend = backend or backends.local()
+        self.lost = 0
+        """Runs the backend lost (a Ray node died): not recorded, so that the same command reruns them."""
+        self.speculate = False
+        """Workers with nothing to take may start the rerun with one thread early (`_early_rerun`)."""
+        self.early: tuple[str, ...] = ()
+        """The tests the early rerun took."""
         self.records = list(records)
         self.lock = threading.Lock()
         self.queue: deque[HuntRun] = deque()
         self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.interrupted = False
+        self.loops: list[WorkLoop] = []
         self.bad_input: str | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return any(loop.interrupted for loop in self.loops)
 
     def pending(self) -> list[HuntRun]:
         """The runs no record holds yet, in order: run i of every arm, then run i + 1."""
@@ -146,11 +184,29 @@ class HuntLoop:
         return [r for r in runs if r.index not in done]
 
     def rerun(self) -> list[HuntRun]:
-        """The rerun with one thread of the tests that failed in every run, unless recorded."""
-        if any(r.run == ONE_THREAD for r in self.records):
+        """The rerun with one thread of the tests that failed in every run and no such rerun holds
+        yet (the early one ran on the runs finished then: a test only a later run reported is left)."""
+        covered = {t.id for r in self.records if r.run == ONE_THREAD for t in r.tests or ()}
+        ids = [tid for tid in always_failing([r for r in self.records if not r.rerun]) if tid not in covered]
+        if not ids:
             return []
-        ids = always_failing([r for r in self.records if not r.rerun])
-        return [HuntRun(index=ONE_THREAD, arm=0, seed=0, only=tuple(ids))] if ids else []
+        used = {r.folder for r in self.records}
+        k = next(k for k in range(len(used) + 1) if _rerun_folder(k) not in used)
+        return [HuntRun(index=ONE_THREAD, arm=0, seed=0, only=tuple(ids), folder=_rerun_folder(k))]
+
+    def _early_rerun(self) -> HuntRun | None:
+        """With every run started and one finished, a worker that has nothing to take reruns with one
+        thread the tests that failed in every finished run, while the last runs go on: a test that
+        fails in every run failed in these, and a rerun of one that then passes is not read
+        (`hunt_verdicts.verdicts`). Caller holds the lock."""
+        main = [r for r in self.records if not r.rerun]
+        if self.early or self.queue or not main or any(r.run == ONE_THREAD for r in self.records):
+            return None
+        ids = tuple(always_failing(main))
+        if not ids:
+            return None
+        self.early = ids
+        return HuntRun(index=ONE_THREAD, arm=0, seed=0, only=ids, folder=_rerun_folder(0))
 
     def alone(self) -> list[HuntRun]:
         """Each test that failed in every run with threads, passed with one and named no race, run
@@ -164,63 +220,49 @@ class HuntLoop:
         if not runs:
             return
         self.queue.extend(runs)
-        n = max(1, min(self.opts.workers, len(runs)))
-        threads = [threading.Thread(target=self._worker, name=f"harness-hunt-{k}") for k in range(n)]
-        raised = None
-        try:
-            with sigint_as_flag(self._interrupt):
-                for t in threads:
-                    t.start()
-                while any(t.is_alive() for t in threads) and not self.interrupted:
-                    time.sleep(0.1)
-        except KeyboardInterrupt as e:  # SIGTERM (harness.cli's Terminated): the same, then 143
-            self._interrupt()
-            raised = e
-        if self.interrupted:
-            print(f"interrupted: killed {kill_child_groups()} running run(s), not recorded", file=sys.stderr)
-        self._join(threads)
-        if raised is not None:
-            raise raised
-        if self.errors and not self.interrupted:
-            raise ExceptionGroup("hunt worker failed", self.errors)
-
-    def _interrupt(self) -> None:
-        self.interrupted = True
-        self.stop.set()
-
-    def _join(self, threads: list[threading.Thread]) -> None:
-        deadline = time.monotonic() + self.opts.timeout_s + JOIN_MARGIN_S
-        for t in threads:
-            while t.is_alive() and time.monotonic() < deadline:
-                t.join(timeout=0.2)
-                if self.interrupted and t.is_alive():
-                    kill_child_groups()  # a worker may have been starting its run during the first sweep
-        stuck = [t.name for t in threads if t.is_alive()]
-        if stuck:
-            raise RuntimeError(f"hunt workers still running after their deadline: {stuck}")
+        loop = WorkLoop(
+            "hunt",
+            workers=min(self.opts.workers, len(runs)),
+            take=self._take,
+            work=self._work,
+            longest_s=self.opts.timeout_s,
+        )
+        self.stop = loop.stop
+        self.loops.append(loop)
+        loop.run()
 
     def _take(self) -> HuntRun | None:
         with self.lock:
-            if self.stop.is_set() or not self.queue:
+            if self.stop.is_set():
                 return None
-            return self.queue.popleft()
+            if self.queue:
+                return self.queue.popleft()
+            return self._early_rerun() if self.speculate else None
 
-    def _worker(self) -> None:
+    def _work(self, run: HuntRun) -> None:
+        folder = self.opts.out_dir / _folder_name(run)
         try:
-            while (run := self._take()) is not None:
-                folder = self.opts.out_dir / _folder_name(run)
-                self._finish(run, self._run_parts(run, folder), folder)
-        except BaseException as e:
+            parts = self._run_parts(run, folder)
+        except backends.TrialNotRun as e:
             with self.lock:
-                self.errors.append(e)
-            self.stop.set()
+                self.lost += 1
+            print(f"hunt: {_folder_name(run)}: lost, not recorded ({e}); the same command reruns it", file=sys.stderr)
+            return
+        self._finish(run, parts, folder)
 
     def _run_parts(self, run: HuntRun, folder: Path) -> list[RunPart]:
         parts: list[RunPart] = []
         only = run.only
         while True:
             where = folder if not parts else folder.with_name(f"{folder.name}-part{len(parts) + 1}")
-            parts.append(read_part(run_trial(self._spec(run, where, only), where), where))
+            where.mkdir(parents=True, exist_ok=True)
+            try:
+                result = self.backend.run(self._spec(run, where, only), where)
+            except backends.TrialNotRun:
+                for gone in (*(p.folder for p in parts), where):  # the run is lost whole
+                    shutil.rmtree(gone, ignore_errors=True)
+                raise
+            parts.append(read_part(result, where))
             if not parts[-1].never_ran or self.stop.is_set() or len(parts) >= MAX_PARTS:
                 return parts
             only = parts[-1].never_ran
@@ -246,17 +288,17 @@ class HuntLoop:
         o = self.opts
         rerun = run.index < 0  # with one thread, or alone: the tests as they are, no plan
         fixes = None if rerun else o.fix_sets[run.arm]
-        env = {PROGRESS_ENV: str((folder / PROGRESS).resolve()), **bytecode_cache.run_env(o.bytecode_cache)}
+        # The plugin's files are named in the run's own folder, wherever it runs (a Ray node too).
+        env = {PROGRESS_ENV: PROGRESS, JUNIT_ENV: JUNIT, **bytecode_cache.run_env(o.bytecode_cache)}
+        files = {ONLY: "\n".join(only) + "\n"} if only else {}
         if only:
-            listed = o.out_dir / f"{folder.name}-only.txt"
-            listed.write_text("\n".join(only) + "\n", encoding="utf-8")
-            env[ONLY_ENV] = str(listed.resolve())
-        argv = pytest_argv(o, 1 if run.index == ONE_THREAD else o.threads, (folder / JUNIT).resolve())
+            env[ONLY_ENV] = ONLY
+        argv = pytest_argv(o, 1 if run.index == ONE_THREAD else o.threads)
         plan = None if rerun else o.plan
         # The window counters are not read here: installing none keeps their probes out of
         # every test's compiled calls.
         limits = {"timeout_s": o.timeout_s, "hang_s": o.hang_s}
-        return arm_spec("hunt", run.index, run.seed, argv, fixes, plan, **limits, env=env, exposure=False)
+        return arm_spec("hunt", run.index, run.seed, argv, fixes, plan, **limits, env=env, exposure=False, files=files)
 
 
 def read_part(result: TrialResult, folder: Path) -> RunPart:
@@ -271,7 +313,13 @@ def read_part(result: TrialResult, folder: Path) -> RunPart:
     return RunPart(result, folder, (*progress.done, crashed), crashed, progress.never_ran)
 
 
+def _rerun_folder(k: int) -> str:
+    return RERUN_FOLDER if k == 0 else f"{RERUN_FOLDER}-{k + 1}"
+
+
 def _folder_name(run: HuntRun) -> str:
+    if run.folder:
+        return run.folder
     if run.index == ONE_THREAD:
         return RERUN_FOLDER
     return f"alone-{ALONE - run.index}" if run.index <= ALONE else f"run-{run.index}"

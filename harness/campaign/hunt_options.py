@@ -1,8 +1,8 @@
 """`harness hunt`'s options, checked, and the pytest command line of one run.
 
 Each run is `python -m pytest -p run-parallel -p harness.campaign.hunt_plugin [-p timeout
---timeout S] -p no:cacheprovider --parallel-threads T --junitxml=<run>/junit.xml -o
-junit_logging=all --tb=native -q PYTEST_ARGS`:
+--timeout S] -p no:cacheprovider --parallel-threads T -o junit_logging=all --tb=native -q
+PYTEST_ARGS`, with the junit report in the run's folder (the plugin sets pytest's `--junitxml`):
 - pytest-run-parallel runs each test body in T threads at once (its `thread_unsafe` and
   `parallel_threads` markers, thread-unsafe fixtures and its reading of the test's own calls
   still keep a test in one thread; the hunt plugin only stops that reading at torch's internals);
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ def options_from_args(a: argparse.Namespace) -> HuntOptions:
         pytest_args=tuple(args),
         runs=a.runs,
         threads=a.threads,
-        workers=a.workers,
+        workers=a.workers or os.cpu_count() or 1,
         out_dir=Path(a.output) if a.output else Path(tempfile.mkdtemp(prefix="harness-hunt-")),
         own_dir=not a.output,
         plan=a.plan,
@@ -103,7 +104,7 @@ def _check_args(args: list[str]) -> None:
 
 def _check_numbers(a: argparse.Namespace) -> None:
     for name in ("runs", "threads", "workers"):
-        if getattr(a, name) < 1:
+        if getattr(a, name) is not None and getattr(a, name) < 1:
             raise UsageError(f"--{name} must be >= 1")
     for name in ("test_timeout", "timeout"):
         if not getattr(a, name) > 0:
@@ -125,7 +126,7 @@ def _check_run_parallel() -> None:
         )
 
 
-def pytest_argv(opts: HuntOptions, threads: int, junit: Path) -> tuple[str, ...]:
+def pytest_argv(opts: HuntOptions, threads: int) -> tuple[str, ...]:
     """One run's command line: the user's arguments last, so that theirs select the tests."""
     timeout = ("-p", "timeout", f"--timeout={opts.test_timeout_s:g}") if opts.timeout_plugin else ()
     return (
@@ -140,7 +141,6 @@ def pytest_argv(opts: HuntOptions, threads: int, junit: Path) -> tuple[str, ...]
         "-p",
         "no:cacheprovider",
         f"--parallel-threads={threads}",
-        f"--junitxml={junit}",
         "-o",
         "junit_logging=all",
         "-o",

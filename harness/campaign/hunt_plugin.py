@@ -2,10 +2,12 @@
 
 It adds to each test case of the junit report what junit leaves out: the test's node id and the
 threads pytest-run-parallel ran its body in (1, with the plugin's reason, where a marker or the
-plugin's own detection kept it in one thread). With HARNESS_HUNT_ONLY (a file of node ids, one a
-line) it deselects every other test: the rerun with one thread runs the same arguments, so the
-same configuration, on those tests alone. With HARNESS_HUNT_PROGRESS (a file) it writes, a JSON line
-each, the tests collected, each test as it starts and each as it ends with its outcome and failure
+plugin's own detection kept it in one thread). Its files are named relative to the run's own
+folder (HARNESS_TRIAL_DIR), so that a run writes them where it runs, on a Ray node too: with
+HARNESS_HUNT_JUNIT (a name) the junit report goes there. With HARNESS_HUNT_ONLY (a file of node
+ids, one a line) it deselects every other test: the rerun with one thread runs the same arguments,
+so the same configuration, on those tests alone. With HARNESS_HUNT_PROGRESS (a file) it writes, a
+JSON line each, the tests collected, each test as it starts and each as it ends with its outcome and failure
 text: a run that crashes writes no junit report, and this says which tests ended how, which one
 was running, and which never ran. Unless HARNESS_HUNT_DETECT_IN_TORCH=1, pytest-run-parallel's
 reading of a test's callees for thread-unsafe calls stops at torch's own functions. It imports
@@ -18,6 +20,9 @@ import json
 import os
 from pathlib import Path
 
+from harness.trial.spec import TRIAL_DIR_ENV
+
+JUNIT_ENV = "HARNESS_HUNT_JUNIT"
 ONLY_ENV = "HARNESS_HUNT_ONLY"
 PROGRESS_ENV = "HARNESS_HUNT_PROGRESS"
 DETECT_IN_TORCH_ENV = "HARNESS_HUNT_DETECT_IN_TORCH"
@@ -28,8 +33,18 @@ NODEID, THREADS, SINGLE_REASON = "hunt_nodeid", "hunt_threads", "hunt_single_rea
 
 
 def pytest_configure(config) -> None:
+    # Called before junitxml's own (a `-p` plugin registers after pytest's, and pluggy calls the
+    # later first), which reads the path.
+    junit = os.environ.get(JUNIT_ENV)
+    if junit:
+        config.option.xmlpath = str(in_run_folder(junit))
     if os.environ.get(DETECT_IN_TORCH_ENV) != "1":
         stop_detection_at_torch()
+
+
+def in_run_folder(name: str) -> Path:
+    """A file named by the hunt: in the run's own folder (a relative name), or where it says."""
+    return Path(os.environ.get(TRIAL_DIR_ENV, ".")) / name
 
 
 def stop_detection_at_torch() -> bool:
@@ -70,7 +85,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     only = os.environ.get(ONLY_ENV)
     if not only:
         return
-    keep = set(Path(only).read_text(encoding="utf-8").splitlines())
+    keep = set(in_run_folder(only).read_text(encoding="utf-8").splitlines())
     dropped = [item for item in items if item.nodeid not in keep]
     items[:] = [item for item in items if item.nodeid in keep]
     if dropped:
@@ -126,7 +141,7 @@ def _props(props) -> dict[str, str]:
 
 
 def _progress(line: dict) -> None:
-    path = os.environ.get(PROGRESS_ENV)
-    if path:
-        with open(path, "a", encoding="utf-8") as f:  # closed at once: a crash after it loses nothing
+    name = os.environ.get(PROGRESS_ENV)
+    if name:
+        with open(in_run_folder(name), "a", encoding="utf-8") as f:  # closed at once: a crash after it loses nothing
             f.write(json.dumps(line) + "\n")

@@ -77,7 +77,10 @@ def always_failing(records: Sequence[RunRecord]) -> list[str]:
 def verdicts(records: Sequence[RunRecord], fix_sets: Sequence[tuple[str, ...] | None]) -> list[TestVerdict]:
     """One verdict per test id, in the order the runs reported them."""
     main = [r for r in records if not r.rerun]
-    rerun = {t.id: t.outcome for r in records if r.run == ONE_THREAD for t in r.tests or ()}
+    # A rerun with one thread answers only for a test that failed in every run: an early rerun
+    # (started before the last runs ended) may hold tests that then passed.
+    wanted = set(always_failing(main))
+    rerun = {t.id: t.outcome for r in records if r.run == ONE_THREAD for t in r.tests or () if t.id in wanted}
     alone = {t.id: t.outcome for r in records if r.alone for t in r.tests or ()}
     per_test = _per_test(main)
     return [

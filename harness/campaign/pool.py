@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 
 from harness.campaign import slots
-from harness.trial import lifeline
+from harness.campaign.loop import WorkLoop, kill_child_groups
 from harness.trial.outcome import TrialResult
 from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
@@ -37,10 +36,6 @@ class TrialNotRun(Exception):
     def __init__(self, why: str, *, late: bool = False) -> None:
         super().__init__(why)
         self.late = late
-
-
-JOIN_MARGIN_S = 60.0
-"""Past a trial's own deadline, how long a worker may take to return before it counts as stuck."""
 
 
 def host_gpu_count() -> int:
@@ -163,42 +158,6 @@ def with_run_dir(trial: TrialSpec, artefacts: Path) -> TrialSpec:
     return dataclasses.replace(trial, workload=WorkloadSpec(kind="dflash", argv=argv))
 
 
-@contextlib.contextmanager
-def sigint_as_flag(on_interrupt):
-    """Within the block SIGINT calls `on_interrupt()` and raises nothing: a KeyboardInterrupt inside
-    Thread.join can leave a live thread marked stopped (Python 3.11), and the process would exit with
-    a run half-recorded. Installed only in the main thread (elsewhere signal.signal cannot be);
-    the previous handler comes back after the block."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: on_interrupt())
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def kill_child_groups() -> int:
-    """SIGKILL the process group of every direct child that leads its own group (the runner
-    starts each trial with start_new_session=True) but the trials' reaper, which must outlive
-    us (harness.trial.lifeline); Linux /proc. Returns how many."""
-    me, killed, spare = os.getpid(), 0, lifeline.reaper_pid()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        pid, ppid, pgid = int(stat.parent.name), int(fields[1]), int(fields[2])
-        if ppid == me and pgid == pid and pid != spare:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-    return killed
-
-
 class WorkerPool:
     """Named worker threads pulling trials from one queue; first worker exception stops the rest.
 
@@ -244,57 +203,37 @@ class WorkerPool:
         self.lost = 0
         """Trials whose run_fn raised TrialNotRun (not late): nothing stored, a resume runs them."""
         self.running = 0
-        self.interrupted = False
+        self._loop: WorkLoop | None = None
         self.deadline = None if spec.max_time_s is None else time.monotonic() + spec.max_time_s
         self.finish_by = None if spec.finish_by_s is None else time.monotonic() + spec.finish_by_s
         self.expected_s: dict[str, float | None] = dict(expected_s or {})
         """Per cell, its stored median duration (MatrixSpec.finish_by_s)."""
 
     def run(self) -> list[TrialResult]:
-        n = max(1, min(self.spec.workers, len(self.pending)))
-        threads = [threading.Thread(target=self._worker, name=f"harness-worker-{k}") for k in range(n)]
-        for t in threads:
-            t.start()
-        try:
-            # Short joins keep the main thread responsive to Ctrl-C.
-            # No `with self.lock` here: a Ctrl-C raised between the lock's acquire and the
-            # with-block would leave it held, and the handler below (and every worker) would then
-            # wait on it for ever. len() of a list or deque is atomic; the counts are for display.
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(timeout=0.1)
-                self.lines.tick(len(self.results), self.running, len(self.pending))
-        except KeyboardInterrupt:
-            # Trials run in their own sessions, so Ctrl-C does not reach them. Kill them, and do not
-            # record them: a killed trial is an interrupted measurement, not an ABORT, and the next
-            # run of the same command runs it again (resume).
-            self.interrupted = True  # a plain store: see above for why not under the lock
-            self.stop.set()
-            killed = self.kill_running()
-            print(
-                f"interrupted: killed {killed} running trial(s); they will rerun on resume", file=sys.stderr, flush=True
-            )
-            self._join(threads, keep_killing=True)
-            raise
-        self._join(threads)
-        if self.errors:
-            raise ExceptionGroup("matrix worker failed", self.errors)
+        """Every pending trial through the loop; Ctrl-C or SIGTERM kills the trials in flight, stores
+        none of them (an interrupted measurement, not an ABORT: a resume runs them) and raises
+        KeyboardInterrupt once the workers are joined."""
+        longest = max((c.timeout_s for c in self.spec.workloads.values()), default=0.0)
+        loop = WorkLoop(
+            "worker",
+            workers=min(self.spec.workers, len(self.pending)),
+            take=self._next,
+            work=self._work,
+            longest_s=longest,
+            kill_running=self.kill_running,
+            tick=lambda: self.lines.tick(len(self.results), self.running, len(self.pending)),
+            on_interrupt="they will rerun on resume",
+            unit="trial",
+        )
+        self.stop, self._loop = loop.stop, loop
+        loop.run()
+        if loop.interrupted:
+            raise KeyboardInterrupt
         return self.results
 
-    def _join(self, threads: list[threading.Thread], *, keep_killing: bool = False) -> None:
-        """Wait for the workers. After an interrupt, keep killing child process groups while
-        waiting: a worker may have been starting its trial's process during the first sweep
-        (seen once in CI: that trial ran on and the interrupted matrix waited for it)."""
-        longest = max((c.timeout_s for c in self.spec.workloads.values()), default=0.0)
-        deadline = time.monotonic() + longest + JOIN_MARGIN_S
-        for t in threads:
-            while t.is_alive() and time.monotonic() < deadline:
-                t.join(timeout=0.2)
-                if keep_killing and t.is_alive():
-                    self.kill_running()
-        stuck = [t.name for t in threads if t.is_alive()]
-        if stuck:
-            raise RuntimeError(f"matrix workers still running after their deadline: {stuck}")
+    @property
+    def interrupted(self) -> bool:
+        return self._loop is not None and self._loop.interrupted
 
     def _stopped(self, trial: TrialSpec) -> bool:
         return self.states[trial.cell].stopped(self.spec.max_failures)
@@ -345,23 +284,14 @@ class WorkerPool:
             self.pending.clear()
             return None
 
-    def _worker(self) -> None:
-        try:
-            while (popped := self._next()) is not None:
-                trial, ticket = popped
-                need, weight = self.need_gpus[trial.cell]
-                ids = self.gpus.acquire(need, self.stop, weight, ticket=ticket)
-                if ids is None:
-                    return
-                if not self._start(trial, ids, weight):
-                    continue
-                result, not_run = self._run_one(trial, ids, weight)
-                if not self._finish(trial, result, not_run):
-                    return
-        except BaseException as e:  # surfaced by run() as an ExceptionGroup
-            with self.lock:
-                self.errors.append(e)
-            self.stop.set()
+    def _work(self, popped: tuple[TrialSpec, Ticket | None]) -> None:
+        trial, ticket = popped
+        need, weight = self.need_gpus[trial.cell]
+        ids = self.gpus.acquire(need, self.stop, weight, ticket=ticket)
+        if ids is None or not self._start(trial, ids, weight):
+            return  # stopped while waiting (the loop then takes nothing more), or left by the clock
+        result, not_run = self._run_one(trial, ids, weight)
+        self._finish(trial, result, not_run)
 
     def _start(self, trial: TrialSpec, ids: list[int], weight: int) -> bool:
         """Whether the trial may still start now that it holds its GPU slots (released if not)."""
@@ -394,17 +324,16 @@ class WorkerPool:
             self.gpus.release(ids, weight)
         return result, not_run
 
-    def _finish(self, trial: TrialSpec, result: TrialResult | None, not_run: TrialNotRun | None) -> bool:
-        """Store and count the result; False once the pool is interrupted (the worker stops)."""
+    def _finish(self, trial: TrialSpec, result: TrialResult | None, not_run: TrialNotRun | None) -> None:
+        """Store and count the result; nothing once the pool is interrupted (the loop then stops)."""
         with self.lock:
             self.running -= 1
             if self.interrupted:
-                return False
+                return
             if result is None:
                 self._not_run(trial, not_run)
-                return True
+                return
             self.store.append(result)
             self.results.append(result)
             self.states[trial.cell].add(result)
             self.lines.update(self.states[trial.cell])
-        return True

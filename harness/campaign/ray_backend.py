@@ -108,6 +108,8 @@ def run_remote(trial: TrialSpec, folder: str, not_after: float | None) -> dict[s
     starts after `not_after` (seconds since the epoch)."""
     if not_after is not None and time.time() > not_after:
         return {"late": True}
+    if trial.cwd is not None and not Path(trial.cwd).is_dir():
+        return {"missing": f"node {socket.gethostname()} has no folder {trial.cwd}"}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:  # Ray's choice of GPUs, kept in the stored spec.json as the local pool's is
         trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": visible}
@@ -260,6 +262,11 @@ class RayBackend:
                 self._in_flight.discard(ref)
         if value.get("late"):
             raise TrialNotRun("it reached a node after --max-time or --finish-by", late=True)
+        if value.get("missing"):
+            raise UsageError(
+                f"{value['missing']}: a command runs in the same folder on every node "
+                "(a shared file system, or the same checkout at the same path)"
+            )
         return land(value, artefacts)
 
     def kill_running(self) -> int:

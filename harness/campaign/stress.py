@@ -43,23 +43,22 @@ from pathlib import Path
 
 from harness import stats
 from harness.args import UsageError
-from harness.campaign import bytecode_cache
+from harness.campaign import backends, bytecode_cache
+from harness.campaign.arms import INTERRUPTED_RC, arm_spec
 from harness.campaign.calibration import plan_summary
 from harness.campaign.expand import plan_json
+from harness.campaign.loop import WorkLoop
 from harness.campaign.matrix_progress import format_elapsed
 from harness.campaign.matrix_spec import PlanChoice
-from harness.campaign.pool import JOIN_MARGIN_S, kill_child_groups, sigint_as_flag
 from harness.diagnosis import probes
 from harness.diagnosis.side_by_side import ArmCount, StressRecord, arm_name
 from harness.text import clip
 from harness.trial import native, tracebacks
-from harness.trial.cells import NO_PLAN, cell_name
 from harness.trial.folder import NATIVE_STACK, OUTPUT, RESULT, write_json
 from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import interpreter_versions
 from harness.trial.outcome import HARNESS_DEFECT, SHOWN_AT_EXIT_0, Outcome, TrialResult
-from harness.trial.runner import run_trial
-from harness.trial.spec import CHILDREN_ENV, TrialSpec, WorkloadSpec
+from harness.trial.spec import CHILDREN_ENV, TrialSpec
 
 EXCERPT_FRAMES = 3
 """Innermost frames of a failure's traceback echoed with its exception line."""
@@ -72,8 +71,6 @@ DETERMINISTIC_FAST_S = 30.0
 DEFAULT_HANG_S = 60.0
 """Idle this long (no CPU, no output, the same stacks) and a run is a HANG (trial.runner)."""
 _BARE_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
-INTERRUPTED_RC = 130
-"""Exit status after Ctrl-C, as a shell reports a command SIGINT ended (128 + 2)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -114,7 +111,7 @@ def options_from_args(a: argparse.Namespace) -> StressOptions:
     cache = bytecode_cache.folder(getattr(a, "bytecode_cache", None))
     return StressOptions(
         cmd=tuple(cmd),
-        parallel=a.parallel,
+        parallel=a.parallel or 1,
         timeout_s=a.timeout,
         hang_s=a.hang or min(a.timeout, DEFAULT_HANG_S),
         max_runs=a.max_runs,
@@ -285,56 +282,18 @@ def run_stress(
     passes the diagnosis, which reads the folder's stress record: the stop's verdict, the fix sets'
     counts) before the artefacts' folder is named. Exits 130 after Ctrl-C."""
     opts = options_from_args(a)
-    if opts.python_note:
-        print(f"stress: {opts.python_note}", file=sys.stderr, flush=True)
-    loop = _StressLoop(opts, inspect=inspect, known=known)
-    loop.run()
-    rc = loop.report(explain)
+    backend = backends.from_args(a)
+    try:
+        if a.parallel is None:
+            opts.parallel = backend.cpus or os.cpu_count() or 1
+        if opts.python_note:
+            print(f"stress: {opts.python_note}", file=sys.stderr, flush=True)
+        loop = _StressLoop(opts, backend, inspect=inspect, known=known)
+        loop.run()
+        rc = loop.report(explain)
+    finally:
+        backend.close()
     return INTERRUPTED_RC if loop.interrupted else rc
-
-
-def arm_strategy(fixes: tuple[str, ...] | None) -> str:
-    """The arm as a cell's strategy: `as-is` (no bootstrap fixes at all), `raw` (`--fix none`: the
-    guard with no fix) or the fixes joined by `+`."""
-    return "as-is" if fixes is None else "+".join(fixes) or "raw"
-
-
-def arm_env(fixes: tuple[str, ...] | None) -> dict[str, str]:
-    """The environment an arm adds: the runner hands spec.fixes to the bootstrap, and `none` alone
-    (an empty set) installs the guard with no fix."""
-    return {"HARNESS_FIXES": "none"} if fixes == () else {}
-
-
-def arm_spec(
-    command: str,
-    index: int,
-    seed: int,
-    argv: list[str],
-    fixes: tuple[str, ...] | None,
-    plan_name: str | None,
-    *,
-    timeout_s: float,
-    hang_s: float | None,
-    env: dict[str, str] | None = None,
-    **extra,
-) -> TrialSpec:
-    """Run `index` of a foreign command under one arm: `fixes` and the named plan seeded by `seed`,
-    from the working directory. stress and hunt build theirs here."""
-    plan = plan_json(PlanChoice(name=plan_name, profile=plan_name), seed) if plan_name else None
-    return TrialSpec(
-        trial_id=f"{command}/{index}",
-        cell=cell_name(command, arm_strategy(fixes), plan_name or NO_PLAN),
-        workload=WorkloadSpec(kind="command", argv=argv),
-        fixes=fixes or (),
-        foreign=True,
-        plan=plan,
-        timeout_s=timeout_s,
-        hang_s=hang_s,
-        trial_index=seed,
-        cwd=os.getcwd(),
-        env={**arm_env(fixes), **(env or {})},
-        **extra,
-    )
 
 
 def plan_hits(folder: Path) -> int | None:
@@ -376,24 +335,46 @@ class _Run:
 
 
 class _StressLoop:
-    def __init__(self, opts: StressOptions, *, inspect: Inspect | None = None, known: Known | None = None) -> None:
+    def __init__(
+        self,
+        opts: StressOptions,
+        backend: backends.Backend | None = None,
+        *,
+        inspect: Inspect | None = None,
+        known: Known | None = None,
+    ) -> None:
         self.opts = opts
+        self.backend = backend or backends.local()
         self.inspect = inspect
         self.known = known
         self.arms = [StressState() for _ in opts.fix_sets]
         self.state = StressState()
         self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.interrupted = False
-        self.running = 0
+        o = opts
+        workers = o.parallel if o.max_runs is None else min(o.parallel, o.max_runs * len(self.arms))
+        self.loop = WorkLoop(
+            "stress",
+            workers=workers,
+            take=self._take,
+            work=self._work,
+            longest_s=o.timeout_s,
+            tick=self._tick,
+            kill_running=self.backend.kill_running,
+            on_interrupt="not counted",
+        )
+        self.stop = self.loop.stop
         self.defects = 0
         """Runs the harness's own code failed (never the program's failures; kept and named)."""
-        self.done = threading.Event()
-        """Set when the last worker has ended (its own flag: a thread killed mid-join may read as stopped)."""
+        self.lost = 0
+        """Runs the backend lost (a Ray node died): not counted, said."""
         self.deterministic = ""
         self.first: dict[int, _Judged] = {}
         self.start = time.monotonic()
+        self.next_line = self.start + opts.interval_s
+
+    @property
+    def interrupted(self) -> bool:
+        return self.loop.interrupted
 
     def _take(self) -> _Run | None:
         o, s = self.opts, self.state
@@ -418,22 +399,19 @@ class _StressLoop:
         env = bytecode_cache.run_env(o.bytecode_cache) | ({CHILDREN_ENV: "1"} if o.children else {})
         return arm_spec("stress", run.index, run.seed, o.cmd, fixes, o.plan, **limits, env=env, python=o.python)
 
-    def _worker(self) -> None:
+    def _work(self, run: _Run) -> None:
+        folder = self.opts.out_dir / str(run.index)
+        folder.mkdir(parents=True, exist_ok=True)
         try:
-            while (run := self._take()) is not None:
-                folder = self.opts.out_dir / str(run.index)
-                result = run_trial(self._spec(run), folder)
-                output = folder_text(folder / OUTPUT) or ""
-                self._record(run, self._judge(result, output, folder))
-        except BaseException as e:
+            result = self.backend.run(self._spec(run), folder)
+        except backends.TrialNotRun as e:
             with self.lock:
-                self.errors.append(e)
-            self.stop.set()
-        finally:
-            with self.lock:
-                self.running -= 1
-                if not self.running:
-                    self.done.set()
+                self.lost += 1
+            shutil.rmtree(folder, ignore_errors=True)
+            print(f"\n--- run {run.index}{self._arm_tag(run)}: lost, not counted ({e})", file=sys.stderr, flush=True)
+            return
+        output = folder_text(folder / OUTPUT) or ""
+        self._record(run, self._judge(result, output, folder))
 
     def _judge(self, result: TrialResult, output: str, folder: Path) -> _Judged:
         """Whether a run failed and which races it showed. A run that exits OK but shows a race's
@@ -546,48 +524,15 @@ class _StressLoop:
         self.stop.set()
 
     def run(self) -> None:
-        o = self.opts
-        n = max(1, o.parallel if o.max_runs is None else min(o.parallel, o.max_runs * len(self.arms)))
-        threads = [threading.Thread(target=self._worker, name=f"harness-stress-{k}") for k in range(n)]
-        self.running = n
-        # Ctrl-C is a flag (pool.sigint_as_flag), read under the lock, so a run that ends of our
-        # kill is never counted or kept.
-        try:
-            with sigint_as_flag(self._interrupt):
-                for t in threads:
-                    t.start()
-                self._watch()
-        except KeyboardInterrupt:
-            self._interrupt()
-        if self.interrupted:
-            # Like Go's stress, Ctrl-C ends the loop and the summary still prints; runs cut short
-            # are killed, and neither counted nor kept (they would all look like failures).
-            killed = kill_child_groups()
-            print(f"interrupted: killed {killed} running run(s), not counted", file=sys.stderr, flush=True)
-        self._join(threads)
-        if self.errors and not self.interrupted:
-            raise ExceptionGroup("stress worker failed", self.errors)
+        # Ctrl-C is a flag (loop.sigint_as_flag), read under the lock, so a run that ends of our
+        # kill is never counted or kept. Like Go's stress, the summary still prints.
+        self.loop.run()
 
-    def _interrupt(self) -> None:
-        self.interrupted = True
-        self.stop.set()
-
-    def _watch(self) -> None:
-        next_line = time.monotonic() + self.opts.interval_s
-        while not self.done.wait(0.1) and not self.interrupted:
-            if time.monotonic() >= next_line:
-                next_line += self.opts.interval_s
-                with self.lock:
-                    print(self.state.line(time.monotonic() - self.start), file=sys.stderr, flush=True)
-
-    def _join(self, threads: list[threading.Thread]) -> None:
-        deadline = time.monotonic() + self.opts.timeout_s + JOIN_MARGIN_S
-        self.done.wait(max(0.0, deadline - time.monotonic()))
-        for t in threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-        stuck = [t.name for t in threads if t.is_alive()]
-        if stuck or not self.done.is_set():
-            raise RuntimeError(f"stress workers still running after their deadline: {stuck}")
+    def _tick(self) -> None:
+        if time.monotonic() >= self.next_line:
+            self.next_line += self.opts.interval_s
+            with self.lock:
+                print(self.state.line(time.monotonic() - self.start), file=sys.stderr, flush=True)
 
     def report(self, explain: Callable[[Path], str] | None = None) -> int:
         s = self.state
@@ -637,6 +582,8 @@ class _StressLoop:
             print(f"  {count} x {sig}")
         for face, count in s.findings.most_common():
             print(f"  {count} run(s) exited OK but showed {face}")
+        if self.lost:
+            print(f"  {self.lost} run(s) lost with their node or worker (not counted)")
         if self.defects:
             print(
                 f"  {self.defects} run(s) failed in the harness's own code (a harness defect, not counted): please report"

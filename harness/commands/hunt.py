@@ -4,8 +4,9 @@ body in several threads at once (pytest-run-parallel), several times, and name t
 from __future__ import annotations
 
 import argparse
+import os
 
-from harness.campaign import bytecode_cache
+from harness.campaign import backends, bytecode_cache
 from harness.campaign.hunt import run_hunt
 from harness.commands.stress import _fix_set
 from harness.faults.profiles import PROFILES
@@ -16,7 +17,11 @@ HELP = "run your pytest suite's tests in several threads at once, several times,
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=3, help="runs of the suite (per fix set; default 3)")
     p.add_argument("--threads", type=int, default=4, help="threads each test body runs in (default 4)")
-    p.add_argument("--workers", type=int, default=2, help="runs at once (default 2)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help=f"runs at once (default: the cores, {os.cpu_count() or 1} here; with --backend ray the cluster's CPUs)",
+    )
     p.add_argument("--plan", help=f"scheduler profile, run i gets seed i ({', '.join(PROFILES)})")
     p.add_argument(
         "--fix",
@@ -35,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bytecode-cache", metavar="DIR", help=bytecode_cache.HELP)
     p.add_argument("-o", "--output", help="folder for the runs and hunt.jsonl; the same folder resumes a hunt")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    backends.add_arguments(p, "runs")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- PYTEST_ARGS...")
 
 

@@ -27,7 +27,7 @@ from harness.analysis.cell_tables import (
 from harness.analysis.excerpts import native_excerpts
 from harness.analysis.summary import summarize
 from harness.args import UsageError, comma_list, positive_float, positive_int
-from harness.campaign import matrix_presets, ray_backend, slots
+from harness.campaign import backends, matrix_presets, ray_backend, slots
 from harness.campaign.expand import expand
 from harness.campaign.matrix_progress import format_elapsed
 from harness.campaign.matrix_spec import MatrixSpec
@@ -120,20 +120,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
         help="run the trials under this interpreter (another venv's torch); its torch version "
         "is recorded with every trial and fills a store named with {torch}",
     )
-    p.add_argument(
-        "--backend",
-        choices=("local", "ray"),
-        default="local",
-        help="where trials run: this host's worker pool (default), or Ray tasks on a cluster's nodes "
-        "(the optional extra: pip install '.[ray]'; docs/operations.md)",
-    )
-    p.add_argument(
-        "--address",
-        metavar="ADDR",
-        help="with --backend ray: the cluster this machine is a node of (the head's HOST:PORT, or auto; "
-        "default RAY_ADDRESS, else a new local cluster); --workers is then trials in flight "
-        "(default: the cluster's CPUs)",
-    )
+    backends.add_arguments(p, "trials")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-live", action="store_true", help="plain progress lines even on a terminal")
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from harness.args import UsageError
-from harness.campaign import bytecode_cache
+from harness.campaign import backends, bytecode_cache
 from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, OWN, run_stress
 from harness.diagnosis import diagnose
 from harness.diagnosis.trial_failures import recorded_config_sets
@@ -23,8 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-p",
         "--parallel",
         type=int,
-        default=os.cpu_count() or 1,
-        help="runs at once (default: the cores, %(default)s here)",
+        help=f"runs at once (default: the cores, {os.cpu_count() or 1} here; with --backend ray the cluster's CPUs)",
     )
     p.add_argument("--timeout", type=float, default=600.0, help="deadline of one run, seconds (default 600, as Go's)")
     p.add_argument(
@@ -66,6 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bytecode-cache", metavar="DIR", help=bytecode_cache.HELP)
     p.add_argument("-o", "--output", help="folder for failing runs' artefacts (default: a new temp folder)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between status lines")
+    backends.add_arguments(p, "runs")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
 

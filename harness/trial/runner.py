@@ -56,7 +56,7 @@ from harness.trial.cells import split_cell
 from harness.trial.frames import top_frames
 from harness.trial.interpreter import installed_torch, interpreter_versions
 from harness.trial.outcome import HARNESS_DEFECT, Outcome, TrialResult, mark_resource
-from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
+from harness.trial.spec import REPO_ROOT, TRIAL_DIR_ENV, InvalidSpec, TrialSpec, argv_for
 
 POLL_S = 0.1
 GROUP_GONE_TIMEOUT_S = 15.0
@@ -137,6 +137,8 @@ def run_trial(
         return _finish(result, out, after_exit)
     result.plan_seed = spec.plan_seed
     folder.write_json(out / folder.SPEC, spec.to_json())
+    for name, text in spec.files.items():
+        (out / name).write_text(text, encoding="utf-8")
     env = child_env(spec, out)
     result.gpu = gpu.names(env.get("CUDA_VISIBLE_DEVICES")) if gpu.available() else None
     started = time.time()
@@ -237,6 +239,7 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env.update(spec.env)
     tail = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP_DIR), str(REPO_ROOT), tail) if p)
+    env[TRIAL_DIR_ENV] = str(out)  # where the spec's files are, wherever the trial runs (a Ray node)
     env["HARNESS_HEARTBEAT"] = str(out / folder.HEARTBEAT)
     env["HARNESS_PLAN_LOG"] = str(out / folder.PLAN_LOG)
     env["PYTHONUNBUFFERED"] = "1"

@@ -23,6 +23,8 @@ WORKLOAD_KINDS = ("dflash", "repro", "command")
 CHILDREN_ENV = "HARNESS_CHILDREN"
 """In a run's environment (`stress --children`): the bootstrap keeps the plan and the fixes for the
 processes the program starts (bootstrap/sitecustomize.py spells it too: it imports no harness code)."""
+TRIAL_DIR_ENV = "HARNESS_TRIAL_DIR"
+"""The trial's own folder, absolute, in the child's environment: where the spec's `files` are."""
 
 
 class InvalidSpec(UserInputError):
@@ -64,6 +66,9 @@ class TrialSpec:
     """A user's own program (`harness stress`): its exit codes mean zero, non-zero or a signal and
     nothing more, where the trainer's and repros' contract reads 2 as bad input, 3 as a wrong
     result and a `HANG:` line as a hang they reported."""
+    files: dict[str, str] = field(default_factory=dict)
+    """Files the runner writes into the trial's folder before the child starts (name: text): inputs
+    that travel with the spec, to a Ray node too (hunt's list of tests to run)."""
     python: str | None = None
     """Interpreter of a `dflash` or `repro` child (another venv's, i.e. another torch); None = the
     harness's own. The project must be importable there with its dependencies (repro: torch)."""
@@ -78,6 +83,14 @@ class TrialSpec:
             raise InvalidSpec(f"plan: expected a JSON object or null, got {type(self.plan).__name__}")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
             raise InvalidSpec("env: keys and values must be strings")
+        for name, text in self.files.items():
+            if (
+                not isinstance(name, str)
+                or Path(name).name != name
+                or name in ("", ".", "..")
+                or not isinstance(text, str)
+            ):
+                raise InvalidSpec(f"files: {name!r} must be a plain file name with text")
         _check_positive("timeout_s", self.timeout_s)
         _check_positive("hang_s", self.hang_s)
         if isinstance(self.trial_index, bool) or not isinstance(self.trial_index, int):
@@ -130,6 +143,7 @@ class TrialSpec:
             "exposure": self.exposure,
             **({"foreign": True} if self.foreign else {}),
             **({"python": self.python} if self.python is not None else {}),
+            **({"files": dict(self.files)} if self.files else {}),
         }
 
     @classmethod
@@ -142,6 +156,7 @@ class TrialSpec:
                 workload=WorkloadSpec(kind=wl["kind"], argv=tuple(wl.get("argv", ()))),
                 fixes=tuple(obj.pop("fixes", ())),
                 env=dict(obj.pop("env", None) or {}),
+                files=dict(obj.pop("files", None) or {}),
                 **obj,
             )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:

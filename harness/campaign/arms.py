@@ -1,0 +1,62 @@
+"""The fix arms stress and hunt share: run i of a foreign command under one fix set and plan.
+
+An arm's fixes are None (the program as it is: no bootstrap fix at all), () (`--fix none`: the
+guard with no fix) or fix names; its plan is a scheduler profile seeded by the run's seed, so run
+i of every arm meets the same seed.
+"""
+
+from __future__ import annotations
+
+import os
+
+from harness.campaign.expand import plan_json
+from harness.campaign.matrix_spec import PlanChoice
+from harness.trial.cells import NO_PLAN, cell_name
+from harness.trial.spec import TrialSpec, WorkloadSpec
+
+INTERRUPTED_RC = 130
+"""Exit status after Ctrl-C, as a shell reports a command SIGINT ended (128 + 2)."""
+
+
+def arm_strategy(fixes: tuple[str, ...] | None) -> str:
+    """The arm as a cell's strategy: `as-is` (no bootstrap fixes at all), `raw` (`--fix none`: the
+    guard with no fix) or the fixes joined by `+`."""
+    return "as-is" if fixes is None else "+".join(fixes) or "raw"
+
+
+def arm_env(fixes: tuple[str, ...] | None) -> dict[str, str]:
+    """The environment an arm adds: the runner hands spec.fixes to the bootstrap, and `none` alone
+    (an empty set) installs the guard with no fix."""
+    return {"HARNESS_FIXES": "none"} if fixes == () else {}
+
+
+def arm_spec(
+    command: str,
+    index: int,
+    seed: int,
+    argv: list[str],
+    fixes: tuple[str, ...] | None,
+    plan_name: str | None,
+    *,
+    timeout_s: float,
+    hang_s: float | None,
+    env: dict[str, str] | None = None,
+    **extra,
+) -> TrialSpec:
+    """Run `index` of a foreign command under one arm: `fixes` and the named plan seeded by `seed`,
+    from the working directory. stress and hunt build theirs here."""
+    plan = plan_json(PlanChoice(name=plan_name, profile=plan_name), seed) if plan_name else None
+    return TrialSpec(
+        trial_id=f"{command}/{index}",
+        cell=cell_name(command, arm_strategy(fixes), plan_name or NO_PLAN),
+        workload=WorkloadSpec(kind="command", argv=argv),
+        fixes=fixes or (),
+        foreign=True,
+        plan=plan,
+        timeout_s=timeout_s,
+        hang_s=hang_s,
+        trial_index=seed,
+        cwd=os.getcwd(),
+        env={**arm_env(fixes), **(env or {})},
+        **extra,
+    )
