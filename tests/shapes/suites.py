@@ -8,7 +8,9 @@ itself, a helper it calls, a method of a test class.
 
 What hunt should say:
 - clean: ok. deterministic: not a race (it fails with one thread too).
-- R4, F2: race, named.
+- R4, F2: race, named; F3 may be named beside it (CO_RACES): both run `symbolic_trace` in every
+  thread at once, and FX's patcher is as process-global as its tracing flag (seen once in five
+  clean-clone CI runs beside F2).
 - own-stdout, own-global: not thread-safe, the test's own state, never a race.
 - own-warnings, own-fixture: pytest-run-parallel runs such a test in one thread (its own list of
   thread-unsafe calls and fixtures, followed into the helpers a test calls), where it passes: ok,
@@ -23,6 +25,9 @@ from pathlib import Path
 
 PATTERNS = ("clean", "deterministic", "R4", "F2", "own-stdout", "own-warnings", "own-fixture", "own-global")
 PLACES = ("test", "helper", "method")
+RACES = ("R4", "F2")
+CO_RACES = ("F3",)
+"""Races a race pattern's body may also meet: its concurrent FX traces share CURRENT_PATCHER."""
 
 HEAD = '''"""Generated test suite (tests/shapes/suites.py): one test per pattern and place."""
 
