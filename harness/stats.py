@@ -1,7 +1,8 @@
 """Statistics for repeated trials: each trial is a Bernoulli draw with unknown failure probability p.
 
-- `wilson(k, n)`: Wilson score 95% interval (Wilson 1927) through scipy's `binomtest`; good coverage
-  for small n and p near 0 or 1, unlike the Wald interval.
+- `wilson(k, n)`: Wilson score 95% interval (Wilson 1927), its closed form (scipy's `binomtest`
+  `proportion_ci(method="wilson")` gives the same; importing scipy.stats costs a second, which a
+  hunt's report paid); good coverage for small n and p near 0 or 1, unlike the Wald interval.
 - `rule_of_three(n)`: with 0 failures in n runs the one-sided 95% upper bound is about 3/n
   (Eypasch et al., BMJ 1995); the exact bound is 1 - 0.05**(1/n).
 - `trials_needed(p, confidence)`: runs needed to see at least one failure with that probability:
@@ -37,11 +38,12 @@ def wilson(k: int, n: int, confidence: float = CONFIDENCE) -> Interval:
     _check_counts(k, n)
     if n == 0:
         return Interval(low=0.0, high=1.0)
-    from scipy.stats import binomtest  # imported here: scipy.stats takes seconds to import
-
-    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
-    # scipy may return -0.0 or 1.0000000000000002 at the edges; clamp so reports stay tidy.
-    return Interval(low=min(max(float(ci.low), 0.0), 1.0), high=min(max(float(ci.high), 0.0), 1.0))
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    p, z2 = k / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    # Clamped: rounding may leave -0.0 or 1.0000000000000002 at the edges.
+    return Interval(low=min(max(centre - half, 0.0), 1.0), high=min(max(centre + half, 0.0), 1.0))
 
 
 def rule_of_three(n: int) -> float:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.campaign.hunt_records import ONE_THREAD, RunRecord, TestRecord
+from harness.campaign.hunt_records import ONE_THREAD, RunRecord
+from harness.campaign.hunt_records import TestRecord as Tested
 from harness.campaign.hunt_report import ID_WIDTH, WIDTH, table
 from harness.campaign.hunt_verdicts import TestVerdict as Verdict
 from harness.campaign.hunt_verdicts import verdicts
@@ -93,7 +94,7 @@ def test_a_report_of_no_test_where_tests_ran_is_pytests_own_failure_and_the_runn
 
 
 def _run(index: int, outcome: str, threads: int = 4) -> RunRecord:
-    test = TestRecord(id="t.py::test_x", outcome=outcome, threads=threads)
+    test = Tested(id="t.py::test_x", outcome=outcome, threads=threads)
     return RunRecord(
         run=index, arm=0, seed=0, outcome="OK", rc=0, detail="", duration_s=1.0, folder=f"r{index}", tests=(test,)
     )

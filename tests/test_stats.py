@@ -24,6 +24,17 @@ def test_wilson_matches_the_closed_form(k, n):
     assert got.high == pytest.approx(min(high, 1.0), abs=1e-9)
 
 
+def test_wilson_is_scipys_wilson_interval():
+    from scipy.stats import binomtest  # the reference: seconds to import, so only here
+
+    for n in (1, 2, 3, 7, 10, 29, 100):
+        for k in range(n + 1):
+            ref = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+            got = stats.wilson(k, n)
+            assert got.low == pytest.approx(max(float(ref.low), 0.0), abs=1e-12), (k, n)
+            assert got.high == pytest.approx(min(float(ref.high), 1.0), abs=1e-12), (k, n)
+
+
 def test_wilson_zero_of_ten_upper_bound_is_the_published_value():
     # 0/10 -> Wilson 95% upper bound 0.2775 (Newcombe 1998, table I).
     assert stats.wilson(0, 10).high == pytest.approx(0.2775, abs=1e-4)
