@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.inject import ENV_FIXES
 from harness.trial import hangs
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import child_env, run_trial
@@ -344,7 +345,7 @@ def test_a_process_the_program_starts_elsewhere_runs_unplanned(tmp_path, monkeyp
         f"r = subprocess.run([sys.executable, '-c', {probe!r}], cwd='/', capture_output=True, text=True); "
         "print('child', r.returncode, r.stdout.strip(), r.stderr.strip()[-200:])"
     )
-    spec = _code_spec("sub", code, plan={"seed": 1, "rules": []}, env={"HARNESS_FIXES": "global-lock"}, hang_s=20)
+    spec = _code_spec("sub", code, plan={"seed": 1, "rules": []}, fixes=("global-lock",), hang_s=20)
     result = run_trial(spec, Path("relative") / "sub")
     assert result.outcome is Outcome.OK, result.detail
     assert "child 0 None None" in _output(result), _output(result)[-2000:]
@@ -354,6 +355,37 @@ def test_a_process_the_program_starts_elsewhere_runs_unplanned(tmp_path, monkeyp
 def test_no_plan_means_no_plan_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESS_PLAN", "/elsewhere/plan.json")
     assert "HARNESS_PLAN" not in child_env(_spec("ok"), tmp_path)
+
+
+def test_a_commands_fixes_reach_its_bootstrap_as_the_spec_says(tmp_path, monkeypatch):
+    """None: the program as it is (no fix layer); (): the guard with no fix; names: those fixes. A
+    value in the environment the harness runs in is never passed on."""
+    monkeypatch.setenv(ENV_FIXES, "stale")
+    said = {
+        fixes: child_env(_code_spec("f", "pass", fixes=fixes), tmp_path).get(ENV_FIXES)
+        for fixes in (None, (), ("global-lock",))
+    }
+    assert said == {None: None, (): "none", ("global-lock",): "global-lock"}
+    dflash = TrialSpec(trial_id="d", cell="d", workload=WorkloadSpec(kind="dflash", argv=("--preset", "tiny")))
+    assert ENV_FIXES not in child_env(dflash, tmp_path) and argv_for(dflash)[-1] == "fixes="
+
+
+def test_a_spec_of_format_1_reads_as_it_ran():
+    """Before the field said None, `--fix none` rode the environment and a command with no fixes ran
+    as it is; a trainer's [] was none then as now."""
+    old = {
+        "trial_id": "s",
+        "cell": "stress:raw@-",
+        "workload": {"kind": "command", "argv": [sys.executable, "-c", "1"]},
+    }
+    assert TrialSpec.from_json({**old, "fixes": []}).fixes is None
+    none = TrialSpec.from_json({**old, "fixes": [], "env": {ENV_FIXES: "none", "X": "1"}})
+    assert none.fixes == () and none.env == {"X": "1"}
+    trainer = {"trial_id": "t", "cell": "c", "workload": {"kind": "dflash", "argv": []}, "fixes": []}
+    assert TrialSpec.from_json(trainer).fixes == ()
+    for fixes in (None, (), ("global-lock",)):
+        spec = _code_spec("n", "pass", fixes=fixes)
+        assert TrialSpec.from_json(json.loads(json.dumps(spec.to_json()))).fixes == fixes
 
 
 # ------------------------------------------------------------------------- spec and outcome

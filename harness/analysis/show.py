@@ -81,7 +81,7 @@ def _spec_lines(spec: TrialSpec) -> list[str]:
     )
     return [
         f"  workload: {spec.workload.kind} {shlex.join(spec.workload.argv)}",
-        f"  fixes: {', '.join(spec.fixes) or 'none'}; plan: " + planned,
+        f"  fixes: {'as is' if spec.fixes is None else ', '.join(spec.fixes) or 'none'}; plan: " + planned,
     ]
 
 

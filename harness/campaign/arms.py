@@ -24,12 +24,6 @@ def arm_strategy(fixes: tuple[str, ...] | None) -> str:
     return "as-is" if fixes is None else "+".join(fixes) or "raw"
 
 
-def arm_env(fixes: tuple[str, ...] | None) -> dict[str, str]:
-    """The environment an arm adds: the runner hands spec.fixes to the bootstrap, and `none` alone
-    (an empty set) installs the guard with no fix."""
-    return {"HARNESS_FIXES": "none"} if fixes == () else {}
-
-
 def arm_spec(
     command: str,
     index: int,
@@ -50,13 +44,13 @@ def arm_spec(
         trial_id=f"{command}/{index}",
         cell=cell_name(command, arm_strategy(fixes), plan_name or NO_PLAN),
         workload=WorkloadSpec(kind="command", argv=argv),
-        fixes=fixes or (),
+        fixes=fixes,
         foreign=True,
         plan=plan,
         timeout_s=timeout_s,
         hang_s=hang_s,
         trial_index=seed,
         cwd=os.getcwd(),
-        env={**arm_env(fixes), **(env or {})},
+        env=dict(env or {}),
         **extra,
     )

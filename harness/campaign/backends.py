@@ -12,14 +12,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness.args import UsageError
 from harness.campaign import ray_backend
 from harness.campaign.loop import kill_child_groups
 from harness.campaign.pool import TrialNotRun, run_local
 from harness.trial.outcome import TrialResult
-from harness.trial.spec import TrialSpec
 
 __all__ = ["Backend", "TrialNotRun", "add_arguments", "from_args", "local"]
 
@@ -27,7 +25,8 @@ __all__ = ["Backend", "TrialNotRun", "add_arguments", "from_args", "local"]
 @dataclass(frozen=True, slots=True)
 class Backend:
     name: str
-    run: Callable[[TrialSpec, Path], TrialResult]
+    run: Callable[..., TrialResult]
+    """`run(spec, folder, judge=None)`: the runner's `run_trial`, here or on a node."""
     kill_running: Callable[[], int]
     """Ends every run in flight (Ctrl-C); returns how many."""
     close: Callable[[], None] = field(default=lambda: None)

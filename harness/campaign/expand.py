@@ -36,7 +36,8 @@ def expand(spec: MatrixSpec) -> list[TrialSpec]:
                     trial_id=trial_id(spec.name, cell.name, i),
                     cell=cell.name,
                     workload=WorkloadSpec(kind=cell.workload.kind, argv=argv),
-                    fixes=cell.strategy.fixes,
+                    # A command cell has no fixes (check_cells): it runs as it is, no fix layer.
+                    fixes=None if cell.workload.kind == "command" else cell.strategy.fixes,
                     plan=plan_json(cell.plan, spec.seed + i),
                     env=dict(cell.workload.env),
                     timeout_s=cell.workload.timeout_s,

@@ -10,7 +10,8 @@ and names no race is rerun alone in its own process with the same threads
 (harness.campaign.hunt_verdicts says what each test is; hunt_report prints it). The rerun with one
 thread starts as soon as a worker has no run left to take and one run has ended, beside the last
 runs (it then holds the tests that failed in every run ended so far; one that a later run reports
-failing in every run too gets a second rerun). A run whose
+failing in every run too gets a second rerun), and the reruns alone as soon as it is recorded: a
+hunt of 3 runs on 2 cores takes two runs' time, not four. A run whose
 process dies inside a test (a segfault in its threads) names the crash after that test, from the
 plugin's progress record, and goes on with the tests that never ran in a new process: a part.
 
@@ -165,8 +166,12 @@ class HuntLoop:
         """Workers with nothing to take may start the rerun with one thread early (`_early_rerun`)."""
         self.early: tuple[str, ...] = ()
         """The tests the early rerun took."""
+        self.alone_taken: list[str] = []
+        """Tests whose rerun alone this hunt has started (recorded or not yet)."""
         self.records = list(records)
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
+        """Guards the queue and the records; notified as each run ends."""
+        self.in_flight = 0
         self.queue: deque[HuntRun] = deque()
         self.stop = threading.Event()
         self.loops: list[WorkLoop] = []
@@ -212,9 +217,21 @@ class HuntLoop:
         """Each test that failed in every run with threads, passed with one and named no race, run
         alone with the same threads (one process each), unless recorded: its own race, or the state
         an earlier test left."""
-        done = {t.id for r in self.records if r.alone for t in r.tests or ()}
-        ids = [v.id for v in verdicts(self.records, self.opts.fix_sets) if needs_alone(v) and v.id not in done]
-        return [HuntRun(index=ALONE - k, arm=0, seed=0, only=(tid,)) for k, tid in enumerate(ids, len(done))]
+        started = {t.id for r in self.records if r.alone for t in r.tests or ()} | set(self.alone_taken)
+        ids = [v.id for v in verdicts(self.records, self.opts.fix_sets) if needs_alone(v) and v.id not in started]
+        return [HuntRun(index=ALONE - k, arm=0, seed=0, only=(tid,)) for k, tid in enumerate(ids, len(started))]
+
+    def _early_alone(self) -> HuntRun | None:
+        """Once a rerun with one thread is recorded, a worker with nothing to take starts the reruns
+        alone its verdicts ask for (the first; the queue gets the others), beside the last runs: a
+        test that a later run passes is then flaky with threads, and its alone run is not read.
+        Caller holds the lock."""
+        if not any(r.run == ONE_THREAD for r in self.records):
+            return None
+        runs = self.alone()
+        self.alone_taken += [run.only[0] for run in runs]
+        self.queue.extend(runs[1:])
+        return runs[0] if runs else None
 
     def run(self, runs: list[HuntRun]) -> None:
         if not runs:
@@ -232,14 +249,30 @@ class HuntLoop:
         loop.run()
 
     def _take(self) -> HuntRun | None:
+        """The next run; while runs are in flight a worker with nothing to take waits, for their
+        ends may give the early reruns something (a worker that returned would be gone)."""
         with self.lock:
-            if self.stop.is_set():
-                return None
-            if self.queue:
-                return self.queue.popleft()
-            return self._early_rerun() if self.speculate else None
+            while not self.stop.is_set():
+                run = self.queue.popleft() if self.queue else None
+                if run is None and self.speculate:
+                    run = self._early_rerun() or self._early_alone()
+                if run is not None:
+                    self.in_flight += 1
+                    return run
+                if not (self.speculate and self.in_flight):
+                    return None
+                self.lock.wait(0.5)
+            return None
 
     def _work(self, run: HuntRun) -> None:
+        try:
+            self._run_and_record(run)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+                self.lock.notify_all()
+
+    def _run_and_record(self, run: HuntRun) -> None:
         folder = self.opts.out_dir / _folder_name(run)
         try:
             parts = self._run_parts(run, folder)
@@ -328,7 +361,7 @@ def _folder_name(run: HuntRun) -> str:
 def judge(run: HuntRun, parts: list[RunPart], out_dir: Path) -> RunRecord:
     """The run as a record: its tests over its parts, each failure's races from its own text, a
     crashed test's and the run's from the folder of the process that ended outside its report."""
-    folder_races = {p.folder: tuple(_folder_races(p.folder)) for p in parts if _ended_badly(p)}
+    folder_races = {p.folder: tuple(diagnose.folder_races(p.folder)[0]) for p in parts if _ended_badly(p)}
     tests = [_test_record(t, folder_races.get(p.folder, ())) for p in parts for t in p.tests or ()]
     ending = next((p.result for p in parts if _ended_badly(p)), parts[0].result)
     return RunRecord(
@@ -369,14 +402,6 @@ def _test_record(t: JunitTest, crash_races: tuple[str, ...]) -> TestRecord:
 def failure_races(text: str, source: str) -> list[str]:
     """The catalogued races a test's own failure text names, by id."""
     return _race_ids(diagnose.diagnose(diagnose.failures_in_text(text, source=source)))
-
-
-def _folder_races(folder: Path) -> list[str]:
-    """The catalogued races a run's folder shows (a crash, a hang dump), as stress names them."""
-    try:
-        return _race_ids(diagnose.diagnose(diagnose.collect([str(folder)])))
-    except diagnose.DiagnoseError:
-        return []
 
 
 def _race_ids(findings: list[diagnose.Finding]) -> list[str]:

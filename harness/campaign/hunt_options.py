@@ -49,7 +49,7 @@ class HuntOptions:
     """out_dir is a new temp folder of ours (named at the end: a rerun with -o resumes it)."""
     plan: str | None = None
     fix_sets: tuple[tuple[str, ...] | None, ...] = (None,)
-    """One arm per set, as in stress: None runs the tests as they are; a tuple sets HARNESS_FIXES."""
+    """One arm per set, as in stress: None runs the tests as they are; a tuple is the fixes the bootstrap applies (TrialSpec.fixes)."""
     test_timeout_s: float = 120.0
     timeout_s: float = 1800.0
     as_json: bool = False

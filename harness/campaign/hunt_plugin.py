@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from harness.trial.spec import TRIAL_DIR_ENV
+from harness.trial.folder import TRIAL_DIR_ENV
 
 JUNIT_ENV = "HARNESS_HUNT_JUNIT"
 ONLY_ENV = "HARNESS_HUNT_ONLY"

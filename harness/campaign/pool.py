@@ -23,7 +23,7 @@ from pathlib import Path
 from harness.campaign import slots
 from harness.campaign.loop import WorkLoop, kill_child_groups
 from harness.trial.outcome import TrialResult
-from harness.trial.runner import run_trial
+from harness.trial.runner import Judge, run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
 
@@ -144,9 +144,9 @@ class GpuSlots:
             self._cond.notify_all()
 
 
-def run_local(trial: TrialSpec, artefacts: Path) -> TrialResult:
+def run_local(trial: TrialSpec, artefacts: Path, judge: Judge | None = None) -> TrialResult:
     """The local pool's `run_fn`: the trial in a subprocess of this process, its folder `artefacts`."""
-    return run_trial(with_run_dir(trial, artefacts), artefacts)
+    return run_trial(with_run_dir(trial, artefacts), artefacts, judge=judge)
 
 
 def with_run_dir(trial: TrialSpec, artefacts: Path) -> TrialSpec:

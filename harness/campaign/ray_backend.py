@@ -52,7 +52,7 @@ from harness.campaign.pool import TrialNotRun, with_run_dir
 from harness.stores.zips import RUN_DIR
 from harness.trial.folder import RESULT
 from harness.trial.outcome import TrialResult
-from harness.trial.runner import run_trial
+from harness.trial.runner import Judge, run_trial
 from harness.trial.spec import REPO_ROOT, TrialSpec
 
 EXCLUDES = ["results/", "runs/", "docs/", ".git/", ".venv/", ".cache/", "__pycache__/", "*.pyc", ".whl/", ".gl/"]
@@ -102,7 +102,7 @@ class Need:
     gpus: float
 
 
-def run_remote(trial: TrialSpec, folder: str, not_after: float | None) -> dict[str, Any]:
+def run_remote(trial: TrialSpec, folder: str, not_after: float | None, judge: Judge | None = None) -> dict[str, Any]:
     """The task on a worker node: the trial through the runner in a temporary folder named
     `folder`; returns {"record": ..., "zip": bytes}, or {"late": True} without running it when it
     starts after `not_after` (seconds since the epoch)."""
@@ -115,7 +115,7 @@ def run_remote(trial: TrialSpec, folder: str, not_after: float | None) -> dict[s
         trial.env = {**trial.env, "CUDA_VISIBLE_DEVICES": visible}
     with tempfile.TemporaryDirectory(prefix="harness-trial-") as tmp:
         out = Path(tmp) / folder
-        result = run_trial(with_run_dir(trial, out), out)
+        result = run_trial(with_run_dir(trial, out), out, judge=judge)
         return {"record": result.to_json(), "zip": zip_folder(out)}
 
 
@@ -233,14 +233,14 @@ class RayBackend:
                 )
         return warnings
 
-    def run(self, trial: TrialSpec, artefacts: Path) -> TrialResult:
+    def run(self, trial: TrialSpec, artefacts: Path, judge: Judge | None = None) -> TrialResult:
         """One trial as a task; its record once its files are in `artefacts`. TrialNotRun when the
         task gave no record back (lost, cancelled, or started too late)."""
         ray = self._ray
         need = self._need.get(trial.cell, Need(cpus=1, gpus=0.0))
         ref = self._task.options(
             num_cpus=need.cpus, num_gpus=need.gpus, max_retries=0, name=f"trial {trial.trial_id}"
-        ).remote(trial, artefacts.name, self._not_after.get(trial.cell))
+        ).remote(trial, artefacts.name, self._not_after.get(trial.cell), judge)
         with self._lock:
             self._in_flight.add(ref)
         try:

@@ -20,8 +20,9 @@ fails deterministically and stress stops and says so (`--keep-going` runs on). R
 Ctrl-C are neither counted nor kept. A bare `python` in CMD is the harness's own interpreter
 (or `--python`'s): a user's PATH may hold another without torch; the first line says which.
 
-Fix sets (`--fix`, given once or several times): each run of a set gets `HARNESS_FIXES`, which the
-trial bootstrap applies to the unmodified program (harness.inject). Several sets are compared
+Fix sets (`--fix`, given once or several times): each run of a set carries them as its spec's
+fixes, which the runner hands to the trial bootstrap, which applies them to the unmodified
+program (harness.inject). Several sets are compared
 side by side: run i of every set meets plan seed i, sets alternate, and the report is one table
 with k/n, the Wilson interval and the median run time per set.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import re
 import shutil
@@ -37,7 +39,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,11 +51,12 @@ from harness.campaign.expand import plan_json
 from harness.campaign.loop import WorkLoop
 from harness.campaign.matrix_progress import format_elapsed
 from harness.campaign.matrix_spec import PlanChoice
-from harness.diagnosis import probes
+from harness.diagnosis import diagnose, probes
 from harness.diagnosis.side_by_side import ArmCount, StressRecord, arm_name
+from harness.diagnosis.trial_failures import recorded_config_sets
 from harness.text import clip
 from harness.trial import native, tracebacks
-from harness.trial.folder import NATIVE_STACK, OUTPUT, RESULT, write_json
+from harness.trial.folder import NATIVE_STACK, OUTPUT
 from harness.trial.folder import text as folder_text
 from harness.trial.interpreter import interpreter_versions
 from harness.trial.outcome import HARNESS_DEFECT, SHOWN_AT_EXIT_0, Outcome, TrialResult
@@ -92,7 +94,7 @@ class StressOptions:
     """out_dir is a temp folder of ours: removed at the end when no run failed."""
     interval_s: float = 5.0
     fix_sets: tuple[tuple[str, ...] | None, ...] = (None,)
-    """One arm per set: None runs CMD as it is; a tuple (possibly empty: `none`) sets HARNESS_FIXES."""
+    """One arm per set: None runs CMD as it is; a tuple (possibly empty: `none`) is the fixes the bootstrap applies (TrialSpec.fixes)."""
     keep_going: bool = False
     """Run on after a deterministic failure."""
     python_note: str = ""
@@ -252,35 +254,51 @@ class StressState:
 
 
 def counts_as_failure(result: TrialResult, output: str, opts: StressOptions) -> bool:
-    return result.outcome is not Outcome.OK and passes_filters(output, opts)
+    return result.outcome is not Outcome.OK and passes_filters(output, opts.failure, opts.ignore)
 
 
-def passes_filters(output: str, opts: StressOptions) -> bool:
+def passes_filters(output: str, failure: re.Pattern | None, ignore: re.Pattern | None) -> bool:
     """A failing run's output as `--failure` and `--ignore` let it count."""
-    if opts.failure is not None and not opts.failure.search(output):
+    if failure is not None and not failure.search(output):
         return False
-    return not (opts.ignore is not None and opts.ignore.search(output))
+    return not (ignore is not None and ignore.search(output))
 
 
-Inspect = Callable[[str, Path], list[str]]
-"""The command's reading of an OK run's output and folder: the race faces it shows (`F10 (recompile
-limit)`; `..., suspected` where the face only suggests the race)."""
-Known = Callable[[Path], list[str]]
-"""The catalogued races a failing run's folder shows, by id (the deterministic rule leaves those);
-`F2 (own)` where the diagnosis found a race's message the program's own doing (one thread)."""
-OWN = " (own)"
+SUSPECTED = ", suspected"
 
 
-def run_stress(
-    a: argparse.Namespace,
-    *,
-    explain: Callable[[Path], str] | None = None,
-    inspect: Inspect | None = None,
-    known: Known | None = None,
-) -> int:
-    """Run CMD until a stop rule; `explain(out_dir)` says what the failing runs were (the command
-    passes the diagnosis, which reads the folder's stress record: the stop's verdict, the fix sets'
-    counts) before the artefacts' folder is named. Exits 130 after Ctrl-C."""
+def run_faces(output: str, folder: Path) -> list[str]:
+    """The race faces a run's output shows (`F10 (recompile limit)`; `..., suspected` where the face
+    only suggests the race), read with the configs the program set (F14's precondition)."""
+    return diagnose.faces(output, config=recorded_config_sets(folder))
+
+
+def judge_faces(result: TrialResult, folder: Path, *, failure: re.Pattern | None, ignore: re.Pattern | None) -> None:
+    """The runner's `judge` for stress: a run that exits OK but shows a race's face (a message logged
+    and carried on) failed, for the race happened. Made before the run's record is written, so that
+    every reader of the folder (diagnose, the corpus) reads the same verdict."""
+    if result.outcome is not Outcome.OK:
+        return
+    output = folder_text(folder / OUTPUT) or ""
+    shown = [f for f in run_faces(output, folder) if not f.endswith(SUSPECTED)]
+    if shown and passes_filters(output, failure, ignore):
+        result.outcome, result.detail = Outcome.CRASH, SHOWN_AT_EXIT_0 + ", ".join(shown)
+        result.signature_summary = result.signature_summary or result.detail
+
+
+def explain(out_dir: Path) -> str:
+    """The failing runs' diagnosis, `harness diagnose OUT_DIR` brief (the same function, reading the
+    same folder and its stress record), or why there is none."""
+    try:
+        return diagnose.report([str(out_dir)], brief=True)[0]
+    except diagnose.DiagnoseError as e:
+        return f"diagnosis: none ({e})"
+
+
+def run_stress(a: argparse.Namespace) -> int:
+    """Run CMD until a stop rule; the diagnosis then says what the failing runs were (it reads the
+    folder's stress record: the stop's verdict, the fix sets' counts) before the artefacts' folder
+    is named. Exits 130 after Ctrl-C."""
     opts = options_from_args(a)
     backend = backends.from_args(a)
     try:
@@ -288,9 +306,9 @@ def run_stress(
             opts.parallel = backend.cpus or os.cpu_count() or 1
         if opts.python_note:
             print(f"stress: {opts.python_note}", file=sys.stderr, flush=True)
-        loop = _StressLoop(opts, backend, inspect=inspect, known=known)
+        loop = _StressLoop(opts, backend)
         loop.run()
-        rc = loop.report(explain)
+        rc = loop.report()
     finally:
         backend.close()
     return INTERRUPTED_RC if loop.interrupted else rc
@@ -335,18 +353,10 @@ class _Run:
 
 
 class _StressLoop:
-    def __init__(
-        self,
-        opts: StressOptions,
-        backend: backends.Backend | None = None,
-        *,
-        inspect: Inspect | None = None,
-        known: Known | None = None,
-    ) -> None:
+    def __init__(self, opts: StressOptions, backend: backends.Backend | None = None) -> None:
         self.opts = opts
         self.backend = backend or backends.local()
-        self.inspect = inspect
-        self.known = known
+        self.judge = functools.partial(judge_faces, failure=opts.failure, ignore=opts.ignore)
         self.arms = [StressState() for _ in opts.fix_sets]
         self.state = StressState()
         self.lock = threading.Lock()
@@ -403,7 +413,7 @@ class _StressLoop:
         folder = self.opts.out_dir / str(run.index)
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            result = self.backend.run(self._spec(run), folder)
+            result = self.backend.run(self._spec(run), folder, judge=self.judge)
         except backends.TrialNotRun as e:
             with self.lock:
                 self.lost += 1
@@ -414,25 +424,17 @@ class _StressLoop:
         self._record(run, self._judge(result, output, folder))
 
     def _judge(self, result: TrialResult, output: str, folder: Path) -> _Judged:
-        """Whether a run failed and which races it showed. A run that exits OK but shows a race's
-        face (a message logged and carried on) failed too: the race happened."""
+        """Whether a run failed and which races it showed, from its record (`judge_faces` made the
+        verdict of an OK run that showed a race before the record was written)."""
         # A harness defect (a fix's wrapper raised) is ours, not the program's: kept, never counted.
         failed = counts_as_failure(result, output, self.opts) and not _harness_defect(result)
-        faces = self.inspect(output, folder) if self.inspect is not None and not failed else []
-        shown = [f for f in faces if not f.endswith(", suspected")]
-        if shown and passes_filters(output, self.opts):
-            failed = True
-            # The record says so too: readers of the folder (diagnose, the corpus) see a failed run.
-            result.outcome, result.detail = Outcome.CRASH, SHOWN_AT_EXIT_0 + ", ".join(shown)
-            result.signature_summary = result.signature_summary or result.detail
-            write_json(folder / RESULT, result.to_json())
-        races, own = [f.split(" ", 1)[0] for f in shown], []
-        if failed and not shown and self.known is not None:
-            named = self.known(folder)
-            races = [r for r in named if not r.endswith(OWN)]
-            own = [r.removesuffix(OWN) for r in named if r.endswith(OWN)]
+        shown_at_0 = result.detail.startswith(SHOWN_AT_EXIT_0)
+        faces = run_faces(output, folder) if not failed or shown_at_0 else []
+        races, own = [f.split(" ", 1)[0] for f in faces if not f.endswith(SUSPECTED)], []
+        if failed and not shown_at_0:
+            races, own = diagnose.folder_races(folder)
         hits = plan_hits(folder) if self.opts.plan else None
-        return _Judged(result, folder, failed, faces, races, hits, own)
+        return _Judged(result, folder, failed, [] if failed else faces, races, hits, own)
 
     def _record(self, run: _Run, j: _Judged) -> None:
         result = j.result
@@ -534,14 +536,13 @@ class _StressLoop:
             with self.lock:
                 print(self.state.line(time.monotonic() - self.start), file=sys.stderr, flush=True)
 
-    def report(self, explain: Callable[[Path], str] | None = None) -> int:
+    def report(self) -> int:
         s = self.state
         self._print_totals(time.monotonic() - self.start)
         self._print_groups()
         if s.failures or s.findings or self.defects:
             self._stress_record().write(self.opts.out_dir)
-            if explain is not None:
-                print(explain(self.opts.out_dir))
+            print(explain(self.opts.out_dir))
             out = self.opts.out_dir
             print(
                 f"{'failing' if s.failures else 'kept'} runs' artefacts: {out} (each run's whole output: {out}/<run>/{OUTPUT})"

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 from harness.args import UsageError
 from harness.campaign import backends, bytecode_cache
-from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, OWN, run_stress
-from harness.diagnosis import diagnose
-from harness.diagnosis.trial_failures import recorded_config_sets
+from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, run_stress
 from harness.faults.profiles import PROFILES
 from harness.runtime.guard import Guard, GuardError
 
@@ -71,12 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(opts: argparse.Namespace) -> int:
     opts.fix_sets = tuple(_fix_set(f) for f in opts.fix or ())
-    return run_stress(opts, explain=_diagnose_folder, inspect=_faces, known=_known)
-
-
-def _faces(output: str, folder: Path) -> list[str]:
-    """The race faces an OK run shows, read with the configs the program set (F14's precondition)."""
-    return diagnose.faces(output, config=recorded_config_sets(folder))
+    return run_stress(opts)
 
 
 def _fix_set(names: str) -> tuple[str, ...]:
@@ -88,22 +80,3 @@ def _fix_set(names: str) -> tuple[str, ...]:
     if guard.policies:
         raise UsageError(f"--fix: {', '.join(guard.policies)} act only in a program that reads them (policies)")
     return guard.names
-
-
-def _known(folder: Path) -> list[str]:
-    """The catalogued races a failing run's folder shows, by id."""
-    try:
-        findings = diagnose.diagnose(diagnose.collect([str(folder)]))
-    except diagnose.DiagnoseError:
-        return []
-    own = [f"{f.matches[0].race}{OWN}" for f in findings if f.own and f.matches]
-    return list(dict.fromkeys([f.race for f in findings if f.race is not None] + own))
-
-
-def _diagnose_folder(out_dir: Path) -> str:
-    """The failing runs' diagnosis, `harness diagnose OUT_DIR` brief (the same function, reading the
-    same folder and its stress record), or why there is none."""
-    try:
-        return diagnose.report([str(out_dir)], brief=True)[0]
-    except diagnose.DiagnoseError as e:
-        return f"diagnosis: none ({e})"

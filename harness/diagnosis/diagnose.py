@@ -235,3 +235,16 @@ def _with_side_by_side(findings: Sequence[Finding], record: StressRecord) -> Non
             f.measured = f"tried in your runs and did not hold: {', '.join(sorted(done))}"
             if not f.try_fixes:
                 f.change = change_text(catalogue.race(f.race), f.fixes)
+
+
+def folder_races(folder: str | Path) -> tuple[list[str], list[str]]:
+    """The catalogued races a run's folder shows, by id, once each in order; and apart, those whose
+    message showed though the diagnosis found it the program's own doing (one thread). stress and
+    hunt name a failing run's races here."""
+    try:
+        findings = diagnose(collect([str(folder)]))
+    except DiagnoseError:
+        return [], []
+    races = [f.race for f in findings if f.race is not None and not f.own]
+    own = [f.matches[0].race for f in findings if f.own and f.matches]
+    return list(dict.fromkeys(races)), list(dict.fromkeys(own))

@@ -16,7 +16,7 @@ from harness.stores.store import Store, StoreError
 from harness.trial import hangs, signature
 from harness.trial.folder import HANG_DUMP, PYSPY, RESULT, SPEC
 from harness.trial.outcome import HARNESS_DEFECT, Outcome, TrialResult
-from harness.trial.spec import CHILDREN_ENV
+from harness.trial.spec import CHILDREN_ENV, stored_fixes
 
 
 def collect(targets: Sequence[str], *, stores: Sequence[Path] = (), torch: str | None = None) -> list[Failure]:
@@ -65,9 +65,7 @@ def _from_folder(folder: Path) -> list[Failure]:
     if spec.is_file():
         try:
             data = json.loads(spec.read_text())
-            fixes = tuple(data.get("fixes") or ()) or tuple(
-                f for f in str((data.get("env") or {}).get("HARNESS_FIXES", "")).split(",") if f and f != "none"
-            )
+            fixes = stored_fixes(data) or ()
             workload = data.get("workload") or {}
             command = tuple(workload.get("argv") or ()) if workload.get("kind") == "command" else ()
             options = _run_options(data)

@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+TRIAL_DIR_ENV = "HARNESS_TRIAL_DIR"
+"""The trial's own folder, absolute, in the child's environment: where the spec's `files` are."""
+
 OUTPUT = "output.txt"
 """The child's stdout and stderr, interleaved as they came."""
 SPEC = "spec.json"

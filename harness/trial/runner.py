@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.faults import exposure
+from harness.inject import ENV_FIXES
 from harness.trial import (
     blocking,
     folder,
@@ -53,10 +54,11 @@ from harness.trial import (
     tracebacks,
 )
 from harness.trial.cells import split_cell
+from harness.trial.folder import TRIAL_DIR_ENV
 from harness.trial.frames import top_frames
 from harness.trial.interpreter import installed_torch, interpreter_versions
 from harness.trial.outcome import HARNESS_DEFECT, Outcome, TrialResult, mark_resource
-from harness.trial.spec import REPO_ROOT, TRIAL_DIR_ENV, InvalidSpec, TrialSpec, argv_for
+from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
 POLL_S = 0.1
 GROUP_GONE_TIMEOUT_S = 15.0
@@ -93,6 +95,10 @@ _FATAL_SIGNALS = {
     "Illegal instruction": "SIGILL",
 }
 
+Judge = Callable[[TrialResult, Path], None]
+"""Reads a run that has ended (its result and folder) and may amend its verdict before the record
+is written, once (stress: an OK run whose output shows a race failed); layers above the trial's
+hold the readings (the catalogue)."""
 AfterExit = Callable[[TrialResult], None]
 """Called once the process group is gone, before run_trial returns (e.g. on a CUDA host: wait
 until the GPU memory the trial held is free again, so the next trial starts clean)."""
@@ -124,10 +130,11 @@ def run_trial(
     spec: TrialSpec,
     artefacts_dir: str | os.PathLike[str],
     *,
+    judge: Judge | None = None,
     after_exit: AfterExit | None = None,
     replay_of: str | None = None,
 ) -> TrialResult:
-    """Run `spec` once; every ending (including a bad spec) becomes a TrialResult."""
+    """Run `spec` once; every ending (including a bad spec) becomes a TrialResult, written once."""
     out = Path(artefacts_dir)
     out.mkdir(parents=True, exist_ok=True)
     folder.clear(out)
@@ -150,6 +157,8 @@ def run_trial(
     # later process would load (catalogue row inductor-cache).
     removed = kernel_cache.remove_unfinished(kernel_cache.cache_dir(env), started - 1.0)
     _judge(result, proc, ending, spec, out, removed)
+    if judge is not None:
+        judge(result, out)
     return _finish(result, out, after_exit)
 
 
@@ -167,7 +176,7 @@ def _new_result(spec: TrialSpec, out: Path, replay_of: str | None) -> TrialResul
         started_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     )
     result.workload, result.strategy, result.plan = split_cell(str(spec.cell))
-    result.fixes = list(spec.fixes)
+    result.fixes = list(spec.fixes or ())
     return result
 
 
@@ -251,9 +260,11 @@ def child_env(spec: TrialSpec, out: Path) -> dict[str, str]:
     env = native.with_preload(env)  # a native crash also prints its C/C++ frames (harness.trial.native)
     env.pop("HARNESS_PLAN", None)
     env.pop("HARNESS_ROOT_PID", None)  # the trial's first process is its root, not ours
-    if spec.workload.kind == "command" and spec.fixes:
-        # The trainer and repros take their fixes as arguments; a command gets them in the bootstrap.
-        env["HARNESS_FIXES"] = ",".join(spec.fixes)
+    env.pop(ENV_FIXES, None)  # ours to set (a harness run inside a run must not pass its own on)
+    if spec.workload.kind == "command" and spec.fixes is not None:
+        # The trainer and repros take their fixes as arguments; a command gets them in the bootstrap,
+        # `none` alone installing the guard with no fix.
+        env[ENV_FIXES] = ",".join(spec.fixes) or "none"
     if exposure_on(spec):
         env[exposure.ENV_EXPOSURE] = str(out / folder.EXPOSURE)
     else:

@@ -16,15 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.inject import ENV_FIXES
 from harness.runtime.errors import UserInputError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+FORMAT = 2
+"""spec.json's format: 2 says a command's fixes as None (as is) or () (`--fix none`); 1 had neither."""
 WORKLOAD_KINDS = ("dflash", "repro", "command")
 CHILDREN_ENV = "HARNESS_CHILDREN"
 """In a run's environment (`stress --children`): the bootstrap keeps the plan and the fixes for the
 processes the program starts (bootstrap/sitecustomize.py spells it too: it imports no harness code)."""
-TRIAL_DIR_ENV = "HARNESS_TRIAL_DIR"
-"""The trial's own folder, absolute, in the child's environment: where the spec's `files` are."""
 
 
 class InvalidSpec(UserInputError):
@@ -49,7 +50,9 @@ class TrialSpec:
     trial_id: str
     cell: str
     workload: WorkloadSpec
-    fixes: tuple[str, ...] = ()
+    fixes: tuple[str, ...] | None = None
+    """Registry fix names; () for none. A command's None runs it as it is, with no fix layer at all,
+    where () installs the guard with no fix (`--fix none`); the trainer and repros read both as none."""
     plan: dict[str, Any] | None = None
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for the child (on top of the harness's own variables)."""
@@ -104,11 +107,11 @@ class TrialSpec:
             raise InvalidSpec(f"cwd: {self.cwd!r} is not a directory")
 
     def _check_fixes(self) -> None:
-        for name in self.fixes:
+        for name in self.fixes or ():
             if not isinstance(name, str) or not name or "," in name or name != name.strip():
                 raise InvalidSpec(f"fixes: invalid fix name {name!r}")
         if self.fixes and not self._runs_python():
-            # A command's fixes act through the trial bootstrap (HARNESS_FIXES): Python programs only.
+            # A command's fixes act through the trial bootstrap (inject.ENV_FIXES): Python programs only.
             raise InvalidSpec(f"fixes: the command {self.workload.argv[0]!r} is not a Python program to fix")
 
     def _check_python(self) -> None:
@@ -130,10 +133,11 @@ class TrialSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "format": FORMAT,
             "trial_id": self.trial_id,
             "cell": self.cell,
             "workload": {"kind": self.workload.kind, "argv": list(self.workload.argv)},
-            "fixes": list(self.fixes),
+            "fixes": None if self.fixes is None else list(self.fixes),
             "plan": self.plan,
             "env": dict(self.env),
             "timeout_s": self.timeout_s,
@@ -152,10 +156,12 @@ class TrialSpec:
         try:
             obj = json.loads(data) if isinstance(data, str) else dict(data)
             wl = obj.pop("workload")
+            env = dict(obj.pop("env", None) or {})
+            fixes = _stored_fixes(obj.pop("fixes", ()), env, wl["kind"], obj.pop("format", 1))
             spec = cls(
                 workload=WorkloadSpec(kind=wl["kind"], argv=tuple(wl.get("argv", ()))),
-                fixes=tuple(obj.pop("fixes", ())),
-                env=dict(obj.pop("env", None) or {}),
+                fixes=fixes,
+                env=env,
                 files=dict(obj.pop("files", None) or {}),
                 **obj,
             )
@@ -165,16 +171,35 @@ class TrialSpec:
         return spec
 
 
+def stored_fixes(data: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The fixes of a stored spec.json's data, read as `from_json` reads them, without checking the rest."""
+    workload = data.get("workload") or {}
+    env = dict(data.get("env") or {})
+    return _stored_fixes(data.get("fixes", ()), env, workload.get("kind"), data.get("format", 1))
+
+
+def _stored_fixes(fixes: list | None, env: dict[str, str], kind: object, form: object) -> tuple[str, ...] | None:
+    """A stored spec's fixes as the field says them now (None: as is). Specs of format 1 had no
+    None: a command's `--fix none` rode the environment (ENV_FIXES=none, dropped from `env`
+    here), and a command with no fixes ran as it is."""
+    if form == 1 and env.get(ENV_FIXES) == "none":
+        del env[ENV_FIXES]
+        return ()
+    if fixes is None or (form == 1 and not fixes and kind == "command"):
+        return None
+    return tuple(fixes)
+
+
 def argv_for(spec: TrialSpec) -> list[str]:
     """The child's argv (a list: the runner never uses a shell)."""
     wl = spec.workload
     python = spec.python or sys.executable
     if wl.kind == "dflash":
         # Always pass fixes, even empty: the raw cell must not inherit a preset's fixes.
-        return [python, "-m", "dflash", "train", *wl.argv, "--set", "fixes=" + ",".join(spec.fixes)]
+        return [python, "-m", "dflash", "train", *wl.argv, "--set", "fixes=" + ",".join(spec.fixes or ())]
     if wl.kind == "repro":
         script = wl.argv[0] if wl.argv[0].endswith(".py") else wl.argv[0] + ".py"
-        fix_args = [arg for name in spec.fixes for arg in ("--fix", name)]
+        fix_args = [arg for name in spec.fixes or () for arg in ("--fix", name)]
         return [python, str(REPO_ROOT / "repro" / script), *wl.argv[1:], *fix_args]
     # A command's own interpreter (`python my_program.py`) is swapped for the one asked for.
     return [spec.python, *wl.argv[1:]] if spec.python else list(wl.argv)
