@@ -53,7 +53,7 @@ def test_the_cli_prints_any_of_them_as_one_line_and_exits_2(error, monkeypatch, 
     def fail(opts):
         raise error("bad\n  input")
 
-    monkeypatch.setattr(cli.glossary, "run", fail)
+    monkeypatch.setattr(cli.command_module("glossary"), "run", fail)
     assert cli.main(["glossary"]) == 2
     assert capsys.readouterr().err == "error: bad input\n"
 
@@ -62,6 +62,6 @@ def test_a_programming_error_is_not_bad_input(monkeypatch):
     def fail(opts):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(cli.glossary, "run", fail)
+    monkeypatch.setattr(cli.command_module("glossary"), "run", fail)
     with pytest.raises(KeyError):
         cli.main(["glossary"])
