@@ -47,7 +47,7 @@ class DevicePlan:
         """The most memory the caching allocator held on each CUDA device of the plan, GiB
         (`torch.cuda.max_memory_reserved`, cudagraph pools included); None without CUDA devices.
         How many trials fit on one GPU is read from this: the out-of-memory messages only show
-        the other processes at the moment one of them failed (harness.campaign.matrix_presets.CAMPAIGN_GPU_SLOTS)."""
+        the other processes at the moment one of them failed (harness.campaign.matrix.presets.CAMPAIGN_GPU_SLOTS)."""
         cuda = [d for d in dict.fromkeys((*self.target, *self.drafter)) if d.type == "cuda"]
         if not cuda:
             return None

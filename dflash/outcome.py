@@ -41,7 +41,7 @@ def loss_window(losses: list[float]) -> tuple[float | None, float | None]:
 
 def failed_record(plan: DevicePlan, fs: FixSet, phases: dict, extra: dict | None = None) -> dict:
     """A failed run's last event: the GPU memory it held by then. Packing trials onto a GPU is
-    planned from stored peaks (harness.campaign.planning.memory_peaks), and the campaign's failing
+    planned from stored peaks (harness.campaign.matrix.planning.memory_peaks), and the campaign's failing
     gpu-bound cells never finish, so without this they leave no figure."""
     try:
         peak = plan.peak_reserved_gib()

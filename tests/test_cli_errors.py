@@ -10,7 +10,7 @@ from harness import cli
 from harness.analysis.bench_records import BenchError
 from harness.analysis.crosstab import CrosstabError
 from harness.args import UsageError
-from harness.campaign.matrix_spec import MatrixError
+from harness.campaign.matrix.spec import MatrixError
 from harness.campaign.replay import ReplayError
 from harness.diagnosis.catalogue import CatalogueError
 from harness.diagnosis.diagnose import DiagnoseError

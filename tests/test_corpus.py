@@ -49,7 +49,7 @@ def test_stress_calling_a_failure_deterministic_is_read_in_either_wording():
 
 # ------------------------------------------------------------------ fixes side by side (--fixes)
 
-# stress's side-by-side report as harness/campaign/stress.py `_arm_table` prints it, then the
+# stress's side-by-side report as harness/campaign/stress/engine.py `_arm_table` prints it, then the
 # summary lines that follow it (the races column is newer; both forms must read the same).
 ARM_TABLE = """\
 4 runs over 33s; run i of every set had plan seed i

@@ -81,7 +81,7 @@ def test_missing_and_malformed_spec_files_are_bad_input(tmp_path, capsys):
 
 
 def test_matrix_without_a_source_runs_the_default_preset():
-    from harness.campaign import matrix_presets
+    from harness.campaign.matrix import presets as matrix_presets
     from harness.cli import build_parser
     from harness.commands.matrix import matrix_from_options
 
@@ -302,7 +302,7 @@ def test_a_trial_stored_without_artefacts_is_rebuilt_from_its_matrix_spec(tmp_pa
 def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path, monkeypatch):
     # A fresh checkout holds the committed results/cpu-quick complete: the README's main job must
     # run its trials, so its default store is the git-ignored runs/cpu-quick.
-    from harness.campaign import matrix_presets
+    from harness.campaign.matrix import presets as matrix_presets
     from harness.cli import build_parser
     from harness.commands.matrix import matrix_from_options
     from harness.stores.store import Store

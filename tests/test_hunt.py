@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign import hunt_options
-from harness.campaign.hunt_records import RECORDS
+from harness.campaign.hunt import options as hunt_options
+from harness.campaign.hunt.records import RECORDS
 from harness.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,7 +205,7 @@ def test_a_test_that_compiles_runs_in_threads_unless_asked(tmp_path, detect_in_t
     """pytest-run-parallel alone keeps a test calling torch.compile in one thread (it reads torch's
     own mock.patch.object); under the hunt's plugin only the test's own mock.patch does."""
     (tmp_path / "test_compiling.py").write_text(COMPILING_TESTS, encoding="utf-8")
-    argv = [sys.executable, "-m", "pytest", "-p", "run-parallel", "-p", "harness.campaign.hunt_plugin"]
+    argv = [sys.executable, "-m", "pytest", "-p", "run-parallel", "-p", "harness.campaign.hunt.plugin"]
     env = {**os.environ, "HARNESS_HUNT_DETECT_IN_TORCH": detect_in_torch}
     proc = subprocess.run(
         [*argv, "--parallel-threads=4", "--collect-only", "-q", "-p", "no:cacheprovider", str(tmp_path)],
@@ -261,7 +261,7 @@ def test_a_test_that_kills_its_process_is_named_and_the_rest_still_run(tmp_path)
 
 
 def test_the_progress_record_of_a_dead_run(tmp_path):
-    from harness.campaign.hunt_progress import read_progress
+    from harness.campaign.hunt.progress import read_progress
 
     path = tmp_path / "progress.jsonl"
     lines = [
@@ -279,7 +279,7 @@ def test_the_progress_record_of_a_dead_run(tmp_path):
 
 
 def test_a_test_junit_lists_twice_counts_once_with_its_call_failure():
-    from harness.campaign.hunt_junit import JunitTest, one_per_test
+    from harness.campaign.hunt.junit import JunitTest, one_per_test
 
     call = JunitTest(id="t::a", outcome="failed", threads=4, message="Timeout", text="call")
     teardown = JunitTest(id="t::a", outcome="error", threads=4, message="leaked threads", text="teardown")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.campaign.hunt_records import ONE_THREAD, RunRecord
-from harness.campaign.hunt_records import TestRecord as Tested
-from harness.campaign.hunt_report import ID_WIDTH, WIDTH, table
-from harness.campaign.hunt_verdicts import TestVerdict as Verdict
-from harness.campaign.hunt_verdicts import verdicts
+from harness.campaign.hunt.records import ONE_THREAD, RunRecord
+from harness.campaign.hunt.records import TestRecord as Tested
+from harness.campaign.hunt.report import ID_WIDTH, WIDTH, table
+from harness.campaign.hunt.verdicts import TestVerdict as Verdict
+from harness.campaign.hunt.verdicts import verdicts
 from harness.diagnosis.side_by_side import ArmCount
 
 LONG = "tests/augmentation/test_container.py::TestAugmentationSequential::test_forward_and_inverse[cpu-float32-{}]"
@@ -32,8 +32,8 @@ def test_long_ids_stand_whole_and_short_ones_keep_one_row():
 
 
 def test_a_run_that_pytest_reported_reads_in_pytests_words():
-    from harness.campaign.hunt import _ending
-    from harness.campaign.hunt_records import RunRecord
+    from harness.campaign.hunt.engine import _ending
+    from harness.campaign.hunt.records import RunRecord
 
     def record(outcome, rc, tests=()):
         return RunRecord(
@@ -47,8 +47,8 @@ def test_a_run_that_pytest_reported_reads_in_pytests_words():
 
 
 def test_a_process_that_crashed_after_its_last_test_is_said_with_its_native_frames(tmp_path):
-    from harness.campaign.hunt_records import RunRecord, TestRecord
-    from harness.campaign.hunt_report import findings, to_json
+    from harness.campaign.hunt.records import RunRecord, TestRecord
+    from harness.campaign.hunt.report import findings, to_json
 
     (tmp_path / "run-0").mkdir()
     frames = ["libtorch_python.so(+0x1) ExtraState::invalidate", "libpython3.11.so(+0x2) subtract_refs"]
@@ -67,7 +67,7 @@ def test_a_process_that_crashed_after_its_last_test_is_said_with_its_native_fram
 
 
 def test_a_junit_report_torn_by_a_death_reads_as_none_and_the_progress_record_stands_in(tmp_path):
-    from harness.campaign.hunt_progress import JUNIT, PROGRESS, process_tests
+    from harness.campaign.hunt.progress import JUNIT, PROGRESS, process_tests
 
     (tmp_path / JUNIT).write_text('<?xml version="1.0"?><testsuites><testsuite name="pytest"><testcase class')
     lines = ['{"collected": ["t.py::test_a", "t.py::test_b"]}', '{"start": "t.py::test_a", "threads": 4}']
@@ -79,8 +79,8 @@ def test_a_junit_report_torn_by_a_death_reads_as_none_and_the_progress_record_st
 def test_a_report_of_no_test_where_tests_ran_is_pytests_own_failure_and_the_running_test_is_named(tmp_path):
     """A doctest in 4 threads left linecache patched in a loop, and pytest's reporting died of a
     RecursionError: its junit report held one nameless testcase. That is no test that passed."""
-    from harness.campaign.hunt_junit import read_junit
-    from harness.campaign.hunt_progress import JUNIT, PROGRESS, process_tests
+    from harness.campaign.hunt.junit import read_junit
+    from harness.campaign.hunt.progress import JUNIT, PROGRESS, process_tests
 
     nameless = '<testsuites><testsuite name="pytest" tests="0"><testcase time="0.000" /></testsuite></testsuites>'
     (tmp_path / JUNIT).write_text(nameless)

@@ -9,7 +9,7 @@ import venv
 
 import pytest
 
-from harness.campaign.specfile import spec_from_dict
+from harness.campaign.matrix.specfile import spec_from_dict
 from harness.cli import main
 from harness.trial.interpreter import interpreter_versions
 from harness.trial.runner import run_trial

@@ -20,12 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign import matrix_progress, planning, pool
-from harness.campaign.expand import expand
-from harness.campaign.matrix_spec import MatrixError
-from harness.campaign.pool import GpuSlots
-from harness.campaign.run import run_matrix
-from harness.campaign.specfile import load_spec, spec_from_dict
+from harness.campaign.local import with_run_dir
+from harness.campaign.matrix import planning
+from harness.campaign.matrix import progress as matrix_progress
+from harness.campaign.matrix.expand import expand
+from harness.campaign.matrix.pool import GpuSlots
+from harness.campaign.matrix.run import run_matrix
+from harness.campaign.matrix.spec import MatrixError
+from harness.campaign.matrix.specfile import load_spec, spec_from_dict
 from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
 
@@ -263,7 +265,7 @@ def test_sigkill_mid_matrix_then_rerun_runs_only_the_missing_trials(tmp_path):
 def test_dflash_trials_get_their_own_out_dir_under_their_artefacts(tmp_path):
     d = {"name": "m", "trials": 2, "workloads": {"tiny": {"kind": "dflash", "argv": ["--preset", "tiny-cpu"]}}}
     a, b = expand(spec_from_dict(d))
-    ra, rb = pool.with_run_dir(a, tmp_path / "a"), pool.with_run_dir(b, tmp_path / "b")
+    ra, rb = with_run_dir(a, tmp_path / "a"), with_run_dir(b, tmp_path / "b")
     assert ra.workload.argv[-2:] == ("--set", f"train.out_dir={(tmp_path / 'a').resolve() / 'run'}")
     assert ra.workload.argv[-1] != rb.workload.argv[-1]
     assert a.workload.argv == ("--preset", "tiny-cpu")  # the expanded spec is not mutated
@@ -328,7 +330,7 @@ def test_gpu_trials_get_cuda_visible_devices_and_share_gpus_up_to_per_gpu(tmp_pa
     "name", ["cpu-quick", "cpu-trainer", "gpu-campaign", "gpu-repros", "gpu-topology", "gpu-topology-4"]
 )
 def test_every_preset_expands_against_the_real_fixes_scripts_and_profiles(name):
-    from harness.campaign import matrix_presets
+    from harness.campaign.matrix import presets as matrix_presets
 
     spec = matrix_presets.get(name)
     trials = expand(spec)
@@ -549,11 +551,14 @@ def test_pending_packs_the_estimate_as_the_pool_would(tmp_path, capsys):
     assert "~12 trial-minutes" in out and "at least ~3 minutes of wall time" in out and "on 1 GPU" in out
     # As the pool runs them: two big trials at once, the third after them (the CPU ones beside).
     assert plans["big:raw@-"].pending_indices == (1, 2, 3) and plans["big:raw@-"].slots == 6
-    assert "(harness.campaign.slots.simulate, the stored medians): ~4 minutes of wall time; in strict order ~4" in out
+    assert (
+        "(harness.campaign.matrix.slots.simulate, the stored medians): ~4 minutes of wall time; in strict order ~4"
+        in out
+    )
 
 
 def test_pending_replays_backfill_where_strict_order_would_leave_slots_idle(tmp_path, capsys):
-    from harness.campaign.slots import Job, simulate
+    from harness.campaign.matrix.slots import Job, simulate
     from harness.commands.matrix import _print_pending
 
     # small (1 of 4 slots, 10 min) before big (3 slots, 1 min) in cell order; 4 pending each, run

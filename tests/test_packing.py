@@ -1,8 +1,8 @@
-"""harness.campaign.slots: the pool's admission rule and its replay on a virtual clock (`--pending`)."""
+"""harness.campaign.matrix.slots: the pool's admission rule and its replay on a virtual clock (`--pending`)."""
 
 import pytest
 
-from harness.campaign.slots import Job, admit, simulate
+from harness.campaign.matrix.slots import Job, admit, simulate
 
 
 def test_admit_serves_the_head_and_lets_a_later_waiter_pass_only_a_head_that_does_not_fit():
@@ -66,8 +66,8 @@ def test_a_job_that_can_never_start_is_an_error_not_a_wall_time():
 
 
 def test_replay_last_packs_a_runs_records_at_the_slots_the_store_before_it_gave(tmp_path):
-    from harness.campaign.planning import replay_last
-    from harness.campaign.specfile import spec_from_dict
+    from harness.campaign.matrix.planning import replay_last
+    from harness.campaign.matrix.specfile import spec_from_dict
     from harness.trial.outcome import Outcome, TrialResult
 
     spec = spec_from_dict(

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign import hunt_records
-from harness.campaign.hunt_records import ONE_THREAD, RunRecord
-from harness.campaign.hunt_verdicts import NOT_RACE, OWN_STATE, RACE, verdicts
+from harness.campaign.hunt import records as hunt_records
+from harness.campaign.hunt.records import ONE_THREAD, RunRecord
+from harness.campaign.hunt.verdicts import NOT_RACE, OWN_STATE, RACE, verdicts
 from harness.diagnosis import diagnose
 from harness.diagnosis.catalogue import CatalogueError, parse
 

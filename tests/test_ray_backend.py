@@ -24,8 +24,8 @@ from ray_cluster import needs_ray
 from test_lifeline import alive, assert_all_gone
 
 from harness.campaign import ray_backend
-from harness.campaign.run import run_matrix
-from harness.campaign.specfile import spec_from_dict
+from harness.campaign.matrix.run import run_matrix
+from harness.campaign.matrix.specfile import spec_from_dict
 from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.spec import TrialSpec, WorkloadSpec

@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from harness.campaign.stress import EXCERPT_FRAMES, EXCERPT_LINES, _excerpt, _python_note
+from harness.campaign.stress.options import _python_note
+from harness.campaign.stress.report import EXCERPT_FRAMES, EXCERPT_LINES, excerpt
 from harness.cli import main
 
 PY = sys.executable
@@ -56,7 +57,7 @@ def test_each_distinct_failure_is_echoed_once_and_counted(tmp_path, capsys):
 def test_an_excerpt_is_the_exception_and_its_innermost_frames():
     frames = "".join(f'  File "prog.py", line {i}, in f{i}\n    f{i + 1}()\n' for i in range(1, 9))
     text = f"starting\nException in thread w:\nTraceback (most recent call last):\n{frames}RuntimeError: boom\n"
-    lines = _excerpt(text)
+    lines = excerpt(text)
     assert lines[0] == "RuntimeError: boom (thread w)"
     assert len(lines) == 1 + EXCERPT_FRAMES and all(line.startswith("  at f") for line in lines[1:])
     assert "f8" in lines[1]  # innermost first
@@ -64,9 +65,9 @@ def test_an_excerpt_is_the_exception_and_its_innermost_frames():
 
 def test_an_excerpt_without_a_traceback_is_the_outputs_last_lines():
     text = "\n".join(f"line {i}" for i in range(10)) + "\n\n"
-    assert _excerpt(text) == [f"line {i}" for i in range(10 - EXCERPT_LINES, 10)]
-    assert _excerpt("x" * 500)[0].endswith("...") and len(_excerpt("x" * 500)[0]) == 200
-    assert _excerpt("") == []
+    assert excerpt(text) == [f"line {i}" for i in range(10 - EXCERPT_LINES, 10)]
+    assert excerpt("x" * 500)[0].endswith("...") and len(excerpt("x" * 500)[0]) == 200
+    assert excerpt("") == []
 
 
 def test_the_first_line_says_when_every_run_compiles_torch_first(torch_bytecode_written):

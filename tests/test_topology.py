@@ -11,8 +11,8 @@ from dflash.cli import build_parser, config_from_args
 from dflash.devices import resolve
 from dflash.topology import paired_topology, seed_topology, topology
 from dflash.trainer_errors import DevicePlanError
-from harness.campaign import matrix_presets
-from harness.campaign.expand import expand
+from harness.campaign.matrix import presets as matrix_presets
+from harness.campaign.matrix.expand import expand
 from harness.trial.spec import TrialSpec
 
 

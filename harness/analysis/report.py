@@ -23,7 +23,7 @@ from harness.analysis.cell_tables import family_legend, has_memory, markdown_tab
 from harness.analysis.excerpts import hang_excerpts, native_excerpts
 from harness.analysis.family_table import family_table
 from harness.analysis.summary import CellSummary, summarize
-from harness.campaign import matrix_presets
+from harness.campaign.matrix import presets as matrix_presets
 from harness.diagnosis import families, tables
 from harness.diagnosis.catalogue import RecordSource
 from harness.stores import retire

@@ -27,7 +27,7 @@ compared with. So the price is measured the way a drift is cancelled:
 Records go to `--into` in harness.analysis.bench_records' format (phase `bench:WORKLOAD:FIXES:MODE`, the
 GPU-host run's number, the round), so that `python -m harness report` tables them with the run's other benches
 and harness.analysis.verdicts prices by them. WORKLOAD is the preset without its `gpu-` prefix, as the
-campaign names its workloads (harness.campaign.matrix_presets).
+campaign names its workloads (harness.campaign.matrix.presets).
 
     python -m harness price --preset gpu-launch-bound --rounds 3 \\
         global-lock,cstash-tls-init,cublas-handle-init,stash-incref,stream-sync \\

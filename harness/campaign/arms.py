@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from harness.campaign.expand import plan_json
-from harness.campaign.matrix_spec import PlanChoice
+from harness.campaign.matrix.expand import plan_json
+from harness.campaign.matrix.spec import PlanChoice
 from harness.trial.cells import NO_PLAN, cell_name
 from harness.trial.spec import TrialSpec, WorkloadSpec
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from harness.args import UsageError
 from harness.campaign import ray_backend
+from harness.campaign.local import TrialNotRun, run_local
 from harness.campaign.loop import kill_child_groups
-from harness.campaign.pool import TrialNotRun, run_local
 from harness.trial.outcome import TrialResult
 
 __all__ = ["Backend", "TrialNotRun", "add_arguments", "from_args", "local"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.campaign.matrix_spec import MatrixError
+from harness.campaign.matrix.spec import MatrixError
 
 HELP = (
     "runs read and write Python bytecode in DIR (PYTHONPYCACHEPREFIX), even where "

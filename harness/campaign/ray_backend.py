@@ -14,7 +14,7 @@ rules, --max-time and --finish-by, live lines, store and trial ids; only its `ru
   pool appends the record, as it appends a local one. The trainer's `run/` (checkpoints, nothing
   reads them) stays behind.
 - A task that returns nothing (its worker or node died, `ray.cancel`) stores nothing: the pool
-  goes on, and a resumed run runs that trial again (`pool.TrialNotRun`); a task that raised (a
+  goes on, and a resumed run runs that trial again (`local.TrialNotRun`); a task that raised (a
   harness bug on the node) stops the matrix, as a worker exception does locally.
 - The code travels as the job's working directory (the checkout without its data: `EXCLUDES`, and
   what .gitignore ignores); each node needs the project's dependencies (torch above all) installed.
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.args import UsageError
-from harness.campaign.pool import TrialNotRun, with_run_dir
+from harness.campaign.local import TrialNotRun, with_run_dir
 from harness.stores.zips import RUN_DIR
 from harness.trial.folder import RESULT
 from harness.trial.outcome import TrialResult

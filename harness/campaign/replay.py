@@ -20,10 +20,11 @@ import sys
 from pathlib import Path
 
 from harness import stats
-from harness.campaign import matrix_presets, specfile
-from harness.campaign.expand import expand
-from harness.campaign.matrix_spec import MatrixError
-from harness.campaign.pool import with_run_dir
+from harness.campaign.local import with_run_dir
+from harness.campaign.matrix import presets as matrix_presets
+from harness.campaign.matrix import specfile
+from harness.campaign.matrix.expand import expand
+from harness.campaign.matrix.spec import MatrixError
 from harness.faults.pct import pinned_from_log
 from harness.runtime.errors import UserInputError
 from harness.stores.store import ARTEFACTS_NAME, ArtefactPath, Store, StoreError, safe_name

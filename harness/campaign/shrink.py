@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import stats
+from harness.campaign.local import with_run_dir
 from harness.campaign.loop import kill_child_groups
-from harness.campaign.pool import with_run_dir
 from harness.campaign.replay import ReplayError, load_trial_spec, same_failure
 from harness.stores.store import Store
 from harness.trial.outcome import TrialResult

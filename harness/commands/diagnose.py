@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.campaign import hunt
-from harness.campaign.hunt_records import RECORDS
+from harness.campaign.hunt import engine as hunt
+from harness.campaign.hunt.records import RECORDS
 from harness.diagnosis import diagnose
 
 HELP = "which known race a failure is, the fixes that held against it, its repro"

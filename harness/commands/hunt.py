@@ -7,7 +7,7 @@ import argparse
 import os
 
 from harness.campaign import backends, bytecode_cache
-from harness.campaign.hunt import run_hunt
+from harness.campaign.hunt.engine import run_hunt
 from harness.commands.stress import _fix_set
 from harness.faults.profiles import PROFILES
 

@@ -27,13 +27,15 @@ from harness.analysis.cell_tables import (
 from harness.analysis.excerpts import native_excerpts
 from harness.analysis.summary import summarize
 from harness.args import UsageError, comma_list, positive_float, positive_int
-from harness.campaign import backends, matrix_presets, ray_backend, slots
-from harness.campaign.expand import expand
-from harness.campaign.matrix_progress import format_elapsed
-from harness.campaign.matrix_spec import MatrixSpec
-from harness.campaign.planning import memory_peaks, pending_plan, pool_order, replay_last
-from harness.campaign.run import MatrixRun, run_matrix
-from harness.campaign.specfile import load_spec
+from harness.campaign import backends, ray_backend
+from harness.campaign.matrix import presets as matrix_presets
+from harness.campaign.matrix import slots
+from harness.campaign.matrix.expand import expand
+from harness.campaign.matrix.planning import memory_peaks, pending_plan, pool_order, replay_last
+from harness.campaign.matrix.progress import format_elapsed
+from harness.campaign.matrix.run import MatrixRun, run_matrix
+from harness.campaign.matrix.spec import MatrixSpec
+from harness.campaign.matrix.specfile import load_spec
 from harness.diagnosis import diagnose
 from harness.stores.store import Store
 from harness.text import clip
@@ -54,7 +56,7 @@ def _source_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--preset", help=f"one of: {', '.join(matrix_presets.names())} (default {matrix_presets.DEFAULT_PRESET})"
     )
-    src.add_argument("--file", help="JSON matrix spec (see harness.campaign.specfile.spec_from_dict)")
+    src.add_argument("--file", help="JSON matrix spec (see harness.campaign.matrix.specfile.spec_from_dict)")
     src.add_argument("--list", action="store_true", help="list the presets and their cells")
     p.add_argument(
         "--pending",
@@ -255,7 +257,7 @@ def _print_pending(spec, *, gpus: int = 1) -> None:
         jobs = [slots.Job(seconds=p.median_s or fallback, need=p.gpus, weight=p.slots) for p, _ in queued]
         run = slots.strict_and_backfill(jobs, workers=spec.workers, num_gpus=gpus, per_gpu=spec.per_gpu)
         print(
-            f"as the pool would run them (harness.campaign.slots.simulate, the stored medians): ~{run['backfill'] / 60:.0f} "
+            f"as the pool would run them (harness.campaign.matrix.slots.simulate, the stored medians): ~{run['backfill'] / 60:.0f} "
             f"minutes of wall time; in strict order ~{run['strict'] / 60:.0f}"
         )
     for peak in memory_peaks(spec, records):

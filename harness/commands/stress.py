@@ -8,7 +8,8 @@ import os
 
 from harness.args import UsageError
 from harness.campaign import backends, bytecode_cache
-from harness.campaign.stress import DEFAULT_HANG_S, DETERMINISTIC_RUNS, run_stress
+from harness.campaign.stress.engine import DETERMINISTIC_RUNS, run_stress
+from harness.campaign.stress.options import DEFAULT_HANG_S
 from harness.faults.profiles import PROFILES
 from harness.runtime.guard import Guard, GuardError
 

@@ -62,7 +62,7 @@ class Merged:
 
     def line(self) -> str:
         # Said only when it happens: two copies that each ran a cell's next trials ran the same
-        # schedules (seed + index, harness.campaign.expand), so the cell sampled fewer than its n says.
+        # schedules (seed + index, harness.campaign.matrix.expand), so the cell sampled fewer than its n says.
         repeated = (
             (
                 f"; {self.repeated_seeds} of them repeat a scheduler seed their cell already held "

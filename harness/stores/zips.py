@@ -11,7 +11,7 @@ storing a store-wide archive again on every run.
 
 Only folders a record of the store (or of its `retired/` store) names are packed: a folder without
 a record is a trial in flight or one an interruption left to rerun, and the runner writes into it.
-A dflash trial's `run/` (the trainer's checkpoints and export, `pool.with_run_dir`; git ignores it
+A dflash trial's `run/` (the trainer's checkpoints and export, `campaign.local.with_run_dir`; git ignores it
 and h200_run.sh leaves it out of stores.tgz) is neither packed nor removed: it stays in the folder,
 which then holds nothing else. Zips are byte-for-byte reproducible (members sorted, fixed
 timestamps), so packing the same folder twice gives the same file. Order of writes per folder: the

@@ -1,6 +1,6 @@
 """Cell and trial names: `workload:strategy@plan` and `<matrix>/<cell>/<index>`.
 
-One module builds them (harness.campaign.expand). A trial's record carries the parts as fields
+One module builds them (harness.campaign.matrix.expand). A trial's record carries the parts as fields
 (`TrialResult.workload`, `strategy`, `fixes`, `plan`), so readers read fields, not names; the
 names are split here only where a record gets them: by the runner, for the cell it was given, and
 by `TrialResult.from_json`, for a record stored before the fields existed. A name of another shape

@@ -80,7 +80,7 @@ FIX_CHUNK_TRIALS = 5
 """Fix-check trials per test item (see `fix_chunks`)."""
 TRIAL_TIMEOUT_S = 120.0
 TRIAL_HANG_S = 60.0
-CPU_ENV = {"OMP_NUM_THREADS": "1"}  # as harness.campaign.matrix_presets.CPU_ENV: two trials share two cores
+CPU_ENV = {"OMP_NUM_THREADS": "1"}  # as harness.campaign.matrix.presets.CPU_ENV: two trials share two cores
 
 
 class RaceBound(UserWarning):

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.campaign.hunt_junit import FAILING, SKIPPED
-from harness.campaign.hunt_records import ONE_THREAD, RunRecord, TestRecord
+from harness.campaign.hunt.junit import FAILING, SKIPPED
+from harness.campaign.hunt.records import ONE_THREAD, RunRecord, TestRecord
 from harness.diagnosis.catalogue import NOT_RACE_KINDS, load
 from harness.diagnosis.side_by_side import ArmCount
 

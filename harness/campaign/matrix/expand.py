@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash.presets import PRESETS
-from harness.campaign.matrix_spec import Cell, MatrixError, MatrixSpec, PlanChoice, Workload
+from harness.campaign.matrix.spec import Cell, MatrixError, MatrixSpec, PlanChoice, Workload
 from harness.faults.profiles import plan_from_seed
 from harness.faults.scheduler import InvalidPlan, Plan
 from harness.runtime.fixes import FIXES

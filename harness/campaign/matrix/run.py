@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from harness.campaign.expand import expand
-from harness.campaign.matrix_progress import CellState, LiveLines
-from harness.campaign.matrix_spec import MatrixSpec
-from harness.campaign.planning import cell_slots, median_duration_s, memory_warnings, pool_order
-from harness.campaign.pool import GpuSlots, WorkerPool, host_gpu_count, run_local
+from harness.campaign.local import run_local
+from harness.campaign.matrix.expand import expand
+from harness.campaign.matrix.planning import cell_slots, median_duration_s, memory_warnings, pool_order
+from harness.campaign.matrix.pool import GpuSlots, WorkerPool, host_gpu_count
+from harness.campaign.matrix.progress import CellState, LiveLines
+from harness.campaign.matrix.spec import MatrixSpec
 from harness.campaign.ray_backend import RayBackend
 from harness.stores.store import Store, done_ids
 from harness.trial import native

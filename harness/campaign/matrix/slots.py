@@ -1,6 +1,6 @@
 """Who gets GPU slots next: the pool's admission rule, and a replay of it to plan GPU time.
 
-`GpuSlots` (harness/campaign/pool.py) asks `admit` under its lock each time a waiter wakes; `simulate`
+`GpuSlots` (harness/campaign/matrix/pool.py) asks `admit` under its lock each time a waiter wakes; `simulate`
 runs the same rule over trials of known length on a virtual clock, so that `--pending` can say how
 long a run's pending trials will take as the pool will actually pack them, not only the bound
 perfect packing gives (runs planned for 4-6 trials at once ran 2 at once).

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from harness import stats
-from harness.campaign import slots
-from harness.campaign.expand import expand
-from harness.campaign.matrix_progress import CellState
-from harness.campaign.matrix_spec import MatrixError, MatrixSpec
+from harness.campaign.matrix import slots
+from harness.campaign.matrix.expand import expand
+from harness.campaign.matrix.progress import CellState
+from harness.campaign.matrix.spec import MatrixError, MatrixSpec
 from harness.stores.store import Store, done_ids
 from harness.trial import gpu
 from harness.trial.outcome import Outcome, TrialResult
@@ -32,7 +32,7 @@ runner's nvidia-smi samples count them, and get none)."""
 def pool_order(cell_names: Sequence[str]) -> Callable[[str, int], tuple[int, int]]:
     """The order the pool starts trials in, as a sort key of (cell, trial index): trial 0 of every
     cell, then trial 1, ..., so that a time limit leaves cells evenly covered. `run_matrix` starts
-    them so; `--pending` and `python -m harness.campaign.slots` replay that order."""
+    them so; `--pending` and `python -m harness.campaign.matrix.slots` replay that order."""
     place = {name: k for k, name in enumerate(cell_names)}
     return lambda cell, index: (index, place[cell])
 

@@ -12,11 +12,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.campaign.hunt_plugin import NODEID, SINGLE_REASON, THREADS
+from harness.campaign.hunt.plugin import NODEID, SINGLE_REASON, THREADS
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
 CRASHED = "crashed"
-"""The test that was running when its run's process died (harness.campaign.hunt_progress)."""
+"""The test that was running when its run's process died (harness.campaign.hunt.progress)."""
 FAILING = (FAILED, ERROR, CRASHED)
 _CAPTURED = ("system-out", "system-err")
 _TAGS = {"failure": FAILED, "error": ERROR}

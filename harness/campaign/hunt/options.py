@@ -1,6 +1,6 @@
 """`harness hunt`'s options, checked, and the pytest command line of one run.
 
-Each run is `python -m pytest -p run-parallel -p harness.campaign.hunt_plugin [-p timeout
+Each run is `python -m pytest -p run-parallel -p harness.campaign.hunt.plugin [-p timeout
 --timeout S] -p no:cacheprovider --parallel-threads T -o junit_logging=all --tb=native -q
 PYTEST_ARGS`, with the junit report in the run's folder (the plugin sets pytest's `--junitxml`):
 - pytest-run-parallel runs each test body in T threads at once (its `thread_unsafe` and
@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.args import UsageError
-from harness.campaign import bytecode_cache, hunt_plugin
-from harness.campaign.expand import plan_json
-from harness.campaign.hunt_records import HuntKey
-from harness.campaign.matrix_spec import PlanChoice
+from harness.campaign import bytecode_cache
+from harness.campaign.hunt import plugin as hunt_plugin
+from harness.campaign.hunt.records import HuntKey
+from harness.campaign.matrix.expand import plan_json
+from harness.campaign.matrix.spec import PlanChoice
 
 JUNIT = "junit.xml"
 RUN_PARALLEL_MIN = (0, 10)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.campaign.matrix_spec import (
+from harness.campaign.matrix.spec import (
     NO_PLAN,
     Group,
     MatrixError,

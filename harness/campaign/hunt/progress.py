@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.campaign.hunt_junit import CRASHED, JunitError, JunitTest, read_junit
-from harness.campaign.hunt_options import JUNIT
+from harness.campaign.hunt.junit import CRASHED, JunitError, JunitTest, read_junit
+from harness.campaign.hunt.options import JUNIT
 
 PROGRESS = "progress.jsonl"
 

@@ -1,4 +1,4 @@
-"""The pytest plugin `harness hunt` loads into each run (`-p harness.campaign.hunt_plugin`).
+"""The pytest plugin `harness hunt` loads into each run (`-p harness.campaign.hunt.plugin`).
 
 It adds to each test case of the junit report what junit leaves out: the test's node id and the
 threads pytest-run-parallel ran its body in (1, with the plugin's reason, where a marker or the

@@ -1,6 +1,6 @@
 """Named matrix specs (`--preset NAME`): the ones built here, and the JSON spec files under
 harness/campaign/specs/ by their file name (catalogue-cpu, gpu-diag, ...). `--file SPEC.json`
-reads any other (harness.campaign.specfile).
+reads any other (harness.campaign.matrix.specfile).
 
 - `cpu-quick`: the smoke matrix for a 2-core CPU machine (<= 10 minutes). F2 (r06, FX tracing flag)
   raw vs `nested-fx-fallback` under the fx-widen plan, so the fix is shown to remove the failure
@@ -38,8 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dflash.topology import paired_topology, seed_topology
-from harness.campaign.matrix_spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload
-from harness.campaign.specfile import load_spec, strategy_from_name
+from harness.campaign.matrix.spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload
+from harness.campaign.matrix.specfile import load_spec, strategy_from_name
 
 # Trial budgets, sized from compile times measured on the 2-core CPU box (3-6 s per eager/aot_eager
 # trial, 5-7 s warm inductor) with the cores shared by the runs.
@@ -409,7 +409,7 @@ PRESETS: dict[str, Callable[[], MatrixSpec]] = {
 }
 
 
-SPECS_DIR = Path(__file__).resolve().with_name("specs")
+SPECS_DIR = Path(__file__).resolve().parents[1] / "specs"
 """Spec files that are presets too: `--preset gpu-diag` reads specs/gpu-diag.json."""
 
 

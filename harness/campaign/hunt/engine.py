@@ -4,10 +4,10 @@ Runs the suite `--runs` times (per fix set) under pytest-run-parallel, each test
 `--threads` threads at once, each run an isolated process through the runner (hang dumps, native
 stacks, the lifeline, the fixes' bootstrap) on this host or a Ray cluster (harness.campaign.backends),
 `--workers` runs at once over the campaign's worker loop; reads each run's junit report
-(harness.campaign.hunt_junit) and names each failing test's race from its own failure text
+(harness.campaign.hunt.junit) and names each failing test's race from its own failure text
 (`diagnose`); a test failing in every run is rerun once with one thread, and one that passes there
 and names no race is rerun alone in its own process with the same threads
-(harness.campaign.hunt_verdicts says what each test is; hunt_report prints it). The rerun with one
+(harness.campaign.hunt.verdicts says what each test is; hunt_report prints it). The rerun with one
 thread starts as soon as a worker has no run left to take and one run has ended, beside the last
 runs (it then holds the tests that failed in every run ended so far; one that a later run reports
 failing in every run too gets a second rerun), and the reruns alone as soon as it is recorded: a
@@ -17,7 +17,7 @@ plugin's progress record, and goes on with the tests that never ran in a new pro
 
 The output folder keeps each run's trial folder (`run-<i>`, its parts `run-<i>-part<k>`, the rerun's
 `rerun-1-thread`, a second one `rerun-1-thread-2`, the reruns alone `alone-<k>`) and
-`hunt.jsonl` (harness.campaign.hunt_records): a hunt killed mid-run and started again with the
+`hunt.jsonl` (harness.campaign.hunt.records): a hunt killed mid-run and started again with the
 same `-o` reads its finished runs back and runs only the others. Ctrl-C kills the runs in flight
 (not recorded: a resume reruns them) and exits 130.
 
@@ -40,13 +40,13 @@ from pathlib import Path
 from harness.args import UsageError
 from harness.campaign import backends, bytecode_cache
 from harness.campaign.arms import INTERRUPTED_RC, arm_spec
-from harness.campaign.hunt_junit import CRASHED, FAILING, JunitTest
-from harness.campaign.hunt_options import JUNIT, HuntOptions, options_from_args, pytest_argv
-from harness.campaign.hunt_plugin import JUNIT_ENV, ONLY_ENV, PROGRESS_ENV
-from harness.campaign.hunt_progress import PROGRESS, crashed_test, process_tests
-from harness.campaign.hunt_records import ALONE, ONE_THREAD, RECORDS, RecordLog, RunRecord, TestRecord, read_key
-from harness.campaign.hunt_report import print_report
-from harness.campaign.hunt_verdicts import always_failing, needs_alone, verdicts
+from harness.campaign.hunt.junit import CRASHED, FAILING, JunitTest
+from harness.campaign.hunt.options import JUNIT, HuntOptions, options_from_args, pytest_argv
+from harness.campaign.hunt.plugin import JUNIT_ENV, ONLY_ENV, PROGRESS_ENV
+from harness.campaign.hunt.progress import PROGRESS, crashed_test, process_tests
+from harness.campaign.hunt.records import ALONE, ONE_THREAD, RECORDS, RecordLog, RunRecord, TestRecord, read_key
+from harness.campaign.hunt.report import print_report
+from harness.campaign.hunt.verdicts import always_failing, needs_alone, verdicts
 from harness.campaign.loop import WorkLoop
 from harness.diagnosis import diagnose
 from harness.trial.folder import OUTPUT

@@ -39,11 +39,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.campaign.hunt_junit import CRASHED, FAILING
-from harness.campaign.hunt_options import HuntOptions
-from harness.campaign.hunt_progress import process_tests
-from harness.campaign.hunt_records import RECORDS, RunRecord
-from harness.campaign.hunt_verdicts import RACE, TestVerdict, split_races
+from harness.campaign.hunt.junit import CRASHED, FAILING
+from harness.campaign.hunt.options import HuntOptions
+from harness.campaign.hunt.progress import process_tests
+from harness.campaign.hunt.records import RECORDS, RunRecord
+from harness.campaign.hunt.verdicts import RACE, TestVerdict, split_races
 from harness.diagnosis import diagnose
 from harness.diagnosis.side_by_side import arm_name
 from harness.text import clip

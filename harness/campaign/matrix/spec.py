@@ -3,8 +3,8 @@
 
 A `MatrixSpec` holds named workloads and strategies and one or more groups; each group is the
 product of some workloads, strategies and plans (so a repro is only crossed with the fixes that
-apply to it). Specs come from `harness.campaign.matrix_presets` (named matrices) and
-`harness.campaign.specfile` (the JSON file form)."""
+apply to it). Specs come from `harness.campaign.matrix.presets` (named matrices) and
+`harness.campaign.matrix.specfile` (the JSON file form)."""
 
 from __future__ import annotations
 
