@@ -31,10 +31,10 @@ def with_threads(cfg, *, k: int, n: int, m: int):
 def reference_params(cfg) -> dict[str, torch.Tensor]:
     """One thread, no pipeline: accumulate M batches per step, then one AdamW step."""
     tr = Trainer(cfg)
-    tr.prepare()
+    prep = tr.prepare()
     num_rep = cfg.pipeline.num_drafter_threads
-    objective = tr.models.objectives[0]
-    target = next(iter(tr.models.targets.values()))
+    objective = prep.models.objectives[0]
+    target = next(iter(prep.models.targets.values()))
     params = list(objective.drafter.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, foreach=False)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(cfg.train.steps, cfg.train.warmup_ratio))
@@ -42,9 +42,9 @@ def reference_params(cfg) -> dict[str, torch.Tensor]:
         objective.drafter.zero_grad(set_to_none=True)
         for m in range(num_rep):
             seq = step * num_rep + m
-            epoch, batch = tr.planner.get(seq)
-            tb = collate(tr.train_ds, batch, seq, epoch)
-            ctx = target.hidden(tb.input_ids, None, tr.models.layer_ids)
+            epoch, batch = prep.planner.get(seq)
+            tb = collate(prep.train_ds, batch, seq, epoch)
+            ctx = target.hidden(tb.input_ids, None, prep.models.layer_ids)
             inputs = make_inputs(
                 HiddenBatch(tokens=tb, context=ctx),
                 cfg.drafter,
@@ -82,9 +82,7 @@ _INITIAL: dict = {}
 
 def threaded_initial(cfg) -> dict[str, torch.Tensor]:
     if "state" not in _INITIAL:
-        tr = Trainer(cfg)
-        tr.prepare()
-        _INITIAL["state"] = tr.models.objectives[0].drafter.state_dict()
+        _INITIAL["state"] = Trainer(cfg).prepare().models.objectives[0].drafter.state_dict()
     return _INITIAL["state"]
 
 

@@ -18,7 +18,8 @@ from test_pipeline_errors import REPO, small_cli_args, small_config
 
 from dflash import stacks, watchdog
 from dflash.channel import Channel
-from dflash.train import STALL_JOIN_S, Trainer
+from dflash.pipeline_run import STALL_JOIN_S
+from dflash.train import Trainer
 from harness.runtime import failpoints as faults
 
 STUCK_AFTER_STEP_1 = "drafter.after_step@dflash-train-1=1*delay(600000)"
