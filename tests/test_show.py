@@ -38,7 +38,7 @@ def test_show_a_crash_gives_family_first_failure_and_the_commands(tmp_path, caps
     assert main(["show", tid, "--store", str(store.root)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"{tid}: CRASH")
-    assert "fixes: none; plan: custom seed 2, 1 rules" in out
+    assert "fixes: as is; plan: custom seed 2, 1 rules" in out  # a command spec with no fixes runs as it is
     assert "family other: no known family" in out
     assert "switch interval default" in out
     # The script re-raises the worker's exception in its main thread: that traceback is the failure,
