@@ -25,7 +25,7 @@ def test_wilson_matches_the_closed_form(k, n):
 
 
 def test_wilson_is_scipys_wilson_interval():
-    from scipy.stats import binomtest  # the reference: seconds to import, so only here
+    from scipy.stats import binomtest  # scipy's own interval to check against; its import takes seconds
 
     for n in (1, 2, 3, 7, 10, 29, 100):
         for k in range(n + 1):
