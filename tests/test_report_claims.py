@@ -772,12 +772,19 @@ def test_the_corpus_counts_are_its_tables():
     assert f"each CPU entry's fix did what its entry says in {held} of {len(fixes)}" in TEXT
 
 
+def _newest_gate() -> Path:
+    """The newest gate record: names are the date, the host and a letter for a second call."""
+    return max((RESULTS / "gpu-gate").glob("20*.json"), key=lambda path: path.stem)
+
+
 def test_the_gpu_gate_is_its_record():
-    gate = json.loads((RESULTS / "gpu-gate" / "2026-12-07-h100-b.json").read_text())
-    assert gate["failed"] == 0 and gate["date"] == "2026-12-07" and gate["green"]
+    newest = _newest_gate()
+    gate = json.loads(newest.read_text())
+    assert gate["failed"] == 0 and gate["green"] and f"torch 2.11.0+cu130, {gate['date']}, one call" in TEXT
+    assert f"[record](../../results/gpu-gate/{newest.name})" in TEXT
     shapes = gate["gpu_shapes"]
     assert f"{shapes['right']} read right, {shapes['unconfirmed']} not judged" in TEXT and not shapes["wrong"]
-    log = (RESULTS / "gpu-gate" / "2026-12-07-h100-b" / "log.txt").read_text()
+    log = (newest.with_suffix("") / "log.txt").read_text()
     assert "NVIDIA H100" in log and "torch 2.11.0+cu130" in log and "a fresh H100, torch 2.11.0+cu130" in TEXT
     assert f"the GPU race suite passes {gate['passed']} of {gate['passed'] + gate['failed']}" in TEXT
     programs = gate["programs"]
@@ -1343,6 +1350,6 @@ def test_the_situation_rows_are_the_catalogues_counts():
                 checked += 1
     assert checked >= 20
     assert "1.17x eager" in row("1 H200", "launch-bound") and "0.98x raw" in row("1 H200", "gpu-default, compiled")
-    gate = json.loads((RESULTS / "gpu-gate" / "2026-12-07-h100-b.json").read_text())
+    gate = json.loads(_newest_gate().read_text())
     autotune = next(p for p in gate["programs"] if p["name"] == "gpu_max_autotune_threadpool")
     assert f"the F1 set failed {autotune['fixed']} on such a program" in TEXT
