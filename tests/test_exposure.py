@@ -20,6 +20,7 @@ from harness.faults.exposure import FIRST_STEP, PROBES, Exposure
 from harness.faults.points import TORCH_POINTS, Point
 from harness.faults.profiles import plan_from_seed
 from harness.faults.regions import Regions
+from harness.trial.cells import strategy_name
 from harness.trial.folder import EXPOSURE
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import run_trial
@@ -309,7 +310,7 @@ def test_the_catalogue_names_existing_probes_for_their_own_race():
 
 
 def _r06(tmp_path: Path, fixes: tuple[str, ...], **kwargs) -> TrialResult:
-    name = "+".join(fixes) or "raw"
+    name = strategy_name(fixes)
     spec = TrialSpec(
         trial_id=f"exposure/r06:{name}@fx-widen/0",
         cell=f"r06:{name}@fx-widen",

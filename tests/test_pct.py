@@ -17,7 +17,7 @@ from harness.cli import main
 from harness.faults import pct
 from harness.faults.pct import Pct, PctEngine, change_steps, initial_priority
 from harness.faults.profiles import PCT_STEPS, plan_from_seed
-from harness.faults.scheduler import InvalidPlan, Plan, Scheduler, all_points
+from harness.faults.scheduler import InvalidPlan, Plan, Scheduler
 from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.runner import run_trial
@@ -28,9 +28,7 @@ SEED = 5
 
 def _engine(depth: int = 1, steps: int = 10**9, **kw) -> tuple[PctEngine, list[dict]]:
     records: list[dict] = []
-    return PctEngine(
-        Pct(depth=depth, steps=steps, **kw), SEED, all_points(), log=records.append, elapsed=lambda: 0.0
-    ), records
+    return PctEngine(Pct(depth=depth, steps=steps, **kw), SEED, log=records.append, elapsed=lambda: 0.0), records
 
 
 def _ranked(depth: int = 1) -> tuple[str, str]:

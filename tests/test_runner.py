@@ -100,7 +100,8 @@ def test_a_record_says_its_workload_fixes_and_plan_as_fields(tmp_path):
 
 
 def test_a_failed_runs_last_event_stands_in_for_final_and_gives_no_throughput():
-    from harness.trial.runner import _classify, _Ending
+    from harness.trial.classify import classify
+    from harness.trial.ending import Ending
 
     text = (
         '{"event": "step", "tokens_per_s": 5.0}\n'
@@ -108,14 +109,14 @@ def test_a_failed_runs_last_event_stands_in_for_final_and_gives_no_throughput():
         '  File "x.py", line 1, in <module>\nValueError: boom\n'
     )
     result = TrialResult(trial_id="t/c/0", cell="c", trial_index=0, outcome=Outcome.OK, rc=1)
-    _classify(result, _Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0), text)
+    classify(result, Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0), text)
     assert result.outcome is Outcome.CRASH and result.final["gpu_mem_peak_gib"] == {"cuda:0": 31.5}
     assert result.tokens_per_s is None
     # A final event wins over a failed one (a run that recovered is not this case, but be sure).
     both = text.replace('{"event": "step"', '{"event": "final", "tokens_per_s": 7.0}\n{"event": "step"')
-    _classify(
+    classify(
         result := TrialResult(trial_id="t/c/1", cell="c", trial_index=1, outcome=Outcome.OK, rc=0),
-        _Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0),
+        Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0),
         both,
     )
     assert result.final["event"] == "final" and result.tokens_per_s == 7.0
@@ -515,16 +516,16 @@ def test_a_threads_exception_keeps_the_hooks_clean_frames_where_the_output_inter
     import dataclasses
 
     from harness.trial import signature
-    from harness.trial.runner import _hooked_version
+    from harness.trial.classify import hooked_version
 
     text = (ROOT_FIXTURES / "1.txt").read_text()
     clean = signature.crash_signature(text, rc=1)
     # What an interleaved print reads as: the same failure, other frames (another summary).
     garbled = dataclasses.replace(clean, frames=("torch._dynamo.eval_frame:compile_wrapper",) * 3)
     hooked = [{"thread": "caller-0", "traceback": text[text.index("Traceback") :]}]
-    got = _hooked_version(garbled, hooked)
+    got = hooked_version(garbled, hooked)
     assert got.key == clean.key and got.summary == clean.summary != garbled.summary
-    assert _hooked_version(garbled, []) is garbled  # no hook records: the output's reading stands
+    assert hooked_version(garbled, []) is garbled  # no hook records: the output's reading stands
 
 
 ROOT_FIXTURES = Path(__file__).parent / "fixtures" / "tracebacks" / "f2_fx_trace_of_compiled_fn"

@@ -337,6 +337,35 @@ def test_stage_points_reach_the_scheduler_through_dflash_faults(tmp_path):
     assert decisions(str(log)) == [("drafter.before_step", "before", "MainThread", 2, 0, "raise", 0.0)]
 
 
+def test_a_programs_own_points_come_from_the_module_its_plan_names(tmp_path):
+    """The scheduler knows torch's points and the points a module registers; the plan names that
+    module, so a program's own `stage.event` points work as the trainer's do, and the scheduler
+    imports no program (the trainer included) for a plan that names none of its points."""
+    (tmp_path / "shop_points.py").write_text(
+        "from harness.runtime.failpoints import register_points\nregister_points(('shop.before_pay',))\n"
+    )
+    rule = Rule(point="shop.before_pay", action="raise", max_hits=1, params={"message": "paid twice"})
+    code = """
+        import sys
+        import harness.runtime.failpoints as faults
+        from harness.runtime.errors import InjectedFault
+        try:
+            faults.fault_point("shop.before_pay")
+        except InjectedFault as e:
+            print("raised", e, "dflash" in sys.modules)
+    """
+    env = {"PYTHONPATH": f"{BOOTSTRAP}{os.pathsep}{REPO}{os.pathsep}{tmp_path}"}
+    plan = Plan(seed=1, rules=[rule], points_from=("shop_points",))
+    proc = _child(code, {**env, "HARNESS_PLAN": plan.to_json()})
+    assert proc.returncode == 0 and proc.stdout.strip() == "raised paid twice False", proc.stderr
+    unnamed = json.loads(plan.to_json()) | {"points_from": []}
+    proc = _child(code, {**env, "HARNESS_PLAN": json.dumps(unnamed)})
+    assert proc.returncode == 2 and "unknown point 'shop.before_pay'" in proc.stderr
+    torch_only = Plan(seed=1, rules=[Rule(point="fx.trace", action="yield")]).to_json()
+    proc = _child("import sys; print('dflash' in sys.modules)", {"HARNESS_PLAN": torch_only})
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr
+
+
 def test_bootstrap_still_runs_a_shadowed_sitecustomize(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITE_RAN'] = '1'\n")
     proc = _child(

@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 
 from harness.trial.blocking import FIX_LOCK_TEXTS
+from harness.trial.classify import classify
+from harness.trial.ending import Ending
 from harness.trial.outcome import Outcome, TrialResult
-from harness.trial.runner import _classify, _Ending, run_trial
+from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +102,7 @@ def test_a_failure_raised_in_the_harnesss_own_code_is_a_harness_defect(tmp_path)
         "torch.fx.proxy.TraceError: Proxy object cannot be iterated\n"
     )
     result = TrialResult(trial_id="t", cell="c", trial_index=0, outcome=Outcome.OK, rc=1)
-    _classify(result, _Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0), text, foreign=True)
+    classify(result, Ending(how="exited", elapsed_s=1.0, last_progress_s=1.0), text, foreign=True)
     assert result.outcome is Outcome.HARNESS_ERROR
     assert result.detail.startswith("harness defect: torch.fx.proxy.TraceError: Proxy object cannot be iterated at ")
     assert "harness/runtime/fixes.py:120 in wrapper" in result.detail
@@ -256,6 +258,6 @@ def test_a_fix_context_closed_in_another_thread_before_a_segfault_is_no_harness_
     text = (ROOT / "tests" / "fixtures" / "native" / "gpu_fix_context_closed_by_another_thread.txt").read_text()
     assert "Exception ignored in: <generator object FixSet.around_call" in text
     result = TrialResult(trial_id="t", cell="c", trial_index=0, outcome=Outcome.OK, rc=-11)
-    _classify(result, _Ending(how="exited", elapsed_s=14.0, last_progress_s=14.0), text, foreign=True)
+    classify(result, Ending(how="exited", elapsed_s=14.0, last_progress_s=14.0), text, foreign=True)
     assert result.outcome is Outcome.ABORT, result.detail
     assert not result.detail.startswith("harness defect"), result.detail

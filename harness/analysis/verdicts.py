@@ -42,10 +42,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from harness.trial.cells import NO_PLAN, strategy_parts
+
 MIN_STRESSED = 29
 BASELINES = ("raw", "eager", "global-lock")
 LOCK, EAGER = "global-lock", "eager"
-NO_PLAN = "-"
 NO_RUN = -1
 """_benched's key for benches without a run number (a `harness price` run outside the GPU-host runs)."""
 TARGET_OVER_LOCK = 1.2
@@ -58,7 +59,7 @@ cell ran 9,882-42,922 tokens/s), and a ratio of two such medians is a hint, not 
 def holds(strategy: str, fix: str) -> bool:
     """Whether a `+`-joined strategy name holds `fix` (a whole name: `cstash-tls-init-like` does not
     hold `cstash-tls-init`). The one reading of strategy names for recommend, benches and crosstab."""
-    return fix in strategy.split("+")
+    return fix in strategy_parts(strategy)
 
 
 def serialised(strategy: str) -> bool:

@@ -9,19 +9,38 @@ from __future__ import annotations
 
 import os
 
+from harness.args import UsageError
 from harness.campaign.matrix.expand import plan_json
 from harness.campaign.matrix.spec import PlanChoice
-from harness.trial.cells import NO_PLAN, cell_name
+from harness.runtime.guard import Guard, GuardError
+from harness.trial.cells import NO_PLAN, cell_name, strategy_name
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
 INTERRUPTED_RC = 130
 """Exit status after Ctrl-C, as a shell reports a command SIGINT ended (128 + 2)."""
 
 
+def fix_sets(values: list[str] | None) -> tuple[tuple[str, ...] | None, ...]:
+    """Each `--fix` value as the fix names of one arm (`none`: the guard with no fix); no `--fix`
+    is one arm that runs the program as it is (None). A name that is not a fix, or a policy, is
+    bad input."""
+    return tuple(_fix_set(v) for v in values or ()) or (None,)
+
+
+def _fix_set(names: str) -> tuple[str, ...]:
+    try:
+        guard = Guard(names)
+    except GuardError as e:
+        raise UsageError(f"--fix: {e}") from None
+    if guard.policies:
+        raise UsageError(f"--fix: {', '.join(guard.policies)} act only in a program that reads them (policies)")
+    return guard.names
+
+
 def arm_strategy(fixes: tuple[str, ...] | None) -> str:
     """The arm as a cell's strategy: `as-is` (no bootstrap fixes at all), `raw` (`--fix none`: the
     guard with no fix) or the fixes joined by `+`."""
-    return "as-is" if fixes is None else "+".join(fixes) or "raw"
+    return "as-is" if fixes is None else strategy_name(fixes)
 
 
 def arm_spec(

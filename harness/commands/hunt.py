@@ -8,7 +8,6 @@ import os
 
 from harness.campaign import backends, bytecode_cache
 from harness.campaign.hunt.engine import run_hunt
-from harness.commands.stress import _fix_set
 from harness.faults.profiles import PROFILES
 
 HELP = "run your pytest suite's tests in several threads at once, several times, and name the races"
@@ -45,5 +44,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(opts: argparse.Namespace) -> int:
-    opts.fix_sets = tuple(_fix_set(f) for f in opts.fix or ())
     return run_hunt(opts)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from harness.args import UsageError
 from harness.campaign import backends, bytecode_cache
 from harness.campaign.stress.engine import DETERMINISTIC_RUNS, run_stress
 from harness.campaign.stress.options import DEFAULT_HANG_S
 from harness.faults.profiles import PROFILES
-from harness.runtime.guard import Guard, GuardError
 
 HELP = "run a command over and over in parallel (like Go's stress)"
 
@@ -68,16 +66,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(opts: argparse.Namespace) -> int:
-    opts.fix_sets = tuple(_fix_set(f) for f in opts.fix or ())
     return run_stress(opts)
-
-
-def _fix_set(names: str) -> tuple[str, ...]:
-    """One --fix value as fix names; a name that is not a fix, or a policy, is bad input."""
-    try:
-        guard = Guard(names)
-    except GuardError as e:
-        raise UsageError(f"--fix: {e}") from None
-    if guard.policies:
-        raise UsageError(f"--fix: {', '.join(guard.policies)} act only in a program that reads them (policies)")
-    return guard.names

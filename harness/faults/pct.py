@@ -124,14 +124,14 @@ class PctEngine:
         self,
         cfg: Pct,
         seed: int,
-        points: tuple[str, ...],
         *,
         log: Callable[[dict], None],
         elapsed: Callable[[], float],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cfg, self.seed = cfg, seed
-        self.points = frozenset(cfg.points or points)
+        # None: every point the process hits, torch's and the program's as it registers them.
+        self.points = frozenset(cfg.points) if cfg.points else None
         self._log, self._elapsed, self._clock = log, elapsed, clock
         self._cond = threading.Condition()
         self._threads: dict[str, _Thread] = {}
@@ -149,6 +149,10 @@ class PctEngine:
                 "change_steps": sorted(self._changes) if cfg.pinned is None else None,
             }
         )
+
+    def counts(self, point: str) -> bool:
+        """Whether a hit of `point` is a step."""
+        return self.points is None or point in self.points
 
     def takes_part(self, name: str) -> bool:
         return fnmatch.fnmatchcase(name, self.cfg.threads)

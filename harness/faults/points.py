@@ -26,9 +26,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# The trainer's named points: one list, owned by the trainer (stdlib and the runtime only, cheap to import).
-from dflash.fault_points import POINTS as STAGE_POINTS  # noqa: F401  (re-exported: the harness names them here)
-
 Hook = Callable[[str, str], None]
 """hook(point, when): when is "before" the call, "after" it returned, or "raise" when it (or a
 hook before it) raised. A point may carry several hooks (the fault plan's, the exposure probes'):
@@ -338,7 +335,7 @@ def on_module_loaded(module_name: str, callback: Callable[[object], None]) -> No
     sys.meta_path.insert(0, _LoadWatcher({module_name}, lambda name: callback(sys.modules[name])))
 
 
-# Several harness parts listen at the trainer's stage points (the fault plan, the exposure probes),
+# Several harness parts listen at the program's stage points (the fault plan, the exposure probes),
 # but harness.runtime.failpoints takes one external handler: they are composed here, in the order added.
 _stage_handlers: list[Callable[[str], None]] = []
 

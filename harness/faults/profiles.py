@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import random
 
+from dflash.fault_points import POINTS as STAGE_POINTS  # the trainer's stage points, which its profiles name
 from harness.faults.pct import Pct
-from harness.faults.points import STAGE_POINTS
 from harness.faults.scheduler import InvalidPlan, Plan, Rule
+
+STAGE_MODULE = "dflash.fault_points"
+"""A plan that names the trainer's points says where they are registered (`Plan.points_from`)."""
 
 # Points hit on every CPU compile (counted on 2.13 CPU); cudagraph points need CUDA to be reached.
 COMPILE_POINTS = (
@@ -84,7 +87,8 @@ def _dflash_stages(seed: int, rng: random.Random) -> Plan:
     rules = [Rule(point=p, action="delay", probability=0.1, params=dict(delay)) for p in STAGE_POINTS]
     for p in sorted(rng.sample(STAGE_POINTS, 2)):
         rules.append(Rule(point=p, action="starve", probability=0.05, params={"thread_p": 0.5, "max_ms": 64}))
-    return Plan(seed=seed, profile="dflash-stages", switch_interval=rng.choice((None, 1e-5)), rules=rules)
+    switch = rng.choice((None, 1e-5))
+    return Plan(seed=seed, profile="dflash-stages", switch_interval=switch, rules=rules, points_from=(STAGE_MODULE,))
 
 
 def _raise_at(seed: int, rng: random.Random) -> Plan:
@@ -97,7 +101,8 @@ def _raise_at(seed: int, rng: random.Random) -> Plan:
         max_hits=1,
         params={"message": f"harness raise-at {point} (seed {seed})"},
     )
-    return Plan(seed=seed, profile="raise-at", rules=[rule])
+    stage = () if point in torch_side else (STAGE_MODULE,)
+    return Plan(seed=seed, profile="raise-at", rules=[rule], points_from=stage)
 
 
 PCT_STEPS = 4000

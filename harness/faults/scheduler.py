@@ -1,9 +1,10 @@
 """Seeded fault-injecting scheduler: plans and the in-process decision engine.
 
 A `Plan` is plain data (JSON round-trip, validated): a seed, a switch interval, an optional start
-barrier and `Rule`s that say what to do at named points (harness.faults.points: torch points and the
-trainer's `stage.event` points). `harness.faults.profiles.plan_from_seed(seed, profile)` derives one from a named profile
-(harness.faults.profiles).
+barrier and `Rule`s that say what to do at named points: torch points (harness.faults.points) and
+the program's own `stage.event` points, registered with harness.runtime.failpoints by the modules
+the plan names in `points_from` (the trainer's: `dflash.fault_points`).
+`harness.faults.profiles.plan_from_seed(seed, profile)` derives one from a named profile.
 
 `Scheduler` executes a plan inside the child process (installed by bootstrap/sitecustomize.py):
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import fnmatch
+import importlib
 import json
 import os
 import random
@@ -36,8 +38,9 @@ from dataclasses import asdict, dataclass, field
 
 from harness.faults import points
 from harness.faults.pct import Pct, PctEngine
-from harness.faults.points import STAGE_POINTS, TORCH_POINTS
+from harness.faults.points import TORCH_POINTS
 from harness.runtime.errors import InjectedFault, UserInputError
+from harness.runtime.failpoints import registered_points
 
 ENV_PLAN = "HARNESS_PLAN"
 ENV_PLAN_LOG = "HARNESS_PLAN_LOG"
@@ -52,18 +55,24 @@ class InvalidPlan(UserInputError):
     """A plan that cannot be executed (unknown point/action, bad probability, ...)."""
 
 
+STORED_POINTS_FROM = ("dflash.fault_points",)
+"""What a plan without `points_from` that names unregistered points reads as: plans stored before
+the field named the trainer's points only."""
+
+
 def all_points() -> tuple[str, ...]:
-    return tuple(TORCH_POINTS) + STAGE_POINTS
+    """Torch's points and every program point registered in this process so far."""
+    return tuple(TORCH_POINTS) + registered_points()
 
 
 @dataclass(kw_only=True, slots=True)
 class Rule:
     point: str
-    """Point name (harness.faults.points.TORCH_POINTS or STAGE_POINTS)."""
+    """Point name: one of harness.faults.points.TORCH_POINTS or a registered program point."""
     action: str
     """One of delay | yield | starve | raise."""
     when: str = "before"
-    """Before or after the real call (stage points only have `before`)."""
+    """Before or after the real call (program points only have `before`)."""
     probability: float = 1.0
     """Chance that an eligible hit injects."""
     params: dict = field(default_factory=dict)
@@ -83,8 +92,8 @@ class Rule:
             raise InvalidPlan(f"unknown action {self.action!r} at {self.point} (known: {ACTIONS})")
         if self.when not in WHENS:
             raise InvalidPlan(f"unknown when {self.when!r} at {self.point} (known: {WHENS})")
-        if self.when == "after" and self.point in STAGE_POINTS:
-            raise InvalidPlan(f"stage point {self.point} has no 'after' side")
+        if self.when == "after" and self.point not in TORCH_POINTS:
+            raise InvalidPlan(f"program point {self.point} has no 'after' side")
         if not 0.0 <= float(self.probability) <= 1.0:
             raise InvalidPlan(f"bad probability {self.probability!r} at {self.point}: need 0..1")
         if self.first_hit < 1 or (self.max_hits is not None and self.max_hits < 0):
@@ -137,8 +146,18 @@ class Plan:
     """Cap on injected sleep time as a fraction of elapsed time (rr chaos: 20%)."""
     pct: Pct | None = None
     """PCT over the named points (harness.faults.pct); its waits are not budgeted: each is bounded."""
+    points_from: tuple[str, ...] = ()
+    """Modules that register the program points the plan names, imported before its rules are
+    checked: a plan is read before the program runs (the trial bootstrap)."""
 
     def validate(self) -> Plan:
+        named = {r.point for r in self.rules} | set(self.pct.points or () if self.pct else ())
+        stored = not self.points_from and not named <= set(all_points())
+        for module in STORED_POINTS_FROM if stored else self.points_from:
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                raise InvalidPlan(f"points_from: cannot import {module}: {e}") from None
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise InvalidPlan(f"seed must be an int, got {self.seed!r}")
         if self.switch_interval is not None and not 0 < self.switch_interval <= 1:
@@ -164,7 +183,12 @@ class Plan:
         return sorted(wanted & set(TORCH_POINTS))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.points_from:
+            d["points_from"] = list(self.points_from)
+        else:
+            del d["points_from"]  # a plan without program points reads as before the field
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -176,6 +200,7 @@ class Plan:
         try:
             d = dict(data)
             d["rules"] = [Rule(**r) for r in d.get("rules", [])]
+            d["points_from"] = tuple(d.get("points_from", ()))
             if d.get("start_barrier") is not None:
                 d["start_barrier"] = StartBarrier(**d["start_barrier"])
             if d.get("pct") is not None:
@@ -230,7 +255,7 @@ class Scheduler:
         self.num_skipped_budget = 0
         self._log = open(log_path, "a", buffering=1, encoding="ascii") if log_path else None
         self.pct = (
-            PctEngine(plan.pct, plan.seed, all_points(), log=self.log, elapsed=self.elapsed, clock=clock)
+            PctEngine(plan.pct, plan.seed, log=self.log, elapsed=self.elapsed, clock=clock)
             if plan.pct is not None
             else None
         )
@@ -243,7 +268,7 @@ class Scheduler:
             self._log.write(json.dumps(record, sort_keys=True) + "\n")
 
     def hit(self, point: str, when: str = "before") -> None:
-        if self.pct is not None and when in WHENS and point in self.pct.points:
+        if self.pct is not None and when in WHENS and self.pct.counts(point):
             self.pct.step(point, when)
         rules = self._by_key.get((point, when))
         if when == "before":

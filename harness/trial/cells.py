@@ -27,10 +27,21 @@ def split_cell(cell: str) -> tuple[str, str, str]:
     return workload, strategy, plan or NO_PLAN
 
 
+def strategy_parts(strategy: str) -> list[str]:
+    """A strategy name's parts: fixes and MODIFIERS joined by `+` (`raw`, `global-lock+eager`).
+    The one reading of strategy names; `strategy_name` is the one writing."""
+    return [part for part in strategy.split("+") if part]
+
+
+def strategy_name(fixes: tuple[str, ...] | list[str]) -> str:
+    """The strategy that runs `fixes` and nothing else: their names joined by `+`, `raw` for none."""
+    return "+".join(fixes) or "raw"
+
+
 def fixes_of(strategy: str) -> list[str]:
-    """The fixes a `+`-joined strategy ran: its parts other than MODIFIERS (every stored strategy
-    is registry fixes and these)."""
-    return [s for s in strategy.split("+") if s and s not in MODIFIERS]
+    """The fixes a strategy ran: its parts other than MODIFIERS (every stored strategy is registry
+    fixes and these)."""
+    return [part for part in strategy_parts(strategy) if part not in MODIFIERS]
 
 
 def trial_id(matrix: str, cell: str, index: int) -> str:

@@ -26,10 +26,8 @@ that stopped on an exception says so in `detail` (its figure is then from fewer 
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
-import re
 import signal
 import socket
 import subprocess
@@ -41,7 +39,6 @@ from pathlib import Path
 from harness.faults import exposure
 from harness.inject import ENV_FIXES
 from harness.trial import (
-    blocking,
     folder,
     gpu,
     hangs,
@@ -49,15 +46,14 @@ from harness.trial import (
     lifeline,
     native,
     progress,
-    signature,
     thread_records,
-    tracebacks,
 )
 from harness.trial.cells import split_cell
+from harness.trial.classify import classify
+from harness.trial.ending import HANG_CONFIRM_S, Ending
 from harness.trial.folder import TRIAL_DIR_ENV
-from harness.trial.frames import top_frames
 from harness.trial.interpreter import installed_torch, interpreter_versions
-from harness.trial.outcome import HARNESS_DEFECT, Outcome, TrialResult, mark_resource
+from harness.trial.outcome import Outcome, TrialResult
 from harness.trial.spec import REPO_ROOT, InvalidSpec, TrialSpec, argv_for
 
 POLL_S = 0.1
@@ -76,9 +72,6 @@ GPU_RELEASE_TIMEOUT_S = 10.0
 (the driver frees a dead process's memory asynchronously)."""
 assert POLL_S < 1.0 <= GROUP_GONE_TIMEOUT_S
 
-HANG_CONFIRM_S = 2.0
-"""A suspected hang is dumped, then looked at again this much later: HANG only when the tree
-stayed idle and silent and every thread stood at the same Python frames both times."""
 DEADLINE_IDLE_S = 10.0
 """At the deadline, a tree idle for this long (or hang_s, or half its run, if shorter) is checked
 for a hang instead of being called busy."""
@@ -87,14 +80,6 @@ EXPOSURE_OFF = ("0", "off", "false", "no")
 every trial it runs (a spec turns them off for its own with `exposure: false`)."""
 BOOTSTRAP_DIR = REPO_ROOT / "harness" / "trial" / "bootstrap"
 
-_FATAL_SIGNALS = {
-    "Segmentation fault": "SIGSEGV",
-    "Aborted": "SIGABRT",
-    "Floating point exception": "SIGFPE",
-    "Bus error": "SIGBUS",
-    "Illegal instruction": "SIGILL",
-}
-
 Judge = Callable[[TrialResult, Path], None]
 """Reads a run that has ended (its result and folder) and may amend its verdict before the record
 is written, once (stress: an OK run whose output shows a race failed); layers above the trial's
@@ -102,28 +87,6 @@ hold the readings (the catalogue)."""
 AfterExit = Callable[[TrialResult], None]
 """Called once the process group is gone, before run_trial returns (e.g. on a CUDA host: wait
 until the GPU memory the trial held is free again, so the next trial starts clean)."""
-
-
-@dataclass(kw_only=True, slots=True)
-class _Ending:
-    how: str  # "exited" | "hang" | "timeout"
-    elapsed_s: float
-    last_progress_s: float
-    dump: hangs.HangDump | None = None
-    survivors: tuple[int, ...] = ()
-    """Live members of the group after SIGKILL and GROUP_GONE_TIMEOUT_S (should never be)."""
-    members: frozenset[int] | None = None
-    """GPU hosts only: every pid of the group the runner saw (the child's included)."""
-    gpu_mem_gib: float | None = None
-    """GPU hosts only: the most the group's pids held on one GPU in the samples."""
-    gpu_mem_error: str | None = None
-    """The sampler's exception, if it stopped on one (`MemorySampler.error`)."""
-    cores: float | None = None
-    """Cores the tree used on average over the last progress.WINDOW_S before the end."""
-    busiest: str = ""
-    """The busiest process of the tree over the last sample (`pid 123 cc1plus`)."""
-    resolved: int = 0
-    """Suspected hangs that the second look showed moving (idle, then busy or at other frames)."""
 
 
 def run_trial(
@@ -216,13 +179,13 @@ def _start(
 
 
 def _judge(
-    result: TrialResult, proc: subprocess.Popen, ending: _Ending, spec: TrialSpec, out: Path, removed: list[Path]
+    result: TrialResult, proc: subprocess.Popen, ending: Ending, spec: TrialSpec, out: Path, removed: list[Path]
 ) -> None:
     """The run's outcome and what it leaves to read, from its ending, output and artefacts."""
     result.rc = proc.returncode
     result.duration_s = round(ending.elapsed_s, 3)
     text = _read_output(out / folder.OUTPUT)
-    _classify(result, ending, text, out, thread_records.read(out), foreign=spec.foreign)
+    classify(result, ending, text, out, thread_records.read(out), foreign=spec.foreign)
     if removed:
         note = (
             f"removed {len(removed)} unfinished kernel(s) from Inductor's cache: {', '.join(p.name for p in removed)}"
@@ -295,7 +258,7 @@ def _read_exposure(result: TrialResult, out: Path) -> None:
     result.exposure_eager = reading.eager or None
 
 
-def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> _Ending:
+def _supervise(proc: subprocess.Popen, spec: TrialSpec, out: Path) -> Ending:
     """Watch until exit, hang or deadline; always leaves the group dead and the child reaped."""
     members = {proc.pid} if gpu.available() else None
     # Live members only at each sample: a pid seen earlier may belong to another trial by now.
@@ -354,13 +317,13 @@ class _Watched:
                 self.last_progress = now
             self.next_sample = now + progress.SAMPLE_S
 
-    def ending(self, how: str, now: float) -> _Ending:
-        return _Ending(
+    def ending(self, how: str, now: float) -> Ending:
+        return Ending(
             how=how, elapsed_s=now - self.start, last_progress_s=self.last_progress - self.start, resolved=self.resolved
         )
 
 
-def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path, members: set[int] | None = None) -> _Ending:
+def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path, members: set[int] | None = None) -> Ending:
     """Until exit, a confirmed hang or the deadline. Progress is output, a heartbeat, or the
     tree's CPU (trial.progress); `members`, when given, collects the group's live pids every
     MEMBERS_POLL_S."""
@@ -386,7 +349,7 @@ def _watch(proc: subprocess.Popen, spec: TrialSpec, out: Path, members: set[int]
 
 def _idle_ending(
     proc: subprocess.Popen, spec: TrialSpec, out: Path, watched: _Watched, now: float, at_deadline: bool
-) -> _Ending | None:
+) -> Ending | None:
     """The ending of a trial idle for hang_s or at its deadline: a hang when a second look finds it
     still idle; None when that look saw it move before the deadline (slow, not hung: keep watching)."""
     ending = watched.ending("timeout", now)
@@ -479,209 +442,6 @@ def live_members(pgid: int) -> list[int]:
 # ------------------------------------------------------------------------------ classification
 
 
-def _noise_entries(noise: list[dict]) -> list[dict] | None:
-    keep = ("thread", "type", "message", "created_at")
-    return [{k: (r.get(k)[:3] if k == "created_at" else r.get(k)) for k in keep if r.get(k)} for r in noise] or None
-
-
-def _threads_started(out: Path | None) -> int | None:
-    """Threads and processes the program started (a child's threads run apart from the first's)."""
-    data = folder.read_json(out / folder.THREADS) if out is not None else None
-    if not isinstance(data, dict):
-        return None
-    counts = [data.get("started"), data.get("processes", 0)]
-    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
-        return None
-    return sum(counts)
-
-
-def _classify(
-    result: TrialResult,
-    ending: _Ending,
-    text: str,
-    out: Path | None = None,
-    records: list[dict] | None = None,
-    *,
-    foreign: bool = False,
-) -> None:
-    """DESIGN.md "Outcome rules", in order of precedence. `foreign`: a user's command, whose exit
-    codes mean zero, non-zero or a signal and nothing more (the trainer's and repros' 2 and 3
-    are their contract's)."""
-    hooked, noise = thread_records.split_noise(records or [])
-    text = thread_records.without_noise(text, noise)
-    result.thread_errors = len(hooked) or None
-    result.noise = _noise_entries(noise)
-    result.threads_started = _threads_started(out)
-    # A workload that failed may still say what it held (dflash's `failed` event: its GPU memory).
-    result.final = _final_json(text) or _final_json(text, event="failed")
-    if result.final is not None:
-        # Steady state when the workload reports it (dflash: second half of the steps), so a short
-        # trial's throughput is not mostly its compile time; else the whole-run rate.
-        for key in ("tokens_per_s_steady", "tokens_per_s"):
-            if isinstance(result.final.get(key), (int, float)):
-                result.tokens_per_s = float(result.final[key])
-                break
-    if ending.how in ("hang", "timeout"):
-        _classify_stuck(result, ending, text, hooked)
-    elif _stalled(result, out) or (not foreign and _reported_hang(result, text)):
-        pass  # a HANG the workload reported itself
-    else:
-        _classify_exit(result, text, hooked, foreign=foreign)
-        mark_resource(result)
-    # _classify_exit_0 has read them already for a run that exited 0.
-    if result.failures is None and (result.outcome is not Outcome.OK or hooked):
-        result.failures = [
-            f.to_json() for f in signature.run_failures(text, extra=thread_records.blocks(hooked))
-        ] or None
-    _harness_defect(result, text, hooked)
-    if ending.survivors:
-        result.outcome = Outcome.HARNESS_ERROR
-        result.detail = f"processes {list(ending.survivors)} survived SIGKILL; {result.detail}"
-
-
-def _classify_stuck(result: TrialResult, ending: _Ending, text: str, hooked: list[dict]) -> None:
-    """A run alive at its deadline, idle (hang) or busy (timeout): the main thread's death that
-    left its exit waiting, else a started process's native crash, else the hang or the slow run."""
-    main_death = thread_records.main_death(hooked)
-    if main_death is not None:
-        _classify_main_death(result, main_death, hooked)
-        return
-    if ending.how == "hang":
-        _classify_hang(result, ending)
-    else:
-        _set(result, Outcome.TIMEOUT, None, _busy_detail(ending))
-    _child_native_crash(result, text)
-
-
-def _classify_main_death(result: TrialResult, death: dict, hooked: list[dict]) -> None:
-    """The main thread died of an exception, then interpreter exit waited for a non-daemon thread
-    past the deadline: the run failed of that exception (never slow, never the program's own hang),
-    and the detail names what held the exit."""
-    found = signature.run_failures("", extra=thread_records.blocks(hooked))
-    main = next((f for f in found if death.get("thread") in f.threads), found[0] if found else None)
-    waits = thread_records.exit_waits(death)
-    detail = f"the main thread died of {death.get('type')}: {str(death.get('message'))[:120]}"
-    if waits:
-        detail += f"; then waited at exit for {waits}"
-    _set(result, Outcome.CRASH, main.signature if main else None, detail)
-
-
-_FATAL_LINE = re.compile(r"Fatal Python error: (.+?)[ \t]*$", re.M)
-"""faulthandler's first line of a native crash report, its kind (`Segmentation fault`) in group 1."""
-
-
-def _child_native_crash(result: TrialResult, text: str) -> None:
-    """A run that hung or ran out its time, whose output holds a native crash report: the first
-    process was alive to the end, so a process it started crashed (a spawned worker's segfault,
-    its parent then waiting on a thread that never ends). The crash is the run's failure; what
-    came after it stays in the detail."""
-    fatal = _FATAL_LINE.search(text)
-    if fatal is None:
-        return
-    then = f"{result.outcome.value}: {result.detail}" if result.detail else result.outcome.value
-    result.signal = _FATAL_SIGNALS.get(fatal.group(1))
-    sig = signature.crash_signature(text, rc=None)
-    _set(result, Outcome.ABORT, sig, f"a process the program started: {fatal.group(0)}; then {then}")
-
-
-def _classify_hang(result: TrialResult, ending: _Ending) -> None:
-    threads = ending.dump.threads if ending.dump else ()
-    kind = blocking.classify(threads)
-    result.hang_kind = kind.kind if kind else None
-    _set(
-        result,
-        Outcome.HANG,
-        signature.hang_signature(threads),
-        f"no progress for {ending.elapsed_s - ending.last_progress_s:.1f} s (idle, silent, the same "
-        f"stacks {HANG_CONFIRM_S:g} s apart); dump by {ending.dump.method if ending.dump else 'none'}"
-        + (f"; {kind.text()}" if kind else ""),
-    )
-
-
-HARNESS_CODE = re.compile(r"[/\\]harness[/\\](?:runtime|faults|inject\.py|trial[/\\]bootstrap)")
-"""A frame of the harness's code that runs inside the program: the fixes, the scheduler, the probes."""
-
-
-def _harness_defect(result: TrialResult, text: str, hooked: list[dict]) -> None:
-    """A failure whose innermost frame is the harness's own code (a fix's wrapper, the scheduler)
-    is the harness's defect, not the program's: HARNESS_ERROR, with where it raised."""
-    if result.outcome not in (Outcome.CRASH, Outcome.ABORT):
-        return
-    found = tracebacks.parse_tracebacks(text + "\n" + "\n".join(thread_records.blocks(hooked)))
-    for tb in found:
-        innermost = tb.frames[0] if tb.frames else None  # innermost first
-        # The plan's own `raise` rule raises there on purpose: the fault it injects is no defect.
-        # A finaliser's traceback (`Exception ignored in`) failed nothing: a fix's context closed in
-        # another thread when torch's stash freed what it did not own, then the segfault (stash-refcount).
-        if tb.short_type == "InjectedFault" or tb.unraisable or tb.handled:
-            continue
-        if innermost is not None and HARNESS_CODE.search(innermost.filename):
-            where = f"{innermost.filename}:{innermost.line} in {innermost.name}"
-            _set(result, Outcome.HARNESS_ERROR, None, f"{HARNESS_DEFECT} {tb.exc_type}: {tb.message[:200]} at {where}")
-            return
-
-
-def _busy_detail(ending: _Ending) -> str:
-    """Why a trial past its deadline is slow, not hung: how busy its tree was and where."""
-    parts = [f"still working at the deadline ({ending.elapsed_s:.1f} s)"]
-    if ending.cores is not None:
-        parts.append(f"{ending.cores:.2f} cores busy over the last {progress.WINDOW_S:g} s")
-    if ending.busiest:
-        parts.append(f"busiest: {ending.busiest}")
-    active = [t for t in (ending.dump.threads if ending.dump else ()) if t.status.startswith("active")]
-    where = [f"{t.name} in {frames[0]}" for t in active if (frames := top_frames(t.frames, limit=1))]
-    if where:
-        parts.append("running: " + ", ".join(where[:3]))
-    if ending.resolved:
-        parts.append(f"{ending.resolved} idle spell(s) that moved on")
-    return "; ".join(parts)
-
-
-def _stalled(result: TrialResult, out: Path | None) -> bool:
-    """A workload that ended itself for want of progress (dflash's watchdog: a `failed` event with
-    `stalled`, exit 4) hung as surely as one the harness had to kill: HANG, keyed by the threads
-    of the dump it wrote, which is kept with the trial."""
-    stalled = (result.final or {}).get("stalled") if isinstance(result.final, dict) else None
-    if not isinstance(stalled, dict):
-        return False
-    threads: tuple = ()
-    dump = stalled.get("dump")
-    if isinstance(dump, str) and Path(dump).is_file():
-        text = Path(dump).read_text(encoding="utf-8", errors="replace")
-        if out is not None:
-            (out / folder.STALL_DUMP).write_text(text)
-        threads = hangs.parse_dump_text(text)
-    _set(
-        result,
-        Outcome.HANG,
-        signature.hang_signature(threads),
-        f"the workload stalled: no step for {stalled.get('waited_s', '?')} s; dump by {stalled.get('dump_method', 'none')}",
-    )
-    return True
-
-
-_HANG_LINE = re.compile(r"^HANG:.*$", re.M)
-
-
-def _reported_hang(result: TrialResult, text: str) -> bool:
-    """A workload that gave up on its own threads' deadline (repro/README.md's contract: `HANG:`,
-    all stacks by faulthandler, exit 1) hung: HANG, keyed by the threads of that dump. Before this,
-    such a trial was a CRASH keyed by its last line (2.15.0's first r25 trial 0, retired)."""
-    if not result.rc or result.rc < 0:
-        return False
-    line = _HANG_LINE.search(text)
-    if line is None:
-        return False
-    threads = hangs.parse_dump_text(text[line.end() :])
-    _set(
-        result,
-        Outcome.HANG,
-        signature.hang_signature(threads),
-        f"the workload reported a hang: {line.group(0)[len('HANG:') :].strip()}; dump by faulthandler",
-    )
-    return True
-
-
 def _check_gpu_released(result: TrialResult, members: frozenset[int]) -> None:
     """Wait for the trial's pids to stop holding GPU memory; a leak is noted, not hidden."""
     result.gpu_released = gpu.wait_released(set(members), timeout_s=GPU_RELEASE_TIMEOUT_S)
@@ -691,101 +451,6 @@ def _check_gpu_released(result: TrialResult, members: frozenset[int]) -> None:
         result.detail = (
             f"{result.detail}; GPU memory still held by pids {pids} {GPU_RELEASE_TIMEOUT_S:g} s after the trial"
         )
-
-
-def _classify_exit(result: TrialResult, text: str, hooked: list[dict] = (), *, foreign: bool = False) -> None:
-    rc = result.rc
-    fatal = _FATAL_LINE.search(text)
-    if rc == 2 and not foreign:
-        line = next((ln for ln in text.splitlines() if ln.startswith("error:")), "no error: line")
-        _set(result, Outcome.HARNESS_ERROR, None, f"workload rejected its input: {line}")
-    elif (rc is not None and rc < 0) or fatal:
-        result.signal = _signal_name(-rc) if rc is not None and rc < 0 else None
-        if result.signal is None and fatal:
-            result.signal = _FATAL_SIGNALS.get(fatal.group(1))
-        sig = signature.crash_signature(text, rc=rc)
-        _set(result, Outcome.ABORT, sig, fatal.group(0) if fatal else f"killed by {result.signal}")
-    elif not foreign and (rc == 3 or re.search(r"^WRONG_RESULT:", text, re.M)):
-        sig = signature.wrong_result_signature(text, rc=rc)
-        _set(result, Outcome.WRONG_RESULT, sig, f"WRONG_RESULT: {sig.message}")
-    elif rc != 0:
-        sig = _hooked_version(signature.crash_signature(text, rc=rc), hooked)
-        _set(result, Outcome.CRASH, sig, f"exit {rc}")
-    else:
-        _classify_exit_0(result, text, hooked)
-
-
-def _hooked_version(sig: signature.Signature | None, hooked: list[dict]) -> signature.Signature | None:
-    """A thread's exception as the hook recorded it, where the output printed the same exception:
-    threads that fail at once print their tracebacks interleaved, and the frames read from the
-    output then differ from run to run (one program's runs split into two groups under load)."""
-    if not hooked or sig is None or sig.kind not in ("known", "exception", "cuda"):
-        return sig
-    clean = [f.signature for f in signature.run_failures("", extra=thread_records.blocks(hooked))]
-    # The same key first (a known message keys without frames), else the same exception type.
-    return next((c for c in clean if c.key == sig.key), None) or next(
-        (c for c in clean if c.exc_type == sig.exc_type), sig
-    )
-
-
-def _classify_exit_0(result: TrialResult, text: str, hooked: list[dict]) -> None:
-    """Exit 0 is not success when a thread died: Python's default hook prints an uncaught thread
-    exception and the program goes on to exit 0. Uncaught (the hook's records, or `Exception in
-    thread` blocks when the program replaced the hook) or printed at error level, each is a
-    failure; a finaliser's (`Exception ignored in`) or a warning's traceback is not."""
-    printed = [
-        tb
-        for tb in tracebacks.parse_tracebacks(text)
-        if not tb.unraisable and not tb.handled and tb.short_type not in ("SystemExit", "KeyboardInterrupt")
-    ]
-    if hooked or printed:
-        found = signature.run_failures(text, extra=thread_records.blocks(hooked))
-        result.failures = [f.to_json() for f in found] or None
-        sig = found[0].signature if found else signature.crash_signature(text, rc=1)
-        threads = sorted({str(h.get("thread")) for h in hooked})
-        what = (
-            (
-                f"{len(hooked)} uncaught exception(s) in thread(s) {', '.join(threads[:4])}"
-                + (f" and {len(threads) - 4} more" if len(threads) > 4 else "")
-            )
-            if hooked
-            else f"{len(printed)} exception(s) printed"
-        )
-        _set(result, Outcome.CRASH, sig, f"exit 0, but {what}")
-        return
-    skip = re.search(r"^SKIP: ?(.*)$", text, re.M)
-    result.skipped = skip is not None
-    _set(result, Outcome.OK, None, f"skipped: {skip.group(1)}" if skip else "exit 0")
-
-
-def _signal_name(signum: int) -> str | None:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return None
-
-
-def _set(result: TrialResult, outcome: Outcome, sig: signature.Signature | None, detail: str) -> None:
-    result.outcome = outcome
-    result.detail = detail
-    if sig is not None:
-        result.signature = sig.key
-        result.signature_summary = sig.summary
-        result.signature_version = sig.version
-        result.exc_type = sig.exc_type or None
-
-
-def _final_json(text: str, event: str = "final") -> dict | None:
-    """The last `{"event": EVENT, ...}` line, if the workload printed one."""
-    for line in reversed(text.splitlines()):
-        if line.startswith("{") and f'"{event}"' in line:
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict) and data.get("event") == event:
-                return data
-    return None
 
 
 def _read_output(path: Path) -> str:

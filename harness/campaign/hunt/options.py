@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.args import UsageError
-from harness.campaign import bytecode_cache
+from harness.campaign import arms, bytecode_cache
 from harness.campaign.hunt import plugin as hunt_plugin
 from harness.campaign.hunt.records import HuntKey
 from harness.campaign.matrix.expand import plan_json
@@ -86,7 +86,7 @@ def options_from_args(a: argparse.Namespace) -> HuntOptions:
         out_dir=Path(a.output) if a.output else Path(tempfile.mkdtemp(prefix="harness-hunt-")),
         own_dir=not a.output,
         plan=a.plan,
-        fix_sets=tuple(getattr(a, "fix_sets", None) or (None,)),
+        fix_sets=arms.fix_sets(a.fix),
         test_timeout_s=a.test_timeout,
         timeout_s=a.timeout,
         as_json=a.json,

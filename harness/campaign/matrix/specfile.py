@@ -18,6 +18,7 @@ from harness.campaign.matrix.spec import (
     Workload,
     check_name,
 )
+from harness.trial.cells import strategy_parts
 
 _SPEC_KEYS = {
     "name",
@@ -104,7 +105,7 @@ def strategy_from_name(name: str) -> Strategy:
     """`raw` -> no fixes; `a+b` -> fixes (a, b). Fix names are checked later, by `check_fixes`."""
     if name == "raw":
         return Strategy(name=name)
-    return Strategy(name=name, fixes=tuple(name.split("+")))
+    return Strategy(name=name, fixes=tuple(strategy_parts(name)))
 
 
 def _workload(name: str, w: Any) -> Workload:

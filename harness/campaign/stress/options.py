@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.args import UsageError
-from harness.campaign import bytecode_cache
+from harness.campaign import arms, bytecode_cache
 from harness.campaign.matrix.expand import plan_json
 from harness.campaign.matrix.spec import PlanChoice
 from harness.diagnosis import probes
@@ -59,7 +59,7 @@ class StressOptions:
 def options_from_args(a: argparse.Namespace) -> StressOptions:
     cmd, python = _command(a)
     _check_numbers(a)
-    fix_sets = tuple(getattr(a, "fix_sets", None) or (None,))
+    fix_sets = arms.fix_sets(a.fix)
     _check_python_options(a, cmd, python, fix_sets)
     cache = bytecode_cache.folder(getattr(a, "bytecode_cache", None))
     return StressOptions(
