@@ -86,3 +86,15 @@ def cluster():
         nodes.shutdown()
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+@pytest.fixture
+def fault_env(monkeypatch):
+    """Sets the trainer's in-process fault plan (HARNESS_FAULTS) for one test, cleared after it."""
+    from harness.runtime import failpoints
+
+    def install(spec: str) -> None:
+        monkeypatch.setenv(failpoints.ENV_PLAN, spec)
+
+    yield install
+    failpoints.clear()

@@ -5,6 +5,9 @@ tests that use it skip with the reason; CI installs it (`.ci/setup`: the `ray` e
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
+from pathlib import Path
 
 import pytest
 
@@ -23,3 +26,10 @@ def start_cluster():
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80 * 2**20})
     nodes.add_node(num_cpus=1, object_store_memory=80 * 2**20)
     return nodes
+
+
+def kill_worker_of(pid: int) -> None:
+    """SIGKILL the Ray worker that started process `pid` (its parent, read from /proc): what a
+    node's loss looks like to the driver."""
+    parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(parent, signal.SIGKILL)

@@ -6,11 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from small_models import objective_for
 
 from dflash.config import DrafterConfig, TargetConfig
-from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
 from dflash.loss import block_labels
-from dflash.objective import DFlashObjective
 from dflash.step import make_inputs
 from dflash.target import build_target
 
@@ -26,21 +25,7 @@ def target():
 @pytest.fixture(scope="module")
 def obj(target):
     cfg = DrafterConfig(num_layers=2, block_size=BS)
-    drafter = DFlashDrafter(
-        cfg,
-        hidden_size=target.hidden_size,
-        num_target_layers=target.num_layers,
-        vocab_size=target.vocab_size,
-        layer_ids=resolve_layer_ids(cfg, target.num_layers),
-    )
-    return DFlashObjective(
-        drafter,
-        target.embed_tokens,
-        target.lm_head,
-        BS,
-        resolve_mask_token_id(cfg, target.vocab_size),
-        cfg.resolved_gamma(),
-    )
+    return objective_for(cfg, target)
 
 
 def packed_row(target, layer_ids):

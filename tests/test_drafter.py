@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_models import objective_for
 
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
@@ -45,23 +46,7 @@ def target():
 
 def make_objective(target, num_layers=1, seed=0, attention="auto"):
     cfg = DrafterConfig(num_layers=num_layers, block_size=BS, init_seed=seed, attention=attention)
-    layer_ids = resolve_layer_ids(cfg, target.num_layers)
-    drafter = DFlashDrafter(
-        cfg,
-        hidden_size=target.hidden_size,
-        num_target_layers=target.num_layers,
-        vocab_size=target.vocab_size,
-        layer_ids=layer_ids,
-    )
-    obj = DFlashObjective(
-        drafter,
-        target.embed_tokens,
-        target.lm_head,
-        BS,
-        resolve_mask_token_id(cfg, target.vocab_size),
-        cfg.resolved_gamma(),
-        attention,
-    )
+    obj = objective_for(cfg, target, attention)
     return obj.to(target.device)
 
 
@@ -276,13 +261,12 @@ def test_objective_buffers_follow_its_parts_without_a_module_move(target):
     # build_models puts drafter, embedding and head on the device and never moves the objective
     # itself: a CPU pos_weights broke the first compiled step on an H200 (mixed devices).
     cfg = DrafterConfig(num_layers=1, block_size=BS)
-    layer_ids = resolve_layer_ids(cfg, target.num_layers)
     drafter = DFlashDrafter(
         cfg,
         hidden_size=target.hidden_size,
         num_target_layers=target.num_layers,
         vocab_size=target.vocab_size,
-        layer_ids=layer_ids,
+        layer_ids=resolve_layer_ids(cfg, target.num_layers),
     ).to("meta")
     embed = torch.nn.Embedding(target.vocab_size, target.hidden_size, device="meta")
     head = torch.nn.Linear(target.hidden_size, target.vocab_size, bias=False, device="meta")

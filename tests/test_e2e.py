@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from test_pipeline_errors import REPO
+from small_run import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from small_models import objective_for
 
 from dflash import evaluate
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
-from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
 from dflash.evaluate import (
     PAD_QUANTUM,
     VerifyGraphs,
@@ -19,7 +19,6 @@ from dflash.evaluate import (
     speculative_generate_batch,
 )
 from dflash.masks import sdpa_mask
-from dflash.objective import DFlashObjective
 from dflash.target import build_target
 from harness.runtime.errors import ConfigError
 
@@ -39,22 +38,7 @@ def objective(target):
 
 def make_objective(target, **drafter):
     cfg = DrafterConfig(num_layers=drafter.pop("num_layers", 1), block_size=BS, init_seed=1, **drafter)
-    layer_ids = resolve_layer_ids(cfg, target.num_layers)
-    drafter = DFlashDrafter(
-        cfg,
-        hidden_size=target.hidden_size,
-        num_target_layers=target.num_layers,
-        vocab_size=target.vocab_size,
-        layer_ids=layer_ids,
-    )
-    return DFlashObjective(
-        drafter,
-        target.embed_tokens,
-        target.lm_head,
-        BS,
-        resolve_mask_token_id(cfg, target.vocab_size),
-        cfg.resolved_gamma(),
-    )
+    return objective_for(cfg, target)
 
 
 class OracleDrafter(torch.nn.Module):

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch._dynamo
 import torch._inductor.cudagraph_trees as cgt  # imported here: the main thread is the importer
+from small_run import small_cli_args
 from test_cli import run_cli
-from test_pipeline_errors import small_cli_args
 
 from harness.runtime import fixes
 from harness.runtime.errors import ConfigError

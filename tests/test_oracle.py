@@ -11,11 +11,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
-from test_pipeline_errors import REPO, small_cli_args, small_config
+from small_run import REPO, small_cli_args, small_config, train_argv
 
 from dflash.config import TrainConfig
 from dflash.loss import LossOut
@@ -30,15 +29,6 @@ from harness.trial.spec import TrialSpec, WorkloadSpec
 
 ZERO_TRAIN_1 = "drafter.after_forward@dflash-train-1=corrupt"
 ORACLE_ON = ["--set", "train.oracle_every=1"]
-
-
-@pytest.fixture
-def fault_env(monkeypatch):
-    def install(spec: str) -> None:
-        monkeypatch.setenv(faults.ENV_PLAN, spec)
-
-    yield install
-    faults.clear()
 
 
 def _checked(tmp_path, **train_kw):
@@ -170,7 +160,7 @@ def test_compiled_steps_agree_with_eager_and_the_corruption_is_caught(fault_env,
 def test_python_m_dflash_train_exits_3_with_a_wrong_result_line(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO, HARNESS_FAULTS=ZERO_TRAIN_1)
     proc = subprocess.run(
-        [sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run")), *ORACLE_ON],
+        [*train_argv(tmp_path / "run"), *ORACLE_ON],
         cwd=tmp_path,
         env=env,
         capture_output=True,

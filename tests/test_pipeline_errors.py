@@ -13,72 +13,16 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
-import threading
 import time
 
 import pytest
+from small_run import REPO, small_config, stage_threads, train_argv
 
 from dflash import fault_points
-from dflash.config import DataConfig, DrafterConfig, PipelineConfig, RunConfig, TargetConfig, TrainConfig
 from dflash.train import train
-from harness.runtime import failpoints as faults
 from harness.runtime.errors import InjectedFault
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CACHE_DIR = os.path.join(REPO, ".cache", "dflash-test")
 EXIT_DEADLINE_S = 10.0
-
-
-def small_config(out_dir: str, **train_kw) -> RunConfig:
-    """A run small enough for unit tests; the synthetic corpus is cached across tests."""
-    train_args = dict(
-        steps=4, lr=3e-3, out_dir=str(out_dir), eval_prompts=0, export=False, progress=False, log_interval_s=1000.0
-    )
-    train_args.update(train_kw)
-    return RunConfig(
-        preset="test-small",
-        data=DataConfig(
-            cache_dir=CACHE_DIR,
-            synthetic_samples=96,
-            synthetic_min_len=16,
-            synthetic_max_len=48,
-            bucket_boundaries=(24, 48),
-            token_budget=192,
-            min_loss_tokens=4,
-            heldout_samples=8,
-        ),
-        target=TargetConfig(
-            hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64, vocab_size=64
-        ),
-        drafter=DrafterConfig(
-            num_layers=1, block_size=4, num_anchors=4, num_heads=2, num_kv_heads=1, head_dim=16, intermediate_size=64
-        ),
-        pipeline=PipelineConfig(
-            num_prefetch_threads=2, num_target_threads=2, num_drafter_threads=2, poll_s=0.02, shutdown_deadline_s=8.0
-        ),
-        train=TrainConfig(**train_args),
-    )
-
-
-def small_cli_args(out_dir: str) -> list[str]:
-    """`--set` flags that turn the default preset into small_config (for subprocess tests)."""
-    cfg = small_config(out_dir)
-    args = ["--out", str(out_dir)]
-    for section in ("data", "target", "drafter", "pipeline"):
-        for field in dataclasses.fields(getattr(cfg, section)):
-            value = getattr(getattr(cfg, section), field.name)
-            if value is None:
-                continue
-            text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-            args += ["--set", f"{section}.{field.name}={text}"]
-    for key in ("steps", "eval_prompts", "export", "progress", "log_interval_s"):
-        args += ["--set", f"train.{key}={getattr(cfg.train, key)}"]
-    return args
-
-
-def stage_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("dflash-")]
 
 
 STAGE_POINTS = {
@@ -88,15 +32,6 @@ STAGE_POINTS = {
 }
 CASES = [(point, f"dflash-{stage}-{i}") for stage, points in STAGE_POINTS.items() for point in points for i in (0, 1)]
 CASES.append(("gate.before_open", "dflash-train-*"))
-
-
-@pytest.fixture
-def fault_env(monkeypatch):
-    def install(spec: str) -> None:
-        monkeypatch.setenv(faults.ENV_PLAN, spec)
-
-    yield install
-    faults.clear()
 
 
 @pytest.mark.parametrize("point,thread", CASES, ids=[f"{p}@{t}" for p, t in CASES])
@@ -159,7 +94,7 @@ def test_subprocess_fault_exits_1_with_the_thread_report(tmp_path):
     """The process contract as the harness sees it: exit status 1 and the report on stderr."""
     env = dict(os.environ, PYTHONPATH=REPO, HARNESS_FAULTS="drafter.after_backward@dflash-train-1=raise(boom)")
     proc = subprocess.run(
-        [sys.executable, "-m", "dflash", "train", *small_cli_args(str(tmp_path / "run"))],
+        train_argv(tmp_path / "run"),
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_models import objective_for
 
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig, TrainConfig
-from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
-from dflash.objective import DFlashObjective
 from dflash.target import build_target
 from harness.runtime.errors import ConfigError
 
@@ -23,23 +22,7 @@ def target():
 
 def make_objective(target, precision, attention="auto", layer_types=None):
     cfg = DrafterConfig(num_layers=2, block_size=BS, layer_types=layer_types, sliding_window=6 if layer_types else None)
-    drafter = DFlashDrafter(
-        cfg,
-        hidden_size=target.hidden_size,
-        num_target_layers=target.num_layers,
-        vocab_size=target.vocab_size,
-        layer_ids=resolve_layer_ids(cfg, target.num_layers),
-    )
-    return DFlashObjective(
-        drafter,
-        target.embed_tokens,
-        target.lm_head,
-        BS,
-        resolve_mask_token_id(cfg, target.vocab_size),
-        cfg.resolved_gamma(),
-        attention,
-        precision,
-    )
+    return objective_for(cfg, target, attention, precision)
 
 
 def make_batch(target, layer_ids, b=3, seq_len=32):

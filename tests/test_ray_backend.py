@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from ray_cluster import needs_ray
+from ray_cluster import kill_worker_of, needs_ray
 from test_lifeline import alive, assert_all_gone
 
 from harness.campaign import ray_backend
@@ -170,8 +170,7 @@ def test_a_killed_driver_then_a_killed_worker_lose_no_trial_and_store_none_twice
     try:
         _wait(lambda: len(_started(pids)) > len(running), 90, "a resumed trial started")
         victim = int(next(p for p in _started(pids) if int(p.name) not in running).name)
-        worker = int(Path(f"/proc/{victim}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
-        os.kill(worker, signal.SIGKILL)
+        kill_worker_of(victim)
         out, err = second.communicate(timeout=120)
     finally:
         second.kill()

@@ -6,15 +6,13 @@ command."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from ray_cluster import needs_ray
+from ray_cluster import kill_worker_of, needs_ray
 from test_lifeline import alive
 
 PY = sys.executable
@@ -115,9 +113,8 @@ def test_a_run_whose_worker_dies_is_said_and_the_same_command_completes_the_hunt
         while not list(pids.iterdir()):
             assert time.monotonic() < deadline, "no run started"
             time.sleep(0.05)
-        victim = int(next(pids.iterdir()).name)  # the run's pytest; its parent is the Ray worker
-        worker = int(Path(f"/proc/{victim}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        os.kill(worker, signal.SIGKILL)
+        victim = int(next(pids.iterdir()).name)  # the run's pytest
+        kill_worker_of(victim)
         _, err = first.communicate(timeout=180)
     finally:
         first.kill()

@@ -10,8 +10,8 @@ import os
 
 import pytest
 import torch
+from small_run import small_cli_args, small_config
 from test_cli import assert_bad_input, run_cli
-from test_pipeline_errors import small_cli_args, small_config
 
 from dflash import checkpoint, cli, presets
 from dflash.train import Trainer

@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from test_pipeline_errors import small_config
+from small_run import small_config
 
 from dflash.batch import HiddenBatch
 from dflash.collate import collate

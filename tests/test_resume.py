@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from test_pipeline_errors import small_config
+from small_run import small_config
 
 from dflash import checkpoint
 from dflash.train import train

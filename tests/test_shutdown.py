@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
-from test_pipeline_errors import REPO, small_cli_args, small_config, stage_threads
+from small_run import REPO, small_config, stage_threads, start_trainer, train_argv
 
 from dflash import checkpoint
 from dflash.train import Trainer
@@ -85,20 +83,8 @@ def test_sigterm_subprocess_exit_143_and_heartbeat(tmp_path):
     """The real process contract: heartbeat file, SIGTERM, checkpoint, exit 143."""
     hb = tmp_path / "heartbeat"
     env = dict(os.environ, PYTHONPATH=REPO, HARNESS_HEARTBEAT=str(hb), HARNESS_FAULTS=SLOW_STEPS)
-    argv = [
-        sys.executable,
-        "-m",
-        "dflash",
-        "train",
-        *small_cli_args(str(tmp_path / "run")),
-        "--set",
-        "train.steps=100000",
-        "--set",
-        "train.log_interval_s=0.2",
-    ]
-    proc = subprocess.Popen(
-        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    argv = train_argv(tmp_path / "run", "train.steps=100000", "train.log_interval_s=0.2")
+    proc = start_trainer(argv, tmp_path, env)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:

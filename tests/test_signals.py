@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
-from test_pipeline_errors import REPO, small_cli_args
+from small_run import REPO, start_trainer, train_argv
 
 from dflash import checkpoint
 
@@ -26,20 +24,8 @@ STUCK_AFTER_STEP_1 = "drafter.after_step@dflash-train-1=1*spin(60000)"
 def test_sigterm_with_a_stuck_thread_exits_143_within_10s_with_checkpoint(tmp_path):
     run = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=REPO, HARNESS_FAULTS=STUCK_AFTER_STEP_1)
-    argv = [
-        sys.executable,
-        "-m",
-        "dflash",
-        "train",
-        *small_cli_args(str(run)),
-        "--set",
-        "train.steps=50",
-        "--set",
-        "train.log_interval_s=0",
-    ]
-    proc = subprocess.Popen(
-        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    argv = train_argv(run, "train.steps=50", "train.log_interval_s=0")
+    proc = start_trainer(argv, tmp_path, env)
     err_text: list[str] = []
     reader = threading.Thread(target=lambda: err_text.append(proc.stderr.read()), name="test-err")
     reader.start()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_models import objective_for
 
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, RunConfig, TargetConfig, apply_overrides
-from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
+from dflash.drafter import DFlashDrafter
 from dflash.masks import dense_mask
 from dflash.objective import DFlashObjective
 from dflash.target import build_target
@@ -27,22 +28,7 @@ def make_objective(target, layer_types=MIXED, window=6, attention="auto") -> DFl
     cfg = DrafterConfig(
         num_layers=len(layer_types), block_size=BS, layer_types=layer_types, sliding_window=window, attention=attention
     )
-    drafter = DFlashDrafter(
-        cfg,
-        hidden_size=target.hidden_size,
-        num_target_layers=target.num_layers,
-        vocab_size=target.vocab_size,
-        layer_ids=resolve_layer_ids(cfg, target.num_layers),
-    )
-    return DFlashObjective(
-        drafter,
-        target.embed_tokens,
-        target.lm_head,
-        BS,
-        resolve_mask_token_id(cfg, target.vocab_size),
-        cfg.resolved_gamma(),
-        attention,
-    )
+    return objective_for(cfg, target, attention)
 
 
 def make_batch(target, layer_ids, seed=0, b=2, seq_len=32, num_anchors=5):

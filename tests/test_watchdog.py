@@ -8,13 +8,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 import torch
-from test_pipeline_errors import REPO, small_cli_args, small_config
+from small_run import REPO, small_config, start_trainer, train_argv
 
 from dflash import stacks, watchdog
 from dflash.channel import Channel
@@ -48,20 +47,8 @@ def _timed_lines(proc: subprocess.Popen, limit_s: float) -> list[tuple[float, st
 def test_stalled_run_exits_4_with_dump_headline_and_diagnosis(tmp_path):
     run = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=REPO, HARNESS_FAULTS=STUCK_AFTER_STEP_1)
-    argv = [
-        sys.executable,
-        "-m",
-        "dflash",
-        "train",
-        *small_cli_args(str(run)),
-        "--set",
-        "train.steps=50",
-        "--set",
-        "train.stall_s=2",
-    ]
-    proc = subprocess.Popen(
-        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    argv = train_argv(run, "train.steps=50", "train.stall_s=2")
+    proc = start_trainer(argv, tmp_path, env)
     out_lines: list[str] = []
     out_reader = threading.Thread(target=lambda: out_lines.extend(proc.stdout), name="test-out")
     out_reader.start()
@@ -258,17 +245,7 @@ def test_the_harness_records_a_stall_the_trainer_reports_as_a_hang_keyed_by_its_
     from harness.trial.runner import run_trial
     from harness.trial.spec import TrialSpec, WorkloadSpec
 
-    argv = (
-        sys.executable,
-        "-m",
-        "dflash",
-        "train",
-        *small_cli_args(str(tmp_path / "run")),
-        "--set",
-        "train.steps=50",
-        "--set",
-        "train.stall_s=2",
-    )
+    argv = tuple(train_argv(tmp_path / "run", "train.steps=50", "train.stall_s=2"))
     spec = TrialSpec(
         trial_id="stall/0",
         cell="stall",
