@@ -71,26 +71,7 @@ def cpu_quick() -> MatrixSpec:
     workloads = {
         "r06": _cpu_repro("r06", "r06_fx_tracing_flag"),
         "r16": _cpu_repro("r16", "r16_reset_segfault"),
-        # Compiled drafter step (aot_eager: real Dynamo + AOT tracing in two drafter threads at
-        # once, without minutes of C++ compiles). hang_s allows a cold synthetic-corpus build,
-        # which prints nothing and does not beat.
-        "dflash-tiny": Workload(
-            name="dflash-tiny",
-            kind="dflash",
-            argv=(
-                "--preset",
-                "tiny-cpu",
-                "--set",
-                "train.export=false",
-                "--set",
-                "compile.mode=default",
-                "--set",
-                "compile.backend=aot_eager",
-            ),
-            timeout_s=DFLASH_CPU_TIMEOUT_S,
-            hang_s=240.0,
-            env=CPU_ENV,
-        ),
+        "dflash-tiny": _tiny_cpu_trainer(),
     }
     return MatrixSpec(
         name="cpu-quick",
@@ -108,6 +89,16 @@ def cpu_quick() -> MatrixSpec:
         # complete and print it (results/cpu-quick is the run REPORT.md cites, made with
         # `--store results/cpu-quick`). runs/ is git-ignored; show/replay/shrink look there first.
         store="runs/cpu-quick",
+    )
+
+
+def _tiny_cpu_trainer(*sets: str) -> Workload:
+    """tiny-cpu compiling with aot_eager (real Dynamo and AOT tracing in two drafter threads, without
+    minutes of C++ compiles); hang_s allows a cold synthetic-corpus build, which prints nothing."""
+    sets = ("train.export=false", *sets, "compile.mode=default", "compile.backend=aot_eager")
+    argv = ("--preset", "tiny-cpu", *(arg for value in sets for arg in ("--set", value)))
+    return Workload(
+        name="dflash-tiny", kind="dflash", argv=argv, timeout_s=DFLASH_CPU_TIMEOUT_S, hang_s=240.0, env=CPU_ENV
     )
 
 
@@ -133,25 +124,7 @@ def cpu_trainer() -> MatrixSpec:
     strategies = _strategies(*CPU_TRAINER_STRATEGIES)
     strategies["eager"] = Strategy(name="eager", sets=("compile.mode=none",))
     workloads = {
-        "dflash-tiny": Workload(
-            name="dflash-tiny",
-            kind="dflash",
-            argv=(
-                "--preset",
-                "tiny-cpu",
-                "--set",
-                "train.export=false",
-                "--set",
-                "train.eval_prompts=0",
-                "--set",
-                "compile.mode=default",
-                "--set",
-                "compile.backend=aot_eager",
-            ),
-            timeout_s=DFLASH_CPU_TIMEOUT_S,
-            hang_s=240.0,
-            env=CPU_ENV,
-        ),
+        "dflash-tiny": _tiny_cpu_trainer("train.eval_prompts=0"),
     }
     return MatrixSpec(
         name="cpu-trainer",
