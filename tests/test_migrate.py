@@ -66,3 +66,28 @@ def test_every_committed_record_says_what_ran():
             if any(f not in json.loads(line) for f in FIELDS):
                 stale.append(f"{path.parent.name}:{n}")
     assert stale == [], f"{len(stale)} records without {FIELDS}, first {stale[:3]}"
+
+
+def _spec_v1(trial_id: str, env: dict) -> dict:
+    """A command run's spec.json as the runner wrote it before format 2."""
+    workload = {"kind": "command", "argv": ["python", "prog.py"]}
+    return {"trial_id": trial_id, "cell": "stress", "workload": workload, "fixes": [], "plan": None, "env": env}
+
+
+def test_a_runs_spec_of_format_1_is_rewritten_as_it_ran_once(tmp_path, capsys):
+    store = tmp_path / "s"
+    (store / "artefacts").mkdir(parents=True)
+    (store / "trials.jsonl").write_text(json.dumps({**_old("stress", 0), "workload": "stress"}) + "\n")
+    runs = {"none": {"HARNESS_FIXES": "none", "KEEP": "1"}, "as-is": {"KEEP": "1"}}
+    for name, env in runs.items():
+        (store / "artefacts" / name).mkdir()
+        (store / "artefacts" / name / "spec.json").write_text(json.dumps(_spec_v1(f"stress/{name}", env)))
+    assert migrate_store(store).specs == 2
+    got = {name: json.loads((store / "artefacts" / name / "spec.json").read_text()) for name in runs}
+    assert got["none"]["format"] == got["as-is"]["format"] == 2
+    assert (got["none"]["fixes"], got["none"]["env"]) == ([], {"KEEP": "1"})  # `--fix none`: the guard, no fix
+    assert (got["as-is"]["fixes"], got["as-is"]["env"]) == (None, {"KEEP": "1"})  # no --fix: as it is
+    before = {name: (store / "artefacts" / name / "spec.json").read_bytes() for name in runs}
+    assert main(["migrate", "--store", str(store)]) == 0
+    assert "spec.json" not in capsys.readouterr().out
+    assert {name: (store / "artefacts" / name / "spec.json").read_bytes() for name in runs} == before
