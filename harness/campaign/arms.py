@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 
 from harness.args import UsageError
-from harness.campaign.matrix.expand import plan_json
-from harness.campaign.matrix.spec import PlanChoice
+from harness.campaign.plans import PlanChoice, plan_json
 from harness.runtime.guard import Guard, GuardError
 from harness.trial.cells import NO_PLAN, cell_name, strategy_name
 from harness.trial.spec import TrialSpec, WorkloadSpec

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.campaign.matrix.spec import MatrixError
+from harness.args import UsageError
 
 HELP = (
     "runs read and write Python bytecode in DIR (PYTHONPYCACHEPREFIX), even where "
@@ -28,9 +28,9 @@ def folder(option: str | None) -> Path | None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise MatrixError(f"--bytecode-cache: cannot make {option}: {e.strerror}") from None
+        raise UsageError(f"--bytecode-cache: cannot make {option}: {e.strerror}") from None
     if not os.access(path, os.W_OK):
-        raise MatrixError(f"--bytecode-cache: {option} is not writable")
+        raise UsageError(f"--bytecode-cache: {option} is not writable")
     return path
 
 

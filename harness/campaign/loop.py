@@ -165,3 +165,12 @@ class WorkLoop(Generic[Item]):
         stuck = [t.name for t in threads if t.is_alive()]
         if stuck or not self._done.is_set():
             raise RuntimeError(f"{self.name} workers still running after their deadline: {stuck}")
+
+
+def format_elapsed(s: float) -> str:
+    s = int(s)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s"

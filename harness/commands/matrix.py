@@ -28,11 +28,11 @@ from harness.analysis.excerpts import native_excerpts
 from harness.analysis.summary import summarize
 from harness.args import UsageError, comma_list, positive_float, positive_int
 from harness.campaign import backends, ray_backend
+from harness.campaign.loop import format_elapsed
 from harness.campaign.matrix import presets as matrix_presets
 from harness.campaign.matrix import slots
 from harness.campaign.matrix.expand import expand
 from harness.campaign.matrix.planning import memory_peaks, pending_plan, pool_order, replay_last
-from harness.campaign.matrix.progress import format_elapsed
 from harness.campaign.matrix.run import MatrixRun, run_matrix
 from harness.campaign.matrix.spec import MatrixSpec
 from harness.campaign.matrix.specfile import load_spec

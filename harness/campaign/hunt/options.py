@@ -29,8 +29,7 @@ from harness.args import UsageError
 from harness.campaign import arms, bytecode_cache
 from harness.campaign.hunt import plugin as hunt_plugin
 from harness.campaign.hunt.records import HuntKey
-from harness.campaign.matrix.expand import plan_json
-from harness.campaign.matrix.spec import PlanChoice
+from harness.campaign.plans import PlanChoice, plan_json
 
 JUNIT = "junit.xml"
 RUN_PARALLEL_MIN = (0, 10)

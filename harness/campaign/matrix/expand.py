@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from dflash.presets import PRESETS
-from harness.campaign.matrix.spec import Cell, MatrixError, MatrixSpec, PlanChoice, Workload
-from harness.faults.profiles import plan_from_seed
-from harness.faults.scheduler import InvalidPlan, Plan
+from harness.campaign import plans
+from harness.campaign.matrix.spec import Cell, MatrixError, MatrixSpec, Workload
+from harness.campaign.plans import PlanChoice
+from harness.faults.scheduler import InvalidPlan
 from harness.runtime.fixes import FIXES
 from harness.trial.cells import trial_id
 from harness.trial.spec import REPO_ROOT, TrialSpec, WorkloadSpec
@@ -97,14 +98,8 @@ def _check_command(w: Workload) -> None:
 
 
 def plan_json(choice: PlanChoice, seed: int) -> dict[str, Any] | None:
-    """The plan a trial carries: derived from its profile, or the explicit plan with this trial's
-    seed (so runtime decisions vary across trials like a profile's do), or None."""
-    if choice.profile is None and choice.explicit is None:
-        return None
-
+    """`plans.plan_json`, its bad input a spec's error."""
     try:
-        if choice.profile is not None:
-            return plan_from_seed(seed, choice.profile).to_dict()
-        return Plan.from_dict({**choice.explicit, "seed": seed}).to_dict()
-    except (InvalidPlan, ValueError) as e:
-        raise MatrixError(f"malformed plan {choice.name!r}: {e}") from None
+        return plans.plan_json(choice, seed)
+    except InvalidPlan as e:
+        raise MatrixError(str(e)) from None

@@ -38,8 +38,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dflash.topology import paired_topology, seed_topology
-from harness.campaign.matrix.spec import NO_PLAN, Group, MatrixError, MatrixSpec, PlanChoice, Strategy, Workload
+from harness.campaign.matrix.spec import NO_PLAN, Group, MatrixError, MatrixSpec, Strategy, Workload
 from harness.campaign.matrix.specfile import load_spec, strategy_from_name
+from harness.campaign.plans import PlanChoice
 
 # Trial budgets, sized from compile times measured on the 2-core CPU box (3-6 s per eager/aot_eager
 # trial, 5-7 s warm inductor) with the cores shared by the runs.

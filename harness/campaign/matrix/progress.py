@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from harness.campaign.loop import format_elapsed
 from harness.trial.outcome import Outcome, TrialResult
 
 
@@ -52,15 +53,6 @@ class CellState:
             ]
         )
         return f"{format_elapsed(elapsed_s)}: {self.name}: {self.runs} runs so far, {self.failures} failures ({pct:.2f}%){extra}"
-
-
-def format_elapsed(s: float) -> str:
-    s = int(s)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s"
 
 
 STATUS_INTERVAL_S = 60.0

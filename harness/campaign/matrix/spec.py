@@ -12,8 +12,8 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from harness.campaign.plans import PlanChoice
 from harness.runtime.errors import UserInputError
 from harness.trial.cells import cell_name
 from harness.trial.interpreter import interpreter_versions
@@ -78,16 +78,6 @@ class Strategy:
 
     def __post_init__(self) -> None:
         check_name(self.name, "strategy")
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class PlanChoice:
-    name: str
-    """Label in cell names; the profile name for seeded plans, `-` for no plan."""
-    profile: str | None = None
-    """Scheduler profile: the trial's plan is `harness.faults.profiles.plan_from_seed(seed, profile)`."""
-    explicit: dict[str, Any] | None = None
-    """A fixed plan (the JSON of `Plan.to_json`), the same for every trial."""
 
 
 NO_PLAN = PlanChoice(name="-")

@@ -13,11 +13,11 @@ from harness.campaign.matrix.spec import (
     Group,
     MatrixError,
     MatrixSpec,
-    PlanChoice,
     Strategy,
     Workload,
     check_name,
 )
+from harness.campaign.plans import PlanChoice
 from harness.trial.cells import strategy_parts
 
 _SPEC_KEYS = {

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from harness.args import UsageError
 from harness.campaign import arms, bytecode_cache
-from harness.campaign.matrix.expand import plan_json
-from harness.campaign.matrix.spec import PlanChoice
+from harness.campaign.plans import PlanChoice, plan_json
 from harness.diagnosis import probes
 from harness.trial.interpreter import interpreter_versions
 

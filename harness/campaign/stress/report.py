@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import stats
-from harness.campaign.matrix.expand import plan_json
-from harness.campaign.matrix.progress import format_elapsed
-from harness.campaign.matrix.spec import PlanChoice
+from harness.campaign.loop import format_elapsed
+from harness.campaign.plans import PlanChoice, plan_json
 from harness.campaign.stress.options import StressOptions
 from harness.diagnosis import diagnose
 from harness.diagnosis.side_by_side import ArmCount, StressRecord, arm_name
