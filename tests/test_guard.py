@@ -21,6 +21,7 @@ from harness.runtime import fixes
 from harness.runtime.errors import ConfigError
 from harness.runtime.fixes import recommended_sets as recommend
 from harness.runtime.guard import Guard, GuardError, parse_fixes
+from tests.stress_cli import stress_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "serve_while_tracing.py"
@@ -374,31 +375,8 @@ def stress(tmp_path: Path, runs: int, *example_args: str, extra: tuple[str, ...]
     """`harness stress` over the example; (exit code, runs, failures, output)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("HARNESS_HEARTBEAT", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "harness",
-        "stress",
-        "-p",
-        "2",
-        "--max-runs",
-        str(runs),
-        "--interval",
-        "600",
-        "--timeout",
-        "120",
-        "-o",
-        str(tmp_path / "stress"),
-        *extra,
-        "--",
-        sys.executable,
-        str(EXAMPLE),
-        "--backend",
-        "eager",
-        "--seconds",
-        "0.5",
-        *example_args,
-    ]
+    example = (sys.executable, str(EXAMPLE), "--backend", "eager", "--seconds", "0.5", *example_args)
+    cmd = stress_argv(runs, tmp_path / "stress", "--interval", "600", "--timeout", "120", *extra, cmd=example)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     out = res.stdout + res.stderr
     m = re.search(r"^(\d+) runs completed, (\d+) failures", res.stdout, re.M)

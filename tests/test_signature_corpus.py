@@ -34,6 +34,7 @@ from harness.trial.folder import OUTPUT
 from harness.trial.runner import run_trial
 from harness.trial.signature import crash_signature
 from harness.trial.spec import TrialSpec, WorkloadSpec
+from tests.stress_cli import stress_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -174,21 +175,7 @@ def test_stress_groups_a_programs_runs_under_one_signature(tmp_path):
     # `harness stress` groups failing runs by summary: three request threads that fail at once,
     # printed in any order (or interleaved), read as one failure, run after run.
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "stress",
-            "-p",
-            "2",
-            "--max-runs",
-            "2",
-            "-o",
-            str(tmp_path),
-            "--",
-            sys.executable,
-            str(SCRIPTS / "user_f2_thread_subclass.py"),
-        ],
+        stress_argv(2, tmp_path, cmd=(sys.executable, str(SCRIPTS / "user_f2_thread_subclass.py"))),
         cwd=ROOT,
         capture_output=True,
         text=True,

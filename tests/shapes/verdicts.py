@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from tests.shapes import truth
 from tests.shapes.expected import Verdict, expected
 from tests.shapes.shape import Shape
 from tests.shapes.writer import write
+from tests.stress_cli import stress_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60.0
@@ -53,25 +53,8 @@ def runs_for(shape: Shape) -> int:
 
 
 def stress_command(program: Path, out: Path, runs: int, timeout_s: float = TIMEOUT_S) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "harness",
-        "stress",
-        "-p",
-        "2",
-        "--max-runs",
-        str(runs),
-        "--timeout",
-        f"{timeout_s:g}",
-        "--hang",
-        f"{HANG_S:g}",
-        "-o",
-        str(out),
-        "--",
-        "python",
-        str(program),
-    ]
+    options = ("--timeout", f"{timeout_s:g}", "--hang", f"{HANG_S:g}")
+    return stress_argv(runs, out, *options, cmd=("python", str(program)))
 
 
 def stress(program: Path, shape: Shape, out: Path, runs: int | None = None) -> Found:
