@@ -11,18 +11,10 @@ import sys
 import threading
 
 import torch
+from f2_parts import Head, compiled_scorer
 
 sys.setswitchinterval(1e-6)
 torch.set_num_threads(1)
-
-
-class Head(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x) + 1
-
-
-def score(x):
-    return torch.sin(x) * 2 + 1
 
 
 async def serve(model, batch, stop):
@@ -39,9 +31,7 @@ def export(stop):
 
 
 async def main():
-    model = torch.compile(score, backend="eager")
-    batch = torch.randn(4, 8)
-    model(batch)
+    model, batch = compiled_scorer()
     stop = threading.Event()
     await asyncio.gather(asyncio.to_thread(export, stop), serve(model, batch, stop))
 

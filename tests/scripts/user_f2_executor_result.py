@@ -11,18 +11,10 @@ import sys
 import threading
 
 import torch
+from f2_parts import Head, compiled_scorer
 
 sys.setswitchinterval(1e-6)
 torch.set_num_threads(1)
-
-
-class Head(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x) + 1
-
-
-def score(x):
-    return torch.sin(x) * 2 + 1
 
 
 def export_forever(stop):
@@ -35,9 +27,7 @@ def score_batches(model, batch, n):
 
 
 def main():
-    model = torch.compile(score, backend="eager")
-    batch = torch.randn(4, 8)
-    model(batch)
+    model, batch = compiled_scorer()
     stop = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         pool.submit(export_forever, stop)

@@ -10,29 +10,18 @@ import threading
 import traceback
 
 import torch
+from f2_parts import compiled_scorer, trace_until
 
 sys.setswitchinterval(1e-6)
 torch.set_num_threads(1)
 
 
-class Head(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x) + 1
-
-
-def score(x):
-    return torch.sin(x) * 2 + 1
-
-
 def main():
-    model = torch.compile(score, backend="eager")
-    batch = torch.randn(4, 8)
-    model(batch)
+    model, batch = compiled_scorer()
     stop, failures = threading.Event(), []
 
     def trace():
-        while not stop.is_set():
-            torch.fx.symbolic_trace(Head())
+        trace_until(stop)
 
     def call():
         try:

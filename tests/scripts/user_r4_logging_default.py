@@ -10,20 +10,10 @@ import sys
 import threading
 
 import torch
-import torch.nn as nn
+from r4_parts import Block, export_until
 
 sys.setswitchinterval(1e-6)
 torch.set_num_threads(1)
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(8, 8)
-        self.b = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x)))
 
 
 def main():
@@ -31,8 +21,7 @@ def main():
     model, batch, stop, failed = Block(), torch.randn(4, 8), threading.Event(), []
 
     def export():
-        while not stop.is_set():
-            torch.fx.symbolic_trace(Block())
+        export_until(stop)
 
     def evaluate():
         try:
