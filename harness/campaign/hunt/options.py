@@ -75,7 +75,7 @@ def options_from_args(a: argparse.Namespace) -> HuntOptions:
     _check_numbers(a)
     _check_run_parallel()
     if a.plan is not None:
-        plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> MatrixError (bad input too)
+        plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> InvalidPlan (bad input)
     cache = bytecode_cache.folder(getattr(a, "bytecode_cache", None))
     return HuntOptions(
         pytest_args=tuple(args),
