@@ -138,7 +138,7 @@ def _check_numbers(a: argparse.Namespace) -> None:
 def _check_python_options(a: argparse.Namespace, cmd: list[str], python: str | None, fix_sets: tuple) -> None:
     """--plan names a profile; --python and --fix need a Python CMD (and --python an interpreter)."""
     if a.plan is not None:
-        plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> MatrixError (bad input too)
+        plan_json(PlanChoice(name=a.plan, profile=a.plan), 0)  # unknown profile -> InvalidPlan (bad input)
     is_python = Path(cmd[0]).name.startswith("python")
     if python is not None and not is_python:
         raise UsageError(f"--python: CMD starts with {cmd[0]!r}, not a Python interpreter to replace")
