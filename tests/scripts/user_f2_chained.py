@@ -25,9 +25,6 @@ def main():
     model, batch = compiled_scorer()
     stop, served = threading.Event(), []
 
-    def trace():
-        trace_until(stop)
-
     def serve():
         try:
             for step in range(3000):
@@ -39,7 +36,7 @@ def main():
         finally:
             stop.set()
 
-    threads = [threading.Thread(target=trace), threading.Thread(target=serve)]
+    threads = [threading.Thread(target=trace_until, args=(stop,)), threading.Thread(target=serve)]
     for t in threads:
         t.start()
     for t in threads:

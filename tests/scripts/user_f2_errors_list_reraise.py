@@ -18,9 +18,6 @@ torch.set_num_threads(1)
 def run_workers(model, batch):
     errors, stop = [], threading.Event()
 
-    def trace():
-        trace_until(stop)
-
     def call():
         try:
             for _ in range(3000):
@@ -30,7 +27,7 @@ def run_workers(model, batch):
         finally:
             stop.set()
 
-    threads = [threading.Thread(target=trace), threading.Thread(target=call)]
+    threads = [threading.Thread(target=trace_until, args=(stop,)), threading.Thread(target=call)]
     for t in threads:
         t.start()
     for t in threads:

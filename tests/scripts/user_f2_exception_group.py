@@ -19,9 +19,6 @@ def main():
     model, batch = compiled_scorer()
     stop, errors, lock = threading.Event(), [], threading.Lock()
 
-    def trace():
-        trace_until(stop)
-
     def serve():
         try:
             for _ in range(3000):
@@ -30,7 +27,7 @@ def main():
             with lock:
                 errors.append(exc)
 
-    tracer = threading.Thread(target=trace, name="tracer")
+    tracer = threading.Thread(target=trace_until, args=(stop,), name="tracer")
     workers = [threading.Thread(target=serve, name=f"scorer-{i}") for i in range(2)]
     tracer.start()
     for w in workers:

@@ -25,9 +25,6 @@ def main():
     model, batch = compiled_scorer()
     stop, status = threading.Event(), {"served": 0, "error": None}
 
-    def trace():
-        trace_until(stop)
-
     def serve():
         try:
             for _ in range(3000):
@@ -39,7 +36,7 @@ def main():
         finally:
             stop.set()
 
-    threading.Thread(target=trace, daemon=True).start()
+    threading.Thread(target=trace_until, args=(stop,), daemon=True).start()
     worker = threading.Thread(target=serve, daemon=True)
     worker.start()
     worker.join(timeout=60)

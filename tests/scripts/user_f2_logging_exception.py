@@ -23,9 +23,6 @@ def main():
     model, batch = compiled_scorer()
     stop, failed = threading.Event(), threading.Event()
 
-    def trace():
-        trace_until(stop)
-
     def serve():
         try:
             for _ in range(3000):
@@ -36,7 +33,10 @@ def main():
         finally:
             stop.set()
 
-    threads = [threading.Thread(target=trace, name="tracer"), threading.Thread(target=serve, name="scorer-0")]
+    threads = [
+        threading.Thread(target=trace_until, args=(stop,), name="tracer"),
+        threading.Thread(target=serve, name="scorer-0"),
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -20,9 +20,6 @@ def main():
     model, batch = compiled_scorer()
     stop, failures = threading.Event(), []
 
-    def trace():
-        trace_until(stop)
-
     def call():
         try:
             for _ in range(3000):
@@ -34,7 +31,7 @@ def main():
         finally:
             stop.set()
 
-    tracer = threading.Thread(target=trace, name="tracer")
+    tracer = threading.Thread(target=trace_until, args=(stop,), name="tracer")
     caller = threading.Thread(target=call, name="caller")
     tracer.start()
     caller.start()

@@ -34,9 +34,6 @@ def main():
     model, batch = compiled_scorer()
     stop = threading.Event()
 
-    def trace():
-        trace_until(stop)
-
     def serve():
         try:
             for _ in range(3000):
@@ -44,7 +41,7 @@ def main():
         finally:
             stop.set()
 
-    tracer = PropagatingThread(target=trace, name="tracer")
+    tracer = PropagatingThread(target=trace_until, args=(stop,), name="tracer")
     server = PropagatingThread(target=serve, name="server")
     tracer.start()
     server.start()

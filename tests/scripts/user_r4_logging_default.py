@@ -20,9 +20,6 @@ def main():
     logging.basicConfig()
     model, batch, stop, failed = Block(), torch.randn(4, 8), threading.Event(), []
 
-    def export():
-        export_until(stop)
-
     def evaluate():
         try:
             for _ in range(20000):
@@ -33,7 +30,7 @@ def main():
         finally:
             stop.set()
 
-    threads = [threading.Thread(target=export), threading.Thread(target=evaluate)]
+    threads = [threading.Thread(target=export_until, args=(stop,)), threading.Thread(target=evaluate)]
     for t in threads:
         t.start()
     for t in threads:

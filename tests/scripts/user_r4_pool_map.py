@@ -21,14 +21,11 @@ torch.set_num_threads(1)
 def main():
     model, batch, stop = Block(), torch.randn(4, 8), threading.Event()
 
-    def export():
-        export_until(stop)
-
     def predict(_):
         with torch.no_grad():
             return float(model(batch).sum())
 
-    exporter = threading.Thread(target=export, name="exporter", daemon=True)
+    exporter = threading.Thread(target=export_until, args=(stop,), name="exporter", daemon=True)
     exporter.start()
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
