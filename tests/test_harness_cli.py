@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from records import record
 
 from harness.cli import main
 from harness.stores import discovery
@@ -275,28 +276,17 @@ def test_a_trial_stored_without_artefacts_is_rebuilt_from_its_matrix_spec(tmp_pa
     store = tmp_path / "store"
     store.mkdir()
     (store / "spec.json").write_text((REPO / "harness" / "campaign" / "specs" / "catalogue-cpu.json").read_text())
-    record = TrialResult(
-        trial_id="catalogue-cpu/r16:raw@reset-pressure/3",
-        cell="r16:raw@reset-pressure",
-        trial_index=3,
-        outcome=Outcome.ABORT,
-        artefacts="/gone/elsewhere",
-    )
-    spec = load_trial_spec(record, store)
-    assert spec.trial_id == record.trial_id and spec.workload.argv[0] == "r16_reset_segfault"
+    stored = record("catalogue-cpu/r16:raw@reset-pressure/3", Outcome.ABORT, artefacts="/gone/elsewhere")
+    spec = load_trial_spec(stored, store)
+    assert spec.trial_id == stored.trial_id and spec.workload.argv[0] == "r16_reset_segfault"
     assert spec.plan["profile"] == "reset-pressure" and spec.plan["seed"] == 3
     unknown = TrialResult(trial_id="catalogue-cpu/r16:raw@nope/0", cell="x", trial_index=0, outcome=Outcome.ABORT)
     assert spec_from_matrix(unknown, store) is None
     # A preset's own trials need no spec file.
-    quick = TrialResult(
-        trial_id="cpu-quick/r16:raw@reset-pressure/0",
-        cell="r16:raw@reset-pressure",
-        trial_index=0,
-        outcome=Outcome.ABORT,
-    )
+    quick = record("cpu-quick/r16:raw@reset-pressure/0", Outcome.ABORT)
     assert spec_from_matrix(quick, tmp_path / "empty").plan["profile"] == "reset-pressure"
     # Nor do a spec-file preset's (harness/campaign/specs/catalogue-cpu.json).
-    assert spec_from_matrix(record, tmp_path / "empty").workload.argv[0] == "r16_reset_segfault"
+    assert spec_from_matrix(stored, tmp_path / "empty").workload.argv[0] == "r16_reset_segfault"
 
 
 def test_the_main_job_writes_to_runs_and_trial_lookups_look_there_first(tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from records import record
 
 from harness.campaign.local import with_run_dir
 from harness.campaign.matrix import planning
@@ -598,11 +599,8 @@ def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_
     ]  # a crash has no final event; a CPU plan says None
     for i, final in enumerate(finals):
         store.append(
-            TrialResult(
-                trial_id=f"t/big:raw@-/{i}",
-                cell="big:raw@-",
-                trial_index=i,
-                outcome=Outcome.OK,
+            record(
+                f"t/big:raw@-/{i}",
                 duration_s=60.0,
                 final=final,
             )
@@ -616,11 +614,9 @@ def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_
     )
     # A run that failed reports what it held in its `failed` event (dflash), which counts too.
     store.append(
-        TrialResult(
-            trial_id="t/big:raw@-/4",
-            cell="big:raw@-",
-            trial_index=4,
-            outcome=Outcome.CRASH,
+        record(
+            "t/big:raw@-/4",
+            Outcome.CRASH,
             duration_s=40.0,
             final={"event": "failed", "gpu_mem_peak_gib": {"cuda:0": 50.0}},
         )
@@ -629,11 +625,9 @@ def test_pending_reports_each_gpu_workloads_peak_memory_against_its_packing(tmp_
     assert (peak.peak_gib, peak.trials) == (50.0, 3)
     # A hang reports nothing itself; the runner's nvidia-smi samples (gpu_mem_gib) count for it.
     store.append(
-        TrialResult(
-            trial_id="t/big:raw@-/5",
-            cell="big:raw@-",
-            trial_index=5,
-            outcome=Outcome.HANG,
+        record(
+            "t/big:raw@-/5",
+            Outcome.HANG,
             duration_s=200.0,
             gpu_mem_gib=55.0,
         )
@@ -647,11 +641,8 @@ def test_a_matrix_warns_before_packing_more_peak_memory_than_a_gpu_holds(tmp_pat
     d["workloads"] = {"big": {**_cmd("pass"), "gpus": 1, "gpu_slots": 4}}
     spec = spec_from_dict(d)
     held = [
-        TrialResult(
-            trial_id="t/big:raw@-/0",
-            cell="big:raw@-",
-            trial_index=0,
-            outcome=Outcome.OK,
+        record(
+            "t/big:raw@-/0",
             final={"gpu_mem_peak_gib": {"cuda:0": 60.5}},
         )
     ]
@@ -740,11 +731,8 @@ def test_a_run_packed_by_memory_puts_two_trials_of_a_small_cell_on_one_gpu_at_on
     d["groups"] = [{"workloads": ["big"], "strategies": ["raw"]}]
     spec = spec_from_dict(d)
     Store(tmp_path / "store").append(
-        TrialResult(
-            trial_id="t/big:raw@-/0",
-            cell="big:raw@-",
-            trial_index=0,
-            outcome=Outcome.OK,
+        record(
+            "t/big:raw@-/0",
             final={"gpu_mem_peak_gib": {"cuda:0": 10.0}},
         )
     )

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from records import record
 
 from harness.cli import main
 from harness.stores.merge import MergeError, merge
@@ -148,11 +149,8 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys,
     if case == "other-matrix":
         other = tmp_path / "other"
         Store(other).append(
-            TrialResult(
-                trial_id="n/a@-/0",
-                cell="a@-",
-                trial_index=0,
-                outcome=Outcome.OK,
+            record(
+                "n/a@-/0",
                 started_at="2026-11-30T09:00:00+00:00",
             )
         )

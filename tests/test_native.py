@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from records import record
 
 from harness.analysis import excerpts
 from harness.stores.store import Store
 from harness.trial import native, signature
 from harness.trial.folder import NATIVE_STACK
-from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.outcome import Outcome
 from harness.trial.runner import child_env, run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
@@ -150,11 +151,9 @@ def test_the_report_groups_a_signatures_native_stacks_by_crash_site(tmp_path):
     named = [dataclasses.replace(fixture[1], name="create_cache_entry"), *fixture[2:]]
     other = [native.NativeFrame(obj="libtorch_cuda.so", symbol="+0x5", name="c10::cuda::free_block")]
     for i, frames in enumerate((named, other, named)):
-        r = TrialResult(
-            trial_id=f"m/w:raw@-/{i}",
-            cell="w:raw@-",
-            trial_index=i,
-            outcome=Outcome.ABORT,
+        r = record(
+            f"m/w:raw@-/{i}",
+            Outcome.ABORT,
             signature="segv-1",
             signature_summary="Segmentation fault: during garbage collection",
             artefacts=f"/elsewhere/artefacts/t{i}",

@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from records import record
 
 from harness.analysis import excerpts
 from harness.analysis.show import render
@@ -181,11 +182,8 @@ def test_merge_from_a_packed_store_copies_its_trials_as_folders_under_their_new_
     art = dest.artefacts_dir("m/w:raw@-/0")
     (art / "output.txt").write_text("dest's own\n")
     dest.append(
-        TrialResult(
-            trial_id="m/w:raw@-/0",
-            cell="w:raw@-",
-            trial_index=0,
-            outcome=Outcome.OK,
+        record(
+            "m/w:raw@-/0",
             artefacts=f"results/m/artefacts/{art.name}",
             duration_s=1.0,
             started_at="2026-12-01T09:00:00+00:00",

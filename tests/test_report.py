@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from records import record
 
 from harness.analysis import cell_plots, cell_tables, excerpts, report
 from harness.analysis.plots import CLEAN_COLOR, FAILED_COLOR
@@ -281,10 +282,8 @@ def test_pivot_table_puts_strategies_down_and_workload_plans_across_with_familie
 
 def test_overview_counts_failure_families_per_torch_version_over_every_store(tmp_path):
     def r(matrix, i, outcome, summary, version):
-        return TrialResult(
-            trial_id=f"{matrix}/c:raw@-/{i}",
-            cell="c:raw@-",
-            trial_index=i,
+        return record(
+            f"{matrix}/c:raw@-/{i}",
             outcome=outcome,
             signature="k" if summary else None,
             signature_summary=summary,
@@ -330,11 +329,9 @@ def test_families_counts_only_the_stores_named_with_their_retired_records(tmp_pa
     f1 = "AssertionError in t at torch._inductor.cudagraph_trees:get_obj (empty message)"
 
     def r(matrix, i):
-        return TrialResult(
-            trial_id=f"{matrix}/c:raw@-/{i}",
-            cell="c:raw@-",
-            trial_index=i,
-            outcome=Outcome.CRASH,
+        return record(
+            f"{matrix}/c:raw@-/{i}",
+            Outcome.CRASH,
             signature="k",
             signature_summary=f1,
             torch_version="2.11.0",

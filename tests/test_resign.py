@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from records import record
+
 from harness.cli import main
 from harness.stores.store import Store
 from harness.trial.outcome import Outcome, TrialResult
@@ -23,11 +25,9 @@ def _store(tmp_path: Path) -> tuple[Path, list[TrialResult]]:
         art.mkdir(parents=True)
         shutil.copy(FIXTURES / "gpu_segv_during_gc" / f"{n}.txt", art / "output.txt")
         records.append(
-            TrialResult(
-                trial_id=f"m/c/{i}",
-                cell="c",
-                trial_index=i,
-                outcome=Outcome.ABORT,
+            record(
+                f"m/c/{i}",
+                Outcome.ABORT,
                 rc=-11,
                 signature=f"old-key-{i}",
                 signature_summary=f"old summary {i}",
@@ -36,22 +36,18 @@ def _store(tmp_path: Path) -> tuple[Path, list[TrialResult]]:
             )
         )
     records.append(
-        TrialResult(
-            trial_id="m/c/2",
-            cell="c",
-            trial_index=2,
-            outcome=Outcome.CRASH,
+        record(
+            "m/c/2",
+            Outcome.CRASH,
             signature="current",
             signature_version=SIGNATURE_VERSION,
             artefacts=None,
         )
     )
     records.append(
-        TrialResult(
-            trial_id="m/c/3",
-            cell="c",
-            trial_index=3,
-            outcome=Outcome.CRASH,
+        record(
+            "m/c/3",
+            Outcome.CRASH,
             signature="gone",
             signature_version=1,
             artefacts="store/artefacts/none",

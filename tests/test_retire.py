@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from records import record
+
 from harness.analysis import report
 from harness.cli import main
 from harness.stores.retire import reasons, retire, retired_store
@@ -64,11 +66,8 @@ def test_a_cell_retired_twice_keeps_both_generations(tmp_path):
     (root / "artefacts" / "a3").mkdir()
     (root / "artefacts" / "a3" / "output.txt").write_text("rerun\n")
     Store(root).append(
-        TrialResult(
-            trial_id="m/lb:x@-/3",
-            cell="lb:x@-",
-            trial_index=3,
-            outcome=Outcome.OK,
+        record(
+            "m/lb:x@-/3",
             artefacts="results/s/artefacts/a3",
             started_at="2026-12-01T00:00:00+00:00",
         )

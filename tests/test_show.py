@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from records import record
 
 from harness.cli import main
 from harness.stores.store import Store
-from harness.trial.outcome import Outcome, TrialResult
+from harness.trial.outcome import Outcome
 from harness.trial.runner import run_trial
 from harness.trial.spec import TrialSpec, WorkloadSpec
 
@@ -66,10 +67,8 @@ def test_show_a_native_crash_and_a_hang_from_kept_artefacts(tmp_path, capsys):
                 "libtorch_python.so(+0x2) create_cache_entry\n"
             )
         store.append(
-            TrialResult(
-                trial_id=f"m/w:raw@-/{i}",
-                cell="w:raw@-",
-                trial_index=i,
+            record(
+                f"m/w:raw@-/{i}",
                 outcome=outcome,
                 signature="k",
                 signature_summary="hang: x"
@@ -97,11 +96,8 @@ def test_show_gives_both_memory_figures_where_a_trial_has_both(tmp_path, capsys)
         [(20.6, {"gpu_mem_peak_gib": {"cuda:0": 19.7, "cuda:1": 3.0}}), (None, {"gpu_mem_peak_gib": {"cuda:0": 19.7}})]
     ):
         store.append(
-            TrialResult(
-                trial_id=f"m/w:raw@-/{i}",
-                cell="w:raw@-",
-                trial_index=i,
-                outcome=Outcome.OK,
+            record(
+                f"m/w:raw@-/{i}",
                 gpu_mem_gib=sampled,
                 final=final,
             )
