@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from matrix_specs import command, spec_dict, write_spec
 from records import record
 
 from harness.cli import main
@@ -21,20 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _write_spec(tmp_path: Path, **over) -> Path:
-    d = {
-        "name": "c",
-        "store": str(tmp_path / "store"),
-        "trials": 2,
-        "workers": 2,
-        "workloads": {
-            "ok": {"kind": "command", "argv": [PY, "-c", "pass"], "timeout_s": 30},
-            "bad": {"kind": "command", "argv": [PY, "-c", "import sys; sys.exit(1)"], "timeout_s": 30},
-        },
-    }
-    d.update(over)
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps(d))
-    return path
+    workloads = {"ok": command("-c", "pass"), "bad": command("-c", "import sys; sys.exit(1)")}
+    return write_spec(tmp_path, spec_dict(tmp_path, "c", workloads) | over)
 
 
 def _error_line(capsys) -> str:

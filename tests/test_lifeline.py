@@ -7,13 +7,14 @@ Workloads are `python -c` programs, never torch: this file runs in seconds.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from matrix_specs import command, spec_dict, write_spec
 
 from harness.trial import lifeline
 
@@ -93,16 +94,7 @@ def assert_all_gone(pids: list[int], groups: list[int], within_s: float) -> None
 def test_a_matrix_killed_with_sigkill_leaves_no_trial_process_running(tmp_path):
     pids_dir = tmp_path / "pids"
     pids_dir.mkdir()
-    spec = {
-        "name": "t",
-        "store": str(tmp_path / "store"),
-        "trials": 2,
-        "workers": 2,
-        "workloads": {
-            "family": {"kind": "command", "argv": [PY, "-c", FAMILY, str(pids_dir)], "timeout_s": 120, "hang_s": 120}
-        },
-    }
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    write_spec(tmp_path, spec_dict(tmp_path, "t", {"family": command("-c", FAMILY, str(pids_dir), timeout_s=120)}))
     driver = subprocess.Popen(
         [PY, "-m", "harness", "matrix", "--file", str(tmp_path / "spec.json"), "--no-live"],
         cwd=REPO,

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from matrix_specs import command, spec_dict
 from records import record
 
 from harness.campaign.local import with_run_dir
@@ -37,19 +38,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _cmd(code: str, timeout_s: float = 30.0) -> dict:
-    return {"kind": "command", "argv": [PY, "-c", code], "timeout_s": timeout_s, "hang_s": timeout_s}
+    return command("-c", code, timeout_s=timeout_s)
 
 
 def _spec(tmp_path: Path, **over) -> dict:
-    d = {
-        "name": "t",
-        "store": str(tmp_path / "store"),
-        "trials": 3,
-        "workers": 2,
-        "workloads": {"ok": _cmd("pass"), "bad": _cmd("import sys; sys.exit(1)")},
-    }
-    d.update(over)
-    return d
+    workloads = {"ok": _cmd("pass"), "bad": _cmd("import sys; sys.exit(1)")}
+    return spec_dict(tmp_path, "t", workloads, trials=3) | over
 
 
 def test_expand_gives_deterministic_ids_and_the_same_plan_seeds_to_every_strategy(tmp_path):

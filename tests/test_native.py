@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from matrix_specs import command, spec_dict, write_spec
 from records import record
 
 from harness.analysis import excerpts
@@ -197,26 +198,12 @@ def test_exported_cxx_symbols_are_demangled_and_offsets_into_missing_files_stay_
 
 @needs_cc
 def test_a_matrix_run_lists_the_native_crash_sites_it_saw(tmp_path, capsys):
-    import json
 
     from harness.cli import main
 
-    spec = {
-        "name": "segv",
-        "store": str(tmp_path / "store"),
-        "trials": 1,
-        "workers": 1,
-        "workloads": {
-            "segv": {
-                "kind": "command",
-                "argv": [sys.executable, str(SCRIPTS / "segfault.py")],
-                "timeout_s": 30,
-                "hang_s": 10,
-            }
-        },
-        "groups": [{"workloads": ["segv"], "strategies": ["raw"]}],
-    }
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    segv = {"segv": command(str(SCRIPTS / "segfault.py"), hang_s=10)}
+    groups = [{"workloads": ["segv"], "strategies": ["raw"]}]
+    write_spec(tmp_path, spec_dict(tmp_path, "segv", segv, trials=1, workers=1, groups=groups))
     assert main(["matrix", "--file", str(tmp_path / "spec.json"), "--no-live"]) == 0
     out = capsys.readouterr().out
     assert "native crash sites (harness.trial.native;" in out
