@@ -1,8 +1,10 @@
-"""The drafter objective the model tests build over a target: the drafter a `DrafterConfig`
-describes, trained through the target's frozen embedding and LM head, as `dflash.models` does for
-each drafter thread."""
+"""The drafter objective the model tests build over a target, and how they train it: the drafter
+a `DrafterConfig` describes, trained through the target's frozen embedding and LM head, as
+`dflash.models` does for each drafter thread."""
 
 from __future__ import annotations
+
+import torch
 
 from dflash.config import DrafterConfig
 from dflash.drafter import DFlashDrafter, resolve_layer_ids, resolve_mask_token_id
@@ -29,3 +31,19 @@ def objective_for(cfg: DrafterConfig, target: TargetModel, attention: str = "aut
         attention,
         precision,
     )
+
+
+def train_on(step, objective: DFlashObjective, batch: tuple, steps: int, after_backward=None) -> list[float]:
+    """`steps` AdamW steps of `step` (the objective, or its compiled form) on one batch, the
+    drafter's parameters trained; `after_backward()` runs between backward and the step. The losses."""
+    opt = torch.optim.AdamW(objective.drafter.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        out = step(*batch)
+        out.loss.backward()
+        if after_backward is not None:
+            after_backward()
+        opt.step()
+        losses.append(out.loss.item())
+    return losses

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from small_models import objective_for
+from small_models import objective_for, train_on
 
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
@@ -245,15 +245,7 @@ def test_bf16_objective_compiles_and_trains_on_cuda():
     target = build_target(TargetConfig(dtype="bfloat16"), "cuda")
     obj = make_objective(target, num_layers=2).to(torch.bfloat16)
     batch = make_batch(target, layer_ids=obj.layer_ids)
-    fn = torch.compile(obj, backend="inductor")
-    opt = torch.optim.AdamW(obj.drafter.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(20):
-        opt.zero_grad()
-        out = fn(*batch)
-        out.loss.backward()
-        opt.step()
-        losses.append(out.loss.item())
+    losses = train_on(torch.compile(obj, backend="inductor"), obj, batch, 20)
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
 
 

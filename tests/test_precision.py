@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from small_models import objective_for
+from small_models import objective_for, train_on
 
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig, TrainConfig
@@ -52,15 +52,9 @@ def test_bf16_autocast_trains_with_float32_master_weights(target):
     assert seen == [torch.bfloat16] and first.loss.dtype == torch.float32
     assert first.loss.item() != ref(*batch).loss.item()  # bf16 compute, not a renamed fp32 run
     torch.testing.assert_close(first.loss, ref(*batch).loss, rtol=2e-2, atol=0)
-    opt = torch.optim.AdamW(obj.drafter.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(20):
-        opt.zero_grad()
-        out = obj(*batch)
-        out.loss.backward()
-        assert all(p.grad.dtype == torch.float32 for p in obj.drafter.parameters())
-        opt.step()
-        losses.append(out.loss.item())
+    grads = []
+    losses = train_on(obj, obj, batch, 20, lambda: grads.extend(p.grad.dtype for p in obj.drafter.parameters()))
+    assert grads and set(grads) == {torch.float32}
     assert all(p.dtype == torch.float32 for p in obj.drafter.parameters())
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0] - 0.5, losses
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from small_models import objective_for
+from small_models import objective_for, train_on
 
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, RunConfig, TargetConfig, apply_overrides
@@ -120,14 +120,7 @@ def test_a_window_wider_than_the_row_trains_exactly_like_full_attention(target):
 def test_a_mixed_layer_objective_trains_on_the_sdpa_path(target):
     obj = make_objective(target, window=5)
     batch = make_batch(target, obj.layer_ids)
-    opt = torch.optim.AdamW(obj.drafter.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(25):
-        opt.zero_grad()
-        out = obj(*batch)
-        out.loss.backward()
-        opt.step()
-        losses.append(out.loss.item())
+    losses = train_on(obj, obj, batch, 25)
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0] - 0.5, losses
 
 
