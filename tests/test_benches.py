@@ -256,17 +256,19 @@ def test_a_price_run_resumed_in_the_next_host_run_is_one_table_and_its_copy_adds
     )
 
 
+TWO_ROUNDS = [
+    (0, "global-lock:default", 100.0),
+    (0, "cudagraph-lock", 110.0),
+    (1, "cudagraph-lock", 90.0),
+    (1, "global-lock:default", 80.0),
+]
+"""A price run's first two rounds, (round, configuration, tokens/s): harness price's order A B, B A."""
+
+
 def test_a_priced_run_gets_its_paired_prices_under_the_table(tmp_path):
     # harness price's run order A B, B A, A B: the base is what round 0 benched first.
     path = tmp_path / "benches.jsonl"
-    order = [
-        (0, "global-lock:default", 100.0),
-        (0, "cudagraph-lock", 110.0),
-        (1, "cudagraph-lock", 90.0),
-        (1, "global-lock:default", 80.0),
-        (2, "global-lock:default", 120.0),
-        (2, "cudagraph-lock", 126.0),
-    ]
+    order = [*TWO_ROUNDS, (2, "global-lock:default", 120.0), (2, "cudagraph-lock", 126.0)]
     path.write_text(
         "".join(
             json.dumps({"phase": f"bench:launch-bound:{c}", "call": 34, "round": r, "tokens_per_s_steady": t}) + "\n"
@@ -320,12 +322,7 @@ def test_price_runs_are_tables_not_plot_bars(tmp_path):
 
 def test_a_price_run_of_two_rounds_or_more_gets_its_own_plot_linked_under_its_table(tmp_path):
     path = tmp_path / "benches.jsonl"
-    order = [
-        (0, "global-lock:default", 100.0),
-        (0, "cudagraph-lock", 110.0),
-        (1, "cudagraph-lock", 90.0),
-        (1, "global-lock:default", 80.0),
-    ]
+    order = TWO_ROUNDS
     lines = [
         {
             "phase": f"bench:launch-bound:{c}",
