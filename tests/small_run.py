@@ -77,3 +77,13 @@ def start_trainer(argv: list[str], cwd, env: dict[str, str]) -> subprocess.Popen
     return subprocess.Popen(
         argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
+
+
+def end_of_run(deadline_s: float = 10.0) -> None:
+    """What a test does after an in-process run: the fault plan cleared, the stage threads joined."""
+    from harness.runtime import failpoints
+
+    failpoints.clear()
+    for t in threading.enumerate():
+        if t.name.startswith("dflash-"):
+            t.join(deadline_s)

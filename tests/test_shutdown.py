@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from small_run import REPO, small_config, stage_threads, start_trainer, train_argv
+from small_run import REPO, end_of_run, small_config, stage_threads, start_trainer, train_argv
 
 from dflash import checkpoint
 from dflash.train import Trainer
@@ -66,10 +66,7 @@ def test_thread_alive_after_deadline_is_reported(tmp_path, monkeypatch):
         outcome = Trainer(cfg).run()
         returned = time.monotonic()
     finally:
-        faults.clear()
-        for t in threading.enumerate():
-            if t.name.startswith("dflash-"):
-                t.join(10)
+        end_of_run()
     assert outcome.exit_code == 1
     assert outcome.pipeline.alive == ["dflash-train-1"]
     assert returned - outcome.pipeline.failures[0].at < 2.5  # did not wait for the sleeper

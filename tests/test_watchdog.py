@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from small_run import REPO, small_config, start_trainer, train_argv
+from small_run import REPO, end_of_run, small_config, start_trainer, train_argv
 
 from dflash import stacks, watchdog
 from dflash.channel import Channel
@@ -92,10 +92,7 @@ def test_first_step_allowance_applies_until_the_first_step(tmp_path, monkeypatch
         outcome = Trainer(cfg, out=io.StringIO(), err=err).run()
         returned = time.monotonic()
     finally:
-        faults.clear()
-        for t in threading.enumerate():
-            if t.name.startswith("dflash-"):
-                t.join(10)
+        end_of_run()
     assert outcome.exit_code == watchdog.EXIT_STALLED, err.getvalue()[-2000:]
     assert outcome.stall.first and outcome.stall.step == 0
     assert outcome.stall.headline.startswith(
