@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stress_cli import stress_args
 
 from harness.diagnosis import catalogue as catalogue_module
 from harness.diagnosis import diagnose, fix_advice, log_text
@@ -225,22 +226,8 @@ def test_a_stress_folder_and_a_trial_folder(tmp_path):
     """A real run through the runner: a program that deadlocks on its own locks (no torch) is a
     HANG, diagnosed as a generic hang: no catalogued race, said so."""
     out = tmp_path / "stress"
-    p = _cli(
-        "stress",
-        "-p",
-        "1",
-        "--max-runs",
-        "1",
-        "--timeout",
-        "60",
-        "--hang",
-        "3",
-        "-o",
-        str(out),
-        "--",
-        sys.executable,
-        str(ROOT / "tests" / "scripts" / "deadlock.py"),
-    )
+    deadlock = (sys.executable, str(ROOT / "tests" / "scripts" / "deadlock.py"))
+    p = _cli(*stress_args(1, out, "--timeout", "60", "--hang", "3", cmd=deadlock, parallel=1))
     assert p.returncode == 1, p.stdout + p.stderr
     assert "diagnosis: 0 of 1 failing runs matched a catalogued race" in p.stdout
     assert "a hang of the program's own code, not a torch race" in p.stdout

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch._dynamo
+from stress_cli import stress_argv
 
 from harness.runtime import fixes
 from harness.runtime.errors import ConfigError
 from harness.runtime.fixes import recommended_sets as recommend
 from harness.runtime.guard import Guard, GuardError, parse_fixes
-from tests.stress_cli import stress_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "serve_while_tracing.py"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from matrix_specs import command, spec_dict, write_spec
 from records import record
+from stress_cli import stress_args
 
 from harness.analysis import excerpts
 from harness.stores.store import Store
@@ -214,22 +215,8 @@ def test_a_matrix_run_lists_the_native_crash_sites_it_saw(tmp_path, capsys):
 def test_stress_echoes_the_native_crash_site_of_a_crashing_run(tmp_path, capsys):
     from harness.cli import main
 
-    rc = main(
-        [
-            "stress",
-            "-p",
-            "1",
-            "--max-runs",
-            "1",
-            "--timeout",
-            "30",
-            "-o",
-            str(tmp_path / "o"),
-            "--",
-            sys.executable,
-            str(SCRIPTS / "segfault.py"),
-        ]
-    )
+    segfault = (sys.executable, str(SCRIPTS / "segfault.py"))
+    rc = main(stress_args(1, tmp_path / "o", "--timeout", "30", cmd=segfault, parallel=1))
     err = capsys.readouterr().err
     assert rc == 1
     assert "native crash site: " in err and "--- run 0: ABORT" in err

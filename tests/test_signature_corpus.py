@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from stress_cli import stress_argv
 
 from harness.diagnosis import diagnose
 from harness.diagnosis.families import family
@@ -34,7 +35,6 @@ from harness.trial.folder import OUTPUT
 from harness.trial.runner import run_trial
 from harness.trial.signature import crash_signature
 from harness.trial.spec import TrialSpec, WorkloadSpec
-from tests.stress_cli import stress_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"
