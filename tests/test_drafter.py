@@ -88,11 +88,16 @@ def _block_outputs(obj, input_ids, context, anchors, keep):
         return obj.drafter(obj.embed(ids), context, positions, mask)
 
 
-def test_block_ignores_context_at_and_after_its_anchor(target):
+def _two_blocks(target):
+    """A batch with blocks anchored at 10 and 20 in each row, and the drafter's outputs for it."""
     obj = make_objective(target, num_layers=2)
     input_ids, _, context, _, _ = make_batch(target, layer_ids=obj.layer_ids)
     anchors, keep = torch.tensor([[10, 20]] * 3), torch.ones(3, 2, dtype=torch.bool)
-    base = _block_outputs(obj, input_ids, context, anchors, keep)
+    return obj, input_ids, context, anchors, keep, _block_outputs(obj, input_ids, context, anchors, keep)
+
+
+def test_block_ignores_context_at_and_after_its_anchor(target):
+    obj, input_ids, context, anchors, keep, base = _two_blocks(target)
     later = context.clone()
     later[:, 10:] += 5.0
     out = _block_outputs(obj, input_ids, later, anchors, keep)
@@ -104,10 +109,7 @@ def test_block_ignores_context_at_and_after_its_anchor(target):
 
 
 def test_blocks_are_isolated_from_each_other(target):
-    obj = make_objective(target, num_layers=2)
-    input_ids, _, context, _, _ = make_batch(target, layer_ids=obj.layer_ids)
-    anchors, keep = torch.tensor([[10, 20]] * 3), torch.ones(3, 2, dtype=torch.bool)
-    base = _block_outputs(obj, input_ids, context, anchors, keep)
+    obj, input_ids, context, anchors, keep, base = _two_blocks(target)
     changed = input_ids.clone()
     changed[:, 20] = (changed[:, 20] % 200) + 1  # the anchor token of block 1 only
     out = _block_outputs(obj, changed, context, anchors, keep)
