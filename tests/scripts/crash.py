@@ -7,7 +7,8 @@ import os
 import random
 import sys
 import threading
-import traceback
+
+from thread_report import report
 
 
 def load_batch(table: dict) -> None:
@@ -28,10 +29,7 @@ def main() -> int:
     t = threading.Thread(target=worker, args=(failures,), name="worker-0")
     t.start()
     t.join(timeout=30)
-    for name, exc in failures:
-        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
-        traceback.print_exception(exc, file=sys.stderr)
-    return 1 if failures else 0
+    return report(failures)
 
 
 if __name__ == "__main__":

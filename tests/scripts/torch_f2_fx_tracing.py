@@ -11,9 +11,9 @@ import os
 import sys
 import threading
 import time
-import traceback
 
 import torch
+from thread_report import report
 
 TRACE_SLEEP_S = 0.5
 CALL_FOR_S = 5.0
@@ -55,10 +55,7 @@ def main() -> int:
     caller.join(timeout=60)
     stop.set()
     tracer.join(timeout=30)
-    for name, exc in failures:
-        print(f"=== thread {name} failed: {type(exc).__name__}: {exc} ===", file=sys.stderr)
-        traceback.print_exception(exc, file=sys.stderr)
-    return 1 if failures else 0
+    return report(failures)
 
 
 if __name__ == "__main__":
