@@ -12,14 +12,18 @@ from dflash.objective import DFlashObjective
 from dflash.target import TargetModel
 
 
-def objective_for(cfg: DrafterConfig, target: TargetModel, attention: str = "auto", precision: str = "fp32"):
-    drafter = DFlashDrafter(
+def drafter_for(cfg: DrafterConfig, target: TargetModel) -> DFlashDrafter:
+    return DFlashDrafter(
         cfg,
         hidden_size=target.hidden_size,
         num_target_layers=target.num_layers,
         vocab_size=target.vocab_size,
         layer_ids=resolve_layer_ids(cfg, target.num_layers),
     )
+
+
+def objective_for(cfg: DrafterConfig, target: TargetModel, attention: str = "auto", precision: str = "fp32"):
+    drafter = drafter_for(cfg, target)
     mask_id = resolve_mask_token_id(cfg, target.vocab_size)
     return DFlashObjective(
         drafter,

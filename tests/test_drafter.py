@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from small_models import objective_for, train_on
+from small_models import drafter_for, objective_for, train_on
 
 from dflash.anchors import sample_anchors
 from dflash.config import DrafterConfig, TargetConfig
 from dflash.drafter import (
-    DFlashDrafter,
     build_target_layer_ids,
     resolve_layer_ids,
     resolve_mask_token_id,
@@ -255,13 +254,7 @@ def test_objective_buffers_follow_its_parts_without_a_module_move(target):
     # build_models puts drafter, embedding and head on the device and never moves the objective
     # itself: a CPU pos_weights broke the first compiled step on an H200 (mixed devices).
     cfg = DrafterConfig(num_layers=1, block_size=BS)
-    drafter = DFlashDrafter(
-        cfg,
-        hidden_size=target.hidden_size,
-        num_target_layers=target.num_layers,
-        vocab_size=target.vocab_size,
-        layer_ids=resolve_layer_ids(cfg, target.num_layers),
-    ).to("meta")
+    drafter = drafter_for(cfg, target).to("meta")
     embed = torch.nn.Embedding(target.vocab_size, target.hidden_size, device="meta")
     head = torch.nn.Linear(target.hidden_size, target.vocab_size, bias=False, device="meta")
     obj = DFlashObjective(drafter, embed, head, BS, resolve_mask_token_id(cfg, target.vocab_size), cfg.resolved_gamma())
