@@ -8,9 +8,11 @@ itself, a helper it calls, a method of a test class.
 
 What hunt should say:
 - clean: ok. deterministic: not a race (it fails with one thread too).
-- R4, F2: race, named; F3 may be named beside it (CO_RACES): both run `symbolic_trace` in every
-  thread at once, and FX's patcher is as process-global as its tracing flag (seen once in five
-  clean-clone CI runs beside F2).
+- R4, F2: race, named; F3 and dict-mutation may be named beside it (CO_RACES): both run
+  `symbolic_trace` in every thread at once. FX's patcher is as process-global as its tracing flag
+  (F3, seen once in five clean-clone CI runs beside F2), and one thread's `_autowrap_check`
+  iterates the test module's globals while another's patcher writes them ("dictionary changed
+  size during iteration", dict-mutation, seen once beside F2 in the eight runs after that).
 - own-stdout, own-global: not thread-safe, the test's own state, never a race.
 - own-warnings, own-fixture: pytest-run-parallel runs such a test in one thread (its own list of
   thread-unsafe calls and fixtures, followed into the helpers a test calls), where it passes: ok,
@@ -26,8 +28,9 @@ from pathlib import Path
 PATTERNS = ("clean", "deterministic", "R4", "F2", "own-stdout", "own-warnings", "own-fixture", "own-global")
 PLACES = ("test", "helper", "method")
 RACES = ("R4", "F2")
-CO_RACES = ("F3",)
-"""Races a race pattern's body may also meet: its concurrent FX traces share CURRENT_PATCHER."""
+CO_RACES = ("F3", "dict-mutation")
+"""Races a race pattern's body may also meet: its concurrent FX traces share CURRENT_PATCHER and
+the globals of the module they trace."""
 
 HEAD = '''"""Generated test suite (tests/shapes/suites.py): one test per pattern and place."""
 
