@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.cli import main
 from harness.stores.migrate import migrate_store
+from harness.stores.store import StoreError
 
 
 def _old(cell: str, i: int) -> dict:
@@ -91,3 +94,15 @@ def test_a_runs_spec_of_format_1_is_rewritten_as_it_ran_once(tmp_path, capsys):
     assert main(["migrate", "--store", str(store)]) == 0
     assert "spec.json" not in capsys.readouterr().out
     assert {name: (store / "artefacts" / name / "spec.json").read_bytes() for name in runs} == before
+
+
+def test_a_damaged_store_is_one_error_and_its_specs_stay_as_they_were(tmp_path):
+    store = tmp_path / "s"
+    (store / "artefacts" / "none").mkdir(parents=True)
+    spec = store / "artefacts" / "none" / "spec.json"
+    spec.write_text(json.dumps(_spec_v1("stress/none", {"HARNESS_FIXES": "none"})))
+    (store / "trials.jsonl").write_text("not json\n" + json.dumps(_old("stress", 0)) + "\n")
+    before = spec.read_bytes()
+    with pytest.raises(StoreError):
+        migrate_store(store)
+    assert spec.read_bytes() == before

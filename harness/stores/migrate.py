@@ -42,8 +42,8 @@ def migrate_store(store_dir: Path) -> Migrated:
     store = Store(store_dir)
     if not store.trials_path.is_file():
         return Migrated(store_dir, 0, 0)
-    specs = _migrate_specs(store_dir / ARTEFACTS_NAME)
     store.load()  # the store's own checks: a damaged line is one error, nothing written
+    specs = _migrate_specs(store_dir / ARTEFACTS_NAME)
     text = store.trials_path.read_text(encoding="ascii")
     records = [json.loads(line) for line in text.split("\n")[:-1]]  # a torn tail is left out, as load() does
     filled = 0
