@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import random
 
-from dflash.fault_points import POINTS as STAGE_POINTS  # the trainer's stage points, which its profiles name
+from dflash import fault_points  # the trainer's stage points, which its profiles name
 from harness.faults.pct import Pct
 from harness.faults.scheduler import InvalidPlan, Plan, Rule
 
-STAGE_MODULE = "dflash.fault_points"
+STAGE_POINTS = fault_points.POINTS
+STAGE_MODULE = fault_points.__name__
 """A plan that names the trainer's points says where they are registered (`Plan.points_from`)."""
 
 # Points hit on every CPU compile (counted on 2.13 CPU); cudagraph points need CUDA to be reached.

@@ -151,7 +151,7 @@ class Plan:
     checked: a plan is read before the program runs (the trial bootstrap)."""
 
     def validate(self) -> Plan:
-        named = {r.point for r in self.rules} | set(self.pct.points or () if self.pct else ())
+        named = {r.point for r in self.rules} | set((self.pct.points or ()) if self.pct else ())
         stored = not self.points_from and not named <= set(all_points())
         for module in STORED_POINTS_FROM if stored else self.points_from:
             try:
